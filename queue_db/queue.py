@@ -1,0 +1,609 @@
+"""The hierarchical task queue: registration, expansion, claiming, heartbeats, fenced transitions, bubble-up,
+stale recovery and reconciliation. Plain SQL on SQLAlchemy connections; no orchestration concepts here.
+
+Concurrency design, in one place:
+- claims use `FOR UPDATE OF t SKIP LOCKED` over the kind's claim index, so workers never wait on each other's
+  candidate rows;
+- every transition that touches task rows locks them in id order first, then their parent pages in id order,
+  then their documents in id order. One global order (chunks -> pages -> documents, by id) means no deadlocks;
+- a parent is recomputed by a statement that runs AFTER the parent row lock is held. Under READ COMMITTED that
+  statement sees every child change committed by whoever held the lock before, so the last transaction to touch
+  a parent always leaves it equal to the rule applied to its children (no lost bubble-up under concurrency);
+- completions and failures are fenced: they apply only to rows still `processing` by the same worker id.
+"""
+from __future__ import annotations
+
+import json
+import re
+import socket
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any, Callable, Iterable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from .config import QueueSettings
+from .tasks import (
+    ALL_KINDS,
+    GRAPHRAG_CHUNK,
+    OCR_DOCUMENT,
+    OCR_PAGE,
+    VECTOR_CHUNK,
+    VECTOR_PAGE,
+    Level,
+    Phase,
+    TaskKind,
+    kinds_of_phase,
+)
+
+MAX_ERROR_CHARS = 4000
+_RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
+
+
+def make_worker_id(label: str = "worker") -> str:
+    """Unique per worker instance: a recovered-and-reclaimed task never has the same owner twice."""
+    return f"{label}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"[-100:]
+
+
+def clean_text(value: str | None, limit: int = MAX_ERROR_CHARS) -> str | None:
+    """PostgreSQL text cannot hold NUL; keep everything else verbatim, bounded."""
+    if value is None:
+        return None
+    value = value.replace("\x00", "\\x00")
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def document_key_for(filename: str, content_hash: str, length: int = 8) -> str:
+    """`<filename-stem>-<hash8>`: readable, stable, and safe as a Dagster partition key (no commas, no slashes)."""
+    stem = PurePath(filename.replace("\\", "/")).stem
+    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:60] or "document"
+    return f"{slug}-{content_hash[:length]}"
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What a fenced transition did: ids it applied to and ids it refused (lost ownership)."""
+
+    applied: list[str]
+    rejected: list[str]
+
+
+@dataclass(frozen=True)
+class Correction:
+    level: str
+    id: str
+    phase: str
+    old: str | None
+    new: str
+
+
+class TaskQueue:
+    def __init__(self, engine: sa.Engine | str, settings: QueueSettings | None = None):
+        if isinstance(engine, str):
+            engine = create_queue_engine(engine)
+        self.engine = engine
+        self.settings = settings or QueueSettings.from_env()
+
+    # ------------------------------------------------------------------ transactions
+    def _transaction(self, work: Callable[[sa.Connection], Any], attempts: int = 6) -> Any:
+        """Run `work` in one transaction; retry deadlocks/serialization failures and dropped connections."""
+        delay = 0.05
+        for attempt in range(1, attempts + 1):
+            try:
+                with self.engine.begin() as conn:
+                    return work(conn)
+            except DBAPIError as exc:
+                if attempt == attempts or not _is_transient(exc):
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # ------------------------------------------------------------------ intake
+    def register_document(
+        self,
+        *,
+        filename: str,
+        content_hash: str,
+        size_bytes: int,
+        storage_key: str | None = None,
+        source_path: str | None = None,
+        priority: int = 0,
+        password_ref: str | None = None,
+        mime_type: str | None = "application/pdf",
+        filename_bytes: bytes | None = None,
+        metadata: dict | None = None,
+    ) -> tuple[dict, bool]:
+        """Idempotent on content hash: the same bytes twice give the same document. Returns (row, created)."""
+        if not 0 <= priority <= 10:
+            raise ValueError(f"priority must be between 0 and 10, got {priority}")
+        if not re.fullmatch(r"[0-9a-f]{64}", content_hash):
+            raise ValueError("content_hash must be a sha256 hex digest")
+
+        def work(conn: sa.Connection) -> tuple[dict, bool]:
+            for key_length in (8, 12, 16, 64):
+                row = conn.exec_driver_sql(
+                    """INSERT INTO documents (filename, filename_bytes, document_key, source_path, storage_key,
+                                              size_bytes, content_hash, mime_type, priority, password_ref,
+                                              metadata, max_retries)
+                       VALUES (%(filename)s, %(filename_bytes)s, %(key)s, %(source_path)s, %(storage_key)s,
+                               %(size)s, %(hash)s, %(mime)s, %(priority)s, %(password_ref)s, %(metadata)s::jsonb,
+                               %(max_retries)s)
+                       ON CONFLICT DO NOTHING
+                       RETURNING *""",
+                    {
+                        "filename": clean_text(filename, 1000), "filename_bytes": filename_bytes,
+                        "key": document_key_for(filename, content_hash, key_length),
+                        "source_path": clean_text(source_path, 10000), "storage_key": storage_key,
+                        "size": size_bytes, "hash": content_hash, "mime": mime_type, "priority": priority,
+                        "password_ref": password_ref, "metadata": json.dumps(metadata or {}),
+                        "max_retries": self.settings.max_retries,
+                    },
+                ).mappings().first()
+                if row is not None:
+                    return dict(row), True
+                existing = conn.exec_driver_sql(
+                    "SELECT * FROM documents WHERE content_hash = %(hash)s", {"hash": content_hash}
+                ).mappings().first()
+                if existing is not None:
+                    return dict(existing), False
+                # the key collided with a different file's key: lengthen the hash part and try again
+            raise RuntimeError("could not allocate a unique document key")
+
+        return self._transaction(work)
+
+    def set_storage_key(self, document_id: str, storage_key: str) -> None:
+        self._transaction(lambda conn: conn.exec_driver_sql(
+            "UPDATE documents SET storage_key = %(k)s, updated_at = now() WHERE id = %(id)s",
+            {"k": storage_key, "id": document_id}))
+
+    # ------------------------------------------------------------------ claiming
+    def claim(self, kind: TaskKind, worker_id: str, limit: int = 1, *, only_ids: Sequence[str] | None = None,
+              override_retry_limit: bool = False) -> list[dict]:
+        """Claim up to `limit` ready tasks of `kind` for `worker_id` and bubble `processing` up, atomically.
+
+        `only_ids` restricts the claim to those rows (a Dagster partition range). `override_retry_limit` also
+        takes failed rows whose retries are exhausted or whose back-off has not elapsed: a manual backfill.
+        """
+        if limit <= 0:
+            return []
+        where = kind.claimable_sql("t")
+        if override_retry_limit:
+            where = f"({kind.ready_sql}) AND t.{kind.status} IN ('pending', 'failed')"
+        params: dict[str, Any] = {"worker": worker_id, "limit": limit}
+        if only_ids is not None:
+            where += " AND t.id = ANY(%(only)s::uuid[])"
+            params["only"] = [str(i) for i in only_ids]
+        returning = ", ".join(f"t.{c}" for c in kind.returning)
+        sql = f"""
+            WITH picked AS (
+                SELECT t.id FROM {kind.table} t
+                WHERE {where}
+                ORDER BY {kind.claim_order_sql("t")}
+                LIMIT %(limit)s
+                FOR UPDATE OF t SKIP LOCKED
+            )
+            UPDATE {kind.table} t
+            SET {kind.status} = 'processing', {kind.col('worker_id')} = %(worker)s,
+                {kind.col('started_at')} = now(), {kind.col('last_heartbeat')} = now(), updated_at = now()
+            FROM picked WHERE t.id = picked.id
+            RETURNING {returning}"""
+
+        def work(conn: sa.Connection) -> list[dict]:
+            rows = [_plain(r) for r in conn.exec_driver_sql(sql, params).mappings().all()]
+            if rows:
+                self._bubble_from(conn, kind, rows)
+            return rows
+
+        return self._transaction(work)
+
+    def heartbeat(self, kind: TaskKind, worker_id: str, ids: Iterable[str]) -> set[str]:
+        """Refresh the heartbeat of tasks still owned by `worker_id`; returns the ids still owned."""
+        ids = [str(i) for i in ids]
+        if not ids:
+            return set()
+        sql = f"""
+            WITH mine AS (
+                SELECT id FROM {kind.table}
+                WHERE id = ANY(%(ids)s::uuid[]) AND {kind.status} = 'processing' AND {kind.col('worker_id')} = %(w)s
+                ORDER BY id FOR UPDATE
+            )
+            UPDATE {kind.table} t SET {kind.col('last_heartbeat')} = now()
+            FROM mine WHERE t.id = mine.id RETURNING t.id"""
+        rows = self._transaction(lambda conn: conn.exec_driver_sql(sql, {"ids": ids, "w": worker_id}).all())
+        return {str(r[0]) for r in rows}
+
+    # ------------------------------------------------------------------ completions (fenced)
+    def _fenced_update(self, conn: sa.Connection, kind: TaskKind, worker_id: str, ids: list[str],
+                       set_sql: str, values_sql: str = "", params: dict | None = None) -> list[dict]:
+        """Lock the worker's own rows in id order, then update them. Returns the updated rows."""
+        parent_cols = _parent_columns(kind)
+        sql = f"""
+            WITH mine AS (
+                SELECT id FROM {kind.table}
+                WHERE id = ANY(%(ids)s::uuid[]) AND {kind.status} = 'processing' AND {kind.col('worker_id')} = %(w)s
+                ORDER BY id FOR UPDATE
+            ){values_sql}
+            UPDATE {kind.table} t SET {set_sql}, updated_at = now()
+            FROM mine{", v" if values_sql else ""}
+            WHERE t.id = mine.id{" AND v.id = t.id" if values_sql else ""}
+            RETURNING t.id{parent_cols}"""
+        return [_plain(r) for r in conn.exec_driver_sql(sql, {"ids": ids, "w": worker_id, **(params or {})}).mappings().all()]
+
+    def complete(self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str]) -> Transition:
+        """Mark tasks completed (fenced) and bubble up. `results` are ids or dicts {id, <result columns>}."""
+        if kind in (OCR_DOCUMENT, VECTOR_PAGE):
+            raise ValueError(f"{kind.name} completes through its own method (it creates child tasks)")
+        results = [r if isinstance(r, dict) else {"id": r} for r in results]
+        ids = [str(r["id"]) for r in results]
+        if not ids:
+            return Transition([], [])
+        columns = [c for c in kind.result_columns if any(c in r for r in results)]
+        values_sql, assignments, params = "", [], {}
+        if columns:
+            selects = ["unnest(%(v_id)s::uuid[]) AS id"] + [
+                f"unnest(%(v_{c})s::{kind.result_columns[c]}) AS {c}" for c in columns]
+            values_sql = f", v AS (SELECT {', '.join(selects)})"
+            params["v_id"] = ids
+            for c in columns:
+                params[f"v_{c}"] = [clean_text(r.get(c)) if isinstance(r.get(c), str) else r.get(c) for r in results]
+                assignments.append(f"{c} = v.{c}")
+        set_sql = ", ".join([
+            f"{kind.status} = 'completed'", f"{kind.col('completed_at')} = now()",
+            f"{kind.col('error')} = NULL", f"{kind.col('error_class')} = NULL",
+            f"{kind.col('next_attempt_at')} = NULL", *assignments,
+        ])
+
+        def work(conn: sa.Connection) -> Transition:
+            rows = self._fenced_update(conn, kind, worker_id, ids, set_sql, values_sql, params)
+            self._bubble_from(conn, kind, rows)
+            return _transition(ids, rows)
+
+        return self._transaction(work)
+
+    def complete_document_expansion(self, worker_id: str, document_id: str, *, page_count: int,
+                                    encrypted: bool = False, metadata: dict | None = None) -> bool:
+        """Create the document's page tasks (fenced on the expansion claim). A document with zero pages fails:
+        nothing can be indexed from it, and calling it complete would hide a broken file."""
+        def work(conn: sa.Connection) -> bool:
+            rows = self._fenced_update(
+                conn, OCR_DOCUMENT, worker_id, [str(document_id)],
+                "pages_created_at = now(), page_count = %(n)s, encrypted = %(enc)s, "
+                "metadata = t.metadata || %(meta)s::jsonb, ocr_error = NULL, ocr_error_class = NULL, "
+                "next_attempt_at = NULL",
+                params={"n": page_count, "enc": encrypted, "meta": json.dumps(metadata or {})},
+            )
+            if not rows:
+                return False
+            if page_count <= 0:
+                conn.exec_driver_sql(
+                    """UPDATE documents SET ocr_status = 'failed', ocr_error = 'empty: document has no pages',
+                              ocr_error_class = 'empty', next_attempt_at = 'infinity', updated_at = now()
+                       WHERE id = %(id)s""", {"id": str(document_id)})
+                return True
+            conn.exec_driver_sql(
+                """INSERT INTO task_queue_page (document_id, page_number, priority, max_retries)
+                   SELECT d.id, n, d.priority, d.max_retries FROM documents d, generate_series(1, %(n)s) n
+                   WHERE d.id = %(id)s
+                   ON CONFLICT (document_id, page_number) DO NOTHING""",
+                {"id": str(document_id), "n": page_count})
+            for phase in Phase:
+                self._bubble_documents(conn, phase, [str(document_id)])
+            return True
+
+        return self._transaction(work)
+
+    def complete_chunking(self, worker_id: str, page_id: str, chunks: Sequence[dict]) -> bool:
+        """Create the chunk tasks of a page (fenced on the page's vector claim). Chunk dicts carry chunk_id,
+        chunk_index, content_hash, content, token_count. A page with no chunks is complete in both later phases."""
+        def work(conn: sa.Connection) -> bool:
+            rows = self._fenced_update(
+                conn, VECTOR_PAGE, worker_id, [str(page_id)],
+                "chunked_at = now(), chunk_count = %(n)s, vector_error = NULL, vector_error_class = NULL, "
+                "vector_next_attempt_at = NULL", params={"n": len(chunks)})
+            if not rows:
+                return False
+            if chunks:
+                conn.exec_driver_sql(
+                    """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
+                                                     content, token_count, priority, max_retries)
+                       SELECT p.id, p.document_id, c.chunk_id, c.chunk_index, c.content_hash, c.content,
+                              c.token_count, p.priority, p.max_retries
+                       FROM task_queue_page p,
+                            unnest(%(ids)s::text[], %(idx)s::int[], %(hashes)s::text[], %(texts)s::text[],
+                                   %(tokens)s::int[]) AS c(chunk_id, chunk_index, content_hash, content, token_count)
+                       WHERE p.id = %(page)s
+                       ON CONFLICT DO NOTHING""",
+                    {"page": str(page_id), "ids": [c["chunk_id"] for c in chunks],
+                     "idx": [c["chunk_index"] for c in chunks], "hashes": [c.get("content_hash") for c in chunks],
+                     "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
+                     "tokens": [c.get("token_count") for c in chunks]})
+            document_ids = [rows[0]["document_id"]]
+            for phase in (Phase.VECTOR, Phase.GRAPHRAG):
+                self._bubble_pages(conn, phase, [str(page_id)])
+                self._bubble_documents(conn, phase, document_ids)
+            return True
+
+        return self._transaction(work)
+
+    def fail(self, kind: TaskKind, worker_id: str, failures: Sequence[dict]) -> Transition:
+        """Record failed attempts (fenced). Each failure: {id, error, error_class='error', retryable=True}.
+
+        The retry count rises on every failed attempt; a retryable task with retries left is claimable again
+        after the back-off; a non-retryable one (unreadable, encrypted, unsupported) never is, until an operator
+        retries it."""
+        ids = [str(f["id"]) for f in failures]
+        if not ids:
+            return Transition([], [])
+        retries = kind.col("retry_count")
+        values_sql = """, v AS (SELECT unnest(%(v_id)s::uuid[]) AS id, unnest(%(v_err)s::text[]) AS err,
+                                  unnest(%(v_cls)s::text[]) AS cls, unnest(%(v_retry)s::bool[]) AS retryable)"""
+        set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1,
+                      {kind.col('error')} = v.err, {kind.col('error_class')} = v.cls,
+                      {kind.col('next_attempt_at')} = CASE WHEN v.retryable
+                          THEN now() + make_interval(secs => LEAST(%(backoff_max)s,
+                                          %(backoff_base)s * power(2, COALESCE(t.{retries}, 0))))
+                          ELSE 'infinity'::timestamptz END"""
+        params = {
+            "v_id": ids,
+            "v_err": [clean_text(str(f.get("error") or "unknown error")) for f in failures],
+            "v_cls": [str(f.get("error_class") or "error")[:32] for f in failures],
+            "v_retry": [bool(f.get("retryable", True)) for f in failures],
+            "backoff_base": self.settings.retry_backoff_base_s, "backoff_max": self.settings.retry_backoff_max_s,
+        }
+
+        def work(conn: sa.Connection) -> Transition:
+            rows = self._fenced_update(conn, kind, worker_id, ids, set_sql, values_sql, params)
+            self._bubble_from(conn, kind, rows)
+            return _transition(ids, rows)
+
+        return self._transaction(work)
+
+    # ------------------------------------------------------------------ recovery
+    def recover_stale(self, stale_after_s: float | None = None) -> dict[str, int]:
+        """Release `processing` tasks whose heartbeat is older than the timeout, counting the lost attempt, so a
+        task that keeps killing its worker ends `failed` instead of looping forever. Returns counts per kind."""
+        stale_after_s = self.settings.stale_timeout_s if stale_after_s is None else stale_after_s
+        where = "{hb} < now() - make_interval(secs => %(stale)s)"
+        reason = ("'worker lost: heartbeat stale since ' || to_char({hb} AT TIME ZONE 'UTC', "
+                  "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') || ' (worker ' || COALESCE({worker}, '?') || ')'")
+        return {kind.name: self._release(kind, where, reason, {"stale": stale_after_s}) for kind in ALL_KINDS}
+
+    def release_workers(self, worker_ids: Iterable[str], reason: str = "worker lost: its run is no longer alive") -> dict[str, int]:
+        """Release tasks held by workers known to be dead (e.g. their Dagster run ended), counting the attempt."""
+        worker_ids = list(worker_ids)
+        if not worker_ids:
+            return {kind.name: 0 for kind in ALL_KINDS}
+        return {kind.name: self._release(kind, "{worker} = ANY(%(workers)s::text[])", "%(reason)s",
+                                         {"workers": worker_ids, "reason": clean_text(reason)})
+                for kind in ALL_KINDS}
+
+    def _release(self, kind: TaskKind, where_template: str, reason_template: str, params: dict) -> int:
+        names = {"hb": f"t.{kind.col('last_heartbeat')}", "worker": f"t.{kind.col('worker_id')}"}
+        retries = kind.col("retry_count")
+        gate = "AND t.pages_created_at IS NULL" if kind is OCR_DOCUMENT else ""
+        sql = f"""
+            WITH lost AS (
+                SELECT t.id FROM {kind.table} t
+                WHERE t.{kind.status} = 'processing' {gate} AND {where_template.format(**names)}
+                ORDER BY t.id FOR UPDATE SKIP LOCKED
+            )
+            UPDATE {kind.table} t
+            SET {retries} = COALESCE(t.{retries}, 0) + 1,
+                {kind.status} = (CASE WHEN COALESCE(t.{retries}, 0) + 1 >= t.max_retries THEN 'failed'
+                                      ELSE 'pending' END)::task_status,
+                {kind.col('error')} = {reason_template.format(**names)},
+                {kind.col('error_class')} = 'worker_lost',
+                {kind.col('worker_id')} = NULL, {kind.col('started_at')} = NULL,
+                {kind.col('last_heartbeat')} = NULL, updated_at = now()
+            FROM lost WHERE t.id = lost.id
+            RETURNING t.id{_parent_columns(kind)}"""
+
+        def work(conn: sa.Connection) -> int:
+            rows = [_plain(r) for r in conn.exec_driver_sql(sql, params).mappings().all()]
+            self._bubble_from(conn, kind, rows)
+            return len(rows)
+
+        return self._transaction(work)
+
+    def retry_failed(self, phase: Phase | None = None, document_id: str | None = None) -> dict[str, int]:
+        """Operator retry: failed tasks go back to pending with their retry counts reset."""
+        counts = {}
+        for kind in ALL_KINDS if phase is None else kinds_of_phase(phase):
+            doc_filter = ""
+            if document_id is not None:
+                doc_filter = "AND t.id = %(doc)s" if kind is OCR_DOCUMENT else "AND t.document_id = %(doc)s"
+            sql = f"""
+                WITH failed AS (
+                    SELECT t.id FROM {kind.table} t
+                    WHERE t.{kind.status} = 'failed' AND ({kind.ready_sql}) {doc_filter}
+                    ORDER BY t.id FOR UPDATE
+                )
+                UPDATE {kind.table} t SET {kind.status} = 'pending', {kind.col('retry_count')} = 0,
+                       {kind.col('next_attempt_at')} = NULL, updated_at = now()
+                FROM failed WHERE t.id = failed.id
+                RETURNING t.id{_parent_columns(kind)}"""
+
+            def work(conn: sa.Connection, sql=sql, kind=kind) -> int:
+                rows = [_plain(r) for r in conn.exec_driver_sql(sql, {"doc": document_id}).mappings().all()]
+                self._bubble_from(conn, kind, rows)
+                return len(rows)
+
+            counts[kind.name] = self._transaction(work)
+        return counts
+
+    # ------------------------------------------------------------------ bubble-up
+    def _bubble_from(self, conn: sa.Connection, kind: TaskKind, rows: list[dict]) -> None:
+        """Recompute the parents of changed task rows for the kind's phase (chunk -> page -> document)."""
+        if not rows:
+            return
+        if kind.level is Level.DOCUMENT:
+            return  # the expansion task writes the document's own status
+        if kind.level is Level.CHUNK:
+            page_ids = sorted({str(r["page_id"]) for r in rows})
+            self._bubble_pages(conn, kind.phase, page_ids)
+        document_ids = sorted({str(r["document_id"]) for r in rows})
+        self._bubble_documents(conn, kind.phase, document_ids)
+
+    def _bubble_pages(self, conn: sa.Connection, phase: Phase, page_ids: list[str]) -> list[Correction]:
+        if phase is Phase.OCR or not page_ids:
+            return []
+        conn.exec_driver_sql(
+            "SELECT id FROM task_queue_page WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE",
+            {"ids": page_ids})
+        col = f"{phase.value}_status"
+        rows = conn.exec_driver_sql(
+            f"""WITH computed AS (
+                    SELECT p.id, p.{col} AS old,
+                           COALESCE((SELECT docqueue_rollup(c.{col}) FROM task_queue_chunk c WHERE c.page_id = p.id),
+                                    'completed') AS new
+                    FROM task_queue_page p
+                    WHERE p.id = ANY(%(ids)s::uuid[]) AND p.chunked_at IS NOT NULL
+                )
+                UPDATE task_queue_page p
+                SET {col} = computed.new,
+                    {phase.value}_started_at = COALESCE(p.{phase.value}_started_at,
+                        CASE WHEN computed.new = 'processing' THEN now() END),
+                    {phase.value}_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
+                    {phase.value}_error = CASE WHEN computed.new = 'failed' THEN (
+                        SELECT 'chunk ' || c.chunk_index || ': ' || c.{phase.value}_error FROM task_queue_chunk c
+                        WHERE c.page_id = p.id AND c.{col} = 'failed' ORDER BY c.chunk_index LIMIT 1)
+                        ELSE p.{phase.value}_error END,
+                    updated_at = now()
+                FROM computed
+                WHERE p.id = computed.id AND p.{col} IS DISTINCT FROM computed.new
+                RETURNING p.id, computed.old, computed.new""",
+            {"ids": page_ids}).all()
+        return [Correction("page", str(r[0]), phase.value, r[1], r[2]) for r in rows]
+
+    def _bubble_documents(self, conn: sa.Connection, phase: Phase, document_ids: list[str]) -> list[Correction]:
+        if not document_ids:
+            return []
+        conn.exec_driver_sql(
+            "SELECT id FROM documents WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE",
+            {"ids": document_ids})
+        doc_col, page_col, p = phase.document_status_column, f"{phase.value}_status", phase.value
+        rows = conn.exec_driver_sql(
+            f"""WITH computed AS (
+                    SELECT d.id, d.{doc_col} AS old,
+                           (SELECT docqueue_rollup(pg.{page_col}) FROM task_queue_page pg WHERE pg.document_id = d.id) AS new
+                    FROM documents d
+                    WHERE d.id = ANY(%(ids)s::uuid[]) AND d.pages_created_at IS NOT NULL
+                )
+                UPDATE documents d
+                SET {doc_col} = computed.new,
+                    {p}_started_at = COALESCE(d.{p}_started_at, CASE WHEN computed.new = 'processing' THEN now() END),
+                    {p}_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
+                    {p}_error = CASE WHEN computed.new = 'failed' THEN (
+                        SELECT 'page ' || pg.page_number || ': ' || pg.{p}_error FROM task_queue_page pg
+                        WHERE pg.document_id = d.id AND pg.{page_col} = 'failed' ORDER BY pg.page_number LIMIT 1)
+                        ELSE d.{p}_error END,
+                    updated_at = now()
+                FROM computed
+                WHERE d.id = computed.id AND computed.new IS NOT NULL AND d.{doc_col} IS DISTINCT FROM computed.new
+                RETURNING d.id, computed.old, computed.new""",
+            {"ids": document_ids}).all()
+        return [Correction("document", str(r[0]), phase.value, r[1], r[2]) for r in rows]
+
+    def reconcile(self, batch_size: int = 500) -> list[Correction]:
+        """Recompute every parent from its children (the nightly job); returns what it corrected.
+
+        Candidates are found by a read-only scan, then fixed through the same locked bubble-up as live
+        transitions, in batches, so it is safe while workers run."""
+        corrections: list[Correction] = []
+        for phase in (Phase.VECTOR, Phase.GRAPHRAG):
+            col = f"{phase.value}_status"
+            with self.engine.connect() as conn:
+                page_ids = [str(r[0]) for r in conn.exec_driver_sql(
+                    f"""SELECT p.id FROM task_queue_page p WHERE p.chunked_at IS NOT NULL
+                        AND p.{col} IS DISTINCT FROM COALESCE(
+                            (SELECT docqueue_rollup(c.{col}) FROM task_queue_chunk c WHERE c.page_id = p.id), 'completed')
+                        ORDER BY p.id""").all()]
+            for start in range(0, len(page_ids), batch_size):
+                batch = page_ids[start:start + batch_size]
+                corrections += self._transaction(lambda conn, b=batch, ph=phase: self._bubble_pages(conn, ph, b))
+        for phase in Phase:
+            doc_col, page_col = phase.document_status_column, f"{phase.value}_status"
+            with self.engine.connect() as conn:
+                doc_ids = [str(r[0]) for r in conn.exec_driver_sql(
+                    f"""SELECT d.id FROM documents d WHERE d.pages_created_at IS NOT NULL
+                        AND EXISTS (SELECT 1 FROM task_queue_page pg WHERE pg.document_id = d.id)
+                        AND d.{doc_col} IS DISTINCT FROM
+                            (SELECT docqueue_rollup(pg.{page_col}) FROM task_queue_page pg WHERE pg.document_id = d.id)
+                        ORDER BY d.id""").all()]
+            for start in range(0, len(doc_ids), batch_size):
+                batch = doc_ids[start:start + batch_size]
+                corrections += self._transaction(lambda conn, b=batch, ph=phase: self._bubble_documents(conn, ph, b))
+        return corrections
+
+    # ------------------------------------------------------------------ lookups
+    def document(self, ref: str) -> dict | None:
+        """A document by id, document key or content hash."""
+        with self.engine.connect() as conn:
+            row = conn.exec_driver_sql(
+                """SELECT * FROM documents
+                   WHERE document_key = %(r)s OR content_hash = %(r)s
+                      OR (%(r)s ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' AND id::text = lower(%(r)s))
+                   LIMIT 1""", {"r": ref}).mappings().first()
+        return dict(row) if row else None
+
+    def pages(self, document_id: str) -> list[dict]:
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.exec_driver_sql(
+                "SELECT * FROM task_queue_page WHERE document_id = %(d)s ORDER BY page_number",
+                {"d": str(document_id)}).mappings().all()]
+
+    def chunks(self, *, document_id: str | None = None, page_id: str | None = None) -> list[dict]:
+        clauses, params = [], {}
+        if document_id is not None:
+            clauses.append("document_id = %(d)s")
+            params["d"] = str(document_id)
+        if page_id is not None:
+            clauses.append("page_id = %(p)s")
+            params["p"] = str(page_id)
+        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.exec_driver_sql(
+                f"SELECT * FROM task_queue_chunk {where} ORDER BY document_id, page_id, chunk_index",
+                params).mappings().all()]
+
+    def ready_counts(self) -> dict[str, int]:
+        """How many tasks of each kind could be claimed right now (what sensors and --until-idle look at)."""
+        with self.engine.connect() as conn:
+            return {kind.name: int(conn.exec_driver_sql(
+                f"SELECT count(*) FROM {kind.table} t WHERE {kind.claimable_sql('t')}").scalar())
+                for kind in ALL_KINDS}
+
+
+# ---------------------------------------------------------------------- helpers
+def create_queue_engine(url: str, pool_size: int = 5, max_overflow: int = 5) -> sa.Engine:
+    from .server import normalize_url
+
+    return sa.create_engine(normalize_url(url), pool_size=pool_size, max_overflow=max_overflow,
+                            pool_pre_ping=True, pool_recycle=1800)
+
+
+def _is_transient(exc: DBAPIError) -> bool:
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    if sqlstate in _RETRYABLE_SQLSTATES:
+        return True
+    # a restarted server or a dropped connection: the pool discards the connection, a new one is tried
+    return isinstance(exc, OperationalError) or bool(getattr(exc, "connection_invalidated", False))
+
+
+def _parent_columns(kind: TaskKind) -> str:
+    cols = {Level.DOCUMENT: "", Level.PAGE: ", t.document_id", Level.CHUNK: ", t.page_id, t.document_id"}
+    return cols[kind.level]
+
+
+def _plain(row) -> dict:
+    return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in dict(row).items()}
+
+
+def _transition(requested: list[str], rows: list[dict]) -> Transition:
+    applied = [str(r["id"]) for r in rows]
+    applied_set = set(applied)
+    return Transition(applied, [i for i in requested if i not in applied_set])

