@@ -54,6 +54,10 @@ def clean_text(value: str | None, limit: int = MAX_ERROR_CHARS) -> str | None:
     if value is None:
         return None
     value = value.replace("\x00", "\\x00")
+    try:  # undecodable bytes (surrogate escapes from file names) are shown as \xNN rather than refused
+        value = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
@@ -281,7 +285,7 @@ class TaskQueue:
             if page_count <= 0:
                 conn.exec_driver_sql(
                     """UPDATE documents SET ocr_status = 'failed', ocr_error = 'empty: document has no pages',
-                              ocr_error_class = 'empty', next_attempt_at = 'infinity', updated_at = now()
+                              ocr_error_class = 'empty', next_attempt_at = '9999-12-31T00:00:00Z', updated_at = now()
                        WHERE id = %(id)s""", {"id": str(document_id)})
                 return True
             conn.exec_driver_sql(
@@ -346,7 +350,7 @@ class TaskQueue:
                       {kind.col('next_attempt_at')} = CASE WHEN v.retryable
                           THEN now() + make_interval(secs => LEAST(%(backoff_max)s,
                                           %(backoff_base)s * power(2, COALESCE(t.{retries}, 0))))
-                          ELSE 'infinity'::timestamptz END"""
+                          ELSE '9999-12-31T00:00:00Z'::timestamptz END"""
         params = {
             "v_id": ids,
             "v_err": [clean_text(str(f.get("error") or "unknown error")) for f in failures],

@@ -1,0 +1,104 @@
+"""Shared fixtures: a real PostgreSQL for the whole session (the embedded server, or DOCQUEUE_TEST_PG_ADMIN_URL),
+a migrated template database, and a fresh clone of it per test."""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from queue_db.config import QueueSettings
+from queue_db.migrate import upgrade
+from queue_db.queue import TaskQueue, create_queue_engine
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CORPUS_DIR = Path(os.environ.get("DOCQUEUE_CORPUS", REPO_ROOT.parent / "shared" / "corpus"))
+
+
+def _plain_url(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory) -> str:
+    """Admin URL (database `postgres`) of a real server the tests may create databases on."""
+    configured = os.environ.get("DOCQUEUE_TEST_PG_ADMIN_URL")
+    if configured:
+        yield _plain_url(configured)
+        return
+    from queue_db.server import EmbeddedPostgres
+
+    home = tmp_path_factory.mktemp("embedded-pg")
+    # durability settings off: a test database is thrown away, and fsync costs most of the test time
+    server = EmbeddedPostgres(home, port=55432, extra_settings={
+        "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "300"})
+    server.ensure_running()
+    yield f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
+    server.stop(mode="immediate")
+
+
+def _with_database(admin_url: str, name: str) -> str:
+    return admin_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture(scope="session")
+def create_database(pg_admin_url):
+    """Factory: create an empty (or templated) database; all are dropped at the end of the session."""
+    created: list[str] = []
+
+    def factory(template: str | None = None, prefix: str = "t") -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+        created.append(name)
+        return _with_database(pg_admin_url, name)
+
+    yield factory
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        for name in created:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def migrated_template(create_database) -> str:
+    url = create_database(prefix="template")
+    engine = create_queue_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    return url.rsplit("/", 1)[1]
+
+
+@pytest.fixture
+def database_url(create_database, migrated_template) -> str:
+    """A freshly migrated database of its own for one test (a copy of the template: ~0.1 s)."""
+    return create_database(template=migrated_template)
+
+
+@pytest.fixture
+def engine(database_url):
+    engine = create_queue_engine(database_url, pool_size=4, max_overflow=8)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def settings() -> QueueSettings:
+    return QueueSettings(heartbeat_interval_s=0.2, stale_timeout_s=2.0, max_retries=3,
+                         retry_backoff_base_s=0.0, retry_backoff_max_s=0.0)
+
+
+@pytest.fixture
+def queue(engine, settings) -> TaskQueue:
+    return TaskQueue(engine, settings)
+
+
+def pytest_collection_modifyitems(config, items):
+    if CORPUS_DIR.is_dir():
+        return
+    skip = pytest.mark.skip(reason=f"corpus folder {CORPUS_DIR} not present")
+    for item in items:
+        if "corpus" in item.keywords:
+            item.add_marker(skip)

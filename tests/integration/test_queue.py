@@ -1,0 +1,294 @@
+"""Every transition of the queue against a real PostgreSQL."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from queue_db.config import QueueSettings
+from queue_db.queue import TaskQueue, make_worker_id
+from queue_db.readmodels import document_progress, documents_ready, queue_statistics
+from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, Phase
+from tests.queue_support import build_document, chunk_all, expand, new_hash, ocr_all, register
+
+
+def statuses(queue, doc_id):
+    doc = queue.document(str(doc_id))
+    return doc["ocr_status"], doc["vector_index_status"], doc["graphrag_index_status"]
+
+
+def test_register_is_idempotent_on_content_hash(queue):
+    digest = new_hash("same bytes")
+    first, created = queue.register_document(filename="A Report, final.pdf", content_hash=digest, size_bytes=10)
+    again, created_again = queue.register_document(filename="copy.pdf", content_hash=digest, size_bytes=10)
+    assert created and not created_again
+    assert again["id"] == first["id"]
+    assert first["document_key"] == f"a-report-final-{digest[:8]}"
+    assert "," not in first["document_key"] and "/" not in first["document_key"]
+
+
+def test_full_lifecycle_bubbles_every_phase_to_completed(queue):
+    doc = register(queue)
+    assert statuses(queue, doc["id"]) == ("pending", "pending", "pending")
+    worker = make_worker_id()
+    claimed = queue.claim(OCR_DOCUMENT, worker, 5)
+    assert [c["id"] for c in claimed] == [str(doc["id"])]
+    assert statuses(queue, doc["id"])[0] == "processing"
+    assert queue.complete_document_expansion(worker, doc["id"], page_count=2)
+    assert statuses(queue, doc["id"]) == ("pending", "pending", "pending")
+
+    page_tasks = queue.claim(OCR_PAGE, worker, 1)
+    assert statuses(queue, doc["id"])[0] == "processing"  # rule 1: any child processing
+    queue.complete(OCR_PAGE, worker, [page_tasks[0]["id"]])
+    assert statuses(queue, doc["id"])[0] == "pending"  # rule 2: one page still pending
+    queue.complete(OCR_PAGE, worker, [t["id"] for t in queue.claim(OCR_PAGE, worker, 5)])
+    assert statuses(queue, doc["id"]) == ("completed", "pending", "pending")
+    assert queue.document(str(doc["id"]))["ocr_completed_at"] is not None
+
+    for page in queue.claim(VECTOR_PAGE, worker, 5):
+        queue.complete_chunking(worker, page["id"], [
+            {"chunk_id": new_hash()[:32], "chunk_index": i, "content_hash": new_hash(), "content": "x", "token_count": 1}
+            for i in range(2)])
+    assert queue.claim(GRAPHRAG_CHUNK, worker, 10) == []  # gated: vector not done
+    chunks = queue.claim(VECTOR_CHUNK, worker, 10)
+    assert len(chunks) == 4
+    assert statuses(queue, doc["id"]) == ("completed", "processing", "pending")
+    queue.complete(VECTOR_CHUNK, worker, [{"id": c["id"], "vector_seconds": 0.01} for c in chunks])
+    assert statuses(queue, doc["id"]) == ("completed", "completed", "pending")
+    chunks = queue.claim(GRAPHRAG_CHUNK, worker, 10)
+    result = queue.complete(GRAPHRAG_CHUNK, worker, [
+        {"id": c["id"], "entities_extracted": 3, "relationships_extracted": 1} for c in chunks])
+    assert len(result.applied) == 4 and result.rejected == []
+    assert statuses(queue, doc["id"]) == ("completed", "completed", "completed")
+    assert all(c["entities_extracted"] == 3 for c in queue.chunks(document_id=doc["id"]))
+    assert all(p["vector_status"] == "completed" and p["graphrag_status"] == "completed" for p in queue.pages(doc["id"]))
+
+
+def test_vector_page_task_waits_for_ocr_of_that_page(queue):
+    doc = register(queue)
+    expand(queue, doc, 2)
+    worker = make_worker_id()
+    assert queue.claim(VECTOR_PAGE, worker, 5) == []
+    first = queue.claim(OCR_PAGE, worker, 1)
+    queue.complete(OCR_PAGE, worker, [first[0]["id"]])
+    ready = queue.claim(VECTOR_PAGE, worker, 5)
+    assert [r["id"] for r in ready] == [first[0]["id"]]
+
+
+def test_vector_chunk_is_gated_on_its_page_ocr(queue, engine):
+    doc = build_document(queue, pages=1, chunks_per_page=2)
+    # an operator re-opened the page's OCR: its chunks must not be claimable until OCR completes again
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE task_queue_page SET ocr_status = 'pending' WHERE document_id = %(d)s",
+                             {"d": str(doc["id"])})
+    assert queue.claim(VECTOR_CHUNK, make_worker_id(), 10) == []
+
+
+def test_blank_page_with_zero_chunks_is_complete_in_later_phases(queue):
+    doc = register(queue)
+    expand(queue, doc, 1)
+    ocr_all(queue, doc)
+    chunk_all(queue, doc, 0)
+    page = queue.pages(doc["id"])[0]
+    assert (page["vector_status"], page["graphrag_status"], page["chunk_count"]) == ("completed", "completed", 0)
+    assert statuses(queue, doc["id"]) == ("completed", "completed", "completed")
+
+
+def test_document_with_zero_pages_fails_with_reason_and_is_not_retried(queue):
+    doc = register(queue)
+    expand(queue, doc, 0)
+    row = queue.document(str(doc["id"]))
+    assert row["ocr_status"] == "failed"
+    assert row["ocr_error"] == "empty: document has no pages"
+    assert queue.claim(OCR_DOCUMENT, make_worker_id(), 5) == []
+    assert queue.reconcile() == []  # reconcile must not turn "no children" into completed
+
+
+def test_completion_is_fenced_by_ownership(queue):
+    build_document(queue, pages=1, chunks_per_page=2)
+    owner, intruder = make_worker_id("owner"), make_worker_id("intruder")
+    claimed = queue.claim(VECTOR_CHUNK, owner, 2)
+    result = queue.complete(VECTOR_CHUNK, intruder, [c["id"] for c in claimed])
+    assert result.applied == [] and sorted(result.rejected) == sorted(c["id"] for c in claimed)
+    failed = queue.fail(VECTOR_CHUNK, intruder, [{"id": claimed[0]["id"], "error": "nope"}])
+    assert failed.applied == []
+    assert all(c["vector_status"] == "processing" for c in queue.chunks())
+
+
+def test_failure_retries_after_backoff_then_stays_failed(engine):
+    queue = TaskQueue(engine, QueueSettings(max_retries=2, retry_backoff_base_s=0.6, retry_backoff_max_s=5))
+    build_document(queue, pages=1, chunks_per_page=1)
+    worker = make_worker_id()
+    task = queue.claim(VECTOR_CHUNK, worker, 1)[0]
+    queue.fail(VECTOR_CHUNK, worker, [{"id": task["id"], "error": "qdrant: connection refused", "error_class": "connection"}])
+    chunk = queue.chunks()[0]
+    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == ("failed", 1, "connection")
+    assert queue.claim(VECTOR_CHUNK, worker, 1) == []  # back-off not elapsed
+    time.sleep(0.7)
+    again = queue.claim(VECTOR_CHUNK, worker, 1)
+    assert [a["id"] for a in again] == [task["id"]]
+    queue.fail(VECTOR_CHUNK, worker, [{"id": task["id"], "error": "still down"}])
+    time.sleep(1.3)
+    assert queue.claim(VECTOR_CHUNK, worker, 1) == []  # 2 of 2 attempts used
+    chunk = queue.chunks()[0]
+    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error"]) == ("failed", 2, "still down")
+    assert queue.document(str(chunk["document_id"]))["vector_index_status"] == "failed"
+    assert queue.document(str(chunk["document_id"]))["vector_error"] == "page 1: chunk 0: still down"
+
+
+def test_non_retryable_failure_is_never_claimed_again(queue):
+    doc = register(queue)
+    worker = make_worker_id()
+    queue.claim(OCR_DOCUMENT, worker, 1)
+    queue.fail(OCR_DOCUMENT, worker, [{"id": doc["id"], "error": "encrypted: password required",
+                                       "error_class": "encrypted", "retryable": False}])
+    row = queue.document(str(doc["id"]))
+    assert (row["ocr_status"], row["retry_count"], row["ocr_error"]) == ("failed", 1, "encrypted: password required")
+    assert queue.claim(OCR_DOCUMENT, worker, 1) == []
+    # an operator's retry resets it
+    assert queue.retry_failed(Phase.OCR, str(doc["id"]))["ocr_document"] == 1
+    assert [c["id"] for c in queue.claim(OCR_DOCUMENT, worker, 1)] == [str(doc["id"])]
+
+
+def test_manual_backfill_overrides_the_retry_limit(queue):
+    build_document(queue, pages=1, chunks_per_page=1)
+    worker = make_worker_id()
+    for _ in range(3):
+        task = queue.claim(VECTOR_CHUNK, worker, 1, override_retry_limit=True)[0]
+        queue.fail(VECTOR_CHUNK, worker, [{"id": task["id"], "error": "boom"}])
+    assert queue.claim(VECTOR_CHUNK, worker, 1) == []
+    again = queue.claim(VECTOR_CHUNK, worker, 1, only_ids=[task["id"]], override_retry_limit=True)
+    assert [a["id"] for a in again] == [task["id"]]
+
+
+def test_claim_order_priority_then_failed_first_then_fewest_retries_then_oldest(queue):
+    low_old = register(queue, "low-old.pdf", priority=0)
+    low_new = register(queue, "low-new.pdf", priority=0)
+    high = register(queue, "high.pdf", priority=7)
+    retried = register(queue, "retried.pdf", priority=0)
+    worker = make_worker_id()
+    queue.claim(OCR_DOCUMENT, worker, 1, only_ids=[retried["id"]])
+    queue.fail(OCR_DOCUMENT, worker, [{"id": retried["id"], "error": "transient"}])
+    order = [c["filename"] for c in (queue.claim(OCR_DOCUMENT, worker, 1) for _ in range(4)) for c in c]
+    assert order == ["high.pdf", "retried.pdf", "low-old.pdf", "low-new.pdf"]
+
+
+def test_priority_is_carried_to_pages_and_chunks(queue):
+    build_document(queue, pages=1, chunks_per_page=2, name="normal.pdf", priority=0)
+    urgent = build_document(queue, pages=1, chunks_per_page=2, name="urgent.pdf", priority=9)
+    first = queue.claim(VECTOR_CHUNK, make_worker_id(), 2)
+    assert {c["document_id"] for c in first} == {str(urgent["id"])}
+
+
+def test_stale_tasks_are_released_and_the_attempt_is_counted(queue, engine):
+    build_document(queue, pages=1, chunks_per_page=1)
+    worker = make_worker_id("dies")
+    task = queue.claim(VECTOR_CHUNK, worker, 1)[0]
+    assert queue.recover_stale(stale_after_s=60)["vector_chunk"] == 0
+    with engine.begin() as conn:  # the worker died 5 minutes ago
+        conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '5 minutes'")
+    assert queue.recover_stale(stale_after_s=60)["vector_chunk"] == 1
+    chunk = queue.chunks()[0]
+    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_worker_id"]) == ("pending", 1, None)
+    assert chunk["vector_error"].startswith("worker lost: heartbeat stale since ")
+    assert queue.document(str(chunk["document_id"]))["vector_index_status"] == "pending"
+    # a task that keeps killing its worker ends failed instead of looping forever
+    for _ in range(2):
+        queue.claim(VECTOR_CHUNK, make_worker_id("dies"), 1)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '5 minutes'")
+        queue.recover_stale(stale_after_s=60)
+    chunk = queue.chunks()[0]
+    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == ("failed", 3, "worker_lost")
+    assert queue.claim(VECTOR_CHUNK, worker, 1) == []
+
+
+def test_heartbeat_keeps_a_slow_task_and_reports_lost_ones(queue, engine):
+    build_document(queue, pages=1, chunks_per_page=2)
+    worker = make_worker_id()
+    tasks = queue.claim(VECTOR_CHUNK, worker, 2)
+    time.sleep(1.2)
+    assert queue.heartbeat(VECTOR_CHUNK, worker, [t["id"] for t in tasks]) == {t["id"] for t in tasks}
+    assert queue.recover_stale(stale_after_s=1.0)["vector_chunk"] == 0
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '1 hour' WHERE id = %(i)s",
+                             {"i": tasks[0]["id"]})
+    assert queue.recover_stale(stale_after_s=1.0)["vector_chunk"] == 1
+    assert queue.heartbeat(VECTOR_CHUNK, worker, [t["id"] for t in tasks]) == {tasks[1]["id"]}
+
+
+def test_late_finisher_after_recovery_cannot_overwrite_the_new_owner(queue, engine):
+    build_document(queue, pages=1, chunks_per_page=1)
+    worker_a, worker_b = make_worker_id("a"), make_worker_id("b")
+    task = queue.claim(GRAPHRAG_CHUNK, worker_a, 1) or None
+    assert task is None  # vector first
+    vec = queue.claim(VECTOR_CHUNK, worker_a, 1)[0]
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '1 hour'")
+    queue.recover_stale(stale_after_s=60)
+    assert [t["id"] for t in queue.claim(VECTOR_CHUNK, worker_b, 1)] == [vec["id"]]
+    late = queue.complete(VECTOR_CHUNK, worker_a, [{"id": vec["id"], "vector_seconds": 99.0}])
+    assert late.applied == [] and late.rejected == [vec["id"]]
+    late_fail = queue.fail(VECTOR_CHUNK, worker_a, [{"id": vec["id"], "error": "late"}])
+    assert late_fail.applied == []
+    assert queue.chunks()[0]["vector_worker_id"] == worker_b
+    done = queue.complete(VECTOR_CHUNK, worker_b, [{"id": vec["id"], "vector_seconds": 1.5}])
+    assert done.applied == [vec["id"]]
+    chunk = queue.chunks()[0]
+    assert (chunk["vector_status"], chunk["vector_seconds"]) == ("completed", 1.5)
+
+
+def test_release_workers_of_dead_runs(queue):
+    build_document(queue, pages=1, chunks_per_page=2)
+    dead, alive = make_worker_id("dead"), make_worker_id("alive")
+    queue.claim(VECTOR_CHUNK, dead, 1)
+    queue.claim(VECTOR_CHUNK, alive, 1)
+    released = queue.release_workers([dead])
+    assert released["vector_chunk"] == 1
+    states = sorted((c["vector_status"], c["vector_worker_id"] or "") for c in queue.chunks())
+    assert states == [("pending", ""), ("processing", alive)]
+
+
+def test_reconcile_fixes_deliberately_corrupted_parents(queue, engine):
+    good = build_document(queue, pages=2, chunks_per_page=2)
+    worker = make_worker_id()
+    queue.complete(VECTOR_CHUNK, worker, [c["id"] for c in queue.claim(VECTOR_CHUNK, worker, 100)])
+    assert statuses(queue, good["id"]) == ("completed", "completed", "pending")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE documents SET ocr_status = 'failed', vector_index_status = 'processing'")
+        conn.exec_driver_sql("UPDATE task_queue_page SET graphrag_status = 'completed' WHERE page_number = 1")
+    corrections = queue.reconcile()
+    fixed = {(c.level, c.phase, c.old, c.new) for c in corrections}
+    assert ("document", "ocr", "failed", "completed") in fixed
+    assert ("document", "vector", "processing", "completed") in fixed
+    assert ("page", "graphrag", "completed", "pending") in fixed
+    assert statuses(queue, good["id"]) == ("completed", "completed", "pending")
+    assert queue.reconcile() == []
+
+
+def test_read_models(queue, engine):
+    doc = build_document(queue, pages=2, chunks_per_page=3, name="progress.pdf")
+    worker = make_worker_id()
+    queue.complete(VECTOR_CHUNK, worker, [c["id"] for c in queue.claim(VECTOR_CHUNK, worker, 4)])
+    progress = document_progress(engine, str(doc["id"]))
+    row = progress.iloc[0].to_dict()
+    assert (row["total_pages"], row["ocr_completed_pages"], row["total_chunks"], row["vector_completed_chunks"]) == (2, 2, 6, 4)
+    stats = queue_statistics(engine)
+    counts = {(r.task_type, r.status): r.count for r in stats.itertuples()}
+    assert counts[("vector_chunks", "completed")] == 4 and counts[("vector_chunks", "pending")] == 2
+    assert counts[("ocr_pages", "completed")] == 2
+    assert list(documents_ready(engine, Phase.VECTOR)["id"]) == [str(doc["id"])]
+    assert documents_ready(engine, Phase.GRAPHRAG).empty
+
+
+def test_hostile_text_is_stored_verbatim(queue):
+    name = "'; DROP TABLE documents; -- \"quoted\" \u00e9\u00e8 \x00nul.pdf"
+    doc, _ = queue.register_document(filename=name, content_hash=new_hash(), size_bytes=1,
+                                     filename_bytes=name.encode("utf-8", "surrogateescape"))
+    stored = queue.document(str(doc["id"]))
+    assert stored["filename"] == name.replace("\x00", "\\x00")
+    assert bytes(stored["filename_bytes"]) == name.encode()
+    worker = make_worker_id()
+    queue.claim(OCR_DOCUMENT, worker, 1)
+    queue.fail(OCR_DOCUMENT, worker, [{"id": doc["id"], "error": "bad -- '; \x00 \udcff", "retryable": False}])
+    assert queue.document(str(doc["id"]))["ocr_error"].startswith("bad -- '; \\x00")

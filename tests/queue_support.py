@@ -1,0 +1,54 @@
+"""Helpers that drive the queue through its public API to build realistic states quickly."""
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+from queue_db.queue import TaskQueue, make_worker_id
+from queue_db.tasks import OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE
+
+
+def new_hash(seed: str | None = None) -> str:
+    return hashlib.sha256((seed or uuid.uuid4().hex).encode()).hexdigest()
+
+
+def register(queue: TaskQueue, name: str = "report.pdf", priority: int = 0) -> dict:
+    doc, created = queue.register_document(filename=name, content_hash=new_hash(), size_bytes=1234, priority=priority)
+    assert created
+    return doc
+
+
+def expand(queue: TaskQueue, doc: dict, pages: int) -> None:
+    worker = make_worker_id("expand")
+    claimed = queue.claim(OCR_DOCUMENT, worker, 1, only_ids=[doc["id"]])
+    assert [c["id"] for c in claimed] == [str(doc["id"])]
+    assert queue.complete_document_expansion(worker, doc["id"], page_count=pages)
+
+
+def ocr_all(queue: TaskQueue, doc: dict) -> None:
+    worker = make_worker_id("ocr")
+    page_ids = [p["id"] for p in queue.pages(doc["id"])]
+    claimed = queue.claim(OCR_PAGE, worker, len(page_ids), only_ids=page_ids)
+    queue.complete(OCR_PAGE, worker, [{"id": c["id"], "page_file_path": f"x/page_{c['page_number']:04d}_nohf.md",
+                                        "ocr_method": "text-layer", "ocr_chars": 10, "ocr_seconds": 0.1}
+                                       for c in claimed])
+
+
+def chunk_all(queue: TaskQueue, doc: dict, chunks_per_page: int) -> None:
+    worker = make_worker_id("chunk")
+    page_ids = [p["id"] for p in queue.pages(doc["id"])]
+    for page in queue.claim(VECTOR_PAGE, worker, len(page_ids), only_ids=page_ids):
+        chunks = [{"chunk_id": uuid.uuid4().hex, "chunk_index": i, "content_hash": new_hash(),
+                   "content": f"chunk {i} of page {page['page_number']}", "token_count": 5}
+                  for i in range(chunks_per_page)]
+        assert queue.complete_chunking(worker, page["id"], chunks)
+
+
+def build_document(queue: TaskQueue, pages: int = 2, chunks_per_page: int = 3, name: str = "report.pdf",
+                   priority: int = 0) -> dict:
+    """A document expanded, OCR'd and chunked: its chunks wait for the vector phase."""
+    doc = register(queue, name, priority)
+    expand(queue, doc, pages)
+    ocr_all(queue, doc)
+    chunk_all(queue, doc, chunks_per_page)
+    return queue.document(str(doc["id"]))
