@@ -1,0 +1,58 @@
+"""8 worker processes drain 20,000 chunk tasks: each completed exactly once, parents completed."""
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections import Counter
+
+from queue_db.config import QueueSettings
+from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
+from queue_db.tasks import VECTOR_CHUNK
+from tests.queue_support import bulk_seed
+
+WORKERS = 8
+DOCUMENTS, PAGES, CHUNKS = 20, 10, 100  # 20,000 chunk tasks
+
+
+def _drain(url: str, batch: int, out) -> None:
+    engine = create_queue_engine(url, pool_size=1, max_overflow=1)
+    queue = TaskQueue(engine, QueueSettings(retry_backoff_base_s=0))
+    worker = make_worker_id("drain")
+    claimed, applied = [], []
+    empty_in_a_row = 0
+    while empty_in_a_row < 3:
+        tasks = queue.claim(VECTOR_CHUNK, worker, batch)
+        if not tasks:
+            empty_in_a_row += 1
+            continue
+        empty_in_a_row = 0
+        ids = [t["id"] for t in tasks]
+        claimed.extend(ids)
+        result = queue.complete(VECTOR_CHUNK, worker, ids)
+        applied.extend(result.applied)
+        assert not result.rejected, result.rejected
+    engine.dispose()
+    out.put((worker, claimed, applied))
+
+
+def test_eight_processes_complete_each_task_exactly_once(database_url, engine, queue):
+    bulk_seed(engine, DOCUMENTS, PAGES, CHUNKS)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_drain, args=(database_url, 25, out)) for _ in range(WORKERS)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    claimed = Counter(i for _, ids, _ in results for i in ids)
+    applied = Counter(i for _, _, ids in results for i in ids)
+    total = DOCUMENTS * PAGES * CHUNKS
+    assert len(claimed) == total and max(claimed.values()) == 1, "a task was claimed twice"
+    assert len(applied) == total and max(applied.values()) == 1
+    assert sum(1 for _, ids, _ in results if ids) >= 2, "the work was not actually shared"
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'").scalar() == 0
+        assert conn.exec_driver_sql("SELECT count(*) FROM task_queue_page WHERE vector_status <> 'completed'").scalar() == 0
+        assert conn.exec_driver_sql("SELECT count(*) FROM documents WHERE vector_index_status <> 'completed'").scalar() == 0
+    assert queue.reconcile() == []
