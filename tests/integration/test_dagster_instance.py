@@ -1,0 +1,426 @@
+"""The Dagster instance from the repo's dagster.yaml, against a real PostgreSQL server.
+
+Each test module run gets a throwaway database (created here, dropped at the end) on the server at
+``pg_admin_url``. The stock dagster-postgres storages open a connection per storage call, so the
+connection counts asserted below would be in the thousands without orchestration.instance.
+"""
+import multiprocessing
+import os
+import select
+import shutil
+import textwrap
+import threading
+import time
+import uuid
+import logging
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    BackfillPolicy,
+    DagsterInstance,
+    DynamicPartitionsDefinition,
+    asset,
+    materialize,
+)
+from dagster._core.definitions.run_request import InstigatorType
+from dagster._core.events.log import EventLogEntry
+from dagster._core.run_coordinator import QueuedRunCoordinator
+from dagster._core.storage.partition_status_cache import AssetPartitionStatus
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
+from dagster._serdes import serialize_value
+
+from orchestration.instance import (
+    MAX_OVERFLOW_ENV,
+    POOL_SIZE_ENV,
+    PooledPostgresEventLogStorage,
+    PooledPostgresRunStorage,
+    PooledPostgresScheduleStorage,
+    PoolSettings,
+    psycopg2_url,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+ADMIN_URL_ENV = "DOCQUEUE_TEST_PG_ADMIN_URL"
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+PHASES = ("ocr", "vector", "graphrag", "intake", "maintenance")
+RANGED_RUN_KEYS = 200
+# run, event-log and schedule storage, each at most pool_size + max_overflow connections
+MAX_CONNECTIONS_PER_PROCESS = 3 * (PoolSettings().pool_size + PoolSettings().max_overflow)
+
+
+@pytest.fixture(scope="module")
+def pg_admin_url() -> str:
+    """A PostgreSQL URL allowed to CREATE/DROP DATABASE (to be replaced by the conftest fixture)."""
+    url = os.environ.get(ADMIN_URL_ENV)
+    if url:
+        return url
+    try:
+        _admin_engine(DEFAULT_ADMIN_URL).connect().close()
+    except sa.exc.OperationalError:
+        pytest.skip(f"no PostgreSQL at the default admin URL and {ADMIN_URL_ENV} is not set")
+    return DEFAULT_ADMIN_URL
+
+
+def _admin_engine(url: str) -> sa.engine.Engine:
+    return sa.create_engine(psycopg2_url(url), isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+
+
+def _with_database(url: str, name: str) -> str:
+    return sa.engine.make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="module")
+def dagster_pg_url(pg_admin_url):
+    name = f"docqueue_dagster_test_{uuid.uuid4().hex[:10]}"
+    admin = _admin_engine(pg_admin_url)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield _with_database(pg_admin_url, name)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="module")
+def dagster_home(tmp_path_factory, dagster_pg_url):
+    """DAGSTER_HOME as the CLI will set it up: a directory holding a copy of the repo's dagster.yaml."""
+    home = tmp_path_factory.mktemp("dagster_home")
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", str(home))
+        patch.setenv("DOCQUEUE_DAGSTER_PG_URL", dagster_pg_url)
+        patch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+        yield home
+
+
+@pytest.fixture(scope="module")
+def instance(dagster_home):
+    with DagsterInstance.get() as inst:
+        yield inst
+
+
+def _backends_on(admin_conn: sa.Connection, database: str) -> int:
+    return admin_conn.execute(
+        sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :db"), {"db": database}
+    ).scalar_one()
+
+
+class ConnectCounter:
+    """Counts DBAPI connections opened by any SQLAlchemy pool in this process."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def _on_connect(self, *_args) -> None:
+        self.count += 1
+
+    def __enter__(self) -> "ConnectCounter":
+        sa.event.listen(sa.pool.Pool, "connect", self._on_connect)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        sa.event.remove(sa.pool.Pool, "connect", self._on_connect)
+
+
+def _all_materializations(instance: DagsterInstance, key: AssetKey) -> list:
+    records, cursor = [], None
+    while True:  # Dagster caps one fetch at 10,000 records
+        page = instance.fetch_materializations(key, limit=10_000, cursor=cursor)
+        records.extend(page.records)
+        if not page.has_more:
+            return records
+        cursor = page.cursor
+
+
+def _log_entry(run_id: str, message: str) -> EventLogEntry:
+    return EventLogEntry(
+        error_info=None,
+        level=logging.INFO,
+        user_message=message,
+        run_id=run_id,
+        timestamp=time.time(),
+    )
+
+
+# --- instance built from dagster.yaml --------------------------------------------------------------
+
+
+def test_dagster_yaml_builds_pooled_psycopg2_storages(instance):
+    storages = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+    assert [type(s) for s in storages] == [
+        PooledPostgresRunStorage,
+        PooledPostgresEventLogStorage,
+        PooledPostgresScheduleStorage,
+    ]
+    for storage in storages:
+        assert isinstance(storage.engine.pool, sa.pool.QueuePool)
+        assert storage.engine.pool.size() == PoolSettings().pool_size
+        assert storage.engine.dialect.driver == "psycopg2"
+
+
+def test_dagster_yaml_queues_runs_with_one_run_per_phase(instance):
+    assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
+    run_queue = instance.get_concurrency_config().run_queue_config
+    limits = {(l["key"], l["value"]): l["limit"] for l in run_queue.tag_concurrency_limits}
+    assert limits == {("docqueue/phase", phase): 1 for phase in PHASES}
+    assert 1 <= run_queue.max_concurrent_runs <= len(PHASES)
+
+
+def test_dagster_yaml_retries_monitors_and_stays_quiet(instance):
+    assert instance.run_retries_enabled and instance.run_retries_max_retries == 2
+    assert instance.run_monitoring_enabled
+    assert instance.run_monitoring_max_resume_run_attempts == 0  # default launcher cannot resume
+    assert 0 < instance.run_monitoring_start_timeout_seconds <= 600
+    assert instance.run_monitoring_max_runtime_seconds > 0
+    assert instance.get_settings("telemetry") == {"enabled": False}
+    sensor_retention = instance.get_tick_retention_settings(InstigatorType.SENSOR)
+    assert all(days > 0 for days in sensor_retention.values())  # -1 would keep ticks forever
+
+
+def test_instance_ref_rebuilds_pooled_storages_without_the_url(instance, dagster_pg_url):
+    """Run workers and code servers rebuild the instance from its ref; the secret stays an env ref."""
+    ref = instance.get_ref()
+    assert dagster_pg_url not in serialize_value(ref)
+    with DagsterInstance.from_ref(ref) as rebuilt:
+        assert isinstance(rebuilt.event_log_storage, PooledPostgresEventLogStorage)
+        assert isinstance(rebuilt.run_storage, PooledPostgresRunStorage)
+
+
+def test_pool_bounds_come_from_yaml_over_env(dagster_home, tmp_path, monkeypatch):
+    yaml_text = (dagster_home / "dagster.yaml").read_text().replace(
+        "class: PooledPostgresRunStorage\n  config:\n",
+        "class: PooledPostgresRunStorage\n  config:\n    pool_size: 1\n    max_overflow: 0\n",
+    )
+    (tmp_path / "dagster.yaml").write_text(yaml_text)
+    monkeypatch.setenv(POOL_SIZE_ENV, "3")
+    monkeypatch.setenv(MAX_OVERFLOW_ENV, "1")
+    with DagsterInstance.from_config(str(tmp_path)) as inst:
+        assert inst.run_storage.pool_settings == PoolSettings(pool_size=1, max_overflow=0)
+        assert inst.event_log_storage.pool_settings == PoolSettings(pool_size=3, max_overflow=1)
+
+
+def test_bad_pool_env_names_the_variable(monkeypatch):
+    monkeypatch.setenv(POOL_SIZE_ENV, "two")
+    with pytest.raises(ValueError, match=POOL_SIZE_ENV):
+        PoolSettings.from_env()
+    monkeypatch.setenv(POOL_SIZE_ENV, "0")
+    with pytest.raises(ValueError, match=POOL_SIZE_ENV):
+        PoolSettings.from_env()
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "postgresql://u:p%40ss@db:5432/dagster",
+        "postgres://u:p%40ss@db:5432/dagster",
+        "postgresql+psycopg://u:p%40ss@db:5432/dagster",
+        "postgresql+psycopg2://u:p%40ss@db:5432/dagster",
+    ],
+)
+def test_storage_urls_are_pinned_to_psycopg2(given):
+    pinned = sa.engine.make_url(psycopg2_url(given))
+    assert pinned.drivername == "postgresql+psycopg2"
+    assert (pinned.username, pinned.password, pinned.host, pinned.database) == ("u", "p@ss", "db", "dagster")
+
+
+def test_non_postgres_url_is_refused_without_leaking_the_password():
+    with pytest.raises(ValueError) as raised:
+        psycopg2_url("mysql://user:s3cret@db/dagster")
+    assert "s3cret" not in str(raised.value)
+
+
+# --- a ranged run ----------------------------------------------------------------------------------
+
+documents = DynamicPartitionsDefinition(name="test_documents")
+
+
+@asset(partitions_def=documents, backfill_policy=BackfillPolicy.single_run())
+def document_pages(context: AssetExecutionContext) -> None:
+    context.log.debug("keys in run: %d", len(context.partition_keys))
+
+
+def test_ranged_run_materializes_every_key_over_few_connections(instance, pg_admin_url, dagster_pg_url):
+    keys = [f"doc-{n:05d}" for n in range(RANGED_RUN_KEYS)]
+    instance.add_dynamic_partitions(documents.name, keys)
+    database = sa.engine.make_url(dagster_pg_url).database
+    peak_backends = 0
+    done = threading.Event()
+
+    def watch_backends(admin_conn: sa.Connection) -> None:
+        nonlocal peak_backends
+        while not done.wait(0.05):
+            peak_backends = max(peak_backends, _backends_on(admin_conn, database))
+
+    # opened before counting starts, so the sampler's own connection is not counted
+    admin_conn = _admin_engine(pg_admin_url).connect()
+    sampler = threading.Thread(target=watch_backends, args=(admin_conn,), daemon=True)
+    with admin_conn, ConnectCounter() as connects:
+        sampler.start()
+        result = materialize(
+            [document_pages],
+            instance=instance,
+            tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]},
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        )
+        done.set()
+        sampler.join()
+
+    assert result.success
+    key = AssetKey("document_pages")
+    records = _all_materializations(instance, key)
+    assert sorted(r.partition_key for r in records) == keys
+    assert {r.run_id for r in records} == {result.run_id}
+    assert instance.get_materialized_partitions(key) == set(keys)
+    statuses = instance.get_status_by_partition(key, keys, documents)
+    assert set(statuses.values()) == {AssetPartitionStatus.MATERIALIZED}
+    # NullPool storages open several connections per key (well over 1,000 for this run)
+    assert connects.count <= MAX_CONNECTIONS_PER_PROCESS
+    assert 0 < peak_backends <= MAX_CONNECTIONS_PER_PROCESS
+
+
+# --- connections stay correct when reused --------------------------------------------------------
+
+
+def test_pooled_connection_returns_to_autocommit_after_a_transaction(dagster_pg_url):
+    storage = PooledPostgresEventLogStorage(dagster_pg_url, pool=PoolSettings(pool_size=1, max_overflow=0))
+    try:
+        with storage.index_transaction() as conn:
+            in_transaction = conn.connection.dbapi_connection
+            assert in_transaction.autocommit is False
+        with storage.index_connection() as conn:
+            assert conn.connection.dbapi_connection is in_transaction  # the same pooled connection
+            assert conn.connection.dbapi_connection.autocommit is True
+    finally:
+        storage.dispose()
+
+
+def _backend_pid(storage) -> int:
+    with storage.engine.connect() as conn:
+        return conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+
+
+def _report_backend_pid(storage, queue) -> None:
+    queue.put(_backend_pid(storage))
+
+
+def test_forked_child_does_not_share_the_parents_connection(dagster_pg_url):
+    storage = PooledPostgresRunStorage(dagster_pg_url, pool=PoolSettings(pool_size=1, max_overflow=0))
+    try:
+        parent_backend = _backend_pid(storage)
+        fork = multiprocessing.get_context("fork")
+        queue = fork.Queue()
+        child = fork.Process(target=_report_backend_pid, args=(storage, queue))
+        child.start()
+        child_backend = queue.get(timeout=30)
+        child.join(timeout=30)
+        assert child.exitcode == 0
+        assert child_backend != parent_backend
+        # the child's exit did not close the parent's session
+        assert _backend_pid(storage) == parent_backend
+    finally:
+        storage.dispose()
+
+
+# --- the webserver's event watcher -----------------------------------------------------------------
+
+
+def _wait_for_watched_message(storage, message: str) -> None:
+    run_id = str(uuid.uuid4())
+    seen = threading.Event()
+
+    def on_event(event, _cursor) -> None:
+        if event.user_message == message:
+            seen.set()
+
+    storage.watch(run_id, None, on_event)
+    try:
+        storage.store_event(_log_entry(run_id, message))
+        assert seen.wait(timeout=15), "the event watcher never delivered the stored event"
+    finally:
+        storage.end_watch(run_id, on_event)
+
+
+def test_event_watcher_delivers_new_events(instance):
+    _wait_for_watched_message(instance.event_log_storage, "hello watcher")
+
+
+def test_store_event_still_notifies_listeners(instance, dagster_pg_url):
+    import psycopg2
+
+    listener = psycopg2.connect(psycopg2_url(dagster_pg_url).replace("+psycopg2", ""))
+    try:
+        listener.autocommit = True
+        listener.cursor().execute("LISTEN run_events")
+        run_id = str(uuid.uuid4())
+        instance.event_log_storage.store_event(_log_entry(run_id, "notify me"))
+        deadline = time.monotonic() + 10
+        payloads: list[str] = []
+        while time.monotonic() < deadline and not any(p.startswith(run_id) for p in payloads):
+            select.select([listener], [], [], 0.5)
+            listener.poll()
+            payloads.extend(n.payload for n in listener.notifies)
+            listener.notifies.clear()
+        assert any(p.startswith(run_id + "_") for p in payloads)
+    finally:
+        listener.close()
+
+
+def test_webserver_mode_keeps_watching_and_sets_statement_timeout(dagster_home):
+    with DagsterInstance.get() as webserver_instance:
+        storage = webserver_instance.event_log_storage
+        pooled_engine = storage.engine
+        with pooled_engine.connect():
+            pass  # leave one connection in the pool to be closed by the switch
+        webserver_instance.optimize_for_webserver(statement_timeout=5000, pool_recycle=3600, max_overflow=4)
+        assert storage.engine is not pooled_engine
+        assert pooled_engine.pool.checkedin() == 0
+        with storage.engine.connect() as conn:
+            assert conn.execute(sa.text("SHOW statement_timeout")).scalar_one() == "5s"
+        _wait_for_watched_message(storage, "hello webserver")
+
+
+# --- workspace.yaml --------------------------------------------------------------------------------
+
+THROWAWAY_DEFINITIONS = textwrap.dedent(
+    """
+    from dagster import Definitions, asset
+
+    @asset
+    def workspace_probe() -> None:
+        pass
+
+    defs = Definitions(assets=[workspace_probe])
+    """
+)
+
+
+def test_workspace_yaml_loads_orchestration_definitions(tmp_path, instance, monkeypatch):
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+    shutil.copy(REPO / "workspace.yaml", tmp_path / "workspace.yaml")
+    package = tmp_path / "orchestration"
+    package.mkdir()
+    # The code server imports orchestration.instance (for the instance) before the definitions, so
+    # it must find this throwaway package first (its cwd is ours) and, through it, the real modules.
+    (package / "__init__.py").write_text(f"__path__.append({str(REPO / 'orchestration')!r})\n")
+    (package / "definitions.py").write_text(THROWAWAY_DEFINITIONS)
+    monkeypatch.chdir(tmp_path)
+
+    target = WorkspaceFileTarget(paths=[str(tmp_path / "workspace.yaml")])
+    with WorkspaceProcessContext(instance, target) as workspace:
+        request = workspace.create_request_context()
+        error = request.get_code_location_error("docqueue")
+        assert error is None, error and error.to_string()
+        location = request.get_code_location("docqueue")
+        repository = next(iter(location.get_repositories().values()))
+        assert repository.get_asset_node_snap(AssetKey("workspace_probe")) is not None
