@@ -60,6 +60,15 @@ def applied_versions(conn: sa.Connection) -> dict[int, str]:
     return {int(v): c for v, c in rows}
 
 
+def _execute_script(conn: sa.Connection, sql: str) -> None:
+    """Run a multi-statement script verbatim: no parameters, so `%` in the SQL is not a placeholder."""
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.execute(sql)
+    finally:
+        cursor.close()
+
+
 def pending_migrations(engine: sa.Engine) -> list[Migration]:
     with engine.connect() as conn:
         done = applied_versions(conn)
@@ -89,7 +98,7 @@ def upgrade(engine: sa.Engine, target: int | None = None) -> list[Migration]:
                         )
                     continue
                 with conn.begin():
-                    conn.exec_driver_sql(migration.sql)
+                    _execute_script(conn, migration.sql)
                     conn.exec_driver_sql(
                         f"INSERT INTO {VERSION_TABLE} (version, name, checksum) VALUES (%(v)s, %(n)s, %(c)s)",
                         {"v": migration.version, "n": migration.name, "c": migration.checksum},

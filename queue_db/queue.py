@@ -325,10 +325,9 @@ class TaskQueue:
                      "idx": [c["chunk_index"] for c in chunks], "hashes": [c.get("content_hash") for c in chunks],
                      "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
                      "tokens": [c.get("token_count") for c in chunks]})
-            document_ids = [rows[0]["document_id"]]
+            document_ids = [str(rows[0]["document_id"])]
             for phase in (Phase.VECTOR, Phase.GRAPHRAG):
-                self._bubble_pages(conn, phase, [str(page_id)])
-                self._bubble_documents(conn, phase, document_ids)
+                self._bubble(conn, phase, [str(page_id)], document_ids)
             return True
 
         return self._transaction(work)
@@ -446,71 +445,26 @@ class TaskQueue:
             return
         if kind.level is Level.DOCUMENT:
             return  # the expansion task writes the document's own status
-        if kind.level is Level.CHUNK:
-            page_ids = sorted({str(r["page_id"]) for r in rows})
-            self._bubble_pages(conn, kind.phase, page_ids)
+        page_ids = sorted({str(r["page_id"]) for r in rows}) if kind.level is Level.CHUNK else []
         document_ids = sorted({str(r["document_id"]) for r in rows})
-        self._bubble_documents(conn, kind.phase, document_ids)
+        self._bubble(conn, kind.phase, page_ids, document_ids)
+
+    def _bubble(self, conn: sa.Connection, phase: Phase, page_ids: list[str] = (),
+                document_ids: list[str] = ()) -> list[Correction]:
+        """Recompute parents through docqueue_bubble() (migrations/0002): the one implementation of the rule's
+        application, locking parents before reading their children."""
+        if not page_ids and not document_ids:
+            return []
+        rows = conn.exec_driver_sql(
+            "SELECT level, id, old_status, new_status FROM docqueue_bubble(%(phase)s, %(pages)s::uuid[], %(docs)s::uuid[])",
+            {"phase": phase.value, "pages": sorted(page_ids), "docs": sorted(document_ids)}).all()
+        return [Correction(r[0], str(r[1]), phase.value, r[2], r[3]) for r in rows]
 
     def _bubble_pages(self, conn: sa.Connection, phase: Phase, page_ids: list[str]) -> list[Correction]:
-        if phase is Phase.OCR or not page_ids:
-            return []
-        conn.exec_driver_sql(
-            "SELECT id FROM task_queue_page WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE",
-            {"ids": page_ids})
-        col = f"{phase.value}_status"
-        rows = conn.exec_driver_sql(
-            f"""WITH computed AS (
-                    SELECT p.id, p.{col} AS old,
-                           COALESCE((SELECT docqueue_rollup(c.{col}) FROM task_queue_chunk c WHERE c.page_id = p.id),
-                                    'completed') AS new
-                    FROM task_queue_page p
-                    WHERE p.id = ANY(%(ids)s::uuid[]) AND p.chunked_at IS NOT NULL
-                )
-                UPDATE task_queue_page p
-                SET {col} = computed.new,
-                    {phase.value}_started_at = COALESCE(p.{phase.value}_started_at,
-                        CASE WHEN computed.new = 'processing' THEN now() END),
-                    {phase.value}_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
-                    {phase.value}_error = CASE WHEN computed.new = 'failed' THEN (
-                        SELECT 'chunk ' || c.chunk_index || ': ' || c.{phase.value}_error FROM task_queue_chunk c
-                        WHERE c.page_id = p.id AND c.{col} = 'failed' ORDER BY c.chunk_index LIMIT 1)
-                        ELSE p.{phase.value}_error END,
-                    updated_at = now()
-                FROM computed
-                WHERE p.id = computed.id AND p.{col} IS DISTINCT FROM computed.new
-                RETURNING p.id, computed.old, computed.new""",
-            {"ids": page_ids}).all()
-        return [Correction("page", str(r[0]), phase.value, r[1], r[2]) for r in rows]
+        return self._bubble(conn, phase, page_ids=page_ids)
 
     def _bubble_documents(self, conn: sa.Connection, phase: Phase, document_ids: list[str]) -> list[Correction]:
-        if not document_ids:
-            return []
-        conn.exec_driver_sql(
-            "SELECT id FROM documents WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE",
-            {"ids": document_ids})
-        doc_col, page_col, p = phase.document_status_column, f"{phase.value}_status", phase.value
-        rows = conn.exec_driver_sql(
-            f"""WITH computed AS (
-                    SELECT d.id, d.{doc_col} AS old,
-                           (SELECT docqueue_rollup(pg.{page_col}) FROM task_queue_page pg WHERE pg.document_id = d.id) AS new
-                    FROM documents d
-                    WHERE d.id = ANY(%(ids)s::uuid[]) AND d.pages_created_at IS NOT NULL
-                )
-                UPDATE documents d
-                SET {doc_col} = computed.new,
-                    {p}_started_at = COALESCE(d.{p}_started_at, CASE WHEN computed.new = 'processing' THEN now() END),
-                    {p}_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
-                    {p}_error = CASE WHEN computed.new = 'failed' THEN (
-                        SELECT 'page ' || pg.page_number || ': ' || pg.{p}_error FROM task_queue_page pg
-                        WHERE pg.document_id = d.id AND pg.{page_col} = 'failed' ORDER BY pg.page_number LIMIT 1)
-                        ELSE d.{p}_error END,
-                    updated_at = now()
-                FROM computed
-                WHERE d.id = computed.id AND computed.new IS NOT NULL AND d.{doc_col} IS DISTINCT FROM computed.new
-                RETURNING d.id, computed.old, computed.new""",
-            {"ids": document_ids}).all()
-        return [Correction("document", str(r[0]), phase.value, r[1], r[2]) for r in rows]
+        return self._bubble(conn, phase, document_ids=document_ids)
 
     def reconcile(self, batch_size: int = 500) -> list[Correction]:
         """Recompute every parent from its children (the nightly job); returns what it corrected.

@@ -100,3 +100,71 @@ CREATE OR REPLACE AGGREGATE docqueue_rollup(task_status) (
     SFUNC = docqueue_rollup_step, STYPE = integer, INITCOND = '0',
     FINALFUNC = docqueue_rollup_final, COMBINEFUNC = int4or, PARALLEL = SAFE
 );
+
+-- Bubble-up of one phase from changed children to their parents: pages (from chunks), then documents (from
+-- pages). Each parent row is locked (in id order) BEFORE it is recomputed; each statement of a PL/pgSQL function
+-- takes a fresh snapshot under READ COMMITTED, so the recomputation sees every child change committed by whoever
+-- held the lock before us. The last transaction to touch a parent therefore always leaves it equal to the rule.
+-- A page is only derived from chunks once it has been chunked (before that its vector status belongs to the
+-- chunking task); a chunked page without chunks is complete. A document is only derived once it has pages.
+CREATE OR REPLACE FUNCTION docqueue_bubble(phase text, page_ids uuid[], document_ids uuid[])
+RETURNS TABLE(level text, id uuid, old_status task_status, new_status task_status)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    doc_col text := CASE phase WHEN 'ocr' THEN 'ocr_status' WHEN 'vector' THEN 'vector_index_status'
+                               WHEN 'graphrag' THEN 'graphrag_index_status' END;
+    col text := phase || '_status';
+    page_doc_ids uuid[];
+BEGIN
+    IF doc_col IS NULL THEN
+        RAISE EXCEPTION 'unknown phase %', phase;
+    END IF;
+    IF phase <> 'ocr' AND COALESCE(cardinality(page_ids), 0) > 0 THEN
+        PERFORM 1 FROM task_queue_page p WHERE p.id = ANY(page_ids) ORDER BY p.id FOR UPDATE;
+        RETURN QUERY EXECUTE format($q$
+            WITH computed AS (
+                SELECT p.id, p.%1$I AS old,
+                       COALESCE((SELECT docqueue_rollup(c.%1$I) FROM task_queue_chunk c WHERE c.page_id = p.id),
+                                'completed') AS new
+                FROM task_queue_page p WHERE p.id = ANY($1) AND p.chunked_at IS NOT NULL
+            )
+            UPDATE task_queue_page p
+            SET %1$I = computed.new,
+                %2$I = COALESCE(p.%2$I, CASE WHEN computed.new = 'processing' THEN now() END),
+                %3$I = CASE WHEN computed.new = 'completed' THEN now() END,
+                %4$I = CASE WHEN computed.new = 'failed' THEN (
+                           SELECT 'chunk ' || c.chunk_index || ': ' || c.%4$I FROM task_queue_chunk c
+                           WHERE c.page_id = p.id AND c.%1$I = 'failed' ORDER BY c.chunk_index LIMIT 1)
+                       ELSE p.%4$I END,
+                updated_at = now()
+            FROM computed
+            WHERE p.id = computed.id AND p.%1$I IS DISTINCT FROM computed.new
+            RETURNING 'page'::text, p.id, computed.old, computed.new $q$,
+            col, phase || '_started_at', phase || '_completed_at', phase || '_error')
+        USING page_ids;
+    END IF;
+    IF COALESCE(cardinality(document_ids), 0) > 0 THEN
+        PERFORM 1 FROM documents d WHERE d.id = ANY(document_ids) ORDER BY d.id FOR UPDATE;
+        RETURN QUERY EXECUTE format($q$
+            WITH computed AS (
+                SELECT d.id, d.%1$I AS old,
+                       (SELECT docqueue_rollup(pg.%2$I) FROM task_queue_page pg WHERE pg.document_id = d.id) AS new
+                FROM documents d WHERE d.id = ANY($1) AND d.pages_created_at IS NOT NULL
+            )
+            UPDATE documents d
+            SET %1$I = computed.new,
+                %3$I = COALESCE(d.%3$I, CASE WHEN computed.new = 'processing' THEN now() END),
+                %4$I = CASE WHEN computed.new = 'completed' THEN now() END,
+                %5$I = CASE WHEN computed.new = 'failed' THEN (
+                           SELECT 'page ' || pg.page_number || ': ' || pg.%5$I FROM task_queue_page pg
+                           WHERE pg.document_id = d.id AND pg.%2$I = 'failed' ORDER BY pg.page_number LIMIT 1)
+                       ELSE d.%5$I END,
+                updated_at = now()
+            FROM computed
+            WHERE d.id = computed.id AND computed.new IS NOT NULL AND d.%1$I IS DISTINCT FROM computed.new
+            RETURNING 'document'::text, d.id, computed.old, computed.new $q$,
+            doc_col, col, phase || '_started_at', phase || '_completed_at', phase || '_error')
+        USING document_ids;
+    END IF;
+END
+$fn$;
