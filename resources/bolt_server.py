@@ -201,7 +201,9 @@ class BoltServer:
         with self._lock(timeout_s):
             pid = self._our_pid()
             if pid is not None:
-                self._wait_until_ready(pid, time.monotonic() + timeout_s)
+                if not _port_accepts_connections(self.host, self.port):
+                    # alive but not listening: a start whose starter died before the server was ready
+                    self._wait_until_ready(pid, time.monotonic() + timeout_s)
                 return self.uri
             self._start(timeout_s)
             return self.uri

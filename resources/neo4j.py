@@ -373,6 +373,7 @@ class GraphStore:
             uri, auth=(user, password), max_transaction_retry_time=timeout, connection_timeout=min(timeout, 15.0),
         )
         self._closed = False
+        self._schema_ready = False
 
     # -- plumbing ------------------------------------------------------------------------------------------------
     def _session(self):
@@ -402,14 +403,18 @@ class GraphStore:
 
     # -- schema --------------------------------------------------------------------------------------------------
     def ensure_schema(self) -> None:
+        """Constraints and indexes (idempotent).  The uniqueness constraints are what make concurrent MERGEs safe."""
         # schema statements cannot share a transaction with each other on Neo4j: one each
         for statement in SCHEMA_STATEMENTS:
             with self._session() as session:
                 session.execute_write(lambda tx, q=statement: tx.run(q).consume())
+        self._schema_ready = True
 
     # -- writes --------------------------------------------------------------------------------------------------
     def write_chunks(self, chunks: list[ChunkGraph]) -> tuple[int, int]:
         """Write (or rewrite) these chunks; returns the distinct (entities, relationships) they state."""
+        if not self._schema_ready:
+            self.ensure_schema()
         unique = _last_write_wins(chunks)
         entity_keys: set[str] = set()
         relations: set[tuple[str, str, str]] = set()
