@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -191,10 +192,14 @@ class SpacyExtractor:
         # our own bound is far below spaCy's, but keep spaCy's consistent with it
         self.nlp.max_length = max(self.nlp.max_length, self.limits.max_chars + 1)
         self.name = f"spacy:{self.nlp.meta.get('name', model)}-{self.nlp.meta.get('version', '?')}"
+        # one instance is shared per process (ExtractionResource caches it) and spaCy pipelines are not documented
+        # as safe for concurrent calls; on 2 cores parallel calls would not be faster anyway
+        self._lock = threading.Lock()
 
     def extract(self, texts: list[str]) -> list[Extraction]:
-        prepared = (plain_text(text[: self.limits.max_chars]) for text in texts)
-        return [self._extraction(doc) for doc in self.nlp.pipe(prepared, batch_size=self.limits.batch_size)]
+        prepared = [plain_text(text[: self.limits.max_chars]) for text in texts]
+        with self._lock:
+            return [self._extraction(doc) for doc in self.nlp.pipe(prepared, batch_size=self.limits.batch_size)]
 
     # -- per document ------------------------------------------------------------------------------------------
     def _extraction(self, doc) -> Extraction:

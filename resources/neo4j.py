@@ -18,7 +18,6 @@ The Cypher is portable: the same statements run unchanged against Neo4j 5 and Ar
 """
 from __future__ import annotations
 
-import logging
 import os
 import random
 import time
@@ -30,7 +29,6 @@ import dagster
 import neo4j
 from neo4j.exceptions import ConstraintError
 
-log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 100
 DEFAULT_TX_TIMEOUT_S = 30.0
