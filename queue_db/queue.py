@@ -41,6 +41,8 @@ from .tasks import (
 )
 
 MAX_ERROR_CHARS = 4000
+# 'never retry automatically': a finite far-future time (drivers cannot load 'infinity' into datetime)
+NEVER = "9999-12-31T00:00:00Z"
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
 
 
@@ -164,7 +166,54 @@ class TaskQueue:
             "UPDATE documents SET storage_key = %(k)s, updated_at = now() WHERE id = %(id)s",
             {"k": storage_key, "id": document_id}))
 
+    # ------------------------------------------------------------------ the transition primitive
+    def _run(self, kind: TaskKind | None, statement: str, args: dict, *, bubble: bool = True,
+             conn: sa.Connection | None = None) -> list[dict]:
+        """Run one data-modifying statement ($1 = `args` as jsonb) and bubble its parents up, atomically and in
+        one round trip (docqueue_transition, migrations/0002). Inside `conn` when given, else autocommit."""
+        phase = kind.phase.value if (bubble and kind is not None and kind.level is not Level.DOCUMENT) else None
+        call = "SELECT docqueue_transition(%(sql)s, %(phase)s, %(args)s::jsonb)"
+        params = {"sql": statement, "phase": phase, "args": json.dumps(args)}
+        if conn is not None:
+            return list(conn.exec_driver_sql(call, params).scalar())
+        return self._autocommit(lambda c: list(c.exec_driver_sql(call, params).scalar()))
+
+    def _autocommit(self, work: Callable[[sa.Connection], Any], attempts: int = 6) -> Any:
+        """One statement = one transaction; retried on deadlock/serialization failure or a dropped connection."""
+        delay = 0.05
+        for attempt in range(1, attempts + 1):
+            try:
+                with self.engine.connect() as conn:
+                    return work(conn.execution_options(isolation_level="AUTOCOMMIT"))
+            except DBAPIError as exc:
+                if attempt == attempts or not _is_transient(exc):
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     # ------------------------------------------------------------------ claiming
+    def claim_sql(self, kind: TaskKind, *, only_ids: bool = False, override_retry_limit: bool = False) -> str:
+        """The claim statement of `kind` ($1: {worker, limit, only}). Public so the EXPLAIN test checks it."""
+        where = kind.claimable_sql("t")
+        if override_retry_limit:
+            where = f"({kind.ready_sql}) AND t.{kind.status} IN ('pending', 'failed')"
+        if only_ids:
+            where += " AND t.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'only'))::uuid[])"
+        returning = ", ".join(f"t.{c}" for c in kind.returning)
+        return f"""
+            WITH picked AS (
+                SELECT t.id FROM {kind.table} t
+                WHERE {where}
+                ORDER BY {kind.claim_order_sql("t")}
+                LIMIT ($1->>'limit')::int
+                FOR UPDATE OF t SKIP LOCKED
+            )
+            UPDATE {kind.table} t
+            SET {kind.status} = 'processing', {kind.col('worker_id')} = $1->>'worker',
+                {kind.col('started_at')} = now(), {kind.col('last_heartbeat')} = now(), updated_at = now()
+            FROM picked WHERE t.id = picked.id
+            RETURNING {returning}"""
+
     def claim(self, kind: TaskKind, worker_id: str, limit: int = 1, *, only_ids: Sequence[str] | None = None,
               override_retry_limit: bool = False) -> list[dict]:
         """Claim up to `limit` ready tasks of `kind` for `worker_id` and bubble `processing` up, atomically.
@@ -172,37 +221,13 @@ class TaskQueue:
         `only_ids` restricts the claim to those rows (a Dagster partition range). `override_retry_limit` also
         takes failed rows whose retries are exhausted or whose back-off has not elapsed: a manual backfill.
         """
-        if limit <= 0:
+        if limit <= 0 or (only_ids is not None and not only_ids):
             return []
-        where = kind.claimable_sql("t")
-        if override_retry_limit:
-            where = f"({kind.ready_sql}) AND t.{kind.status} IN ('pending', 'failed')"
-        params: dict[str, Any] = {"worker": worker_id, "limit": limit}
+        sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
+        args: dict[str, Any] = {"worker": worker_id, "limit": limit}
         if only_ids is not None:
-            where += " AND t.id = ANY(%(only)s::uuid[])"
-            params["only"] = [str(i) for i in only_ids]
-        returning = ", ".join(f"t.{c}" for c in kind.returning)
-        sql = f"""
-            WITH picked AS (
-                SELECT t.id FROM {kind.table} t
-                WHERE {where}
-                ORDER BY {kind.claim_order_sql("t")}
-                LIMIT %(limit)s
-                FOR UPDATE OF t SKIP LOCKED
-            )
-            UPDATE {kind.table} t
-            SET {kind.status} = 'processing', {kind.col('worker_id')} = %(worker)s,
-                {kind.col('started_at')} = now(), {kind.col('last_heartbeat')} = now(), updated_at = now()
-            FROM picked WHERE t.id = picked.id
-            RETURNING {returning}"""
-
-        def work(conn: sa.Connection) -> list[dict]:
-            rows = [_plain(r) for r in conn.exec_driver_sql(sql, params).mappings().all()]
-            if rows:
-                self._bubble_from(conn, kind, rows)
-            return rows
-
-        return self._transaction(work)
+            args["only"] = [str(i) for i in only_ids]
+        return self._run(kind, sql, args)
 
     def heartbeat(self, kind: TaskKind, worker_id: str, ids: Iterable[str]) -> set[str]:
         """Refresh the heartbeat of tasks still owned by `worker_id`; returns the ids still owned."""
@@ -212,30 +237,29 @@ class TaskQueue:
         sql = f"""
             WITH mine AS (
                 SELECT id FROM {kind.table}
-                WHERE id = ANY(%(ids)s::uuid[]) AND {kind.status} = 'processing' AND {kind.col('worker_id')} = %(w)s
+                WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'ids'))::uuid[])
+                  AND {kind.status} = 'processing' AND {kind.col('worker_id')} = $1->>'worker'
                 ORDER BY id FOR UPDATE
             )
             UPDATE {kind.table} t SET {kind.col('last_heartbeat')} = now()
             FROM mine WHERE t.id = mine.id RETURNING t.id"""
-        rows = self._transaction(lambda conn: conn.exec_driver_sql(sql, {"ids": ids, "w": worker_id}).all())
-        return {str(r[0]) for r in rows}
+        return {r["id"] for r in self._run(kind, sql, {"ids": ids, "worker": worker_id}, bubble=False)}
 
     # ------------------------------------------------------------------ completions (fenced)
-    def _fenced_update(self, conn: sa.Connection, kind: TaskKind, worker_id: str, ids: list[str],
-                       set_sql: str, values_sql: str = "", params: dict | None = None) -> list[dict]:
-        """Lock the worker's own rows in id order, then update them. Returns the updated rows."""
-        parent_cols = _parent_columns(kind)
-        sql = f"""
-            WITH mine AS (
-                SELECT id FROM {kind.table}
-                WHERE id = ANY(%(ids)s::uuid[]) AND {kind.status} = 'processing' AND {kind.col('worker_id')} = %(w)s
-                ORDER BY id FOR UPDATE
-            ){values_sql}
+    def _fenced_sql(self, kind: TaskKind, set_sql: str, value_columns: dict[str, str]) -> str:
+        """Update only rows still `processing` by $1.worker, locked in id order; $1.values carries per-row data."""
+        record = ", ".join(["id uuid", *(f"{c} {t}" for c, t in value_columns.items())])
+        return f"""
+            WITH v AS (SELECT * FROM jsonb_to_recordset($1->'values') AS v({record})),
+            mine AS (
+                SELECT t.id FROM {kind.table} t JOIN v ON v.id = t.id
+                WHERE t.{kind.status} = 'processing' AND t.{kind.col('worker_id')} = $1->>'worker'
+                ORDER BY t.id FOR UPDATE OF t
+            )
             UPDATE {kind.table} t SET {set_sql}, updated_at = now()
-            FROM mine{", v" if values_sql else ""}
-            WHERE t.id = mine.id{" AND v.id = t.id" if values_sql else ""}
-            RETURNING t.id{parent_cols}"""
-        return [_plain(r) for r in conn.exec_driver_sql(sql, {"ids": ids, "w": worker_id, **(params or {})}).mappings().all()]
+            FROM mine, v
+            WHERE t.id = mine.id AND v.id = t.id
+            RETURNING t.id{_parent_columns(kind)}"""
 
     def complete(self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str]) -> Transition:
         """Mark tasks completed (fenced) and bubble up. `results` are ids or dicts {id, <result columns>}."""
@@ -245,47 +269,36 @@ class TaskQueue:
         ids = [str(r["id"]) for r in results]
         if not ids:
             return Transition([], [])
-        columns = [c for c in kind.result_columns if any(c in r for r in results)]
-        values_sql, assignments, params = "", [], {}
-        if columns:
-            selects = ["unnest(%(v_id)s::uuid[]) AS id"] + [
-                f"unnest(%(v_{c})s::{kind.result_columns[c]}) AS {c}" for c in columns]
-            values_sql = f", v AS (SELECT {', '.join(selects)})"
-            params["v_id"] = ids
-            for c in columns:
-                params[f"v_{c}"] = [clean_text(r.get(c)) if isinstance(r.get(c), str) else r.get(c) for r in results]
-                assignments.append(f"{c} = v.{c}")
+        columns = {c: t for c, t in kind.result_columns.items() if any(c in r for r in results)}
         set_sql = ", ".join([
             f"{kind.status} = 'completed'", f"{kind.col('completed_at')} = now()",
             f"{kind.col('error')} = NULL", f"{kind.col('error_class')} = NULL",
-            f"{kind.col('next_attempt_at')} = NULL", *assignments,
+            f"{kind.col('next_attempt_at')} = NULL", *(f"{c} = v.{c}" for c in columns),
         ])
-
-        def work(conn: sa.Connection) -> Transition:
-            rows = self._fenced_update(conn, kind, worker_id, ids, set_sql, values_sql, params)
-            self._bubble_from(conn, kind, rows)
-            return _transition(ids, rows)
-
-        return self._transaction(work)
+        values = [{"id": str(r["id"]), **{c: (clean_text(r[c]) if isinstance(r.get(c), str) else r.get(c))
+                                          for c in columns}} for r in results]
+        rows = self._run(kind, self._fenced_sql(kind, set_sql, columns), {"worker": worker_id, "values": values})
+        return _outcome(ids, rows)
 
     def complete_document_expansion(self, worker_id: str, document_id: str, *, page_count: int,
                                     encrypted: bool = False, metadata: dict | None = None) -> bool:
         """Create the document's page tasks (fenced on the expansion claim). A document with zero pages fails:
         nothing can be indexed from it, and calling it complete would hide a broken file."""
+        sql = self._fenced_sql(
+            OCR_DOCUMENT,
+            "pages_created_at = now(), page_count = ($1->>'pages')::int, encrypted = ($1->>'encrypted')::boolean, "
+            "metadata = t.metadata || ($1->'metadata'), ocr_error = NULL, ocr_error_class = NULL, "
+            "next_attempt_at = NULL", {})
+        args = {"worker": worker_id, "values": [{"id": str(document_id)}], "pages": page_count,
+                "encrypted": encrypted, "metadata": metadata or {}}
+
         def work(conn: sa.Connection) -> bool:
-            rows = self._fenced_update(
-                conn, OCR_DOCUMENT, worker_id, [str(document_id)],
-                "pages_created_at = now(), page_count = %(n)s, encrypted = %(enc)s, "
-                "metadata = t.metadata || %(meta)s::jsonb, ocr_error = NULL, ocr_error_class = NULL, "
-                "next_attempt_at = NULL",
-                params={"n": page_count, "enc": encrypted, "meta": json.dumps(metadata or {})},
-            )
-            if not rows:
+            if not self._run(OCR_DOCUMENT, sql, args, bubble=False, conn=conn):
                 return False
             if page_count <= 0:
                 conn.exec_driver_sql(
-                    """UPDATE documents SET ocr_status = 'failed', ocr_error = 'empty: document has no pages',
-                              ocr_error_class = 'empty', next_attempt_at = '9999-12-31T00:00:00Z', updated_at = now()
+                    f"""UPDATE documents SET ocr_status = 'failed', ocr_error = 'empty: document has no pages',
+                              ocr_error_class = 'empty', next_attempt_at = '{NEVER}', updated_at = now()
                        WHERE id = %(id)s""", {"id": str(document_id)})
                 return True
             conn.exec_driver_sql(
@@ -295,7 +308,7 @@ class TaskQueue:
                    ON CONFLICT (document_id, page_number) DO NOTHING""",
                 {"id": str(document_id), "n": page_count})
             for phase in Phase:
-                self._bubble_documents(conn, phase, [str(document_id)])
+                self._bubble(conn, phase, document_ids=[str(document_id)])
             return True
 
         return self._transaction(work)
@@ -303,11 +316,14 @@ class TaskQueue:
     def complete_chunking(self, worker_id: str, page_id: str, chunks: Sequence[dict]) -> bool:
         """Create the chunk tasks of a page (fenced on the page's vector claim). Chunk dicts carry chunk_id,
         chunk_index, content_hash, content, token_count. A page with no chunks is complete in both later phases."""
+        sql = self._fenced_sql(
+            VECTOR_PAGE,
+            "chunked_at = now(), chunk_count = ($1->>'n')::int, vector_error = NULL, vector_error_class = NULL, "
+            "vector_next_attempt_at = NULL", {})
+        args = {"worker": worker_id, "values": [{"id": str(page_id)}], "n": len(chunks)}
+
         def work(conn: sa.Connection) -> bool:
-            rows = self._fenced_update(
-                conn, VECTOR_PAGE, worker_id, [str(page_id)],
-                "chunked_at = now(), chunk_count = %(n)s, vector_error = NULL, vector_error_class = NULL, "
-                "vector_next_attempt_at = NULL", params={"n": len(chunks)})
+            rows = self._run(VECTOR_PAGE, sql, args, bubble=False, conn=conn)
             if not rows:
                 return False
             if chunks:
@@ -342,35 +358,27 @@ class TaskQueue:
         if not ids:
             return Transition([], [])
         retries = kind.col("retry_count")
-        values_sql = """, v AS (SELECT unnest(%(v_id)s::uuid[]) AS id, unnest(%(v_err)s::text[]) AS err,
-                                  unnest(%(v_cls)s::text[]) AS cls, unnest(%(v_retry)s::bool[]) AS retryable)"""
         set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1,
                       {kind.col('error')} = v.err, {kind.col('error_class')} = v.cls,
                       {kind.col('next_attempt_at')} = CASE WHEN v.retryable
-                          THEN now() + make_interval(secs => LEAST(%(backoff_max)s,
-                                          %(backoff_base)s * power(2, COALESCE(t.{retries}, 0))))
-                          ELSE '9999-12-31T00:00:00Z'::timestamptz END"""
-        params = {
-            "v_id": ids,
-            "v_err": [clean_text(str(f.get("error") or "unknown error")) for f in failures],
-            "v_cls": [str(f.get("error_class") or "error")[:32] for f in failures],
-            "v_retry": [bool(f.get("retryable", True)) for f in failures],
-            "backoff_base": self.settings.retry_backoff_base_s, "backoff_max": self.settings.retry_backoff_max_s,
-        }
-
-        def work(conn: sa.Connection) -> Transition:
-            rows = self._fenced_update(conn, kind, worker_id, ids, set_sql, values_sql, params)
-            self._bubble_from(conn, kind, rows)
-            return _transition(ids, rows)
-
-        return self._transaction(work)
+                          THEN now() + make_interval(secs => LEAST(($1->>'backoff_max')::float8,
+                                          ($1->>'backoff_base')::float8 * power(2, COALESCE(t.{retries}, 0))))
+                          ELSE '{NEVER}'::timestamptz END"""
+        values = [{"id": str(f["id"]), "err": clean_text(str(f.get("error") or "unknown error")),
+                   "cls": str(f.get("error_class") or "error")[:32], "retryable": bool(f.get("retryable", True))}
+                  for f in failures]
+        sql = self._fenced_sql(kind, set_sql, {"err": "text", "cls": "text", "retryable": "boolean"})
+        rows = self._run(kind, sql, {"worker": worker_id, "values": values,
+                                     "backoff_base": self.settings.retry_backoff_base_s,
+                                     "backoff_max": self.settings.retry_backoff_max_s})
+        return _outcome(ids, rows)
 
     # ------------------------------------------------------------------ recovery
     def recover_stale(self, stale_after_s: float | None = None) -> dict[str, int]:
         """Release `processing` tasks whose heartbeat is older than the timeout, counting the lost attempt, so a
         task that keeps killing its worker ends `failed` instead of looping forever. Returns counts per kind."""
         stale_after_s = self.settings.stale_timeout_s if stale_after_s is None else stale_after_s
-        where = "{hb} < now() - make_interval(secs => %(stale)s)"
+        where = "{hb} < now() - make_interval(secs => ($1->>'stale')::float8)"
         reason = ("'worker lost: heartbeat stale since ' || to_char({hb} AT TIME ZONE 'UTC', "
                   "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') || ' (worker ' || COALESCE({worker}, '?') || ')'")
         return {kind.name: self._release(kind, where, reason, {"stale": stale_after_s}) for kind in ALL_KINDS}
@@ -380,11 +388,11 @@ class TaskQueue:
         worker_ids = list(worker_ids)
         if not worker_ids:
             return {kind.name: 0 for kind in ALL_KINDS}
-        return {kind.name: self._release(kind, "{worker} = ANY(%(workers)s::text[])", "%(reason)s",
-                                         {"workers": worker_ids, "reason": clean_text(reason)})
+        return {kind.name: self._release(kind, "{worker} = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'workers')))",
+                                         "$1->>'reason'", {"workers": worker_ids, "reason": clean_text(reason)})
                 for kind in ALL_KINDS}
 
-    def _release(self, kind: TaskKind, where_template: str, reason_template: str, params: dict) -> int:
+    def _release(self, kind: TaskKind, where_template: str, reason_template: str, args: dict) -> int:
         names = {"hb": f"t.{kind.col('last_heartbeat')}", "worker": f"t.{kind.col('worker_id')}"}
         retries = kind.col("retry_count")
         gate = "AND t.pages_created_at IS NULL" if kind is OCR_DOCUMENT else ""
@@ -404,13 +412,7 @@ class TaskQueue:
                 {kind.col('last_heartbeat')} = NULL, updated_at = now()
             FROM lost WHERE t.id = lost.id
             RETURNING t.id{_parent_columns(kind)}"""
-
-        def work(conn: sa.Connection) -> int:
-            rows = [_plain(r) for r in conn.exec_driver_sql(sql, params).mappings().all()]
-            self._bubble_from(conn, kind, rows)
-            return len(rows)
-
-        return self._transaction(work)
+        return len(self._run(kind, sql, args))
 
     def retry_failed(self, phase: Phase | None = None, document_id: str | None = None) -> dict[str, int]:
         """Operator retry: failed tasks go back to pending with their retry counts reset."""
@@ -418,7 +420,8 @@ class TaskQueue:
         for kind in ALL_KINDS if phase is None else kinds_of_phase(phase):
             doc_filter = ""
             if document_id is not None:
-                doc_filter = "AND t.id = %(doc)s" if kind is OCR_DOCUMENT else "AND t.document_id = %(doc)s"
+                doc_filter = ("AND t.id = ($1->>'doc')::uuid" if kind is OCR_DOCUMENT
+                              else "AND t.document_id = ($1->>'doc')::uuid")
             sql = f"""
                 WITH failed AS (
                     SELECT t.id FROM {kind.table} t
@@ -429,26 +432,10 @@ class TaskQueue:
                        {kind.col('next_attempt_at')} = NULL, updated_at = now()
                 FROM failed WHERE t.id = failed.id
                 RETURNING t.id{_parent_columns(kind)}"""
-
-            def work(conn: sa.Connection, sql=sql, kind=kind) -> int:
-                rows = [_plain(r) for r in conn.exec_driver_sql(sql, {"doc": document_id}).mappings().all()]
-                self._bubble_from(conn, kind, rows)
-                return len(rows)
-
-            counts[kind.name] = self._transaction(work)
+            counts[kind.name] = len(self._run(kind, sql, {"doc": str(document_id) if document_id else None}))
         return counts
 
     # ------------------------------------------------------------------ bubble-up
-    def _bubble_from(self, conn: sa.Connection, kind: TaskKind, rows: list[dict]) -> None:
-        """Recompute the parents of changed task rows for the kind's phase (chunk -> page -> document)."""
-        if not rows:
-            return
-        if kind.level is Level.DOCUMENT:
-            return  # the expansion task writes the document's own status
-        page_ids = sorted({str(r["page_id"]) for r in rows}) if kind.level is Level.CHUNK else []
-        document_ids = sorted({str(r["document_id"]) for r in rows})
-        self._bubble(conn, kind.phase, page_ids, document_ids)
-
     def _bubble(self, conn: sa.Connection, phase: Phase, page_ids: list[str] = (),
                 document_ids: list[str] = ()) -> list[Correction]:
         """Recompute parents through docqueue_bubble() (migrations/0002): the one implementation of the rule's
@@ -561,7 +548,7 @@ def _plain(row) -> dict:
     return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in dict(row).items()}
 
 
-def _transition(requested: list[str], rows: list[dict]) -> Transition:
+def _outcome(requested: list[str], rows: list[dict]) -> Transition:
     applied = [str(r["id"]) for r in rows]
     applied_set = set(applied)
     return Transition(applied, [i for i in requested if i not in applied_set])

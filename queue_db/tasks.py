@@ -42,7 +42,7 @@ class TaskKind:
     prefix: str  # column prefix of this phase on this table
     ready_sql: str  # the dependency gate, over alias t; "TRUE" when none
     returning: tuple[str, ...]
-    # columns a completion may set, with their SQL array types (for unnest)
+    # columns a completion may set, with their SQL types
     result_columns: dict = field(default_factory=dict)
     # documents use their own names for the expansion task's bookkeeping
     column_overrides: dict = field(default_factory=dict)
@@ -91,7 +91,7 @@ OCR_PAGE = TaskKind(
     name="ocr_page", phase=Phase.OCR, level=Level.PAGE, table="task_queue_page", prefix="ocr",
     ready_sql="TRUE",
     returning=("id", "document_id", "page_number", "ocr_retry_count", "max_retries"),
-    result_columns={"page_file_path": "text[]", "ocr_method": "text[]", "ocr_chars": "int[]", "ocr_seconds": "real[]"},
+    result_columns={"page_file_path": "text", "ocr_method": "text", "ocr_chars": "int", "ocr_seconds": "real"},
 )
 VECTOR_PAGE = TaskKind(
     name="vector_page", phase=Phase.VECTOR, level=Level.PAGE, table="task_queue_page", prefix="vector",
@@ -104,14 +104,14 @@ VECTOR_CHUNK = TaskKind(
     ready_sql="EXISTS (SELECT 1 FROM task_queue_page gate WHERE gate.id = t.page_id AND gate.ocr_status = 'completed')",
     returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
                "vector_retry_count", "max_retries"),
-    result_columns={"vector_seconds": "real[]"},
+    result_columns={"vector_seconds": "real"},
 )
 GRAPHRAG_CHUNK = TaskKind(
     name="graphrag_chunk", phase=Phase.GRAPHRAG, level=Level.CHUNK, table="task_queue_chunk", prefix="graphrag",
     ready_sql="t.vector_status = 'completed'",
     returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
                "graphrag_retry_count", "max_retries"),
-    result_columns={"entities_extracted": "int[]", "relationships_extracted": "int[]", "graphrag_seconds": "real[]"},
+    result_columns={"entities_extracted": "int", "relationships_extracted": "int", "graphrag_seconds": "real"},
 )
 
 ALL_KINDS: tuple[TaskKind, ...] = (OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE, VECTOR_CHUNK, GRAPHRAG_CHUNK)

@@ -3,6 +3,8 @@ a migrated template database, and a fresh clone of it per test."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -31,13 +33,15 @@ def pg_admin_url(tmp_path_factory) -> str:
         return
     from queue_db.server import EmbeddedPostgres
 
-    home = tmp_path_factory.mktemp("embedded-pg")
+    # not under pytest's basetemp: pytest resets it to mode 0700, which locks out the server's own user
+    home = Path(tempfile.mkdtemp(prefix="docqueue-test-pg-"))
     # durability settings off: a test database is thrown away, and fsync costs most of the test time
     server = EmbeddedPostgres(home, port=55432, extra_settings={
         "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "300"})
     server.ensure_running()
     yield f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
     server.stop(mode="immediate")
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _with_database(admin_url: str, name: str) -> str:

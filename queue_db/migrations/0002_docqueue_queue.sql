@@ -168,3 +168,27 @@ BEGIN
     END IF;
 END
 $fn$;
+
+-- One task transition in one round trip: run the data-modifying `statement` (its arguments are the jsonb $1),
+-- then bubble the phase up from the parents named in its RETURNING rows (page_id, document_id). Called in
+-- autocommit, the whole function is one transaction. `phase` NULL: no bubble-up (heartbeats, expansion claims).
+CREATE OR REPLACE FUNCTION docqueue_transition(statement text, phase text, args jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    changed jsonb;
+    page_ids uuid[];
+    document_ids uuid[];
+BEGIN
+    EXECUTE 'WITH changed AS (' || statement || ') SELECT COALESCE(jsonb_agg(to_jsonb(changed)), ''[]''::jsonb) FROM changed'
+        INTO changed USING args;
+    IF phase IS NOT NULL AND jsonb_array_length(changed) > 0 THEN
+        SELECT array_agg(DISTINCT (e->>'page_id')::uuid) FILTER (WHERE e ? 'page_id'),
+               array_agg(DISTINCT (e->>'document_id')::uuid) FILTER (WHERE e ? 'document_id')
+        INTO page_ids, document_ids
+        FROM jsonb_array_elements(changed) e;
+        PERFORM docqueue_bubble(phase, page_ids, document_ids);
+    END IF;
+    RETURN changed;
+END
+$fn$;
