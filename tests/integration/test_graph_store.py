@@ -332,3 +332,20 @@ def test_port_taken_by_something_else_is_reported(tmp_path):
         port = squatter.getsockname()[1]
         with pytest.raises(RuntimeError, match="already in use"):
             BoltServer(tmp_path / "bolt", port=port).ensure_running(timeout_s=10)
+
+
+def test_resource_uses_the_configured_server_when_uri_is_set(graph_store, bolt_server, monkeypatch):
+    monkeypatch.setenv("DOCQUEUE_NEO4J_URI", bolt_server.uri)
+    monkeypatch.setenv("DOCQUEUE_NEO4J_USER", bolt_server.user)
+    monkeypatch.setenv("DOCQUEUE_NEO4J_PASSWORD", bolt_server.password)
+    monkeypatch.setenv("DOCQUEUE_NEO4J_DATABASE", bolt_server.database or "")
+    monkeypatch.setenv("DOCQUEUE_HOME", "/nonexistent-home-must-not-be-used")
+    graph_store.write_chunks([chunk("d", 1, 0, [("Shared Entity", "ORG")])])
+    with Neo4jResource().get_store() as store:
+        assert store.entity("shared entity")["mentions"][0]["document_id"] == "d"
+    # explicit fields win over the environment
+    resource = Neo4jResource(uri=bolt_server.uri, user=bolt_server.user, password="wrong-password",
+                             database=bolt_server.database or "")
+    import neo4j.exceptions
+    with resource.get_store() as store, pytest.raises(neo4j.exceptions.AuthError):
+        store.counts()
