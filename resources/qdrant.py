@@ -1,0 +1,464 @@
+"""Chunk vectors in Qdrant: one collection per embedding model, one point per chunk.
+
+Point ids are uuid5(docqueue namespace, chunk_id), so re-running a chunk overwrites its point
+instead of adding a second one. The payload carries the chunk_id too, because Qdrant only
+accepts unsigned integers and UUIDs as ids.
+
+Two modes:
+- server (`url` set): one HTTP client per store, safe to share between threads and processes.
+- embedded (`url` empty, `path` a folder): qdrant-client's local mode, which lets one process
+  open the folder at a time and loads every point into memory when it opens. Dagster run
+  workers, the CLI and verification jobs all need it, so a store opens the folder only for the
+  length of one operation (or of a ``with store.session():`` block) under a docqueue lock file
+  taken *before* Qdrant reads the folder (Qdrant takes its own lock only after loading, so
+  waiting on that alone could act on a stale copy). A waiter retries until
+  DOCQUEUE_QDRANT_LOCK_TIMEOUT and then raises QdrantStorageBusy. Embedded mode suits up to
+  roughly 20k points (Qdrant's own advice); use a server beyond that or for real concurrency.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+from urllib.parse import urlsplit
+
+import dagster as dg
+import numpy as np
+from qdrant_client import QdrantClient
+from qdrant_client.http import models as qm
+from qdrant_client.http.exceptions import UnexpectedResponse
+
+from queue_db.config import docqueue_home
+
+# fixed forever: changing it would orphan every stored point
+DOCQUEUE_POINT_NAMESPACE = uuid.UUID("6f1d5c0e-3b7a-5a49-9c1e-0d0c0e0a7e21")
+COLLECTION_PREFIX = "docqueue_chunks__"
+LOCK_FILE_NAME = ".docqueue.lock"
+DEFAULT_LOCK_TIMEOUT_S = 120.0
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+DEFAULT_UPSERT_BATCH = 256
+SCROLL_PAGE = 1000
+MAX_SEARCH_LIMIT = 1000
+REQUIRED_PAYLOAD = ("document_id",)
+
+
+class VectorStoreError(RuntimeError):
+    """The vector store is unusable as configured (wrong collection shape, bad input)."""
+
+
+class QdrantStorageBusy(TimeoutError):
+    """Another process kept the embedded Qdrant folder longer than the lock timeout."""
+
+
+def point_id(chunk_id: str) -> str:
+    if not chunk_id:
+        raise ValueError("chunk_id must be a non-empty string")
+    return str(uuid.uuid5(DOCQUEUE_POINT_NAMESPACE, chunk_id))
+
+
+def collection_name(model_id: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "_", model_id.lower()).strip("_")
+    if not slug:
+        raise ValueError(f"model id {model_id!r} has no letters or digits to name a collection after")
+    return COLLECTION_PREFIX + slug
+
+
+@dataclass
+class ChunkPoint:
+    chunk_id: str
+    vector: list[float] | np.ndarray
+    payload: dict = field(default_factory=dict)  # document_id, filename, page_number, chunk_index, text, content_hash
+
+
+@dataclass
+class SearchHit:
+    score: float
+    chunk_id: str
+    payload: dict
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def lock_timeout_from_env() -> float:
+    return _env_float("DOCQUEUE_QDRANT_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT_S)
+
+
+def default_local_path() -> Path:
+    configured = os.environ.get("DOCQUEUE_QDRANT_PATH", "").strip()
+    return Path(configured).expanduser() if configured else docqueue_home() / "qdrant"
+
+
+def _safe_location(url: str) -> str:
+    """The URL without credentials or query, fit for messages and logs."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else "<qdrant url>"
+
+
+# --------------------------------------------------------------------------- embedded folder access
+
+
+def _acquire_lock_file(lock_path: Path, deadline: float, timeout_s: float):
+    import portalocker  # imported late: it probes for writable folders on import
+
+    handle = open(lock_path, "a+")
+    delay = 0.01
+    while True:
+        try:
+            portalocker.lock(handle, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
+            return handle
+        except portalocker.exceptions.LockException:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                handle.close()
+                raise QdrantStorageBusy(
+                    f"embedded Qdrant storage {lock_path.parent} stayed locked by another process for "
+                    f"{timeout_s:g}s (DOCQUEUE_QDRANT_LOCK_TIMEOUT); set DOCQUEUE_QDRANT_URL to a Qdrant "
+                    f"server for concurrent access") from None
+            # jitter keeps two waiters from polling in lockstep
+            time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
+            delay = min(delay * 2, 0.2)
+
+
+def _release_lock_file(handle) -> None:
+    import portalocker
+
+    try:
+        portalocker.unlock(handle)
+    finally:
+        handle.close()
+
+
+def _open_local_client(folder: Path, deadline: float, timeout_s: float) -> QdrantClient:
+    """Open qdrant-client's local mode, waiting out holders that do not use the docqueue lock."""
+    delay = 0.05
+    while True:
+        try:
+            return QdrantClient(path=str(folder))
+        except RuntimeError as exc:
+            if "already accessed" not in str(exc):
+                raise
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise QdrantStorageBusy(
+                    f"embedded Qdrant storage {folder} is held by a client outside docqueue for more than "
+                    f"{timeout_s:g}s (DOCQUEUE_QDRANT_LOCK_TIMEOUT)") from None
+            time.sleep(min(remaining, delay))
+            delay = min(delay * 2, 0.5)
+
+
+class _LocalFolder:
+    """Per-process gate to one embedded storage folder, shared by every store that uses it.
+
+    The RLock serialises threads (and lets a session nest operations); the lock file
+    serialises processes. The client lives only while someone is inside `open()`.
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self._gate = threading.RLock()
+        self._depth = 0
+        self._client: QdrantClient | None = None
+        self._lock_handle = None
+
+    @contextmanager
+    def open(self, timeout_s: float) -> Iterator[QdrantClient]:
+        deadline = time.monotonic() + timeout_s
+        if not self._gate.acquire(timeout=max(timeout_s, 0)):
+            raise QdrantStorageBusy(
+                f"embedded Qdrant storage {self.folder} stayed busy in this process for {timeout_s:g}s "
+                f"(DOCQUEUE_QDRANT_LOCK_TIMEOUT)")
+        try:
+            if self._depth == 0:
+                self._connect(deadline, timeout_s)
+            self._depth += 1
+            try:
+                yield self._client
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._disconnect()
+        finally:
+            self._gate.release()
+
+    def _connect(self, deadline: float, timeout_s: float) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._lock_handle = _acquire_lock_file(self.folder / LOCK_FILE_NAME, deadline, timeout_s)
+        try:
+            self._client = _open_local_client(self.folder, deadline, timeout_s)
+        except BaseException:
+            _release_lock_file(self._lock_handle)
+            self._lock_handle = None
+            raise
+
+    def _disconnect(self) -> None:
+        try:
+            if self._client is not None:
+                self._client.close()
+        finally:
+            self._client = None
+            if self._lock_handle is not None:
+                _release_lock_file(self._lock_handle)
+                self._lock_handle = None
+
+
+_FOLDERS: dict[str, _LocalFolder] = {}
+_FOLDERS_LOCK = threading.Lock()
+
+
+def _local_folder(path: Path) -> _LocalFolder:
+    key = str(path.expanduser().resolve())
+    with _FOLDERS_LOCK:
+        if key not in _FOLDERS:
+            _FOLDERS[key] = _LocalFolder(Path(key))
+        return _FOLDERS[key]
+
+
+def _forget_folders_after_fork() -> None:
+    # a forked child must not inherit a parent's half-held gate or open client
+    global _FOLDERS_LOCK
+    _FOLDERS.clear()
+    _FOLDERS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_folders_after_fork)
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class VectorStore:
+    def __init__(self, *, url: str | None, path: str | None, api_key: str | None, model_id: str, dim: int,
+                 lock_timeout_s: float | None = None, request_timeout_s: float | None = None,
+                 upsert_batch: int | None = None):
+        if dim < 1:
+            raise ValueError(f"dim must be positive, got {dim}")
+        self.model_id = model_id
+        self.dim = dim
+        self.collection = collection_name(model_id)
+        self.lock_timeout_s = lock_timeout_from_env() if lock_timeout_s is None else float(lock_timeout_s)
+        self.upsert_batch = upsert_batch or int(_env_float("DOCQUEUE_QDRANT_BATCH", DEFAULT_UPSERT_BATCH))
+        if self.upsert_batch < 1:
+            raise ValueError(f"upsert batch must be at least 1, got {self.upsert_batch}")
+        self.scroll_page = SCROLL_PAGE
+        self._remote: QdrantClient | None = None
+        self._local: _LocalFolder | None = None
+        self._ensured = False
+        if url:
+            timeout = request_timeout_s or _env_float("DOCQUEUE_QDRANT_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S)
+            self.location = _safe_location(url)
+            # no version probe here: building a store must not do network I/O
+            self._remote = QdrantClient(url=url, api_key=api_key or None, timeout=max(1, math.ceil(timeout)),
+                                        check_compatibility=False)
+        else:
+            folder = Path(path).expanduser() if path else default_local_path()
+            self.location = str(folder)
+            self._local = _local_folder(folder)
+
+    def __repr__(self) -> str:
+        return f"VectorStore(collection={self.collection!r}, location={self.location!r})"
+
+    @property
+    def is_embedded(self) -> bool:
+        return self._local is not None
+
+    # ----------------------------------------------------------------- connections
+
+    @contextmanager
+    def session(self) -> Iterator["VectorStore"]:
+        """Keep the embedded folder open across several operations (no-op for a server)."""
+        if self._local is None:
+            yield self
+            return
+        with self._local.open(self.lock_timeout_s):
+            yield self
+
+    @contextmanager
+    def _client(self) -> Iterator[QdrantClient]:
+        if self._remote is not None:
+            yield self._remote
+            return
+        with self._local.open(self.lock_timeout_s) as client:
+            yield client
+
+    def close(self) -> None:
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None
+            self._ensured = False
+
+    def __enter__(self) -> "VectorStore":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- collection
+
+    def ensure_collection(self) -> None:
+        with self._client() as client:
+            self._ensure(client)
+
+    def _ensure(self, client: QdrantClient) -> None:
+        if self._ensured and self._remote is not None:
+            return
+        if not client.collection_exists(self.collection):
+            try:
+                client.create_collection(
+                    self.collection,
+                    vectors_config=qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE),
+                )
+            except UnexpectedResponse as exc:
+                if exc.status_code != 409:  # another worker created it first
+                    raise
+        self._check_shape(client)
+        if self._remote is not None:
+            # local mode ignores payload indexes (and warns), so only a server gets one
+            client.create_payload_index(self.collection, "document_id", qm.PayloadSchemaType.KEYWORD, wait=True)
+        self._ensured = True
+
+    def _check_shape(self, client: QdrantClient) -> None:
+        vectors = client.get_collection(self.collection).config.params.vectors
+        if not isinstance(vectors, qm.VectorParams):
+            raise VectorStoreError(f"collection {self.collection} uses named vectors; docqueue expects one vector")
+        if vectors.size != self.dim or vectors.distance != qm.Distance.COSINE:
+            raise VectorStoreError(
+                f"collection {self.collection} holds {vectors.size}-d {vectors.distance.value} vectors; "
+                f"{self.model_id} needs {self.dim}-d Cosine")
+
+    def _exists(self, client: QdrantClient) -> bool:
+        return (self._ensured and self._remote is not None) or client.collection_exists(self.collection)
+
+    # ----------------------------------------------------------------- writes
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> int:
+        """Write points (retries overwrite, never duplicate); returns how many distinct chunks were written."""
+        structs = {}
+        for point in points:
+            struct = self._to_struct(point)
+            structs[struct.id] = struct
+        if not structs:
+            return 0
+        batch = list(structs.values())
+        with self._client() as client:
+            self._ensure(client)
+            for start in range(0, len(batch), self.upsert_batch):
+                client.upsert(self.collection, points=batch[start:start + self.upsert_batch], wait=True)
+        return len(batch)
+
+    def _to_struct(self, point: ChunkPoint) -> qm.PointStruct:
+        vector = np.asarray(point.vector, dtype=np.float32).reshape(-1)
+        if vector.shape[0] != self.dim:
+            raise VectorStoreError(f"chunk {point.chunk_id}: vector has {vector.shape[0]} dims, expected {self.dim}")
+        if not np.isfinite(vector).all() or not vector.any():
+            raise VectorStoreError(f"chunk {point.chunk_id}: vector is zero or not finite")
+        missing = [key for key in REQUIRED_PAYLOAD if not point.payload.get(key)]
+        if missing:
+            raise VectorStoreError(f"chunk {point.chunk_id}: payload lacks {missing}")
+        payload = {**point.payload, "chunk_id": point.chunk_id}
+        payload["document_id"] = str(payload["document_id"])
+        return qm.PointStruct(id=point_id(point.chunk_id), vector=vector.tolist(), payload=payload)
+
+    def delete_chunks(self, chunk_ids: Iterable[str]) -> None:
+        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        if not ids:
+            return
+        with self._client() as client:
+            if not self._exists(client):
+                return
+            for start in range(0, len(ids), self.upsert_batch):
+                selector = qm.PointIdsList(points=ids[start:start + self.upsert_batch])
+                client.delete(self.collection, points_selector=selector, wait=True)
+
+    def delete_document(self, document_id: str) -> None:
+        with self._client() as client:
+            if not self._exists(client):
+                return
+            selector = qm.FilterSelector(filter=_document_filter(document_id))
+            client.delete(self.collection, points_selector=selector, wait=True)
+
+    # ----------------------------------------------------------------- reads
+
+    def count(self, document_id: str | None = None) -> int:
+        with self._client() as client:
+            if not self._exists(client):
+                return 0
+            condition = _document_filter(document_id) if document_id is not None else None
+            return client.count(self.collection, count_filter=condition, exact=True).count
+
+    def chunk_ids(self, document_id: str | None = None) -> set[str]:
+        """Every stored chunk_id (of one document), read page by page; for verification."""
+        found: set[str] = set()
+        with self._client() as client:
+            if not self._exists(client):
+                return found
+            condition = _document_filter(document_id) if document_id is not None else None
+            offset = None
+            while True:
+                records, offset = client.scroll(self.collection, scroll_filter=condition, limit=self.scroll_page,
+                                                offset=offset, with_payload=["chunk_id"], with_vectors=False)
+                found.update(record.payload["chunk_id"] for record in records if record.payload)
+                if offset is None:
+                    return found
+
+    def search(self, vector, limit: int = 5, *, document_id: str | None = None) -> list[SearchHit]:
+        if not 1 <= limit <= MAX_SEARCH_LIMIT:
+            raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if query.shape[0] != self.dim:
+            raise VectorStoreError(f"query vector has {query.shape[0]} dims, expected {self.dim}")
+        with self._client() as client:
+            if not self._exists(client):
+                return []
+            condition = _document_filter(document_id) if document_id is not None else None
+            response = client.query_points(self.collection, query=query.tolist(), limit=limit,
+                                           query_filter=condition, with_payload=True, with_vectors=False)
+        return [SearchHit(score=float(point.score), chunk_id=str((point.payload or {}).get("chunk_id", "")),
+                          payload=dict(point.payload or {})) for point in response.points]
+
+
+def _document_filter(document_id: str) -> qm.Filter:
+    return qm.Filter(must=[qm.FieldCondition(key="document_id", match=qm.MatchValue(value=str(document_id)))])
+
+
+# --------------------------------------------------------------------------- Dagster
+
+
+class QdrantResource(dg.ConfigurableResource):
+    """Dagster handle on Qdrant; unset fields fall back to the DOCQUEUE_* environment.
+
+    Pass the API key as `dg.EnvVar("DOCQUEUE_QDRANT_API_KEY")` or leave it unset: a literal
+    key would be shown in Dagster's run config.
+    """
+
+    url: str | None = None  # DOCQUEUE_QDRANT_URL; empty -> embedded local storage
+    api_key: str | None = None  # DOCQUEUE_QDRANT_API_KEY
+    path: str | None = None  # DOCQUEUE_QDRANT_PATH, default docqueue_home()/qdrant
+    lock_timeout_s: float | None = None  # DOCQUEUE_QDRANT_LOCK_TIMEOUT, default 120
+    request_timeout_s: float | None = None  # DOCQUEUE_QDRANT_TIMEOUT, default 30 (server mode)
+
+    def get_store(self, model_id: str, dim: int) -> VectorStore:
+        url = self.url if self.url is not None else os.environ.get("DOCQUEUE_QDRANT_URL", "").strip()
+        api_key = self.api_key if self.api_key is not None else os.environ.get("DOCQUEUE_QDRANT_API_KEY", "")
+        return VectorStore(url=url or None, path=self.path, api_key=api_key or None, model_id=model_id, dim=dim,
+                           lock_timeout_s=self.lock_timeout_s, request_timeout_s=self.request_timeout_s)

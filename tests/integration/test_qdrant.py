@@ -1,0 +1,321 @@
+"""Qdrant vector store on real qdrant-client embedded storage, with the real embedding model for search."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient
+
+from resources.chunking import chunk_markdown
+from resources.embeddings import get_embedder
+from resources.qdrant import (
+    ChunkPoint,
+    QdrantResource,
+    QdrantStorageBusy,
+    VectorStore,
+    VectorStoreError,
+    collection_name,
+    point_id,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "all-MiniLM-L6-v2-int8"
+DIM = 8
+
+
+def store_at(path: Path, dim: int = DIM, model_id: str = MODEL, **kwargs) -> VectorStore:
+    return VectorStore(url=None, path=str(path), api_key=None, model_id=model_id, dim=dim, **kwargs)
+
+
+def random_points(document_id: str, count: int, *, seed: int = 0, prefix: str = "") -> list[ChunkPoint]:
+    rng = np.random.default_rng(seed)
+    return [
+        ChunkPoint(
+            chunk_id=f"{prefix}{document_id}-{index:04d}",
+            vector=rng.normal(size=DIM).astype(np.float32),
+            payload={"document_id": document_id, "filename": f"{document_id}.pdf", "page_number": 1,
+                     "chunk_index": index, "text": f"text {index}", "content_hash": "0" * 64},
+        )
+        for index in range(count)
+    ]
+
+
+def test_point_ids_are_stable_uuid5_and_collections_are_named_per_model():
+    assert point_id("abc") == point_id("abc") == str(uuid.UUID(point_id("abc")))
+    assert uuid.UUID(point_id("abc")).version == 5
+    assert point_id("abc") != point_id("abd")
+    assert collection_name("all-MiniLM-L6-v2-int8") == "docqueue_chunks__all_minilm_l6_v2_int8"
+    assert collection_name("BAAI/bge-small-en-v1.5") == "docqueue_chunks__baai_bge_small_en_v1_5"
+    with pytest.raises(ValueError):
+        point_id("")
+
+
+def test_upserting_the_same_chunks_twice_does_not_duplicate(tmp_path):
+    store = store_at(tmp_path / "q")
+    points = random_points("doc-a", 30)
+    assert store.upsert(points) == 30
+    assert store.upsert(points) == 30
+    assert store.count() == 30
+    changed = [ChunkPoint(p.chunk_id, p.vector, {**p.payload, "text": "rewritten"}) for p in points[:3]]
+    store.upsert(changed)
+    assert store.count() == 30
+    [hit] = store.search(points[0].vector, limit=1)
+    assert hit.chunk_id == points[0].chunk_id
+    assert hit.payload["text"] == "rewritten"
+    assert hit.score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_data_survives_reopening_the_folder_from_a_new_store(tmp_path):
+    store_at(tmp_path / "q").upsert(random_points("doc-a", 12))
+    again = store_at(tmp_path / "q")
+    assert again.count() == 12
+    assert again.chunk_ids("doc-a") == {f"doc-a-{i:04d}" for i in range(12)}
+
+
+def test_delete_by_document_and_by_chunk(tmp_path):
+    store = store_at(tmp_path / "q")
+    store.upsert(random_points("doc-a", 10) + random_points("doc-b", 7, seed=1))
+    assert (store.count(), store.count("doc-a"), store.count("doc-b")) == (17, 10, 7)
+    store.delete_document("doc-a")
+    assert (store.count(), store.count("doc-a"), store.count("doc-b")) == (7, 0, 7)
+    store.delete_chunks(["doc-b-0000", "doc-b-0001", "doc-b-0001", "never-stored"])
+    assert store.chunk_ids() == {f"doc-b-{i:04d}" for i in range(2, 7)}
+    store.delete_document("doc-missing")
+    assert store.count() == 5
+
+
+def test_reads_and_deletes_on_a_missing_collection_are_empty_not_errors(tmp_path):
+    store = store_at(tmp_path / "q")
+    assert store.count() == 0
+    assert store.chunk_ids() == set()
+    assert store.search(np.ones(DIM)) == []
+    store.delete_document("x")
+    store.delete_chunks(["y"])
+
+
+def test_chunk_ids_pages_through_more_than_one_scroll_page(tmp_path):
+    store = store_at(tmp_path / "q")
+    store.scroll_page = 7
+    store.upsert(random_points("doc-a", 40) + random_points("doc-b", 5, seed=1))
+    assert store.chunk_ids("doc-a") == {f"doc-a-{i:04d}" for i in range(40)}
+    assert len(store.chunk_ids()) == 45
+
+
+def test_bad_points_and_mismatched_collections_are_refused(tmp_path):
+    store = store_at(tmp_path / "q")
+    good = random_points("doc-a", 1)[0]
+    with pytest.raises(VectorStoreError, match="dims"):
+        store.upsert([ChunkPoint("c1", [0.1, 0.2], good.payload)])
+    with pytest.raises(VectorStoreError, match="document_id"):
+        store.upsert([ChunkPoint("c1", good.vector, {"text": "no document"})])
+    with pytest.raises(VectorStoreError, match="not finite"):
+        store.upsert([ChunkPoint("c1", np.full(DIM, np.nan), good.payload)])
+    with pytest.raises(VectorStoreError, match="dims"):
+        store.search(np.ones(3))
+    with pytest.raises(ValueError):
+        store.search(np.ones(DIM), limit=0)
+    store.ensure_collection()
+    with pytest.raises(VectorStoreError, match="needs 16-d Cosine"):
+        store_at(tmp_path / "q", dim=16).ensure_collection()
+
+
+def test_threads_of_one_process_share_the_folder(tmp_path):
+    errors = []
+
+    def write(document_id: str, seed: int) -> None:
+        try:
+            store = store_at(tmp_path / "q", lock_timeout_s=60)
+            for batch in range(5):
+                store.upsert(random_points(document_id, 4, seed=seed + batch, prefix=f"b{batch}-"))
+        except Exception as exc:  # surfaced below; a thread cannot fail the test itself
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(f"doc-{n}", n * 10)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    assert store_at(tmp_path / "q").count() == 3 * 5 * 4
+
+
+WRITER = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    from resources.qdrant import VectorStore, ChunkPoint
+
+    path, name, go_file, batches = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    store = VectorStore(url=None, path=path, api_key=None, model_id="all-MiniLM-L6-v2-int8", dim=8)
+    while not os.path.exists(go_file):
+        time.sleep(0.01)
+    rng = np.random.default_rng(abs(hash(name)) % 1000)
+    waits = 0
+    for batch in range(batches):
+        points = [ChunkPoint(f"{name}-{batch}-{i}", rng.normal(size=8), {"document_id": name, "text": "t"})
+                  for i in range(3)]
+        asked = time.monotonic()
+        with store.session():
+            waits += time.monotonic() - asked > 0.015
+            store.upsert(points)
+            assert store.count(name) == 3 * (batch + 1)
+            time.sleep(0.02)  # hold the folder so that the other writer has to wait for it
+        time.sleep(0.005)
+    print("done", store.count(name), waits)
+""")
+
+
+def _spawn(args: list[str], env_extra: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
+    return subprocess.Popen([sys.executable, *args], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_two_processes_alternately_writing_the_same_folder_lose_nothing(tmp_path):
+    folder, go_file, batches = tmp_path / "q", tmp_path / "go", 15
+    writers = [_spawn(["-c", WRITER, str(folder), name, str(go_file), str(batches)]) for name in ("alpha", "beta")]
+    time.sleep(0.5)  # both import and wait at the start line, so they really contend
+    go_file.touch()
+    outputs = [writer.communicate(timeout=180) for writer in writers]
+    waits = 0
+    for writer, (stdout, stderr) in zip(writers, outputs):
+        assert writer.returncode == 0, stderr
+        done, written, waited = stdout.split()
+        assert (done, int(written)) == ("done", batches * 3)
+        waits += int(waited)
+    assert waits > 0, "the writers never had to wait for each other, so the test proved nothing"
+    store = store_at(folder)
+    assert store.count() == 2 * batches * 3
+    assert store.count("alpha") == store.count("beta") == batches * 3
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from resources.qdrant import VectorStore
+    store = VectorStore(url=None, path=sys.argv[1], api_key=None, model_id="all-MiniLM-L6-v2-int8", dim=8)
+    with store.session():
+        print("holding", flush=True)
+        time.sleep(float(sys.argv[2]))
+""")
+
+
+def test_a_locked_folder_is_waited_for_then_reported_clearly(tmp_path):
+    folder = tmp_path / "q"
+    holder = _spawn(["-c", HOLDER, str(folder), "4"])
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        impatient = store_at(folder, lock_timeout_s=1)
+        started = time.monotonic()
+        with pytest.raises(QdrantStorageBusy, match="DOCQUEUE_QDRANT_LOCK_TIMEOUT"):
+            impatient.count()
+        assert 0.9 <= time.monotonic() - started < 3.5
+        patient = store_at(folder, lock_timeout_s=30)
+        started = time.monotonic()
+        patient.upsert(random_points("doc-a", 2))  # waits for the holder to let go
+        assert time.monotonic() - started > 0.5
+        assert patient.count() == 2
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+def test_lock_timeout_comes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCQUEUE_QDRANT_LOCK_TIMEOUT", "0.3")
+    store = store_at(tmp_path / "q")
+    assert store.lock_timeout_s == 0.3
+    outsider = QdrantClient(path=str(tmp_path / "q"))  # a client that knows nothing of docqueue's lock
+    try:
+        started = time.monotonic()
+        with pytest.raises(QdrantStorageBusy, match="outside docqueue"):
+            store.count()
+        assert time.monotonic() - started < 3
+    finally:
+        outsider.close()
+    assert store.count() == 0
+
+
+def test_resource_builds_stores_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCQUEUE_QDRANT_URL", "")
+    monkeypatch.setenv("DOCQUEUE_QDRANT_PATH", str(tmp_path / "from-env"))
+    store = QdrantResource().get_store(MODEL, DIM)
+    assert store.is_embedded and store.location == str(tmp_path / "from-env")
+    assert store.collection == "docqueue_chunks__all_minilm_l6_v2_int8"
+    monkeypatch.setenv("DOCQUEUE_QDRANT_URL", "https://user:hunter2@127.0.0.1:6333/")
+    monkeypatch.setenv("DOCQUEUE_QDRANT_API_KEY", "sekrit-key")
+    remote = QdrantResource().get_store(MODEL, DIM)
+    assert not remote.is_embedded
+    assert "hunter2" not in repr(remote) and "sekrit-key" not in repr(remote)
+    assert remote.location == "https://127.0.0.1:6333/"
+    remote.close()
+
+
+COOKING = """# Slow-cooked tomato sauce
+
+Warm olive oil in a heavy pot and soften chopped onions and garlic over a low flame. Add crushed
+San Marzano tomatoes, a pinch of salt and fresh basil leaves. Let the sauce simmer gently for two
+hours, stirring now and then so it does not catch on the bottom of the pan.
+
+## Serving
+
+Toss the sauce with freshly boiled spaghetti, finish with grated parmesan cheese and serve at once.
+Leftover sauce keeps for a week in the fridge or for months in the freezer.
+"""
+
+ASTRONOMY = """# Observing distant galaxies
+
+Large reflecting telescopes collect faint light from galaxies millions of light years away. Long
+exposures on cooled digital sensors reveal spiral arms, dust lanes and the bright cores where
+supermassive black holes swallow gas and stars.
+
+## Redshift
+
+Spectrographs split the light into its colours; the shift of spectral lines towards red tells
+astronomers how fast a galaxy is receding as the universe expands.
+"""
+
+
+def test_search_finds_the_document_a_phrase_comes_from(tmp_path):
+    embedder = get_embedder(MODEL)
+    store = store_at(tmp_path / "q", dim=embedder.dim)
+    points = []
+    for document_id, markdown in (("doc-cooking", COOKING), ("doc-astronomy", ASTRONOMY)):
+        chunks = chunk_markdown(markdown, page_key=f"{document_id}:1", target_tokens=48, overlap_tokens=8,
+                                max_tokens=96)
+        assert len(chunks) >= 2
+        vectors = embedder.embed([chunk.text for chunk in chunks])
+        points += [ChunkPoint(chunk.chunk_id, vector,
+                              {"document_id": document_id, "filename": f"{document_id}.pdf", "page_number": 1,
+                               "chunk_index": chunk.index, "text": chunk.text,
+                               "content_hash": chunk.content_hash})
+                   for chunk, vector in zip(chunks, vectors)]
+    assert store.upsert(points) == len(points)
+    queries = {
+        "doc-cooking": "simmer crushed tomatoes with basil",
+        "doc-astronomy": "spectral lines shifted towards red",
+    }
+    for document_id, phrase in queries.items():
+        hits = store.search(embedder.embed([phrase])[0], limit=3)
+        assert hits[0].payload["document_id"] == document_id, (phrase, hits)
+        assert hits[0].chunk_id in {p.chunk_id for p in points if p.payload["document_id"] == document_id}
+        assert phrase.split()[-1] in hits[0].payload["text"]
+        assert hits[0].score > 0.4
+    only_cooking = store.search(embedder.embed(["galaxies"])[0], limit=5, document_id="doc-cooking")
+    assert only_cooking and {hit.payload["document_id"] for hit in only_cooking} == {"doc-cooking"}
+
+
+def test_sessions_nest_across_stores_of_one_folder(tmp_path):
+    cooking = store_at(tmp_path / "q", model_id="model-one")
+    other = store_at(tmp_path / "q", model_id="model-two", lock_timeout_s=2)
+    with cooking.session():
+        cooking.upsert(random_points("doc-a", 3))
+        other.upsert(random_points("doc-b", 4))  # same folder, same thread: shares the open client
+        with cooking.session():
+            assert cooking.count() == 3
+    assert (cooking.count(), other.count()) == (3, 4)
