@@ -80,11 +80,12 @@ def _port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def _process_cmdline(pid: int) -> str:
+def _process_argv(pid: int) -> list[str]:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return ""
+        return []
+    return raw.decode(errors="replace").split("\0")
 
 
 def _process_alive(pid: int) -> bool:
@@ -185,8 +186,8 @@ class BoltServer:
         if not state:
             return None
         pid = int(state["pid"])
-        cmdline = _process_cmdline(pid)
-        if _SERVER_CLASS not in cmdline or f"-Darcadedb.server.rootPath={self.home}" not in cmdline:
+        argv = _process_argv(pid)
+        if _SERVER_CLASS not in argv or f"-Darcadedb.server.rootPath={self.home}" not in argv:
             return None
         if not _process_alive(pid):
             return None

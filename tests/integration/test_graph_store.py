@@ -272,10 +272,10 @@ def _java_processes_for(home: Path) -> list[int]:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
             except OSError:
                 continue
-            if "com.arcadedb.server.ArcadeDBServer" in cmdline and f"rootPath={home}" in cmdline:
+            if "com.arcadedb.server.ArcadeDBServer" in argv and f"-Darcadedb.server.rootPath={home}" in argv:
                 pids.append(int(proc.name))
     return pids
 
