@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import time

@@ -4,6 +4,7 @@ Each test module run gets a throwaway database (created here, dropped at the end
 ``pg_admin_url``. The stock dagster-postgres storages open a connection per storage call, so the
 connection counts asserted below would be in the thousands without orchestration.instance.
 """
+import logging
 import multiprocessing
 import os
 import select
@@ -12,7 +13,6 @@ import textwrap
 import threading
 import time
 import uuid
-import logging
 from pathlib import Path
 
 import pytest
