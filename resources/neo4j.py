@@ -149,7 +149,7 @@ _MERGE_CHUNKS = """
 UNWIND $rows AS row
 MATCH (p:Page {id: row.page_id})
 MERGE (c:Chunk {id: row.id})
-SET c.document_id = row.document_id, c.page_number = row.page_number, c.`index` = row.index
+SET c.document_id = row.document_id, c.page_number = row.page_number, c.`index` = row.`index`
 MERGE (p)-[:HAS_CHUNK]->(c)
 """
 
@@ -173,7 +173,7 @@ MATCH (a:Entity {key: row.source})
 MATCH (b:Entity {key: row.target})
 MERGE (a)-[r:RELATED_TO {type: row.type}]->(b)
 ON CREATE SET r.chunk_ids = []
-SET r.chunk_ids = r.chunk_ids + [id IN row.chunk_ids WHERE NOT id IN r.chunk_ids]
+SET r.chunk_ids = r.chunk_ids + [cid IN row.chunk_ids WHERE NOT cid IN r.chunk_ids]
 SET r.weight = size(r.chunk_ids)
 """
 
@@ -182,14 +182,14 @@ _DETACH_RELATIONS = """
 UNWIND $rows AS row
 MATCH (c:Chunk {id: row.chunk_id})-[:MENTIONS]->(a:Entity)-[r:RELATED_TO]->(b:Entity)
 WHERE row.chunk_id IN r.chunk_ids AND NOT (a.key + $sep + b.key + $sep + r.type) IN row.keep
-SET r.chunk_ids = [id IN r.chunk_ids WHERE id <> row.chunk_id]
+SET r.chunk_ids = [cid IN r.chunk_ids WHERE cid <> row.chunk_id]
 SET r.weight = size(r.chunk_ids)
-RETURN DISTINCT a.key AS key
+RETURN DISTINCT a.key AS entity_key
 """
 
 _DELETE_EMPTY_RELATIONS = """
-UNWIND $keys AS key
-MATCH (:Entity {key: key})-[r:RELATED_TO]->(:Entity)
+UNWIND $keys AS k
+MATCH (:Entity {key: k})-[r:RELATED_TO]->(:Entity)
 WHERE size(r.chunk_ids) = 0
 DELETE r
 """
@@ -199,12 +199,12 @@ UNWIND $rows AS row
 MATCH (c:Chunk {id: row.chunk_id})-[m:MENTIONS]->(e:Entity)
 WHERE NOT e.key IN row.keep
 DELETE m
-RETURN DISTINCT e.key AS key
+RETURN DISTINCT e.key AS entity_key
 """
 
 _DELETE_ORPHAN_ENTITIES = """
-UNWIND $keys AS key
-MATCH (e:Entity {key: key})
+UNWIND $keys AS k
+MATCH (e:Entity {key: k})
 WHERE NOT EXISTS { (e)<-[:MENTIONS]-(:Chunk) }
 DETACH DELETE e
 """
@@ -217,8 +217,8 @@ RETURN DISTINCT p.id AS page_id
 """
 
 _DELETE_EMPTY_PAGES = """
-UNWIND $ids AS id
-MATCH (p:Page {id: id})
+UNWIND $ids AS pid
+MATCH (p:Page {id: pid})
 WHERE NOT EXISTS { (p)-[:HAS_CHUNK]->(:Chunk) }
 OPTIONAL MATCH (d:Document)-[:HAS_PAGE]->(p)
 DETACH DELETE p
@@ -226,8 +226,8 @@ RETURN DISTINCT d.id AS document_id
 """
 
 _DELETE_EMPTY_DOCUMENTS = """
-UNWIND $ids AS id
-MATCH (d:Document {id: id})
+UNWIND $ids AS did
+MATCH (d:Document {id: did})
 WHERE NOT EXISTS { (d)-[:HAS_PAGE]->(:Page) }
 DETACH DELETE d
 """
@@ -319,11 +319,11 @@ class _Batch:
 def _detach_chunks(tx, keep: list[dict]) -> set[str]:
     """Remove what these chunks no longer state; returns the keys of entities that lost a mention or relation."""
     relation_rows = [{"chunk_id": row["chunk_id"], "keep": row["keep_relations"]} for row in keep]
-    touched = {rec["key"] for rec in tx.run(_DETACH_RELATIONS, rows=relation_rows, sep=_SIG_SEP)}
+    touched = {rec["entity_key"] for rec in tx.run(_DETACH_RELATIONS, rows=relation_rows, sep=_SIG_SEP)}
     if touched:
         tx.run(_DELETE_EMPTY_RELATIONS, keys=sorted(touched)).consume()
     mention_rows = [{"chunk_id": row["chunk_id"], "keep": row["keep_keys"]} for row in keep]
-    return touched | {rec["key"] for rec in tx.run(_DETACH_MENTIONS, rows=mention_rows)}
+    return touched | {rec["entity_key"] for rec in tx.run(_DETACH_MENTIONS, rows=mention_rows)}
 
 
 def _write_batch(tx, batch: _Batch) -> None:
@@ -444,8 +444,9 @@ class GraphStore:
         return {row["id"] for row in rows}
 
     def duplicate_entities(self) -> list[str]:
-        rows = self._read("MATCH (e:Entity) WITH e.key AS key, count(*) AS n WHERE n > 1 RETURN key ORDER BY key")
-        return [row["key"] for row in rows]
+        rows = self._read("MATCH (e:Entity) WITH e.key AS entity_key, count(*) AS n WHERE n > 1 "
+                          "RETURN entity_key ORDER BY entity_key")
+        return [row["entity_key"] for row in rows]
 
     def entity(self, name: str, limit: int = 100) -> dict | None:
         key = normalize_entity_name(name)
