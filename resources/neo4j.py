@@ -254,18 +254,20 @@ class _ChunkContent:
 
 
 def _chunk_content(chunk: ChunkGraph) -> _ChunkContent:
+    # keys are normalised again here (idempotent) so a caller's hand-made key cannot split one entity in two
     entities: dict[str, Entity] = {}
     for entity in chunk.extraction.entities:
-        key = entity.key or normalize_entity_name(entity.name)
+        key = normalize_entity_name(entity.key or entity.name)
         if key and key not in entities:
-            entities[key] = Entity(name=entity.name.strip(), type=entity.type, key=key)
+            entities[key] = Entity(name=" ".join(entity.name.split()) or key, type=entity.type, key=key)
     relations: set[tuple[str, str, str]] = set()
     for relation in chunk.extraction.relations:
-        for endpoint in (relation.source, relation.target):
+        source, target = normalize_entity_name(relation.source), normalize_entity_name(relation.target)
+        for endpoint in (source, target):
             if endpoint not in entities:
                 raise ValueError(f"chunk {chunk.chunk_id}: relation endpoint {endpoint!r} is not one of its entities")
-        if relation.source != relation.target and relation.type:
-            relations.add((relation.source, relation.target, relation.type))
+        if source != target and relation.type:
+            relations.add((source, target, relation.type))
     return _ChunkContent(entities, relations)
 
 

@@ -83,6 +83,15 @@ def test_chunk_content_merges_variant_entities_and_drops_self_loops():
     assert content.relations == {("tim cook", "apple", "LEAD")}
 
 
+def test_hand_made_keys_are_normalised_before_writing():
+    chunk = _chunk("c", [], [])
+    chunk.extraction = Extraction([Entity("Apple", "ORG", key="Apple Inc."), Entity("apple inc", "ORG")],
+                                  [Relation("APPLE INC", "apple inc.", "SELF")])
+    content = _chunk_content(chunk)
+    assert list(content.entities) == ["apple inc"]
+    assert content.relations == set()  # a self-loop once both ends are one entity
+
+
 def test_relation_to_an_entity_the_chunk_does_not_have_is_rejected():
     with pytest.raises(ValueError, match="not one of its entities"):
         _chunk_content(_chunk("c", [("Apple", "ORG")], [("apple", "google", "BUY")]))
