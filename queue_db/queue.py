@@ -211,7 +211,7 @@ class TaskQueue:
             UPDATE {kind.table} t
             SET {kind.status} = 'processing', {kind.col('worker_id')} = $1->>'worker',
                 {kind.col('started_at')} = now(), {kind.col('last_heartbeat')} = now(), updated_at = now()
-            FROM picked WHERE t.id = picked.id
+            WHERE t.id = ANY(ARRAY(SELECT id FROM picked))  -- probe the primary key, never a hash join over the table
             RETURNING {returning}"""
 
     def claim(self, kind: TaskKind, worker_id: str, limit: int = 1, *, only_ids: Sequence[str] | None = None,
@@ -257,8 +257,8 @@ class TaskQueue:
                 ORDER BY t.id FOR UPDATE OF t
             )
             UPDATE {kind.table} t SET {set_sql}, updated_at = now()
-            FROM mine, v
-            WHERE t.id = mine.id AND v.id = t.id
+            FROM v
+            WHERE t.id = ANY(ARRAY(SELECT id FROM mine)) AND v.id = t.id
             RETURNING t.id{_parent_columns(kind)}"""
 
     def complete(self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str]) -> Transition:

@@ -33,7 +33,7 @@ class Level(str, Enum):
     CHUNK = "chunk"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # kinds are singletons: identity equality, hashable
 class TaskKind:
     name: str
     phase: Phase

@@ -58,28 +58,31 @@ def bulk_seed(engine, documents: int, pages_per_document: int, chunks_per_page: 
               chunk_vector_status: str = "pending") -> None:
     """Set-based seeding of the state the API produces for expanded, OCR'd, chunked documents (fast enough
     for 100,000+ chunk rows). Used by the concurrency and EXPLAIN tests and the benchmarks."""
+    tag = f"bulk{uuid.uuid4().hex[:8]}"
     with engine.begin() as conn:
         conn.exec_driver_sql(
             """INSERT INTO documents (filename, document_key, content_hash, size_bytes, page_count, pages_created_at,
                                       ocr_status, ocr_completed_at)
-               SELECT 'bulk-' || n || '.pdf', 'bulk-' || n || '-' || substr(md5(random()::text), 1, 8),
+               SELECT %(tag)s || '-' || n || '.pdf', %(tag)s || '-' || n,
                       encode(sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'hex'), 1000, %(pages)s, now(),
                       'completed', now()
-               FROM generate_series(1, %(docs)s) n""", {"docs": documents, "pages": pages_per_document})
+               FROM generate_series(1, %(docs)s) n""", {"docs": documents, "pages": pages_per_document, "tag": tag})
         conn.exec_driver_sql(
             """INSERT INTO task_queue_page (document_id, page_number, page_file_path, ocr_status, ocr_completed_at,
                                             chunked_at, chunk_count)
-               SELECT d.id, n, 'bulk/page_' || n || '_nohf.md', 'completed', now(), now(), %(chunks)s
-               FROM documents d, generate_series(1, %(pages)s) n WHERE d.filename LIKE 'bulk-%%'""",
-            {"pages": pages_per_document, "chunks": chunks_per_page})
+               SELECT d.id, n, %(tag)s || '/page_' || n || '_nohf.md', 'completed', now(), now(), %(chunks)s
+               FROM documents d, generate_series(1, %(pages)s) n WHERE d.filename LIKE %(tag)s || '-%%'""",
+            {"pages": pages_per_document, "chunks": chunks_per_page, "tag": tag})
         conn.exec_driver_sql(
             """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash, content,
                                              vector_status)
                SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), 'text ' || n, %(status)s::task_status
                FROM task_queue_page p, generate_series(0, %(chunks)s - 1) n
-               WHERE p.page_file_path LIKE 'bulk/%%'""",
-            {"chunks": chunks_per_page, "status": chunk_vector_status})
-        conn.exec_driver_sql(f"UPDATE task_queue_page SET vector_status = '{chunk_vector_status}' WHERE page_file_path LIKE 'bulk/%%'")
-        conn.exec_driver_sql(f"UPDATE documents SET vector_index_status = '{chunk_vector_status}' WHERE filename LIKE 'bulk-%%'")
+               WHERE p.page_file_path LIKE %(tag)s || '/%%'""",
+            {"chunks": chunks_per_page, "status": chunk_vector_status, "tag": tag})
+        conn.exec_driver_sql("UPDATE task_queue_page SET vector_status = %(s)s::task_status WHERE page_file_path LIKE %(tag)s || '/%%'",
+                             {"s": chunk_vector_status, "tag": tag})
+        conn.exec_driver_sql("UPDATE documents SET vector_index_status = %(s)s::task_status WHERE filename LIKE %(tag)s || '-%%'",
+                             {"s": chunk_vector_status, "tag": tag})
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")

@@ -1,0 +1,80 @@
+"""The claim queries stay on their partial claim indexes on a table of 100,000+ rows (EXPLAIN-based)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from queue_db.queue import TaskQueue, create_queue_engine
+from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
+from tests.queue_support import bulk_seed
+
+EXPECTED_INDEX = {
+    OCR_DOCUMENT: "idx_documents_expand_claim",
+    OCR_PAGE: "idx_tqp_ocr_claim",
+    VECTOR_PAGE: "idx_tqp_vector_claim",
+    VECTOR_CHUNK: "idx_tqc_vector_claim",
+    GRAPHRAG_CHUNK: "idx_tqc_graphrag_claim",
+}
+
+
+def _literal(args: dict) -> str:
+    """EXECUTE in EXPLAIN takes no bind parameters: a quoted jsonb literal instead."""
+    return "'" + json.dumps(args).replace("'", "''") + "'::jsonb"
+
+
+@pytest.fixture(scope="module")
+def big_queue(create_database, migrated_template):
+    engine = create_queue_engine(create_database(template=migrated_template))
+    # 60,000 chunks waiting for vectors + 60,000 waiting for GraphRAG, pages and documents in every state
+    bulk_seed(engine, 60, 10, 100)
+    bulk_seed(engine, 60, 10, 100, chunk_vector_status="completed")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE task_queue_page SET ocr_status = 'pending', chunked_at = NULL "
+                             "WHERE page_number %% 2 = 0 AND ctid IN (SELECT ctid FROM task_queue_page LIMIT 3000)")
+        conn.exec_driver_sql("UPDATE task_queue_page SET chunked_at = NULL, vector_status = 'pending' "
+                             "WHERE page_number = 3")
+        conn.exec_driver_sql("""INSERT INTO documents (filename, document_key, content_hash, size_bytes)
+                                SELECT 'new-' || n, 'new-' || n, md5(n::text) || md5(n::text), 1
+                                FROM generate_series(1, 5000) n""")
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
+        assert conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk").scalar() >= 100_000
+    yield engine
+    engine.dispose()
+
+
+@pytest.mark.parametrize("kind", list(EXPECTED_INDEX), ids=lambda k: k.name)
+def test_claim_reads_its_partial_index_in_order(big_queue, kind):
+    statement = TaskQueue(big_queue).claim_sql(kind)
+    with big_queue.connect() as conn:
+        conn.exec_driver_sql("SET plan_cache_mode = force_custom_plan")  # as PL/pgSQL EXECUTE plans it
+        conn.exec_driver_sql(f"PREPARE claim_stmt(jsonb) AS {statement}")
+        plan = conn.exec_driver_sql(
+            f"EXPLAIN (FORMAT JSON) EXECUTE claim_stmt({_literal({'worker': 'w', 'limit': 50})})").scalar()
+        conn.exec_driver_sql("DEALLOCATE ALL")
+        conn.rollback()
+    nodes = list(_nodes(plan[0]["Plan"]))
+    shown = "\n".join(f"{n.get('Node Type')} {n.get('Relation Name', '')} {n.get('Index Name', '')}" for n in nodes)
+    assert any(n.get("Index Name") == EXPECTED_INDEX[kind] for n in nodes), f"{kind.name} does not use its index:\n{shown}"
+    assert not any(n["Node Type"] == "Sort" for n in nodes), f"{kind.name} sorts instead of reading in order:\n{shown}"
+    assert not any(n["Node Type"] == "Seq Scan" for n in nodes), f"{kind.name} scans a whole table:\n{shown}"
+
+
+def _nodes(node: dict):
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def test_claim_by_partition_ids_uses_the_primary_key(big_queue):
+    statement = TaskQueue(big_queue).claim_sql(VECTOR_CHUNK, only_ids=True, override_retry_limit=True)
+    with big_queue.connect() as conn:
+        ids = [str(r[0]) for r in conn.exec_driver_sql("SELECT id FROM task_queue_chunk LIMIT 20")]
+        conn.exec_driver_sql("SET plan_cache_mode = force_custom_plan")
+        conn.exec_driver_sql(f"PREPARE claim_ids(jsonb) AS {statement}")
+        plan = json.dumps(conn.exec_driver_sql(
+            f"EXPLAIN (FORMAT JSON) EXECUTE claim_ids({_literal({'worker': 'w', 'limit': 50, 'only': ids})})").scalar())
+        conn.exec_driver_sql("DEALLOCATE ALL")
+        conn.rollback()
+    assert "task_queue_chunk_pkey" in plan and '"Node Type": "Seq Scan"' not in plan
