@@ -107,6 +107,8 @@ class Embedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # busy-waiting worker threads burn a core that OCR or another worker needs on a 2-core box
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # onnxruntime prints optimiser notes as warnings otherwise
         return ort.InferenceSession(model_file, sess_options=options, providers=["CPUExecutionProvider"])
