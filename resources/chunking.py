@@ -242,20 +242,25 @@ class _Budget:
     maximum: int
 
 
-def _cut_long_word(word: str, budget: _Budget) -> list[str]:
-    if count_tokens(word) <= budget.maximum:
-        return [word]
-    # a whitespace-free run this long is not a word anyone reads (rules, CJK runs); bound it
-    return [word[start:start + budget.target] for start in range(0, len(word), budget.target)]
+def _counted_words(text: str, budget: _Budget) -> list[tuple[str, int]]:
+    words = text.split()
+    counted: list[tuple[str, int]] = []
+    for word, tokens in zip(words, count_tokens_batch(words)):
+        if tokens <= budget.maximum:
+            counted.append((word, tokens))
+            continue
+        # a whitespace-free run this long is not a word anyone reads (rules, CJK runs); bound it
+        parts = [word[start:start + budget.target] for start in range(0, len(word), budget.target)]
+        counted.extend(zip(parts, count_tokens_batch(parts)))
+    return counted
 
 
 def _word_groups(text: str, limit: int, budget: _Budget) -> list[tuple[str, int]]:
     """Greedy groups of whole words, each at most `limit` tokens unless one word alone is longer."""
-    words = [part for word in text.split() for part in _cut_long_word(word, budget)]
     groups: list[tuple[str, int]] = []
     current: list[str] = []
     current_tokens = 0
-    for word, tokens in zip(words, count_tokens_batch(words)):
+    for word, tokens in _counted_words(text, budget):
         if current and current_tokens + tokens > limit:
             groups.append((" ".join(current), current_tokens))
             current, current_tokens = [], 0
@@ -462,7 +467,13 @@ def chunk_markdown(markdown: str, *, page_key: str, target_tokens: int = 256, ov
     budget = _validate(target_tokens, overlap_tokens, max_tokens)
     if not markdown or not markdown.strip():
         return []
-    packer = _Packer(budget, max_chunks if max_chunks is not None else max_chunks_per_page())
+    limit = max_chunks if max_chunks is not None else max_chunks_per_page()
+    words = len(markdown.split())
+    if words > limit * max_tokens:  # every word is at least one token: fail fast on runaway pages
+        raise TooManyChunksError(
+            f"page has {words} words, more than {limit} chunks (DOCQUEUE_MAX_CHUNKS_PER_PAGE) of "
+            f"{max_tokens} tokens can hold")
+    packer = _Packer(budget, limit)
     path: list[tuple[int, str]] = []
     for block in parse_blocks(markdown):
         if block.kind == "heading":

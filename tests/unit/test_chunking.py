@@ -238,6 +238,11 @@ def test_too_many_chunks_raises_instead_of_dropping_text(monkeypatch):
         chunk_markdown(markdown, page_key="p", target_tokens=50, overlap_tokens=0, max_tokens=60)
 
 
+def test_runaway_page_is_refused_before_tokenizing_it():
+    with pytest.raises(TooManyChunksError, match="page has 100000 words"):
+        chunk_markdown("word " * 100_000, page_key="p", max_tokens=400, max_chunks=200)
+
+
 def test_max_chunks_default_and_bad_env(monkeypatch):
     monkeypatch.delenv("DOCQUEUE_MAX_CHUNKS_PER_PAGE", raising=False)
     assert max_chunks_per_page() == 200
