@@ -216,7 +216,7 @@ def test_write_throughput(graph_store, record_property):
     people = [f"Person {i}" for i in range(300)]
     orgs = [f"Organisation {i}" for i in range(100)]
     chunks = []
-    for i in range(400):
+    for i in range(200):
         ents = [(people[(i * 7 + k) % 300], "PERSON") for k in range(5)] + \
                [(orgs[(i * 3 + k) % 100], "ORG") for k in range(3)]
         rels = [(ents[k][0], ents[5 + k % 3][0], "WORK_FOR") for k in range(5)] + \
@@ -233,7 +233,7 @@ def test_write_throughput(graph_store, record_property):
     print(f"\ngraph write: {len(chunks) / first:.0f} chunks/s (8 entities, 9 relations each), "
           f"rewrite: {len(chunks) / again:.0f} chunks/s")
     counts = graph_store.counts()
-    assert counts["chunks"] == 400 and counts["entities"] == 400 and counts["documents"] == 10
+    assert counts["chunks"] == 200 and counts["entities"] == 400 and counts["documents"] == 5
 
 
 # -- the server itself -----------------------------------------------------------------------------------------------------
