@@ -453,36 +453,88 @@ class TaskQueue:
     def _bubble_documents(self, conn: sa.Connection, phase: Phase, document_ids: list[str]) -> list[Correction]:
         return self._bubble(conn, phase, document_ids=document_ids)
 
-    def reconcile(self, batch_size: int = 500) -> list[Correction]:
-        """Recompute every parent from its children (the nightly job); returns what it corrected.
-
-        Candidates are found by a read-only scan, then fixed through the same locked bubble-up as live
-        transitions, in batches, so it is safe while workers run."""
-        corrections: list[Correction] = []
-        for phase in (Phase.VECTOR, Phase.GRAPHRAG):
-            col = f"{phase.value}_status"
-            with self.engine.connect() as conn:
-                page_ids = [str(r[0]) for r in conn.exec_driver_sql(
+    def _parents_out_of_line(self) -> dict[tuple[str, Phase], list[str]]:
+        """Read-only: (level, phase) -> ids of parents whose status differs from the rule over their children."""
+        found: dict[tuple[str, Phase], list[str]] = {}
+        with self.engine.connect() as conn:
+            for phase in (Phase.VECTOR, Phase.GRAPHRAG):
+                col = f"{phase.value}_status"
+                found[("page", phase)] = [str(r[0]) for r in conn.exec_driver_sql(
                     f"""SELECT p.id FROM task_queue_page p WHERE p.chunked_at IS NOT NULL
                         AND p.{col} IS DISTINCT FROM COALESCE(
                             (SELECT docqueue_rollup(c.{col}) FROM task_queue_chunk c WHERE c.page_id = p.id), 'completed')
                         ORDER BY p.id""").all()]
-            for start in range(0, len(page_ids), batch_size):
-                batch = page_ids[start:start + batch_size]
-                corrections += self._transaction(lambda conn, b=batch, ph=phase: self._bubble_pages(conn, ph, b))
-        for phase in Phase:
-            doc_col, page_col = phase.document_status_column, f"{phase.value}_status"
-            with self.engine.connect() as conn:
-                doc_ids = [str(r[0]) for r in conn.exec_driver_sql(
+            for phase in Phase:
+                doc_col, page_col = phase.document_status_column, f"{phase.value}_status"
+                found[("document", phase)] = [str(r[0]) for r in conn.exec_driver_sql(
                     f"""SELECT d.id FROM documents d WHERE d.pages_created_at IS NOT NULL
                         AND EXISTS (SELECT 1 FROM task_queue_page pg WHERE pg.document_id = d.id)
                         AND d.{doc_col} IS DISTINCT FROM
                             (SELECT docqueue_rollup(pg.{page_col}) FROM task_queue_page pg WHERE pg.document_id = d.id)
                         ORDER BY d.id""").all()]
-            for start in range(0, len(doc_ids), batch_size):
-                batch = doc_ids[start:start + batch_size]
-                corrections += self._transaction(lambda conn, b=batch, ph=phase: self._bubble_documents(conn, ph, b))
+        return found
+
+    def disagreeing_parents(self) -> dict[str, int]:
+        """How many parents disagree with their children, per level and phase (0 everywhere when healthy)."""
+        return {f"{level}_{phase.value}": len(ids) for (level, phase), ids in self._parents_out_of_line().items()}
+
+    def reconcile(self, batch_size: int = 500) -> list[Correction]:
+        """Recompute every parent from its children (the nightly job); returns what it corrected.
+
+        Candidates are found by a read-only scan, then fixed through the same locked bubble-up as live
+        transitions, in batches (pages before documents), so it is safe while workers run."""
+        corrections: list[Correction] = []
+        for level in ("page", "document"):
+            for (found_level, phase), ids in self._parents_out_of_line().items():
+                if found_level != level:
+                    continue
+                for start in range(0, len(ids), batch_size):
+                    batch = ids[start:start + batch_size]
+                    if level == "page":
+                        corrections += self._transaction(lambda c, b=batch, ph=phase: self._bubble(c, ph, page_ids=b))
+                    else:
+                        corrections += self._transaction(lambda c, b=batch, ph=phase: self._bubble(c, ph, document_ids=b))
         return corrections
+
+    def requeue(self, kind: TaskKind, ids: Sequence[str], reason: str) -> int:
+        """Put tasks back to pending with fresh retries (repair after verification found their output missing).
+        Requeuing a chunk's vector task also requeues its GraphRAG task: the later phase depends on it."""
+        ids = [str(i) for i in ids]
+        if not ids:
+            return 0
+        cascade = ""
+        if kind is VECTOR_CHUNK:
+            cascade = ", graphrag_status = 'pending', graphrag_retry_count = 0, graphrag_next_attempt_at = NULL"
+        sql = f"""
+            WITH target AS (
+                SELECT t.id FROM {kind.table} t
+                WHERE t.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'ids'))::uuid[])
+                  AND t.{kind.status} <> 'processing'
+                ORDER BY t.id FOR UPDATE
+            )
+            UPDATE {kind.table} t SET {kind.status} = 'pending', {kind.col('retry_count')} = 0,
+                   {kind.col('next_attempt_at')} = NULL, {kind.col('error')} = $1->>'reason',
+                   {kind.col('error_class')} = 'requeued'{cascade}, updated_at = now()
+            WHERE t.id = ANY(ARRAY(SELECT id FROM target))
+            RETURNING t.id{_parent_columns(kind)}"""
+        rows = self._run(kind, sql, {"ids": ids, "reason": clean_text(reason)})
+        if kind is VECTOR_CHUNK and rows:
+            self._transaction(lambda conn: self._bubble(
+                conn, Phase.GRAPHRAG, sorted({r["page_id"] for r in rows}), sorted({r["document_id"] for r in rows})))
+        return len(rows)
+
+    def chunk_context(self, ids: Sequence[str]) -> dict[str, dict]:
+        """What a chunk's outputs carry besides its text: document id/key/filename and page number."""
+        if not ids:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                """SELECT c.id::text AS id, c.document_id::text AS document_id, d.document_key, d.filename,
+                          p.page_number, c.chunk_index, c.chunk_id, c.chunk_content_hash
+                   FROM task_queue_chunk c JOIN documents d ON d.id = c.document_id
+                   JOIN task_queue_page p ON p.id = c.page_id
+                   WHERE c.id = ANY(%(ids)s::uuid[])""", {"ids": [str(i) for i in ids]}).mappings().all()
+        return {r["id"]: dict(r) for r in rows}
 
     # ------------------------------------------------------------------ lookups
     def document(self, ref: str) -> dict | None:

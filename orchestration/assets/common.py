@@ -1,0 +1,142 @@
+"""Materializing a range of task partitions through the queue, with per-partition truth.
+
+A run covers a range of partition keys. The asset claims exactly those keys' tasks (fenced by this run's worker
+id), heartbeats them from a background thread, processes them in batches through `work.Pipeline`, and then:
+- logs one AssetMaterialization per key whose task completed, with that key's own metadata;
+- yields no Output (output_required=False), so Dagster records nothing for the other keys of the range;
+- raises if any key's task failed, so the run fails and Dagster marks exactly the keys that were planned but not
+  materialized as failed. Keys whose task was already completed by someone else are then logged as materialized
+  too, so a failed run never paints a completed partition red.
+A run launched by a person (UI backfill, manual launch) overrides the retry limit and back-off; a run launched by
+a docqueue sensor or `docqueue run` respects them.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from queue_db.partitions import rows_for_keys
+from queue_db.queue import TaskQueue, make_worker_id
+from queue_db.tasks import TaskKind
+from queue_db.worker import Heartbeat
+from orchestration.work import Outcome, Pipeline
+
+CLAIM_BATCH = {"ocr_document": 4, "ocr_page": 4, "vector_page": 25, "vector_chunk": 64, "graphrag_chunk": 64}
+AUTOMATED_RUN_TAGS = ("dagster/sensor_name", "docqueue/runner", "dagster/schedule_name")
+
+
+@dataclass
+class RangeReport:
+    kind: str
+    keys: int = 0
+    completed: dict[str, Outcome] = field(default_factory=dict)
+    failed: dict[str, Outcome] = field(default_factory=dict)
+    already_completed: list[str] = field(default_factory=list)
+    not_ready: dict[str, str] = field(default_factory=dict)
+    taken_elsewhere: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def is_manual_run(tags: dict) -> bool:
+    return not any(tag in tags for tag in AUTOMATED_RUN_TAGS)
+
+
+def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: list[str], worker_id: str, *,
+                 override_retry_limit: bool, log=None) -> RangeReport:
+    """Claim, heartbeat, process and settle the tasks behind `keys`. Dagster-free, so it is testable alone."""
+    started = time.perf_counter()
+    report = RangeReport(kind.name, keys=len(keys))
+    rows = rows_for_keys(queue.engine, kind, keys)
+    key_of_id = {row["id"]: key for key, row in rows.items()}
+    remaining = [row["id"] for row in rows.values() if row["status"] != "completed"]
+    report.already_completed = [key for key, row in rows.items() if row["status"] == "completed"]
+    batch = CLAIM_BATCH[kind.name]
+    with Heartbeat(queue, kind, worker_id) as heartbeat:
+        while remaining:
+            tasks = queue.claim(kind, worker_id, batch, only_ids=remaining, override_retry_limit=override_retry_limit)
+            if not tasks:
+                break
+            claimed = [t["id"] for t in tasks]
+            heartbeat.add(claimed)
+            outcomes = pipeline.process(kind, worker_id, tasks)
+            heartbeat.remove(claimed)
+            claimed_set = set(claimed)
+            remaining = [i for i in remaining if i not in claimed_set]
+            for outcome in outcomes:
+                key = key_of_id[outcome.id]
+                if outcome.rejected:
+                    report.lost.append(key)
+                elif outcome.ok:
+                    report.completed[key] = outcome
+                else:
+                    report.failed[key] = outcome
+            if log:
+                log.info(f"{kind.name}: {len(report.completed)} completed, {len(report.failed)} failed, "
+                         f"{len(remaining)} left of {len(keys)}")
+        report.lost += [key_of_id[i] for i in heartbeat.lost if key_of_id.get(i) not in report.lost]
+    # whatever we could not claim: someone else holds it, or it is not ready (gated, backing off, out of retries)
+    if remaining:
+        now = rows_for_keys(queue.engine, kind, [key_of_id[i] for i in remaining])
+        for key, row in now.items():
+            if row["status"] == "completed":
+                report.already_completed.append(key)
+            elif row["status"] == "processing":
+                report.taken_elsewhere.append(key)
+            else:
+                report.not_ready[key] = _why_not_ready(kind, row)
+    report.not_ready.update({k: "no such task (unknown partition key)" for k in keys if k not in rows})
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _why_not_ready(kind: TaskKind, row: dict) -> str:
+    if row["status"] == "failed" and row["retries"] >= (row["max_retries"] or 0):
+        return f"failed {row['retries']} times (out of retries): {row['error']}"
+    if row["status"] == "failed":
+        return f"waiting for its retry back-off after: {row['error']}"
+    previous = kind.phase.previous
+    return f"waiting for its {previous.value if previous else 'parent'} phase to complete"
+
+
+def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: TaskQueue, pipeline: Pipeline,
+                      after=None):
+    """The body every task asset shares. `after(report)` runs once the tasks are settled (register children)."""
+    keys = list(context.partition_keys)
+    manual = is_manual_run(dict(context.run.tags))
+    worker_id = make_worker_id(f"run:{context.run_id}")
+    report = process_keys(queue, pipeline, kind, keys, worker_id, override_retry_limit=manual, log=context.log)
+    if after is not None:
+        after(report)
+    asset_key = context.asset_key
+    for key, outcome in report.completed.items():
+        context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=key, metadata=outcome.metadata))
+    failing = bool(report.failed) or (manual and bool(report.not_ready))
+    if failing or manual:
+        # a completed task is materialized truth; do not let this run's failure mark it failed
+        for key in report.already_completed:
+            context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=key,
+                                                      metadata={"note": "task already completed"}))
+    summary = {
+        "keys": len(keys), "completed": len(report.completed), "failed": len(report.failed),
+        "already_completed": len(report.already_completed), "not_ready": len(report.not_ready),
+        "taken_elsewhere": len(report.taken_elsewhere), "lost_to_recovery": len(report.lost),
+        "seconds": round(report.seconds, 2),
+        "error_classes": dict(Counter(o.error_class for o in report.failed.values())),
+    }
+    context.log.info(f"{kind.name} range {keys[0]} .. {keys[-1]}: {summary}")
+    if failing:
+        lines = [f"{key}: {o.error}" for key, o in list(report.failed.items())[:20]]
+        if manual:
+            lines += [f"{key}: not run, {why}" for key, why in list(report.not_ready.items())[:20]]
+        raise dg.Failure(
+            description=f"{len(report.failed)} of {len(keys)} {kind.name} tasks failed"
+                        + (f", {len(report.not_ready)} not ready" if manual and report.not_ready else ""),
+            metadata={**{k: v for k, v in summary.items() if k != "error_classes"},
+                      "errors": dg.MetadataValue.md("\n".join(f"- `{line}`" for line in lines) or "-")},
+        )
+    if False:  # pragma: no cover - makes this a generator so output_required=False applies
+        yield

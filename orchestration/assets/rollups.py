@@ -1,0 +1,52 @@
+"""Document-level roll-ups per phase: a document's phase is materialized once all its pages/chunks settled.
+
+A completed phase is a materialization with the document's figures; a failed phase fails the partition with the
+first failing child's error. Roll-ups are written when the queue says the phase reached a final status."""
+
+import dagster as dg
+from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
+
+from queue_db.partitions import document_rollup, mark_rolled_up
+from orchestration.assets.common import is_manual_run
+from orchestration.partitions import documents_partitions
+from resources.database import DatabaseResource
+
+PHASE_ASSETS = {"ocr": ("document_ocr", "ocr_page"), "vector": ("document_vector_index", "vector_chunk"),
+                "graphrag": ("document_graphrag_index", "graphrag_chunk")}
+ROLLUP_ASSET_BY_PHASE = {phase: name for phase, (name, _) in PHASE_ASSETS.items()}
+
+
+def _rollup_asset(phase: str, name: str, upstream: str):
+    @dg.asset(
+        name=name, group_name=phase, partitions_def=documents_partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, kinds={"postgres"},
+        owners=["team:docqueue"], tags={"docqueue/phase": phase},
+        deps=[dg.AssetDep(upstream, partition_mapping=dg.AllPartitionMapping())],
+        description=f"Per document: the {phase} phase rolled up from its children (seed bubble-up rule), with the "
+                    "document's figures. Materialized when the phase completed; failed when it failed.",
+    )
+    def rollup(context: AssetExecutionContext, database: DatabaseResource):
+        queue = database.get_queue()
+        keys = list(context.partition_keys)
+        figures = document_rollup(queue.engine, phase, keys)
+        completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
+        failed = {k: f for k, f in figures.items() if f["status"] == "failed"}
+        for key, f in completed.items():
+            context.log_event(dg.AssetMaterialization(
+                asset_key=context.asset_key, partition=key,
+                metadata={k: v for k, v in f.items() if k not in ("document_key", "id", "status", "error") and v is not None}))
+        mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())])
+        open_keys = [k for k in keys if k not in completed and k not in failed]
+        if failed or (open_keys and is_manual_run(dict(context.run.tags))):
+            lines = [f"- `{k}`: {f['error']}" for k, f in list(failed.items())[:20]]
+            lines += [f"- `{k}`: phase not finished ({figures.get(k, {}).get('status', 'unknown document')})"
+                      for k in open_keys[:20]]
+            raise dg.Failure(description=f"{len(failed)} document(s) failed the {phase} phase",
+                             metadata={"errors": dg.MetadataValue.md("\n".join(lines))})
+        if False:  # pragma: no cover - generator, so output_required=False applies
+            yield
+
+    return rollup
+
+
+rollup_assets = [_rollup_asset(phase, name, upstream) for phase, (name, upstream) in PHASE_ASSETS.items()]

@@ -1,0 +1,48 @@
+"""Phase 2, vector index: pages are chunked; chunks are embedded into Qdrant."""
+
+import dagster as dg
+from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
+
+from queue_db.tasks import VECTOR_CHUNK, VECTOR_PAGE, Level
+from orchestration.assets.common import materialize_range
+from orchestration.assets.resources_bundle import build_pipeline
+from orchestration.partitions import chunks_partitions, pages_partitions, register_partitions
+from resources.database import DatabaseResource
+from resources.embeddings import EmbeddingResource
+from resources.qdrant import QdrantResource
+from resources.storage import StorageResource
+
+SINGLE_RUN = dg.BackfillPolicy.single_run()
+
+
+@dg.asset(
+    name="vector_page", group_name="vector", partitions_def=pages_partitions, backfill_policy=SINGLE_RUN,
+    output_required=False, kinds={"python", "postgres"}, owners=["team:docqueue"], tags={"docqueue/phase": "vector"},
+    deps=["ocr_page"],
+    description="Chunks a page's markdown (headings, paragraphs, lists and tables respected; token budget with "
+                "overlap; deterministic ids) and creates one vector task and one `chunks` partition per chunk.",
+)
+def vector_page(context: AssetExecutionContext, database: DatabaseResource, storage: StorageResource):
+    pipeline = build_pipeline(database, storage)
+    yield from materialize_range(
+        context, VECTOR_PAGE, pipeline.queue, pipeline,
+        after=lambda report: register_partitions(context.instance, pipeline.queue.engine, Level.CHUNK))
+
+
+@dg.asset(
+    name="vector_chunk", group_name="vector", partitions_def=chunks_partitions, backfill_policy=SINGLE_RUN,
+    output_required=False, kinds={"onnx", "qdrant"}, owners=["team:docqueue"], tags={"docqueue/phase": "vector"},
+    deps=[dg.AssetDep("vector_page", partition_mapping=dg.AllPartitionMapping())],
+    description="Embeds a chunk with all-MiniLM-L6-v2 (int8 ONNX, 384 dims) and upserts it into Qdrant; the point "
+                "id is uuid5(chunk_id), so a retry overwrites instead of duplicating.",
+)
+def vector_chunk(context: AssetExecutionContext, database: DatabaseResource, storage: StorageResource,
+                 embeddings: EmbeddingResource, qdrant: QdrantResource):
+    pipeline = build_pipeline(database, storage, embeddings=embeddings, qdrant=qdrant)
+    try:
+        yield from materialize_range(context, VECTOR_CHUNK, pipeline.queue, pipeline)
+    finally:
+        pipeline.close()
+
+
+vector_assets = [vector_page, vector_chunk]

@@ -1,0 +1,77 @@
+"""Asset checks: nothing stuck in processing, parents agree with children, stores agree with the queue."""
+
+import dagster as dg
+
+from orchestration.verify import completed_chunks
+from resources.database import DatabaseResource
+from resources.embeddings import EmbeddingResource
+from resources.neo4j import Neo4jResource
+from resources.qdrant import QdrantResource
+
+_STUCK_SQL = """
+SELECT 'ocr_document', count(*) FROM documents WHERE ocr_status = 'processing' AND pages_created_at IS NULL
+       AND last_heartbeat < now() - make_interval(secs => %(s)s)
+UNION ALL SELECT 'ocr_page', count(*) FROM task_queue_page WHERE ocr_status = 'processing'
+       AND ocr_last_heartbeat < now() - make_interval(secs => %(s)s)
+UNION ALL SELECT 'vector_page', count(*) FROM task_queue_page WHERE vector_status = 'processing'
+       AND chunked_at IS NULL AND vector_last_heartbeat < now() - make_interval(secs => %(s)s)
+UNION ALL SELECT 'vector_chunk', count(*) FROM task_queue_chunk WHERE vector_status = 'processing'
+       AND vector_last_heartbeat < now() - make_interval(secs => %(s)s)
+UNION ALL SELECT 'graphrag_chunk', count(*) FROM task_queue_chunk WHERE graphrag_status = 'processing'
+       AND graphrag_last_heartbeat < now() - make_interval(secs => %(s)s)
+"""
+
+
+@dg.asset_check(asset="ocr_page", name="no_task_stuck_in_processing", blocking=False,
+                description="No task of any kind is `processing` with a heartbeat older than the stale timeout.")
+def no_task_stuck_in_processing(database: DatabaseResource) -> dg.AssetCheckResult:
+    queue = database.get_queue()
+    with queue.engine.connect() as conn:
+        stuck = {r[0]: int(r[1]) for r in conn.exec_driver_sql(_STUCK_SQL, {"s": queue.settings.stale_timeout_s}).all()}
+    return dg.AssetCheckResult(passed=sum(stuck.values()) == 0, metadata=stuck)
+
+
+@dg.asset_check(asset="document_ocr", name="parents_agree_with_children", blocking=False,
+                description="Every page and document status equals the bubble-up rule over its children.")
+def parents_agree_with_children(database: DatabaseResource) -> dg.AssetCheckResult:
+    disagreeing = database.get_queue().disagreeing_parents()
+    return dg.AssetCheckResult(passed=sum(disagreeing.values()) == 0, metadata=disagreeing)
+
+
+@dg.asset_check(asset="vector_chunk", name="vectors_agree_with_queue", blocking=False,
+                description="Each completed vector chunk has exactly one Qdrant point and no point lacks a chunk.")
+def vectors_agree_with_queue(database: DatabaseResource, embeddings: EmbeddingResource,
+                             qdrant: QdrantResource) -> dg.AssetCheckResult:
+    queue = database.get_queue()
+    embedder = embeddings.get_embedder()
+    store = qdrant.get_store(embedder.model_id, embedder.dim)
+    try:
+        store.ensure_collection()
+        points = store.chunk_ids()
+    finally:
+        store.close()
+    done = set(completed_chunks(queue, "vector"))
+    missing, extra = len(done - points), len(points - done)
+    return dg.AssetCheckResult(passed=missing == 0 and extra == 0, metadata={
+        "completed_chunks": len(done), "points": len(points), "missing_points": missing, "points_not_completed": extra})
+
+
+@dg.asset_check(asset="graphrag_chunk", name="graph_agrees_with_queue", blocking=False,
+                description="Each completed GraphRAG chunk has its graph writes; no duplicate entity nodes.")
+def graph_agrees_with_queue(database: DatabaseResource, neo4j: Neo4jResource) -> dg.AssetCheckResult:
+    queue = database.get_queue()
+    graph = neo4j.get_store()
+    try:
+        written = graph.chunk_ids_with_writes()
+        duplicates = graph.duplicate_entities()
+    finally:
+        graph.close()
+    done = set(completed_chunks(queue, "graphrag"))
+    missing = len(done - written)
+    return dg.AssetCheckResult(passed=missing == 0 and not duplicates, metadata={
+        "completed_chunks": len(done), "chunks_with_writes": len(written), "missing": missing,
+        "duplicate_entities": len(duplicates)})
+
+
+all_checks = [no_task_stuck_in_processing, parents_agree_with_children, vectors_agree_with_queue,
+              graph_agrees_with_queue]

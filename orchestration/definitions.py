@@ -1,0 +1,36 @@
+"""The Dagster code location: assets by phase, their jobs, sensors, schedules, checks and resources."""
+from __future__ import annotations
+
+import dagster as dg
+
+from orchestration.assets import all_assets
+from orchestration.checks import all_checks
+from orchestration.jobs import all_jobs
+from orchestration.schedules import all_schedules, maintenance_jobs
+from orchestration.sensors import all_sensors
+from resources.database import DatabaseResource
+from resources.embeddings import EmbeddingResource
+from resources.extraction import ExtractionResource
+from resources.neo4j import Neo4jResource
+from resources.ocr import OcrResource
+from resources.qdrant import QdrantResource
+from resources.storage import StorageResource
+
+
+def build_resources() -> dict:
+    # every field left empty reads its DOCQUEUE_* environment variable at run time: no secret enters run config
+    return {
+        "database": DatabaseResource(), "storage": StorageResource(), "ocr": OcrResource(),
+        "embeddings": EmbeddingResource(), "qdrant": QdrantResource(), "neo4j": Neo4jResource(),
+        "extraction": ExtractionResource(),
+    }
+
+
+defs = dg.Definitions(
+    assets=all_assets,
+    asset_checks=all_checks,
+    jobs=[*all_jobs, *maintenance_jobs],
+    sensors=all_sensors,
+    schedules=all_schedules,
+    resources=build_resources(),
+)

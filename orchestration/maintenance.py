@@ -1,0 +1,61 @@
+"""Recovery and nightly reconciliation, as plain functions (the schedules' jobs and the CLI call these)."""
+from __future__ import annotations
+
+import re
+
+import dagster as dg
+
+from queue_db.queue import TaskQueue
+from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK
+from orchestration.verify import verify_stores
+
+_RUN_ID = re.compile(r"^run:([0-9a-f-]{36}):")
+FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+
+
+def recover(queue: TaskQueue, stale_after_s: float | None = None) -> dict:
+    released = queue.recover_stale(stale_after_s)
+    return {"released": released, "released_total": sum(released.values())}
+
+
+def dead_run_workers(queue: TaskQueue, instance: dg.DagsterInstance) -> list[str]:
+    """Worker ids of `processing` tasks whose Dagster run has finished (or no longer exists)."""
+    with queue.engine.connect() as conn:
+        workers = {r[0] for r in conn.exec_driver_sql(
+            """SELECT current_worker_id FROM documents WHERE ocr_status = 'processing' AND pages_created_at IS NULL
+               UNION SELECT ocr_worker_id FROM task_queue_page WHERE ocr_status = 'processing'
+               UNION SELECT vector_worker_id FROM task_queue_page WHERE vector_status = 'processing'
+               UNION SELECT vector_worker_id FROM task_queue_chunk WHERE vector_status = 'processing'
+               UNION SELECT graphrag_worker_id FROM task_queue_chunk WHERE graphrag_status = 'processing'""").all()
+            if r[0]}
+    dead = []
+    for worker in workers:
+        match = _RUN_ID.match(worker)
+        if not match:
+            continue  # not a Dagster run's worker: only its heartbeat can tell
+        run = instance.get_run_by_id(match.group(1))
+        if run is None or run.status in FINISHED:
+            dead.append(worker)
+    return dead
+
+
+def nightly(queue: TaskQueue, instance: dg.DagsterInstance | None, vector_store=None, graph_store=None) -> dict:
+    """Reconcile parents, release tasks of dead runs, verify the stores and re-queue what is missing."""
+    corrections = queue.reconcile()
+    dead = dead_run_workers(queue, instance) if instance is not None else []
+    released = queue.release_workers(dead, "worker lost: its Dagster run is no longer alive") if dead else {}
+    report = verify_stores(queue, vector_store, graph_store)
+    requeued_vector = queue.requeue(VECTOR_CHUNK, report.chunks_without_point,
+                                    "repair: completed chunk had no Qdrant point") if report.chunks_without_point else 0
+    requeued_graph = queue.requeue(GRAPHRAG_CHUNK, report.chunks_without_graph,
+                                   "repair: completed chunk had no graph writes") if report.chunks_without_graph else 0
+    if report.points_without_chunk and vector_store is not None:
+        vector_store.delete_chunks(report.points_without_chunk)
+    return {
+        "parents_corrected": len(corrections),
+        "corrections": [f"{c.level} {c.id} {c.phase}: {c.old} -> {c.new}" for c in corrections[:50]],
+        "dead_run_workers": len(dead), "tasks_released": sum(released.values()) if released else 0,
+        "requeued_vector_chunks": requeued_vector, "requeued_graph_chunks": requeued_graph,
+        "orphan_points_deleted": len(report.points_without_chunk),
+        "verification": report.as_dict(),
+    }

@@ -1,0 +1,120 @@
+"""Which runs to launch: ready tasks, grouped into partition ranges. Shared by the sensors and `docqueue run`.
+
+A planned run covers consecutive positions of one registration block (so it is one Dagster partition range), holds
+at most `max_keys` keys, and skips tasks already covered by a queued or running run of the same kind.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import dagster as dg
+import sqlalchemy as sa
+
+from queue_db.partitions import Candidate, ready_candidates, rollup_candidates
+from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
+
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+KIND_TAG, PHASE_TAG, BLOCK_TAG, POSITIONS_TAG = "docqueue/kind", "docqueue/phase", "docqueue/block", "docqueue/positions"
+
+# keys per run: large enough that Dagster's per-run cost is a small share, small enough to retry cheaply
+DEFAULT_MAX_KEYS = {OCR_DOCUMENT.name: 50, OCR_PAGE.name: 100, VECTOR_PAGE.name: 200,
+                    VECTOR_CHUNK.name: 1000, GRAPHRAG_CHUNK.name: 1000}
+
+IN_FLIGHT_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                      dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+
+def max_keys_per_run(kind: TaskKind) -> int:
+    raw = os.environ.get(f"DOCQUEUE_RUN_MAX_KEYS_{kind.name.upper()}", "").strip()
+    return int(raw) if raw else DEFAULT_MAX_KEYS[kind.name]
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    name: str  # a task kind's name, or "rollup_<phase>"
+    phase: str
+    block: int
+    start_pos: int
+    end_pos: int
+    start_key: str
+    end_key: str
+    size: int
+    retries: int
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {RANGE_START_TAG: self.start_key, RANGE_END_TAG: self.end_key, KIND_TAG: self.name,
+                PHASE_TAG: self.phase, BLOCK_TAG: str(self.block),
+                POSITIONS_TAG: f"{self.start_pos}-{self.end_pos}"}
+
+    @property
+    def run_key(self) -> str:
+        # retries change after every failed or lost attempt, so a retry is a new run key
+        return f"{self.name}:{self.block}:{self.start_pos}-{self.end_pos}:r{self.retries}"
+
+
+def in_flight_positions(instance: dg.DagsterInstance, name: str) -> dict[int, list[tuple[int, int]]]:
+    """Blocks and position ranges of runs named `name` (a kind or a roll-up) that are queued or running."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT_STATUSES, tags={KIND_TAG: name}))
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for run in runs:
+        try:
+            block = int(run.tags[BLOCK_TAG])
+            start, end = (int(p) for p in run.tags[POSITIONS_TAG].split("-"))
+        except (KeyError, ValueError):
+            continue
+        ranges.setdefault(block, []).append((start, end))
+    return ranges
+
+
+def plan_runs(engine: sa.Engine, kind: TaskKind, *, in_flight: dict[int, list[tuple[int, int]]] | None = None,
+              max_keys: int | None = None, max_runs: int = 25, candidate_limit: int = 20_000,
+              block_filter=None) -> list[PlannedRun]:
+    """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first."""
+    return group_into_runs(ready_candidates(engine, kind, candidate_limit), kind.name, kind.phase.value,
+                           max_keys=max_keys or max_keys_per_run(kind), in_flight=in_flight, max_runs=max_runs,
+                           block_filter=block_filter)
+
+
+def plan_rollup_runs(engine: sa.Engine, phase: str, *, in_flight=None, max_keys: int = 200, max_runs: int = 10,
+                     block_filter=None) -> list[PlannedRun]:
+    return group_into_runs(rollup_candidates(engine, phase, 5_000), f"rollup_{phase}", phase, max_keys=max_keys,
+                           in_flight=in_flight, max_runs=max_runs, block_filter=block_filter)
+
+
+def group_into_runs(candidates: list[Candidate], name: str, phase: str, *, max_keys: int,
+                    in_flight: dict[int, list[tuple[int, int]]] | None = None, max_runs: int = 25,
+                    block_filter=None) -> list[PlannedRun]:
+    in_flight = in_flight or {}
+    candidates = [c for c in candidates
+                  if not _covered(c, in_flight) and (block_filter is None or block_filter(c.block))]
+    urgency = {c.id: i for i, c in enumerate(candidates)}  # claim order: priority, failed first, oldest
+    by_block: dict[int, list[Candidate]] = {}
+    for candidate in candidates:
+        by_block.setdefault(candidate.block, []).append(candidate)
+    runs: list[tuple[int, PlannedRun]] = []
+    for block, members in by_block.items():
+        members.sort(key=lambda c: c.pos)
+        group: list[Candidate] = []
+        for candidate in members:
+            if group and (candidate.pos != group[-1].pos + 1 or len(group) >= max_keys):
+                runs.append(_as_run(name, phase, block, group, urgency))
+                group = []
+            group.append(candidate)
+        if group:
+            runs.append(_as_run(name, phase, block, group, urgency))
+    runs.sort(key=lambda pair: pair[0])
+    return [run for _, run in runs[:max_runs]]
+
+
+def _covered(candidate: Candidate, in_flight: dict[int, list[tuple[int, int]]]) -> bool:
+    return any(start <= candidate.pos <= end for start, end in in_flight.get(candidate.block, ()))
+
+
+def _as_run(name: str, phase: str, block: int, group: list[Candidate],
+            urgency: dict[str, int]) -> tuple[int, PlannedRun]:
+    return (min(urgency[c.id] for c in group),
+            PlannedRun(name, phase, block, group[0].pos, group[-1].pos, group[0].key, group[-1].key, len(group),
+                       sum(c.retries for c in group)))

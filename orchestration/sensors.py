@@ -1,0 +1,100 @@
+"""Sensors that watch the queue tables: intake from the inbox, ready work per task kind, document roll-ups.
+
+Each tick is bounded (candidates read through the claim index with a LIMIT, at most `max_runs` requests) and
+idempotent: ranges already covered by a queued or running run are skipped, and run keys change only when a
+task's attempt count changes."""
+
+import os
+from pathlib import Path
+
+import dagster as dg
+from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
+
+from queue_db.tasks import ALL_KINDS, Level, TaskKind
+from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
+from orchestration.intake import ingest_paths, iter_files
+from orchestration.jobs import job_name
+from orchestration.partitions import register_partitions
+from orchestration.planning import in_flight_positions, plan_rollup_runs, plan_runs
+from resources.database import DatabaseResource
+from resources.storage import StorageResource
+
+SENSOR_INTERVAL_S = int(os.environ.get("DOCQUEUE_SENSOR_INTERVAL", "15"))
+MAX_RUNS_PER_TICK = int(os.environ.get("DOCQUEUE_SENSOR_MAX_RUNS", "10"))
+MAX_INBOX_FILES_PER_TICK = int(os.environ.get("DOCQUEUE_INBOX_MAX_FILES", "500"))
+
+
+def _requests(planned) -> list[dg.RunRequest]:
+    return [dg.RunRequest(run_key=run.run_key, tags=run.tags) for run in planned]
+
+
+def _task_sensor(kind: TaskKind) -> dg.SensorDefinition:
+    @dg.sensor(name=f"{kind.name}_sensor", job_name=job_name(kind.name), minimum_interval_seconds=SENSOR_INTERVAL_S,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description=f"Requests ranged runs of `{kind.name}` for ready tasks (pending, or failed with retries "
+                           "left and back-off elapsed, dependency met).")
+    def sensor(context: SensorEvaluationContext, database: DatabaseResource):
+        queue = database.get_queue()
+        registered = register_partitions(context.instance, queue.engine, kind.level)
+        planned = plan_runs(queue.engine, kind, in_flight=in_flight_positions(context.instance, kind.name),
+                            max_runs=MAX_RUNS_PER_TICK)
+        if not planned:
+            return dg.SkipReason(f"no ready {kind.name} tasks" + (f" ({registered} partitions registered)" if registered else ""))
+        return dg.SensorResult(run_requests=_requests(planned))
+
+    return sensor
+
+
+def _rollup_sensor(phase: str) -> dg.SensorDefinition:
+    @dg.sensor(name=f"rollup_{phase}_sensor", job_name=job_name(f"rollup_{phase}"),
+               minimum_interval_seconds=SENSOR_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,
+               description=f"Materializes `{ROLLUP_ASSET_BY_PHASE[phase]}` for documents whose {phase} phase "
+                           "reached a final status.")
+    def sensor(context: SensorEvaluationContext, database: DatabaseResource):
+        queue = database.get_queue()
+        planned = plan_rollup_runs(queue.engine, phase,
+                                   in_flight=in_flight_positions(context.instance, f"rollup_{phase}"))
+        if not planned:
+            return dg.SkipReason(f"no document finished its {phase} phase")
+        return dg.SensorResult(run_requests=_requests(planned))
+
+    return sensor
+
+
+@dg.sensor(name="inbox_sensor", minimum_interval_seconds=SENSOR_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Registers new files dropped into DOCQUEUE_INBOX (the same bytes twice are one document) and "
+                       "adds their `documents` partitions.")
+def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
+    inbox = os.environ.get("DOCQUEUE_INBOX", "").strip()
+    if not inbox:
+        return dg.SkipReason("DOCQUEUE_INBOX is not set")
+    root = Path(inbox)
+    if not root.is_dir():
+        return dg.SkipReason(f"inbox {inbox} does not exist")
+    queue = database.get_queue()
+    files = list(iter_files([root], root=root))
+    # only files whose path and size are not registered yet are hashed: a tick stays cheap on a large inbox
+    known = _known_sources(queue, [os.fsdecode(f.resolve()) for f in files])
+    fresh = [f for f in files if (os.fsdecode(f.resolve()), f.stat().st_size) not in known][:MAX_INBOX_FILES_PER_TICK]
+    results = ingest_paths(queue, storage.get_storage(), fresh, root=root) if fresh else []
+    registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
+    for r in results:
+        if r.status == "rejected":
+            context.log.warning(f"inbox: rejected {r.path}: {r.reason}")
+    counts = {status: sum(1 for r in results if r.status == status) for status in ("new", "duplicate", "rejected")}
+    return dg.SkipReason(f"inbox: {len(files)} file(s), {counts['new']} new, {counts['duplicate']} duplicate, "
+                         f"{counts['rejected']} rejected; {registered} partition(s) registered")
+
+
+def _known_sources(queue, paths: list[str]) -> set[tuple[str, int]]:
+    if not paths:
+        return set()
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT source_path, size_bytes FROM documents WHERE source_path = ANY(%(p)s)",
+                                    {"p": paths}).all()
+    return {(r[0], int(r[1])) for r in rows}
+
+
+task_sensors = [_task_sensor(kind) for kind in ALL_KINDS]
+rollup_sensors = [_rollup_sensor(phase) for phase in ROLLUP_ASSET_BY_PHASE]
+all_sensors = [inbox_sensor, *task_sensors, *rollup_sensors]

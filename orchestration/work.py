@@ -1,0 +1,302 @@
+"""The processing of each task kind, as plain functions over claimed tasks: the same code runs inside the Dagster
+assets and in the plain loop the orchestration benchmark compares them with.
+
+Every function takes tasks already claimed by `worker_id`, does the work, and completes or fails each task
+through the queue (fenced: a task recovered and re-claimed elsewhere meanwhile is not overwritten). It returns
+one `Outcome` per task and never raises for a task's own failure: a bad file fails its task with a readable
+reason and the batch goes on.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Sequence
+
+from queue_db.keys import page_partition_key
+from queue_db.queue import TaskQueue
+from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
+from resources.chunking import ChunkingError, chunk_markdown
+from resources.neo4j import ChunkGraph
+from resources.ocr import DocumentError
+from resources.qdrant import ChunkPoint
+from resources.storage import page_file_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    id: str
+    ok: bool
+    error: str | None = None
+    error_class: str | None = None
+    retryable: bool = True
+    metadata: dict = field(default_factory=dict)
+    rejected: bool = False  # the queue refused the transition: the task was no longer ours
+
+
+class PasswordError(RuntimeError):
+    pass
+
+
+def resolve_password(ref: str | None) -> str | None:
+    """A password reference, never the password itself, is stored: `file:/path` or `env:NAME`."""
+    if not ref:
+        return None
+    scheme, _, value = ref.partition(":")
+    if scheme == "file":
+        try:
+            return Path(value).read_text(encoding="utf-8").strip("\r\n")
+        except OSError as exc:
+            raise PasswordError(f"password file unreadable: {exc.strerror}") from None
+    if scheme == "env":
+        if value not in os.environ:
+            raise PasswordError(f"password variable {value} is not set")
+        return os.environ[value]
+    raise PasswordError("unknown password reference scheme (use file:PATH or env:NAME)")
+
+
+def classify(exc: BaseException) -> tuple[str, str, bool]:
+    """(reason, error class, retryable) for an exception raised while processing one task."""
+    if isinstance(exc, DocumentError):
+        return exc.reason, exc.error_class, exc.retryable
+    if isinstance(exc, PasswordError):
+        return f"encrypted: {exc}", "encrypted", False
+    if isinstance(exc, ChunkingError):
+        return f"chunking: {exc}", "validation", False
+    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+        return f"{type(exc).__name__}: {exc}", "connection", True
+    name = type(exc).__name__
+    if "ServiceUnavailable" in name or "Connect" in name or "Timeout" in name or "Unavailable" in name:
+        return f"{name}: {exc}", "connection", True
+    return f"{name}: {exc}", "internal", True
+
+
+class Pipeline:
+    """Plain clients for every external system, created lazily (a worker that only embeds never loads spaCy)."""
+
+    def __init__(self, queue: TaskQueue, *, storage=None, pdf=None, embedder=None, vector_store_factory=None,
+                 graph_store=None, extractor=None):
+        self.queue = queue
+        self._storage, self._pdf, self._embedder = storage, pdf, embedder
+        self._vector_store_factory, self._graph, self._extractor = vector_store_factory, graph_store, extractor
+
+    @classmethod
+    def from_env(cls, queue: TaskQueue) -> "Pipeline":
+        from resources.embeddings import EmbeddingResource
+        from resources.extraction import ExtractionResource
+        from resources.neo4j import Neo4jResource
+        from resources.ocr import OcrResource
+        from resources.qdrant import QdrantResource
+        from resources.storage import StorageResource
+
+        qdrant = QdrantResource()
+        embeddings = EmbeddingResource()
+        return cls(queue, storage=StorageResource().get_storage(), pdf=OcrResource().get_processor(),
+                   embedder=_Lazy(embeddings.get_embedder),
+                   vector_store_factory=lambda model_id, dim: qdrant.get_store(model_id, dim),
+                   graph_store=_Lazy(Neo4jResource().get_store), extractor=_Lazy(ExtractionResource().get_extractor))
+
+    @property
+    def storage(self):
+        return self._storage
+
+    @property
+    def pdf(self):
+        return self._pdf
+
+    @property
+    def embedder(self):
+        return _resolve(self._embedder)
+
+    @cached_property
+    def vector_store(self):
+        embedder = self.embedder
+        store = self._vector_store_factory(embedder.model_id, embedder.dim)
+        store.ensure_collection()
+        return store
+
+    @property
+    def graph(self):
+        return _resolve(self._graph)
+
+    @property
+    def extractor(self):
+        return _resolve(self._extractor)
+
+    def close(self) -> None:
+        for name in ("_pdf",):
+            client = getattr(self, name, None)
+            if client is not None and hasattr(client, "close"):
+                client.close()
+        if "vector_store" in self.__dict__:
+            self.__dict__["vector_store"].close()
+
+    # ------------------------------------------------------------------------------------------ helpers
+    def _document_file(self, document: dict) -> Path:
+        if not document.get("storage_key"):
+            raise DocumentError("internal: the document's file was never stored", "internal", False)
+        return self.storage.local_path(document["storage_key"])
+
+    def _finish(self, kind: TaskKind, worker_id: str, outcomes: list[Outcome], results: dict[str, dict]) -> list[Outcome]:
+        done = [o for o in outcomes if o.ok]
+        failed = [o for o in outcomes if not o.ok]
+        rejected: set[str] = set()
+        if done and kind not in (OCR_DOCUMENT, VECTOR_PAGE):
+            rejected |= set(self.queue.complete(kind, worker_id, [{"id": o.id, **results.get(o.id, {})} for o in done]).rejected)
+        if failed:
+            rejected |= set(self.queue.fail(kind, worker_id, [
+                {"id": o.id, "error": o.error, "error_class": o.error_class, "retryable": o.retryable}
+                for o in failed]).rejected)
+        for outcome in outcomes:
+            outcome.rejected = outcome.rejected or outcome.id in rejected
+        return outcomes
+
+    # ------------------------------------------------------------------------------------------ phase 1: OCR
+    def expand_documents(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
+        """OCR at document level: open the PDF, count its pages, create one page task per page."""
+        outcomes = []
+        for task in tasks:
+            started = time.perf_counter()
+            try:
+                document = self.queue.document(task["id"])
+                info = self.pdf.inspect(self._document_file(document), resolve_password(document.get("password_ref")))
+                accepted = self.queue.complete_document_expansion(
+                    worker_id, task["id"], page_count=info.page_count, encrypted=info.encrypted,
+                    metadata={"boilerplate": list(info.boilerplate), "repaired": info.repaired,
+                              "pdf": _json_safe(info.metadata)})
+                outcomes.append(Outcome(task["id"], True, rejected=not accepted, metadata={
+                    "pages": info.page_count, "encrypted": info.encrypted, "repaired": info.repaired,
+                    "seconds": round(time.perf_counter() - started, 3)}))
+            except Exception as exc:  # noqa: BLE001 - one document's failure must not stop the batch
+                reason, error_class, retryable = classify(exc)
+                outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
+        return self._finish(OCR_DOCUMENT, worker_id, outcomes, {})
+
+    def ocr_pages(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
+        """OCR at page level: page -> markdown (text layer or OCR), headers/footers removed, stored as _nohf.md."""
+        outcomes, results, documents = [], {}, {}
+        for task in tasks:
+            try:
+                document = documents.get(task["document_id"]) or self.queue.document(task["document_id"])
+                documents[task["document_id"]] = document
+                result = self.pdf.convert_page(
+                    self._document_file(document), task["page_number"], resolve_password(document.get("password_ref")),
+                    boilerplate=tuple((document.get("metadata") or {}).get("boilerplate", ())))
+                key = page_file_key(document["document_key"], task["page_number"])
+                self.storage.put_text(key, result.markdown)
+                results[task["id"]] = {"page_file_path": key, "ocr_method": result.method, "ocr_chars": result.chars,
+                                       "ocr_seconds": round(result.seconds, 3)}
+                outcomes.append(Outcome(task["id"], True, metadata={
+                    "method": result.method, "characters": result.chars, "seconds": round(result.seconds, 3)}))
+            except Exception as exc:  # noqa: BLE001
+                reason, error_class, retryable = classify(exc)
+                outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
+        return self._finish(OCR_PAGE, worker_id, outcomes, results)
+
+    # ------------------------------------------------------------------------------------------ phase 2: vectors
+    def chunk_pages(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
+        """Vector at page level: the page's markdown -> deterministic chunks -> chunk tasks."""
+        outcomes, documents = [], {}
+        for task in tasks:
+            started = time.perf_counter()
+            try:
+                document = documents.get(task["document_id"]) or self.queue.document(task["document_id"])
+                documents[task["document_id"]] = document
+                markdown = self.storage.get_text(task["page_file_path"]) if task.get("page_file_path") else ""
+                chunks = chunk_markdown(markdown, page_key=page_partition_key(document["document_key"], task["page_number"]))
+                accepted = self.queue.complete_chunking(worker_id, task["id"], [
+                    {"chunk_id": c.chunk_id, "chunk_index": c.index, "content_hash": c.content_hash,
+                     "content": c.text, "token_count": c.token_count} for c in chunks])
+                outcomes.append(Outcome(task["id"], True, rejected=not accepted, metadata={
+                    "chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
+                    "seconds": round(time.perf_counter() - started, 3)}))
+            except Exception as exc:  # noqa: BLE001
+                reason, error_class, retryable = classify(exc)
+                outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
+        return self._finish(VECTOR_PAGE, worker_id, outcomes, {})
+
+    def embed_chunks(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
+        """Vector at chunk level: embed a batch and upsert it into Qdrant (point id = uuid5(chunk_id))."""
+        if not tasks:
+            return []
+        started = time.perf_counter()
+        try:
+            context = self.queue.chunk_context([t["id"] for t in tasks])
+            vectors = self.embedder.embed([t.get("content") or "" for t in tasks])
+            points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
+                "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
+                "filename": context[t["id"]]["filename"], "page_number": context[t["id"]]["page_number"],
+                "chunk_index": t["chunk_index"], "text": t.get("content") or "", "content_hash": t["chunk_content_hash"],
+            }) for i, t in enumerate(tasks)]
+            self.vector_store.upsert(points)
+        except Exception as exc:  # noqa: BLE001 - the store or model failing fails the batch, retryably
+            reason, error_class, retryable = classify(exc)
+            return self._finish(VECTOR_CHUNK, worker_id, [Outcome(t["id"], False, reason, error_class, retryable)
+                                                         for t in tasks], {})
+        seconds = (time.perf_counter() - started) / len(tasks)
+        outcomes = [Outcome(t["id"], True, metadata={"vectors": 1, "dimensions": int(vectors.shape[1]),
+                                                     "seconds": round(seconds, 4)}) for t in tasks]
+        return self._finish(VECTOR_CHUNK, worker_id, outcomes, {t["id"]: {"vector_seconds": seconds} for t in tasks})
+
+    # ------------------------------------------------------------------------------------------ phase 3: graph
+    def extract_chunks(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
+        """GraphRAG at chunk level: entities and relationships of a batch, merged into the graph."""
+        if not tasks:
+            return []
+        started = time.perf_counter()
+        try:
+            context = self.queue.chunk_context([t["id"] for t in tasks])
+            extractions = self.extractor.extract([t.get("content") or "" for t in tasks])
+            self.graph.write_chunks([ChunkGraph(
+                document_id=context[t["id"]]["document_id"], filename=context[t["id"]]["filename"],
+                page_number=context[t["id"]]["page_number"], chunk_id=t["chunk_id"], chunk_index=t["chunk_index"],
+                extraction=extractions[i]) for i, t in enumerate(tasks)])
+        except Exception as exc:  # noqa: BLE001
+            reason, error_class, retryable = classify(exc)
+            return self._finish(GRAPHRAG_CHUNK, worker_id, [Outcome(t["id"], False, reason, error_class, retryable)
+                                                           for t in tasks], {})
+        seconds = (time.perf_counter() - started) / len(tasks)
+        outcomes, results = [], {}
+        for i, t in enumerate(tasks):
+            entities, relations = len(extractions[i].entities), len(extractions[i].relations)
+            results[t["id"]] = {"entities_extracted": entities, "relationships_extracted": relations,
+                                "graphrag_seconds": seconds}
+            outcomes.append(Outcome(t["id"], True, metadata={"entities": entities, "relationships": relations,
+                                                             "seconds": round(seconds, 4)}))
+        return self._finish(GRAPHRAG_CHUNK, worker_id, outcomes, results)
+
+    def process(self, kind: TaskKind, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
+        return {
+            OCR_DOCUMENT.name: self.expand_documents, OCR_PAGE.name: self.ocr_pages,
+            VECTOR_PAGE.name: self.chunk_pages, VECTOR_CHUNK.name: self.embed_chunks,
+            GRAPHRAG_CHUNK.name: self.extract_chunks,
+        }[kind.name](worker_id, tasks)
+
+
+class _Lazy:
+    def __init__(self, factory):
+        self.factory, self.value, self.made = factory, None, False
+
+    def get(self):
+        if not self.made:
+            self.value, self.made = self.factory(), True
+        return self.value
+
+
+def _resolve(value):
+    return value.get() if isinstance(value, _Lazy) else value
+
+
+def _json_safe(value):
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value.replace("\x00", "") if isinstance(value, str) else value
+    return str(value)

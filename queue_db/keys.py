@@ -1,0 +1,39 @@
+"""Partition keys: readable, stable, comma-free (a comma breaks UI backfills), and parseable back to rows.
+
+document  <stem>-<hash8>            e.g. annual-report-1a2b3c4d
+page      <document>/p0003
+chunk     <document>/p0003/c012
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_KEY = re.compile(r"^(?P<doc>[a-z0-9][a-z0-9-]*)(?:/p(?P<page>\d{4,}))?(?:/c(?P<chunk>\d{3,}))?$")
+
+
+def document_partition_key(document_key: str) -> str:
+    return document_key
+
+
+def page_partition_key(document_key: str, page_number: int) -> str:
+    return f"{document_key}/p{page_number:04d}"
+
+
+def chunk_partition_key(document_key: str, page_number: int, chunk_index: int) -> str:
+    return f"{document_key}/p{page_number:04d}/c{chunk_index:03d}"
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    document_key: str
+    page_number: int | None = None
+    chunk_index: int | None = None
+
+
+def parse_partition_key(key: str) -> ParsedKey:
+    match = _KEY.match(key)
+    if not match or (match.group("chunk") is not None and match.group("page") is None):
+        raise ValueError(f"not a docqueue partition key: {key!r}")
+    page, chunk = match.group("page"), match.group("chunk")
+    return ParsedKey(match.group("doc"), int(page) if page else None, int(chunk) if chunk else None)

@@ -1,0 +1,177 @@
+"""The bridge between queue rows and partition keys (no Dagster here: callers register the keys themselves).
+
+- `unregistered()` lists rows whose partition key has not been registered yet, in block order;
+- `record_block()` stores where a just-registered block of keys sits (block id, position);
+- `ready_candidates()` lists claimable tasks with their block/position, in claim order, for run planning;
+- `rows_for_keys()` maps partition keys of a run back to task rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import sqlalchemy as sa
+
+from .keys import chunk_partition_key, document_partition_key, page_partition_key, parse_partition_key
+from .tasks import Level, TaskKind
+
+TABLE = {Level.DOCUMENT: "documents", Level.PAGE: "task_queue_page", Level.CHUNK: "task_queue_chunk"}
+
+# columns giving (document_key, page_number, chunk_index) for rows of a level, aliased t
+_KEY_SELECT = {
+    Level.DOCUMENT: ("t.document_key AS document_key, NULL::int AS page_number, NULL::int AS chunk_index", ""),
+    Level.PAGE: ("d.document_key AS document_key, t.page_number AS page_number, NULL::int AS chunk_index",
+                 "JOIN documents d ON d.id = t.document_id"),
+    Level.CHUNK: ("d.document_key AS document_key, p.page_number AS page_number, t.chunk_index AS chunk_index",
+                  "JOIN documents d ON d.id = t.document_id JOIN task_queue_page p ON p.id = t.page_id"),
+}
+_BLOCK_ORDER = {
+    Level.DOCUMENT: "t.created_at, t.id",
+    Level.PAGE: "d.created_at, d.id, t.page_number",
+    Level.CHUNK: "d.created_at, d.id, p.page_number, t.chunk_index",
+}
+
+
+def key_of(level: Level, row: dict) -> str:
+    if level is Level.DOCUMENT:
+        return document_partition_key(row["document_key"])
+    if level is Level.PAGE:
+        return page_partition_key(row["document_key"], row["page_number"])
+    return chunk_partition_key(row["document_key"], row["page_number"], row["chunk_index"])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: str
+    key: str
+    block: int
+    pos: int
+    retries: int
+
+
+def unregistered(engine: sa.Engine, level: Level, limit: int = 10_000) -> list[dict]:
+    """Rows without a registered partition, in the order their keys must be added (one block)."""
+    select, joins = _KEY_SELECT[level]
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"""SELECT t.id::text AS id, {select} FROM {TABLE[level]} t {joins}
+                WHERE t.partition_block IS NULL ORDER BY {_BLOCK_ORDER[level]} LIMIT %(n)s""",
+            {"n": limit}).mappings().all()
+    return [{**dict(r), "key": key_of(level, r)} for r in rows]
+
+
+def record_block(engine: sa.Engine, level: Level, ids_in_order: Sequence[str]) -> int | None:
+    """Give the rows (registered in this order, in one call) a new block id and their positions."""
+    if not ids_in_order:
+        return None
+    with engine.begin() as conn:
+        block = conn.exec_driver_sql("SELECT nextval('docqueue_partition_block_seq')").scalar()
+        conn.exec_driver_sql(
+            f"""UPDATE {TABLE[level]} t SET partition_block = %(block)s, partition_pos = v.pos - 1
+                FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS v(id, pos)
+                WHERE t.id = v.id AND t.partition_block IS NULL""",
+            {"block": block, "ids": list(ids_in_order)})
+    return int(block)
+
+
+def ready_candidates(engine: sa.Engine, kind: TaskKind, limit: int) -> list[Candidate]:
+    """Claimable tasks of `kind` with registered partitions, in claim order (priority, failed first, oldest)."""
+    select, joins = _KEY_SELECT[kind.level]
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"""SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos,
+                       COALESCE(t.{kind.col('retry_count')}, 0) AS retries, {select}
+                FROM {kind.table} t {joins}
+                WHERE {kind.claimable_sql('t')} AND t.partition_block IS NOT NULL
+                ORDER BY {kind.claim_order_sql('t')}
+                LIMIT %(n)s""", {"n": limit}).mappings().all()
+    return [Candidate(r["id"], key_of(kind.level, r), int(r["block"]), int(r["pos"]), int(r["retries"])) for r in rows]
+
+
+def rows_for_keys(engine: sa.Engine, kind: TaskKind, keys: Sequence[str]) -> dict[str, dict]:
+    """Task rows (id, status, worker, retries, error) of the given partition keys; unknown keys are absent."""
+    if not keys:
+        return {}
+    parsed = [parse_partition_key(k) for k in keys]
+    level = kind.level
+    if level is Level.DOCUMENT:
+        match, joins = "t.document_key = v.doc", ""
+    elif level is Level.PAGE:
+        match, joins = "d.document_key = v.doc AND t.page_number = v.page", "JOIN documents d ON d.id = t.document_id"
+    else:
+        match = "d.document_key = v.doc AND p.page_number = v.page AND t.chunk_index = v.chunk"
+        joins = "JOIN documents d ON d.id = t.document_id JOIN task_queue_page p ON p.id = t.page_id"
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"""SELECT v.key, t.id::text AS id, t.{kind.status}::text AS status,
+                       t.{kind.col('worker_id')} AS worker_id, COALESCE(t.{kind.col('retry_count')}, 0) AS retries,
+                       t.max_retries, t.{kind.col('error')} AS error, t.{kind.col('error_class')} AS error_class
+                FROM unnest(%(keys)s::text[], %(docs)s::text[], %(pages)s::int[], %(chunks)s::int[])
+                     AS v(key, doc, page, chunk)
+                JOIN {kind.table} t ON TRUE {joins}
+                WHERE {match}""",
+            {"keys": list(keys), "docs": [p.document_key for p in parsed],
+             "pages": [p.page_number for p in parsed], "chunks": [p.chunk_index for p in parsed]}).mappings().all()
+    return {r["key"]: dict(r) for r in rows}
+
+
+ROLLUP_COLUMNS = {"ocr": ("ocr_status", "ocr_completed_at", "ocr_rollup_at"),
+                  "vector": ("vector_index_status", "vector_completed_at", "vector_rollup_at"),
+                  "graphrag": ("graphrag_index_status", "graphrag_completed_at", "graphrag_rollup_at")}
+
+
+def rollup_candidates(engine: sa.Engine, phase: str, limit: int) -> list[Candidate]:
+    """Documents whose phase reached a final status (completed/failed) since their roll-up was last written."""
+    status, completed_at, rollup_at = ROLLUP_COLUMNS[phase]
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"""SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos, t.document_key
+                FROM documents t
+                WHERE t.partition_block IS NOT NULL AND t.{status} IN ('completed', 'failed')
+                  AND (t.{rollup_at} IS NULL OR t.{rollup_at} < COALESCE(t.{completed_at}, t.updated_at))
+                ORDER BY t.priority DESC, t.updated_at
+                LIMIT %(n)s""", {"n": limit}).mappings().all()
+    return [Candidate(r["id"], r["document_key"], int(r["block"]), int(r["pos"]), 0) for r in rows]
+
+
+def document_rollup(engine: sa.Engine, phase: str, document_keys: Sequence[str]) -> dict[str, dict]:
+    """Per document: its phase status and the figures a roll-up materialization shows."""
+    if not document_keys:
+        return {}
+    status, _, _ = ROLLUP_COLUMNS[phase]
+    figures = {
+        "ocr": """count(p.id) AS pages, count(p.id) FILTER (WHERE p.ocr_status = 'completed') AS pages_completed,
+                  count(p.id) FILTER (WHERE p.ocr_status = 'failed') AS pages_failed,
+                  COALESCE(sum(p.ocr_chars), 0) AS characters,
+                  count(p.id) FILTER (WHERE p.ocr_method LIKE 'ocr%%') AS pages_ocr,
+                  count(p.id) FILTER (WHERE p.ocr_method = 'text-layer') AS pages_text_layer,
+                  round(COALESCE(sum(p.ocr_seconds), 0)::numeric, 2)::float AS seconds""",
+        "vector": """count(c.id) AS chunks, count(c.id) FILTER (WHERE c.vector_status = 'completed') AS vectors,
+                     count(c.id) FILTER (WHERE c.vector_status = 'failed') AS chunks_failed,
+                     COALESCE(sum(c.token_count), 0) AS tokens,
+                     round(COALESCE(sum(c.vector_seconds), 0)::numeric, 2)::float AS seconds""",
+        "graphrag": """count(c.id) AS chunks, count(c.id) FILTER (WHERE c.graphrag_status = 'completed') AS chunks_indexed,
+                       count(c.id) FILTER (WHERE c.graphrag_status = 'failed') AS chunks_failed,
+                       COALESCE(sum(c.entities_extracted), 0) AS entities,
+                       COALESCE(sum(c.relationships_extracted), 0) AS relationships,
+                       round(COALESCE(sum(c.graphrag_seconds), 0)::numeric, 2)::float AS seconds""",
+    }[phase]
+    source = ("LEFT JOIN task_queue_page p ON p.document_id = d.id" if phase == "ocr"
+              else "LEFT JOIN task_queue_chunk c ON c.document_id = d.id")
+    error_col = {"ocr": "ocr_error", "vector": "vector_error", "graphrag": "graphrag_error"}[phase]
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"""SELECT d.document_key, d.id::text AS id, d.filename, d.{status}::text AS status, d.{error_col} AS error,
+                       {figures}
+                FROM documents d {source}
+                WHERE d.document_key = ANY(%(keys)s)
+                GROUP BY d.id""", {"keys": list(document_keys)}).mappings().all()
+    return {r["document_key"]: dict(r) for r in rows}
+
+
+def mark_rolled_up(engine: sa.Engine, phase: str, document_ids: Sequence[str]) -> None:
+    _, _, rollup_at = ROLLUP_COLUMNS[phase]
+    if document_ids:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"UPDATE documents SET {rollup_at} = now() WHERE id = ANY(%(ids)s::uuid[])",
+                                 {"ids": list(document_ids)})
