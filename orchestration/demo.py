@@ -1,0 +1,68 @@
+"""The main job: make the sample set, ingest it, process it end to end through Dagster, and summarise."""
+from __future__ import annotations
+
+import time
+
+from queue_db.config import docqueue_home
+from queue_db.migrate import upgrade
+from queue_db.tasks import Level
+
+DEMO_QUERY = "How many containers did the harbour handle?"
+
+
+def run_demo() -> dict:
+    started = time.monotonic()
+    from orchestration.definitions import defs
+    from orchestration.environment import dagster_instance, prepare_environment
+    from orchestration.intake import ingest_paths
+    from orchestration.partitions import register_partitions
+    from orchestration.runner import run_until_idle
+    from orchestration.samples import write_samples
+    from resources.database import get_queue, shared_engine
+    from resources.storage import StorageResource
+
+    prepare_environment()
+    upgrade(shared_engine())
+    queue = get_queue()
+    samples = write_samples(docqueue_home() / "samples")
+    ingested = ingest_paths(queue, StorageResource().get_storage(), samples)
+    instance = dagster_instance()
+    register_partitions(instance, queue.engine, Level.DOCUMENT)
+    report = run_until_idle(defs, instance, queue, until_idle=True, max_seconds=1800)
+    summary = summarise(queue, [r.document_id for r in ingested if r.document_id])
+    summary.update({"runs": report.runs, "failed_runs": report.failed_runs,
+                    "ingested": [r.as_dict() for r in ingested], "seconds": round(time.monotonic() - started, 1)})
+    return summary
+
+
+def summarise(queue, document_ids: list[str]) -> dict:
+    from orchestration.cli import _stores  # the CLI's store opener: one way to reach Qdrant and the graph
+    from resources.embeddings import EmbeddingResource
+
+    with queue.engine.connect() as conn:
+        docs = [dict(r) for r in conn.exec_driver_sql(
+            """SELECT id::text AS id, filename, ocr_status::text AS ocr, vector_index_status::text AS vector,
+                      graphrag_index_status::text AS graphrag, ocr_error
+               FROM documents WHERE id = ANY(%(ids)s::uuid[]) ORDER BY filename""", {"ids": document_ids}).mappings()]
+        chunks = conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk WHERE document_id = ANY(%(ids)s::uuid[])",
+                                      {"ids": document_ids}).scalar()
+    phases = {phase: {"completed": sum(d[phase] == "completed" for d in docs),
+                      "failed": sum(d[phase] == "failed" for d in docs),
+                      "open": sum(d[phase] in ("pending", "processing") for d in docs)}
+              for phase in ("ocr", "vector", "graphrag")}
+    broken = [{"filename": d["filename"], "error": d["ocr_error"]} for d in docs if d["ocr"] == "failed"]
+    good = [d for d in docs if d["ocr"] != "failed"]
+    with _stores() as (store, graph):
+        vectors = store.count()
+        counts = graph.counts()
+        embedder = EmbeddingResource().get_embedder()
+        hits = store.search(embedder.embed_one(DEMO_QUERY), limit=3)
+    return {
+        "documents": docs, "phases": phases, "chunks": int(chunks), "vectors": int(vectors),
+        "entities": int(counts.get("entities", 0)), "relationships": int(counts.get("relationships", 0)),
+        "broken": broken, "good_documents": len(good),
+        "good_documents_completed": sum(all(d[p] == "completed" for p in ("ocr", "vector", "graphrag")) for d in good),
+        "search": {"query": DEMO_QUERY, "hits": [
+            {"score": round(h.score, 4), "document": h.payload.get("filename"), "page": h.payload.get("page_number"),
+             "text": h.payload.get("text", "")} for h in hits]},
+    }

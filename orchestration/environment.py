@@ -1,0 +1,49 @@
+"""The environment every docqueue process shares: where the queue and Dagster's storage live, and DAGSTER_HOME.
+
+With nothing configured this starts the embedded PostgreSQL once and exports its URLs, so the webserver, daemon,
+run workers and CLI all agree without each probing for the server."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from queue_db.config import docqueue_home
+from queue_db.server import dagster_database_url, database_url
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+INSTANCE_TEMPLATE = REPO_ROOT / "dagster.yaml"
+
+
+def prepare_environment() -> dict[str, str]:
+    """Export DOCQUEUE_DATABASE_URL, DOCQUEUE_DAGSTER_PG_URL and DAGSTER_HOME; returns them (URLs redacted)."""
+    os.environ["DOCQUEUE_HOME"] = str(docqueue_home())
+    os.environ["DOCQUEUE_DATABASE_URL"] = database_url()
+    os.environ["DOCQUEUE_DAGSTER_PG_URL"] = dagster_database_url()
+    home = Path(os.environ.get("DAGSTER_HOME") or docqueue_home() / "dagster")
+    home.mkdir(parents=True, exist_ok=True)
+    target = home / "dagster.yaml"
+    if INSTANCE_TEMPLATE.exists() and (not target.exists() or target.read_text() != INSTANCE_TEMPLATE.read_text()):
+        shutil.copyfile(INSTANCE_TEMPLATE, target)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return {"DOCQUEUE_HOME": os.environ["DOCQUEUE_HOME"], "DAGSTER_HOME": str(home),
+            "DOCQUEUE_DATABASE_URL": redact(os.environ["DOCQUEUE_DATABASE_URL"]),
+            "DOCQUEUE_DAGSTER_PG_URL": redact(os.environ["DOCQUEUE_DAGSTER_PG_URL"])}
+
+
+def redact(url: str) -> str:
+    """user:password@host -> user:***@host, for anything shown to a person."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    credentials, host = rest.rsplit("@", 1)
+    if ":" in credentials:
+        credentials = credentials.split(":", 1)[0] + ":***"
+    return f"{scheme}://{credentials}@{host}"
+
+
+def dagster_instance():
+    import dagster as dg
+
+    prepare_environment()
+    return dg.DagsterInstance.get()
