@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -15,6 +16,8 @@ import sqlalchemy as sa
 from queue_db.config import QueueSettings
 from queue_db.migrate import upgrade
 from queue_db.queue import TaskQueue, create_queue_engine
+
+pytest_plugins = ["tests.integration.bolt_fixture"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS_DIR = Path(os.environ.get("DOCQUEUE_CORPUS", REPO_ROOT.parent / "shared" / "corpus"))
@@ -106,3 +109,36 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "corpus" in item.keywords:
             item.add_marker(skip)
+
+
+@dataclass
+class DocqueueEnv:
+    home: Path
+    queue_url: str
+    dagster_url: str
+    bolt: object
+
+
+@pytest.fixture
+def docqueue_env(tmp_path, monkeypatch, create_database, migrated_template, bolt_server) -> DocqueueEnv:
+    """A complete, isolated docqueue environment for one test: its own queue and Dagster databases on the
+    session's PostgreSQL, its own DOCQUEUE_HOME (storage, embedded Qdrant) and DAGSTER_HOME, and an emptied
+    graph on the session's Bolt server. Subprocesses started by the test inherit it through the environment."""
+    from tests.integration.bolt_fixture import clean_graph
+    from orchestration.environment import prepare_environment
+
+    home = tmp_path / "home"
+    queue_url = create_database(template=migrated_template)
+    dagster_url = create_database(prefix="dagster")
+    for name, value in {
+        "DOCQUEUE_HOME": str(home), "DOCQUEUE_DATABASE_URL": queue_url, "DOCQUEUE_DAGSTER_PG_URL": dagster_url,
+        "DAGSTER_HOME": str(home / "dagster"), "DOCQUEUE_NEO4J_URI": bolt_server.uri,
+        "DOCQUEUE_NEO4J_USER": bolt_server.user, "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password,
+        "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"), "DOCQUEUE_QDRANT_URL": "",
+    }.items():
+        monkeypatch.setenv(name, value)
+    if bolt_server.database:
+        monkeypatch.setenv("DOCQUEUE_NEO4J_DATABASE", bolt_server.database)
+    clean_graph(bolt_server)
+    prepare_environment()
+    yield DocqueueEnv(home, queue_url, dagster_url, bolt_server)

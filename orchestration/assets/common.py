@@ -107,7 +107,7 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
     """The body every task asset shares. `after(report)` runs once the tasks are settled (register children)."""
     keys = list(context.partition_keys)
     manual = is_manual_run(dict(context.run.tags))
-    worker_id = make_worker_id(f"run:{context.run_id}")
+    worker_id = make_worker_id(f"run:{context.run.run_id}")
     report = process_keys(queue, pipeline, kind, keys, worker_id, override_retry_limit=manual, log=context.log)
     if after is not None:
         after(report)
