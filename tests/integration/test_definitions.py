@@ -1,0 +1,160 @@
+"""The Dagster code location loads and holds what the UI and the daemon rely on: the three dynamic partition
+definitions, the assets per phase, every sensor and schedule, the asset checks; and partition keys are always
+safe for Dagster (no commas, which break UI backfills, and none of the substrings Dagster refuses)."""
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.partitions.utils.base import INVALID_PARTITION_SUBSTRINGS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from queue_db.keys import chunk_partition_key, page_partition_key, parse_partition_key
+from queue_db.queue import document_key_for
+from queue_db.tasks import ALL_KINDS
+
+
+@pytest.fixture(scope="module")
+def defs():
+    from orchestration.definitions import defs as definitions
+
+    dg.Definitions.validate_loadable(definitions)
+    return definitions
+
+
+@pytest.fixture(scope="module")
+def repo(defs):
+    return defs.get_repository_def()
+
+
+def _nodes(repo) -> dict[str, object]:
+    return {node.key.to_user_string(): node for node in repo.asset_graph.asset_nodes}
+
+
+def test_three_dynamic_partition_definitions(repo):
+    used = {node.partitions_def.name for node in _nodes(repo).values()
+            if isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)}
+    assert used == {"documents", "pages", "chunks"}
+    assert all(isinstance(node.partitions_def, dg.DynamicPartitionsDefinition) for node in _nodes(repo).values())
+
+
+@pytest.mark.parametrize("asset,group,partitions,kinds", [
+    ("ocr_document", "ocr", "documents", {"pymupdf", "postgres"}),
+    ("ocr_page", "ocr", "pages", {"pymupdf", "postgres"}),
+    ("document_ocr", "ocr", "documents", {"postgres"}),
+    ("vector_page", "vector", "pages", {"python", "postgres"}),
+    ("vector_chunk", "vector", "chunks", {"onnx", "qdrant"}),
+    ("document_vector_index", "vector", "documents", {"postgres"}),
+    ("graphrag_chunk", "graphrag", "chunks", {"spacy", "neo4j"}),
+    ("document_graphrag_index", "graphrag", "documents", {"postgres"}),
+])
+def test_assets_per_phase(repo, asset, group, partitions, kinds):
+    node = _nodes(repo)[asset]
+    assert node.group_name == group
+    assert node.partitions_def.name == partitions
+    assert set(node.kinds) == kinds
+    assert node.tags.get("docqueue/phase") == group
+    # ranged runs: a backfill of N keys is one run, not N
+    assert node.backfill_policy == dg.BackfillPolicy.single_run()
+
+
+def test_every_task_kind_has_an_asset_and_a_job(repo):
+    nodes = _nodes(repo)
+    assert set(nodes) == {k.name for k in ALL_KINDS} | {"document_ocr", "document_vector_index",
+                                                         "document_graphrag_index"}
+    jobs = {job.name for job in repo.get_all_jobs()}
+    for kind in ALL_KINDS:
+        assert f"{kind.name}_job" in jobs
+        assert nodes[kind.name].group_name == kind.phase.value
+    assert {"rollup_ocr_job", "rollup_vector_job", "rollup_graphrag_job", "recovery_job",
+            "nightly_reconciliation_job"} <= jobs
+
+
+def test_phase_dependencies(repo):
+    graph = repo.asset_graph
+    parents = {node.key.to_user_string(): {p.to_user_string() for p in node.parent_keys} for node in graph.asset_nodes}
+    assert parents["ocr_page"] == {"ocr_document"}
+    assert parents["vector_page"] == {"ocr_page"}
+    assert parents["vector_chunk"] == {"vector_page"}
+    assert parents["graphrag_chunk"] == {"vector_chunk"}
+    assert parents["document_graphrag_index"] == {"graphrag_chunk"}
+
+
+def test_sensors(repo):
+    sensors = {sensor.name: sensor for sensor in repo.sensor_defs}
+    expected = {"inbox_sensor", *(f"{kind.name}_sensor" for kind in ALL_KINDS),
+                "rollup_ocr_sensor", "rollup_vector_sensor", "rollup_graphrag_sensor"}
+    assert set(sensors) == expected
+    for name, sensor in sensors.items():
+        assert sensor.default_status == dg.DefaultSensorStatus.RUNNING, name
+        assert "database" in sensor.required_resource_keys, name
+    for kind in ALL_KINDS:
+        assert sensors[f"{kind.name}_sensor"].job_name == f"{kind.name}_job"
+
+
+def test_schedules(repo):
+    schedules = {schedule.name: schedule for schedule in repo.schedule_defs}
+    assert set(schedules) == {"recovery_every_minute", "nightly_reconciliation"}
+    assert schedules["recovery_every_minute"].cron_schedule == "* * * * *"
+    assert schedules["recovery_every_minute"].job_name == "recovery_job"
+    nightly = schedules["nightly_reconciliation"]
+    minute, hour, *rest = nightly.cron_schedule.split()
+    assert minute.isdigit() and hour.isdigit() and rest == ["*", "*", "*"], "once a day"
+    assert nightly.job_name == "nightly_reconciliation_job"
+    assert all(s.default_status == dg.DefaultScheduleStatus.RUNNING for s in schedules.values())
+
+
+def test_asset_checks(repo):
+    checks = {(key.asset_key.to_user_string(), key.name) for key in repo.asset_graph.asset_check_keys}
+    assert checks == {("ocr_page", "no_task_stuck_in_processing"), ("document_ocr", "parents_agree_with_children"),
+                      ("vector_chunk", "vectors_agree_with_queue"), ("graphrag_chunk", "graph_agrees_with_queue")}
+
+
+def test_resources_read_the_environment_not_run_config(defs):
+    """No secret in run config: every resource field is empty so it reads its DOCQUEUE_* variable at run time."""
+    from orchestration.definitions import build_resources
+
+    for name, resource in build_resources().items():
+        assert all(value in ("", None) for value in resource.model_dump().values()
+                   if isinstance(value, (str, type(None)))), name
+
+
+# ------------------------------------------------------------------------------------------------ partition keys
+_HOSTILE = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=120) | st.sampled_from([
+    "a,b.pdf", ",,,.pdf", "...", "../../etc/passwd", "C:\\Users\\x\\report,final.pdf", "..pdf", "\n\t\0.pdf",
+    "über,straße.PDF", "名前,テスト.pdf", "[a]{b}(c)*?.pdf", "-.pdf", ".hidden", "a" * 500 + ".pdf", "",
+])
+
+
+def _assert_safe(key: str) -> None:
+    assert "," not in key
+    assert not any(bad in key for bad in INVALID_PARTITION_SUBSTRINGS), key
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(filename=_HOSTILE, digest=st.binary(min_size=32, max_size=32), page=st.integers(1, 99_999),
+       chunk=st.integers(0, 9_999))
+def test_partition_keys_are_comma_free_and_parse_back(filename, digest, page, chunk):
+    content_hash = digest.hex()
+    document = document_key_for(filename, content_hash)
+    keys = [document, page_partition_key(document, page), chunk_partition_key(document, page, chunk)]
+    for key in keys:
+        _assert_safe(key)
+    assert document.endswith(content_hash[:8])
+    assert "/" not in document and len(document) <= 60 + 1 + 8
+    assert parse_partition_key(keys[1]).page_number == page
+    parsed = parse_partition_key(keys[2])
+    assert (parsed.document_key, parsed.page_number, parsed.chunk_index) == (document, page, chunk)
+
+
+def test_dagster_accepts_hostile_keys_and_ranges_over_them():
+    """Dagster's own validation and its range lookup (what a UI backfill does) on keys from hostile names."""
+    names = ["a,b.pdf", "...pdf", "x\ny.pdf", "名前.pdf", "../up.pdf"]
+    keys = [chunk_partition_key(document_key_for(n, f"{i:08x}".ljust(64, "0")), 1, 0) for i, n in enumerate(names)]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("chunks", keys)
+        partitions = dg.DynamicPartitionsDefinition(name="chunks")
+        assert partitions.get_partition_keys(dynamic_partitions_store=instance) == keys
+        with dg.partition_loading_context(dynamic_partitions_store=instance):
+            selected = partitions.get_partition_keys_in_range(dg.PartitionKeyRange(keys[1], keys[3]))
+        assert selected == keys[1:4]
