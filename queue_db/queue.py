@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Callable, Iterable, Sequence
 
+import psycopg
+import psycopg.rows
+import psycopg.types.json
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -178,6 +181,38 @@ class TaskQueue:
             return list(conn.exec_driver_sql(call, params).scalar())
         return self._autocommit(lambda c: list(c.exec_driver_sql(call, params).scalar()))
 
+    def _pipelined(self, kind: TaskKind, statement: str, args: dict, ids: Sequence[str] | None) -> list[dict]:
+        """The hot path (claim, complete, fail): BEGIN, the transition as a prepared statement (its plan is cached,
+        unlike dynamic SQL), docqueue_bubble_after(), COMMIT, sent as one pipelined batch: one round trip.
+        `ids` are the rows transitioned (None for a claim: the function finds them by worker and now())."""
+        sql = statement.replace("%", "%%").replace("$1", "%(args)s::jsonb")
+        delay = 0.05
+        for attempt in range(1, 7):
+            raw = self.engine.raw_connection()
+            try:
+                pg = raw.driver_connection
+                with pg.pipeline():
+                    with pg.transaction():
+                        cursor = pg.cursor(row_factory=psycopg.rows.dict_row)
+                        cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
+                        pg.execute("SELECT docqueue_bubble_after(%s, %s, %s::uuid[])",
+                                   (kind.name, args.get("worker"), list(ids) if ids is not None else None),
+                                   prepare=True)
+                    rows = cursor.fetchall()
+                raw.close()
+                return [_plain(r) for r in rows]
+            except psycopg.Error as exc:
+                transient = getattr(exc, "sqlstate", None) in _RETRYABLE_SQLSTATES or isinstance(exc, psycopg.OperationalError)
+                if pg.closed or isinstance(exc, psycopg.OperationalError):
+                    raw.invalidate()
+                else:
+                    raw.close()
+                if attempt == 6 or not transient:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
     def _autocommit(self, work: Callable[[sa.Connection], Any], attempts: int = 6) -> Any:
         """One statement = one transaction; retried on deadlock/serialization failure or a dropped connection."""
         delay = 0.05
@@ -227,7 +262,7 @@ class TaskQueue:
         args: dict[str, Any] = {"worker": worker_id, "limit": limit}
         if only_ids is not None:
             args["only"] = [str(i) for i in only_ids]
-        return self._run(kind, sql, args)
+        return self._pipelined(kind, sql, args, None)
 
     def heartbeat(self, kind: TaskKind, worker_id: str, ids: Iterable[str]) -> set[str]:
         """Refresh the heartbeat of tasks still owned by `worker_id`; returns the ids still owned."""
@@ -277,7 +312,7 @@ class TaskQueue:
         ])
         values = [{"id": str(r["id"]), **{c: (clean_text(r[c]) if isinstance(r.get(c), str) else r.get(c))
                                           for c in columns}} for r in results]
-        rows = self._run(kind, self._fenced_sql(kind, set_sql, columns), {"worker": worker_id, "values": values})
+        rows = self._pipelined(kind, self._fenced_sql(kind, set_sql, columns), {"worker": worker_id, "values": values}, ids)
         return _outcome(ids, rows)
 
     def complete_document_expansion(self, worker_id: str, document_id: str, *, page_count: int,
@@ -368,9 +403,9 @@ class TaskQueue:
                    "cls": str(f.get("error_class") or "error")[:32], "retryable": bool(f.get("retryable", True))}
                   for f in failures]
         sql = self._fenced_sql(kind, set_sql, {"err": "text", "cls": "text", "retryable": "boolean"})
-        rows = self._run(kind, sql, {"worker": worker_id, "values": values,
-                                     "backoff_base": self.settings.retry_backoff_base_s,
-                                     "backoff_max": self.settings.retry_backoff_max_s})
+        rows = self._pipelined(kind, sql, {"worker": worker_id, "values": values,
+                                           "backoff_base": self.settings.retry_backoff_base_s,
+                                           "backoff_max": self.settings.retry_backoff_max_s}, ids)
         return _outcome(ids, rows)
 
     # ------------------------------------------------------------------ recovery
@@ -579,8 +614,10 @@ class TaskQueue:
 def create_queue_engine(url: str, pool_size: int = 5, max_overflow: int = 5) -> sa.Engine:
     from .server import normalize_url
 
+    # no pre-ping: it costs a round trip per checkout; a dead pooled connection raises on use instead, the
+    # pool discards it, and the transition is retried on a fresh one (_is_transient)
     return sa.create_engine(normalize_url(url), pool_size=pool_size, max_overflow=max_overflow,
-                            pool_pre_ping=True, pool_recycle=1800)
+                            pool_pre_ping=False, pool_recycle=1800)
 
 
 def _is_transient(exc: DBAPIError) -> bool:
