@@ -9,29 +9,44 @@ DECLARE
     page_ids uuid[];
     document_ids uuid[];
 BEGIN
+    -- separate statements per case, so each one is planned on its own index (an OR of both would scan)
     IF kind = 'ocr_document' THEN
         RETURN;  -- the expansion task writes the document's own status
     ELSIF kind = 'ocr_page' THEN
-        SELECT array_agg(DISTINCT p.document_id) INTO document_ids FROM task_queue_page p
-        WHERE (ids IS NOT NULL AND p.id = ANY(ids))
-           OR (ids IS NULL AND p.ocr_status = 'processing' AND p.ocr_last_heartbeat = now() AND p.ocr_worker_id = worker);
+        IF ids IS NULL THEN
+            SELECT array_agg(DISTINCT p.document_id) INTO document_ids FROM task_queue_page p
+            WHERE p.ocr_status = 'processing' AND p.ocr_last_heartbeat = now()
+              AND p.ocr_worker_id = worker;
+        ELSE
+            SELECT array_agg(DISTINCT p.document_id) INTO document_ids FROM task_queue_page p WHERE p.id = ANY(ids);
+        END IF;
         PERFORM docqueue_bubble('ocr', NULL, document_ids);
     ELSIF kind = 'vector_page' THEN
-        SELECT array_agg(DISTINCT p.document_id) INTO document_ids FROM task_queue_page p
-        WHERE (ids IS NOT NULL AND p.id = ANY(ids))
-           OR (ids IS NULL AND p.vector_status = 'processing' AND p.vector_last_heartbeat = now() AND p.vector_worker_id = worker);
+        IF ids IS NULL THEN
+            SELECT array_agg(DISTINCT p.document_id) INTO document_ids FROM task_queue_page p
+            WHERE p.vector_status = 'processing' AND p.vector_last_heartbeat = now()
+              AND p.vector_worker_id = worker AND p.chunked_at IS NULL;
+        ELSE
+            SELECT array_agg(DISTINCT p.document_id) INTO document_ids FROM task_queue_page p WHERE p.id = ANY(ids);
+        END IF;
         PERFORM docqueue_bubble('vector', NULL, document_ids);
     ELSIF kind = 'vector_chunk' THEN
-        SELECT array_agg(DISTINCT c.page_id), array_agg(DISTINCT c.document_id) INTO page_ids, document_ids
-        FROM task_queue_chunk c
-        WHERE (ids IS NOT NULL AND c.id = ANY(ids))
-           OR (ids IS NULL AND c.vector_status = 'processing' AND c.vector_last_heartbeat = now() AND c.vector_worker_id = worker);
+        IF ids IS NULL THEN
+            SELECT array_agg(DISTINCT c.page_id), array_agg(DISTINCT c.document_id) INTO page_ids, document_ids FROM task_queue_chunk c
+            WHERE c.vector_status = 'processing' AND c.vector_last_heartbeat = now()
+              AND c.vector_worker_id = worker;
+        ELSE
+            SELECT array_agg(DISTINCT c.page_id), array_agg(DISTINCT c.document_id) INTO page_ids, document_ids FROM task_queue_chunk c WHERE c.id = ANY(ids);
+        END IF;
         PERFORM docqueue_bubble('vector', page_ids, document_ids);
     ELSIF kind = 'graphrag_chunk' THEN
-        SELECT array_agg(DISTINCT c.page_id), array_agg(DISTINCT c.document_id) INTO page_ids, document_ids
-        FROM task_queue_chunk c
-        WHERE (ids IS NOT NULL AND c.id = ANY(ids))
-           OR (ids IS NULL AND c.graphrag_status = 'processing' AND c.graphrag_last_heartbeat = now() AND c.graphrag_worker_id = worker);
+        IF ids IS NULL THEN
+            SELECT array_agg(DISTINCT c.page_id), array_agg(DISTINCT c.document_id) INTO page_ids, document_ids FROM task_queue_chunk c
+            WHERE c.graphrag_status = 'processing' AND c.graphrag_last_heartbeat = now()
+              AND c.graphrag_worker_id = worker;
+        ELSE
+            SELECT array_agg(DISTINCT c.page_id), array_agg(DISTINCT c.document_id) INTO page_ids, document_ids FROM task_queue_chunk c WHERE c.id = ANY(ids);
+        END IF;
         PERFORM docqueue_bubble('graphrag', page_ids, document_ids);
     ELSE
         RAISE EXCEPTION 'unknown task kind %', kind;
