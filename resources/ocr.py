@@ -1,0 +1,391 @@
+"""OCR phase: PDF page -> markdown, with every PDF/OCR call isolated in a worker process.
+
+`PdfProcessor` owns one persistent worker: a fresh interpreter running
+`resources._pdf_worker` (spawn semantics -- never a fork of the caller -- but without
+multiprocessing's re-import of the caller's ``__main__``, which re-runs unguarded
+scripts), its address space capped with RLIMIT_AS. A call that runs past `page_timeout_s` kills the worker
+(the next call starts a fresh one) and raises `DocumentError("timeout: ...")`; a worker
+that dies raises `resource_limit` or `internal`. The calling process only waits on a
+pipe, so its other threads (heartbeats) keep running while a page is converted.
+
+Failures always arrive as `DocumentError` with a short readable `reason`, an
+`error_class` and whether retrying can help.
+"""
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from resources import _pdf_worker
+
+MB = 1024 * 1024
+ERROR_CLASSES = frozenset(
+    {"encrypted", "corrupt", "too_large", "empty", "timeout", "resource_limit", "unsupported", "internal"}
+)
+_NOT_RETRYABLE = frozenset({"encrypted", "corrupt", "too_large", "empty", "unsupported"})
+WORKER_RECYCLE_AFTER_CALLS = 500  # fresh worker now and then: MuPDF/ONNX caches only grow
+_POLL_INTERVAL_S = 0.25
+_STOP_GRACE_S = 3.0
+
+
+class DocumentError(Exception):
+    """A document (or one of its pages) that could not be converted, and why."""
+
+    def __init__(self, reason: str, error_class: str, retryable: bool | None = None):
+        if error_class not in ERROR_CLASSES:
+            raise ValueError(f"unknown error_class {error_class!r}")
+        super().__init__(reason)
+        self.reason = reason
+        self.error_class = error_class
+        self.retryable = (error_class not in _NOT_RETRYABLE) if retryable is None else retryable
+
+    def __reduce__(self):
+        return (DocumentError, (self.reason, self.error_class, self.retryable))
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _env_number(name: str, default, kind):
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = kind(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a {'whole ' if kind is int else ''}number, got {raw!r}") from exc
+    if value <= 0:
+        raise ValueError(f"{name} must be greater than 0, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class PdfLimits:
+    max_file_bytes: int = 200 * MB
+    max_pages: int = 2000
+    max_render_pixels: int = 25_000_000
+    page_timeout_s: float = 120.0
+    max_memory_mb: int = 3072
+    ocr_dpi: int = 200
+    min_text_chars: int = 20
+    ocr_threads: int = 2
+    worker_start_timeout_s: float = 60.0
+
+    def __post_init__(self):
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"PdfLimits.{item.name} must be a positive number, got {value!r}")
+
+    @classmethod
+    def from_env(cls) -> "PdfLimits":
+        return cls(
+            max_file_bytes=int(_env_number("DOCQUEUE_MAX_FILE_MB", 200.0, float) * MB),
+            max_pages=_env_number("DOCQUEUE_MAX_PAGES", 2000, int),
+            max_render_pixels=_env_number("DOCQUEUE_MAX_RENDER_PIXELS", 25_000_000, int),
+            page_timeout_s=_env_number("DOCQUEUE_PAGE_TIMEOUT", 120.0, float),
+            max_memory_mb=_env_number("DOCQUEUE_WORKER_MEMORY_MB", 3072, int),
+            ocr_dpi=_env_number("DOCQUEUE_OCR_DPI", 200, int),
+            min_text_chars=_env_number("DOCQUEUE_MIN_TEXT_CHARS", 20, int),
+            ocr_threads=_env_number("DOCQUEUE_OCR_THREADS", min(2, os.cpu_count() or 1), int),
+            worker_start_timeout_s=_env_number("DOCQUEUE_WORKER_START_TIMEOUT", 60.0, float),
+        )
+
+    def worker_settings(self) -> dict:
+        return {
+            "memory_mb": self.max_memory_mb,
+            "threads": self.ocr_threads,
+            "max_pages": self.max_pages,
+            "ocr_dpi": self.ocr_dpi,
+            "max_render_pixels": self.max_render_pixels,
+            "min_text_chars": self.min_text_chars,
+        }
+
+
+@dataclass
+class DocumentInfo:
+    page_count: int
+    encrypted: bool
+    repaired: bool
+    boilerplate: list[str] = field(default_factory=list)  # normalised header/footer lines, see _pdf_cleanup
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class PageResult:
+    page_number: int
+    markdown: str
+    method: str  # "text-layer" or "ocr:rapidocr"
+    chars: int
+    seconds: float
+
+
+class _WorkerHandle:
+    """The worker process and its pipe; kept apart from PdfProcessor so a finalizer can stop it."""
+
+    def __init__(self):
+        self.process: subprocess.Popen | None = None
+        self.conn = None
+        self.calls = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        process, conn = self.process, self.conn
+        self.process, self.conn, self.calls = None, None, 0
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+            try:
+                process.wait(_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        if conn is not None:
+            conn.close()
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        try:
+            if self.alive and self.conn is not None:
+                self.conn.send({"op": "stop"})
+                self.process.wait(_STOP_GRACE_S)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+class PdfProcessor:
+    """Inspect PDFs and convert single pages to markdown in an isolated worker process."""
+
+    def __init__(self, limits: PdfLimits | None = None):
+        self.limits = limits or PdfLimits.from_env()
+        self._lock = threading.Lock()
+        self._worker = _WorkerHandle()
+        self._finalizer = weakref.finalize(self, self._worker.stop)
+
+    # -- public API -------------------------------------------------------
+    def inspect(self, path: str | Path, password: str | None = None) -> DocumentInfo:
+        checked = self._checked_path(path)
+        payload = self._call({"op": "inspect", "path": checked, "password": password}, "inspecting the document")
+        return DocumentInfo(**payload)
+
+    def convert_page(
+        self, path: str | Path, page_number: int, password: str | None = None, boilerplate: Iterable[str] = ()
+    ) -> PageResult:
+        if isinstance(page_number, bool) or not isinstance(page_number, int) or page_number < 1:
+            raise ValueError(f"page_number is 1-based, got {page_number!r}")
+        checked = self._checked_path(path)
+        request = {
+            "op": "convert",
+            "path": checked,
+            "password": password,
+            "page_number": page_number,
+            "boilerplate": list(boilerplate),
+        }
+        payload = self._call(request, f"page {page_number}")
+        markdown = payload["markdown"]
+        return PageResult(page_number, markdown, payload["method"], len(markdown), payload["seconds"])
+
+    @property
+    def worker_pid(self) -> int | None:
+        """Process id of the current worker (None before the first call or after a kill)."""
+        process = self._worker.process
+        return process.pid if self._worker.alive else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._worker.stop()
+
+    def __enter__(self) -> "PdfProcessor":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------
+    def _checked_path(self, path: str | Path) -> str:
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise DocumentError(f"internal: file not found: {Path(path).name}", "internal") from None
+        if size > self.limits.max_file_bytes:
+            raise DocumentError(
+                f"too large: {_megabytes(size)} MB > limit {_megabytes(self.limits.max_file_bytes)} MB", "too_large"
+            )
+        return str(Path(path).resolve())
+
+    def _call(self, request: dict, subject: str) -> dict:
+        timeout = self.limits.page_timeout_s
+        with self._lock:
+            if self._worker.calls >= WORKER_RECYCLE_AFTER_CALLS:
+                self._worker.stop()
+            self._send(request)
+            reply = self._wait_for_reply(timeout, subject)
+            self._worker.calls += 1
+        if reply[0] == "ok":
+            return reply[1]
+        _, error_class, reason = reply
+        if error_class == "resource_limit":
+            with self._lock:
+                self._worker.kill()  # after an allocation failure the worker's state is suspect
+        raise DocumentError(reason, error_class)
+
+    def _send(self, request: dict) -> None:
+        for attempt in (1, 2):
+            if not self._worker.alive:
+                self._start_worker()
+            try:
+                self._worker.conn.send(request)
+                return
+            except (BrokenPipeError, EOFError, OSError):
+                self._worker.kill()  # died while idle; one fresh start is worth it
+                if attempt == 2:
+                    raise DocumentError("internal: PDF worker is not accepting requests", "internal") from None
+
+    def _wait_for_reply(self, timeout: float, subject: str):
+        conn, process = self._worker.conn, self._worker.process
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._worker.kill()
+                raise DocumentError(f"timeout: {subject} took more than {_seconds(timeout)} s", "timeout")
+            if conn.poll(min(remaining, _POLL_INTERVAL_S)):
+                try:
+                    return conn.recv()
+                except (EOFError, OSError):
+                    break
+            elif process.poll() is not None:
+                break
+        raise self._death_error(process, subject)
+
+    def _death_error(self, process: subprocess.Popen, subject: str) -> DocumentError:
+        try:
+            code = process.wait(_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._worker.kill()
+        if code == _pdf_worker.MEMORY_EXIT_CODE or code == -signal.SIGKILL:
+            # SIGKILL that we did not send is the kernel's OOM killer
+            return DocumentError(
+                f"resource limit: {subject} exceeded the {self.limits.max_memory_mb} MB memory cap", "resource_limit"
+            )
+        return DocumentError(f"internal: PDF worker crashed ({_exit_description(code)}) during {subject}", "internal")
+
+    def _start_worker(self) -> None:
+        self._worker.kill()
+        parent_conn, child_conn = multiprocessing.Pipe(duplex=True)
+        child_fd = child_conn.fileno()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "resources._pdf_worker", str(child_fd)],
+                pass_fds=(child_fd,),
+                stdin=subprocess.DEVNULL,
+                env=_worker_environment(),
+                close_fds=True,
+            )
+        except OSError as exc:
+            parent_conn.close()
+            raise DocumentError(f"internal: cannot start the PDF worker ({exc})", "internal") from None
+        finally:
+            child_conn.close()
+        self._worker.process, self._worker.conn, self._worker.calls = process, parent_conn, 0
+        try:
+            parent_conn.send(self.limits.worker_settings())
+        except OSError:
+            raise self._death_error(process, "worker start-up") from None
+        if not parent_conn.poll(self.limits.worker_start_timeout_s):
+            self._worker.kill()
+            raise DocumentError(
+                f"internal: PDF worker did not start within {_seconds(self.limits.worker_start_timeout_s)} s", "internal"
+            )
+        try:
+            message = parent_conn.recv()
+        except (EOFError, OSError):
+            raise self._death_error(process, "worker start-up") from None
+        if message[0] != "ready":
+            self._worker.kill()
+            error_class = "resource_limit" if "MemoryError" in message[1] else "internal"
+            raise DocumentError(f"{error_class.replace('_', ' ')}: PDF worker failed to start ({message[1]})", error_class)
+
+
+def _worker_environment() -> dict:
+    """The caller's environment, with the folder holding `resources` first on the path."""
+    env = dict(os.environ)
+    project_root = str(Path(__file__).resolve().parent.parent)
+    existing = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = project_root + (os.pathsep + existing if existing else "")
+    return env
+
+
+def _megabytes(size: int) -> str:
+    value = size / MB
+    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+def _exit_description(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+class OcrResource(dg.ConfigurableResource):
+    """Builds the PdfProcessor; unset fields take DOCQUEUE_* environment values or defaults."""
+
+    max_file_mb: Optional[float] = Field(default=None, description="DOCQUEUE_MAX_FILE_MB (200)")
+    max_pages: Optional[int] = Field(default=None, description="DOCQUEUE_MAX_PAGES (2000)")
+    max_render_pixels: Optional[int] = Field(default=None, description="DOCQUEUE_MAX_RENDER_PIXELS (25e6)")
+    page_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_PAGE_TIMEOUT (120)")
+    max_memory_mb: Optional[int] = Field(default=None, description="DOCQUEUE_WORKER_MEMORY_MB (3072)")
+    ocr_dpi: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_DPI (200)")
+    min_text_chars: Optional[int] = Field(default=None, description="DOCQUEUE_MIN_TEXT_CHARS (20)")
+    ocr_threads: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_THREADS (2)")
+
+    _processor: Optional[PdfProcessor] = PrivateAttr(default=None)
+
+    def limits(self) -> PdfLimits:
+        overrides = {
+            name: getattr(self, name)
+            for name in ("max_pages", "max_render_pixels", "page_timeout_s", "max_memory_mb", "ocr_dpi",
+                         "min_text_chars", "ocr_threads")
+            if getattr(self, name) is not None
+        }
+        if self.max_file_mb is not None:
+            overrides["max_file_bytes"] = int(self.max_file_mb * MB)
+        return dataclasses.replace(PdfLimits.from_env(), **overrides)
+
+    def get_processor(self) -> PdfProcessor:
+        """One processor (one worker process) per resource instance, reused across calls."""
+        if self._processor is None:
+            self._processor = PdfProcessor(self.limits())
+        return self._processor
+
+    def teardown_after_execution(self, context) -> None:
+        if self._processor is not None:
+            self._processor.close()
+            self._processor = None
