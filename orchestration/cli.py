@@ -171,7 +171,14 @@ def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, a
         "ingest", ["file", "status", "document", "id / reason"],
         [[r.path, r.status, r.document_key or "", r.document_id or r.reason] for r in results])))
     if results and all(r.status == "rejected" for r in results):
-        raise CliError("nothing was registered: every file was rejected (see the reasons above)")
+        raise CliError("nothing was registered, every file was rejected: " + _rejections(results)
+                       + "; give PDF files (the content decides, not the name)")
+
+
+def _rejections(results, shown: int = 3) -> str:
+    reasons = [f"{Path(r.path).name} ({r.reason})" for r in results[:shown]]
+    more = len(results) - shown
+    return ", ".join(reasons) + (f" and {more} more" if more > 0 else "")
 
 
 def _register_document_partitions(queue) -> None:
@@ -388,10 +395,12 @@ def search(text: str, limit: int, as_json: bool) -> None:
     from resources.qdrant import QdrantResource
 
     embedder = EmbeddingResource().get_embedder()
-    _queue()  # the same environment as every other command
+    from queue_db.lifecycle import hidden_from_search
+
+    queue = _queue()
     store = QdrantResource().get_store(embedder.model_id, embedder.dim)
     try:
-        hits = store.search(embedder.embed_one(text), limit=limit)
+        hits = store.search(embedder.embed_one(text), limit=limit, exclude_document_ids=hidden_from_search(queue))
     finally:
         store.close()
     rows = [{"score": round(h.score, 4), "document": h.payload.get("filename"),
@@ -426,6 +435,46 @@ def graph(entity: str, as_json: bool) -> None:
                              [[r["name"], r["type"], r["rel_type"], r["direction"], r["weight"]] for r in found["related"]]))
 
     _emit(as_json, found, human)
+
+
+@main.command()
+@click.argument("document")
+@click.option("--json", "as_json", is_flag=True)
+def delete(document: str, as_json: bool) -> None:
+    """Remove a document: rows, files, Qdrant points, graph nodes and mentions, Dagster partitions."""
+    from orchestration.environment import dagster_instance
+    from orchestration.lifecycle import delete_everywhere
+    from resources.storage import StorageResource
+
+    queue = _queue()
+    found = _document_or_fail(queue, document)
+    with _stores() as (store, graph):
+        try:
+            removed = delete_everywhere(queue, found, instance=dagster_instance(), storage=StorageResource().get_storage(),
+                                        vector_store=store, graph_store=graph)
+        except RuntimeError as exc:
+            raise CliError(f"cannot delete {found['document_key']} now: {exc}") from None
+    payload = {"document": found["document_key"], "id": str(found["id"]), **removed}
+    _emit(as_json, payload, lambda: click.echo(
+        f"deleted {found['document_key']}: {removed['points']} point(s), {removed['files']} file(s), "
+        f"{removed['partitions']} partition(s)"))
+
+
+@main.command()
+@click.option("--phase", type=click.Choice(["vector", "graphrag"]), required=True)
+@click.argument("document", required=False)
+@click.option("--json", "as_json", is_flag=True)
+def reindex(phase: str, document: str | None, as_json: bool) -> None:
+    """Re-run a phase and the ones after it, keeping OCR (e.g. after changing the embedding model)."""
+    from queue_db.lifecycle import reset_phase
+    from queue_db.tasks import Phase
+
+    queue = _queue()
+    doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
+    counts = reset_phase(queue, Phase(phase), doc_id)
+    _emit(as_json, {"phase": phase, **counts}, lambda: click.echo(
+        f"{counts['chunks']} chunk(s) of {counts['documents']} document(s) will be re-indexed from the {phase} phase; "
+        "run `docqueue run --until-idle`"))
 
 
 # ------------------------------------------------------------------------------------------------ UI and demo

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from queue_db.lifecycle import mark_supersedes, previous_version
 from queue_db.queue import TaskQueue
 from resources.ocr import PdfLimits
 from resources.storage import LocalStorage
@@ -22,7 +23,7 @@ PDF_MAGIC = b"%PDF-"
 @dataclass
 class IngestResult:
     path: str
-    status: str  # new | duplicate | rejected
+    status: str  # new | new-version | duplicate | rejected
     document_id: str | None = None
     document_key: str | None = None
     reason: str | None = None
@@ -113,10 +114,17 @@ def ingest_file(queue: TaskQueue, storage: LocalStorage, path: Path, *, priority
     if not storage.exists(storage_key):
         storage.put_file(storage_key, path)
     name = path.name
+    source_path = os.fsdecode(path.resolve())
+    # a known path with new content is a new version: it replaces the old one once fully indexed
+    previous = previous_version(queue, source_path, content_hash)
     document, created = queue.register_document(
         filename=name, content_hash=content_hash, size_bytes=size, storage_key=storage_key,
-        source_path=os.fsdecode(path.resolve()), priority=priority, password_ref=password_ref, mime_type=mime,
+        source_path=source_path, priority=priority, password_ref=password_ref, mime_type=mime,
         filename_bytes=os.fsencode(name))
+    if created and previous is not None:
+        mark_supersedes(queue, str(document["id"]), previous["id"])
+        return IngestResult(shown, "new-version", str(document["id"]), document["document_key"],
+                            reason=f"replaces {previous['document_key']} once indexed")
     return IngestResult(shown, "new" if created else "duplicate", str(document["id"]), document["document_key"])
 
 

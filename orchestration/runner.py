@@ -6,8 +6,11 @@ UI shows it. Several workers split the registration blocks between them (block i
 """
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import dagster as dg
@@ -17,11 +20,14 @@ from queue_db.tasks import ALL_KINDS, Level
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
-from orchestration.planning import PlannedRun, in_flight_positions, plan_rollup_runs, plan_runs
+from orchestration.planning import IN_FLIGHT_STATUSES, PlannedRun, in_flight_positions, plan_rollup_runs, plan_runs
 
 
 # the runs' events (failures included) go to the Dagster instance, where the UI shows them
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+RUNNER_TAG = "docqueue/runner"
+# host:pid:start-time of the process executing an in-process run; nobody else can end such a run if it dies
+RUNNER_PROCESS_TAG = "docqueue/runner_process"
 
 
 @dataclass
@@ -55,8 +61,59 @@ def waiting_work(queue: TaskQueue) -> dict[str, float]:
     return {"processing": int(row[0]), "next_retry_in_s": backoff}
 
 
+_HAS_PROC = Path("/proc/self/stat").exists()
+
+
+def _start_time(pid: int) -> str | None:
+    """Kernel start time of a live process (None when gone or a zombie): with the pid, a process identity that
+    survives pid reuse. Without /proc only liveness is known ("?")."""
+    if not _HAS_PROC:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return "?"
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def this_process() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _process_gone(identity: str) -> bool:
+    host, _, rest = identity.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another machine's process: only its heartbeats can tell
+    now = _start_time(int(pid))
+    return now is None or (now != "?" and started != "?" and now != started)
+
+
+def fail_abandoned_runs(instance: dg.DagsterInstance) -> int:
+    """Mark failed the in-process runs whose `docqueue run` process died (SIGKILL, OOM, power cut): they stay
+    STARTED forever otherwise, and planning treats their ranges as in flight, so their tasks, once recovered,
+    would never be planned again."""
+    failed = 0
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT_STATUSES, tags={RUNNER_TAG: "cli"})):
+        owner = run.tags.get(RUNNER_PROCESS_TAG)
+        # a re-execution inherits its parent's tags but runs elsewhere: not ours to judge
+        if owner and "dagster/parent_run_id" not in run.tags and _process_gone(owner):
+            # the queue re-runs the tasks (stale recovery); a Dagster re-execution would only compete with it
+            instance.add_run_tags(run.run_id, {"dagster/will_retry": "false"})
+            instance.report_run_failed(run, f"the docqueue run process executing this run ({owner}) is gone")
+            failed += 1
+    return failed
+
+
 def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, block_filter=None) -> list[PlannedRun]:
     """One planning round over every kind in phase order, then the roll-ups."""
+    fail_abandoned_runs(instance)
     planned: list[PlannedRun] = []
     for level in Level:
         register_partitions(instance, queue.engine, level)
@@ -71,7 +128,8 @@ def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, block_filter=None)
 
 def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun) -> bool:
     job = defs.resolve_job_def(job_name(run.name))
-    result = job.execute_in_process(instance=instance, tags={**run.tags, "docqueue/runner": "cli"},
+    result = job.execute_in_process(instance=instance, tags={**run.tags, RUNNER_TAG: "cli",
+                                                             RUNNER_PROCESS_TAG: this_process()},
                                     raise_on_error=False, run_config=QUIET_CONSOLE)
     return result.success
 
@@ -96,6 +154,10 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: Ta
         if planned:
             continue
         waiting = waiting_work(queue)
+        if waiting["processing"]:
+            # tasks of a worker that died are released here too: without a daemon nobody else would
+            if sum(queue.recover_stale().values()):
+                continue
         if until_idle and waiting["processing"] == 0 and waiting["next_retry_in_s"] is None:
             break
         delay = poll_s if waiting["next_retry_in_s"] is None else min(max(waiting["next_retry_in_s"], 0.2), 30.0)

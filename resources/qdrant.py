@@ -421,7 +421,8 @@ class VectorStore:
                 if offset is None:
                     return found
 
-    def search(self, vector, limit: int = 5, *, document_id: str | None = None) -> list[SearchHit]:
+    def search(self, vector, limit: int = 5, *, document_id: str | None = None,
+               exclude_document_ids: Sequence[str] = ()) -> list[SearchHit]:
         if not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -431,6 +432,11 @@ class VectorStore:
             if not self._exists(client):
                 return []
             condition = _document_filter(document_id) if document_id is not None else None
+            if exclude_document_ids:
+                # versions being replaced (or not yet complete) stay out of the results
+                condition = condition or qm.Filter()
+                condition.must_not = [qm.FieldCondition(key="document_id",
+                                                        match=qm.MatchAny(any=[str(d) for d in exclude_document_ids]))]
             response = client.query_points(self.collection, query=query.tolist(), limit=limit,
                                            query_filter=condition, with_payload=True, with_vectors=False)
         return [SearchHit(score=float(point.score), chunk_id=str((point.payload or {}).get("chunk_id", "")),
