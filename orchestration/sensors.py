@@ -1,8 +1,7 @@
 """Sensors that watch the queue tables: intake from the inbox, ready work per task kind, document roll-ups.
 
 Each tick is bounded (candidates read through the claim index with a LIMIT, at most `max_runs` requests) and
-idempotent: ranges already covered by a queued or running run are skipped, and run keys change only when a
-task's attempt count changes."""
+idempotent: ranges already covered by a queued or running run are skipped."""
 
 import os
 from pathlib import Path
@@ -25,7 +24,10 @@ MAX_INBOX_FILES_PER_TICK = int(os.environ.get("DOCQUEUE_INBOX_MAX_FILES", "500")
 
 
 def _requests(planned) -> list[dg.RunRequest]:
-    return [dg.RunRequest(run_key=run.run_key, tags=run.tags) for run in planned]
+    # No run key: the daemon never launches a run key twice, so a range whose run was canceled or died before
+    # claiming (its tasks unchanged, the same key planned again) would wait forever. Skipping in-flight ranges
+    # is what prevents duplicates; an interrupted tick is resumed by the daemon through its reserved run ids.
+    return [dg.RunRequest(tags=run.tags) for run in planned]
 
 
 def _task_sensor(kind: TaskKind) -> dg.SensorDefinition:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,6 +44,36 @@ class PasswordError(RuntimeError):
     pass
 
 
+class BatchTimeout(TimeoutError):
+    pass
+
+
+# per-batch time limits of the phases that run in this process (OCR has its per-page limit in its own process)
+EMBED_TIMEOUT_S = float(os.environ.get("DOCQUEUE_EMBED_TIMEOUT", "300"))
+EXTRACT_TIMEOUT_S = float(os.environ.get("DOCQUEUE_EXTRACT_TIMEOUT", "600"))
+
+
+def within(limit_s: float, what: str, work):
+    """Run `work` with a time limit. A thread cannot be killed: on timeout it is abandoned (its result ignored)
+    and the batch fails as `timeout`, to be retried; the library's own timeouts bound how long it lingers."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"{what}-batch", daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    if thread.is_alive():
+        raise BatchTimeout(f"timeout: {what} batch took more than {limit_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def resolve_password(ref: str | None) -> str | None:
     """A password reference, never the password itself, is stored: `file:/path` or `env:NAME`."""
     if not ref:
@@ -68,6 +99,8 @@ def classify(exc: BaseException) -> tuple[str, str, bool]:
         return f"encrypted: {exc}", "encrypted", False
     if isinstance(exc, ChunkingError):
         return f"chunking: {exc}", "validation", False
+    if isinstance(exc, BatchTimeout):
+        return str(exc), "timeout", True
     if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
         return f"{type(exc).__name__}: {exc}", "connection", True
     name = type(exc).__name__
@@ -227,7 +260,7 @@ class Pipeline:
         started = time.perf_counter()
         try:
             context = self.queue.chunk_context([t["id"] for t in tasks])
-            vectors = self.embedder.embed([t.get("content") or "" for t in tasks])
+            vectors = within(EMBED_TIMEOUT_S, "embedding", lambda: self.embedder.embed([t.get("content") or "" for t in tasks]))
             points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
                 "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
                 "filename": context[t["id"]]["filename"], "page_number": context[t["id"]]["page_number"],
@@ -251,7 +284,8 @@ class Pipeline:
         started = time.perf_counter()
         try:
             context = self.queue.chunk_context([t["id"] for t in tasks])
-            extractions = self.extractor.extract([t.get("content") or "" for t in tasks])
+            extractions = within(EXTRACT_TIMEOUT_S, "extraction",
+                                 lambda: self.extractor.extract([t.get("content") or "" for t in tasks]))
             self.graph.write_chunks([ChunkGraph(
                 document_id=context[t["id"]]["document_id"], filename=context[t["id"]]["filename"],
                 page_number=context[t["id"]]["page_number"], chunk_id=t["chunk_id"], chunk_index=t["chunk_index"],

@@ -247,7 +247,7 @@ class TaskQueue:
             SET {kind.status} = 'processing', {kind.col('worker_id')} = $1->>'worker',
                 {kind.col('started_at')} = now(), {kind.col('last_heartbeat')} = now(), updated_at = now()
             WHERE t.id = ANY(ARRAY(SELECT id FROM picked))  -- probe the primary key, never a hash join over the table
-            RETURNING {returning}"""
+            RETURNING {returning}, EXTRACT(EPOCH FROM now() - t.created_at)::float8 AS queue_wait_s"""
 
     def claim(self, kind: TaskKind, worker_id: str, limit: int = 1, *, only_ids: Sequence[str] | None = None,
               override_retry_limit: bool = False) -> list[dict]:

@@ -449,6 +449,18 @@ def _validate(target_tokens: int, overlap_tokens: int, max_tokens: int) -> _Budg
     return _Budget(target_tokens, overlap_tokens, max_tokens)
 
 
+# The WordPiece tokenizer turns any word longer than 100 characters into one [UNK] token, so token counts alone
+# would let a garbage run (a broken text layer) of megabytes become one "1-token" chunk. Such runs are cut into
+# 100-character words first (table rows are left alone: their cells are separated by '|'), and a page is
+# refused above MAX_CHARS_PER_TOKEN characters per token of its chunk budget.
+LONG_RUN = re.compile(r"[^\s|]{101,}")
+MAX_CHARS_PER_TOKEN = 20
+
+
+def break_long_runs(text: str) -> str:
+    return LONG_RUN.sub(lambda m: " ".join(m.group(0)[i:i + 100] for i in range(0, len(m.group(0)), 100)), text)
+
+
 def chunk_id_for(page_key: str, index: int, content_hash: str) -> str:
     """32 hex digits: stable for the same page, position and content, so re-chunking is idempotent."""
     return hashlib.sha256(f"{page_key}\x1f{index}\x1f{content_hash}".encode("utf-8")).hexdigest()[:32]
@@ -468,6 +480,11 @@ def chunk_markdown(markdown: str, *, page_key: str, target_tokens: int = 256, ov
     if not markdown or not markdown.strip():
         return []
     limit = max_chunks if max_chunks is not None else max_chunks_per_page()
+    if len(markdown) > limit * max_tokens * MAX_CHARS_PER_TOKEN:
+        raise TooManyChunksError(
+            f"page has {len(markdown)} characters, more than {limit} chunks (DOCQUEUE_MAX_CHUNKS_PER_PAGE) of "
+            f"{max_tokens} tokens can hold")
+    markdown = break_long_runs(markdown)
     words = len(markdown.split())
     if words > limit * max_tokens:  # every word is at least one token: fail fast on runaway pages
         raise TooManyChunksError(

@@ -61,8 +61,12 @@ def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: lis
             if not tasks:
                 break
             claimed = [t["id"] for t in tasks]
+            waits = {t["id"]: t.get("queue_wait_s") for t in tasks}
             heartbeat.add(claimed)
             outcomes = pipeline.process(kind, worker_id, tasks)
+            for outcome in outcomes:
+                if waits.get(outcome.id) is not None:
+                    outcome.metadata["queue_wait_s"] = round(waits[outcome.id], 3)
             heartbeat.remove(claimed)
             claimed_set = set(claimed)
             remaining = [i for i in remaining if i not in claimed_set]
@@ -128,6 +132,15 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
         "error_classes": dict(Counter(o.error_class for o in report.failed.values())),
     }
     context.log.info(f"{kind.name} range {keys[0]} .. {keys[-1]}: {summary}")
+    # one observation per run: the UI plots these over time (throughput, failures, error classes, queue wait)
+    waits = [o.metadata["queue_wait_s"] for o in (*report.completed.values(), *report.failed.values())
+             if "queue_wait_s" in o.metadata]
+    context.log_event(dg.AssetObservation(asset_key=asset_key, metadata={
+        **{k: v for k, v in summary.items() if k != "error_classes"},
+        "tasks_per_second": round((len(report.completed) + len(report.failed)) / report.seconds, 3) if report.seconds else 0.0,
+        "queue_wait_median_s": round(sorted(waits)[len(waits) // 2], 3) if waits else 0.0,
+        "error_classes": dg.MetadataValue.json(summary["error_classes"]),
+    }))
     if failing:
         lines = [f"{key}: {o.error}" for key, o in list(report.failed.items())[:20]]
         if manual:

@@ -375,3 +375,10 @@ def test_chunks_respect_max_tokens_unless_a_single_table_row_is_larger(markdown,
         if chunk.token_count > maximum:  # only a table part of header rows plus one oversized row
             lines = chunk.text.splitlines()
             assert all(line.startswith("|") for line in lines) and len(lines) <= 3, chunk
+
+
+def test_a_garbage_run_cannot_become_one_huge_chunk():
+    # WordPiece maps a >100-character word to a single [UNK]: without a character bound 50 kB would be "1 token"
+    chunks = chunk_markdown("intro text " + "x" * 50_000 + " outro", page_key="doc/p0001")
+    assert max(len(c.text) for c in chunks) <= 400 * 101 + 100
+    assert "".join(c.text for c in chunks).count("x") >= 50_000
