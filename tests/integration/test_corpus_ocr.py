@@ -27,7 +27,6 @@ pytestmark = [
 ]
 
 TEXT_PAGES_PER_FILE = 3
-THROUGHPUT_FILE = "pdfjs__tracemonkey.pdf"  # converted in full to measure text-layer pages/s
 
 
 def _entries(category: str) -> list[dict]:
@@ -99,11 +98,17 @@ def outcomes(request, meter):
     lines = ["", "corpus file -> outcome"]
     lines += [f"  {name:<48} {outcome}" for name, outcome in sorted(table.items())]
     lines += ["throughput (2 cores, machine shared with other jobs):"] + meter.lines()
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     for line in lines:
-        print(line)
-        if reporter is not None:
-            reporter.write_line(line)
+        _report(request, line)
+
+
+def _report(request, text: str) -> None:
+    """Shown even without -s: through the terminal reporter when there is one."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(text)
+    else:
+        print(text)
 
 
 def _layer_text(path: Path, page_number: int) -> str:
@@ -117,7 +122,7 @@ def test_text_files_yield_their_real_words(processor, meter, outcomes, entry):
     path = CORPUS / entry["filename"]
     info = processor.inspect(path)
     assert info.page_count == int(entry["pages_pymupdf"])
-    last = info.page_count if entry["filename"] == THROUGHPUT_FILE else min(info.page_count, TEXT_PAGES_PER_FILE)
+    last = min(info.page_count, TEXT_PAGES_PER_FILE)
     recalls = []
     for number in range(1, last + 1):
         page = meter.convert(processor, path, number, boilerplate=info.boilerplate)
@@ -129,7 +134,7 @@ def test_text_files_yield_their_real_words(processor, meter, outcomes, entry):
 
 
 def test_tracemonkey_markdown_has_structure(processor):
-    path = CORPUS / THROUGHPUT_FILE
+    path = CORPUS / "pdfjs__tracemonkey.pdf"
     first = processor.convert_page(path, 1).markdown
     assert first.startswith("# ") and "Trace-based Just-in-Time Type Specialization" in first
     assert "JavaScript" in first and "**Abstract**" in first
@@ -147,11 +152,7 @@ def test_scanned_files_are_ocred(processor, meter, outcomes, entry, request):
     if entry["filename"] in ("ocrmypdf__linn.pdf", "ocrmypdf__skew.pdf") and truth_file.is_file():
         recall = factory.word_recall(truth_file.read_text(encoding="utf-8"), page.markdown)
         detail += f", word recall vs linn.txt {recall:.3f}"
-        line = f"[ocr] {entry['filename']}: word recall vs ground truth {recall:.3f}"
-        print(line)
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(line)
+        _report(request, f"[ocr] {entry['filename']}: word recall vs ground truth {recall:.3f}")
         assert recall >= (0.93 if entry["filename"] == "ocrmypdf__linn.pdf" else 0.85)
     outcomes[entry["filename"]] = detail
     if "picture, not text" in entry["notes"]:

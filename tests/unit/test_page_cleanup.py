@@ -6,11 +6,13 @@ import math
 import pytest
 
 from resources._pdf_cleanup import (
+    comparable_words,
     edge_lines,
     find_boilerplate,
     is_page_number_line,
     meaningful_chars,
     normalise_line,
+    recover_missing_blocks,
     strip_page_furniture,
     tidy_markdown,
 )
@@ -98,6 +100,20 @@ def test_strip_peels_a_bounded_number_of_lines():
 def test_tidy_markdown_spells_out_ligatures_and_blank_lines():
     assert tidy_markdown("o\ufb03ce \ufb01le  \n\n\n\nnext") == "office file\n\nnext\n"
     assert tidy_markdown("\n \n") == ""
+
+
+def test_comparable_words_match_markdown_and_text_layer_forms():
+    assert comparable_words("_Proceedings_ of **com-\npilers** and e\ufb03cient") == [
+        "proceedings", "of", "compilers", "and", "efficient"]
+
+
+def test_recover_missing_blocks_appends_only_what_the_converter_dropped():
+    markdown = "# Results\n\nSales grew in the north.\n"
+    blocks = ["Results", "Sales grew in the north.", "Perceived ease of use", "Sales"]
+    recovered = recover_missing_blocks(markdown, blocks)
+    assert recovered == "# Results\n\nSales grew in the north.\n\nPerceived ease of use\n\nSales\n"
+    assert recover_missing_blocks(markdown, blocks[:2]) == markdown
+    assert recover_missing_blocks("", ["rotated line"]) == "rotated line\n"
 
 
 def test_meaningful_chars_skips_whitespace_and_replacement_chars():
