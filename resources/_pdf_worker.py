@@ -27,6 +27,8 @@ STARTUP_FAILED_EXIT_CODE = 76
 BOILERPLATE_SAMPLE_PAGES = 40
 MAX_PAGE_MARKDOWN_CHARS = 1_000_000
 _PDF_SIGNATURE_WINDOW = 1024
+# non-PDF content PyMuPDF lays out as pages; each is converted to a PDF once when opened
+LAID_OUT_FILETYPES = frozenset({"png", "jpeg", "tiff", "epub", "xps"})
 
 # ONNX Runtime gets its thread count explicitly; numpy's BLAS is off the hot path, and
 # each idle OpenBLAS thread reserves address space that counts against the memory cap
@@ -124,13 +126,14 @@ class _Worker:
         from resources._pdf_pages import PageConversionError, is_memory_error
 
         op = request.get("op")
+        filetype = request.get("filetype") or "pdf"
         subject = f"page {request['page_number']}" if op == "convert" else "inspecting the document"
         try:
             if op == "inspect":
-                return ("ok", self.inspect(request["path"], request.get("password")))
+                return ("ok", self.inspect(request["path"], request.get("password"), filetype))
             if op == "convert":
                 return ("ok", self.convert(request["path"], request.get("password"), request["page_number"],
-                                           request.get("boilerplate") or ()))
+                                           request.get("boilerplate") or (), filetype))
             return ("error", "internal", f"internal: unknown worker request {op!r}")
         except (WorkerFailure, PageConversionError) as failure:
             return ("error", failure.error_class, failure.reason)
@@ -147,10 +150,10 @@ class _Worker:
                 pass
 
     # -- operations -----------------------------------------------------
-    def inspect(self, path: str, password: str | None) -> dict:
+    def inspect(self, path: str, password: str | None, filetype: str = "pdf") -> dict:
         from resources._pdf_cleanup import edge_lines, find_boilerplate
 
-        state = self._document(path, password)
+        state = self._document(path, password, filetype)
         edges = []
         for index in state.sample:
             text = self._page_text(state, index, sort=True)
@@ -164,12 +167,12 @@ class _Worker:
             "metadata": _clean_metadata(state.doc),
         }
 
-    def convert(self, path: str, password: str | None, page_number: int, boilerplate) -> dict:
+    def convert(self, path: str, password: str | None, page_number: int, boilerplate, filetype: str = "pdf") -> dict:
         from resources._pdf_cleanup import meaningful_chars, strip_page_furniture
         from resources._pdf_pages import page_is_blank, render_for_ocr
 
         started = time.monotonic()
-        state = self._document(path, password)
+        state = self._document(path, password, filetype)
         if not 1 <= page_number <= state.page_count:
             raise WorkerFailure(
                 "unsupported", f"unsupported: page {page_number} does not exist (document has {state.page_count} pages)"
@@ -208,32 +211,36 @@ class _Worker:
         return self._ocr
 
     # -- documents ------------------------------------------------------
-    def _document(self, path: str, password: str | None) -> _OpenDocument:
+    def _document(self, path: str, password: str | None, filetype: str = "pdf") -> _OpenDocument:
         try:
             stat = os.stat(path)
         except FileNotFoundError:
             raise WorkerFailure("internal", f"internal: file not found: {Path(path).name}") from None
-        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        key = (str(path), stat.st_size, stat.st_mtime_ns, filetype)
         if self._open is not None and self._open.key == key and self._open.password == password:
             return self._open
         self._close_document()
-        self._open = self._open_document(path, password, key, stat.st_size)
+        self._open = self._open_document(path, password, key, stat.st_size, filetype)
         return self._open
 
-    def _open_document(self, path: str, password: str | None, key: tuple, size: int) -> _OpenDocument:
+    def _open_document(self, path: str, password: str | None, key: tuple, size: int,
+                       filetype: str = "pdf") -> _OpenDocument:
         from resources._pdf_pages import is_memory_error
 
         pymupdf = self.pymupdf
         if size == 0:
             raise WorkerFailure("empty", "empty: file is 0 bytes")
-        if not _has_pdf_signature(path):
+        if filetype != "pdf":
+            doc = self._open_as_pdf(path, filetype)
+        elif not _has_pdf_signature(path):
             raise WorkerFailure("unsupported", "unsupported: not a PDF file (no %PDF- header in the first 1 KiB)")
-        try:
-            doc = pymupdf.open(path, filetype="pdf")
-        except Exception as exc:
-            if is_memory_error(exc):
-                raise
-            raise WorkerFailure("corrupt", f"corrupt: cannot open as PDF ({_short(_without_path(str(exc), path))})") from None
+        else:
+            try:
+                doc = pymupdf.open(path, filetype="pdf")
+            except Exception as exc:
+                if is_memory_error(exc):
+                    raise
+                raise WorkerFailure("corrupt", f"corrupt: cannot open as PDF ({_short(_without_path(str(exc), path))})") from None
         try:
             encrypted = bool(doc.needs_pass) or bool(doc.is_encrypted)
             if doc.needs_pass:
@@ -254,6 +261,39 @@ class _Worker:
         except BaseException:
             doc.close()
             raise
+
+    def _open_as_pdf(self, path: str, filetype: str):
+        """An image, TIFF, EPUB or XPS as an in-memory PDF of the pages PyMuPDF lays out. Page copies, xrefs and
+        the text-layer converter only exist for PDFs (a non-PDF page's xref even crashes MuPDF), so the rest of
+        the worker only ever sees PDFs. The page limit is checked before the conversion does the work."""
+        from resources._pdf_pages import is_memory_error
+
+        if filetype not in LAID_OUT_FILETYPES:
+            raise WorkerFailure("unsupported", f"unsupported: file type {filetype!r} is not read")
+        try:
+            source = self.pymupdf.open(path, filetype=filetype)
+        except Exception as exc:
+            if is_memory_error(exc):
+                raise
+            raise WorkerFailure("corrupt", f"corrupt: cannot open as {filetype.upper()} "
+                                           f"({_short(_without_path(str(exc), path))})") from None
+        try:
+            count = source.page_count
+            limit = int(self.settings["max_pages"])
+            if count > limit:
+                raise WorkerFailure("too_large", f"too many pages: {count} > limit {limit}")
+            if count == 0:
+                raise WorkerFailure("empty", f"empty: the {filetype.upper()} has no pages")
+            return self.pymupdf.open("pdf", source.convert_to_pdf())
+        except WorkerFailure:
+            raise
+        except Exception as exc:
+            if is_memory_error(exc):
+                raise
+            raise WorkerFailure("corrupt", f"corrupt: cannot lay out the {filetype.upper()} "
+                                           f"({_short(_without_path(str(exc), path))})") from None
+        finally:
+            source.close()
 
     def _checked_page_count(self, doc) -> int:
         try:

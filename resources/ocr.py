@@ -180,13 +180,16 @@ class PdfProcessor:
         self._finalizer = weakref.finalize(self, self._worker.stop)
 
     # -- public API -------------------------------------------------------
-    def inspect(self, path: str | Path, password: str | None = None) -> DocumentInfo:
+    def inspect(self, path: str | Path, password: str | None = None, filetype: str = "pdf") -> DocumentInfo:
+        """`filetype` is PyMuPDF's name for the content: pdf, or png/jpeg/tiff/epub/xps (laid out as pages)."""
         checked = self._checked_path(path)
-        payload = self._call({"op": "inspect", "path": checked, "password": password}, "inspecting the document")
+        payload = self._call({"op": "inspect", "path": checked, "password": password, "filetype": filetype},
+                             "inspecting the document")
         return DocumentInfo(**payload)
 
     def convert_page(
-        self, path: str | Path, page_number: int, password: str | None = None, boilerplate: Iterable[str] = ()
+        self, path: str | Path, page_number: int, password: str | None = None, boilerplate: Iterable[str] = (),
+        filetype: str = "pdf",
     ) -> PageResult:
         if isinstance(page_number, bool) or not isinstance(page_number, int) or page_number < 1:
             raise ValueError(f"page_number is 1-based, got {page_number!r}")
@@ -197,6 +200,7 @@ class PdfProcessor:
             "password": password,
             "page_number": page_number,
             "boilerplate": list(boilerplate),
+            "filetype": filetype,
         }
         payload = self._call(request, f"page {page_number}")
         markdown = payload["markdown"]
