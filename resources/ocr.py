@@ -181,7 +181,7 @@ class PdfProcessor:
 
     # -- public API -------------------------------------------------------
     def inspect(self, path: str | Path, password: str | None = None, filetype: str = "pdf") -> DocumentInfo:
-        """`filetype` is PyMuPDF's name for the content: pdf, or png/jpeg/tiff/epub/xps (laid out as pages)."""
+        """`filetype` is PyMuPDF's name for the content (pdf, png, jpeg, tiff, epub, xps, ...)."""
         checked = self._checked_path(path)
         payload = self._call({"op": "inspect", "path": checked, "password": password, "filetype": filetype},
                              "inspecting the document")
@@ -239,14 +239,25 @@ class PdfProcessor:
         with self._lock:
             if self._worker.calls >= WORKER_RECYCLE_AFTER_CALLS:
                 self._worker.stop()
-            self._send(request)
-            reply = self._wait_for_reply(timeout, subject)
+            try:
+                self._send(request)
+                reply = self._wait_for_reply(timeout, subject)
+                status, *details = reply
+            except DocumentError:
+                raise
+            except Exception as exc:
+                self._worker.kill()
+                raise DocumentError(f"internal: PDF worker exchange failed ({type(exc).__name__})", "internal") from None
+            except BaseException:
+                # interrupted mid-call (Ctrl-C, run termination): the worker's late reply
+                # would otherwise be read as the answer to the next request
+                self._worker.kill()
+                raise
             self._worker.calls += 1
-        if reply[0] == "ok":
-            return reply[1]
-        _, error_class, reason = reply
-        if error_class == "resource_limit":
-            with self._lock:
+            if status == "ok":
+                return details[0]
+            error_class, reason = details
+            if error_class == "resource_limit":
                 self._worker.kill()  # after an allocation failure the worker's state is suspect
         raise DocumentError(reason, error_class)
 

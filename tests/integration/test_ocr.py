@@ -276,6 +276,29 @@ def test_worker_crash_becomes_an_internal_error(scanned, report_pdf: Path):
         assert victim.convert_page(report_pdf, 2).method == "text-layer"
 
 
+def test_interrupted_call_does_not_leak_its_reply_into_the_next(scanned, report_pdf: Path):
+    path, _ = scanned
+
+    class Interrupted(BaseException):
+        pass
+
+    def interrupt(*_):
+        raise Interrupted()
+
+    with PdfProcessor() as processor:
+        processor.inspect(report_pdf)
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        try:
+            with pytest.raises(Interrupted):
+                processor.convert_page(path, 1)  # OCR takes far longer than 0.3 s
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        page = processor.convert_page(report_pdf, 2)
+        assert page.page_number == 2 and "Shipping lanes" in page.markdown
+
+
 def test_memory_cap_gives_resource_limit_and_recovers(pdf_dir: Path, report_pdf: Path):
     huge = factory.huge_image_pdf(pdf_dir, "huge_for_cap.pdf")  # 400 MB once decoded
     with PdfProcessor(PdfLimits(max_memory_mb=700)) as capped:
