@@ -20,9 +20,11 @@ from typing import Sequence
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
+from orchestration.intake import PYMUPDF_TYPES
+from orchestration.text_pages import TEXT_TYPES, TextLimits, document_pages
 from resources.chunking import ChunkingError, chunk_markdown
 from resources.neo4j import ChunkGraph
-from resources.ocr import DocumentError
+from resources.ocr import DocumentError, DocumentInfo, PageResult, PdfLimits
 from resources.qdrant import ChunkPoint
 from resources.storage import page_file_key
 
@@ -117,6 +119,7 @@ class Pipeline:
         self.queue = queue
         self._storage, self._pdf, self._embedder = storage, pdf, embedder
         self._vector_store_factory, self._graph, self._extractor = vector_store_factory, graph_store, extractor
+        self._text_cache: tuple[str, list[str]] | None = None  # (storage key, pages) of the last text document
 
     @classmethod
     def from_env(cls, queue: TaskQueue) -> "Pipeline":
@@ -170,14 +173,20 @@ class Pipeline:
             self.__dict__["vector_store"].close()
 
     # ------------------------------------------------------------------------------------------ helpers
+    def _taken_from_us(self, kind: TaskKind, worker_id: str, tasks: Sequence[dict]) -> set[str]:
+        """Ids of tasks recovered and handed to another worker while we worked on them (a stalled or paused
+        worker waking up late): their side effects must not be written over the new owner's. Also a heartbeat."""
+        ids = [str(t["id"]) for t in tasks]
+        return set(ids) - self.queue.heartbeat(kind, worker_id, ids)
+
     def _document_file(self, document: dict) -> Path:
         if not document.get("storage_key"):
             raise DocumentError("internal: the document's file was never stored", "internal", False)
         return self.storage.local_path(document["storage_key"])
 
     def _finish(self, kind: TaskKind, worker_id: str, outcomes: list[Outcome], results: dict[str, dict]) -> list[Outcome]:
-        done = [o for o in outcomes if o.ok]
-        failed = [o for o in outcomes if not o.ok]
+        done = [o for o in outcomes if o.ok and not o.rejected]
+        failed = [o for o in outcomes if not o.ok and not o.rejected]
         rejected: set[str] = set()
         if done and kind not in (OCR_DOCUMENT, VECTOR_PAGE):
             rejected |= set(self.queue.complete(kind, worker_id, [{"id": o.id, **results.get(o.id, {})} for o in done]).rejected)
@@ -191,13 +200,14 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------------ phase 1: OCR
     def expand_documents(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
-        """OCR at document level: open the PDF, count its pages, create one page task per page."""
+        """OCR at document level: open the document, count its pages, create one page task per page. PDFs,
+        images, EPUB and XPS are opened by the OCR worker; text, Markdown and HTML are split into pages here."""
         outcomes = []
         for task in tasks:
             started = time.perf_counter()
             try:
                 document = self.queue.document(task["id"])
-                info = self.pdf.inspect(self._document_file(document), resolve_password(document.get("password_ref")))
+                info = self._inspect(document)
                 accepted = self.queue.complete_document_expansion(
                     worker_id, task["id"], page_count=info.page_count, encrypted=info.encrypted,
                     metadata={"boilerplate": list(info.boilerplate), "repaired": info.repaired,
@@ -217,9 +227,7 @@ class Pipeline:
             try:
                 document = documents.get(task["document_id"]) or self.queue.document(task["document_id"])
                 documents[task["document_id"]] = document
-                result = self.pdf.convert_page(
-                    self._document_file(document), task["page_number"], resolve_password(document.get("password_ref")),
-                    boilerplate=tuple((document.get("metadata") or {}).get("boilerplate", ())))
+                result = self._convert_page(document, task["page_number"])
                 key = page_file_key(document["document_key"], task["page_number"])
                 self.storage.put_text(key, result.markdown)
                 results[task["id"]] = {"page_file_path": key, "ocr_method": result.method, "ocr_chars": result.chars,
@@ -230,6 +238,51 @@ class Pipeline:
                 reason, error_class, retryable = classify(exc)
                 outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
         return self._finish(OCR_PAGE, worker_id, outcomes, results)
+
+    def _inspect(self, document: dict) -> DocumentInfo:
+        mime = document.get("mime_type") or "application/pdf"
+        if mime in TEXT_TYPES:
+            pages = self._text_pages(document)
+            return DocumentInfo(page_count=len(pages), encrypted=False, repaired=False,
+                                metadata={"format": mime, "characters": sum(len(p) for p in pages)})
+        return self.pdf.inspect(self._document_file(document), resolve_password(document.get("password_ref")),
+                                filetype=_pymupdf_type(mime))
+
+    def _convert_page(self, document: dict, page_number: int) -> PageResult:
+        mime = document.get("mime_type") or "application/pdf"
+        if mime not in TEXT_TYPES:
+            return self.pdf.convert_page(
+                self._document_file(document), page_number, resolve_password(document.get("password_ref")),
+                boilerplate=tuple((document.get("metadata") or {}).get("boilerplate", ())),
+                filetype=_pymupdf_type(mime))
+        started = time.perf_counter()
+        pages = self._text_pages(document)
+        if not 1 <= page_number <= len(pages):
+            raise DocumentError(f"unsupported: page {page_number} does not exist (document has {len(pages)} pages)",
+                                "unsupported")
+        markdown = pages[page_number - 1]
+        return PageResult(page_number, markdown, TEXT_TYPES[mime], len(markdown), time.perf_counter() - started)
+
+    def _text_pages(self, document: dict) -> list[str]:
+        """The pages of a text document. The file is content-addressed, so its pages never change: the last
+        document's are kept for the next page tasks of the batch instead of being split again for each."""
+        key = document["storage_key"]
+        if self._text_cache is not None and self._text_cache[0] == key:
+            return self._text_cache[1]
+        path = self._document_file(document)
+        limits = TextLimits.from_env()
+        if path.stat().st_size > limits.max_bytes:
+            raise DocumentError(f"too large: text of more than {limits.max_bytes / (1 << 20):g} MB "
+                                "(DOCQUEUE_MAX_TEXT_MB)", "too_large")
+        pages = document_pages(path.read_bytes(), document["mime_type"], limits)
+        if not pages:
+            raise DocumentError("empty: the text has no words", "empty")
+        max_pages = (getattr(self.pdf, "limits", None) or PdfLimits.from_env()).max_pages
+        if len(pages) > max_pages:
+            raise DocumentError(f"too many pages: {len(pages)} > limit {max_pages} "
+                                f"(pages of {limits.page_chars} characters)", "too_large")
+        self._text_cache = (key, pages)
+        return pages
 
     # ------------------------------------------------------------------------------------------ phase 2: vectors
     def chunk_pages(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
@@ -266,14 +319,15 @@ class Pipeline:
                 "filename": context[t["id"]]["filename"], "page_number": context[t["id"]]["page_number"],
                 "chunk_index": t["chunk_index"], "text": t.get("content") or "", "content_hash": t["chunk_content_hash"],
             }) for i, t in enumerate(tasks)]
-            self.vector_store.upsert(points)
+            lost = self._taken_from_us(VECTOR_CHUNK, worker_id, tasks)
+            self.vector_store.upsert([p for p, t in zip(points, tasks) if str(t["id"]) not in lost])
         except Exception as exc:  # noqa: BLE001 - the store or model failing fails the batch, retryably
             reason, error_class, retryable = classify(exc)
             return self._finish(VECTOR_CHUNK, worker_id, [Outcome(t["id"], False, reason, error_class, retryable)
                                                          for t in tasks], {})
         seconds = (time.perf_counter() - started) / len(tasks)
-        outcomes = [Outcome(t["id"], True, metadata={"vectors": 1, "dimensions": int(vectors.shape[1]),
-                                                     "seconds": round(seconds, 4)}) for t in tasks]
+        outcomes = [Outcome(t["id"], True, rejected=str(t["id"]) in lost, metadata={
+            "vectors": 1, "dimensions": int(vectors.shape[1]), "seconds": round(seconds, 4)}) for t in tasks]
         return self._finish(VECTOR_CHUNK, worker_id, outcomes, {t["id"]: {"vector_seconds": seconds} for t in tasks})
 
     # ------------------------------------------------------------------------------------------ phase 3: graph
@@ -286,10 +340,11 @@ class Pipeline:
             context = self.queue.chunk_context([t["id"] for t in tasks])
             extractions = within(EXTRACT_TIMEOUT_S, "extraction",
                                  lambda: self.extractor.extract([t.get("content") or "" for t in tasks]))
+            lost = self._taken_from_us(GRAPHRAG_CHUNK, worker_id, tasks)
             self.graph.write_chunks([ChunkGraph(
                 document_id=context[t["id"]]["document_id"], filename=context[t["id"]]["filename"],
                 page_number=context[t["id"]]["page_number"], chunk_id=t["chunk_id"], chunk_index=t["chunk_index"],
-                extraction=extractions[i]) for i, t in enumerate(tasks)])
+                extraction=extractions[i]) for i, t in enumerate(tasks) if str(t["id"]) not in lost])
         except Exception as exc:  # noqa: BLE001
             reason, error_class, retryable = classify(exc)
             return self._finish(GRAPHRAG_CHUNK, worker_id, [Outcome(t["id"], False, reason, error_class, retryable)
@@ -300,8 +355,8 @@ class Pipeline:
             entities, relations = len(extractions[i].entities), len(extractions[i].relations)
             results[t["id"]] = {"entities_extracted": entities, "relationships_extracted": relations,
                                 "graphrag_seconds": seconds}
-            outcomes.append(Outcome(t["id"], True, metadata={"entities": entities, "relationships": relations,
-                                                             "seconds": round(seconds, 4)}))
+            outcomes.append(Outcome(t["id"], True, rejected=str(t["id"]) in lost, metadata={
+                "entities": entities, "relationships": relations, "seconds": round(seconds, 4)}))
         return self._finish(GRAPHRAG_CHUNK, worker_id, outcomes, results)
 
     def process(self, kind: TaskKind, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
@@ -324,6 +379,12 @@ class _Lazy:
 
 def _resolve(value):
     return value.get() if isinstance(value, _Lazy) else value
+
+
+def _pymupdf_type(mime: str) -> str:
+    if mime not in PYMUPDF_TYPES:
+        raise DocumentError(f"unsupported: documents of type {mime} are not read", "unsupported")
+    return PYMUPDF_TYPES[mime]
 
 
 def _json_safe(value):
