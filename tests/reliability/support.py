@@ -304,7 +304,7 @@ class ForkedWorker:
         self.zygote._wait(lambda: self.pid in self.zygote.exited, timeout_s, f"worker {self.name} to go idle")
         code = self.zygote.exited[self.pid]
         assert code == 0, f"worker {self.name} exited {code}:\n{self.stderr_tail()}"
-        return self.zygote.reports[self.pid]
+        return self.zygote.reports.get(self.pid, {})
 
     def stderr_tail(self, chars: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""

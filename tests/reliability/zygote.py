@@ -8,6 +8,8 @@ and models after the fork and runs `orchestration.runner.run_until_idle`, exactl
 
 Protocol (one line each, stdin -> stdout):
     spawn <name> <json: environment, options>   ->  spawned <name> <pid>
+        options: stderr (a log file), crash_on, poll, max_seconds, or target ("module:function", called with
+        the options instead of the runner loop)
     (a worker ends)                              ->  exited <name> <pid> <exit status or -signal>
     (a worker's report)                          ->  report <name> <pid> <json>
     quit                                         ->  (exits once its workers are gone)
@@ -47,6 +49,12 @@ def _child(name: str, spec: dict) -> None:
     from orchestration.runner import run_until_idle
     from resources.database import get_queue
 
+    if spec.get("target"):  # a test's own worker body, "module:function(spec)"
+        import importlib
+
+        module, _, function = spec["target"].partition(":")
+        getattr(importlib.import_module(module), function)(spec)
+        return
     if spec.get("crash_on"):
         from tests.reliability.worker import _inject_crash
 
