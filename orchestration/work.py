@@ -20,9 +20,11 @@ from typing import Sequence
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
+from orchestration.intake import PYMUPDF_TYPES
+from orchestration.text_pages import TEXT_TYPES, TextLimits, document_pages
 from resources.chunking import ChunkingError, chunk_markdown
 from resources.neo4j import ChunkGraph
-from resources.ocr import DocumentError
+from resources.ocr import DocumentError, DocumentInfo, PageResult, PdfLimits
 from resources.qdrant import ChunkPoint
 from resources.storage import page_file_key
 
@@ -117,6 +119,7 @@ class Pipeline:
         self.queue = queue
         self._storage, self._pdf, self._embedder = storage, pdf, embedder
         self._vector_store_factory, self._graph, self._extractor = vector_store_factory, graph_store, extractor
+        self._text_cache: tuple[str, list[str]] | None = None  # (storage key@page size, pages) of the last text
 
     @classmethod
     def from_env(cls, queue: TaskQueue) -> "Pipeline":
@@ -197,13 +200,14 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------------ phase 1: OCR
     def expand_documents(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
-        """OCR at document level: open the PDF, count its pages, create one page task per page."""
+        """OCR at document level: open the document, count its pages, create one page task per page. PDFs,
+        images, EPUB and XPS are opened by the OCR worker; text, Markdown and HTML are split into pages here."""
         outcomes = []
         for task in tasks:
             started = time.perf_counter()
             try:
                 document = self.queue.document(task["id"])
-                info = self.pdf.inspect(self._document_file(document), resolve_password(document.get("password_ref")))
+                info = self._inspect(document)
                 accepted = self.queue.complete_document_expansion(
                     worker_id, task["id"], page_count=info.page_count, encrypted=info.encrypted,
                     metadata={"boilerplate": list(info.boilerplate), "repaired": info.repaired,
@@ -223,9 +227,7 @@ class Pipeline:
             try:
                 document = documents.get(task["document_id"]) or self.queue.document(task["document_id"])
                 documents[task["document_id"]] = document
-                result = self.pdf.convert_page(
-                    self._document_file(document), task["page_number"], resolve_password(document.get("password_ref")),
-                    boilerplate=tuple((document.get("metadata") or {}).get("boilerplate", ())))
+                result = self._convert_page(document, task["page_number"])
                 key = page_file_key(document["document_key"], task["page_number"])
                 self.storage.put_text(key, result.markdown)
                 results[task["id"]] = {"page_file_path": key, "ocr_method": result.method, "ocr_chars": result.chars,
@@ -236,6 +238,51 @@ class Pipeline:
                 reason, error_class, retryable = classify(exc)
                 outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
         return self._finish(OCR_PAGE, worker_id, outcomes, results)
+
+    def _inspect(self, document: dict) -> DocumentInfo:
+        mime = document.get("mime_type") or "application/pdf"
+        if mime in TEXT_TYPES:
+            pages = self._text_pages(document)
+            return DocumentInfo(page_count=len(pages), encrypted=False, repaired=False,
+                                metadata={"format": mime, "characters": sum(len(p) for p in pages)})
+        return self.pdf.inspect(self._document_file(document), resolve_password(document.get("password_ref")),
+                                filetype=_pymupdf_type(mime))
+
+    def _convert_page(self, document: dict, page_number: int) -> PageResult:
+        mime = document.get("mime_type") or "application/pdf"
+        if mime not in TEXT_TYPES:
+            return self.pdf.convert_page(
+                self._document_file(document), page_number, resolve_password(document.get("password_ref")),
+                boilerplate=tuple((document.get("metadata") or {}).get("boilerplate", ())),
+                filetype=_pymupdf_type(mime))
+        started = time.perf_counter()
+        pages = self._text_pages(document)
+        if not 1 <= page_number <= len(pages):
+            raise DocumentError(f"unsupported: page {page_number} does not exist (document has {len(pages)} pages)",
+                                "unsupported")
+        markdown = pages[page_number - 1]
+        return PageResult(page_number, markdown, TEXT_TYPES[mime], len(markdown), time.perf_counter() - started)
+
+    def _text_pages(self, document: dict) -> list[str]:
+        """The pages of a text document. The file is content-addressed, so its pages never change: the last
+        document's are kept for the next page tasks of the batch instead of being split again for each."""
+        limits = TextLimits.from_env()
+        key = f"{document['storage_key']}@{limits.page_chars}"
+        if self._text_cache is not None and self._text_cache[0] == key:
+            return self._text_cache[1]
+        path = self._document_file(document)
+        if path.stat().st_size > limits.max_bytes:
+            raise DocumentError(f"too large: text of more than {limits.max_bytes / (1 << 20):g} MB "
+                                "(DOCQUEUE_MAX_TEXT_MB)", "too_large")
+        pages = document_pages(path.read_bytes(), document["mime_type"], limits)
+        if not pages:
+            raise DocumentError("empty: the text has no words", "empty")
+        max_pages = (getattr(self.pdf, "limits", None) or PdfLimits.from_env()).max_pages
+        if len(pages) > max_pages:
+            raise DocumentError(f"too many pages: {len(pages)} > limit {max_pages} "
+                                f"(pages of {limits.page_chars} characters)", "too_large")
+        self._text_cache = (key, pages)
+        return pages
 
     # ------------------------------------------------------------------------------------------ phase 2: vectors
     def chunk_pages(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
@@ -332,6 +379,12 @@ class _Lazy:
 
 def _resolve(value):
     return value.get() if isinstance(value, _Lazy) else value
+
+
+def _pymupdf_type(mime: str) -> str:
+    if mime not in PYMUPDF_TYPES:
+        raise DocumentError(f"unsupported: documents of type {mime} are not read", "unsupported")
+    return PYMUPDF_TYPES[mime]
 
 
 def _json_safe(value):
