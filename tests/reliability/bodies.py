@@ -48,3 +48,37 @@ def late_finisher(spec: dict) -> None:
     Path(spec["result"]).write_text(json.dumps({
         "writes": writes, "rejected": [o.id for o in outcomes if o.rejected],
         "applied": [o.id for o in outcomes if not o.rejected]}))
+
+
+def _busy_python(seconds: float) -> int:
+    """CPU-bound pure Python (no I/O, no C call that releases the GIL): the interpreter hands the GIL to other
+    threads only at its switch interval, the way tokenising or parsing in Python does."""
+    deadline, rounds, text = time.monotonic() + seconds, 0, "lorem ipsum dolor sit amet " * 40
+    while time.monotonic() < deadline:
+        counts: dict[str, int] = {}
+        for word in text.split():
+            counts[word] = counts.get(word, 0) + sum(ord(ch) for ch in word) % 7
+        rounds += 1
+    return rounds
+
+
+def busy_holder(spec: dict) -> None:
+    """Claim OCR page tasks, keep them with the Heartbeat thread while the main thread computes in pure Python
+    for `busy_s` seconds, then complete them. Reports beats, what the completion applied and what it refused."""
+    from queue_db.queue import make_worker_id
+    from queue_db.tasks import OCR_PAGE
+    from queue_db.worker import Heartbeat
+    from resources.database import get_queue
+
+    queue = get_queue()
+    worker_id = make_worker_id("busy")
+    ids = [str(t["id"]) for t in queue.claim(OCR_PAGE, worker_id, 100)]
+    Path(spec["claimed"]).write_text(json.dumps({"worker": worker_id, "ids": ids}))
+    started = time.monotonic()
+    with Heartbeat(queue, OCR_PAGE, worker_id, ids) as heartbeat:
+        rounds = _busy_python(spec["busy_s"])
+    busy = time.monotonic() - started
+    outcome = queue.complete(OCR_PAGE, worker_id, ids)
+    Path(spec["result"]).write_text(json.dumps({
+        "beats": heartbeat.beats, "errors": heartbeat.errors, "lost": sorted(heartbeat.lost), "rounds": rounds,
+        "busy_s": busy, "applied": outcome.applied, "rejected": outcome.rejected}))
