@@ -133,11 +133,14 @@ def test_text_files_yield_their_real_words(processor, meter, outcomes, entry):
     assert min(recalls) >= 0.9, recalls
 
 
-def test_tracemonkey_markdown_has_structure(processor):
+def test_tracemonkey_markdown_has_structure_and_is_deterministic(processor):
     path = CORPUS / "pdfjs__tracemonkey.pdf"
     first = processor.convert_page(path, 1).markdown
     assert first.startswith("# ") and "Trace-based Just-in-Time Type Specialization" in first
     assert "JavaScript" in first and "**Abstract**" in first
+    later = processor.convert_page(path, 9).markdown
+    with PdfProcessor() as fresh:
+        assert fresh.convert_page(path, 9).markdown == later
 
 
 @pytest.mark.parametrize("entry", _entries("scanned"), ids=_ids(_entries("scanned")))
