@@ -15,6 +15,7 @@ from orchestration.intake import ingest_paths, iter_files
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
 from orchestration.planning import in_flight_positions, plan_rollup_runs, plan_runs
+from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
 from resources.database import DatabaseResource
 from resources.storage import StorageResource
 
@@ -88,6 +89,27 @@ def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, s
                          f"{counts['rejected']} rejected; {registered} partition(s) registered")
 
 
+@dg.sensor(name="s3_intake_sensor", minimum_interval_seconds=SENSOR_INTERVAL_S,
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Registers new objects of DOCQUEUE_S3_BUCKET under DOCQUEUE_S3_PREFIX (endpoint DOCQUEUE_S3_URL) "
+                       "as documents, at most DOCQUEUE_S3_MAX_OBJECTS a tick; a changed object is a new version. "
+                       "The cursor remembers what was handled.")
+def s3_intake_sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
+    source = S3Source.from_env()
+    if source is None:
+        return dg.SkipReason("DOCQUEUE_S3_BUCKET is not set")
+    queue = database.get_queue()
+    report = ingest_s3(queue, storage.get_storage(), source, IntakeCursor.from_json(context.cursor))
+    context.update_cursor(report.cursor.to_json())
+    registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
+    for r in report.results:
+        if r.status == "rejected":
+            context.log.warning(f"s3 intake: rejected {r.path}: {r.reason}")
+    if report.error:
+        context.log.warning(f"s3 intake: {report.error}")
+    return dg.SkipReason(f"{report.summary()}; {registered} partition(s) registered")
+
+
 def _known_sources(queue, paths: list[str]) -> set[tuple[str, int]]:
     if not paths:
         return set()
@@ -99,4 +121,4 @@ def _known_sources(queue, paths: list[str]) -> set[tuple[str, int]]:
 
 task_sensors = [_task_sensor(kind) for kind in ALL_KINDS]
 rollup_sensors = [_rollup_sensor(phase) for phase in ROLLUP_ASSET_BY_PHASE]
-all_sensors = [inbox_sensor, *task_sensors, *rollup_sensors]
+all_sensors = [inbox_sensor, s3_intake_sensor, *task_sensors, *rollup_sensors]

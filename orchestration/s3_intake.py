@@ -1,0 +1,320 @@
+"""Intake from an S3-compatible object store: new objects under a prefix become documents.
+
+Each object is downloaded (bounded by the maximum file size) to a temporary file and registered by the same
+`ingest_file` as local files, with `source_path = s3://bucket/key`: the same bytes are one document wherever
+they come from, and a changed object (same key, new content) is a new version of its document.
+
+Which objects are new is decided by a cursor, not by downloading again. S3 lists in key order, not by time, so
+every tick lists the prefix (bounded by `max_listed`) and takes the objects it has not handled yet, oldest first
+by (LastModified, key), at most `max_objects` per tick. The cursor keeps the newest LastModified handled (the
+watermark) and the (key, ETag) of every object handled within `lookback_s` before it. Keeping those, rather than
+only "the newest key at the newest timestamp", makes the cursor correct when many objects share a timestamp
+(a tick may stop half-way through them) and when an object appears late with an older LastModified (S3 stamps
+an upload when it starts, so a long upload becomes visible after shorter, newer ones): anything up to
+`lookback_s` older than the watermark is still caught.
+
+Credentials come from boto3's usual sources (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,
+AWS_REGION); they are never logged and never part of a result or an error message here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Iterable
+
+from queue_db.config import docqueue_home
+from queue_db.queue import TaskQueue
+from orchestration.intake import IngestResult, ingest_file
+from resources.ocr import PdfLimits
+from resources.storage import LocalStorage
+
+_CHUNK = 1 << 20
+
+
+class S3ConfigError(ValueError):
+    pass
+
+
+class S3Unavailable(RuntimeError):
+    """Listing or downloading failed for a reason retrying later may fix (network, throttling, permissions)."""
+
+
+def _positive(name: str, default: float, kind=int):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise S3ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value < 0 or (value == 0 and kind is int):
+        raise S3ConfigError(f"{name} must be greater than 0, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class S3Source:
+    bucket: str
+    prefix: str = ""
+    endpoint_url: str | None = None  # None: AWS itself
+    region: str | None = None
+    max_objects: int = 50  # downloaded and registered per tick
+    max_listed: int = 100_000  # objects a tick may list under the prefix
+    lookback_s: float = 900.0
+    timeout_s: float = 60.0  # connect and read timeout of each request
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    @classmethod
+    def from_env(cls, bucket: str | None = None, prefix: str | None = None) -> "S3Source | None":
+        """The configured source, or None when DOCQUEUE_S3_BUCKET is not set (and no bucket is given)."""
+        bucket = (bucket if bucket is not None else os.environ.get("DOCQUEUE_S3_BUCKET", "")).strip()
+        if not bucket:
+            return None
+        return cls(
+            bucket=bucket,
+            prefix=(prefix if prefix is not None else os.environ.get("DOCQUEUE_S3_PREFIX", "")).lstrip("/"),
+            endpoint_url=os.environ.get("DOCQUEUE_S3_URL", "").strip() or None,
+            region=(os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "").strip() or None,
+            max_objects=_positive("DOCQUEUE_S3_MAX_OBJECTS", 50),
+            max_listed=_positive("DOCQUEUE_S3_MAX_LIST", 100_000),
+            lookback_s=_positive("DOCQUEUE_S3_LOOKBACK", 900.0, float),
+            timeout_s=_positive("DOCQUEUE_S3_TIMEOUT", 60.0, float),
+        )
+
+    @classmethod
+    def from_url(cls, url: str) -> "S3Source":
+        """`s3://bucket/prefix`, with the endpoint, region and bounds from the environment."""
+        if not url.startswith("s3://"):
+            raise S3ConfigError(f"not an s3:// address: {url!r}")
+        bucket, _, prefix = url[len("s3://"):].partition("/")
+        if not bucket:
+            raise S3ConfigError(f"no bucket in {url!r}")
+        source = cls.from_env(bucket=bucket, prefix=prefix)
+        assert source is not None
+        return source
+
+    def client(self):
+        import boto3
+        from botocore.config import Config
+
+        config = Config(connect_timeout=self.timeout_s, read_timeout=self.timeout_s,
+                        retries={"max_attempts": 3, "mode": "standard"})
+        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region or "us-east-1",
+                            config=config)
+
+
+@dataclass(frozen=True)
+class S3Object:
+    key: str
+    etag: str
+    size: int
+    last_modified: float  # seconds since the epoch
+
+
+@dataclass
+class IntakeCursor:
+    watermark: float | None = None
+    handled: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> (ETag, LastModified)
+
+    def to_json(self) -> str:
+        return json.dumps({"v": 1, "watermark": self.watermark,
+                           "handled": {k: [e, t] for k, (e, t) in sorted(self.handled.items())}},
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | None) -> "IntakeCursor":
+        """A cursor this code did not write (or none) starts from scratch: registering is idempotent, so the
+        only cost is downloading objects once more."""
+        if not raw:
+            return cls()
+        try:
+            data = json.loads(raw)
+            handled = {str(k): (str(v[0]), float(v[1])) for k, v in data.get("handled", {}).items()}
+            watermark = data.get("watermark")
+            return cls(None if watermark is None else float(watermark), handled)
+        except (ValueError, TypeError, AttributeError, IndexError, KeyError):
+            return cls()
+
+    def is_handled(self, obj: S3Object, lookback_s: float) -> bool:
+        if self.watermark is not None and obj.last_modified < self.watermark - lookback_s:
+            return True
+        return self.handled.get(obj.key, (None,))[0] == obj.etag
+
+    def mark(self, obj: S3Object) -> None:
+        self.handled[obj.key] = (obj.etag, obj.last_modified)
+        self.watermark = obj.last_modified if self.watermark is None else max(self.watermark, obj.last_modified)
+
+    def prune(self, lookback_s: float, listed_keys: set[str] | None = None) -> None:
+        """Forget what the watermark alone now covers, and objects that no longer exist."""
+        if self.watermark is None:
+            return
+        floor = self.watermark - lookback_s
+        self.handled = {k: v for k, v in self.handled.items()
+                        if v[1] >= floor and (listed_keys is None or k in listed_keys)}
+
+
+@dataclass
+class S3IntakeReport:
+    source: str
+    listed: int = 0
+    results: list[IngestResult] = field(default_factory=list)
+    remaining: int = 0  # new objects left for the next tick
+    skipped: list[str] = field(default_factory=list)  # changed or deleted between listing and download
+    error: str | None = None  # the tick stopped early: the rest waits for the next one
+    cursor: IntakeCursor = field(default_factory=IntakeCursor)
+
+    def counts(self) -> dict[str, int]:
+        statuses = ("new", "new-version", "duplicate", "rejected")
+        return {s: sum(1 for r in self.results if r.status == s) for s in statuses}
+
+    def summary(self) -> str:
+        counts = self.counts()
+        text = (f"{self.source}: {self.listed} object(s) listed, {counts['new']} new, {counts['new-version']} new "
+                f"version(s), {counts['duplicate']} duplicate, {counts['rejected']} rejected, "
+                f"{self.remaining} left for the next tick")
+        if self.skipped:
+            text += f", {len(self.skipped)} changed or deleted while reading"
+        if self.error:
+            text += f"; stopped early: {self.error}"
+        return text
+
+
+# ------------------------------------------------------------------------------------------------ selection
+def pending_objects(objects: Iterable[S3Object], cursor: IntakeCursor, lookback_s: float) -> list[S3Object]:
+    """Objects not handled yet, oldest first; ties on LastModified in key order, so a tick that stops inside
+    a run of equal timestamps resumes exactly where it stopped."""
+    fresh = [o for o in objects if not o.key.endswith("/") and not cursor.is_handled(o, lookback_s)]
+    return sorted(fresh, key=lambda o: (o.last_modified, o.key))
+
+
+def list_objects(client, source: S3Source) -> list[S3Object]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    objects: list[S3Object] = []
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=source.bucket, Prefix=source.prefix, PaginationConfig={"PageSize": 1000})
+        for page in pages:
+            for item in page.get("Contents", ()):
+                objects.append(S3Object(item["Key"], item.get("ETag", ""), int(item.get("Size", 0)),
+                                        item["LastModified"].timestamp()))
+            if len(objects) > source.max_listed:
+                # refusing beats a partial view: objects past the cap would be silently missed
+                raise S3Unavailable(f"more than {source.max_listed} objects under {source.url}; narrow "
+                                    "DOCQUEUE_S3_PREFIX or raise DOCQUEUE_S3_MAX_LIST")
+    except ClientError as exc:
+        raise S3Unavailable(f"listing {source.url} failed: {_client_error(exc)}") from None
+    except BotoCoreError as exc:
+        raise S3Unavailable(f"listing {source.url} failed: {type(exc).__name__}") from None
+    return objects
+
+
+# ------------------------------------------------------------------------------------------------ intake
+def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor: IntakeCursor | None = None, *,
+              client=None, priority: int = 0, limits: PdfLimits | None = None) -> S3IntakeReport:
+    """One bounded pass: list, then download and register at most `source.max_objects` new objects. Returns
+    the advanced cursor in the report (the caller stores it). A listing failure raises S3Unavailable; a
+    download failure stops the pass there, with what was done kept in the cursor."""
+    cursor = IntakeCursor(cursor.watermark, dict(cursor.handled)) if cursor else IntakeCursor()
+    limits = limits or PdfLimits.from_env()
+    client = client or source.client()
+    objects = list_objects(client, source)
+    pending = pending_objects(objects, cursor, source.lookback_s)
+    report = S3IntakeReport(source.url, listed=len(objects), cursor=cursor)
+    done = 0
+    for obj in pending[:source.max_objects]:
+        try:
+            result = _ingest_object(queue, storage, source, client, obj, priority=priority, limits=limits)
+        except S3Unavailable as exc:
+            report.error = str(exc)
+            break
+        done += 1
+        if result is None:
+            report.skipped.append(obj.key)
+            continue
+        report.results.append(result)
+        cursor.mark(obj)
+    report.remaining = len(pending) - done
+    cursor.prune(source.lookback_s, {o.key for o in objects})
+    return report
+
+
+def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, priority: int = 0,
+                  max_passes: int = 10_000) -> S3IntakeReport:
+    """Everything under the prefix now, pass after pass (for the command line; sensors use one pass a tick)."""
+    client = source.client()
+    total = S3IntakeReport(source.url)
+    cursor = IntakeCursor()
+    for _ in range(max_passes):
+        report = ingest_s3(queue, storage, source, cursor, client=client, priority=priority)
+        cursor = report.cursor
+        total.listed = report.listed
+        total.results += report.results
+        total.skipped += report.skipped
+        total.remaining, total.error, total.cursor = report.remaining, report.error, cursor
+        if report.error or not report.remaining:
+            break
+    return total
+
+
+def _ingest_object(queue: TaskQueue, storage: LocalStorage, source: S3Source, client, obj: S3Object, *,
+                   priority: int, limits: PdfLimits) -> IngestResult | None:
+    """The object registered (or rejected), or None when it changed or vanished since it was listed (the next
+    listing shows its new state)."""
+    address = f"s3://{source.bucket}/{obj.key}"
+    if obj.size > limits.max_file_bytes:
+        return IngestResult(address, "rejected", reason=_too_large(limits.max_file_bytes))
+    name = PurePosixPath(obj.key).name or "object"
+    scratch = docqueue_home() / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="s3-", dir=scratch) as folder:
+        path = Path(folder) / "object"
+        outcome = _download(client, source, obj, path, limits.max_file_bytes)
+        if outcome != "ok":
+            return None if outcome == "gone" else IngestResult(address, "rejected", reason=outcome)
+        return ingest_file(queue, storage, path, priority=priority, limits=limits, source_path=address, name=name,
+                           metadata={"source": {"s3_etag": obj.etag, "s3_last_modified": obj.last_modified}})
+
+
+def _download(client, source: S3Source, obj: S3Object, path: Path, limit: int) -> str:
+    """"ok", "gone" (changed or deleted since listed) or a rejection reason. IfMatch pins the listed version:
+    a key overwritten meanwhile is not registered under the old ETag."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        response = client.get_object(Bucket=source.bucket, Key=obj.key, IfMatch=obj.etag)
+        body = response["Body"]
+        size = 0
+        try:
+            with open(path, "wb") as handle:
+                while chunk := body.read(_CHUNK):
+                    size += len(chunk)
+                    if size > limit:
+                        return _too_large(limit)
+                    handle.write(chunk)
+        finally:
+            body.close()
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+            return "gone"
+        raise S3Unavailable(f"downloading {obj.key} failed: {_client_error(exc)}") from None
+    except BotoCoreError as exc:
+        raise S3Unavailable(f"downloading {obj.key} failed: {type(exc).__name__}") from None
+    return "ok"
+
+
+def _too_large(limit: int) -> str:
+    return f"too large: more than {limit / (1 << 20):.3g} MB (DOCQUEUE_MAX_FILE_MB)"
+
+
+def _client_error(exc) -> str:
+    error = exc.response.get("Error", {})
+    return f"{error.get('Code', 'error')}: {error.get('Message', '')}".strip().rstrip(":")
+
