@@ -82,7 +82,7 @@ def test_phase_dependencies(repo):
 
 def test_sensors(repo):
     sensors = {sensor.name: sensor for sensor in repo.sensor_defs}
-    expected = {"inbox_sensor", *(f"{kind.name}_sensor" for kind in ALL_KINDS),
+    expected = {"inbox_sensor", "s3_intake_sensor", *(f"{kind.name}_sensor" for kind in ALL_KINDS),
                 "rollup_ocr_sensor", "rollup_vector_sensor", "rollup_graphrag_sensor"}
     assert set(sensors) == expected
     for name, sensor in sensors.items():
