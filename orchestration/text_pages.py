@@ -31,13 +31,25 @@ class TextLimits:
     max_bytes: int = 20 * MB
 
     def __post_init__(self):
-        if self.page_chars < 200 or self.max_bytes <= 0:
-            raise ValueError("DOCQUEUE_TEXT_PAGE_CHARS must be at least 200 and DOCQUEUE_MAX_TEXT_MB above 0")
+        if self.page_chars < 200:
+            raise ValueError(f"DOCQUEUE_TEXT_PAGE_CHARS must be at least 200, got {self.page_chars}")
+        if self.max_bytes <= 0:
+            raise ValueError("DOCQUEUE_MAX_TEXT_MB must be greater than 0")
 
     @classmethod
     def from_env(cls) -> "TextLimits":
-        return cls(page_chars=int(os.environ.get("DOCQUEUE_TEXT_PAGE_CHARS") or 20_000),
-                   max_bytes=int(float(os.environ.get("DOCQUEUE_MAX_TEXT_MB") or 20) * MB))
+        return cls(page_chars=int(_env_number("DOCQUEUE_TEXT_PAGE_CHARS", 20_000)),
+                   max_bytes=int(_env_number("DOCQUEUE_MAX_TEXT_MB", 20) * MB))
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
 
 
 # ------------------------------------------------------------------------------------------------ decoding
