@@ -17,11 +17,12 @@ HEADER = "Northwind Logistics - Internal Report"
 
 
 def _report(request, text: str) -> None:
-    """Shown even without -s: through the terminal reporter when there is one."""
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(text)
-    else:
+    """Printed past pytest's output capture, so the figure shows without -s."""
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if capture is None:
+        print(text)
+        return
+    with capture.global_and_fixture_disabled():
         print(text)
 
 
