@@ -6,6 +6,7 @@ UI shows it. Several workers split the registration blocks between them (block i
 """
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import dagster as dg
+import sqlalchemy as sa
 
 from queue_db.queue import TaskQueue
 from queue_db.tasks import ALL_KINDS, Level
@@ -23,6 +25,7 @@ from orchestration.partitions import register_partitions
 from orchestration.planning import IN_FLIGHT_STATUSES, PlannedRun, in_flight_positions, plan_rollup_runs, plan_runs
 
 
+log = logging.getLogger(__name__)
 # the runs' events (failures included) go to the Dagster instance, where the UI shows them
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 RUNNER_TAG = "docqueue/runner"
@@ -95,25 +98,29 @@ def _process_gone(identity: str) -> bool:
     return now is None or (now != "?" and started != "?" and now != started)
 
 
-def fail_abandoned_runs(instance: dg.DagsterInstance) -> int:
+def fail_abandoned_runs(instance: dg.DagsterInstance, between_runs: bool = False) -> int:
     """Mark failed the in-process runs whose `docqueue run` process died (SIGKILL, OOM, power cut): they stay
     STARTED forever otherwise, and planning treats their ranges as in flight, so their tasks, once recovered,
-    would never be planned again."""
+    would never be planned again. `between_runs`: this process executes nothing right now, so a run of its own
+    still in flight was abandoned too (its execution raised before the run's end could be recorded)."""
+    me = this_process()
     failed = 0
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT_STATUSES, tags={RUNNER_TAG: "cli"})):
         owner = run.tags.get(RUNNER_PROCESS_TAG)
         # a re-execution inherits its parent's tags but runs elsewhere: not ours to judge
-        if owner and "dagster/parent_run_id" not in run.tags and _process_gone(owner):
+        if owner and "dagster/parent_run_id" not in run.tags and ((between_runs and owner == me)
+                                                                   or _process_gone(owner)):
             # the queue re-runs the tasks (stale recovery); a Dagster re-execution would only compete with it
             instance.add_run_tags(run.run_id, {"dagster/will_retry": "false"})
-            instance.report_run_failed(run, f"the docqueue run process executing this run ({owner}) is gone")
+            instance.report_run_failed(run, f"abandoned: the docqueue run process executing it ({owner}) died or "
+                                            "lost its database mid-run; the queue re-runs its tasks")
             failed += 1
     return failed
 
 
 def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, block_filter=None) -> list[PlannedRun]:
-    """One planning round over every kind in phase order, then the roll-ups."""
-    fail_abandoned_runs(instance)
+    """One planning round over every kind in phase order, then the roll-ups. Called between runs only."""
+    fail_abandoned_runs(instance, between_runs=True)
     planned: list[PlannedRun] = []
     for level in Level:
         register_partitions(instance, queue.engine, level)
@@ -134,30 +141,55 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun)
     return result.success
 
 
+class _Outage:
+    """A database that stops answering (restart, failover) pauses the runner instead of ending it; only an
+    outage longer than DOCQUEUE_DB_OUTAGE_MAX_S (default 300 s) is given up on."""
+
+    def __init__(self):
+        self.since: float | None = None
+        self.limit_s = float(os.environ.get("DOCQUEUE_DB_OUTAGE_MAX_S", "300"))
+
+    def wait_or_raise(self, exc: Exception) -> None:
+        transient = isinstance(exc, sa.exc.OperationalError) or getattr(exc, "connection_invalidated", False)
+        self.since = self.since or time.monotonic()
+        if not transient or time.monotonic() - self.since > self.limit_s:
+            raise exc
+        log.warning("database unavailable (%s); retrying", type(getattr(exc, "orig", exc)).__name__)
+        time.sleep(min(5.0, 0.5 + (time.monotonic() - self.since) / 4))
+
+    def over(self) -> None:
+        self.since = None
+
+
 def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: TaskQueue, *, until_idle: bool = True,
                    worker_index: int = 0, workers: int = 1, poll_s: float = 2.0, max_seconds: float | None = None,
                    on_run: Callable[[PlannedRun, bool], None] | None = None) -> RunnerReport:
     report = RunnerReport()
     started = time.monotonic()
     block_filter = (lambda block: block % workers == worker_index) if workers > 1 else None
+    outage = _Outage()
     while True:
         if max_seconds is not None and time.monotonic() - started > max_seconds:
             break
-        planned = plan_next(queue, instance, block_filter)
-        for run in planned:
-            ok = execute(defs, instance, run)
-            report.runs += 1
-            report.failed_runs += 0 if ok else 1
-            report.runs_by_name[run.name] = report.runs_by_name.get(run.name, 0) + 1
-            if on_run:
-                on_run(run, ok)
-        if planned:
-            continue
-        waiting = waiting_work(queue)
-        if waiting["processing"]:
-            # tasks of a worker that died are released here too: without a daemon nobody else would
-            if sum(queue.recover_stale().values()):
+        try:
+            planned = plan_next(queue, instance, block_filter)
+            for run in planned:
+                ok = execute(defs, instance, run)
+                report.runs += 1
+                report.failed_runs += 0 if ok else 1
+                report.runs_by_name[run.name] = report.runs_by_name.get(run.name, 0) + 1
+                if on_run:
+                    on_run(run, ok)
+            if planned:
                 continue
+            waiting = waiting_work(queue)
+            # tasks of a worker that died are released here too: without a daemon nobody else would
+            if waiting["processing"] and sum(queue.recover_stale().values()):
+                continue
+        except sa.exc.DBAPIError as exc:
+            outage.wait_or_raise(exc)
+            continue
+        outage.over()
         if until_idle and waiting["processing"] == 0 and waiting["next_retry_in_s"] is None:
             break
         delay = poll_s if waiting["next_retry_in_s"] is None else min(max(waiting["next_retry_in_s"], 0.2), 30.0)

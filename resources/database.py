@@ -31,7 +31,14 @@ class SchemaNotReady(RuntimeError):
 
 def get_queue(url: str | None = None, settings: QueueSettings | None = None) -> TaskQueue:
     engine = shared_engine(url)
-    missing = pending_migrations(engine)
+    try:
+        missing = pending_migrations(engine)
+    except sa.exc.DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        # pooled connections are not pinged (create_queue_engine): after a server restart the first use finds
+        # them dead and the pool discards them all, so this sensor tick or run goes on with a fresh one
+        missing = pending_migrations(engine)
     if missing:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
         raise SchemaNotReady(f"the queue database needs migrations ({names}): run `docqueue db upgrade`")
