@@ -57,7 +57,7 @@ def test_a_worker_killed_in_each_phase_loses_nothing_and_duplicates_nothing(pipe
         stuck = pipeline.instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
         assert not stuck, [r.run_id for r in stuck]
         dead = pipeline.instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
-        assert len([r for r in dead if "is gone" in _failure_message(pipeline.instance, r.run_id)]) == killed_runs
+        assert len([r for r in dead if "abandoned" in _failure_message(pipeline.instance, r.run_id)]) == killed_runs
 
         # re-running every completed chunk changes no count
         chunk_ids = [c["id"] for c in queue.chunks()]
