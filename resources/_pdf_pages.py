@@ -68,6 +68,11 @@ class OcrEngine:
                 "Global.use_cls": False,
                 "Global.log_level": "error",
                 "Global.max_side_len": OCR_MAX_SIDE,
+                # the detector sees the page at most 1280 px on its long side (the recogniser still reads the
+                # full-resolution crops): measured here 2x less CPU per page at the same word recall
+                # (1.000 generated page, 0.963 ocrmypdf__linn.pdf)
+                "Det.limit_type": "max",
+                "Det.limit_side_len": 1280,
                 "Det.model_path": str(det),
                 "Rec.model_path": str(rec),
                 "EngineConfig.onnxruntime.intra_op_num_threads": threads,
