@@ -308,3 +308,88 @@ class ForkedWorker:
 
     def stderr_tail(self, chars: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+
+class TcpProxy:
+    """A TCP forwarder on 127.0.0.1 in front of a real server. `down()` closes the port and cuts every open
+    connection (a crashed server, a network partition: clients get resets, then refusals); `up()` listens again
+    on the same port (the server is back)."""
+
+    def __init__(self, target_port: int, port: int | None = None):
+        import socket
+        import threading
+
+        self.target_port = target_port
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", port or 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self._lock = threading.Lock()
+        self._sockets: list = []
+        self._listener = None
+        self.connections = 0
+
+    def up(self) -> "TcpProxy":
+        import socket
+        import threading
+
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def down(self) -> None:
+        import socket
+
+        with self._lock:
+            listener, self._listener = self._listener, None
+            sockets, self._sockets = self._sockets, []
+        for sock in ([listener] if listener else []) + sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def _accept(self, listener) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                if self._listener is not listener:
+                    client.close()
+                    server.close()
+                    return
+                self._sockets += [client, server]
+                self.connections += 1
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source, sink) -> None:
+        import socket
+
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
