@@ -53,6 +53,9 @@ class BatchTimeout(TimeoutError):
 # per-batch time limits of the phases that run in this process (OCR has its per-page limit in its own process)
 EMBED_TIMEOUT_S = float(os.environ.get("DOCQUEUE_EMBED_TIMEOUT", "300"))
 EXTRACT_TIMEOUT_S = float(os.environ.get("DOCQUEUE_EXTRACT_TIMEOUT", "600"))
+# failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
+SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout"})
+ISOLATION_PROBES = 2
 
 
 def within(limit_s: float, what: str, work):
@@ -308,47 +311,39 @@ class Pipeline:
 
     def embed_chunks(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
         """Vector at chunk level: embed a batch and upsert it into Qdrant (point id = uuid5(chunk_id))."""
-        if not tasks:
-            return []
+        return self._settle_batch(VECTOR_CHUNK, worker_id, tasks, self._embed_batch)
+
+    def _embed_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
-        try:
-            context = self.queue.chunk_context([t["id"] for t in tasks])
-            vectors = within(EMBED_TIMEOUT_S, "embedding", lambda: self.embedder.embed([t.get("content") or "" for t in tasks]))
-            points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
-                "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
-                "filename": context[t["id"]]["filename"], "page_number": context[t["id"]]["page_number"],
-                "chunk_index": t["chunk_index"], "text": t.get("content") or "", "content_hash": t["chunk_content_hash"],
-            }) for i, t in enumerate(tasks)]
-            lost = self._taken_from_us(VECTOR_CHUNK, worker_id, tasks)
-            self.vector_store.upsert([p for p, t in zip(points, tasks) if str(t["id"]) not in lost])
-        except Exception as exc:  # noqa: BLE001 - the store or model failing fails the batch, retryably
-            reason, error_class, retryable = classify(exc)
-            return self._finish(VECTOR_CHUNK, worker_id, [Outcome(t["id"], False, reason, error_class, retryable)
-                                                         for t in tasks], {})
+        context = self.queue.chunk_context([t["id"] for t in tasks])
+        vectors = within(EMBED_TIMEOUT_S, "embedding", lambda: self.embedder.embed([t.get("content") or "" for t in tasks]))
+        points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
+            "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
+            "filename": context[t["id"]]["filename"], "page_number": context[t["id"]]["page_number"],
+            "chunk_index": t["chunk_index"], "text": t.get("content") or "", "content_hash": t["chunk_content_hash"],
+        }) for i, t in enumerate(tasks)]
+        lost = self._taken_from_us(VECTOR_CHUNK, worker_id, tasks)
+        self.vector_store.upsert([p for p, t in zip(points, tasks) if str(t["id"]) not in lost])
         seconds = (time.perf_counter() - started) / len(tasks)
         outcomes = [Outcome(t["id"], True, rejected=str(t["id"]) in lost, metadata={
             "vectors": 1, "dimensions": int(vectors.shape[1]), "seconds": round(seconds, 4)}) for t in tasks]
-        return self._finish(VECTOR_CHUNK, worker_id, outcomes, {t["id"]: {"vector_seconds": seconds} for t in tasks})
+        return outcomes, {t["id"]: {"vector_seconds": seconds} for t in tasks}
 
     # ------------------------------------------------------------------------------------------ phase 3: graph
     def extract_chunks(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
         """GraphRAG at chunk level: entities and relationships of a batch, merged into the graph."""
-        if not tasks:
-            return []
+        return self._settle_batch(GRAPHRAG_CHUNK, worker_id, tasks, self._extract_batch)
+
+    def _extract_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
-        try:
-            context = self.queue.chunk_context([t["id"] for t in tasks])
-            extractions = within(EXTRACT_TIMEOUT_S, "extraction",
-                                 lambda: self.extractor.extract([t.get("content") or "" for t in tasks]))
-            lost = self._taken_from_us(GRAPHRAG_CHUNK, worker_id, tasks)
-            self.graph.write_chunks([ChunkGraph(
-                document_id=context[t["id"]]["document_id"], filename=context[t["id"]]["filename"],
-                page_number=context[t["id"]]["page_number"], chunk_id=t["chunk_id"], chunk_index=t["chunk_index"],
-                extraction=extractions[i]) for i, t in enumerate(tasks) if str(t["id"]) not in lost])
-        except Exception as exc:  # noqa: BLE001
-            reason, error_class, retryable = classify(exc)
-            return self._finish(GRAPHRAG_CHUNK, worker_id, [Outcome(t["id"], False, reason, error_class, retryable)
-                                                           for t in tasks], {})
+        context = self.queue.chunk_context([t["id"] for t in tasks])
+        extractions = within(EXTRACT_TIMEOUT_S, "extraction",
+                             lambda: self.extractor.extract([t.get("content") or "" for t in tasks]))
+        lost = self._taken_from_us(GRAPHRAG_CHUNK, worker_id, tasks)
+        self.graph.write_chunks([ChunkGraph(
+            document_id=context[t["id"]]["document_id"], filename=context[t["id"]]["filename"],
+            page_number=context[t["id"]]["page_number"], chunk_id=t["chunk_id"], chunk_index=t["chunk_index"],
+            extraction=extractions[i]) for i, t in enumerate(tasks) if str(t["id"]) not in lost])
         seconds = (time.perf_counter() - started) / len(tasks)
         outcomes, results = [], {}
         for i, t in enumerate(tasks):
@@ -357,7 +352,43 @@ class Pipeline:
                                 "graphrag_seconds": seconds}
             outcomes.append(Outcome(t["id"], True, rejected=str(t["id"]) in lost, metadata={
                 "entities": entities, "relationships": relations, "seconds": round(seconds, 4)}))
-        return self._finish(GRAPHRAG_CHUNK, worker_id, outcomes, results)
+        return outcomes, results
+
+    # ------------------------------------------------------------------------------------------ batches
+    def _settle_batch(self, kind: TaskKind, worker_id: str, tasks: Sequence[dict], work) -> list[Outcome]:
+        """Run `work` over a batch of chunk tasks and settle them. A batch failing for a reason that may lie in one
+        chunk (not an unreachable service, not a time limit) is redone one task at a time, so one bad chunk fails
+        alone instead of failing, and spending a retry of, every other chunk of its batch."""
+        if not tasks:
+            return []
+        try:
+            outcomes, results = work(worker_id, tasks)
+        except Exception as exc:  # noqa: BLE001 - the store or model failing fails the batch, retryably
+            reason, error_class, retryable = classify(exc)
+            if len(tasks) == 1 or error_class in SERVICE_ERROR_CLASSES:
+                return self._finish(kind, worker_id, [Outcome(t["id"], False, reason, error_class, retryable)
+                                                      for t in tasks], {})
+            outcomes, results = self._one_by_one(worker_id, tasks, work)
+        return self._finish(kind, worker_id, outcomes, results)
+
+    def _one_by_one(self, worker_id: str, tasks: Sequence[dict], work) -> tuple[list[Outcome], dict[str, dict]]:
+        """Each task alone. When the first ISOLATION_PROBES tasks all fail, the cause is not one chunk's content
+        (a broken model or endpoint): the rest fail with that error untried, bounding the extra calls."""
+        outcomes, results = [], {}
+        for index, task in enumerate(tasks):
+            if index >= ISOLATION_PROBES and not any(o.ok for o in outcomes):
+                first = outcomes[0]
+                outcomes += [Outcome(t["id"], False, first.error, first.error_class, first.retryable)
+                             for t in tasks[index:]]
+                break
+            try:
+                done, extra = work(worker_id, [task])
+                outcomes += done
+                results.update(extra)
+            except Exception as exc:  # noqa: BLE001 - this task's own failure
+                reason, error_class, retryable = classify(exc)
+                outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
+        return outcomes, results
 
     def process(self, kind: TaskKind, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
         return {
