@@ -1,0 +1,80 @@
+"""One ranged run over 500 chunk partitions, one of whose rows is corrupt: the Dagster instance must say exactly
+what the queue says -- 499 partitions materialized, 1 failed -- and the queue row carries the error and the count
+of the attempt. Per-partition truth inside a ranged run is what lets a person backfill exactly what failed."""
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from queue_db.tasks import VECTOR_CHUNK, Level
+from tests.queue_support import bulk_seed
+
+PAGES, CHUNKS_PER_PAGE = 5, 100
+
+
+@pytest.fixture
+def truth_env(docqueue_env):
+    from orchestration.definitions import defs
+    from orchestration.environment import dagster_instance
+    from resources.database import get_queue
+
+    instance = dagster_instance()
+    yield defs, instance, get_queue()
+    instance.dispose()
+
+
+def partition_status(instance, asset: str, partitions_name: str) -> dict[str, str]:
+    """What the UI shows per partition: the instance's partition status."""
+    keys = instance.get_dynamic_partitions(partitions_name)
+    statuses = instance.get_status_by_partition(dg.AssetKey(asset), keys,
+                                                dg.DynamicPartitionsDefinition(name=partitions_name)) or {}
+    names = {dg.AssetPartitionStatus.MATERIALIZED: "materialized", dg.AssetPartitionStatus.FAILED: "failed",
+             dg.AssetPartitionStatus.IN_PROGRESS: "in progress"}
+    return {key: names.get(statuses.get(key), "missing") for key in keys}
+
+
+def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_env):
+    from orchestration.partitions import register_partitions
+    from orchestration.planning import plan_runs
+    from orchestration.runner import execute
+
+    defs, instance, queue = truth_env
+    bulk_seed(queue.engine, documents=1, pages_per_document=PAGES, chunks_per_page=CHUNKS_PER_PAGE)
+    assert register_partitions(instance, queue.engine, Level.CHUNK) == PAGES * CHUNKS_PER_PAGE
+    keys = instance.get_dynamic_partitions("chunks")
+    bad_key = keys[len(keys) // 2]
+    # a corrupt row: an empty chunk id cannot name a vector point, so the vector store refuses that one chunk
+    with queue.engine.begin() as conn:
+        bad_id = conn.exec_driver_sql(
+            "UPDATE task_queue_chunk SET chunk_id = '' WHERE partition_pos = %(pos)s RETURNING id::text",
+            {"pos": len(keys) // 2}).scalar()
+
+    planned = plan_runs(queue.engine, VECTOR_CHUNK, max_keys=len(keys))
+    assert len(planned) == 1 and planned[0].size == len(keys)
+    assert not execute(defs, instance, planned[0]), "a run with a failed task fails"
+
+    statuses = partition_status(instance, "vector_chunk", "chunks")
+    assert sum(1 for s in statuses.values() if s == "materialized") == len(keys) - 1
+    assert [k for k, s in statuses.items() if s == "failed"] == [bad_key]
+
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            """SELECT id::text, vector_status::text, vector_retry_count, vector_error, vector_error_class
+               FROM task_queue_chunk""").all()
+    by_status = {}
+    for row in rows:
+        by_status.setdefault(row[1], []).append(row)
+    assert len(by_status["completed"]) == len(keys) - 1 and [r[0] for r in by_status["failed"]] == [bad_id]
+    _, _, retries, error, error_class = by_status["failed"][0]
+    assert retries == 1 and "chunk_id" in error and error_class
+    assert all(r[2] == 0 for r in by_status["completed"]), "no innocent chunk spent a retry"
+
+    from resources.embeddings import EmbeddingResource
+    from resources.qdrant import QdrantResource
+
+    embedder = EmbeddingResource().get_embedder()
+    store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+    try:
+        assert len(store.chunk_ids()) == len(keys) - 1
+    finally:
+        store.close()
