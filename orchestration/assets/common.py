@@ -55,11 +55,23 @@ def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: lis
     remaining = [row["id"] for row in rows.values() if row["status"] != "completed"]
     report.already_completed = [key for key, row in rows.items() if row["status"] == "completed"]
     batch = CLAIM_BATCH[kind.name]
+    # a task whose last attempt died with its worker may be what kills workers (poison input): it is claimed
+    # alone, first, so it cannot take a batch of good tasks down with it again and again
+    suspects = [row["id"] for row in rows.values() if row["status"] != "completed"
+                and row.get("error_class") == "worker_lost"]
+    isolated = set(suspects)
     with Heartbeat(queue, kind, worker_id) as heartbeat:
         while remaining:
-            tasks = queue.claim(kind, worker_id, batch, only_ids=remaining, override_retry_limit=override_retry_limit)
-            if not tasks:
-                break
+            if suspects:
+                tasks = queue.claim(kind, worker_id, 1, only_ids=[suspects.pop(0)],
+                                    override_retry_limit=override_retry_limit)
+                if not tasks:
+                    continue  # not claimable now: reported with the rest below
+            else:
+                others = [i for i in remaining if i not in isolated]
+                tasks = queue.claim(kind, worker_id, batch, only_ids=others, override_retry_limit=override_retry_limit)
+                if not tasks:
+                    break
             claimed = [t["id"] for t in tasks]
             waits = {t["id"]: t.get("queue_wait_s") for t in tasks}
             heartbeat.add(claimed)
