@@ -31,6 +31,12 @@ class Pipeline:
         self.storage = StorageResource().get_storage()
         self.tmp = tmp_path
 
+    def reload_settings(self) -> None:
+        """A new queue handle that reads the (monkeypatched) queue settings again."""
+        from resources.database import get_queue
+
+        self.queue = get_queue()
+
     def ingest(self, paths, **kwargs):
         from orchestration.intake import ingest_paths
         from orchestration.partitions import register_partitions
