@@ -13,7 +13,7 @@ import pytest
 
 from queue_db.keys import chunk_partition_key
 from queue_db.partitions import rows_for_keys
-from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, Level
+from queue_db.tasks import VECTOR_CHUNK, Level
 from orchestration.planning import (BLOCK_TAG, KIND_TAG, PHASE_TAG, POSITIONS_TAG, RANGE_END_TAG, RANGE_START_TAG,
                                    in_flight_positions)
 from tests import pdf_factory as pf
