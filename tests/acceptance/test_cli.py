@@ -13,6 +13,8 @@ import re
 import subprocess
 import sys
 import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +52,12 @@ def docqueue(*args: str, env: dict | None = None, timeout: float = COMMAND_TIMEO
     return Result(args, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started)
 
 
+def together(*commands: tuple[str, ...]) -> list[Result]:
+    """Independent read-only commands at the same time (each is mostly interpreter start-up)."""
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return list(pool.map(lambda args: docqueue(*args), commands))
+
+
 def ok(*args: str, **kwargs) -> Result:
     result = docqueue(*args, **kwargs)
     assert result.code == 0, f"docqueue {' '.join(args)} exited {result.code}\nstdout: {result.out}\nstderr: {result.err}"
@@ -59,6 +67,12 @@ def ok(*args: str, **kwargs) -> Result:
 
 def ok_json(*args: str, **kwargs):
     return ok(*args, "--json", **kwargs).json()
+
+
+def succeeded(result: Result) -> Result:
+    assert result.code == 0, f"docqueue {' '.join(result.args)} exited {result.code}\n{result.out}\n{result.err}"
+    assert "Traceback" not in result.err, result.err
+    return result
 
 
 def refused(result: Result, code: int | None = None) -> str:
@@ -117,10 +131,12 @@ def _missing_file(tmp: Path) -> list[str]:
     return ["ingest", str(tmp / "nowhere.pdf")]
 
 
-def _folder_without_pdfs(tmp: Path) -> list[str]:
-    folder = tmp / "notes"
-    folder.mkdir()
-    (folder / "readme.txt").write_text("no PDFs in here\n")
+def _folder_without_documents(tmp: Path) -> list[str]:
+    folder = tmp / "downloads"
+    (folder / "nested").mkdir(parents=True)
+    with zipfile.ZipFile(folder / "archive.zip", "w") as archive:
+        archive.writestr("inside.txt", "an archive is not a document")
+    (folder / "nested" / "data.bin").write_bytes(bytes(range(256)) * 8)
     return ["ingest", str(folder)]
 
 
@@ -129,8 +145,10 @@ def _empty_folder(tmp: Path) -> list[str]:
     return ["ingest", str(tmp / "empty")]
 
 
-def _picture_named_pdf(tmp: Path) -> list[str]:
-    return ["ingest", str(pf.not_a_pdf(tmp, "scan.pdf"))]
+def _archive_named_pdf(tmp: Path) -> list[str]:
+    with zipfile.ZipFile(tmp / "scan.pdf", "w") as archive:
+        archive.writestr("page.txt", "a ZIP wearing a .pdf name")
+    return ["ingest", str(tmp / "scan.pdf")]
 
 
 def _missing_password_file(tmp: Path) -> list[str]:
@@ -139,14 +157,14 @@ def _missing_password_file(tmp: Path) -> list[str]:
 
 @pytest.mark.parametrize("make_args, says", [
     (_missing_file, ["no such file", "nowhere.pdf"]),
-    (_folder_without_pdfs, ["readme.txt", "not a PDF"]),
+    (_folder_without_documents, ["archive.zip (unsupported: a ZIP archive", "data.bin (unsupported"]),
     (_empty_folder, ["no files found"]),
-    (_picture_named_pdf, ["scan.pdf", "not a PDF"]),
+    (_archive_named_pdf, ["scan.pdf (unsupported: a ZIP archive", "the content decides"]),
     (_missing_password_file, ["password file", "nope.txt"]),
     (lambda tmp: ["status", "no-such-document"], ["no document 'no-such-document'", "docqueue status"]),
     (lambda tmp: ["retry", "--phase", "ocr", "no-such-document"], ["no document 'no-such-document'"]),
     (lambda tmp: ["graph", "Nobody In Particular"], ["no entity 'Nobody In Particular'"]),
-], ids=["missing-file", "folder-without-pdfs", "empty-folder", "picture-named-pdf", "missing-password-file",
+], ids=["missing-file", "folder-without-documents", "empty-folder", "archive-named-pdf", "missing-password-file",
         "status-unknown-document", "retry-unknown-document", "graph-unknown-entity"])
 def test_bad_input_is_refused_with_a_sentence_and_nothing_is_written(docqueue_env, tmp_path, make_args, says):
     engine = sa.create_engine(docqueue_env.queue_url.replace("postgresql://", "postgresql+psycopg://"))
@@ -164,10 +182,22 @@ def test_bad_input_is_refused_with_a_sentence_and_nothing_is_written(docqueue_en
 def test_an_unreachable_database_is_one_sentence_without_the_password(docqueue_env, tmp_path):
     unreachable = {"DOCQUEUE_DATABASE_URL": "postgresql://postgres:hunter2@127.0.0.1:1/x"}
     pdf = pf.text_pdf(tmp_path, "fine.pdf", ["Nothing special."])
-    for args in (["status", "--json"], ["ingest", str(pdf)], ["db", "upgrade"]):
-        message = refused(docqueue(*args, env=unreachable), code=1)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(lambda args: docqueue(*args, env=unreachable),
+                                [["status", "--json"], ["ingest", str(pdf)], ["db", "upgrade"]]))
+    for result in results:
+        message = refused(result, code=1)
         assert "cannot connect to PostgreSQL" in message and "DOCQUEUE_DATABASE_URL" in message, message
-        assert "hunter2" not in message
+        assert "hunter2" not in result.err
+
+
+def test_an_unreachable_graph_server_is_one_sentence_within_the_retry_budget(docqueue_env):
+    result = docqueue("graph", "anyone", env={"DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1",
+                                              "DOCQUEUE_NEO4J_PASSWORD": "hunter2", "DOCQUEUE_CLI_GRAPH_RETRY_S": "0.5"})
+    message = refused(result, code=1)
+    assert "cannot use the vector or graph store" in message and "DOCQUEUE_NEO4J_URI" in message, message
+    assert "hunter2" not in result.err
+    assert result.seconds < 60
 
 
 # ------------------------------------------------------------------------------------------ one processed environment
@@ -327,7 +357,10 @@ def test_a_file_failed_for_good_does_not_keep_run_from_going_idle(story):
 
 
 def test_status_lists_every_document_and_one_by_key(story):
-    listed = ok_json("status")["documents"]
+    report = document(story.engine, "report.pdf")
+    every, single, table = (succeeded(r) for r in together(
+        ("status", "--json"), ("status", report["document_key"], "--json"), ("status",)))
+    listed = every.json()["documents"]
     assert sorted(d["filename"] for d in listed) == sorted(GOOD + ("broken.pdf",))
     expected_keys = {"id", "document_key", "filename", "priority", "ocr_status", "vector_index_status",
                      "graphrag_index_status", "page_count", "total_pages", "ocr_completed_pages", "ocr_failed_pages",
@@ -335,19 +368,19 @@ def test_status_lists_every_document_and_one_by_key(story):
                      "vector_error", "graphrag_error", "error_class"}
     assert all(set(d) == expected_keys for d in listed), listed[0].keys()
 
-    report = document(story.engine, "report.pdf")
-    (one,) = ok_json("status", report["document_key"])["documents"]
+    (one,) = single.json()["documents"]
     assert (one["id"], one["total_pages"], one["ocr_completed_pages"]) == (str(report["id"]), 2, 2)
     assert one["total_chunks"] == one["vector_completed_chunks"] == one["graphrag_completed_chunks"] > 0
 
-    table = ok("status").out
+    table = table.out
     for d in listed:
         assert d["document_key"] in table
     assert "failed" in table and "completed" in table
 
 
 def test_stats_counts_tasks_by_type_and_status(story):
-    stats = ok_json("stats")
+    as_json, as_table = (succeeded(r) for r in together(("stats", "--json"), ("stats",)))
+    stats = as_json.json()
     counts = {(r["task_type"], r["status"]): r["count"] for r in stats["counts"]}
     chunks = rows(story.engine, "SELECT count(*) AS n FROM task_queue_chunk")[0]["n"]
     assert counts[("vector_chunks", "completed")] == counts[("graphrag_chunks", "completed")] == chunks
@@ -356,8 +389,7 @@ def test_stats_counts_tasks_by_type_and_status(story):
     assert {r["task_type"] for r in stats["timings"]} >= {"ocr_pages", "vector_chunks", "graphrag_chunks"}
     assert any(r["error_class"] == "corrupt" for r in stats["error_classes"]), stats["error_classes"]
 
-    table = ok("stats").out
-    assert "vector_chunks" in table and "wait median" in table
+    assert "vector_chunks" in as_table.out and "wait median" in as_table.out
 
 
 def test_verify_passes_on_a_consistent_environment(story):
@@ -365,36 +397,31 @@ def test_verify_passes_on_a_consistent_environment(story):
     chunks = rows(story.engine, "SELECT count(*) AS n FROM task_queue_chunk")[0]["n"]
     assert report["consistent"] is True
     assert report["completed_vector_chunks"] == report["points"] == report["completed_graph_chunks"] == chunks
-    assert "consistent" in ok("verify").out
 
 
-@pytest.mark.parametrize("phrase, expected", [
-    ("how do beekeepers get honey out of the combs", "beekeeping.pdf"),
-    ("lava and ash from an erupting mountain", "volcanoes.pdf"),
-])
-def test_search_finds_the_document_on_the_topic(story, phrase, expected):
-    found = ok_json("search", phrase, "--limit", "3")
-    assert found["query"] == phrase and 1 <= len(found["hits"]) <= 3
+def test_search_finds_the_document_on_the_topic(story):
+    bees_query, volcano_query = "how do beekeepers get honey out of the combs", "lava and ash from an erupting mountain"
+    bees, volcanoes = (succeeded(r) for r in together(("search", bees_query, "--limit", "3", "--json"),
+                                                       ("search", volcano_query, "--limit", "1")))
+    found = bees.json()
+    assert found["query"] == bees_query and 1 <= len(found["hits"]) <= 3
     top = found["hits"][0]
-    assert top["document"] == expected, found["hits"]
-    assert top["document_key"] == document(story.engine, expected)["document_key"]
-    assert top["page"] == 1 and top["text"]
-
-
-def test_search_prints_a_table(story):
-    table = ok("search", "queen cells in the hive", "--limit", "1").out
-    assert "beekeeping.pdf" in table and "volcanoes.pdf" not in table
+    assert top["document"] == "beekeeping.pdf", found["hits"]
+    assert top["document_key"] == document(story.engine, "beekeeping.pdf")["document_key"]
+    assert top["page"] == 1 and "honey" in top["text"]
+    assert "volcanoes.pdf" in volcanoes.out and "beekeeping.pdf" not in volcanoes.out  # the table of the top hit
 
 
 def test_graph_shows_an_entity_its_mentions_and_related_entities(story):
-    found = ok_json("graph", "ada lovelace")
+    as_json, as_page = (succeeded(r) for r in together(("graph", "ada lovelace", "--json"), ("graph", "ADA LOVELACE")))
+    found = as_json.json()
     assert found["name"] == "Ada Lovelace" and found["type"]
     assert {(m["filename"], m["page_number"]) for m in found["mentions"]} == {("report.pdf", 1)}
     related = {r["name"] for r in found["related"]}
     assert "London" in related, found["related"]
     assert all(r["direction"] in ("in", "out") and r["rel_type"] for r in found["related"])
 
-    page = ok("graph", "ADA LOVELACE").out
+    page = as_page.out
     assert "Ada Lovelace" in page and "report.pdf" in page and "London" in page
 
 
@@ -437,9 +464,11 @@ def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
     with Neo4jResource().get_store() as graph:
         graph.delete_chunks([chunk_ids[-1]])
 
-    result = docqueue("verify", "--json")
-    message = refused(result, code=3)
+    as_json, as_table = together(("verify", "--json"), ("verify",))
+    message = refused(as_json, code=3)
     assert "inconsistent" in message and "docqueue recover" in message
-    report = result.json()
+    report = as_json.json()
     assert (report["consistent"], report["chunks_without_point"], report["chunks_without_graph"]) == (False, 1, 1)
     assert report["points"] == len(chunk_ids) - 1
+    refused(as_table, code=3)
+    assert re.search(r"consistent\s*│\s*False", as_table.out) and re.search(r"chunks_without_point\s*│\s*1", as_table.out)
