@@ -70,3 +70,37 @@ def zygote(tmp_path_factory):
         yield parent.wait_ready()
     finally:
         parent.close()
+
+
+@pytest.fixture(scope="module")
+def module_env(tmp_path_factory, create_database, migrated_template, bolt_server):
+    """docqueue_env for a whole module (an expensive run processed once, then checked by several tests): its own
+    queue and Dagster databases, DOCQUEUE_HOME and DAGSTER_HOME, an emptied graph, and FAST_SETTINGS."""
+    from orchestration.environment import prepare_environment
+    from tests.conftest import DocqueueEnv
+    from tests.integration.bolt_fixture import clean_graph
+
+    home = tmp_path_factory.mktemp("module") / "home"
+    queue_url = create_database(template=migrated_template)
+    dagster_url = create_database(prefix="dagster")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {
+            "DOCQUEUE_HOME": str(home), "DOCQUEUE_DATABASE_URL": queue_url, "DOCQUEUE_DAGSTER_PG_URL": dagster_url,
+            "DAGSTER_HOME": str(home / "dagster"), "DOCQUEUE_NEO4J_URI": bolt_server.uri,
+            "DOCQUEUE_NEO4J_USER": bolt_server.user, "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password,
+            "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"), "DOCQUEUE_QDRANT_URL": "", **FAST_SETTINGS,
+        }.items():
+            patch.setenv(name, value)
+        if bolt_server.database:
+            patch.setenv("DOCQUEUE_NEO4J_DATABASE", bolt_server.database)
+        clean_graph(bolt_server)
+        prepare_environment()
+        yield DocqueueEnv(home, queue_url, dagster_url, bolt_server), patch
+
+
+@pytest.fixture
+def say(request):
+    """say(text): printed past pytest's capture (the figures the closing note needs)."""
+    from tests.reliability.support import announce
+
+    return lambda text: announce(request, text)

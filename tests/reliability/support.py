@@ -393,3 +393,13 @@ class TcpProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def announce(request, text: str) -> None:
+    """Print past pytest's output capture, so the figures show without -s."""
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if capture is None:
+        print(text, flush=True)
+        return
+    with capture.global_and_fixture_disabled():
+        print(text, flush=True)

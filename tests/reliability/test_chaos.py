@@ -19,7 +19,7 @@ ALL_COMPLETED = ("completed", "completed", "completed")
 ROUNDS, CHAOS_SECONDS, MAX_RETRIES = 16, 45, 5
 
 
-def test_a_page_over_the_ocr_memory_cap_fails_after_its_retries_and_blocks_nothing(pipeline, tmp_path, monkeypatch):
+def test_a_page_over_the_ocr_memory_cap_fails_after_its_retries_and_blocks_nothing(pipeline, tmp_path, monkeypatch, say):
     # the OCR engine alone needs more than this; text pages need far less
     monkeypatch.setenv("DOCQUEUE_WORKER_MEMORY_MB", "900")
     scan, _ = pf.scanned_pdf(tmp_path, "scan.pdf")
@@ -34,7 +34,7 @@ def test_a_page_over_the_ocr_memory_cap_fails_after_its_retries_and_blocks_nothi
     page = pipeline.queue.pages(document["id"])[0]
     assert (page["ocr_status"], page["ocr_error_class"]) == ("failed", "resource_limit")
     assert page["ocr_retry_count"] == page["max_retries"] == 3
-    print(figures_line("poison (memory cap)", {"attempts": page["ocr_retry_count"], "runs": report.runs,
+    say(figures_line("poison (memory cap)", {"attempts": page["ocr_retry_count"], "runs": report.runs,
                                                "reason": document["ocr_error"]}))
 
 
@@ -85,7 +85,7 @@ def _note_recoveries(queue, pending: list, recoveries: list) -> list:
     return still
 
 
-def test_chaos_random_kills_and_a_poison_document(pipeline, zygote, tmp_path, monkeypatch):
+def test_chaos_random_kills_and_a_poison_document(pipeline, zygote, tmp_path, monkeypatch, say):
     rng = random.Random(20261125)
     # a good task may be hit by several random kills; the poison page then needs as many attempts to fail
     monkeypatch.setenv("MAX_TASK_RETRIES", str(MAX_RETRIES))
@@ -155,7 +155,7 @@ def test_chaos_random_kills_and_a_poison_document(pipeline, zygote, tmp_path, mo
             " + (SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'"
             "    OR graphrag_status <> 'completed')").scalar()
     assert lost == 0
-    print(figures_line("chaos", {
+    say(figures_line("chaos", {
         "rounds": rounds, "kills": len(kills), "poison_self_kills": self_kills,
         "tasks_recovered": sum(kills), "recovery_s_median": round(sorted(recoveries)[len(recoveries) // 2], 1)
         if recoveries else "-", "recovery_s_max": round(max(recoveries), 1) if recoveries else "-",

@@ -49,7 +49,7 @@ def _late_finisher_round(zygote, queue, pipeline, kind, tmp_path) -> dict:
     return {"claim": claim, "result": result, "worker_b": worker_b, "released_after_s": released_after}
 
 
-def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, zygote, tmp_path):
+def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, zygote, tmp_path, say):
     from orchestration.work import Pipeline as Work
 
     queue = pipeline.queue
@@ -77,6 +77,6 @@ def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, 
     finally:
         stores.close()
         work.close()
-    print(figures_line("late finisher", {
+    say(figures_line("late finisher", {
         "faults": 2, "chunks": len(chunks), "late_writes_rejected": sum(len(r["claim"]["ids"]) for r in rounds.values()),
         "late_store_writes": 0, "release_s": "/".join(f"{r['released_after_s']:.1f}" for r in rounds.values())}))

@@ -62,7 +62,7 @@ def _inbox_tick(pipeline, inbox: Path) -> str:
     return inbox_sensor.evaluate_tick(context).skip_message or ""
 
 
-def test_postgres_restart_mid_run_loses_nothing(own_postgres, zygote, tmp_path, monkeypatch):
+def test_postgres_restart_mid_run_loses_nothing(own_postgres, zygote, tmp_path, monkeypatch, say):
     from tests.reliability.conftest import Pipeline
 
     inbox = tmp_path / "inbox"
@@ -98,7 +98,7 @@ def test_postgres_restart_mid_run_loses_nothing(own_postgres, zygote, tmp_path, 
         stores.close()
     assert figures["verify"]["consistent"], figures["verify"]
     assert figures["points"] == figures["chunks"] > 0 and set(figures["duplicates"].values()) == {0}
-    print(figures_line("postgres restart", {"outages_s": "/".join(f"{o:.1f}" for o in outages), "worker_runs": report["runs"],
+    say(figures_line("postgres restart", {"outages_s": "/".join(f"{o:.1f}" for o in outages), "worker_runs": report["runs"],
                                             "failed_runs": report["failed_runs"], "documents": len(statuses),
                                             "tasks_lost": 0, "duplicates": 0}))
     pipeline.instance.dispose()

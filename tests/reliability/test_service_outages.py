@@ -75,7 +75,7 @@ def _hold_qdrant_lock(folder) -> subprocess.Popen:
     return holder
 
 
-def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipeline, tmp_path, monkeypatch, rel_env):
+def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipeline, tmp_path, monkeypatch, rel_env, say):
     bolt = TcpProxy(urlsplit(rel_env.bolt.uri).port)  # down until the watcher brings it up
     for name, value in {"DOCQUEUE_NEO4J_URI": f"bolt://127.0.0.1:{bolt.port}", "DOCQUEUE_QDRANT_LOCK_TIMEOUT": "1",
                         "DOCQUEUE_GRAPH_TX_TIMEOUT_S": "2", "MAX_TASK_RETRIES": "6",
@@ -112,7 +112,7 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
         stores.close()
     assert figures["verify"]["consistent"] and figures["points"] == figures["chunks"]
     assert set(figures["duplicates"].values()) == {0}
-    print(figures_line("service outages", {
+    say(figures_line("service outages", {
         "qdrant_down_s": round(outages.down_s["vector"], 1),
         "bolt_down_s": round(outages.down_s["graphrag"] - outages.down_s["vector"], 1),
         "failed_attempts_vector": retries[0], "failed_attempts_graphrag": retries[1], "runs": report.runs,

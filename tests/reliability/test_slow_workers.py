@@ -45,7 +45,7 @@ def _watch(queue, kind, claim: dict, until, interval_s: float = 0.2) -> int:
     return passes
 
 
-def test_busy_python_keeps_its_tasks_and_a_frozen_worker_loses_them(pipeline, zygote, tmp_path):
+def test_busy_python_keeps_its_tasks_and_a_frozen_worker_loses_them(pipeline, zygote, tmp_path, say):
     queue = pipeline.queue
     _page_tasks(queue, 3)
     files = {name: str(tmp_path / f"busy-{name}") for name in ("claimed", "result")}
@@ -78,12 +78,12 @@ def test_busy_python_keeps_its_tasks_and_a_frozen_worker_loses_them(pipeline, zy
             "SELECT ocr_error_class || ': ' || ocr_error FROM task_queue_page WHERE id = ANY(%(ids)s::uuid[])",
             {"ids": claim["ids"]}).all()}
     assert len(errors) == 1 and next(iter(errors)).startswith("worker_lost: worker lost: heartbeat stale since")
-    print(figures_line("busy worker", {"busy_s": round(result["busy_s"], 1), "beats": result["beats"],
+    say(figures_line("busy worker", {"busy_s": round(result["busy_s"], 1), "beats": result["beats"],
                                        "recovery_passes_survived": passes, "frozen_released_after_s":
                                        round(released_after, 1)}))
 
 
-def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path):
+def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path, say):
     from orchestration.assets.common import process_keys
     from orchestration.work import Pipeline as Work
     from resources.ocr import OcrResource
@@ -121,6 +121,6 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
     assert {(r[0], r[1]) for r in rows} == {(0, "ocr:rapidocr")}
     longest = max(float(r[2]) for r in rows)
     assert longest >= 3 * settings.stale_timeout_s, f"the batch was too fast to prove anything ({longest:.1f} s)"
-    print(figures_line("OCR child process", {"pages": len(rows), "longest_hold_s": round(longest, 1),
+    say(figures_line("OCR child process", {"pages": len(rows), "longest_hold_s": round(longest, 1),
                                              "stale_timeout_s": settings.stale_timeout_s,
                                              "recovery_passes_survived": passes[0]}))

@@ -22,7 +22,7 @@ def _corpus(tmp):
     return [bees, volcanoes, report]
 
 
-def test_a_worker_killed_in_each_phase_loses_nothing_and_duplicates_nothing(pipeline, zygote, tmp_path):
+def test_a_worker_killed_in_each_phase_loses_nothing_and_duplicates_nothing(pipeline, zygote, tmp_path, say):
     T0 = time.monotonic()
     T = lambda label: print(f"T {time.monotonic()-T0:6.1f} {label}", flush=True)
     pipeline.ingest(_corpus(tmp_path))
@@ -75,7 +75,7 @@ def test_a_worker_killed_in_each_phase_loses_nothing_and_duplicates_nothing(pipe
             " + (SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'"
             "    OR graphrag_status <> 'completed')").scalar()
     assert lost == 0
-    print(figures_line("worker killed per phase", {
+    say(figures_line("worker killed per phase", {
         "kills": killed_runs, "tasks_recovered": sum(r.tasks for r in recoveries),
         "recovery_s": "/".join(f"{r.kind}:{r.seconds:.1f}" for r in recoveries),
         "chunks": first["chunks"], "points": first["points"],
