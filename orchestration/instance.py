@@ -46,6 +46,8 @@ from dagster_postgres.utils import (
     pg_url_from_config,
 )
 
+from queue_db.config import env_int
+
 if TYPE_CHECKING:
     from dagster_postgres.auth import PgTokenProvider
 
@@ -58,14 +60,7 @@ POOL_TIMEOUT_ENV = "DOCQUEUE_DAGSTER_PG_POOL_TIMEOUT_S"
 
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:  # a typo in an env var must say which one
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
-
+    return env_int(name, default)
 
 @dataclass(frozen=True)
 class PoolSettings:

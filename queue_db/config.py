@@ -17,24 +17,32 @@ def docqueue_home() -> Path:
     return home
 
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
+    """A whole-number environment setting; a typo says which variable it is in."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
     try:
-        return int(raw)
-    except ValueError as exc:  # a typo in an env var must say which one
+        value = int(raw)
+    except ValueError as exc:
         raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
 
 
-def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
+def env_float(name: str, default: float, minimum: float | None = None) -> float:
+    """A numeric environment setting; a typo says which variable it is in."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError as exc:
         raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -52,13 +60,13 @@ class QueueSettings:
     @classmethod
     def from_env(cls) -> "QueueSettings":
         return cls(
-            poll_interval_s=_float("WORKER_POLL_INTERVAL", 5.0),
-            heartbeat_interval_s=_float("HEARTBEAT_INTERVAL", 30.0),
-            stale_timeout_s=_float("STALE_TASK_TIMEOUT", 120.0),
-            max_retries=_int("MAX_TASK_RETRIES", 3),
-            retry_backoff_base_s=_float("DOCQUEUE_RETRY_BACKOFF_BASE", 10.0),
-            retry_backoff_max_s=_float("DOCQUEUE_RETRY_BACKOFF_MAX", 600.0),
-            claim_batch_size=_int("DOCQUEUE_CLAIM_BATCH_SIZE", 50),
+            poll_interval_s=env_float("WORKER_POLL_INTERVAL", 5.0),
+            heartbeat_interval_s=env_float("HEARTBEAT_INTERVAL", 30.0),
+            stale_timeout_s=env_float("STALE_TASK_TIMEOUT", 120.0),
+            max_retries=env_int("MAX_TASK_RETRIES", 3),
+            retry_backoff_base_s=env_float("DOCQUEUE_RETRY_BACKOFF_BASE", 10.0),
+            retry_backoff_max_s=env_float("DOCQUEUE_RETRY_BACKOFF_MAX", 600.0),
+            claim_batch_size=env_int("DOCQUEUE_CLAIM_BATCH_SIZE", 50),
         )
 
     def backoff_seconds(self, attempt: int) -> float:

@@ -29,7 +29,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from queue_db.config import docqueue_home
+from queue_db.config import docqueue_home, env_int
 
 DEFAULT_PORT = 7687
 DEFAULT_HEAP_MB = 512
@@ -49,14 +49,7 @@ class BoltServerError(RuntimeError):
 
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
-
+    return env_int(name, default)
 
 def _arcadedb_package_dir() -> Path:
     # found without importing it: the package starts a JVM bridge on import, which the server process does not need

@@ -22,6 +22,7 @@ import dagster as dg
 import numpy as np
 
 from resources.chunking import load_tokenizer, sha256_file
+from queue_db.config import env_int
 
 log = logging.getLogger(__name__)
 
@@ -205,14 +206,7 @@ def _normalised(vectors: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- configuration
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
-
+    return env_int(name, default)
 
 _EMBEDDERS: dict[tuple[str, int, int, int, int], Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()

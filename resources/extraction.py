@@ -20,6 +20,7 @@ from typing import Any, Iterable, Protocol, runtime_checkable
 import dagster
 
 from .neo4j import Entity, Extraction, Relation, normalize_entity_name
+from queue_db.config import env_float, env_int
 
 log = logging.getLogger(__name__)
 
@@ -33,27 +34,10 @@ MAX_TYPE_CHARS = 50
 
 
 def _env_int(name: str, default: int, minimum: int = 1) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
+    return env_int(name, default, minimum)
 
 def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
-
+    return env_float(name, default)
 
 @dataclass(frozen=True)
 class ExtractionLimits:

@@ -28,6 +28,7 @@ from typing import Iterable, Iterator
 import dagster
 import neo4j
 from neo4j.exceptions import ConstraintError
+from queue_db.config import env_float, env_int
 
 
 DEFAULT_BATCH_SIZE = 100
@@ -38,27 +39,10 @@ _SIG_SEP = "\n"
 
 
 def _env_int(name: str, default: int, minimum: int = 1) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
+    return env_int(name, default, minimum)
 
 def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
-
+    return env_float(name, default)
 
 # -- entity names ----------------------------------------------------------------------------------------------------
 def normalize_entity_name(name: str) -> str:

@@ -36,7 +36,7 @@ from qdrant_client import QdrantClient
 from qdrant_client.http import models as qm
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from queue_db.config import docqueue_home
+from queue_db.config import docqueue_home, env_float
 
 # fixed forever: changing it would orphan every stored point
 DOCQUEUE_POINT_NAMESPACE = uuid.UUID("6f1d5c0e-3b7a-5a49-9c1e-0d0c0e0a7e21")
@@ -89,14 +89,7 @@ class SearchHit:
 
 
 def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
-
+    return env_float(name, default)
 
 def lock_timeout_from_env() -> float:
     return _env_float("DOCQUEUE_QDRANT_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT_S)
