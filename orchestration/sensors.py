@@ -9,6 +9,7 @@ from pathlib import Path
 import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
+from queue_db.queue import source_path_text
 from queue_db.tasks import ALL_KINDS, Level, TaskKind
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
 from orchestration.intake import ingest_paths, iter_files
@@ -77,8 +78,10 @@ def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, s
     queue = database.get_queue()
     files = list(iter_files([root], root=root))
     # only files whose path and size are not registered yet are hashed: a tick stays cheap on a large inbox
-    known = _known_sources(queue, [os.fsdecode(f.resolve()) for f in files])
-    fresh = [f for f in files if (os.fsdecode(f.resolve()), f.stat().st_size) not in known][:MAX_INBOX_FILES_PER_TICK]
+    # as stored: a name that is not UTF-8 is compared (and sent to the database) in its escaped form
+    known = _known_sources(queue, [source_path_text(os.fsdecode(f.resolve())) for f in files])
+    fresh = [f for f in files if (source_path_text(os.fsdecode(f.resolve())), f.stat().st_size) not in known
+             ][:MAX_INBOX_FILES_PER_TICK]
     results = ingest_paths(queue, storage.get_storage(), fresh, root=root) if fresh else []
     registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
     for r in results:

@@ -2,7 +2,7 @@
 re-indexing a phase. Only the queue's side; the caller removes outputs from the stores (orchestration.lifecycle)."""
 from __future__ import annotations
 
-from .queue import TaskQueue
+from .queue import TaskQueue, source_path_text
 from .tasks import Phase
 
 
@@ -13,7 +13,8 @@ def previous_version(queue: TaskQueue, source_path: str, content_hash: str) -> d
             """SELECT id::text AS id, document_key FROM documents
                WHERE source_path = %(p)s AND content_hash <> %(h)s
                  AND NOT EXISTS (SELECT 1 FROM documents newer WHERE newer.supersedes = documents.id)
-               ORDER BY created_at DESC LIMIT 1""", {"p": source_path, "h": content_hash}).mappings().first()
+               ORDER BY created_at DESC LIMIT 1""",
+            {"p": source_path_text(source_path), "h": content_hash}).mappings().first()
     return dict(row) if row else None
 
 

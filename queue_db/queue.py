@@ -66,6 +66,12 @@ def clean_text(value: str | None, limit: int = MAX_ERROR_CHARS) -> str | None:
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
+def source_path_text(path: str) -> str:
+    """A file path as documents.source_path holds it (and as lookups by path must give it): undecodable bytes of
+    the name as \\xNN escapes, bounded."""
+    return clean_text(path, 10000)
+
+
 def document_key_for(filename: str, content_hash: str, length: int = 8) -> str:
     """`<filename-stem>-<hash8>`: readable, stable, and safe as a Dagster partition key (no commas, no slashes)."""
     stem = PurePath(filename.replace("\\", "/")).stem
@@ -146,7 +152,7 @@ class TaskQueue:
                     {
                         "filename": clean_text(filename, 1000), "filename_bytes": filename_bytes,
                         "key": document_key_for(filename, content_hash, key_length),
-                        "source_path": clean_text(source_path, 10000), "storage_key": storage_key,
+                        "source_path": source_path_text(source_path) if source_path else None, "storage_key": storage_key,
                         "size": size_bytes, "hash": content_hash, "mime": mime_type, "priority": priority,
                         "password_ref": password_ref, "metadata": json.dumps(metadata or {}),
                         "max_retries": self.settings.max_retries,
