@@ -432,8 +432,9 @@ class LlmExtractor:
                 last = f"HTTP {response.status_code}"
                 continue
             if response.status_code >= 400:
-                raise LlmError(self._redact(f"LLM endpoint answered HTTP {response.status_code}: "
-                                            f"{response.text[:300]}"))
+                # redacted before it is cut: a cut through the key would leave its start unredacted
+                raise LlmError(f"LLM endpoint answered HTTP {response.status_code}: "
+                               f"{self._redact(response.text)[:300]}")
             try:
                 return response.json()
             except ValueError:
