@@ -293,6 +293,7 @@ def _seed_registered_chunks(engine) -> int:
     return int(args["first"])
 
 
+@pytest.mark.scale
 def test_a_tick_stays_bounded_on_a_million_chunks(env):
     defs, instance, queue = env
     started = time.perf_counter()
