@@ -483,21 +483,35 @@ def _embedding_model() -> tuple[str, int]:
     return model_id, MODELS[model_id].dim
 
 
+STORE_HINT = "check DOCQUEUE_QDRANT_URL / DOCQUEUE_QDRANT_PATH and DOCQUEUE_NEO4J_URI"
+
+
+@contextmanager
+def _graph_errors():
+    """An unreachable Bolt server is one sentence, not a traceback."""
+    import neo4j.exceptions
+
+    try:
+        yield
+    except (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.AuthError, neo4j.exceptions.SessionExpired) as exc:
+        raise CliError(f"cannot use the graph store ({type(exc).__name__}: {_first_line(exc)}); "
+                       "check DOCQUEUE_NEO4J_URI, DOCQUEUE_NEO4J_USER and DOCQUEUE_NEO4J_PASSWORD") from None
+
+
 @contextmanager
 def _service_errors():
     """An unreachable Qdrant or Bolt server is one sentence, not a traceback."""
     import httpx
-    import neo4j.exceptions
     from qdrant_client.http.exceptions import ResponseHandlingException
 
     from resources.qdrant import VectorStoreError
 
-    try:
-        yield
-    except (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.AuthError, neo4j.exceptions.SessionExpired,
-            VectorStoreError, ResponseHandlingException, httpx.HTTPError, OSError) as exc:
-        raise CliError(f"cannot use the vector or graph store ({type(exc).__name__}: {_first_line(exc)}); check "
-                       "DOCQUEUE_QDRANT_URL / DOCQUEUE_QDRANT_PATH and DOCQUEUE_NEO4J_URI") from None
+    with _graph_errors():
+        try:
+            yield
+        except (VectorStoreError, ResponseHandlingException, httpx.HTTPError, OSError) as exc:
+            raise CliError(f"cannot use the vector or graph store ({type(exc).__name__}: {_first_line(exc)}); "
+                           + STORE_HINT) from None
 
 
 def _graph_store():
@@ -560,7 +574,7 @@ def search(text: str, limit: int, as_json: bool) -> None:
 def graph(entity: str, as_json: bool) -> None:
     """An entity, its type, its mentions (document, page) and its related entities."""
     _queue()
-    with _service_errors():
+    with _graph_errors():
         store = _graph_store()
         try:
             found = store.entity(entity)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -58,21 +59,18 @@ def together(*commands: tuple[str, ...]) -> list[Result]:
         return list(pool.map(lambda args: docqueue(*args), commands))
 
 
-def ok(*args: str, **kwargs) -> Result:
-    result = docqueue(*args, **kwargs)
-    assert result.code == 0, f"docqueue {' '.join(args)} exited {result.code}\nstdout: {result.out}\nstderr: {result.err}"
-    assert "Traceback" not in result.err, result.err
-    return result
-
-
-def ok_json(*args: str, **kwargs):
-    return ok(*args, "--json", **kwargs).json()
-
-
 def succeeded(result: Result) -> Result:
     assert result.code == 0, f"docqueue {' '.join(result.args)} exited {result.code}\n{result.out}\n{result.err}"
     assert "Traceback" not in result.err, result.err
     return result
+
+
+def ok(*args: str, **kwargs) -> Result:
+    return succeeded(docqueue(*args, **kwargs))
+
+
+def ok_json(*args: str, **kwargs):
+    return ok(*args, "--json", **kwargs).json()
 
 
 def refused(result: Result, code: int | None = None) -> str:
@@ -84,6 +82,10 @@ def refused(result: Result, code: int | None = None) -> str:
     message = [line for line in result.err.splitlines() if line.startswith("docqueue: ")]
     assert message, f"no 'docqueue: ...' sentence on stderr:\n{result.err}"
     return " ".join(message)
+
+
+def queue_engine(url: str) -> sa.Engine:
+    return sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
 
 
 def rows(engine: sa.Engine, sql: str, **params) -> list[dict]:
@@ -120,7 +122,9 @@ def test_db_upgrade_migrates_an_empty_database_once(docqueue_env, create_databas
     again = ok("db", "upgrade", env=empty)
     assert "schema is up to date" in again.out
     assert ok_json("db", "upgrade", env=empty)["applied"] == []
-    engine = sa.create_engine(empty["DOCQUEUE_DATABASE_URL"].replace("postgresql://", "postgresql+psycopg://"))
+    # nothing embedded runs under this DOCQUEUE_HOME (the test servers live elsewhere): nothing to stop
+    assert ok_json("db", "stop") == {"postgres_stopped": False, "bolt_stopped": False}
+    engine = queue_engine(empty["DOCQUEUE_DATABASE_URL"])
     try:
         assert rows(engine, "SELECT count(*) AS n FROM documents") == [{"n": 0}]
     finally:
@@ -167,7 +171,7 @@ def _missing_password_file(tmp: Path) -> list[str]:
 ], ids=["missing-file", "folder-without-documents", "empty-folder", "archive-named-pdf", "missing-password-file",
         "status-unknown-document", "retry-unknown-document", "graph-unknown-entity"])
 def test_bad_input_is_refused_with_a_sentence_and_nothing_is_written(docqueue_env, tmp_path, make_args, says):
-    engine = sa.create_engine(docqueue_env.queue_url.replace("postgresql://", "postgresql+psycopg://"))
+    engine = queue_engine(docqueue_env.queue_url)
     try:
         before = queue_row_counts(engine)
         message = refused(docqueue(*make_args(tmp_path), "--json"))
@@ -191,13 +195,37 @@ def test_an_unreachable_database_is_one_sentence_without_the_password(docqueue_e
         assert "hunter2" not in result.err
 
 
+def test_ui_refuses_a_port_in_use(docqueue_env):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        message = refused(docqueue("ui", "--port", str(port), "--json"), code=2)
+    assert f"port {port} on 127.0.0.1 is in use" in message and "--port" in message
+
+
 def test_an_unreachable_graph_server_is_one_sentence_within_the_retry_budget(docqueue_env):
     result = docqueue("graph", "anyone", env={"DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1",
                                               "DOCQUEUE_NEO4J_PASSWORD": "hunter2", "DOCQUEUE_CLI_GRAPH_RETRY_S": "0.5"})
     message = refused(result, code=1)
-    assert "cannot use the vector or graph store" in message and "DOCQUEUE_NEO4J_URI" in message, message
+    assert "cannot use the graph store" in message and "DOCQUEUE_NEO4J_URI" in message, message
     assert "hunter2" not in result.err
     assert result.seconds < 60
+
+
+def test_demo_processes_its_samples_end_to_end(docqueue_env):
+    summary = ok_json("demo", timeout=RUN_TIMEOUT_S)
+    assert summary["good_documents"] == summary["good_documents_completed"] == 3, summary["documents"]
+    assert summary["phases"]["ocr"] == {"completed": 3, "failed": 1, "open": 0}
+    (broken,) = summary["broken"]
+    assert broken["filename"] == "broken-upload.pdf" and "corrupt" in broken["error"]
+    assert summary["chunks"] == summary["vectors"] > 0 and summary["entities"] > 0
+    assert summary["search"]["hits"][0]["document"] == "harbour-report.pdf", summary["search"]
+    engine = queue_engine(docqueue_env.queue_url)
+    try:
+        assert rows(engine, "SELECT count(*) AS n FROM documents")[0]["n"] == 4
+    finally:
+        engine.dispose()
 
 
 # ------------------------------------------------------------------------------------------ one processed environment
@@ -240,7 +268,7 @@ def story(tmp_path_factory, create_database, migrated_template, bolt_server):
             patch.setenv(name, value)
         clean_graph(bolt_server)
         prepare_environment()
-        engine = sa.create_engine(env["DOCQUEUE_DATABASE_URL"].replace("postgresql://", "postgresql+psycopg://"))
+        engine = queue_engine(env["DOCQUEUE_DATABASE_URL"])
         try:
             yield _tell(Story(tmp, env, engine, _write_files(tmp)))
         finally:
@@ -453,13 +481,12 @@ def test_run_until_idle_processes_new_work_and_fails_the_retried_file_again(stor
 
 
 def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
-    from resources.embeddings import EmbeddingResource
+    from resources.embeddings import DEFAULT_MODEL, MODELS
     from resources.neo4j import Neo4jResource
     from resources.qdrant import QdrantResource
 
     chunk_ids = [r["chunk_id"] for r in rows(story.engine, "SELECT chunk_id FROM task_queue_chunk ORDER BY chunk_id")]
-    embedder = EmbeddingResource().get_embedder()
-    with QdrantResource().get_store(embedder.model_id, embedder.dim) as vectors:
+    with QdrantResource().get_store(DEFAULT_MODEL, MODELS[DEFAULT_MODEL].dim) as vectors:
         vectors.delete_chunks([chunk_ids[0]])
     with Neo4jResource().get_store() as graph:
         graph.delete_chunks([chunk_ids[-1]])
