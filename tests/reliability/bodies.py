@@ -9,6 +9,26 @@ import time
 from pathlib import Path
 
 
+def inject_crash(marker: str) -> None:
+    """Fault injection: SIGKILL this process whenever it is about to OCR a page of a document whose filename
+    contains `marker` (a native crash that recurs on every attempt: poison input)."""
+    import os
+    import signal
+
+    from orchestration.work import Pipeline
+
+    original = Pipeline.ocr_pages
+
+    def ocr_pages(self, worker_id, tasks):
+        for task in tasks:
+            document = self.queue.document(task["document_id"])
+            if marker in (document or {}).get("filename", ""):
+                os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, worker_id, tasks)
+
+    Pipeline.ocr_pages = ocr_pages
+
+
 def _wait_for_file(path: str) -> None:
     while not Path(path).exists():
         time.sleep(0.05)

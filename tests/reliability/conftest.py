@@ -104,3 +104,14 @@ def say(request):
     from tests.reliability.support import announce
 
     return lambda text: announce(request, text)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def closing_figures(request):
+    """At the end of the session: the totals of every fault test's figures."""
+    yield
+    from tests.reliability.support import announce, totals_line
+
+    line = totals_line()
+    if line:
+        announce(request, line)

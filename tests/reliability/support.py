@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -28,88 +27,6 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, interval_s: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(interval_s)
-
-
-class Worker:
-    """`python -m tests.reliability.worker` (orchestration.runner.run_until_idle) in a process of its own."""
-
-    def __init__(self, log_dir: Path, name: str, *, warm: bool = False, wait: bool = True, crash_on: str = "",
-                 max_seconds: float = 300.0, env: dict | None = None):
-        self.name = name
-        self.log_path = Path(log_dir) / f"worker-{name}.stderr"
-        command = [sys.executable, "-m", "tests.reliability.worker", "--max-seconds", str(max_seconds)]
-        command += ["--wait"] if wait else []
-        command += ["--warm"] if warm else []
-        command += ["--crash-on", crash_on] if crash_on else []
-        self._stderr = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(command, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, text=True, env={**os.environ, **(env or {})})
-        self.started = time.monotonic()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def _line(self, timeout_s: float) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-        if not ready:
-            raise AssertionError(f"worker {self.name}: no output within {timeout_s:g} s\n{self.stderr_tail()}")
-        line = self.proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"worker {self.name} exited ({self.proc.wait()}):\n{self.stderr_tail()}")
-        return line.strip()
-
-    def wait_ready(self, timeout_s: float = 120.0) -> "Worker":
-        line = self._line(timeout_s)
-        assert line == "ready", line
-        return self
-
-    def go(self) -> "Worker":
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-        return self
-
-    def kill(self) -> None:
-        if self.alive():
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-        self._close()
-
-    def finish(self, timeout_s: float = 240.0) -> dict:
-        """Wait for the worker to go idle and exit; its report."""
-        line = self._line(timeout_s)
-        code = self.proc.wait(30)
-        self._close()
-        assert code == 0, f"worker {self.name} exited {code}:\n{self.stderr_tail()}"
-        return json.loads(line)
-
-    def discard(self) -> None:
-        """A warmed worker the test did not need."""
-        if self.alive():
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._close()
-
-    def stderr_tail(self, chars: int = 3000) -> str:
-        self._stderr.flush()
-        return self.log_path.read_text(errors="replace")[-chars:]
-
-    def _close(self) -> None:
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except (OSError, ValueError):
-                pass
-        self._stderr.close()
 
 
 def processing_ids(queue: TaskQueue, kind: TaskKind) -> set[str]:
@@ -206,9 +123,23 @@ def document_statuses(queue: TaskQueue) -> dict[str, tuple[str, str, str]]:
             "FROM documents").all()}
 
 
+RECORDED: list[tuple[str, dict]] = []  # every test's figures, totalled at the end of the session
+
+
 def figures_line(title: str, figures: dict) -> str:
-    """One greppable line of measured figures for the closing note."""
+    """One greppable line of measured figures for the closing note (also kept for the session's totals)."""
+    RECORDED.append((title, figures))
     return f"[reliability] {title}: " + ", ".join(f"{k}={v}" for k, v in figures.items())
+
+
+def totals_line() -> str | None:
+    if not RECORDED:
+        return None
+    values = lambda key: [f[key] for _, f in RECORDED if isinstance(f.get(key), (int, float))]  # noqa: E731
+    return (f"[reliability] totals over {len(RECORDED)} fault tests: faults injected={sum(values('faults'))}, "
+            f"tasks recovered={sum(values('tasks_recovered'))}, "
+            f"slowest recovery={max(values('recovery_s_max'), default=0):.1f} s, "
+            f"duplicates={sum(values('duplicates'))}, tasks lost={sum(values('tasks_lost'))}")
 
 
 class Zygote:

@@ -78,5 +78,7 @@ def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, 
         stores.close()
         work.close()
     say(figures_line("late finisher", {
-        "faults": 2, "chunks": len(chunks), "late_writes_rejected": sum(len(r["claim"]["ids"]) for r in rounds.values()),
-        "late_store_writes": 0, "release_s": "/".join(f"{r['released_after_s']:.1f}" for r in rounds.values())}))
+        "faults": 2, "tasks_recovered": sum(len(r["claim"]["ids"]) for r in rounds.values()),
+        "recovery_s_max": round(max(r["released_after_s"] for r in rounds.values()), 1), "chunks": len(chunks),
+        "late_transitions_rejected": sum(len(r["result"]["rejected"]) for r in rounds.values()),
+        "late_store_writes": 0, "duplicates": 0, "tasks_lost": 0}))

@@ -16,7 +16,7 @@ from tests import pdf_factory as pf
 from tests.reliability.support import Stores, document_statuses, figures_line, processing_ids, store_figures, wait_for
 
 ALL_COMPLETED = ("completed", "completed", "completed")
-OUTAGE_S = 4.0  # longer than the queue's own retries of a statement (~1.5 s): the callers must cope
+OUTAGE_S = 3.0  # longer than the queue's own retries of a statement (~1.5 s): the callers must cope
 
 
 def _free_port(start: int) -> int:
@@ -44,7 +44,8 @@ def own_postgres(rel_env, monkeypatch):
     upgrade(engine)
     engine.dispose()
     monkeypatch.setenv("DOCQUEUE_DATABASE_URL", queue_url)
-    monkeypatch.setenv("DOCQUEUE_DAGSTER_PG_URL", server.url("dagster").replace("postgresql+psycopg://", "postgresql://"))
+    monkeypatch.setenv("DOCQUEUE_DAGSTER_PG_URL",
+                       server.url("dagster").replace("postgresql+psycopg://", "postgresql://"))
     try:
         yield server
     finally:
@@ -98,7 +99,8 @@ def test_postgres_restart_mid_run_loses_nothing(own_postgres, zygote, tmp_path, 
         stores.close()
     assert figures["verify"]["consistent"], figures["verify"]
     assert figures["points"] == figures["chunks"] > 0 and set(figures["duplicates"].values()) == {0}
-    say(figures_line("postgres restart", {"outages_s": "/".join(f"{o:.1f}" for o in outages), "worker_runs": report["runs"],
+    say(figures_line("postgres restart", {"faults": len(outages), "outages_s": "/".join(f"{o:.1f}" for o in outages),
+                                            "worker_runs": report["runs"],
                                             "failed_runs": report["failed_runs"], "documents": len(statuses),
                                             "tasks_lost": 0, "duplicates": 0}))
     pipeline.instance.dispose()

@@ -101,7 +101,8 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
         assert "'; DROP TABLE documents;-- \" \\ %s $1" in metadata["title"] and metadata["author"] == "O'Brien; --"
     assert shown[results[2].document_id]["ocr_error"] == f"encrypted: password variable {bad_ref[4:]} is not set"
     with pipeline.queue.engine.connect() as conn:
-        stored = conn.exec_driver_sql("SELECT ocr_error FROM task_queue_page WHERE id = %(i)s", {"i": page["id"]}).scalar()
+        stored = conn.exec_driver_sql("SELECT ocr_error FROM task_queue_page WHERE id = %(i)s",
+                                      {"i": page["id"]}).scalar()
     assert stored == "bad \\x00 byte \\xff and '; DROP TABLE task_queue_page;--"
     assert shown[results[0].document_id]["ocr_error"] == "page 1: " + stored
     assert pipeline.queue.document("x' OR '1'='1") is None  # a hostile lookup finds nothing, not everything
@@ -174,7 +175,8 @@ def _with_password(url: str, password: str) -> str:
 def test_secrets_never_reach_logs_run_metadata_or_errors(rel_env, tmp_path, monkeypatch):
     from dagster._serdes import serialize_value
 
-    db_secret, neo4j_secret, llm_secret = "PgPlanted-8c1f-Secret", "Neo4jPlanted-51d2-Secret", "sk-LlmPlanted-e7a9-Secret"
+    db_secret, neo4j_secret = "PgPlanted-8c1f-Secret", "Neo4jPlanted-51d2-Secret"
+    llm_secret = "sk-LlmPlanted-e7a9-Secret"
     secrets = {"db": db_secret, "neo4j": neo4j_secret, "llm": llm_secret, "llm-prefix": llm_secret[:12],
                "bolt": rel_env.bolt.password}
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LeakyLlm)
@@ -206,7 +208,8 @@ def test_secrets_never_reach_logs_run_metadata_or_errors(rel_env, tmp_path, monk
         pipeline.run_until_idle()
         graph_errors = {c["graphrag_error"] for c in pipeline.queue.chunks()}
         outputs += [_cli("status", "--json"), _cli("verify", "--json"),
-                    _cli("status", "--json", env={"DOCQUEUE_DATABASE_URL": f"postgresql://u:{db_secret}@127.0.0.1:1/x"})]
+                    _cli("status", "--json",
+                         env={"DOCQUEUE_DATABASE_URL": f"postgresql://u:{db_secret}@127.0.0.1:1/x"})]
     finally:
         server.shutdown()
     assert {(c["vector_status"], c["graphrag_status"]) for c in pipeline.queue.chunks()} == {("completed", "failed")}
@@ -225,7 +228,8 @@ def test_secrets_never_reach_logs_run_metadata_or_errors(rel_env, tmp_path, monk
     assert len(runs) >= 8
     for run in runs:
         places[f"run {run.run_id}"] = serialize_value(run).encode()
-        places[f"events {run.run_id}"] = "\n".join(serialize_value(e) for e in pipeline.instance.all_logs(run.run_id)).encode()
+        events = pipeline.instance.all_logs(run.run_id)
+        places[f"events {run.run_id}"] = "\n".join(serialize_value(e) for e in events).encode()
     for path in Path(os.environ["DAGSTER_HOME"]).rglob("*"):
         if path.is_file():
             places[f"file {path}"] = path.read_bytes()
@@ -285,4 +289,5 @@ def test_started_services_listen_on_loopback_only(rel_env, pg_admin_url, say):
         assert sockets, f"{service}: no listening socket found"
         assert all(_loopback(ip) for _, ip, _ in sockets), (service, sockets)
     say("[reliability] listening sockets: " + "; ".join(
-        f"{service}: " + ", ".join(sorted({f'{ip}:{port}' for _, ip, port in sockets})) for service, sockets in found.items()))
+        f"{service}: " + ", ".join(sorted({f"{ip}:{port}" for _, ip, port in sockets}))
+        for service, sockets in found.items()))

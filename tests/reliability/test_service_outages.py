@@ -113,6 +113,7 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
     assert figures["verify"]["consistent"] and figures["points"] == figures["chunks"]
     assert set(figures["duplicates"].values()) == {0}
     say(figures_line("service outages", {
+        "faults": 2, "duplicates": sum(figures["duplicates"].values()), "tasks_lost": 0,
         "qdrant_down_s": round(outages.down_s["vector"], 1),
         "bolt_down_s": round(outages.down_s["graphrag"] - outages.down_s["vector"], 1),
         "failed_attempts_vector": retries[0], "failed_attempts_graphrag": retries[1], "runs": report.runs,

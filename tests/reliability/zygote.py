@@ -56,9 +56,9 @@ def _child(name: str, spec: dict) -> None:
         getattr(importlib.import_module(module), function)(spec)
         return
     if spec.get("crash_on"):
-        from tests.reliability.worker import _inject_crash
+        from tests.reliability.bodies import inject_crash
 
-        _inject_crash(spec["crash_on"])
+        inject_crash(spec["crash_on"])
     instance = dagster_instance()
     queue = get_queue()
     report = run_until_idle(defs, instance, queue, until_idle=True, poll_s=spec.get("poll", 0.3),
