@@ -367,9 +367,12 @@ def test_run_until_idle_with_two_workers_completes_the_good_files(story):
         assert progress[phase]["total"] > 0
     chunks = rows(story.engine, "SELECT count(*) AS n FROM task_queue_chunk")[0]["n"]
     assert progress["vector"] == progress["graphrag"] == {"total": chunks, "completed": chunks, "failed": 0}
-    workers = rows(story.engine, """SELECT ocr_worker_id AS w FROM task_queue_page UNION SELECT vector_worker_id
-                                    FROM task_queue_chunk UNION SELECT graphrag_worker_id FROM task_queue_chunk""")
-    processes = {re.match(r"^run:[0-9a-f-]{36}:.*:(\d+):[0-9a-f]+$", r["w"]).group(1) for r in workers if r["w"]}
+    # the three ingests made three consecutive document blocks, so each worker owned at least one document
+    workers = rows(story.engine, """SELECT current_worker_id AS w FROM documents
+                                    UNION SELECT ocr_worker_id FROM task_queue_page
+                                    UNION SELECT vector_worker_id FROM task_queue_chunk
+                                    UNION SELECT graphrag_worker_id FROM task_queue_chunk""")
+    processes = {re.search(r":(\d+):[0-9a-f]{12}$", r["w"]).group(1) for r in workers if r["w"]}  # worker pid
     assert len(processes) == 2, workers  # both worker processes took part
 
 

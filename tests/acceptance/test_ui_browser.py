@@ -32,6 +32,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 SERVER_START_S = 240  # webserver + daemon + code server on a shared 2-core machine
 UI_WAIT_MS = 90_000
 STOP_S = 90
+# the code server leaves on dagster dev's shutdown call, or at the latest once its 45 s heartbeat lapses
+LEFTOVER_GRACE_S = 60
 
 
 def _docqueue_json(*args: str, timeout: float = 600):
@@ -86,7 +88,7 @@ class UiServer:
             time.sleep(1)
         raise AssertionError(f"the Dagster webserver did not answer within {SERVER_START_S} s:\n{self.log_tail()}")
 
-    def stop(self) -> list[int]:
+    def stop(self) -> dict[int, str]:
         """SIGTERM to the group (docqueue asks `dagster dev` to shut down in order); returns processes left over,
         which are then killed so a failing test leaves nothing behind."""
         family = _descendants(self.proc.pid)
@@ -96,10 +98,10 @@ class UiServer:
                 self.proc.wait(timeout=STOP_S)
             except subprocess.TimeoutExpired:
                 pass
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
         while time.monotonic() < deadline and any(_alive(pid) for pid in family):
             time.sleep(0.5)
-        left = [pid for pid in [self.proc.pid, *family] if _alive(pid)]
+        left = {pid: _command(pid) for pid in [self.proc.pid, *family] if _alive(pid)}
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -110,6 +112,13 @@ class UiServer:
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
 
 
 def _alive(pid: int) -> bool:
@@ -189,5 +198,5 @@ def test_ui_shows_the_asset_graph_and_partitions_of_a_processed_corpus(docqueue_
                 browser.close()
     finally:
         left = server.stop()
-    assert left == [], f"processes still running after the UI was stopped: {left}\n{server.log_tail()}"
+    assert not left, f"processes still running after the UI was stopped: {left}\n{server.log_tail()}"
     assert server.proc.returncode == 0, server.log_tail()
