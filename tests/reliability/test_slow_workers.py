@@ -89,9 +89,9 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
     from orchestration.work import Pipeline as Work
     from resources.ocr import OcrResource
 
-    # tighter than rel_env: one batch of two scanned pages (OCR model start-up included) must outlast several
-    # stale timeouts even on an idle machine
-    settings = QueueSettings(heartbeat_interval_s=0.15, stale_timeout_s=0.75, max_retries=3)
+    # one batch of two scanned pages (OCR model start-up included) must outlast several stale timeouts even on an
+    # idle machine; the margin of beats per timeout (6) keeps a loaded CI machine from starving a beat past it
+    settings = QueueSettings(heartbeat_interval_s=0.3, stale_timeout_s=1.8, max_retries=3)
     queue = TaskQueue(pipeline.queue.engine, settings)
     scans = [pf.scanned_pdf(tmp_path, f"scan-{i}.pdf", pf.SCANNED_TEXT + f" Log entry {i}.")[0] for i in range(2)]
     ingested = pipeline.ingest(scans)
