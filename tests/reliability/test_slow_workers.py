@@ -89,11 +89,11 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
     from orchestration.work import Pipeline as Work
     from resources.ocr import OcrResource
 
-    # one batch of two scanned pages (OCR model start-up included) must outlast several stale timeouts even on an
+    # one batch of four scanned pages (OCR model start-up included) must outlast several stale timeouts even on an
     # idle machine; the margin of beats per timeout (6) keeps a loaded CI machine from starving a beat past it
     settings = QueueSettings(heartbeat_interval_s=0.3, stale_timeout_s=1.8, max_retries=3)
     queue = TaskQueue(pipeline.queue.engine, settings)
-    scans = [pf.scanned_pdf(tmp_path, f"scan-{i}.pdf", pf.SCANNED_TEXT + f" Log entry {i}.")[0] for i in range(2)]
+    scans = [pf.scanned_pdf(tmp_path, f"scan-{i}.pdf", pf.SCANNED_TEXT + f" Log entry {i}.")[0] for i in range(4)]
     ingested = pipeline.ingest(scans)
     work = Work(queue, storage=pipeline.storage, pdf=OcrResource().get_processor())
     stop = threading.Event()
