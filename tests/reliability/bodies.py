@@ -29,6 +29,21 @@ def inject_crash(marker: str) -> None:
     Pipeline.ocr_pages = ocr_pages
 
 
+def inject_delay(kinds: list[str], seconds: float) -> None:
+    """Slow work: each batch of these task kinds takes `seconds` longer (after its claim), so a test polling the
+    queue reliably finds the tasks `processing` however fast the machine is."""
+    from orchestration.work import Pipeline
+
+    original = Pipeline.process
+
+    def process(self, kind, worker_id, tasks):
+        if kind.name in kinds and tasks:
+            time.sleep(seconds)
+        return original(self, kind, worker_id, tasks)
+
+    Pipeline.process = process
+
+
 def _wait_for_file(path: str) -> None:
     while not Path(path).exists():
         time.sleep(0.05)

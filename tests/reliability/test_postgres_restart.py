@@ -74,7 +74,7 @@ def test_postgres_restart_mid_run_loses_nothing(own_postgres, zygote, tmp_path, 
     bees, volcanoes = pf.two_topic_pdfs(inbox)
     pf.text_pdf(inbox, "report.pdf", [pf.DEMO_PAGE, ["# Staff", "Ada Lovelace met Charles Babbage in London."]])
     assert "3 new" in _inbox_tick(pipeline, inbox)
-    worker = zygote.spawn("restart", tmp_path)
+    worker = zygote.spawn("restart", tmp_path, slow_kinds=[kind.name for kind in ALL_KINDS], slow_s=0.3)
     outages = []
     for phase_kinds in (ALL_KINDS[:2], ALL_KINDS[3:]):  # once while OCR runs, once while chunks are processed
         wait_for(lambda: _any_processing(queue, phase_kinds), 120, 0.02, "work in progress")

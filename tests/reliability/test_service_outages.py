@@ -94,7 +94,9 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
             holder.kill()
         bolt.down()
         bolt.up()  # for the verification below
-    assert set(document_statuses(queue).values()) == {ALL_COMPLETED}, document_statuses(queue)
+    assert set(document_statuses(queue).values()) == {ALL_COMPLETED}, (document_statuses(queue), [
+        (c["vector_status"], c["vector_retry_count"], c["vector_error"], c["graphrag_status"], c["graphrag_error"])
+        for c in queue.chunks()], outages.errors, outages.down_s)
     assert set(outages.down_s) == {"vector", "graphrag"}
     assert any("QdrantStorageBusy" in e and e.startswith("connection: ") for e in outages.errors["vector"])
     assert any("ServiceUnavailable" in e and e.startswith("connection: ") for e in outages.errors["graphrag"]), \

@@ -27,7 +27,8 @@ def test_a_worker_killed_in_each_phase_loses_nothing_and_duplicates_nothing(pipe
     queue = pipeline.queue
     recoveries = []
     for kind in (OCR_PAGE, VECTOR_CHUNK, GRAPHRAG_CHUNK):
-        worker = zygote.spawn(f"kill-{kind.name}", tmp_path)
+        # its batches of the phase under test last at least half a second: long enough to be seen processing
+        worker = zygote.spawn(f"kill-{kind.name}", tmp_path, slow_kinds=[kind.name], slow_s=0.5)
         held = wait_for(lambda: processing_ids(queue, kind) or (not worker.alive() and worker.finish()), 180, 0.02,
                         f"{kind.name} tasks in processing")
         assert isinstance(held, set), f"worker finished without being caught in {kind.name}: {held}"

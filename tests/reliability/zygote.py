@@ -8,8 +8,8 @@ and models after the fork and runs `orchestration.runner.run_until_idle`, exactl
 
 Protocol (one line each, stdin -> stdout):
     spawn <name> <json: environment, options>   ->  spawned <name> <pid>
-        options: stderr (a log file), crash_on, poll, max_seconds, or target ("module:function", called with
-        the options instead of the runner loop)
+        options: stderr (a log file), crash_on, slow_kinds + slow_s (fault injection, tests/reliability/bodies.py),
+        poll, max_seconds, or target ("module:function", called with the options instead of the runner loop)
     (a worker ends)                              ->  exited <name> <pid> <exit status or -signal>
     (a worker's report)                          ->  report <name> <pid> <json>
     quit                                         ->  (exits once its workers are gone)
@@ -55,6 +55,10 @@ def _child(name: str, spec: dict) -> None:
         module, _, function = spec["target"].partition(":")
         getattr(importlib.import_module(module), function)(spec)
         return
+    if spec.get("slow_kinds"):
+        from tests.reliability.bodies import inject_delay
+
+        inject_delay(spec["slow_kinds"], spec.get("slow_s", 0.5))
     if spec.get("crash_on"):
         from tests.reliability.bodies import inject_crash
 
