@@ -158,7 +158,7 @@ class Ui:
             os.killpg(self.process.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-        _, alive = psutil.wait_procs(tree, timeout=10)
+        _, alive = psutil.wait_procs(tree, timeout=5)
         for process in alive:
             try:
                 process.kill()
