@@ -24,6 +24,7 @@ class _Outages:
         self.errors: dict[str, set[str]] = {"vector": set(), "graphrag": set()}
         self.ocr_before: dict | None = None
         self.down_s: dict[str, float] = {}
+        self.problems: list[str] = []
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -38,24 +39,31 @@ class _Outages:
 
     def _watch(self) -> None:
         while not self._stop.wait(0.1):
-            for phase in self.errors:
-                with self.queue.engine.connect() as conn:
-                    rows = conn.exec_driver_sql(
-                        f"SELECT min({phase}_retry_count), {phase}_error_class || ': ' || {phase}_error "
-                        f"FROM task_queue_chunk WHERE {phase}_status = 'failed' GROUP BY 2").all()
-                self.errors[phase] |= {r[1] for r in rows}
-                if self.ocr_before is None and rows:
-                    self.ocr_before = _ocr_pages(self.queue)  # OCR is done once vectors are attempted
-                if phase not in self.down_s and any(r[0] >= FAILED_ATTEMPTS_BEFORE_RECOVERY for r in rows):
-                    self._recover(phase)
+            try:
+                self._look()
+            except Exception as exc:  # noqa: BLE001 - a failed look is retried; the failure is reported
+                self.problems.append(repr(exc))
+
+    def _look(self) -> None:
+        for phase in self.errors:
+            with self.queue.engine.connect() as conn:
+                rows = conn.exec_driver_sql(
+                    f"SELECT min({phase}_retry_count), {phase}_error_class || ': ' || {phase}_error "
+                    f"FROM task_queue_chunk WHERE {phase}_status = 'failed' GROUP BY 2").all()
+            self.errors[phase] |= {r[1] for r in rows}
+            if self.ocr_before is None and rows:
+                self.ocr_before = _ocr_pages(self.queue)  # OCR is done once vectors are attempted
+            if phase not in self.down_s and any(r[0] >= FAILED_ATTEMPTS_BEFORE_RECOVERY for r in rows):
+                self._recover(phase)
 
     def _recover(self, phase: str) -> None:
-        self.down_s[phase] = time.monotonic() - self.started
         if phase == "vector":
-            self.qdrant_holder.stdin.close()  # the other process lets go of the embedded storage
+            if not self.qdrant_holder.stdin.closed:
+                self.qdrant_holder.stdin.close()  # the other process lets go of the embedded storage
             self.qdrant_holder.wait(10)
         else:
             self.bolt.up()
+        self.down_s[phase] = time.monotonic() - self.started
 
 
 def _ocr_pages(queue) -> dict:
@@ -96,7 +104,7 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
         bolt.up()  # for the verification below
     assert set(document_statuses(queue).values()) == {ALL_COMPLETED}, (document_statuses(queue), [
         (c["vector_status"], c["vector_retry_count"], c["vector_error"], c["graphrag_status"], c["graphrag_error"])
-        for c in queue.chunks()], outages.errors, outages.down_s)
+        for c in queue.chunks()], outages.errors, outages.down_s, outages.problems)
     assert set(outages.down_s) == {"vector", "graphrag"}
     assert any("QdrantStorageBusy" in e and e.startswith("connection: ") for e in outages.errors["vector"])
     assert any("ServiceUnavailable" in e and e.startswith("connection: ") for e in outages.errors["graphrag"]), \
