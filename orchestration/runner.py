@@ -186,13 +186,17 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: Ta
             # tasks of a worker that died are released here too: without a daemon nobody else would
             if waiting["processing"] and sum(queue.recover_stale().values()):
                 continue
+            # a back-off that ran out after this round's planning is neither planned nor waited for: plan again
+            ready_now = (not waiting["processing"] and waiting["next_retry_in_s"] is None
+                         and any(queue.ready_counts().values()))
         except sa.exc.DBAPIError as exc:
             outage.wait_or_raise(exc)
             continue
         outage.over()
-        if until_idle and waiting["processing"] == 0 and waiting["next_retry_in_s"] is None:
+        if until_idle and not ready_now and waiting["processing"] == 0 and waiting["next_retry_in_s"] is None:
             break
         delay = poll_s if waiting["next_retry_in_s"] is None else min(max(waiting["next_retry_in_s"], 0.2), 30.0)
+        delay = 0.2 if ready_now else delay
         time.sleep(delay)
     report.seconds = time.monotonic() - started
     return report
