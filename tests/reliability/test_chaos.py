@@ -23,6 +23,8 @@ def test_a_page_over_the_ocr_memory_cap_fails_after_its_retries_and_blocks_nothi
                                                                                     say):
     # the OCR engine alone needs more than this; text pages need far less
     monkeypatch.setenv("DOCQUEUE_WORKER_MEMORY_MB", "900")
+    monkeypatch.setenv("MAX_TASK_RETRIES", "2")
+    pipeline.reload_settings()
     scan, _ = pf.scanned_pdf(tmp_path, "scan.pdf")
     good = pf.text_pdf(tmp_path, "good.pdf", [pf.TWO_TOPICS["beekeeping"]])
     pipeline.ingest([scan, good])
@@ -34,7 +36,7 @@ def test_a_page_over_the_ocr_memory_cap_fails_after_its_retries_and_blocks_nothi
     assert document["ocr_error"] == "page 1: resource limit: page 1 exceeded the 900 MB memory cap"
     page = pipeline.queue.pages(document["id"])[0]
     assert (page["ocr_status"], page["ocr_error_class"]) == ("failed", "resource_limit")
-    assert page["ocr_retry_count"] == page["max_retries"] == 3
+    assert page["ocr_retry_count"] == page["max_retries"] == 2
     say(figures_line("poison (memory cap)", {"faults": page["ocr_retry_count"], "runs": report.runs,
                                                "reason": document["ocr_error"]}))
 

@@ -87,7 +87,7 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
     bolt = TcpProxy(urlsplit(rel_env.bolt.uri).port)  # down until the watcher brings it up
     for name, value in {"DOCQUEUE_NEO4J_URI": f"bolt://127.0.0.1:{bolt.port}", "DOCQUEUE_QDRANT_LOCK_TIMEOUT": "1",
                         "DOCQUEUE_GRAPH_TX_TIMEOUT_S": "2", "MAX_TASK_RETRIES": "6",
-                        "DOCQUEUE_RETRY_BACKOFF_BASE": "0.5", "DOCQUEUE_RETRY_BACKOFF_MAX": "2"}.items():
+                        "DOCQUEUE_RETRY_BACKOFF_BASE": "0.2", "DOCQUEUE_RETRY_BACKOFF_MAX": "1"}.items():
         monkeypatch.setenv(name, value)
     from resources.database import get_queue
 
@@ -128,3 +128,34 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
         "bolt_down_s": round(outages.down_s["graphrag"] - outages.down_s["vector"], 1),
         "failed_attempts_vector": retries[0], "failed_attempts_graphrag": retries[1], "runs": report.runs,
         "failed_runs": report.failed_runs, "ocr_pages_untouched": len(outages.ocr_before)}))
+
+
+def test_a_back_off_ending_during_planning_does_not_end_the_run(pipeline, tmp_path, monkeypatch, say):
+    """The runner goes idle only when nothing is ready: a failed task whose back-off runs out after a planning
+    round looked at it (slow planning on a busy machine) is planned on the next round, not abandoned."""
+    import orchestration.runner as runner
+    from queue_db.config import QueueSettings
+    from queue_db.queue import TaskQueue, make_worker_id
+    from queue_db.tasks import OCR_DOCUMENT
+
+    queue = pipeline.queue
+    pipeline.ingest([pf.text_pdf(tmp_path, "memo.pdf", [pf.TWO_TOPICS["beekeeping"]])])
+    worker = make_worker_id("flaky")
+    [task] = queue.claim(OCR_DOCUMENT, worker, 1)
+    slow_to_retry = TaskQueue(queue.engine, QueueSettings(retry_backoff_base_s=2.0, retry_backoff_max_s=2.0))
+    assert slow_to_retry.fail(OCR_DOCUMENT, worker, [{"id": task["id"], "error": "ConnectionError: flaky"}]).applied
+    plan_next, rounds = runner.plan_next, []
+
+    def slow_planning(*args, **kwargs):
+        planned = plan_next(*args, **kwargs)
+        if not planned and not rounds.count(0):
+            time.sleep(3.0)  # the back-off ends while this round, which found nothing ready, is still running
+        rounds.append(len(planned))
+        return planned
+
+    monkeypatch.setattr(runner, "plan_next", slow_planning)
+    report = pipeline.run_until_idle()
+    assert 0 in rounds and report.runs_by_name.get("ocr_document") == 1, (rounds, report)
+    assert set(document_statuses(queue).values()) == {ALL_COMPLETED}
+    say(figures_line("back-off ending during planning", {"faults": 1, "rounds": len(rounds), "runs": report.runs,
+                                                          "tasks_lost": 0}))
