@@ -46,13 +46,19 @@ def _document_id(queue, filename: str) -> str:
         return str(conn.exec_driver_sql("SELECT id FROM documents WHERE filename = %(f)s", {"f": filename}).scalar())
 
 
+# a document's OCR status and a page's vector status become their children's roll-up once expanded/chunked; only
+# before that are they the task's own status
+_OWN_STATUS = {"ocr_document": " AND pages_created_at IS NULL", "vector_page": " AND chunked_at IS NULL",
+               "ocr_page": "", "vector_chunk": "", "graphrag_chunk": ""}
+
+
 def _held_by(queue, pid: int) -> dict[str, set[str]]:
     """Tasks in processing whose worker id names this process (make_worker_id: label:host:pid:random)."""
     held = {}
     with queue.engine.connect() as conn:
         for kind in ALL_KINDS:
             ids = {r[0] for r in conn.exec_driver_sql(
-                f"SELECT id::text FROM {kind.table} WHERE {kind.status} = 'processing' "
+                f"SELECT id::text FROM {kind.table} WHERE {kind.status} = 'processing'{_OWN_STATUS[kind.name]} "
                 f"AND {kind.col('worker_id')} LIKE %(p)s", {"p": f"%:{pid}:%"}).all()}
             if ids:
                 held[kind.name] = ids
@@ -63,7 +69,7 @@ def _still_processing(queue, held: dict[str, set[str]]) -> bool:
     with queue.engine.connect() as conn:
         for kind in ALL_KINDS:
             if kind.name in held and conn.exec_driver_sql(
-                    f"SELECT count(*) FROM {kind.table} WHERE {kind.status} = 'processing' "
+                    f"SELECT count(*) FROM {kind.table} WHERE {kind.status} = 'processing'{_OWN_STATUS[kind.name]} "
                     f"AND id = ANY(%(ids)s::uuid[])", {"ids": list(held[kind.name])}).scalar():
                 return True
     return False
