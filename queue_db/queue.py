@@ -488,12 +488,6 @@ class TaskQueue:
             {"phase": phase.value, "pages": sorted(page_ids), "docs": sorted(document_ids)}).all()
         return [Correction(r[0], str(r[1]), phase.value, r[2], r[3]) for r in rows]
 
-    def _bubble_pages(self, conn: sa.Connection, phase: Phase, page_ids: list[str]) -> list[Correction]:
-        return self._bubble(conn, phase, page_ids=page_ids)
-
-    def _bubble_documents(self, conn: sa.Connection, phase: Phase, document_ids: list[str]) -> list[Correction]:
-        return self._bubble(conn, phase, document_ids=document_ids)
-
     def _parents_out_of_line(self) -> dict[tuple[str, Phase], list[str]]:
         """Read-only: (level, phase) -> ids of parents whose status differs from the rule over their children."""
         found: dict[tuple[str, Phase], list[str]] = {}
