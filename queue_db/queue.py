@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import psycopg
 import psycopg.rows
 import psycopg.types.json
+import psycopg.types.string
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -200,13 +201,15 @@ class TaskQueue:
                 with pg.pipeline():
                     with pg.transaction():
                         cursor = pg.cursor(row_factory=psycopg.rows.dict_row)
+                        # ids leave the queue as strings; loading them as text skips a uuid.UUID per value
+                        cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
                         cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
                         pg.execute("SELECT docqueue_bubble_after(%s, %s, %s::uuid[])",
                                    (kind.name, args.get("worker"), list(ids) if ids is not None else None),
                                    prepare=True)
                     rows = cursor.fetchall()
                 raw.close()
-                return [_plain(r) for r in rows]
+                return rows
             except psycopg.Error as exc:
                 transient = getattr(exc, "sqlstate", None) in _RETRYABLE_SQLSTATES or isinstance(exc, psycopg.OperationalError)
                 if pg.closed or isinstance(exc, psycopg.OperationalError):
@@ -631,10 +634,6 @@ def _is_transient(exc: DBAPIError) -> bool:
 def _parent_columns(kind: TaskKind) -> str:
     cols = {Level.DOCUMENT: "", Level.PAGE: ", t.document_id", Level.CHUNK: ", t.page_id, t.document_id"}
     return cols[kind.level]
-
-
-def _plain(row) -> dict:
-    return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in dict(row).items()}
 
 
 def _outcome(requested: list[str], rows: list[dict]) -> Transition:

@@ -78,3 +78,37 @@ def test_claim_by_partition_ids_uses_the_primary_key(big_queue):
         conn.exec_driver_sql("DEALLOCATE ALL")
         conn.rollback()
     assert "task_queue_chunk_pkey" in plan and '"Node Type": "Seq Scan"' not in plan
+
+
+@pytest.mark.parametrize("kind", [OCR_PAGE, VECTOR_CHUNK, GRAPHRAG_CHUNK], ids=lambda k: k.name)
+def test_bubble_up_after_claim_and_complete_reads_parents_by_index(big_queue, kind):
+    """The bubble-up functions run on generic plans (migration 0009); none of their statements may scan a whole
+    queue table, whatever ids they are given. auto_explain shows the plans of the statements inside them."""
+    queue = TaskQueue(big_queue)
+    raw = big_queue.raw_connection()
+    pg = raw.driver_connection
+    notices: list[str] = []
+    pg.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    try:
+        try:
+            pg.execute("LOAD 'auto_explain'")
+        except Exception as exc:  # a server without the module, or a role that may not load it
+            pg.rollback()
+            pytest.skip(f"auto_explain is not available on this server: {exc.__class__.__name__}")
+        for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_format = text"):
+            pg.execute(f"SET auto_explain.{setting}")
+        pg.execute("SET client_min_messages = log")
+        claim = queue.claim_sql(kind).replace("%", "%%").replace("$1", "%(args)s::jsonb")
+        claimed = [r[0] for r in pg.execute(claim, {"args": json.dumps({"worker": "plan-test", "limit": 50})})]
+        assert claimed, f"nothing to claim for {kind.name}"
+        pg.execute("SELECT docqueue_bubble_after(%s, %s, NULL)", (kind.name, "plan-test"))
+        pg.execute(f"UPDATE {kind.table} SET {kind.status} = 'completed' WHERE id = ANY(%s)", (claimed,))
+        pg.execute("SELECT docqueue_bubble_after(%s, %s, %s::uuid[])", (kind.name, "plan-test", claimed))
+    finally:
+        pg.rollback()
+        raw.close()
+    plans = [n for n in notices if "docqueue_bubble" in n or "task_queue_page p" in n or "documents d" in n]
+    assert plans, "auto_explain showed no bubble-up statement"
+    scans = [n for n in notices if any(f"Seq Scan on {t}" in n for t in ("task_queue_chunk", "task_queue_page",
+                                                                          "documents"))]
+    assert not scans, "a bubble-up statement scans a whole table:\n" + "\n----\n".join(scans)
