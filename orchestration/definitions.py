@@ -15,6 +15,10 @@ from resources.neo4j import Neo4jResource
 from resources.ocr import OcrResource
 from resources.qdrant import QdrantResource
 from resources.storage import StorageResource
+from orchestration.environment import enable_event_batches
+
+# run workers launched by a daemon the docqueue CLI did not start still store event batches in one INSERT
+enable_event_batches()
 
 
 def build_resources() -> dict:

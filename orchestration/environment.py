@@ -26,9 +26,22 @@ def prepare_environment() -> dict[str, str]:
     if INSTANCE_TEMPLATE.exists() and (not target.exists() or target.read_text() != INSTANCE_TEMPLATE.read_text()):
         shutil.copyfile(INSTANCE_TEMPLATE, target)
     os.environ["DAGSTER_HOME"] = str(home)
+    enable_event_batches()
     return {"DOCQUEUE_HOME": os.environ["DOCQUEUE_HOME"], "DAGSTER_HOME": str(home),
             "DOCQUEUE_DATABASE_URL": redact(os.environ["DOCQUEUE_DATABASE_URL"]),
             "DOCQUEUE_DAGSTER_PG_URL": redact(os.environ["DOCQUEUE_DAGSTER_PG_URL"])}
+
+
+# Events Dagster marks as one batch (a run's planned partitions, our per-partition materializations) are stored
+# with one multi-row INSERT when this is above 0 (Dagster's own default is 0: one INSERT per event). Children
+# (webserver, daemon, run workers) inherit it; orchestration.definitions sets it too, for processes started
+# without the docqueue CLI.
+EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"
+DEFAULT_EVENT_BATCH_SIZE = "500"
+
+
+def enable_event_batches() -> None:
+    os.environ.setdefault(EVENT_BATCH_SIZE_ENV, DEFAULT_EVENT_BATCH_SIZE)
 
 
 def redact(url: str) -> str:

@@ -118,6 +118,32 @@ def _why_not_ready(kind: TaskKind, row: dict) -> str:
     return f"waiting for its {previous.value if previous else 'parent'} phase to complete"
 
 
+def log_materializations(context: dg.AssetExecutionContext, materializations: list[dg.AssetMaterialization]) -> None:
+    """Log a run's per-partition materializations as one event batch: with DAGSTER_EVENT_BATCH_SIZE set
+    (orchestration.environment sets it) the instance stores each batch with one multi-row INSERT instead of an
+    INSERT and an asset-index update per key (measured: ~2.4 ms per key one by one).
+
+    This is what Dagster does itself for the keys of a ranged Output (execute_step), through the same internal
+    calls (dagster 1.13 is pinned); an asset that logs per-key truth has no public way to ask for it. Should the
+    internals move, the events are logged one by one, as context.log_event would."""
+    if not materializations:
+        return
+    try:
+        from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
+
+        op_context = context.op_execution_context
+        step_context, logged = op_context._step_execution_context, op_context._events
+    except (ImportError, AttributeError):
+        for materialization in materializations:
+            context.log_event(materialization)
+        return
+    batch_id, last = generate_event_batch_id(), len(materializations) - 1
+    for index, materialization in enumerate(materializations):
+        # logged (stored) here; appended so the step yields it like an event from context.log_event
+        logged.append(DagsterEvent.asset_materialization(
+            step_context, materialization, DagsterEventBatchMetadata(batch_id, index == last)))
+
+
 def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: TaskQueue, pipeline: Pipeline,
                       after=None):
     """The body every task asset shares. `after(report)` runs once the tasks are settled (register children)."""
@@ -128,14 +154,15 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
     if after is not None:
         after(report)
     asset_key = context.asset_key
-    for key, outcome in report.completed.items():
-        context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=key, metadata=outcome.metadata))
+    materializations = [dg.AssetMaterialization(asset_key=asset_key, partition=key, metadata=outcome.metadata)
+                        for key, outcome in report.completed.items()]
     failing = bool(report.failed) or (manual and bool(report.not_ready))
     if failing or manual:
         # a completed task is materialized truth; do not let this run's failure mark it failed
-        for key in report.already_completed:
-            context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=key,
-                                                      metadata={"note": "task already completed"}))
+        materializations += [dg.AssetMaterialization(asset_key=asset_key, partition=key,
+                                                     metadata={"note": "task already completed"})
+                             for key in report.already_completed]
+    log_materializations(context, materializations)
     summary = {
         "keys": len(keys), "completed": len(report.completed), "failed": len(report.failed),
         "already_completed": len(report.already_completed), "not_ready": len(report.not_ready),

@@ -7,7 +7,7 @@ import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
 from queue_db.partitions import document_rollup, mark_rolled_up
-from orchestration.assets.common import is_manual_run
+from orchestration.assets.common import is_manual_run, log_materializations
 from orchestration.partitions import documents_partitions
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
@@ -25,10 +25,10 @@ def _materialize_rollups(context: AssetExecutionContext, queue, phase: str) -> N
     figures = document_rollup(queue.engine, phase, keys)
     completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
     failed = {k: f for k, f in figures.items() if f["status"] == "failed"}
-    for key, f in completed.items():
-        context.log_event(dg.AssetMaterialization(
-            asset_key=context.asset_key, partition=key,
-            metadata={k: v for k, v in f.items() if k not in ("document_key", "id", "status", "error") and v is not None}))
+    log_materializations(context, [dg.AssetMaterialization(
+        asset_key=context.asset_key, partition=key,
+        metadata={k: v for k, v in f.items() if k not in ("document_key", "id", "status", "error") and v is not None})
+        for key, f in completed.items()])
     mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())])
     open_keys = [k for k in keys if k not in completed and k not in failed]
     if failed or (open_keys and is_manual_run(dict(context.run.tags))):

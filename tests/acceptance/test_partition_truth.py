@@ -33,12 +33,22 @@ def partition_status(instance, asset: str, partitions_name: str) -> dict[str, st
     return {key: names.get(statuses.get(key), "missing") for key in keys}
 
 
-def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_env):
+def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_env, monkeypatch):
     from orchestration.partitions import register_partitions
     from orchestration.planning import plan_runs
     from orchestration.runner import execute
 
     defs, instance, queue = truth_env
+    # per-key events are stored in batches (one multi-row INSERT each), not one by one
+    batches: list[tuple[str, int]] = []
+    storage = instance.event_log_storage
+    store_event_batch = storage.store_event_batch
+
+    def counted(events):
+        batches.append((events[0].get_dagster_event().event_type_value, len(events)))
+        return store_event_batch(events)
+
+    monkeypatch.setattr(storage, "store_event_batch", counted)
     bulk_seed(queue.engine, documents=1, pages_per_document=PAGES, chunks_per_page=CHUNKS_PER_PAGE)
     assert register_partitions(instance, queue.engine, Level.CHUNK) == PAGES * CHUNKS_PER_PAGE
     keys = instance.get_dynamic_partitions("chunks")
@@ -52,6 +62,9 @@ def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_en
     planned = plan_runs(queue.engine, VECTOR_CHUNK, max_keys=len(keys))
     assert len(planned) == 1 and planned[0].size == len(keys)
     assert not execute(defs, instance, planned[0]), "a run with a failed task fails"
+
+    assert ("ASSET_MATERIALIZATION_PLANNED", len(keys)) in batches, batches
+    assert ("ASSET_MATERIALIZATION", len(keys) - 1) in batches, batches
 
     statuses = partition_status(instance, "vector_chunk", "chunks")
     assert sum(1 for s in statuses.values() if s == "materialized") == len(keys) - 1
