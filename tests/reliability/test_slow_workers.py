@@ -84,17 +84,19 @@ def test_busy_python_keeps_its_tasks_and_a_frozen_worker_loses_them(pipeline, zy
                                        "beats": result["beats"], "recovery_passes_survived": passes, "robbed": 0}))
 
 
-def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path, say):
+def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path, say, monkeypatch):
+    from orchestration.assets import common
     from orchestration.assets.common import process_keys
     from orchestration.work import Pipeline as Work
     from resources.ocr import OcrResource
 
-    # one batch of eight scanned pages (OCR model start-up included) must outlast the stale timeout twice over even on
-    # a fast idle machine (CI measured 1.2 s/page: four pages were too few); the margin of beats per timeout (6) keeps
-    # a loaded machine from starving a beat past it
-    settings = QueueSettings(heartbeat_interval_s=0.3, stale_timeout_s=1.8, max_retries=3)
+    # one batch of twelve scanned pages (OCR model start-up included; claimed as one batch, not the usual four) must
+    # outlast the stale timeout twice over even on a fast idle machine (0.4-1.2 s/page measured: one batch of four
+    # was once too short); the margin of beats per timeout (6) keeps a loaded machine from starving a beat past it
+    monkeypatch.setitem(common.CLAIM_BATCH, "ocr_page", 12)
+    settings = QueueSettings(heartbeat_interval_s=0.25, stale_timeout_s=1.5, max_retries=3)
     queue = TaskQueue(pipeline.queue.engine, settings)
-    scans = [pf.scanned_pdf(tmp_path, f"scan-{i}.pdf", pf.SCANNED_TEXT + f" Log entry {i}.")[0] for i in range(8)]
+    scans = [pf.scanned_pdf(tmp_path, f"scan-{i}.pdf", pf.SCANNED_TEXT + f" Log entry {i}.")[0] for i in range(12)]
     ingested = pipeline.ingest(scans)
     work = Work(queue, storage=pipeline.storage, pdf=OcrResource().get_processor())
     stop = threading.Event()
@@ -107,7 +109,7 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
 
     try:
         expander = make_worker_id("expand")
-        work.process(OCR_DOCUMENT, expander, queue.claim(OCR_DOCUMENT, expander, 10))
+        work.process(OCR_DOCUMENT, expander, queue.claim(OCR_DOCUMENT, expander, len(scans)))
         keys = [f"{r.document_key}/p0001" for r in ingested]
         recoverer = threading.Thread(target=recover_often, daemon=True)
         recoverer.start()
