@@ -3,7 +3,11 @@
 Measures tasks claimed + completed per second for every (worker processes x batch size) configuration:
 
   ours      queue_db.TaskQueue.claim + .complete on VECTOR_CHUNK: fenced transitions WITH bubble-up of the
-            vector status to pages and documents (what a docqueue worker does), sqlalchemy + psycopg 3.
+            vector status to pages and documents (a claim, then a completion: two transactions per batch, as
+            a Dagster run's process_keys does), sqlalchemy + psycopg 3.
+  ours_settle  the same queue through TaskQueue.settle: the worker loop that completes the batch in hand and
+            claims the next one in one transaction (one commit and one bubble-up pass per batch), as PgQueuer's
+            own loop batches its completions.
   pgqueuer  PgQueuer 1.6.0 QueueManager per process, asyncpg, a no-op entrypoint, its own schema in its own
             database (settings chosen: see `pgqueuer_worker`).
   bare      the ceiling: a minimal jobs table with a partial index, one UPDATE ... FROM (SELECT ... LIMIT n
@@ -63,7 +67,9 @@ from queue_db.tasks import VECTOR_CHUNK  # noqa: E402
 
 ADMIN_URL_ENV = "DOCQUEUE_BENCH_PG_ADMIN_URL"
 EMBEDDED_PORT = 55470
-CONTENDERS = ("ours", "pgqueuer", "bare")
+CONTENDERS = ("ours", "ours_settle", "pgqueuer", "bare")
+# contenders that run on another's seeded database and count completions the same way
+SAME_DATA_AS = {"ours_settle": "ours"}
 PGQ_ENTRYPOINT = "bench_noop"
 PGQ_ENQUEUE_BATCH = 10_000
 PAGES_PER_DOCUMENT = 10
@@ -265,7 +271,8 @@ COMPLETED_SQL = {
 
 
 def completed_count(conn: psycopg.Connection, contender: str, total: int) -> int:
-    return int(conn.execute(COMPLETED_SQL[contender], {"total": total}).fetchone()[0])
+    sql = COMPLETED_SQL[SAME_DATA_AS.get(contender, contender)]
+    return int(conn.execute(sql, {"total": total}).fetchone()[0])
 
 
 def rollup_mismatches(url: str) -> int:
@@ -305,6 +312,30 @@ def ours_worker(url: str, batch: int, ready, stop) -> Timeline:
                 break
             outcome = queue.complete(VECTOR_CHUNK, worker_id, [row["id"] for row in claimed])
             timeline.append((time.monotonic(), len(outcome.applied)))
+    finally:
+        queue.engine.dispose()
+    return timeline
+
+
+def ours_settle_worker(url: str, batch: int, ready, stop) -> Timeline:
+    """The worker loop on TaskQueue.settle: each call completes the batch in hand and claims the next one, in one
+    transaction (one commit and one bubble-up pass per batch instead of two). On stop it settles what it holds."""
+    queue = TaskQueue(create_queue_engine(url, pool_size=1, max_overflow=1), QueueSettings())
+    worker_id = make_worker_id("bench")
+    timeline: Timeline = []
+    try:
+        with queue.engine.connect():
+            pass
+        ready.wait(READY_TIMEOUT_S)
+        held: list[str] = []
+        while True:
+            stopping = stop.is_set()
+            result = queue.settle(VECTOR_CHUNK, worker_id, completed=held, claim=0 if stopping else batch)
+            if result.completed.applied:
+                timeline.append((time.monotonic(), len(result.completed.applied)))
+            held = [row["id"] for row in result.claimed]
+            if stopping or not held:
+                break
     finally:
         queue.engine.dispose()
     return timeline
@@ -381,7 +412,8 @@ def _shutdown_on(stop, loop: asyncio.AbstractEventLoop, shutdown: asyncio.Event)
         pass
 
 
-WORKERS: dict[str, Callable] = {"ours": ours_worker, "pgqueuer": pgqueuer_worker, "bare": bare_worker}
+WORKERS: dict[str, Callable] = {"ours": ours_worker, "ours_settle": ours_settle_worker, "pgqueuer": pgqueuer_worker,
+                                "bare": bare_worker}
 
 
 def _worker_process(contender: str, url: str, batch: int, ready, stop, results, index: int) -> None:
@@ -465,7 +497,7 @@ def measure(contender: str, url: str, workers: int, batch: int, window_s: float,
     reported_total = sum(n for _, n in events)
     if not errors and reported_total != after_stop:
         errors.append(f"workers reported {reported_total} completions, the database holds {after_stop}")
-    mismatches = rollup_mismatches(url) if contender == "ours" and not errors else None
+    mismatches = rollup_mismatches(url) if "ours" in (contender, SAME_DATA_AS.get(contender)) and not errors else None
     if mismatches:
         errors.append(f"{mismatches} parents disagree with the bubble-up rule of their children")
     return Measurement(contender, workers, batch, rate, completed, drained, reported_in_window, mismatches, errors)
@@ -546,7 +578,7 @@ def run(args: argparse.Namespace) -> int:
         for workers in args.workers:
             for batch in args.batches:
                 for contender in CONTENDERS:
-                    name = databases.create(contender, template=templates[contender][0])
+                    name = databases.create(contender, template=templates[SAME_DATA_AS.get(contender, contender)][0])
                     checkpoint(server.admin_url)
                     result = measure(contender, databases.url(name), workers, batch, args.window, layout.tasks)
                     databases.drop(name)
@@ -565,18 +597,21 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
     rates = {c: {} for c in CONTENDERS}
     for m in measurements:
         rates[m.contender][config_key(m.workers, m.batch)] = round(m.rate, 1)
-    ratios: dict[str, dict[str, float | None]] = {"ours_pgqueuer": {}, "ours_bare": {}}
+    ratios: dict[str, dict[str, float | None]] = {"ours_pgqueuer": {}, "ours_settle_pgqueuer": {}, "ours_bare": {}}
     print()
-    print(f"{'workers':>7} {'batch':>5} | {'ours':>9} {'pgqueuer':>9} {'bare':>9} | {'ours/pgq':>8} {'ours/bare':>9}")
-    print("-" * 67)
+    print(f"{'workers':>7} {'batch':>5} | {'ours':>9} {'settle':>9} {'pgqueuer':>9} {'bare':>9} | "
+          f"{'ours/pgq':>8} {'settle/pgq':>10} {'ours/bare':>9}")
+    print("-" * 90)
     for workers in args.workers:
         for batch in args.batches:
             key = config_key(workers, batch)
-            ours, pgq, bare = (rates[c].get(key) for c in CONTENDERS)
+            ours, settle, pgq, bare = (rates[c].get(key) for c in CONTENDERS)
             ratios["ours_pgqueuer"][key] = round(ours / pgq, 3) if ours is not None and pgq else None
+            ratios["ours_settle_pgqueuer"][key] = round(settle / pgq, 3) if settle is not None and pgq else None
             ratios["ours_bare"][key] = round(ours / bare, 3) if ours is not None and bare else None
-            print(f"{workers:>7} {batch:>5} | {ours or 0:>9.1f} {pgq or 0:>9.1f} {bare or 0:>9.1f} | "
-                  f"{ratios['ours_pgqueuer'][key] or 0:>8.3f} {ratios['ours_bare'][key] or 0:>9.3f}")
+            print(f"{workers:>7} {batch:>5} | {ours or 0:>9.1f} {settle or 0:>9.1f} {pgq or 0:>9.1f} {bare or 0:>9.1f} | "
+                  f"{ratios['ours_pgqueuer'][key] or 0:>8.3f} {ratios['ours_settle_pgqueuer'][key] or 0:>10.3f} "
+                  f"{ratios['ours_bare'][key] or 0:>9.3f}")
     errors = [f"{m.contender} {config_key(m.workers, m.batch)}: {e}" for m in measurements for e in m.errors]
     for error in errors:
         print(f"ERROR {error}")
@@ -589,6 +624,7 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
         "tasks_per_second": rates,
         "ratios": ratios,
         "ratio_ours_pgqueuer_4w_b50": ratios["ours_pgqueuer"].get("4w_b50"),
+        "ratio_ours_settle_pgqueuer_4w_b50": ratios["ours_settle_pgqueuer"].get("4w_b50"),
         "ratio_ours_bare_4w_b50": ratios["ours_bare"].get("4w_b50"),
         "drained": [f"{m.contender} {config_key(m.workers, m.batch)}" for m in measurements if m.drained],
         "worker_reported_in_window": {f"{m.contender} {config_key(m.workers, m.batch)}": m.worker_reported_in_window

@@ -89,6 +89,15 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class Settlement:
+    """What TaskQueue.settle did: its completions, its failures, and the rows it claimed next."""
+
+    completed: Transition
+    failed: Transition
+    claimed: list[dict]
+
+
+@dataclass(frozen=True)
 class Correction:
     level: str
     id: str
@@ -188,11 +197,13 @@ class TaskQueue:
             return list(conn.exec_driver_sql(call, params).scalar())
         return self._autocommit(lambda c: list(c.exec_driver_sql(call, params).scalar()))
 
-    def _pipelined(self, kind: TaskKind, statement: str, args: dict, ids: Sequence[str] | None) -> list[dict]:
-        """The hot path (claim, complete, fail): BEGIN, the transition as a prepared statement (its plan is cached,
-        unlike dynamic SQL), docqueue_bubble_after(), COMMIT, sent as one pipelined batch: one round trip.
-        `ids` are the rows transitioned (None for a claim: the function finds them by worker and now())."""
-        sql = statement.replace("%", "%%").replace("$1", "%(args)s::jsonb")
+    def _pipelined(self, kind: TaskKind, worker_id: str, statements: Sequence[tuple[str, dict]],
+                   settled: Sequence[str] | None) -> list[list[dict]]:
+        """The hot path (claim, complete, fail, settle): BEGIN, each transition as a prepared statement (its plan is
+        cached, unlike dynamic SQL), one docqueue_bubble_after() for all of them, COMMIT, sent as one pipelined
+        batch: one round trip. `settled` are the rows completed or failed; rows claimed are found by the function
+        (worker and heartbeat = now()). Returns each statement's rows."""
+        prepared = [(sql.replace("%", "%%").replace("$1", "%(args)s::jsonb"), args) for sql, args in statements]
         delay = 0.05
         for attempt in range(1, 7):
             raw = self.engine.raw_connection()
@@ -200,16 +211,18 @@ class TaskQueue:
                 pg = raw.driver_connection
                 with pg.pipeline():
                     with pg.transaction():
-                        cursor = pg.cursor(row_factory=psycopg.rows.dict_row)
-                        # ids leave the queue as strings; loading them as text skips a uuid.UUID per value
-                        cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
-                        cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
+                        cursors = []
+                        for sql, args in prepared:
+                            cursor = pg.cursor(row_factory=psycopg.rows.dict_row)
+                            # ids leave the queue as strings; loading them as text skips a uuid.UUID per value
+                            cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
+                            cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
+                            cursors.append(cursor)
                         pg.execute("SELECT docqueue_bubble_after(%s, %s, %s::uuid[])",
-                                   (kind.name, args.get("worker"), list(ids) if ids is not None else None),
-                                   prepare=True)
-                    rows = cursor.fetchall()
+                                   (kind.name, worker_id, list(settled) if settled else None), prepare=True)
+                    results = [cursor.fetchall() for cursor in cursors]
                 raw.close()
-                return rows
+                return results
             except psycopg.Error as exc:
                 transient = getattr(exc, "sqlstate", None) in _RETRYABLE_SQLSTATES or isinstance(exc, psycopg.OperationalError)
                 if pg.closed or isinstance(exc, psycopg.OperationalError):
@@ -265,13 +278,18 @@ class TaskQueue:
         `only_ids` restricts the claim to those rows (a Dagster partition range). `override_retry_limit` also
         takes failed rows whose retries are exhausted or whose back-off has not elapsed: a manual backfill.
         """
+        statement = self._claim_statement(kind, worker_id, limit, only_ids, override_retry_limit)
+        return self._pipelined(kind, worker_id, [statement], None)[0] if statement else []
+
+    def _claim_statement(self, kind: TaskKind, worker_id: str, limit: int, only_ids: Sequence[str] | None,
+                         override_retry_limit: bool) -> tuple[str, dict] | None:
         if limit <= 0 or (only_ids is not None and not only_ids):
-            return []
+            return None
         sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
         args: dict[str, Any] = {"worker": worker_id, "limit": limit}
         if only_ids is not None:
             args["only"] = [str(i) for i in only_ids]
-        return self._pipelined(kind, sql, args, None)
+        return sql, args
 
     def heartbeat(self, kind: TaskKind, worker_id: str, ids: Iterable[str]) -> set[str]:
         """Refresh the heartbeat of tasks still owned by `worker_id`; returns the ids still owned."""
@@ -309,10 +327,38 @@ class TaskQueue:
         """Mark tasks completed (fenced) and bubble up. `results` are ids or dicts {id, <result columns>}."""
         if kind in (OCR_DOCUMENT, VECTOR_PAGE):
             raise ValueError(f"{kind.name} completes through its own method (it creates child tasks)")
+        return self.settle(kind, worker_id, completed=results).completed
+
+    def settle(self, kind: TaskKind, worker_id: str, *, completed: Sequence[dict] | Sequence[str] = (),
+               failed: Sequence[dict] = (), claim: int = 0, only_ids: Sequence[str] | None = None,
+               override_retry_limit: bool = False) -> Settlement:
+        """Complete and fail a batch (both fenced) and claim up to `claim` next tasks (as `claim()` would), in one
+        transaction with one bubble-up pass: what a worker loop sends between two batches, in one round trip."""
+        statements, settled = [], []
+        complete = self._complete_statement(kind, worker_id, completed)
+        fail = self._fail_statement(kind, worker_id, failed)
+        next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit)
+        for statement in (complete, fail, next_claim):
+            if statement is not None:
+                statements.append(statement[:2])
+        for statement in (complete, fail):
+            if statement is not None:
+                settled += statement[2]
+        if not statements:
+            return Settlement(Transition([], []), Transition([], []), [])
+        results = iter(self._pipelined(kind, worker_id, statements, settled))
+        return Settlement(_outcome(complete[2], next(results)) if complete else Transition([], []),
+                          _outcome(fail[2], next(results)) if fail else Transition([], []),
+                          next(results) if next_claim else [])
+
+    def _complete_statement(self, kind: TaskKind, worker_id: str,
+                            results: Sequence[dict] | Sequence[str]) -> tuple[str, dict, list[str]] | None:
+        if kind in (OCR_DOCUMENT, VECTOR_PAGE) and results:
+            raise ValueError(f"{kind.name} completes through its own method (it creates child tasks)")
         results = [r if isinstance(r, dict) else {"id": r} for r in results]
         ids = [str(r["id"]) for r in results]
         if not ids:
-            return Transition([], [])
+            return None
         columns = {c: t for c, t in kind.result_columns.items() if any(c in r for r in results)}
         set_sql = ", ".join([
             f"{kind.status} = 'completed'", f"{kind.col('completed_at')} = now()",
@@ -321,8 +367,7 @@ class TaskQueue:
         ])
         values = [{"id": str(r["id"]), **{c: (clean_text(r[c]) if isinstance(r.get(c), str) else r.get(c))
                                           for c in columns}} for r in results]
-        rows = self._pipelined(kind, self._fenced_sql(kind, set_sql, columns), {"worker": worker_id, "values": values}, ids)
-        return _outcome(ids, rows)
+        return self._fenced_sql(kind, set_sql, columns), {"worker": worker_id, "values": values}, ids
 
     def complete_document_expansion(self, worker_id: str, document_id: str, *, page_count: int,
                                     encrypted: bool = False, metadata: dict | None = None) -> bool:
@@ -398,9 +443,13 @@ class TaskQueue:
         The retry count rises on every failed attempt; a retryable task with retries left is claimable again
         after the back-off; a non-retryable one (unreadable, encrypted, unsupported) never is, until an operator
         retries it."""
+        return self.settle(kind, worker_id, failed=failures).failed
+
+    def _fail_statement(self, kind: TaskKind, worker_id: str,
+                        failures: Sequence[dict]) -> tuple[str, dict, list[str]] | None:
         ids = [str(f["id"]) for f in failures]
         if not ids:
-            return Transition([], [])
+            return None
         retries = kind.col("retry_count")
         set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1,
                       {kind.col('error')} = v.err, {kind.col('error_class')} = v.cls,
@@ -412,10 +461,8 @@ class TaskQueue:
                    "cls": str(f.get("error_class") or "error")[:32], "retryable": bool(f.get("retryable", True))}
                   for f in failures]
         sql = self._fenced_sql(kind, set_sql, {"err": "text", "cls": "text", "retryable": "boolean"})
-        rows = self._pipelined(kind, sql, {"worker": worker_id, "values": values,
-                                           "backoff_base": self.settings.retry_backoff_base_s,
-                                           "backoff_max": self.settings.retry_backoff_max_s}, ids)
-        return _outcome(ids, rows)
+        return sql, {"worker": worker_id, "values": values, "backoff_base": self.settings.retry_backoff_base_s,
+                     "backoff_max": self.settings.retry_backoff_max_s}, ids
 
     # ------------------------------------------------------------------ recovery
     def recover_stale(self, stale_after_s: float | None = None) -> dict[str, int]:
