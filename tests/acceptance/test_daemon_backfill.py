@@ -308,6 +308,11 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
     assert all(r[2] == "completed" for r in chunk_rows(queue)), "every re-indexed chunk completed in the queue"
     statuses = ui.partition_statuses("graphrag_chunk")
     assert statuses["materialized"] == chunk_keys and not statuses["failed"]
+    import dagster as dg
+
+    backfill_runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+    assert backfill_runs and all(r.tags.get("docqueue/phase") == "graphrag" for r in backfill_runs), \
+        "a UI backfill is queued under its phase's run limit"
 
     from resources.neo4j import Neo4jResource
 

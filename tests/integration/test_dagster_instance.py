@@ -49,7 +49,7 @@ from orchestration.instance import (
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_URL_ENV = "DOCQUEUE_TEST_PG_ADMIN_URL"
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-PHASES = ("ocr", "vector", "graphrag", "intake", "maintenance")
+PHASES = ("ocr", "vector", "graphrag", "mixed", "intake", "maintenance")
 RANGED_RUN_KEYS = 200
 # run, event-log and schedule storage, each at most pool_size + max_overflow connections
 MAX_CONNECTIONS_PER_PROCESS = 3 * (PoolSettings().pool_size + PoolSettings().max_overflow)
@@ -173,6 +173,60 @@ def test_dagster_yaml_queues_runs_with_one_run_per_phase(instance):
     limits = {(l["key"], l["value"]): l["limit"] for l in run_queue.tag_concurrency_limits}
     assert limits == {("docqueue/phase", phase): 1 for phase in PHASES}
     assert 1 <= run_queue.max_concurrent_runs <= len(PHASES)
+
+
+@pytest.mark.parametrize("selection, phase", [
+    ({"ocr_page"}, "ocr"),
+    ({"vector_chunk", "document_vector_index"}, "vector"),
+    ({"document_graphrag_index"}, "graphrag"),
+    ({"ocr_page", "graphrag_chunk"}, "mixed"),
+])
+def test_a_run_launched_from_the_ui_is_queued_under_its_phase(instance, selection, phase):
+    """A UI backfill runs the implicit asset job, which has no docqueue/phase tag: the coordinator gives it the
+    phase of its assets, so the per-phase run limits hold for it (a backfill of 10,000 OCR pages must not run
+    beside the sensors' OCR runs)."""
+    from dagster._core.run_coordinator import SubmitRunContext
+    from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+    run = instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=str(uuid.uuid4()),
+                                      asset_selection=frozenset(AssetKey(a) for a in selection),
+                                      remote_job_origin=_job_origin("__ASSET_JOB"),
+                                      status=DagsterRunStatus.NOT_STARTED))
+    queued = instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))
+    assert queued.status == DagsterRunStatus.QUEUED
+    assert queued.tags["docqueue/phase"] == phase
+
+
+def test_a_run_tagged_by_its_job_keeps_its_phase(instance):
+    from dagster._core.run_coordinator import SubmitRunContext
+    from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+    run = instance.add_run(DagsterRun(job_name="ocr_page_job", run_id=str(uuid.uuid4()),
+                                      asset_selection=frozenset({AssetKey("vector_chunk")}),
+                                      remote_job_origin=_job_origin("ocr_page_job"),
+                                      tags={"docqueue/phase": "ocr"}, status=DagsterRunStatus.NOT_STARTED))
+    assert instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None)).tags["docqueue/phase"] == "ocr"
+
+
+def _job_origin(job_name: str):
+    """Where a queued run's job lives (the daemon loads it from there; required to queue a run)."""
+    from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+
+    return RemoteJobOrigin(RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("docqueue"), "__repository__"),
+                           job_name)
+
+
+def test_the_coordinators_phase_map_matches_the_assets_tags():
+    from orchestration.definitions import defs
+    from orchestration.instance import _phase_of_asset
+
+    tagged = {}
+    for assets_def in defs.assets:
+        for key in assets_def.keys:
+            phase = assets_def.tags_by_key.get(key, {}).get("docqueue/phase")
+            if phase:
+                tagged[key.path[-1]] = phase
+    assert tagged and tagged == _phase_of_asset()
 
 
 def test_dagster_yaml_retries_monitors_and_stays_quiet(instance):
