@@ -25,6 +25,7 @@ So every URL given to these storages is pinned to ``postgresql+psycopg2``.
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from dagster_postgres.utils import (
 )
 
 from queue_db.config import env_int
+from orchestration.planning import PHASE_TAG
 
 if TYPE_CHECKING:
     from dagster_postgres.auth import PgTokenProvider
@@ -349,11 +351,11 @@ class PooledPostgresScheduleStorage(_PooledEngineMixin, PostgresScheduleStorage)
 
 
 # ------------------------------------------------------------------------------------------ run coordinator
-PHASE_TAG = "docqueue/phase"
 # a run over assets of several phases (a person selecting across groups) shares one slot of its own
 MIXED_PHASES = "mixed"
 
 
+@functools.cache
 def _phase_of_asset() -> dict[str, str]:
     """Asset name -> phase, without loading the code location (the daemon and webserver import this module).
     tests/integration/test_dagster_instance.py checks it against the assets' own docqueue/phase tags."""
@@ -365,7 +367,8 @@ def _phase_of_asset() -> dict[str, str]:
 
 def phase_of_selection(asset_keys) -> str | None:
     """The docqueue/phase a run over these assets belongs to; None when none of them is a docqueue asset."""
-    phases = {_phase_of_asset().get(key.path[-1]) for key in asset_keys or ()} - {None}
+    phase_of_asset = _phase_of_asset()
+    phases = {phase_of_asset.get(key.path[-1]) for key in asset_keys or ()} - {None}
     if not phases:
         return None
     return phases.pop() if len(phases) == 1 else MIXED_PHASES

@@ -325,25 +325,18 @@ class TaskQueue:
 
     def complete(self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str]) -> Transition:
         """Mark tasks completed (fenced) and bubble up. `results` are ids or dicts {id, <result columns>}."""
-        if kind in (OCR_DOCUMENT, VECTOR_PAGE):
-            raise ValueError(f"{kind.name} completes through its own method (it creates child tasks)")
         return self.settle(kind, worker_id, completed=results).completed
 
-    def settle(self, kind: TaskKind, worker_id: str, *, completed: Sequence[dict] | Sequence[str] = (),
+    def settle(self, kind: TaskKind, worker_id: str, *, completed: Sequence[dict] | Sequence[str] | None = None,
                failed: Sequence[dict] = (), claim: int = 0, only_ids: Sequence[str] | None = None,
                override_retry_limit: bool = False) -> Settlement:
         """Complete and fail a batch (both fenced) and claim up to `claim` next tasks (as `claim()` would), in one
         transaction with one bubble-up pass: what a worker loop sends between two batches, in one round trip."""
-        statements, settled = [], []
         complete = self._complete_statement(kind, worker_id, completed)
         fail = self._fail_statement(kind, worker_id, failed)
         next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit)
-        for statement in (complete, fail, next_claim):
-            if statement is not None:
-                statements.append(statement[:2])
-        for statement in (complete, fail):
-            if statement is not None:
-                settled += statement[2]
+        statements = [s[:2] for s in (complete, fail, next_claim) if s is not None]
+        settled = [i for s in (complete, fail) if s is not None for i in s[2]]
         if not statements:
             return Settlement(Transition([], []), Transition([], []), [])
         results = iter(self._pipelined(kind, worker_id, statements, settled))
@@ -352,8 +345,11 @@ class TaskQueue:
                           next(results) if next_claim else [])
 
     def _complete_statement(self, kind: TaskKind, worker_id: str,
-                            results: Sequence[dict] | Sequence[str]) -> tuple[str, dict, list[str]] | None:
-        if kind in (OCR_DOCUMENT, VECTOR_PAGE) and results:
+                            results: Sequence[dict] | Sequence[str] | None) -> tuple[str, dict, list[str]] | None:
+        """None: nothing to complete (`results` None means the caller completes nothing, as settle's default)."""
+        if results is None:
+            return None
+        if kind in (OCR_DOCUMENT, VECTOR_PAGE):
             raise ValueError(f"{kind.name} completes through its own method (it creates child tasks)")
         results = [r if isinstance(r, dict) else {"id": r} for r in results]
         ids = [str(r["id"]) for r in results]
