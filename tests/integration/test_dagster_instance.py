@@ -185,35 +185,31 @@ def test_a_run_launched_from_the_ui_is_queued_under_its_phase(instance, selectio
     """A UI backfill runs the implicit asset job, which has no docqueue/phase tag: the coordinator gives it the
     phase of its assets, so the per-phase run limits hold for it (a backfill of 10,000 OCR pages must not run
     beside the sensors' OCR runs)."""
-    from dagster._core.run_coordinator import SubmitRunContext
-    from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+    from dagster._core.storage.dagster_run import DagsterRunStatus
 
-    run = instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=str(uuid.uuid4()),
-                                      asset_selection=frozenset(AssetKey(a) for a in selection),
-                                      remote_job_origin=_job_origin("__ASSET_JOB"),
-                                      status=DagsterRunStatus.NOT_STARTED))
-    queued = instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))
+    queued = _submit(instance, "__ASSET_JOB", selection)
     assert queued.status == DagsterRunStatus.QUEUED
     assert queued.tags["docqueue/phase"] == phase
 
 
 def test_a_run_tagged_by_its_job_keeps_its_phase(instance):
+    assert _submit(instance, "ocr_page_job", {"vector_chunk"}, {"docqueue/phase": "ocr"}).tags["docqueue/phase"] == "ocr"
+
+
+def _submit(instance, job_name: str, selection: set[str], tags: dict | None = None):
+    """A new run of `job_name` over `selection`, submitted through the instance's run coordinator."""
+    from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
     from dagster._core.run_coordinator import SubmitRunContext
     from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-    run = instance.add_run(DagsterRun(job_name="ocr_page_job", run_id=str(uuid.uuid4()),
-                                      asset_selection=frozenset({AssetKey("vector_chunk")}),
-                                      remote_job_origin=_job_origin("ocr_page_job"),
-                                      tags={"docqueue/phase": "ocr"}, status=DagsterRunStatus.NOT_STARTED))
-    assert instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None)).tags["docqueue/phase"] == "ocr"
-
-
-def _job_origin(job_name: str):
-    """Where a queued run's job lives (the daemon loads it from there; required to queue a run)."""
-    from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
-
-    return RemoteJobOrigin(RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("docqueue"), "__repository__"),
-                           job_name)
+    # where a queued run's job lives (the daemon loads it from there; required to queue a run)
+    origin = RemoteJobOrigin(RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("docqueue"), "__repository__"),
+                             job_name)
+    run = instance.add_run(DagsterRun(job_name=job_name, run_id=str(uuid.uuid4()),
+                                      asset_selection=frozenset(AssetKey(a) for a in selection),
+                                      remote_job_origin=origin, tags=tags or {},
+                                      status=DagsterRunStatus.NOT_STARTED))
+    return instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))
 
 
 def test_the_coordinators_phase_map_matches_the_assets_tags():
