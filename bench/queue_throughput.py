@@ -15,8 +15,8 @@ Measures tasks claimed + completed per second for every (worker processes x batc
 
 Every configuration starts from an identical fresh copy (CREATE DATABASE ... TEMPLATE) of a seeded database with
 `--tasks` pending tasks (100 documents x 10 pages x 100 chunks by default), then a CHECKPOINT, so no contender
-inherits another's dead rows or WAL backlog. The three contenders run back to back for each configuration, so
-background load drifts over all three alike. Workers connect and warm up, meet at a barrier, and run for
+inherits another's dead rows or WAL backlog. The contenders run back to back for each configuration, so
+background load drifts over all of them alike. Workers connect and warm up, meet at a barrier, and run for
 `--window` seconds; the figure is the number of tasks completed (a committed snapshot count in the database at
 the end of the window) divided by the window. If a contender drains the queue inside the window, its figure is
 `tasks / time of the last completion`. Each worker also records when each completion committed; the bench
@@ -28,6 +28,11 @@ databases are dropped at the end).
 
   .venv/bin/python bench/queue_throughput.py [--window 8] [--tasks 100000] [--workers 1,4,8] [--batches 1,50]
   .venv/bin/python bench/queue_throughput.py --quick      # a small smoke run
+  .venv/bin/python bench/queue_throughput.py --workers 4 --batches 50 --rounds 5 --contenders ours_settle,pgqueuer
+
+On a shared machine one 8 s window can catch a neighbour's burst: `--rounds N` measures every configuration N times,
+interleaved, and reports medians (a ratio is taken within each round, then the median over rounds). Each figure
+also carries the WAL bytes written per completed task, which does not move with the machine's load.
 
 Prints a table and ends with exactly one line `RESULT {json}` (key figure: ratio_ours_pgqueuer_4w_b50).
 """
@@ -41,6 +46,7 @@ import multiprocessing as mp
 import os
 import queue as queue_module
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -79,6 +85,7 @@ MAX_WINDOW_S = 120.0
 MAX_TASKS = 2_000_000
 MAX_WORKERS = 32
 MAX_BATCH = 1000
+MAX_ROUNDS = 20
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 CLONE_ATTEMPTS = 10
@@ -270,6 +277,23 @@ COMPLETED_SQL = {
 }
 
 
+def wal_position(conn: psycopg.Connection) -> str | None:
+    """The server's WAL insert position. WAL bytes per completed task is the bench's noise-free figure: it does
+    not move with the load of a shared machine, and it counts the write amplification (row versions, index entries,
+    row locks, full-page images after the checkpoint) that the tasks-per-second figures pay for."""
+    try:
+        return conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
+    except psycopg.Error:  # a role without the privilege (an external server)
+        conn.rollback()
+        return None
+
+
+def wal_since(conn: psycopg.Connection, start: str | None) -> int | None:
+    if start is None:
+        return None
+    return int(conn.execute("SELECT pg_current_wal_insert_lsn() - %s::pg_lsn", (start,)).fetchone()[0])
+
+
 def completed_count(conn: psycopg.Connection, contender: str, total: int) -> int:
     sql = COMPLETED_SQL[SAME_DATA_AS.get(contender, contender)]
     return int(conn.execute(sql, {"total": total}).fetchone()[0])
@@ -438,6 +462,7 @@ class Measurement:
     completed_in_window: int
     drained: bool
     worker_reported_in_window: int
+    wal_bytes_per_task: float | None = None
     rollup_mismatches: int | None = None
     errors: list[str] = field(default_factory=list)
 
@@ -447,6 +472,7 @@ def measure(contender: str, url: str, workers: int, batch: int, window_s: float,
     ready, stop, results = context.Barrier(workers + 1), context.Event(), context.Queue()
     with psycopg.connect(url) as conn:
         before = completed_count(conn, contender, total)
+        wal_start = wal_position(conn)
     processes = [context.Process(target=_worker_process, args=(contender, url, batch, ready, stop, results, i),
                                  daemon=True) for i in range(workers)]
     for process in processes:
@@ -494,13 +520,16 @@ def measure(contender: str, url: str, workers: int, batch: int, window_s: float,
 
     with psycopg.connect(url) as conn:
         after_stop = completed_count(conn, contender, total) - before
+        wal_bytes = wal_since(conn, wal_start)
     reported_total = sum(n for _, n in events)
     if not errors and reported_total != after_stop:
         errors.append(f"workers reported {reported_total} completions, the database holds {after_stop}")
     mismatches = rollup_mismatches(url) if "ours" in (contender, SAME_DATA_AS.get(contender)) and not errors else None
     if mismatches:
         errors.append(f"{mismatches} parents disagree with the bubble-up rule of their children")
-    return Measurement(contender, workers, batch, rate, completed, drained, reported_in_window, mismatches, errors)
+    wal_per_task = round(wal_bytes / after_stop, 1) if wal_bytes is not None and after_stop > 0 else None
+    return Measurement(contender, workers, batch, rate, completed, drained, reported_in_window, wal_per_task,
+                       mismatches, errors)
 
 
 # ---------------------------------------------------------------------------------------------------- the run
@@ -535,13 +564,15 @@ def server_version(admin_url: str) -> str:
         return conn.execute("SHOW server_version").fetchone()[0]
 
 
-def build_templates(databases: Databases, layout: Layout) -> dict[str, tuple[str, float]]:
+def build_templates(databases: Databases, layout: Layout, needed: set[str]) -> dict[str, tuple[str, float]]:
     """One seeded, vacuumed, frozen database per contender. Returns {contender: (template, seconds to seed)}."""
     seeders = {"ours": lambda url: seed_ours(url, layout),
                "pgqueuer": lambda url: seed_pgqueuer(url, layout.tasks),
                "bare": lambda url: seed_bare(url, layout.tasks)}
     templates = {}
     for contender, seed in seeders.items():
+        if contender not in needed:
+            continue
         name = databases.create(f"{contender}_template")
         url = databases.url(name)
         began = time.monotonic()
@@ -573,19 +604,25 @@ def run(args: argparse.Namespace) -> int:
               f"({layout.documents} documents x {layout.pages_per_document} pages x {layout.chunks_per_page} "
               f"chunks), window {args.window:g} s, load average {load_start[0]:.2f} {load_start[1]:.2f} "
               f"{load_start[2]:.2f} on {os.cpu_count()} cores", flush=True)
-        templates = build_templates(databases, layout)
+        templates = build_templates(databases, layout, {SAME_DATA_AS.get(c, c) for c in args.contenders})
         print("seeded: " + ", ".join(f"{c} {s:.1f} s" for c, (_, s) in templates.items()), flush=True)
-        for workers in args.workers:
-            for batch in args.batches:
-                for contender in CONTENDERS:
-                    name = databases.create(contender, template=templates[SAME_DATA_AS.get(contender, contender)][0])
-                    checkpoint(server.admin_url)
-                    result = measure(contender, databases.url(name), workers, batch, args.window, layout.tasks)
-                    databases.drop(name)
-                    measurements.append(result)
-                    print(f"  {contender:<9} {workers:>2} workers  batch {batch:>3}: {result.rate:>9.1f} tasks/s"
-                          f"{'  (drained)' if result.drained else ''}"
-                          f"{'  ERRORS: ' + '; '.join(result.errors) if result.errors else ''}", flush=True)
+        # rounds interleave: every configuration and contender once per round, so a burst of load from a
+        # neighbour lands on one round's figures, and the median over rounds leaves it out
+        for round_no in range(1, args.rounds + 1):
+            for workers in args.workers:
+                for batch in args.batches:
+                    for contender in args.contenders:
+                        source = templates[SAME_DATA_AS.get(contender, contender)][0]
+                        name = databases.create(contender, template=source)
+                        checkpoint(server.admin_url)
+                        result = measure(contender, databases.url(name), workers, batch, args.window, layout.tasks)
+                        databases.drop(name)
+                        measurements.append(result)
+                        wal = f"  {result.wal_bytes_per_task:>6.0f} WAL bytes/task" if result.wal_bytes_per_task else ""
+                        print(f"  round {round_no}  {contender:<11} {workers:>2} workers  batch {batch:>3}: "
+                              f"{result.rate:>9.1f} tasks/s{wal}"
+                              f"{'  (drained)' if result.drained else ''}"
+                              f"{'  ERRORS: ' + '; '.join(result.errors) if result.errors else ''}", flush=True)
     finally:
         databases.drop_all()
         server.stop()
@@ -593,25 +630,42 @@ def run(args: argparse.Namespace) -> int:
     return report(args, layout, server.description, measurements, load_start, load_end)
 
 
+RATIO_PAIRS = {"ours_pgqueuer": ("ours", "pgqueuer"), "ours_settle_pgqueuer": ("ours_settle", "pgqueuer"),
+               "ours_bare": ("ours", "bare")}
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
 def report(args, layout: Layout, server: str, measurements: list[Measurement], load_start, load_end) -> int:
-    rates = {c: {} for c in CONTENDERS}
+    # per (contender, configuration): the rates of the rounds, in round order
+    runs: dict[str, dict[str, list[Measurement]]] = {c: {} for c in CONTENDERS}
     for m in measurements:
-        rates[m.contender][config_key(m.workers, m.batch)] = round(m.rate, 1)
-    ratios: dict[str, dict[str, float | None]] = {"ours_pgqueuer": {}, "ours_settle_pgqueuer": {}, "ours_bare": {}}
+        runs[m.contender].setdefault(config_key(m.workers, m.batch), []).append(m)
+    rates = {c: {k: round(statistics.median(x.rate for x in ms), 1) for k, ms in by_key.items()}
+             for c, by_key in runs.items()}
+    wal = {c: {k: _median([x.wal_bytes_per_task for x in ms if x.wal_bytes_per_task]) for k, ms in by_key.items()}
+           for c, by_key in runs.items()}
+    # a ratio is taken within a round (both figures measured minutes apart), then the median over rounds
+    round_ratios: dict[str, dict[str, list[float]]] = {name: {} for name in RATIO_PAIRS}
+    for name, (a, b) in RATIO_PAIRS.items():
+        for key in set(runs[a]) & set(runs[b]):
+            round_ratios[name][key] = [round(x.rate / y.rate, 3) for x, y in zip(runs[a][key], runs[b][key]) if y.rate]
+    ratios = {name: {key: _median(values) for key, values in by_key.items()} for name, by_key in round_ratios.items()}
     print()
+    print(f"medians over {args.rounds} round(s); ratios: median of the per-round ratios")
     print(f"{'workers':>7} {'batch':>5} | {'ours':>9} {'settle':>9} {'pgqueuer':>9} {'bare':>9} | "
-          f"{'ours/pgq':>8} {'settle/pgq':>10} {'ours/bare':>9}")
-    print("-" * 90)
+          f"{'ours/pgq':>8} {'settle/pgq':>10} {'ours/bare':>9} | WAL bytes/task ours settle pgq bare")
+    print("-" * 128)
     for workers in args.workers:
         for batch in args.batches:
             key = config_key(workers, batch)
-            ours, settle, pgq, bare = (rates[c].get(key) for c in CONTENDERS)
-            ratios["ours_pgqueuer"][key] = round(ours / pgq, 3) if ours is not None and pgq else None
-            ratios["ours_settle_pgqueuer"][key] = round(settle / pgq, 3) if settle is not None and pgq else None
-            ratios["ours_bare"][key] = round(ours / bare, 3) if ours is not None and bare else None
-            print(f"{workers:>7} {batch:>5} | {ours or 0:>9.1f} {settle or 0:>9.1f} {pgq or 0:>9.1f} {bare or 0:>9.1f} | "
-                  f"{ratios['ours_pgqueuer'][key] or 0:>8.3f} {ratios['ours_settle_pgqueuer'][key] or 0:>10.3f} "
-                  f"{ratios['ours_bare'][key] or 0:>9.3f}")
+            shown = [rates[c].get(key) or 0 for c in CONTENDERS]
+            shown_ratios = [ratios[name].get(key) or 0 for name in RATIO_PAIRS]
+            shown_wal = " ".join(f"{wal[c].get(key) or 0:>6.0f}" for c in CONTENDERS)
+            print(f"{workers:>7} {batch:>5} | " + " ".join(f"{r:>9.1f}" for r in shown) + " | "
+                  f"{shown_ratios[0]:>8.3f} {shown_ratios[1]:>10.3f} {shown_ratios[2]:>9.3f} | {shown_wal}")
     errors = [f"{m.contender} {config_key(m.workers, m.batch)}: {e}" for m in measurements for e in m.errors]
     for error in errors:
         print(f"ERROR {error}")
@@ -620,9 +674,14 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
         "layout": {"documents": layout.documents, "pages_per_document": layout.pages_per_document,
                    "chunks_per_page": layout.chunks_per_page},
         "window_s": args.window,
+        "rounds": args.rounds,
         "server": server,
         "tasks_per_second": rates,
+        "tasks_per_second_by_round": {c: {k: [round(x.rate, 1) for x in ms] for k, ms in by_key.items()}
+                                      for c, by_key in runs.items() if by_key},
+        "wal_bytes_per_task": wal,
         "ratios": ratios,
+        "ratios_by_round": round_ratios,
         "ratio_ours_pgqueuer_4w_b50": ratios["ours_pgqueuer"].get("4w_b50"),
         "ratio_ours_settle_pgqueuer_4w_b50": ratios["ours_settle_pgqueuer"].get("4w_b50"),
         "ratio_ours_bare_4w_b50": ratios["ours_bare"].get("4w_b50"),
@@ -636,6 +695,14 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
     }
     print("RESULT " + json.dumps(result, sort_keys=True))
     return 1 if errors else 0
+
+
+def _contender_list(text: str) -> list[str]:
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(chosen) - set(CONTENDERS))
+    if not chosen or unknown:
+        raise argparse.ArgumentTypeError(f"--contenders takes names from {','.join(CONTENDERS)}; unknown: {unknown}")
+    return [c for c in CONTENDERS if c in chosen]
 
 
 def _int_list(text: str, limit: int, what: str) -> list[int]:
@@ -657,6 +724,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="worker process counts (default 1,4,8)")
     parser.add_argument("--batches", type=lambda s: _int_list(s, MAX_BATCH, "--batches"), default=None,
                         help="batch sizes (default 1,50)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every configuration this many times, interleaved; figures are medians")
+    parser.add_argument("--contenders", type=lambda s: _contender_list(s), default=list(CONTENDERS),
+                        help=f"comma-separated subset of {','.join(CONTENDERS)} (default: all)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 5000 tasks, 1.5 s windows, 1 and 4 workers")
     args = parser.parse_args(argv)
@@ -667,6 +738,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.batches = args.batches or [1, 50]
     if not 0 < args.window <= MAX_WINDOW_S:
         parser.error(f"--window must be in (0, {MAX_WINDOW_S:g}]")
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}")
     if not 10 <= args.tasks <= MAX_TASKS:
         parser.error(f"--tasks must be between 10 and {MAX_TASKS}")
     return args
