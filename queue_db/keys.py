@@ -6,6 +6,7 @@ chunk     <document>/p0003/c012
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -22,6 +23,18 @@ def page_partition_key(document_key: str, page_number: int) -> str:
 
 def chunk_partition_key(document_key: str, page_number: int, chunk_index: int) -> str:
     return f"{document_key}/p{page_number:04d}/c{chunk_index:03d}"
+
+
+def chunk_id_for(page_key: str, index: int, content_hash: str | None) -> str:
+    """A chunk's stable identity, 32 hex digits: the same page, position and content give the same id, so
+    re-chunking is idempotent (vector point ids are uuid5 of it, graph chunk nodes are merged on it)."""
+    return hashlib.sha256(f"{page_key}\x1f{index}\x1f{content_hash or ''}".encode("utf-8")).hexdigest()[:32]
+
+
+def chunk_id(document_key: str, page_number: int, chunk_index: int, content_hash: str | None) -> str:
+    """The chunk id of a row: unique by construction, because document keys are unique, page numbers are unique
+    within a document and chunk indexes within a page (the queue derives every chunk id this way: migration 0011)."""
+    return chunk_id_for(page_partition_key(document_key, page_number), chunk_index, content_hash)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .config import QueueSettings
+from .keys import chunk_id
 from .tasks import (
     ALL_KINDS,
     GRAPHRAG_CHUNK,
@@ -399,8 +400,12 @@ class TaskQueue:
         return self._transaction(work)
 
     def complete_chunking(self, worker_id: str, page_id: str, chunks: Sequence[dict]) -> bool:
-        """Create the chunk tasks of a page (fenced on the page's vector claim). Chunk dicts carry chunk_id,
-        chunk_index, content_hash, content, token_count. A page with no chunks is complete in both later phases."""
+        """Create the chunk tasks of a page (fenced on the page's vector claim). Chunk dicts carry chunk_index,
+        content_hash, content, token_count. A page with no chunks is complete in both later phases.
+
+        The queue derives each chunk_id (keys.chunk_id: document key, page number, chunk index, content hash), which
+        makes ids unique by construction; a chunk dict may carry its chunk_id, and one that differs is refused
+        (ValueError) rather than stored under an id another row could also have."""
         sql = self._fenced_sql(
             VECTOR_PAGE,
             "chunked_at = now(), chunk_count = ($1->>'n')::int, vector_error = NULL, vector_error_class = NULL, "
@@ -412,6 +417,11 @@ class TaskQueue:
             if not rows:
                 return False
             if chunks:
+                page = conn.exec_driver_sql(
+                    """SELECT d.document_key, p.page_number FROM task_queue_page p
+                       JOIN documents d ON d.id = p.document_id WHERE p.id = %(page)s""",
+                    {"page": str(page_id)}).one()
+                ids = _derived_chunk_ids(page.document_key, page.page_number, chunks)
                 conn.exec_driver_sql(
                     """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
                                                      content, token_count, priority, max_retries)
@@ -422,7 +432,7 @@ class TaskQueue:
                                    %(tokens)s::int[]) AS c(chunk_id, chunk_index, content_hash, content, token_count)
                        WHERE p.id = %(page)s
                        ON CONFLICT DO NOTHING""",
-                    {"page": str(page_id), "ids": [c["chunk_id"] for c in chunks],
+                    {"page": str(page_id), "ids": ids,
                      "idx": [c["chunk_index"] for c in chunks], "hashes": [c.get("content_hash") for c in chunks],
                      "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
                      "tokens": [c.get("token_count") for c in chunks]})
@@ -672,6 +682,15 @@ def _is_transient(exc: DBAPIError) -> bool:
         return True
     # a restarted server or a dropped connection: the pool discards the connection, a new one is tried
     return isinstance(exc, OperationalError) or bool(getattr(exc, "connection_invalidated", False))
+
+
+def _derived_chunk_ids(document_key: str, page_number: int, chunks: Sequence[dict]) -> list[str]:
+    ids = [chunk_id(document_key, page_number, c["chunk_index"], c.get("content_hash")) for c in chunks]
+    for given, derived in zip((c.get("chunk_id") for c in chunks), ids):
+        if given is not None and given != derived:
+            raise ValueError(f"chunk_id {given!r} is not this chunk's derived id {derived!r} "
+                             "(queue_db.keys.chunk_id: document key, page number, chunk index, content hash)")
+    return ids
 
 
 def _parent_columns(kind: TaskKind) -> str:

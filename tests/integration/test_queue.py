@@ -6,9 +6,11 @@ import time
 import pytest
 
 from queue_db.config import QueueSettings
+from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.readmodels import document_progress, documents_ready, queue_statistics
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, Phase
+from resources.chunking import chunk_markdown
 from tests.queue_support import build_document, chunk_all, expand, new_hash, ocr_all, register
 
 
@@ -47,7 +49,7 @@ def test_full_lifecycle_bubbles_every_phase_to_completed(queue):
 
     for page in queue.claim(VECTOR_PAGE, worker, 5):
         queue.complete_chunking(worker, page["id"], [
-            {"chunk_id": new_hash()[:32], "chunk_index": i, "content_hash": new_hash(), "content": "x", "token_count": 1}
+            {"chunk_index": i, "content_hash": new_hash(), "content": "x", "token_count": 1}
             for i in range(2)])
     assert queue.claim(GRAPHRAG_CHUNK, worker, 10) == []  # gated: vector not done
     chunks = queue.claim(VECTOR_CHUNK, worker, 10)
@@ -92,6 +94,35 @@ def test_blank_page_with_zero_chunks_is_complete_in_later_phases(queue):
     page = queue.pages(doc["id"])[0]
     assert (page["vector_status"], page["graphrag_status"], page["chunk_count"]) == ("completed", "completed", 0)
     assert statuses(queue, doc["id"]) == ("completed", "completed", "completed")
+
+
+def test_chunk_ids_are_derived_by_the_queue_and_a_foreign_one_is_refused(queue):
+    """Chunk ids are unique by construction (migration 0011 dropped the unique index that re-checked them): the
+    queue derives each from document key, page number, chunk index and content hash, the same way the chunker
+    does, and refuses a chunk that brings another id without storing anything of the page's chunks."""
+    doc = register(queue)
+    expand(queue, doc, 2)
+    ocr_all(queue, doc)
+    worker = make_worker_id()
+    first, second = sorted(queue.claim(VECTOR_PAGE, worker, 2), key=lambda p: p["page_number"])
+    page_key = page_partition_key(doc["document_key"], first["page_number"])
+    from_chunker = chunk_markdown("# Title\n\nOne paragraph of text.\n\nAnother paragraph.", page_key=page_key,
+                                  target_tokens=8, overlap_tokens=0, max_tokens=16)
+    assert len(from_chunker) >= 2
+    assert queue.complete_chunking(worker, first["id"], [
+        {"chunk_id": c.chunk_id, "chunk_index": c.index, "content_hash": c.content_hash, "content": c.text,
+         "token_count": c.token_count} for c in from_chunker])
+    stored = {c["chunk_index"]: c["chunk_id"] for c in queue.chunks(page_id=first["id"])}
+    assert stored == {c.index: c.chunk_id for c in from_chunker}
+
+    same_content = [{"chunk_index": c.index, "content_hash": c.content_hash, "content": c.text, "token_count": 1}
+                    for c in from_chunker]
+    with pytest.raises(ValueError, match="derived id"):
+        queue.complete_chunking(worker, second["id"], [{**same_content[0], "chunk_id": from_chunker[0].chunk_id}])
+    assert queue.chunks(page_id=second["id"]) == []
+    assert queue.complete_chunking(worker, second["id"], same_content)  # the failed call left the claim intact
+    ids = [c["chunk_id"] for c in queue.chunks()]
+    assert len(ids) == len(set(ids)) == 2 * len(from_chunker), "same content on another page: other ids"
 
 
 def test_document_with_zero_pages_fails_with_reason_and_is_not_retried(queue):
