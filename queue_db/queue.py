@@ -310,18 +310,17 @@ class TaskQueue:
 
     # ------------------------------------------------------------------ completions (fenced)
     def _fenced_sql(self, kind: TaskKind, set_sql: str, value_columns: dict[str, str]) -> str:
-        """Update only rows still `processing` by $1.worker, locked in id order; $1.values carries per-row data."""
+        """Update only rows still `processing` by $1.worker; $1.values carries per-row data.
+
+        The fence is in the UPDATE's own WHERE: READ COMMITTED re-checks it on the newest row version when a
+        concurrent writer (recovery, a new owner) got there first, so no separate FOR UPDATE pass is needed; that
+        pass wrote one more WAL record per row. Rows are taken in id order (the sorted values drive a nested loop
+        over the primary key), the order heartbeat() locks them in, so the two cannot deadlock."""
         record = ", ".join(["id uuid", *(f"{c} {t}" for c, t in value_columns.items())])
         return f"""
-            WITH v AS (SELECT * FROM jsonb_to_recordset($1->'values') AS v({record})),
-            mine AS (
-                SELECT t.id FROM {kind.table} t JOIN v ON v.id = t.id
-                WHERE t.{kind.status} = 'processing' AND t.{kind.col('worker_id')} = $1->>'worker'
-                ORDER BY t.id FOR UPDATE OF t
-            )
             UPDATE {kind.table} t SET {set_sql}, updated_at = now()
-            FROM v
-            WHERE t.id = ANY(ARRAY(SELECT id FROM mine)) AND v.id = t.id
+            FROM (SELECT * FROM jsonb_to_recordset($1->'values') AS v({record}) ORDER BY v.id) v
+            WHERE t.id = v.id AND t.{kind.status} = 'processing' AND t.{kind.col('worker_id')} = $1->>'worker'
             RETURNING t.id{_parent_columns(kind)}"""
 
     def complete(self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str]) -> Transition:
