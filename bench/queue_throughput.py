@@ -86,6 +86,7 @@ MAX_TASKS = 2_000_000
 MAX_WORKERS = 32
 MAX_BATCH = 1000
 MAX_ROUNDS = 20
+MAX_PAYLOAD_BYTES = 100_000
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 CLONE_ATTEMPTS = 10
@@ -188,7 +189,22 @@ def vacuum_analyze(url: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- seeding
-def seed_ours(url: str, layout: Layout) -> None:
+def payload(n: int, size: int) -> str:
+    """A task's text: 'text <n>', or padded to `size` characters (what a 256-token chunk weighs is ~1,200)."""
+    text = f"text {n}"
+    if size <= 0:
+        return text
+    fill = uuid.uuid5(uuid.NAMESPACE_OID, str(n)).hex
+    return (text + " " + fill * (size // len(fill) + 1))[:size]
+
+
+def sql_payload(n_sql: str) -> str:
+    """The same sizes in SQL (%(size)s is the target size)."""
+    return (f"CASE WHEN %(size)s <= 0 THEN 'text ' || {n_sql} "
+            f"ELSE rpad('text ' || {n_sql} || ' ', %(size)s, md5({n_sql}::text)) END")
+
+
+def seed_ours(url: str, layout: Layout, payload_bytes: int = 0) -> None:
     """Migrated docqueue schema + expanded, OCR'd, chunked documents whose chunks wait for the vector phase
     (the state the API produces; set-based, as in tests/queue_support.bulk_seed)."""
     engine = create_queue_engine(url, pool_size=1, max_overflow=0)
@@ -212,15 +228,20 @@ def seed_ours(url: str, layout: Layout) -> None:
                FROM documents d, generate_series(1, %(pages)s) n""",
             {"pages": layout.pages_per_document, "chunks": layout.chunks_per_page})
         conn.execute(
-            """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash, content,
+            """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
                                              vector_status)
-               SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), 'text ' || n, 'pending'
+               SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), 'pending'
                FROM task_queue_page p, generate_series(0, %(chunks)s - 1) n
                ORDER BY p.document_id, p.page_number, n""",
             {"chunks": layout.chunks_per_page})
+        conn.execute(
+            f"""INSERT INTO task_queue_chunk_text (chunk_task_id, content)
+                SELECT c.id, {sql_payload('(p.page_number * 1000 + c.chunk_index)')}
+                FROM task_queue_chunk c JOIN task_queue_page p ON p.id = c.page_id""",
+            {"size": payload_bytes})
 
 
-def seed_pgqueuer(url: str, tasks: int) -> None:
+def seed_pgqueuer(url: str, tasks: int, payload_bytes: int = 0) -> None:
     """PgQueuer's own schema (its install API) and `tasks` jobs through its batch enqueue API."""
 
     async def install_and_enqueue() -> None:
@@ -233,7 +254,8 @@ def seed_pgqueuer(url: str, tasks: int) -> None:
             for start in range(0, tasks, PGQ_ENQUEUE_BATCH):
                 size = min(PGQ_ENQUEUE_BATCH, tasks - start)
                 await queries.enqueue([PGQ_ENTRYPOINT] * size,
-                                      [f"text {n}".encode() for n in range(start, start + size)], [0] * size)
+                                      [payload(n, payload_bytes).encode() for n in range(start, start + size)],
+                                      [0] * size)
         finally:
             await conn.close()
 
@@ -261,11 +283,11 @@ UPDATE bare_jobs SET status = 'done', done_at = now()
 WHERE id = ANY(%(ids)s) AND status = 'running' AND worker_id = %(worker)s"""
 
 
-def seed_bare(url: str, tasks: int) -> None:
+def seed_bare(url: str, tasks: int, payload_bytes: int = 0) -> None:
     with psycopg.connect(url) as conn:
         conn.execute(BARE_SCHEMA)
-        conn.execute("INSERT INTO bare_jobs (payload) SELECT 'text ' || n FROM generate_series(1, %(n)s) n",
-                     {"n": tasks})
+        conn.execute(f"INSERT INTO bare_jobs (payload) SELECT {sql_payload('n')} FROM generate_series(1, %(n)s) n",
+                     {"n": tasks, "size": payload_bytes})
 
 
 # snapshot counts of completed tasks: one statement = one snapshot, so the count is what had committed when it ran
@@ -564,11 +586,12 @@ def server_version(admin_url: str) -> str:
         return conn.execute("SHOW server_version").fetchone()[0]
 
 
-def build_templates(databases: Databases, layout: Layout, needed: set[str]) -> dict[str, tuple[str, float]]:
+def build_templates(databases: Databases, layout: Layout, needed: set[str],
+                    payload_bytes: int = 0) -> dict[str, tuple[str, float]]:
     """One seeded, vacuumed, frozen database per contender. Returns {contender: (template, seconds to seed)}."""
-    seeders = {"ours": lambda url: seed_ours(url, layout),
-               "pgqueuer": lambda url: seed_pgqueuer(url, layout.tasks),
-               "bare": lambda url: seed_bare(url, layout.tasks)}
+    seeders = {"ours": lambda url: seed_ours(url, layout, payload_bytes),
+               "pgqueuer": lambda url: seed_pgqueuer(url, layout.tasks, payload_bytes),
+               "bare": lambda url: seed_bare(url, layout.tasks, payload_bytes)}
     templates = {}
     for contender, seed in seeders.items():
         if contender not in needed:
@@ -602,9 +625,10 @@ def run(args: argparse.Namespace) -> int:
         version = server_version(server.admin_url)
         print(f"server: {server.description}, PostgreSQL {version}; {layout.tasks} tasks "
               f"({layout.documents} documents x {layout.pages_per_document} pages x {layout.chunks_per_page} "
-              f"chunks), window {args.window:g} s, load average {load_start[0]:.2f} {load_start[1]:.2f} "
+              f"chunks, task text {args.payload_bytes or 'short'}{' chars' if args.payload_bytes else ''}), window {args.window:g} s, load average {load_start[0]:.2f} {load_start[1]:.2f} "
               f"{load_start[2]:.2f} on {os.cpu_count()} cores", flush=True)
-        templates = build_templates(databases, layout, {SAME_DATA_AS.get(c, c) for c in args.contenders})
+        templates = build_templates(databases, layout, {SAME_DATA_AS.get(c, c) for c in args.contenders},
+                                    args.payload_bytes)
         print("seeded: " + ", ".join(f"{c} {s:.1f} s" for c, (_, s) in templates.items()), flush=True)
         # rounds interleave: every configuration and contender once per round, so a burst of load from a
         # neighbour lands on one round's figures, and the median over rounds leaves it out
@@ -675,6 +699,7 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
                    "chunks_per_page": layout.chunks_per_page},
         "window_s": args.window,
         "rounds": args.rounds,
+        "payload_bytes": args.payload_bytes,
         "server": server,
         "tasks_per_second": rates,
         "tasks_per_second_by_round": {c: {k: [round(x.rate, 1) for x in ms] for k, ms in by_key.items()}
@@ -728,6 +753,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="measure every configuration this many times, interleaved; figures are medians")
     parser.add_argument("--contenders", type=lambda s: _contender_list(s), default=list(CONTENDERS),
                         help=f"comma-separated subset of {','.join(CONTENDERS)} (default: all)")
+    parser.add_argument("--payload-bytes", type=int, default=0,
+                        help="each task's text padded to this many characters, the same for every contender "
+                             "(default 0: 'text <n>'; a 256-token chunk is ~1200)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 5000 tasks, 1.5 s windows, 1 and 4 workers")
     args = parser.parse_args(argv)
@@ -738,6 +766,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.batches = args.batches or [1, 50]
     if not 0 < args.window <= MAX_WINDOW_S:
         parser.error(f"--window must be in (0, {MAX_WINDOW_S:g}]")
+    if not 0 <= args.payload_bytes <= MAX_PAYLOAD_BYTES:
+        parser.error(f"--payload-bytes must be between 0 and {MAX_PAYLOAD_BYTES}")
     if not 1 <= args.rounds <= MAX_ROUNDS:
         parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}")
     if not 10 <= args.tasks <= MAX_TASKS:

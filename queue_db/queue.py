@@ -257,7 +257,7 @@ class TaskQueue:
             where = f"({kind.ready_sql}) AND t.{kind.status} IN ('pending', 'failed')"
         if only_ids:
             where += " AND t.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'only'))::uuid[])"
-        returning = ", ".join(f"t.{c}" for c in kind.returning)
+        returning = kind.returning_sql("t")
         return f"""
             WITH picked AS (
                 SELECT t.id FROM {kind.table} t
@@ -422,15 +422,23 @@ class TaskQueue:
                     {"page": str(page_id)}).one()
                 ids = _derived_chunk_ids(page.document_key, page.page_number, chunks)
                 conn.exec_driver_sql(
-                    """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
-                                                     content, token_count, priority, max_retries)
-                       SELECT p.id, p.document_id, c.chunk_id, c.chunk_index, c.content_hash, c.content,
-                              c.token_count, p.priority, p.max_retries
-                       FROM task_queue_page p,
-                            unnest(%(ids)s::text[], %(idx)s::int[], %(hashes)s::text[], %(texts)s::text[],
-                                   %(tokens)s::int[]) AS c(chunk_id, chunk_index, content_hash, content, token_count)
-                       WHERE p.id = %(page)s
-                       ON CONFLICT DO NOTHING""",
+                    """WITH c AS (
+                           SELECT * FROM unnest(%(ids)s::text[], %(idx)s::int[], %(hashes)s::text[], %(texts)s::text[],
+                                                %(tokens)s::int[]) AS c(chunk_id, chunk_index, content_hash, content,
+                                                                        token_count)),
+                       created AS (
+                           INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index,
+                                                         chunk_content_hash, token_count, priority, max_retries)
+                           SELECT p.id, p.document_id, c.chunk_id, c.chunk_index, c.content_hash, c.token_count,
+                                  p.priority, p.max_retries
+                           FROM task_queue_page p, c
+                           WHERE p.id = %(page)s
+                           ON CONFLICT DO NOTHING
+                           RETURNING id, chunk_index)
+                       -- the text goes to its own table, written once (migration 0012)
+                       INSERT INTO task_queue_chunk_text (chunk_task_id, content)
+                       SELECT created.id, c.content FROM created JOIN c USING (chunk_index)
+                       WHERE c.content IS NOT NULL""",
                     {"page": str(page_id), "ids": ids,
                      "idx": [c["chunk_index"] for c in chunks], "hashes": [c.get("content_hash") for c in chunks],
                      "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
@@ -646,15 +654,17 @@ class TaskQueue:
     def chunks(self, *, document_id: str | None = None, page_id: str | None = None) -> list[dict]:
         clauses, params = [], {}
         if document_id is not None:
-            clauses.append("document_id = %(d)s")
+            clauses.append("c.document_id = %(d)s")
             params["d"] = str(document_id)
         if page_id is not None:
-            clauses.append("page_id = %(p)s")
+            clauses.append("c.page_id = %(p)s")
             params["p"] = str(page_id)
         where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.exec_driver_sql(
-                f"SELECT * FROM task_queue_chunk {where} ORDER BY document_id, page_id, chunk_index",
+                f"""SELECT c.*, x.content FROM task_queue_chunk c
+                    LEFT JOIN task_queue_chunk_text x ON x.chunk_task_id = c.id
+                    {where} ORDER BY c.document_id, c.page_id, c.chunk_index""",
                 params).mappings().all()]
 
     def ready_counts(self) -> dict[str, int]:

@@ -67,6 +67,10 @@ class TaskKind:
             f"AND ({alias}.{self.col('next_attempt_at')} IS NULL OR {alias}.{self.col('next_attempt_at')} <= now())"
         )
 
+    def returning_sql(self, alias: str = "t") -> str:
+        """The claim's RETURNING list: the row's columns, and a chunk's text from its own table (migration 0012)."""
+        return ", ".join(_RETURNED_ELSEWHERE.get(c, "{a}." + c).format(a=alias) for c in self.returning)
+
     def claim_order_sql(self, alias: str = "t") -> str:
         return (
             f"{alias}.priority DESC, CASE WHEN {alias}.{self.status} = 'failed' THEN 0 ELSE 1 END, "
@@ -77,6 +81,11 @@ class TaskKind:
     def parent_levels(self) -> tuple[Level, ...]:
         return {Level.DOCUMENT: (), Level.PAGE: (Level.DOCUMENT,), Level.CHUNK: (Level.PAGE, Level.DOCUMENT)}[self.level]
 
+
+# returned columns that do not live on the task row
+_RETURNED_ELSEWHERE = {
+    "content": "(SELECT x.content FROM task_queue_chunk_text x WHERE x.chunk_task_id = {a}.id) AS content",
+}
 
 OCR_DOCUMENT = TaskKind(
     name="ocr_document", phase=Phase.OCR, level=Level.DOCUMENT, table="documents", prefix="ocr",

@@ -74,11 +74,15 @@ def bulk_seed(engine, documents: int, pages_per_document: int, chunks_per_page: 
                FROM documents d, generate_series(1, %(pages)s) n WHERE d.filename LIKE %(tag)s || '-%%'""",
             {"pages": pages_per_document, "chunks": chunks_per_page, "tag": tag})
         conn.exec_driver_sql(
-            """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash, content,
-                                             vector_status)
-               SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), 'text ' || n, %(status)s::task_status
-               FROM task_queue_page p, generate_series(0, %(chunks)s - 1) n
-               WHERE p.page_file_path LIKE %(tag)s || '/%%'""",
+            """WITH created AS (
+                   INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
+                                                 vector_status)
+                   SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), %(status)s::task_status
+                   FROM task_queue_page p, generate_series(0, %(chunks)s - 1) n
+                   WHERE p.page_file_path LIKE %(tag)s || '/%%'
+                   RETURNING id, chunk_index)
+               INSERT INTO task_queue_chunk_text (chunk_task_id, content)
+               SELECT id, 'text ' || chunk_index FROM created""",
             {"chunks": chunks_per_page, "status": chunk_vector_status, "tag": tag})
         conn.exec_driver_sql("UPDATE task_queue_page SET vector_status = %(s)s::task_status WHERE page_file_path LIKE %(tag)s || '/%%'",
                              {"s": chunk_vector_status, "tag": tag})

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from queue_db.migrate import available_migrations, upgrade
 from queue_db.queue import create_queue_engine
 
-DOCQUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk")
+DOCQUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk", "task_queue_chunk_text")
 
 
 def schema_of(engine: sa.Engine) -> dict:
@@ -76,6 +76,31 @@ def test_stepwise_upgrade_with_data_equals_fresh(create_database, fresh):
     assert schema_of(engine) == schema_of(fresh)
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT document_key FROM documents").scalar().startswith("old-")
+    engine.dispose()
+
+
+def test_chunk_text_moves_off_the_queue_row(create_database, fresh):
+    """Migration 0012: chunk text written by an earlier version moves to task_queue_chunk_text, and the claim
+    still hands it to the worker."""
+    from queue_db.queue import TaskQueue
+    from queue_db.tasks import VECTOR_CHUNK
+
+    engine = create_queue_engine(create_database())
+    upgrade(engine, target=11)
+    with engine.begin() as conn:
+        doc = conn.exec_driver_sql(
+            "INSERT INTO documents (filename, pages_created_at, ocr_status) VALUES ('old.pdf', now(), 'completed') "
+            "RETURNING id").scalar()
+        page = conn.exec_driver_sql(
+            "INSERT INTO task_queue_page (document_id, page_number, ocr_status, chunked_at) "
+            "VALUES (%(d)s, 1, 'completed', now()) RETURNING id", {"d": doc}).scalar()
+        conn.exec_driver_sql(
+            "INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, content) "
+            "VALUES (%(p)s, %(d)s, 'c0', 0, 'first words'), (%(p)s, %(d)s, 'c1', 1, NULL)", {"p": page, "d": doc})
+    upgrade(engine)
+    assert schema_of(engine) == schema_of(fresh)
+    claimed = TaskQueue(engine).claim(VECTOR_CHUNK, "migration-test", 5)
+    assert sorted((c["chunk_id"], c["content"]) for c in claimed) == [("c0", "first words"), ("c1", None)]
     engine.dispose()
 
 

@@ -274,9 +274,9 @@ def _seed_registered_chunks(engine) -> int:
                FROM documents d, generate_series(1, %(pages)s) n WHERE d.filename LIKE %(tag)s || '-%%'""", args)
         # documents are created one second apart, so key order is document number, page, chunk: position arithmetic
         conn.exec_driver_sql(
-            """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash, content,
+            """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
                                              vector_status, created_at, partition_block, partition_pos)
-               SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), 'text ' || n, 'pending',
+               SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), 'pending',
                       p.created_at, %(first)s + (s.i / %(block)s), s.i %% %(block)s
                FROM documents d JOIN task_queue_page p ON p.document_id = d.id, generate_series(0, %(chunks)s - 1) n,
                     LATERAL (SELECT ((right(d.document_key, 6)::int - 1) * %(pages)s + p.page_number - 1) * %(chunks)s
