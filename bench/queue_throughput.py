@@ -189,17 +189,9 @@ def vacuum_analyze(url: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- seeding
-def payload(n: int, size: int) -> str:
-    """A task's text: 'text <n>', or padded to `size` characters (what a 256-token chunk weighs is ~1,200)."""
-    text = f"text {n}"
-    if size <= 0:
-        return text
-    fill = uuid.uuid5(uuid.NAMESPACE_OID, str(n)).hex
-    return (text + " " + fill * (size // len(fill) + 1))[:size]
-
-
 def sql_payload(n_sql: str) -> str:
-    """The same sizes in SQL (%(size)s is the target size)."""
+    """Task n's text, the same for every contender: 'text <n>', or padded to %(size)s characters when that is set
+    (what a 256-token chunk weighs is ~1,200)."""
     return (f"CASE WHEN %(size)s <= 0 THEN 'text ' || {n_sql} "
             f"ELSE rpad('text ' || {n_sql} || ' ', %(size)s, md5({n_sql}::text)) END")
 
@@ -244,6 +236,11 @@ def seed_ours(url: str, layout: Layout, payload_bytes: int = 0) -> None:
 def seed_pgqueuer(url: str, tasks: int, payload_bytes: int = 0) -> None:
     """PgQueuer's own schema (its install API) and `tasks` jobs through its batch enqueue API."""
 
+    with psycopg.connect(url) as conn:  # the texts by the one rule the other seeds use
+        payloads = [row[0].encode() for row in conn.execute(
+            f"SELECT {sql_payload('n')} FROM generate_series(0, %(n)s - 1) n ORDER BY n",
+            {"n": tasks, "size": payload_bytes})]
+
     async def install_and_enqueue() -> None:
         conn = await asyncpg.connect(url)
         try:
@@ -254,8 +251,7 @@ def seed_pgqueuer(url: str, tasks: int, payload_bytes: int = 0) -> None:
             for start in range(0, tasks, PGQ_ENQUEUE_BATCH):
                 size = min(PGQ_ENQUEUE_BATCH, tasks - start)
                 await queries.enqueue([PGQ_ENTRYPOINT] * size,
-                                      [payload(n, payload_bytes).encode() for n in range(start, start + size)],
-                                      [0] * size)
+                                      payloads[start:start + size], [0] * size)
         finally:
             await conn.close()
 
@@ -623,9 +619,10 @@ def run(args: argparse.Namespace) -> int:
     measurements: list[Measurement] = []
     try:
         version = server_version(server.admin_url)
+        text = f"{args.payload_bytes} chars" if args.payload_bytes else "short"
         print(f"server: {server.description}, PostgreSQL {version}; {layout.tasks} tasks "
               f"({layout.documents} documents x {layout.pages_per_document} pages x {layout.chunks_per_page} "
-              f"chunks, task text {args.payload_bytes or 'short'}{' chars' if args.payload_bytes else ''}), window {args.window:g} s, load average {load_start[0]:.2f} {load_start[1]:.2f} "
+              f"chunks, task text {text}), window {args.window:g} s, load average {load_start[0]:.2f} {load_start[1]:.2f} "
               f"{load_start[2]:.2f} on {os.cpu_count()} cores", flush=True)
         templates = build_templates(databases, layout, {SAME_DATA_AS.get(c, c) for c in args.contenders},
                                     args.payload_bytes)
@@ -751,7 +748,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="batch sizes (default 1,50)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure every configuration this many times, interleaved; figures are medians")
-    parser.add_argument("--contenders", type=lambda s: _contender_list(s), default=list(CONTENDERS),
+    parser.add_argument("--contenders", type=_contender_list, default=list(CONTENDERS),
                         help=f"comma-separated subset of {','.join(CONTENDERS)} (default: all)")
     parser.add_argument("--payload-bytes", type=int, default=0,
                         help="each task's text padded to this many characters, the same for every contender "

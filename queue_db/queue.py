@@ -314,8 +314,9 @@ class TaskQueue:
 
         The fence is in the UPDATE's own WHERE: READ COMMITTED re-checks it on the newest row version when a
         concurrent writer (recovery, a new owner) got there first, so no separate FOR UPDATE pass is needed; that
-        pass wrote one more WAL record per row. Rows are taken in id order (the sorted values drive a nested loop
-        over the primary key), the order heartbeat() locks them in, so the two cannot deadlock."""
+        pass wrote one more WAL record per row. The values are sorted by id and are the outer side of the join (the
+        plan seen: a hash join probing with them), so rows are updated in id order, the order heartbeat() locks them
+        in; should a plan ever take another order, a deadlock is retried like any other (_RETRYABLE_SQLSTATES)."""
         record = ", ".join(["id uuid", *(f"{c} {t}" for c, t in value_columns.items())])
         return f"""
             UPDATE {kind.table} t SET {set_sql}, updated_at = now()

@@ -114,6 +114,6 @@ def test_bubble_up_after_claim_and_complete_reads_parents_by_index(big_queue, ki
         raw.close()
     plans = [n for n in notices if "docqueue_bubble" in n or "task_queue_page p" in n or "documents d" in n]
     assert plans, "auto_explain showed no bubble-up statement"
-    scans = [n for n in notices if SETUP not in n and any(f"Seq Scan on {t}" in n for t in ("task_queue_chunk", "task_queue_page",
-                                                                          "documents"))]
+    scans = [n for n in notices if SETUP not in n
+             and any(f"Seq Scan on {t}" in n for t in ("task_queue_chunk", "task_queue_page", "documents"))]
     assert not scans, "a bubble-up statement scans a whole table:\n" + "\n----\n".join(scans)
