@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -39,12 +40,19 @@ def pg_admin_url(tmp_path_factory) -> str:
     # not under pytest's basetemp: pytest resets it to mode 0700, which locks out the server's own user
     home = Path(tempfile.mkdtemp(prefix="docqueue-test-pg-"))
     # durability settings off: a test database is thrown away, and fsync costs most of the test time
-    server = EmbeddedPostgres(home, port=55432, extra_settings={
+    # a free port: several checkouts of the project may run their suites side by side
+    server = EmbeddedPostgres(home, port=_free_port(), extra_settings={
         "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "300"})
     server.ensure_running()
     yield f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
     server.stop(mode="immediate")
     shutil.rmtree(home, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _with_database(admin_url: str, name: str) -> str:
