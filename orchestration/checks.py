@@ -2,32 +2,19 @@
 
 import dagster as dg
 
+from queue_db.inspection import stuck_counts
 from orchestration.verify import completed_chunks
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
 from resources.neo4j import Neo4jResource
 from resources.qdrant import QdrantResource
 
-_STUCK_SQL = """
-SELECT 'ocr_document', count(*) FROM documents WHERE ocr_status = 'processing' AND pages_created_at IS NULL
-       AND last_heartbeat < now() - make_interval(secs => %(s)s)
-UNION ALL SELECT 'ocr_page', count(*) FROM task_queue_page WHERE ocr_status = 'processing'
-       AND ocr_last_heartbeat < now() - make_interval(secs => %(s)s)
-UNION ALL SELECT 'vector_page', count(*) FROM task_queue_page WHERE vector_status = 'processing'
-       AND chunked_at IS NULL AND vector_last_heartbeat < now() - make_interval(secs => %(s)s)
-UNION ALL SELECT 'vector_chunk', count(*) FROM task_queue_chunk WHERE vector_status = 'processing'
-       AND vector_last_heartbeat < now() - make_interval(secs => %(s)s)
-UNION ALL SELECT 'graphrag_chunk', count(*) FROM task_queue_chunk WHERE graphrag_status = 'processing'
-       AND graphrag_last_heartbeat < now() - make_interval(secs => %(s)s)
-"""
-
-
 @dg.asset_check(asset="ocr_page", name="no_task_stuck_in_processing", blocking=False,
                 description="No task of any kind is `processing` with a heartbeat older than the stale timeout.")
 def no_task_stuck_in_processing(database: DatabaseResource) -> dg.AssetCheckResult:
     queue = database.get_queue()
     with queue.engine.connect() as conn:
-        stuck = {r[0]: int(r[1]) for r in conn.exec_driver_sql(_STUCK_SQL, {"s": queue.settings.stale_timeout_s}).all()}
+        stuck = stuck_counts(conn, queue.settings.stale_timeout_s)
     return dg.AssetCheckResult(passed=sum(stuck.values()) == 0, metadata=stuck)
 
 

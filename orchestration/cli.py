@@ -339,9 +339,9 @@ def _work_left(queue) -> dict:
     is never mistaken for none."""
     from queue_db.partitions import rollup_candidates
     from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
-    from orchestration.runner import waiting_work
+    from queue_db.inspection import waiting_work
 
-    waiting = waiting_work(queue)
+    waiting = waiting_work(queue.engine)
     left = {f"ready_{kind}": n for kind, n in queue.ready_counts().items() if n}
     left.update({f"rollup_{phase}": 1 for phase in ROLLUP_ASSET_BY_PHASE if rollup_candidates(queue.engine, phase, 1)})
     if waiting["processing"]:
@@ -352,15 +352,9 @@ def _work_left(queue) -> dict:
 
 
 def _progress(queue) -> dict:
-    with queue.engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            """SELECT 'ocr', count(*), count(*) FILTER (WHERE ocr_status = 'completed'),
-                      count(*) FILTER (WHERE ocr_status = 'failed') FROM task_queue_page
-               UNION ALL SELECT 'vector', count(*), count(*) FILTER (WHERE vector_status = 'completed'),
-                      count(*) FILTER (WHERE vector_status = 'failed') FROM task_queue_chunk
-               UNION ALL SELECT 'graphrag', count(*), count(*) FILTER (WHERE graphrag_status = 'completed'),
-                      count(*) FILTER (WHERE graphrag_status = 'failed') FROM task_queue_chunk""").all()
-    return {r[0]: {"total": int(r[1]), "completed": int(r[2]), "failed": int(r[3])} for r in rows}
+    from queue_db.readmodels import phase_progress
+
+    return phase_progress(queue.engine)
 
 
 def _watch_progress(queue, children, show: bool) -> None:

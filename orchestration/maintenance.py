@@ -5,6 +5,7 @@ import re
 
 import dagster as dg
 
+from queue_db.inspection import holding_workers
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK
 from orchestration.verify import verify_stores
@@ -20,16 +21,8 @@ def recover(queue: TaskQueue, stale_after_s: float | None = None) -> dict:
 
 def dead_run_workers(queue: TaskQueue, instance: dg.DagsterInstance) -> list[str]:
     """Worker ids of `processing` tasks whose Dagster run has finished (or no longer exists)."""
-    with queue.engine.connect() as conn:
-        workers = {r[0] for r in conn.exec_driver_sql(
-            """SELECT current_worker_id FROM documents WHERE ocr_status = 'processing' AND pages_created_at IS NULL
-               UNION SELECT ocr_worker_id FROM task_queue_page WHERE ocr_status = 'processing'
-               UNION SELECT vector_worker_id FROM task_queue_page WHERE vector_status = 'processing'
-               UNION SELECT vector_worker_id FROM task_queue_chunk WHERE vector_status = 'processing'
-               UNION SELECT graphrag_worker_id FROM task_queue_chunk WHERE graphrag_status = 'processing'""").all()
-            if r[0]}
     dead = []
-    for worker in workers:
+    for worker in sorted(holding_workers(queue.engine)):
         match = _RUN_ID.match(worker)
         if not match:
             continue  # not a Dagster run's worker: only its heartbeat can tell

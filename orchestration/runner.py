@@ -17,6 +17,7 @@ from typing import Callable
 import dagster as dg
 import sqlalchemy as sa
 
+from queue_db.inspection import waiting_work
 from queue_db.queue import TaskQueue
 from queue_db.tasks import ALL_KINDS, Level
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
@@ -39,29 +40,6 @@ class RunnerReport:
     failed_runs: int = 0
     seconds: float = 0.0
     runs_by_name: dict = field(default_factory=dict)
-
-
-def waiting_work(queue: TaskQueue) -> dict[str, float]:
-    """Work that is not claimable now but will be: tasks held by live workers, failed tasks backing off."""
-    with queue.engine.connect() as conn:
-        row = conn.exec_driver_sql(
-            """SELECT
-                 (SELECT count(*) FROM documents WHERE ocr_status = 'processing' AND pages_created_at IS NULL)
-               + (SELECT count(*) FROM task_queue_page WHERE ocr_status = 'processing'
-                                                      OR (vector_status = 'processing' AND chunked_at IS NULL))
-               + (SELECT count(*) FROM task_queue_chunk WHERE vector_status = 'processing' OR graphrag_status = 'processing'),
-                 LEAST(
-                   (SELECT min(next_attempt_at) FROM documents WHERE ocr_status = 'failed' AND pages_created_at IS NULL
-                       AND retry_count < max_retries AND next_attempt_at > now() AND next_attempt_at < '9999-01-01'),
-                   (SELECT min(ocr_next_attempt_at) FROM task_queue_page WHERE ocr_status = 'failed'
-                       AND ocr_retry_count < max_retries AND ocr_next_attempt_at > now() AND ocr_next_attempt_at < '9999-01-01'),
-                   (SELECT min(vector_next_attempt_at) FROM task_queue_chunk WHERE vector_status = 'failed'
-                       AND vector_retry_count < max_retries AND vector_next_attempt_at > now() AND vector_next_attempt_at < '9999-01-01'),
-                   (SELECT min(graphrag_next_attempt_at) FROM task_queue_chunk WHERE graphrag_status = 'failed'
-                       AND graphrag_retry_count < max_retries AND graphrag_next_attempt_at > now() AND graphrag_next_attempt_at < '9999-01-01'))
-                 - now()""").one()
-    backoff = row[1].total_seconds() if row[1] is not None else None
-    return {"processing": int(row[0]), "next_retry_in_s": backoff}
 
 
 _HAS_PROC = Path("/proc/self/stat").exists()
@@ -182,7 +160,7 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: Ta
                     on_run(run, ok)
             if planned:
                 continue
-            waiting = waiting_work(queue)
+            waiting = waiting_work(queue.engine)
             # tasks of a worker that died are released here too: without a daemon nobody else would
             if waiting["processing"] and sum(queue.recover_stale().values()):
                 continue

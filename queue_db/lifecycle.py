@@ -2,6 +2,7 @@
 re-indexing a phase. Only the queue's side; the caller removes outputs from the stores (orchestration.lifecycle)."""
 from __future__ import annotations
 
+from .inspection import document_held_counts
 from .queue import TaskQueue, source_path_text
 from .tasks import Phase
 
@@ -64,13 +65,7 @@ def partition_keys_of(queue: TaskQueue, document_id: str) -> dict[str, list[str]
 def delete_rows(queue: TaskQueue, document_id: str) -> bool:
     """Remove the document and (by cascade) its pages and chunks. Refused while any of its tasks is running."""
     with queue.engine.begin() as conn:
-        busy = conn.exec_driver_sql(
-            """SELECT (SELECT count(*) FROM documents WHERE id = %(d)s AND ocr_status = 'processing' AND pages_created_at IS NULL)
-                    + (SELECT count(*) FROM task_queue_page WHERE document_id = %(d)s
-                          AND (ocr_status = 'processing' OR (vector_status = 'processing' AND chunked_at IS NULL)))
-                    + (SELECT count(*) FROM task_queue_chunk WHERE document_id = %(d)s
-                          AND (vector_status = 'processing' OR graphrag_status = 'processing'))""",
-            {"d": document_id}).scalar()
+        busy = sum(document_held_counts(conn, document_id).values())
         if busy:
             raise RuntimeError(f"document has {busy} task(s) running; wait for them or recover them first")
         return conn.exec_driver_sql("DELETE FROM documents WHERE id = %(d)s", {"d": document_id}).rowcount > 0

@@ -34,6 +34,7 @@ from .config import QueueSettings
 from .keys import chunk_id
 from .tasks import (
     ALL_KINDS,
+    NEVER,
     GRAPHRAG_CHUNK,
     OCR_DOCUMENT,
     OCR_PAGE,
@@ -46,8 +47,6 @@ from .tasks import (
 )
 
 MAX_ERROR_CHARS = 4000
-# 'never retry automatically': a finite far-future time (drivers cannot load 'infinity' into datetime)
-NEVER = "9999-12-31T00:00:00Z"
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
 
 
@@ -500,11 +499,10 @@ class TaskQueue:
     def _release(self, kind: TaskKind, where_template: str, reason_template: str, args: dict) -> int:
         names = {"hb": f"t.{kind.col('last_heartbeat')}", "worker": f"t.{kind.col('worker_id')}"}
         retries = kind.col("retry_count")
-        gate = "AND t.pages_created_at IS NULL" if kind is OCR_DOCUMENT else ""
         sql = f"""
             WITH lost AS (
                 SELECT t.id FROM {kind.table} t
-                WHERE t.{kind.status} = 'processing' {gate} AND {where_template.format(**names)}
+                WHERE {kind.held_sql('t')} AND {where_template.format(**names)}
                 ORDER BY t.id FOR UPDATE SKIP LOCKED
             )
             UPDATE {kind.table} t
@@ -523,14 +521,11 @@ class TaskQueue:
         """Operator retry: failed tasks go back to pending with their retry counts reset."""
         counts = {}
         for kind in ALL_KINDS if phase is None else kinds_of_phase(phase):
-            doc_filter = ""
-            if document_id is not None:
-                doc_filter = ("AND t.id = ($1->>'doc')::uuid" if kind is OCR_DOCUMENT
-                              else "AND t.document_id = ($1->>'doc')::uuid")
+            doc_filter = f"AND t.{kind.document_column} = ($1->>'doc')::uuid" if document_id is not None else ""
             sql = f"""
                 WITH failed AS (
                     SELECT t.id FROM {kind.table} t
-                    WHERE t.{kind.status} = 'failed' AND ({kind.ready_sql}) {doc_filter}
+                    WHERE t.{kind.status} = 'failed' AND ({kind.owns('t')}) {doc_filter}
                     ORDER BY t.id FOR UPDATE
                 )
                 UPDATE {kind.table} t SET {kind.status} = 'pending', {kind.col('retry_count')} = 0,
@@ -559,14 +554,14 @@ class TaskQueue:
             for phase in (Phase.VECTOR, Phase.GRAPHRAG):
                 col = f"{phase.value}_status"
                 found[("page", phase)] = [str(r[0]) for r in conn.exec_driver_sql(
-                    f"""SELECT p.id FROM task_queue_page p WHERE p.chunked_at IS NOT NULL
+                    f"""SELECT p.id FROM task_queue_page p WHERE NOT ({VECTOR_PAGE.owns('p')})
                         AND p.{col} IS DISTINCT FROM COALESCE(
                             (SELECT docqueue_rollup(c.{col}) FROM task_queue_chunk c WHERE c.page_id = p.id), 'completed')
                         ORDER BY p.id""").all()]
             for phase in Phase:
                 doc_col, page_col = phase.document_status_column, f"{phase.value}_status"
                 found[("document", phase)] = [str(r[0]) for r in conn.exec_driver_sql(
-                    f"""SELECT d.id FROM documents d WHERE d.pages_created_at IS NOT NULL
+                    f"""SELECT d.id FROM documents d WHERE NOT ({OCR_DOCUMENT.owns('d')})
                         AND EXISTS (SELECT 1 FROM task_queue_page pg WHERE pg.document_id = d.id)
                         AND d.{doc_col} IS DISTINCT FROM
                             (SELECT docqueue_rollup(pg.{page_col}) FROM task_queue_page pg WHERE pg.document_id = d.id)
@@ -608,7 +603,7 @@ class TaskQueue:
             WITH target AS (
                 SELECT t.id FROM {kind.table} t
                 WHERE t.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'ids'))::uuid[])
-                  AND t.{kind.status} <> 'processing'
+                  AND t.{kind.status} <> 'processing' AND ({kind.owns('t')})
                 ORDER BY t.id FOR UPDATE
             )
             UPDATE {kind.table} t SET {kind.status} = 'pending', {kind.col('retry_count')} = 0,

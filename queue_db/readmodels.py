@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import sqlalchemy as sa
 
-from .tasks import Phase
+from .tasks import ALL_KINDS, Phase, leaf_kind
 
 _PROGRESS_SQL = """
 SELECT d.id, d.document_key, d.filename, d.priority,
@@ -27,36 +27,23 @@ GROUP BY d.id
 ORDER BY d.created_at, d.id
 """
 
-_STATISTICS_SQL = """
-SELECT 'documents' AS task_type, ocr_status::text AS status, COUNT(*) AS count
-FROM documents WHERE pages_created_at IS NULL GROUP BY ocr_status
-UNION ALL
-SELECT 'ocr_pages', ocr_status::text, COUNT(*) FROM task_queue_page GROUP BY ocr_status
-UNION ALL
-SELECT 'vector_chunks', vector_status::text, COUNT(*) FROM task_queue_chunk GROUP BY vector_status
-UNION ALL
-SELECT 'graphrag_chunks', graphrag_status::text, COUNT(*) FROM task_queue_chunk GROUP BY graphrag_status
-ORDER BY 1, 2
-"""
+def _statistics_sql() -> str:
+    return "\nUNION ALL ".join(
+        f"SELECT '{k.label}' AS task_type, t.{k.status}::text AS status, COUNT(*) AS count FROM {k.table} t "
+        f"WHERE {k.owns('t')} GROUP BY 2" for k in ALL_KINDS) + "\nORDER BY 1, 2"
 
-# queue wait = claim time - creation; duration = completion - claim; per phase and level, completed tasks only
-_TIMINGS_SQL = """
+
+def _timings_sql() -> str:
+    """Queue wait = claim - ready (the dependency's completion); run = completion - claim; completed tasks only."""
+    samples = "\n    UNION ALL ".join(
+        f"SELECT '{k.label}' AS task_type, "
+        f"EXTRACT(EPOCH FROM t.{k.col('started_at')} - {k.ready_since_sql}) AS wait_s, "
+        f"EXTRACT(EPOCH FROM t.{k.col('completed_at')} - t.{k.col('started_at')}) AS run_s FROM {k.table} t "
+        f"WHERE (t.{k.status} = 'completed' OR NOT ({k.owns('t')})) "
+        f"AND t.{k.col('completed_at')} IS NOT NULL AND t.{k.col('started_at')} IS NOT NULL" for k in ALL_KINDS)
+    return f"""
 WITH samples AS (
-    SELECT 'ocr_pages' AS task_type, EXTRACT(EPOCH FROM ocr_started_at - created_at) AS wait_s,
-           EXTRACT(EPOCH FROM ocr_completed_at - ocr_started_at) AS run_s
-    FROM task_queue_page WHERE ocr_status = 'completed' AND ocr_started_at IS NOT NULL
-    UNION ALL
-    SELECT 'chunking_pages', EXTRACT(EPOCH FROM vector_started_at - ocr_completed_at),
-           EXTRACT(EPOCH FROM chunked_at - vector_started_at)
-    FROM task_queue_page WHERE chunked_at IS NOT NULL AND vector_started_at IS NOT NULL
-    UNION ALL
-    SELECT 'vector_chunks', EXTRACT(EPOCH FROM vector_started_at - created_at),
-           EXTRACT(EPOCH FROM vector_completed_at - vector_started_at)
-    FROM task_queue_chunk WHERE vector_status = 'completed' AND vector_started_at IS NOT NULL
-    UNION ALL
-    SELECT 'graphrag_chunks', EXTRACT(EPOCH FROM graphrag_started_at - vector_completed_at),
-           EXTRACT(EPOCH FROM graphrag_completed_at - graphrag_started_at)
-    FROM task_queue_chunk WHERE graphrag_status = 'completed' AND graphrag_started_at IS NOT NULL
+    {samples}
 )
 SELECT task_type, COUNT(*) AS completed,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_s) AS wait_median_s,
@@ -66,16 +53,23 @@ SELECT task_type, COUNT(*) AS completed,
 FROM samples GROUP BY task_type ORDER BY task_type
 """
 
-_ERROR_CLASSES_SQL = """
-SELECT 'documents' AS task_type, ocr_error_class AS error_class, COUNT(*) AS count
-FROM documents WHERE ocr_error_class IS NOT NULL AND pages_created_at IS NULL GROUP BY 2
-UNION ALL SELECT 'ocr_pages', ocr_error_class, COUNT(*) FROM task_queue_page WHERE ocr_error_class IS NOT NULL GROUP BY 2
-UNION ALL SELECT 'chunking_pages', vector_error_class, COUNT(*) FROM task_queue_page
-          WHERE vector_error_class IS NOT NULL AND chunked_at IS NULL GROUP BY 2
-UNION ALL SELECT 'vector_chunks', vector_error_class, COUNT(*) FROM task_queue_chunk WHERE vector_error_class IS NOT NULL GROUP BY 2
-UNION ALL SELECT 'graphrag_chunks', graphrag_error_class, COUNT(*) FROM task_queue_chunk WHERE graphrag_error_class IS NOT NULL GROUP BY 2
-ORDER BY 1, 2
-"""
+
+def _error_classes_sql() -> str:
+    return "\nUNION ALL ".join(
+        f"SELECT '{k.label}' AS task_type, t.{k.col('error_class')} AS error_class, COUNT(*) AS count "
+        f"FROM {k.table} t WHERE t.{k.col('error_class')} IS NOT NULL AND ({k.owns('t')}) GROUP BY 2"
+        for k in ALL_KINDS) + "\nORDER BY 1, 2"
+
+
+def phase_progress(engine: sa.Engine) -> dict[str, dict[str, int]]:
+    """Per phase, its units of work (the phase's deepest kind): total, completed, failed."""
+    sql = "\nUNION ALL ".join(
+        f"SELECT '{phase.value}', count(*), count(*) FILTER (WHERE t.{k.status} = 'completed'), "
+        f"count(*) FILTER (WHERE t.{k.status} = 'failed') FROM {k.table} t"
+        for phase in Phase for k in (leaf_kind(phase),))
+    with engine.connect() as conn:
+        return {r[0]: {"total": int(r[1]), "completed": int(r[2]), "failed": int(r[3])}
+                for r in conn.exec_driver_sql(sql).all()}
 
 
 def _frame(engine: sa.Engine, sql: str, params: dict | None = None) -> pd.DataFrame:
@@ -96,17 +90,18 @@ def document_progress(engine: sa.Engine, document_id: str | None = None) -> pd.D
 
 
 def queue_statistics(engine: sa.Engine) -> pd.DataFrame:
-    """task_type x status x count (the seed's query, plus documents waiting for expansion)."""
-    return _frame(engine, _STATISTICS_SQL)
+    """task_type x status x count over every kind (the seed's query, plus documents and pages whose status is
+    still their own)."""
+    return _frame(engine, _statistics_sql())
 
 
 def phase_timings(engine: sa.Engine) -> pd.DataFrame:
     """Queue wait and processing time (median, p95) per task type, over completed tasks."""
-    return _frame(engine, _TIMINGS_SQL)
+    return _frame(engine, _timings_sql())
 
 
 def error_classes(engine: sa.Engine) -> pd.DataFrame:
-    return _frame(engine, _ERROR_CLASSES_SQL)
+    return _frame(engine, _error_classes_sql())
 
 
 def documents_ready(engine: sa.Engine, phase: Phase) -> pd.DataFrame:

@@ -1,9 +1,13 @@
-"""The five kinds of task in the hierarchy and THE claim rule, in one place.
+"""The five kinds of task in the hierarchy and every per-kind fact, in one place.
 
 A kind names its table and the columns of its phase; `claimable_sql` is the claim rule (seed: failed with
 retries left first, then pending; fewest retries; oldest; plus docqueue's priority first and a back-off time),
-and `ready_sql` is the dependency gate (seed "Sequential Dependencies"). The claim indexes in
-migrations/0002_docqueue_queue.sql carry exactly these predicates so every claim reads an index in order.
+`ready_sql` is the dependency gate (seed "Sequential Dependencies"), and `owns_sql` says whether the row's status
+is still the task's own: a document's OCR status and a page's vector status become their children's roll-up once
+the document is expanded or the page chunked, and from then on no worker holds them. Every per-kind query (claim,
+release, stuck, waiting, held, statistics, retry, requeue, delete) is built from these predicates over
+`ALL_KINDS`, so a kind added here reaches all of them. The claim indexes in migrations/0002_docqueue_queue.sql
+carry exactly the claim predicates so every claim reads an index in order.
 """
 from __future__ import annotations
 
@@ -41,7 +45,12 @@ class TaskKind:
     table: str
     prefix: str  # column prefix of this phase on this table
     ready_sql: str  # the dependency gate, over alias t; "TRUE" when none
+    label: str  # the kind's name in statistics and read models
     returning: tuple[str, ...]
+    # over alias t: the status is the task's own, not yet its children's roll-up
+    owns_sql: str = "TRUE"
+    # over alias t: when the task became ready (its dependency's completion), where queue wait starts
+    ready_since_sql: str = "t.created_at"
     # columns a completion may set, with their SQL types
     result_columns: dict = field(default_factory=dict)
     # documents use their own names for the expansion task's bookkeeping
@@ -58,11 +67,30 @@ class TaskKind:
     def status(self) -> str:
         return self.col("status")
 
+    @property
+    def document_column(self) -> str:
+        """The column naming the row's document."""
+        return "id" if self.level is Level.DOCUMENT else "document_id"
+
+    def owns(self, alias: str = "t") -> str:
+        return _aliased(self.owns_sql, alias)
+
+    def held_sql(self, alias: str = "t") -> str:
+        """Rows a worker holds right now: processing, and the status still the task's own."""
+        return f"{alias}.{self.status} = 'processing' AND ({self.owns(alias)})"
+
+    def backing_off_sql(self, alias: str = "t") -> str:
+        """Failed rows that will be claimable once their back-off ends (not those failed for good)."""
+        attempt = f"{alias}.{self.col('next_attempt_at')}"
+        return (f"{alias}.{self.status} = 'failed' AND ({self.owns(alias)}) "
+                f"AND {alias}.{self.col('retry_count')} < {alias}.max_retries "
+                f"AND {attempt} > now() AND {attempt} < '{NEVER}'::timestamptz")
+
     def claimable_sql(self, alias: str = "t") -> str:
         """Rows this kind may claim now. Textually mirrors the partial claim index predicate."""
         status, retries = f"{alias}.{self.status}", f"{alias}.{self.col('retry_count')}"
         return (
-            f"({self.ready_sql.replace('t.', alias + '.')}) "
+            f"({_aliased(self.ready_sql, alias)}) "
             f"AND ({status} = 'pending' OR ({status} = 'failed' AND {retries} < {alias}.max_retries)) "
             f"AND ({alias}.{self.col('next_attempt_at')} IS NULL OR {alias}.{self.col('next_attempt_at')} <= now())"
         )
@@ -82,6 +110,14 @@ class TaskKind:
         return {Level.DOCUMENT: (), Level.PAGE: (Level.DOCUMENT,), Level.CHUNK: (Level.PAGE, Level.DOCUMENT)}[self.level]
 
 
+def _aliased(predicate: str, alias: str) -> str:
+    return predicate.replace("t.", alias + ".")
+
+
+# a failure that is never retried automatically waits until this finite far-future time (drivers cannot load
+# 'infinity' into a datetime)
+NEVER = "9999-12-31T00:00:00Z"
+
 # returned columns that do not live on the task row
 _RETURNED_ELSEWHERE = {
     "content": "(SELECT x.content FROM task_queue_chunk_text x WHERE x.chunk_task_id = {a}.id) AS content",
@@ -89,7 +125,7 @@ _RETURNED_ELSEWHERE = {
 
 OCR_DOCUMENT = TaskKind(
     name="ocr_document", phase=Phase.OCR, level=Level.DOCUMENT, table="documents", prefix="ocr",
-    ready_sql="t.pages_created_at IS NULL",
+    ready_sql="t.pages_created_at IS NULL", owns_sql="t.pages_created_at IS NULL", label="documents",
     returning=("id", "document_key", "filename", "storage_key", "source_path", "password_ref", "mime_type",
                "retry_count", "max_retries"),
     column_overrides={"worker_id": "current_worker_id", "retry_count": "retry_count",
@@ -98,26 +134,28 @@ OCR_DOCUMENT = TaskKind(
 )
 OCR_PAGE = TaskKind(
     name="ocr_page", phase=Phase.OCR, level=Level.PAGE, table="task_queue_page", prefix="ocr",
-    ready_sql="TRUE",
+    ready_sql="TRUE", label="ocr_pages",
     returning=("id", "document_id", "page_number", "ocr_retry_count", "max_retries"),
     result_columns={"page_file_path": "text", "ocr_method": "text", "ocr_chars": "int", "ocr_seconds": "real"},
 )
 VECTOR_PAGE = TaskKind(
     name="vector_page", phase=Phase.VECTOR, level=Level.PAGE, table="task_queue_page", prefix="vector",
-    ready_sql="t.chunked_at IS NULL AND t.ocr_status = 'completed'",
+    ready_sql="t.chunked_at IS NULL AND t.ocr_status = 'completed'", owns_sql="t.chunked_at IS NULL",
+    label="chunking_pages", ready_since_sql="t.ocr_completed_at", column_overrides={"completed_at": "chunked_at"},
     returning=("id", "document_id", "page_number", "page_file_path", "vector_retry_count", "max_retries"),
 )
 VECTOR_CHUNK = TaskKind(
     name="vector_chunk", phase=Phase.VECTOR, level=Level.CHUNK, table="task_queue_chunk", prefix="vector",
     # seed: "only where parent page OCR is completed"
     ready_sql="EXISTS (SELECT 1 FROM task_queue_page gate WHERE gate.id = t.page_id AND gate.ocr_status = 'completed')",
+    label="vector_chunks",
     returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
                "vector_retry_count", "max_retries"),
     result_columns={"vector_seconds": "real"},
 )
 GRAPHRAG_CHUNK = TaskKind(
     name="graphrag_chunk", phase=Phase.GRAPHRAG, level=Level.CHUNK, table="task_queue_chunk", prefix="graphrag",
-    ready_sql="t.vector_status = 'completed'",
+    ready_sql="t.vector_status = 'completed'", label="graphrag_chunks", ready_since_sql="t.vector_completed_at",
     returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
                "graphrag_retry_count", "max_retries"),
     result_columns={"entities_extracted": "int", "relationships_extracted": "int", "graphrag_seconds": "real"},
@@ -129,3 +167,9 @@ KINDS_BY_NAME = {kind.name: kind for kind in ALL_KINDS}
 
 def kinds_of_phase(phase: Phase) -> tuple[TaskKind, ...]:
     return tuple(kind for kind in ALL_KINDS if kind.phase == phase)
+
+
+def leaf_kind(phase: Phase) -> TaskKind:
+    """The phase's kind at the deepest level: its tasks are the phase's units of work."""
+    levels = list(Level)
+    return max(kinds_of_phase(phase), key=lambda kind: levels.index(kind.level))

@@ -31,10 +31,8 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, interval_s: floa
 
 def processing_ids(queue: TaskQueue, kind: TaskKind) -> set[str]:
     with queue.engine.connect() as conn:
-        extra = " AND pages_created_at IS NULL" if kind.name == "ocr_document" else ""
-        extra += " AND chunked_at IS NULL" if kind.name == "vector_page" else ""
         return {r[0] for r in conn.exec_driver_sql(
-            f"SELECT id::text FROM {kind.table} WHERE {kind.status} = 'processing'{extra}").all()}
+            f"SELECT t.id::text FROM {kind.table} t WHERE {kind.held_sql('t')}").all()}
 
 
 def status_of(queue: TaskQueue, kind: TaskKind, ids: Iterable[str]) -> dict[str, str]:

@@ -46,20 +46,14 @@ def _document_id(queue, filename: str) -> str:
         return str(conn.exec_driver_sql("SELECT id FROM documents WHERE filename = %(f)s", {"f": filename}).scalar())
 
 
-# a document's OCR status and a page's vector status become their children's roll-up once expanded/chunked; only
-# before that are they the task's own status
-_OWN_STATUS = {"ocr_document": " AND pages_created_at IS NULL", "vector_page": " AND chunked_at IS NULL",
-               "ocr_page": "", "vector_chunk": "", "graphrag_chunk": ""}
-
-
 def _held_by(queue, pid: int) -> dict[str, set[str]]:
     """Tasks in processing whose worker id names this process (make_worker_id: label:host:pid:random)."""
     held = {}
     with queue.engine.connect() as conn:
         for kind in ALL_KINDS:
             ids = {r[0] for r in conn.exec_driver_sql(
-                f"SELECT id::text FROM {kind.table} WHERE {kind.status} = 'processing'{_OWN_STATUS[kind.name]} "
-                f"AND {kind.col('worker_id')} LIKE %(p)s", {"p": f"%:{pid}:%"}).all()}
+                f"SELECT t.id::text FROM {kind.table} t WHERE {kind.held_sql('t')} "
+                f"AND t.{kind.col('worker_id')} LIKE %(p)s", {"p": f"%:{pid}:%"}).all()}
             if ids:
                 held[kind.name] = ids
     return held
@@ -69,17 +63,17 @@ def _still_processing(queue, held: dict[str, set[str]]) -> bool:
     with queue.engine.connect() as conn:
         for kind in ALL_KINDS:
             if kind.name in held and conn.exec_driver_sql(
-                    f"SELECT count(*) FROM {kind.table} WHERE {kind.status} = 'processing'{_OWN_STATUS[kind.name]} "
-                    f"AND id = ANY(%(ids)s::uuid[])", {"ids": list(held[kind.name])}).scalar():
+                    f"SELECT count(*) FROM {kind.table} t WHERE {kind.held_sql('t')} "
+                    f"AND t.id = ANY(%(ids)s::uuid[])", {"ids": list(held[kind.name])}).scalar():
                 return True
     return False
 
 
 def _settled(queue) -> bool:
     """Nothing processing, nothing claimable, nothing waiting for a retry: the work is over, one way or another."""
-    from orchestration.runner import waiting_work
+    from queue_db.inspection import waiting_work
 
-    waiting = waiting_work(queue)
+    waiting = waiting_work(queue.engine)
     return not (waiting["processing"] or waiting["next_retry_in_s"] is not None or any(queue.ready_counts().values()))
 
 

@@ -1,0 +1,74 @@
+"""What the queue holds right now, per kind of task: tasks held by workers, stuck ones, failed ones backing off,
+the workers holding tasks, and a document's running tasks. Every query is built from `ALL_KINDS` and the kinds'
+own predicates (queue_db.tasks), so none of them can forget a kind or spell a kind's rule differently.
+
+Each reads the `processing` rows through the kinds' partial heartbeat indexes, or one document's rows through its
+foreign-key index: the cost follows the work in flight, not the size of the corpus.
+"""
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from .tasks import ALL_KINDS, TaskKind
+
+
+def _union(parts: list[str]) -> str:
+    return "\nUNION ALL ".join(parts)
+
+
+def held_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
+    """kind, count of tasks held by a worker."""
+    return _union([f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t WHERE {k.held_sql('t')}"
+                   for k in kinds])
+
+
+def stuck_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
+    """kind, count of held tasks whose heartbeat is older than %(stale_s)s seconds."""
+    return _union([
+        f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t WHERE {k.held_sql('t')} "
+        f"AND t.{k.col('last_heartbeat')} < now() - make_interval(secs => %(stale_s)s)" for k in kinds])
+
+
+def next_retry_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
+    """kind, the earliest time a failed task of that kind backing off becomes claimable again."""
+    return _union([f"SELECT '{k.name}' AS kind, min(t.{k.col('next_attempt_at')}) AS at FROM {k.table} t "
+                   f"WHERE {k.backing_off_sql('t')}" for k in kinds])
+
+
+def holders_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
+    """kind, worker id of every worker holding a task."""
+    return _union([f"SELECT DISTINCT '{k.name}' AS kind, t.{k.col('worker_id')} AS worker FROM {k.table} t "
+                   f"WHERE {k.held_sql('t')}" for k in kinds])
+
+
+def document_held_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
+    """kind, count of tasks of document %(document_id)s held by a worker."""
+    return _union([f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t "
+                   f"WHERE t.{k.document_column} = %(document_id)s AND {k.held_sql('t')}" for k in kinds])
+
+
+def held_counts(conn: sa.Connection) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in conn.exec_driver_sql(held_sql()).all()}
+
+
+def stuck_counts(conn: sa.Connection, stale_s: float) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in conn.exec_driver_sql(stuck_sql(), {"stale_s": stale_s}).all()}
+
+
+def waiting_work(engine: sa.Engine) -> dict[str, float | int | None]:
+    """Work that is not claimable now but will be: tasks held by workers, failed tasks backing off.
+    `next_retry_in_s` is the wait until the first back-off ends (None when nothing backs off)."""
+    with engine.connect() as conn:
+        held = sum(held_counts(conn).values())
+        soonest = conn.exec_driver_sql(
+            f"SELECT EXTRACT(EPOCH FROM min(at) - now())::float8 FROM ({next_retry_sql()}) r").scalar()
+    return {"processing": held, "next_retry_in_s": soonest}
+
+
+def holding_workers(engine: sa.Engine) -> set[str]:
+    with engine.connect() as conn:
+        return {r[1] for r in conn.exec_driver_sql(holders_sql()).all() if r[1]}
+
+
+def document_held_counts(conn: sa.Connection, document_id: str) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in conn.exec_driver_sql(document_held_sql(), {"document_id": str(document_id)}).all()}
