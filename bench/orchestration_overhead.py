@@ -86,7 +86,7 @@ def _ingest(queue, corpus: Path) -> int:
 def child_plain(corpus: Path) -> dict:
     from queue_db.queue import make_worker_id
     from queue_db.tasks import ALL_KINDS
-    from queue_db.worker import Heartbeat
+    from queue_db.heartbeat import Heartbeat
     from orchestration.assets.common import CLAIM_BATCH
     from orchestration.work import Pipeline
     from resources.database import get_queue

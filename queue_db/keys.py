@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from pathlib import PurePath
 
 _KEY = re.compile(r"^(?P<doc>[a-z0-9][a-z0-9-]*)(?:/p(?P<page>\d{4,}))?(?:/c(?P<chunk>\d{3,}))?$")
 
@@ -50,3 +51,10 @@ def parse_partition_key(key: str) -> ParsedKey:
         raise ValueError(f"not a docqueue partition key: {key!r}")
     page, chunk = match.group("page"), match.group("chunk")
     return ParsedKey(match.group("doc"), int(page) if page else None, int(chunk) if chunk else None)
+
+
+def document_key_for(filename: str, content_hash: str, length: int = 8) -> str:
+    """`<filename-stem>-<hash8>`: readable, stable, and safe as a Dagster partition key (no commas, no slashes)."""
+    stem = PurePath(filename.replace("\\", "/")).stem
+    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:60] or "document"
+    return f"{slug}-{content_hash[:length]}"

@@ -96,8 +96,8 @@ def reset_phase(queue: TaskQueue, phase: Phase, document_id: str | None = None) 
             queue._bubble(conn, bubble_phase, pages, documents)
         if phase is Phase.VECTOR:
             conn.exec_driver_sql(
-                f"UPDATE documents SET vector_rollup_at = NULL, graphrag_rollup_at = NULL "
-                f"WHERE id = ANY(%(ids)s::uuid[])", {"ids": documents})
+                "UPDATE documents SET vector_rollup_at = NULL, graphrag_rollup_at = NULL "
+                "WHERE id = ANY(%(ids)s::uuid[])", {"ids": documents})
         else:
             conn.exec_driver_sql("UPDATE documents SET graphrag_rollup_at = NULL WHERE id = ANY(%(ids)s::uuid[])",
                                  {"ids": documents})

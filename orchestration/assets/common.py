@@ -21,7 +21,7 @@ import dagster as dg
 from queue_db.partitions import rows_for_keys
 from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.tasks import TaskKind
-from queue_db.worker import Heartbeat
+from queue_db.heartbeat import Heartbeat
 from orchestration.work import Outcome, Pipeline
 
 CLAIM_BATCH = {"ocr_document": 4, "ocr_page": 4, "vector_page": 25, "vector_chunk": 64, "graphrag_chunk": 64}

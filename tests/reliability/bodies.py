@@ -55,7 +55,7 @@ def late_finisher(spec: dict) -> None:
     from orchestration.work import Pipeline
     from queue_db.queue import make_worker_id
     from queue_db.tasks import KINDS_BY_NAME, VECTOR_CHUNK
-    from queue_db.worker import Heartbeat
+    from queue_db.heartbeat import Heartbeat
     from resources.database import get_queue
 
     kind = KINDS_BY_NAME[spec["kind"]]
@@ -102,7 +102,7 @@ def busy_holder(spec: dict) -> None:
     for `busy_s` seconds, then complete them. Reports beats, what the completion applied and what it refused."""
     from queue_db.queue import make_worker_id
     from queue_db.tasks import OCR_PAGE
-    from queue_db.worker import Heartbeat
+    from queue_db.heartbeat import Heartbeat
     from resources.database import get_queue
 
     queue = get_queue()

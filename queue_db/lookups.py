@@ -1,0 +1,61 @@
+"""Lookups of single documents, pages and chunks, and of how much work is ready."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .tasks import ALL_KINDS
+from .transactions import QueueConnection
+
+
+class Lookups(QueueConnection):
+    def document(self, ref: str) -> dict | None:
+        """A document by id, document key or content hash."""
+        with self.engine.connect() as conn:
+            row = conn.exec_driver_sql(
+                """SELECT * FROM documents
+                   WHERE document_key = %(r)s OR content_hash = %(r)s
+                      OR (%(r)s ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' AND id::text = lower(%(r)s))
+                   LIMIT 1""", {"r": ref}).mappings().first()
+        return dict(row) if row else None
+
+    def pages(self, document_id: str) -> list[dict]:
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.exec_driver_sql(
+                "SELECT * FROM task_queue_page WHERE document_id = %(d)s ORDER BY page_number",
+                {"d": str(document_id)}).mappings().all()]
+
+    def chunks(self, *, document_id: str | None = None, page_id: str | None = None) -> list[dict]:
+        clauses, params = [], {}
+        if document_id is not None:
+            clauses.append("c.document_id = %(d)s")
+            params["d"] = str(document_id)
+        if page_id is not None:
+            clauses.append("c.page_id = %(p)s")
+            params["p"] = str(page_id)
+        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.exec_driver_sql(
+                f"""SELECT c.*, x.content FROM task_queue_chunk c
+                    LEFT JOIN task_queue_chunk_text x ON x.chunk_task_id = c.id
+                    {where} ORDER BY c.document_id, c.page_id, c.chunk_index""",
+                params).mappings().all()]
+
+    def chunk_context(self, ids: Sequence[str]) -> dict[str, dict]:
+        """What a chunk's outputs carry besides its text: document id/key/filename and page number."""
+        if not ids:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                """SELECT c.id::text AS id, c.document_id::text AS document_id, d.document_key, d.filename,
+                          p.page_number, c.chunk_index, c.chunk_id, c.chunk_content_hash
+                   FROM task_queue_chunk c JOIN documents d ON d.id = c.document_id
+                   JOIN task_queue_page p ON p.id = c.page_id
+                   WHERE c.id = ANY(%(ids)s::uuid[])""", {"ids": [str(i) for i in ids]}).mappings().all()
+        return {r["id"]: dict(r) for r in rows}
+
+    def ready_counts(self) -> dict[str, int]:
+        """How many tasks of each kind could be claimed right now (what sensors and --until-idle look at)."""
+        with self.engine.connect() as conn:
+            return {kind.name: int(conn.exec_driver_sql(
+                f"SELECT count(*) FROM {kind.table} t WHERE {kind.claimable_sql('t')}").scalar())
+                for kind in ALL_KINDS}

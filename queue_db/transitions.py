@@ -1,0 +1,419 @@
+"""The queue's transitions: registration, claims, heartbeats, fenced completions and failures, expansion into
+child tasks, and the bubble-up that runs in the same transaction as each of them."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import psycopg
+import psycopg.rows
+import psycopg.types.json
+import psycopg.types.string
+import sqlalchemy as sa
+
+from .keys import chunk_id, document_key_for
+from .tasks import NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, Phase, TaskKind
+from .text import clean_text, source_path_text
+from .transactions import QueueConnection, with_retries
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What a fenced transition did: ids it applied to and ids it refused (lost ownership)."""
+
+    applied: list[str]
+    rejected: list[str]
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What Transitions.settle did: its completions, its failures, and the rows it claimed next."""
+
+    completed: Transition
+    failed: Transition
+    claimed: list[dict]
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A parent whose status bubble-up changed: level, id, phase, old and new status."""
+
+    level: str
+    id: str
+    phase: str
+    old: str | None
+    new: str
+
+
+def make_worker_id(label: str = "worker") -> str:
+    """Unique per worker instance: a recovered-and-reclaimed task never has the same owner twice."""
+    return f"{label}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"[-100:]
+
+
+class Transitions(QueueConnection):
+    def register_document(
+        self,
+        *,
+        filename: str,
+        content_hash: str,
+        size_bytes: int,
+        storage_key: str | None = None,
+        source_path: str | None = None,
+        priority: int = 0,
+        password_ref: str | None = None,
+        mime_type: str | None = "application/pdf",
+        filename_bytes: bytes | None = None,
+        metadata: dict | None = None,
+    ) -> tuple[dict, bool]:
+        """Idempotent on content hash: the same bytes twice give the same document. Returns (row, created)."""
+        if not 0 <= priority <= 10:
+            raise ValueError(f"priority must be between 0 and 10, got {priority}")
+        if not re.fullmatch(r"[0-9a-f]{64}", content_hash):
+            raise ValueError("content_hash must be a sha256 hex digest")
+
+        def work(conn: sa.Connection) -> tuple[dict, bool]:
+            for key_length in (8, 12, 16, 64):
+                row = conn.exec_driver_sql(
+                    """INSERT INTO documents (filename, filename_bytes, document_key, source_path, storage_key,
+                                              size_bytes, content_hash, mime_type, priority, password_ref,
+                                              metadata, max_retries)
+                       VALUES (%(filename)s, %(filename_bytes)s, %(key)s, %(source_path)s, %(storage_key)s,
+                               %(size)s, %(hash)s, %(mime)s, %(priority)s, %(password_ref)s, %(metadata)s::jsonb,
+                               %(max_retries)s)
+                       ON CONFLICT DO NOTHING
+                       RETURNING *""",
+                    {
+                        "filename": clean_text(filename, 1000), "filename_bytes": filename_bytes,
+                        "key": document_key_for(filename, content_hash, key_length),
+                        "source_path": source_path_text(source_path) if source_path else None, "storage_key": storage_key,
+                        "size": size_bytes, "hash": content_hash, "mime": mime_type, "priority": priority,
+                        "password_ref": password_ref, "metadata": json.dumps(metadata or {}),
+                        "max_retries": self.settings.max_retries,
+                    },
+                ).mappings().first()
+                if row is not None:
+                    return dict(row), True
+                existing = conn.exec_driver_sql(
+                    "SELECT * FROM documents WHERE content_hash = %(hash)s", {"hash": content_hash}
+                ).mappings().first()
+                if existing is not None:
+                    return dict(existing), False
+                # the key collided with a different file's key: lengthen the hash part and try again
+            raise RuntimeError("could not allocate a unique document key")
+
+        return self._transaction(work)
+
+    def set_storage_key(self, document_id: str, storage_key: str) -> None:
+        self._transaction(lambda conn: conn.exec_driver_sql(
+            "UPDATE documents SET storage_key = %(k)s, updated_at = now() WHERE id = %(id)s",
+            {"k": storage_key, "id": document_id}))
+
+    def _run(self, kind: TaskKind | None, statement: str, args: dict, *, bubble: bool = True,
+             conn: sa.Connection | None = None) -> list[dict]:
+        """Run one data-modifying statement ($1 = `args` as jsonb) and bubble its parents up, atomically and in
+        one round trip (docqueue_transition, migrations/0002). Inside `conn` when given, else autocommit."""
+        phase = kind.phase.value if (bubble and kind is not None and kind.level is not Level.DOCUMENT) else None
+        call = "SELECT docqueue_transition(%(sql)s, %(phase)s, %(args)s::jsonb)"
+        params = {"sql": statement, "phase": phase, "args": json.dumps(args)}
+        if conn is not None:
+            return list(conn.exec_driver_sql(call, params).scalar())
+        return self._autocommit(lambda c: list(c.exec_driver_sql(call, params).scalar()))
+
+    def _pipelined(self, kind: TaskKind, worker_id: str, statements: Sequence[tuple[str, dict]],
+                   settled: Sequence[str] | None) -> list[list[dict]]:
+        """The hot path (claim, complete, fail, settle): BEGIN, each transition as a prepared statement (its plan is
+        cached, unlike dynamic SQL), one docqueue_bubble_after() for all of them, COMMIT, sent as one pipelined
+        batch: one round trip. `settled` are the rows completed or failed; rows claimed are found by the function
+        (worker and heartbeat = now()). Returns each statement's rows."""
+        prepared = [(sql.replace("%", "%%").replace("$1", "%(args)s::jsonb"), args) for sql, args in statements]
+
+        def attempt() -> list[list[dict]]:
+            raw = self.engine.raw_connection()
+            pg = raw.driver_connection
+            try:
+                with pg.pipeline():
+                    with pg.transaction():
+                        cursors = []
+                        for sql, args in prepared:
+                            cursor = pg.cursor(row_factory=psycopg.rows.dict_row)
+                            # ids leave the queue as strings; loading them as text skips a uuid.UUID per value
+                            cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
+                            cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
+                            cursors.append(cursor)
+                        pg.execute("SELECT docqueue_bubble_after(%s, %s, %s::uuid[])",
+                                   (kind.name, worker_id, list(settled) if settled else None), prepare=True)
+                    results = [cursor.fetchall() for cursor in cursors]
+            except psycopg.Error as exc:
+                # a broken connection must not go back to the pool
+                if pg.closed or isinstance(exc, psycopg.OperationalError):
+                    raw.invalidate()
+                else:
+                    raw.close()
+                raise
+            raw.close()
+            return results
+
+        return with_retries(attempt)
+
+    def claim_sql(self, kind: TaskKind, *, only_ids: bool = False, override_retry_limit: bool = False) -> str:
+        """The claim statement of `kind` ($1: {worker, limit, only}). Public so the EXPLAIN test checks it."""
+        where = kind.claimable_sql("t")
+        if override_retry_limit:
+            where = f"({kind.ready_sql}) AND t.{kind.status} IN ('pending', 'failed')"
+        if only_ids:
+            where += " AND t.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'only'))::uuid[])"
+        returning = kind.returning_sql("t")
+        return f"""
+            WITH picked AS (
+                SELECT t.id FROM {kind.table} t
+                WHERE {where}
+                ORDER BY {kind.claim_order_sql("t")}
+                LIMIT ($1->>'limit')::int
+                FOR UPDATE OF t SKIP LOCKED
+            )
+            UPDATE {kind.table} t
+            SET {kind.status} = 'processing', {kind.col('worker_id')} = $1->>'worker',
+                {kind.col('started_at')} = now(), {kind.col('last_heartbeat')} = now(), updated_at = now()
+            WHERE t.id = ANY(ARRAY(SELECT id FROM picked))  -- probe the primary key, never a hash join over the table
+            RETURNING {returning}, EXTRACT(EPOCH FROM now() - t.created_at)::float8 AS queue_wait_s"""
+
+    def claim(self, kind: TaskKind, worker_id: str, limit: int = 1, *, only_ids: Sequence[str] | None = None,
+              override_retry_limit: bool = False) -> list[dict]:
+        """Claim up to `limit` ready tasks of `kind` for `worker_id` and bubble `processing` up, atomically.
+
+        `only_ids` restricts the claim to those rows (a Dagster partition range). `override_retry_limit` also
+        takes failed rows whose retries are exhausted or whose back-off has not elapsed: a manual backfill.
+        """
+        statement = self._claim_statement(kind, worker_id, limit, only_ids, override_retry_limit)
+        return self._pipelined(kind, worker_id, [statement], None)[0] if statement else []
+
+    def _claim_statement(self, kind: TaskKind, worker_id: str, limit: int, only_ids: Sequence[str] | None,
+                         override_retry_limit: bool) -> tuple[str, dict] | None:
+        if limit <= 0 or (only_ids is not None and not only_ids):
+            return None
+        sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
+        args: dict[str, Any] = {"worker": worker_id, "limit": limit}
+        if only_ids is not None:
+            args["only"] = [str(i) for i in only_ids]
+        return sql, args
+
+    def heartbeat(self, kind: TaskKind, worker_id: str, ids: Iterable[str]) -> set[str]:
+        """Refresh the heartbeat of tasks still owned by `worker_id`; returns the ids still owned."""
+        ids = [str(i) for i in ids]
+        if not ids:
+            return set()
+        sql = f"""
+            WITH mine AS (
+                SELECT id FROM {kind.table}
+                WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'ids'))::uuid[])
+                  AND {kind.status} = 'processing' AND {kind.col('worker_id')} = $1->>'worker'
+                ORDER BY id FOR UPDATE
+            )
+            UPDATE {kind.table} t SET {kind.col('last_heartbeat')} = now()
+            FROM mine WHERE t.id = mine.id RETURNING t.id"""
+        return {r["id"] for r in self._run(kind, sql, {"ids": ids, "worker": worker_id}, bubble=False)}
+
+    def _fenced_sql(self, kind: TaskKind, set_sql: str, value_columns: dict[str, str]) -> str:
+        """Update only rows still `processing` by $1.worker; $1.values carries per-row data.
+
+        The fence is in the UPDATE's own WHERE: READ COMMITTED re-checks it on the newest row version when a
+        concurrent writer (recovery, a new owner) got there first, so no separate FOR UPDATE pass is needed. The
+        values are sorted by id and are the outer side of the join, so rows are updated in id order, the order
+        heartbeat() locks them in; should a plan ever take another order, the deadlock is transient and the whole
+        transaction is retried (transactions.with_retries)."""
+        record = ", ".join(["id uuid", *(f"{c} {t}" for c, t in value_columns.items())])
+        return f"""
+            UPDATE {kind.table} t SET {set_sql}, updated_at = now()
+            FROM (SELECT * FROM jsonb_to_recordset($1->'values') AS v({record}) ORDER BY v.id) v
+            WHERE t.id = v.id AND t.{kind.status} = 'processing' AND t.{kind.col('worker_id')} = $1->>'worker'
+            RETURNING t.id{parent_columns(kind)}"""
+
+    def complete(self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str]) -> Transition:
+        """Mark tasks completed (fenced) and bubble up. `results` are ids or dicts {id, <result columns>}."""
+        return self.settle(kind, worker_id, completed=results).completed
+
+    def settle(self, kind: TaskKind, worker_id: str, *, completed: Sequence[dict] | Sequence[str] | None = None,
+               failed: Sequence[dict] = (), claim: int = 0, only_ids: Sequence[str] | None = None,
+               override_retry_limit: bool = False) -> Settlement:
+        """Complete and fail a batch (both fenced) and claim up to `claim` next tasks (as `claim()` would), in one
+        transaction with one bubble-up pass: what a worker loop sends between two batches, in one round trip."""
+        complete = self._complete_statement(kind, worker_id, completed)
+        fail = self._fail_statement(kind, worker_id, failed)
+        next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit)
+        statements = [s[:2] for s in (complete, fail, next_claim) if s is not None]
+        settled = [i for s in (complete, fail) if s is not None for i in s[2]]
+        if not statements:
+            return Settlement(Transition([], []), Transition([], []), [])
+        results = iter(self._pipelined(kind, worker_id, statements, settled))
+        return Settlement(_outcome(complete[2], next(results)) if complete else Transition([], []),
+                          _outcome(fail[2], next(results)) if fail else Transition([], []),
+                          next(results) if next_claim else [])
+
+    def _complete_statement(self, kind: TaskKind, worker_id: str,
+                            results: Sequence[dict] | Sequence[str] | None) -> tuple[str, dict, list[str]] | None:
+        """None: nothing to complete (`results` None means the caller completes nothing, as settle's default)."""
+        if results is None:
+            return None
+        if kind in (OCR_DOCUMENT, VECTOR_PAGE):
+            raise ValueError(f"{kind.name} completes through its own method (it creates child tasks)")
+        results = [r if isinstance(r, dict) else {"id": r} for r in results]
+        ids = [str(r["id"]) for r in results]
+        if not ids:
+            return None
+        columns = {c: t for c, t in kind.result_columns.items() if any(c in r for r in results)}
+        set_sql = ", ".join([
+            f"{kind.status} = 'completed'", f"{kind.col('completed_at')} = now()",
+            f"{kind.col('error')} = NULL", f"{kind.col('error_class')} = NULL",
+            f"{kind.col('next_attempt_at')} = NULL", *(f"{c} = v.{c}" for c in columns),
+        ])
+        values = [{"id": str(r["id"]), **{c: (clean_text(r[c]) if isinstance(r.get(c), str) else r.get(c))
+                                          for c in columns}} for r in results]
+        return self._fenced_sql(kind, set_sql, columns), {"worker": worker_id, "values": values}, ids
+
+    def complete_document_expansion(self, worker_id: str, document_id: str, *, page_count: int,
+                                    encrypted: bool = False, metadata: dict | None = None) -> bool:
+        """Create the document's page tasks (fenced on the expansion claim). A document with zero pages fails:
+        nothing can be indexed from it, and calling it complete would hide a broken file."""
+        sql = self._fenced_sql(
+            OCR_DOCUMENT,
+            "pages_created_at = now(), page_count = ($1->>'pages')::int, encrypted = ($1->>'encrypted')::boolean, "
+            "metadata = t.metadata || ($1->'metadata'), ocr_error = NULL, ocr_error_class = NULL, "
+            "next_attempt_at = NULL", {})
+        args = {"worker": worker_id, "values": [{"id": str(document_id)}], "pages": page_count,
+                "encrypted": encrypted, "metadata": metadata or {}}
+
+        def work(conn: sa.Connection) -> bool:
+            if not self._run(OCR_DOCUMENT, sql, args, bubble=False, conn=conn):
+                return False
+            if page_count <= 0:
+                conn.exec_driver_sql(
+                    f"""UPDATE documents SET ocr_status = 'failed', ocr_error = 'empty: document has no pages',
+                              ocr_error_class = 'empty', next_attempt_at = '{NEVER}', updated_at = now()
+                       WHERE id = %(id)s""", {"id": str(document_id)})
+                return True
+            conn.exec_driver_sql(
+                """INSERT INTO task_queue_page (document_id, page_number, priority, max_retries)
+                   SELECT d.id, n, d.priority, d.max_retries FROM documents d, generate_series(1, %(n)s) n
+                   WHERE d.id = %(id)s
+                   ON CONFLICT (document_id, page_number) DO NOTHING""",
+                {"id": str(document_id), "n": page_count})
+            for phase in Phase:
+                self._bubble(conn, phase, document_ids=[str(document_id)])
+            return True
+
+        return self._transaction(work)
+
+    def complete_chunking(self, worker_id: str, page_id: str, chunks: Sequence[dict]) -> bool:
+        """Create the chunk tasks of a page (fenced on the page's vector claim). Chunk dicts carry chunk_index,
+        content_hash, content, token_count. A page with no chunks is complete in both later phases.
+
+        The queue derives each chunk_id (keys.chunk_id: document key, page number, chunk index, content hash), which
+        makes ids unique by construction; a chunk dict may carry its chunk_id, and one that differs is refused
+        (ValueError) rather than stored under an id another row could also have."""
+        sql = self._fenced_sql(
+            VECTOR_PAGE,
+            "chunked_at = now(), chunk_count = ($1->>'n')::int, vector_error = NULL, vector_error_class = NULL, "
+            "vector_next_attempt_at = NULL", {})
+        args = {"worker": worker_id, "values": [{"id": str(page_id)}], "n": len(chunks)}
+
+        def work(conn: sa.Connection) -> bool:
+            rows = self._run(VECTOR_PAGE, sql, args, bubble=False, conn=conn)
+            if not rows:
+                return False
+            if chunks:
+                page = conn.exec_driver_sql(
+                    """SELECT d.document_key, p.page_number FROM task_queue_page p
+                       JOIN documents d ON d.id = p.document_id WHERE p.id = %(page)s""",
+                    {"page": str(page_id)}).one()
+                ids = _derived_chunk_ids(page.document_key, page.page_number, chunks)
+                conn.exec_driver_sql(
+                    """WITH c AS (
+                           SELECT * FROM unnest(%(ids)s::text[], %(idx)s::int[], %(hashes)s::text[], %(texts)s::text[],
+                                                %(tokens)s::int[]) AS c(chunk_id, chunk_index, content_hash, content,
+                                                                        token_count)),
+                       created AS (
+                           INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index,
+                                                         chunk_content_hash, token_count, priority, max_retries)
+                           SELECT p.id, p.document_id, c.chunk_id, c.chunk_index, c.content_hash, c.token_count,
+                                  p.priority, p.max_retries
+                           FROM task_queue_page p, c
+                           WHERE p.id = %(page)s
+                           ON CONFLICT DO NOTHING
+                           RETURNING id, chunk_index)
+                       -- the text goes to its own table, written once (migration 0012)
+                       INSERT INTO task_queue_chunk_text (chunk_task_id, content)
+                       SELECT created.id, c.content FROM created JOIN c USING (chunk_index)
+                       WHERE c.content IS NOT NULL""",
+                    {"page": str(page_id), "ids": ids,
+                     "idx": [c["chunk_index"] for c in chunks], "hashes": [c.get("content_hash") for c in chunks],
+                     "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
+                     "tokens": [c.get("token_count") for c in chunks]})
+            document_ids = [str(rows[0]["document_id"])]
+            for phase in (Phase.VECTOR, Phase.GRAPHRAG):
+                self._bubble(conn, phase, [str(page_id)], document_ids)
+            return True
+
+        return self._transaction(work)
+
+    def fail(self, kind: TaskKind, worker_id: str, failures: Sequence[dict]) -> Transition:
+        """Record failed attempts (fenced). Each failure: {id, error, error_class='error', retryable=True}.
+
+        The retry count rises on every failed attempt; a retryable task with retries left is claimable again
+        after the back-off; a non-retryable one (unreadable, encrypted, unsupported) never is, until an operator
+        retries it."""
+        return self.settle(kind, worker_id, failed=failures).failed
+
+    def _fail_statement(self, kind: TaskKind, worker_id: str,
+                        failures: Sequence[dict]) -> tuple[str, dict, list[str]] | None:
+        ids = [str(f["id"]) for f in failures]
+        if not ids:
+            return None
+        retries = kind.col("retry_count")
+        set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1,
+                      {kind.col('error')} = v.err, {kind.col('error_class')} = v.cls,
+                      {kind.col('next_attempt_at')} = CASE WHEN v.retryable
+                          THEN now() + make_interval(secs => LEAST(($1->>'backoff_max')::float8,
+                                          ($1->>'backoff_base')::float8 * power(2, COALESCE(t.{retries}, 0))))
+                          ELSE '{NEVER}'::timestamptz END"""
+        values = [{"id": str(f["id"]), "err": clean_text(str(f.get("error") or "unknown error")),
+                   "cls": str(f.get("error_class") or "error")[:32], "retryable": bool(f.get("retryable", True))}
+                  for f in failures]
+        sql = self._fenced_sql(kind, set_sql, {"err": "text", "cls": "text", "retryable": "boolean"})
+        return sql, {"worker": worker_id, "values": values, "backoff_base": self.settings.retry_backoff_base_s,
+                     "backoff_max": self.settings.retry_backoff_max_s}, ids
+
+    def _bubble(self, conn: sa.Connection, phase: Phase, page_ids: list[str] = (),
+                document_ids: list[str] = ()) -> list[Correction]:
+        """Recompute parents through docqueue_bubble() (migrations/0002): the one implementation of the rule's
+        application, locking parents before reading their children."""
+        if not page_ids and not document_ids:
+            return []
+        rows = conn.exec_driver_sql(
+            "SELECT level, id, old_status, new_status FROM docqueue_bubble(%(phase)s, %(pages)s::uuid[], %(docs)s::uuid[])",
+            {"phase": phase.value, "pages": sorted(page_ids), "docs": sorted(document_ids)}).all()
+        return [Correction(r[0], str(r[1]), phase.value, r[2], r[3]) for r in rows]
+
+
+def _derived_chunk_ids(document_key: str, page_number: int, chunks: Sequence[dict]) -> list[str]:
+    ids = [chunk_id(document_key, page_number, c["chunk_index"], c.get("content_hash")) for c in chunks]
+    for given, derived in zip((c.get("chunk_id") for c in chunks), ids):
+        if given is not None and given != derived:
+            raise ValueError(f"chunk_id {given!r} is not this chunk's derived id {derived!r} "
+                             "(queue_db.keys.chunk_id: document key, page number, chunk index, content hash)")
+    return ids
+
+
+def parent_columns(kind: TaskKind) -> str:
+    cols = {Level.DOCUMENT: "", Level.PAGE: ", t.document_id", Level.CHUNK: ", t.page_id, t.document_id"}
+    return cols[kind.level]
+
+
+def _outcome(requested: list[str], rows: list[dict]) -> Transition:
+    applied = [str(r["id"]) for r in rows]
+    applied_set = set(applied)
+    return Transition(applied, [i for i in requested if i not in applied_set])
