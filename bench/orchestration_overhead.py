@@ -3,7 +3,7 @@
   (a) dagster  the path users run: `docqueue run --until-idle` semantics, i.e. orchestration.runner.run_until_idle
                executing ranged runs in-process against a real instance (the repo's dagster.yaml: PostgreSQL,
                pooled storages), every page and chunk a partition materialized one by one, roll-ups included;
-  (b) plain    the same orchestration.work.Pipeline functions in a loop: claim -> process -> complete, per kind in
+  (b) plain    the same orchestration.pipeline.Pipeline functions in a loop: claim -> process -> complete, per kind in
                phase order, with the same heartbeats and batch sizes, no Dagster.
 
 Each variant runs in its own child process (so neither inherits the other's loaded models) against its own queue
@@ -88,7 +88,7 @@ def child_plain(corpus: Path) -> dict:
     from queue_db.tasks import ALL_KINDS
     from queue_db.heartbeat import Heartbeat
     from orchestration.assets.common import CLAIM_BATCH
-    from orchestration.work import Pipeline
+    from orchestration.pipeline import Pipeline
     from resources.database import get_queue
 
     queue = get_queue()
@@ -224,7 +224,7 @@ def child_main(variant: str, corpus: Path) -> None:
     if variant == "dagster":
         import orchestration.definitions  # noqa: F401 - what `docqueue run` imports before any work
     else:
-        import orchestration.work  # noqa: F401
+        import orchestration.pipeline  # noqa: F401
     startup = time.perf_counter() - started
     result = child_dagster(corpus) if variant == "dagster" else child_plain(corpus)
     print("CHILD " + json.dumps({"startup_s": round(startup, 2), **result}))

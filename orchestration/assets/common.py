@@ -1,7 +1,7 @@
 """Materializing a range of task partitions through the queue, with per-partition truth.
 
 A run covers a range of partition keys. The asset claims exactly those keys' tasks (fenced by this run's worker
-id), heartbeats them from a background thread, processes them in batches through `work.Pipeline`, and then:
+id), heartbeats them from a background thread, processes them in batches through `pipeline.Pipeline`, and then:
 - logs one AssetMaterialization per key whose task completed, with that key's own metadata;
 - yields no Output (output_required=False), so Dagster records nothing for the other keys of the range;
 - raises if any key's task failed, so the run fails and Dagster marks exactly the keys that were planned but not
@@ -22,7 +22,7 @@ from queue_db.partitions import rows_for_keys
 from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.tasks import TaskKind
 from queue_db.heartbeat import Heartbeat
-from orchestration.work import Outcome, Pipeline
+from orchestration.pipeline import Outcome, Pipeline
 
 CLAIM_BATCH = {"ocr_document": 4, "ocr_page": 4, "vector_page": 25, "vector_chunk": 64, "graphrag_chunk": 64}
 AUTOMATED_RUN_TAGS = ("dagster/sensor_name", "docqueue/runner", "dagster/schedule_name")

@@ -5,7 +5,7 @@ from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationC
 
 from queue_db.tasks import GRAPHRAG_CHUNK
 from orchestration.assets.common import materialize_range
-from orchestration.assets.resources_bundle import build_pipeline
+from orchestration.pipeline import Pipeline
 from orchestration.partitions import chunks_partitions
 from resources.database import DatabaseResource
 from resources.extraction import ExtractionResource
@@ -23,7 +23,7 @@ from resources.storage import StorageResource
 )
 def graphrag_chunk(context: AssetExecutionContext, database: DatabaseResource, storage: StorageResource,
                    neo4j: Neo4jResource, extraction: ExtractionResource):
-    pipeline = build_pipeline(database, storage, neo4j=neo4j, extraction=extraction)
+    pipeline = Pipeline.from_resources(database.get_queue(), storage, neo4j=neo4j, extraction=extraction)
     yield from materialize_range(context, GRAPHRAG_CHUNK, pipeline.queue, pipeline)
 
 

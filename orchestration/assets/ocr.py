@@ -5,7 +5,7 @@ from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationC
 
 from queue_db.tasks import OCR_DOCUMENT, OCR_PAGE, Level
 from orchestration.assets.common import materialize_range
-from orchestration.assets.resources_bundle import build_pipeline
+from orchestration.pipeline import Pipeline
 from orchestration.partitions import documents_partitions, pages_partitions, register_partitions
 from resources.database import DatabaseResource
 from resources.ocr import OcrResource
@@ -23,7 +23,7 @@ SINGLE_RUN = dg.BackfillPolicy.single_run()
 )
 def ocr_document(context: AssetExecutionContext, database: DatabaseResource, storage: StorageResource,
                  ocr: OcrResource):
-    pipeline = build_pipeline(database, storage, ocr=ocr)
+    pipeline = Pipeline.from_resources(database.get_queue(), storage, ocr=ocr)
     yield from materialize_range(
         context, OCR_DOCUMENT, pipeline.queue, pipeline,
         after=lambda report: register_partitions(context.instance, pipeline.queue.engine, Level.PAGE))
@@ -39,7 +39,7 @@ def ocr_document(context: AssetExecutionContext, database: DatabaseResource, sto
 )
 def ocr_page(context: AssetExecutionContext, database: DatabaseResource, storage: StorageResource,
              ocr: OcrResource):
-    pipeline = build_pipeline(database, storage, ocr=ocr)
+    pipeline = Pipeline.from_resources(database.get_queue(), storage, ocr=ocr)
     yield from materialize_range(context, OCR_PAGE, pipeline.queue, pipeline)
 
 

@@ -5,7 +5,7 @@ from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationC
 
 from queue_db.tasks import VECTOR_CHUNK, VECTOR_PAGE, Level
 from orchestration.assets.common import materialize_range
-from orchestration.assets.resources_bundle import build_pipeline
+from orchestration.pipeline import Pipeline
 from orchestration.partitions import chunks_partitions, pages_partitions, register_partitions
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
@@ -23,7 +23,7 @@ SINGLE_RUN = dg.BackfillPolicy.single_run()
                 "overlap; deterministic ids) and creates one vector task and one `chunks` partition per chunk.",
 )
 def vector_page(context: AssetExecutionContext, database: DatabaseResource, storage: StorageResource):
-    pipeline = build_pipeline(database, storage)
+    pipeline = Pipeline.from_resources(database.get_queue(), storage)
     yield from materialize_range(
         context, VECTOR_PAGE, pipeline.queue, pipeline,
         after=lambda report: register_partitions(context.instance, pipeline.queue.engine, Level.CHUNK))
@@ -38,7 +38,7 @@ def vector_page(context: AssetExecutionContext, database: DatabaseResource, stor
 )
 def vector_chunk(context: AssetExecutionContext, database: DatabaseResource, storage: StorageResource,
                  embeddings: EmbeddingResource, qdrant: QdrantResource):
-    pipeline = build_pipeline(database, storage, embeddings=embeddings, qdrant=qdrant)
+    pipeline = Pipeline.from_resources(database.get_queue(), storage, embeddings=embeddings, qdrant=qdrant)
     try:
         yield from materialize_range(context, VECTOR_CHUNK, pipeline.queue, pipeline)
     finally:

@@ -12,7 +12,7 @@ from tests.queue_support import build_document
 
 @pytest.fixture
 def pipeline(queue, tmp_path):
-    from orchestration.work import Pipeline
+    from orchestration.pipeline import Pipeline
     from resources.embeddings import get_embedder
     from resources.qdrant import VectorStore
     from resources.storage import LocalStorage
@@ -24,7 +24,7 @@ def pipeline(queue, tmp_path):
 
 
 def test_an_embedding_batch_over_its_time_limit_fails_as_timeout_and_is_retried(queue, pipeline, monkeypatch, engine):
-    import orchestration.work as work
+    import orchestration.pipeline as work
 
     build_document(queue, pages=1, chunks_per_page=3)
     monkeypatch.setattr(work, "EMBED_TIMEOUT_S", 0.0005)  # DOCQUEUE_EMBED_TIMEOUT, set absurdly low

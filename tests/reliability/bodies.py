@@ -15,7 +15,7 @@ def inject_crash(marker: str) -> None:
     import os
     import signal
 
-    from orchestration.work import Pipeline
+    from orchestration.pipeline import Pipeline
 
     original = Pipeline.ocr_pages
 
@@ -32,7 +32,7 @@ def inject_crash(marker: str) -> None:
 def inject_delay(kinds: list[str], seconds: float) -> None:
     """Slow work: each batch of these task kinds takes `seconds` longer (after its claim), so a test polling the
     queue reliably finds the tasks `processing` however fast the machine is."""
-    from orchestration.work import Pipeline
+    from orchestration.pipeline import Pipeline
 
     original = Pipeline.process
 
@@ -52,7 +52,7 @@ def _wait_for_file(path: str) -> None:
 def late_finisher(spec: dict) -> None:
     """Claim every ready task of one kind, announce the claim, wait for "go" (the test freezes us meanwhile), then
     process the batch through the real Pipeline, counting what this worker writes to Qdrant / the graph."""
-    from orchestration.work import Pipeline
+    from orchestration.pipeline import Pipeline
     from queue_db.queue import make_worker_id
     from queue_db.tasks import KINDS_BY_NAME, VECTOR_CHUNK
     from queue_db.heartbeat import Heartbeat

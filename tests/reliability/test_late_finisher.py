@@ -50,7 +50,7 @@ def _late_finisher_round(zygote, queue, pipeline, kind, tmp_path) -> dict:
 
 
 def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, zygote, tmp_path, say):
-    from orchestration.work import Pipeline as Work
+    from orchestration.pipeline import Pipeline as Work
 
     queue = pipeline.queue
     pipeline.ingest([pf.text_pdf(tmp_path, "report.pdf", [pf.DEMO_PAGE, pf.TWO_TOPICS["volcanoes"]])])

@@ -62,7 +62,7 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
     bad_ref = "env:X'; DROP TABLE documents;-- \""
     results += pipeline.ingest(paths[2:], password_ref=bad_ref)
     assert [r.status for r in results] == ["new", "new", "new"], results
-    from orchestration.work import Pipeline as Work
+    from orchestration.pipeline import Pipeline as Work
     from queue_db.tasks import OCR_PAGE
     from resources.ocr import OcrResource
 

@@ -87,7 +87,7 @@ def test_busy_python_keeps_its_tasks_and_a_frozen_worker_loses_them(pipeline, zy
 def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path, say, monkeypatch):
     from orchestration.assets import common
     from orchestration.assets.common import process_keys
-    from orchestration.work import Pipeline as Work
+    from orchestration.pipeline import Pipeline as Work
     from resources.ocr import OcrResource
 
     # one batch of twelve scanned pages (OCR model start-up included; claimed as one batch, not the usual four) must

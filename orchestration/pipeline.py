@@ -125,7 +125,23 @@ class Pipeline:
         self._text_cache: tuple[str, list[str]] | None = None  # (storage key@page size, pages) of the last text
 
     @classmethod
+    def from_resources(cls, queue: TaskQueue, storage, ocr=None, embeddings=None, qdrant=None, neo4j=None,
+                       extraction=None) -> "Pipeline":
+        """A pipeline over a run's Dagster resources. Only the phases whose resources are given can run; models and
+        stores are opened on first use, so a run that never needs one never pays for it."""
+        return cls(
+            queue,
+            storage=storage.get_storage(),
+            pdf=ocr.get_processor() if ocr is not None else None,
+            embedder=_Lazy(embeddings.get_embedder) if embeddings is not None else None,
+            vector_store_factory=(lambda model_id, dim: qdrant.get_store(model_id, dim)) if qdrant is not None else None,
+            graph_store=_Lazy(neo4j.get_store) if neo4j is not None else None,
+            extractor=_Lazy(extraction.get_extractor) if extraction is not None else None,
+        )
+
+    @classmethod
     def from_env(cls, queue: TaskQueue) -> "Pipeline":
+        """Every phase, with resources configured from the environment (the plain loop outside Dagster)."""
         from resources.embeddings import EmbeddingResource
         from resources.extraction import ExtractionResource
         from resources.neo4j import Neo4jResource
@@ -133,12 +149,8 @@ class Pipeline:
         from resources.qdrant import QdrantResource
         from resources.storage import StorageResource
 
-        qdrant = QdrantResource()
-        embeddings = EmbeddingResource()
-        return cls(queue, storage=StorageResource().get_storage(), pdf=OcrResource().get_processor(),
-                   embedder=_Lazy(embeddings.get_embedder),
-                   vector_store_factory=lambda model_id, dim: qdrant.get_store(model_id, dim),
-                   graph_store=_Lazy(Neo4jResource().get_store), extractor=_Lazy(ExtractionResource().get_extractor))
+        return cls.from_resources(queue, StorageResource(), ocr=OcrResource(), embeddings=EmbeddingResource(),
+                                  qdrant=QdrantResource(), neo4j=Neo4jResource(), extraction=ExtractionResource())
 
     @property
     def storage(self):
