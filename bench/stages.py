@@ -43,7 +43,7 @@ def main() -> int:
     parser.add_argument("--scanned-pages", type=int, default=6)
     args = parser.parse_args()
 
-    from resources.chunking import chunk_markdown
+    from processing.chunking import chunk_markdown
     from resources.embeddings import get_embedder
     from resources.extraction import SpacyExtractor
     from resources.ocr import PdfProcessor

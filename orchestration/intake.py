@@ -24,7 +24,7 @@ from queue_db.lifecycle import mark_supersedes, previous_version
 from queue_db.queue import TaskQueue
 from resources.ocr import PdfLimits
 from resources.storage import LocalStorage
-from orchestration.text_pages import TEXT_TYPES, TextLimits
+from processing.text_pages import TEXT_TYPES, TextLimits
 
 PDF_MAGIC = b"%PDF-"
 EPUB_MIME = "application/epub+zip"

@@ -21,8 +21,8 @@ from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from orchestration.intake import PYMUPDF_TYPES
-from orchestration.text_pages import TEXT_TYPES, TextLimits, document_pages
-from resources.chunking import ChunkingError, chunk_markdown
+from processing.text_pages import TEXT_TYPES, TextLimits, document_pages
+from processing.chunking import ChunkingError, chunk_markdown
 from resources.neo4j import ChunkGraph
 from resources.ocr import DocumentError, DocumentInfo, PageResult, PdfLimits
 from resources.qdrant import ChunkPoint

@@ -151,7 +151,7 @@ class _Worker:
 
     # -- operations -----------------------------------------------------
     def inspect(self, path: str, password: str | None, filetype: str = "pdf") -> dict:
-        from resources._pdf_cleanup import edge_lines, find_boilerplate
+        from processing.page_cleanup import edge_lines, find_boilerplate
 
         state = self._document(path, password, filetype)
         edges = []
@@ -168,7 +168,7 @@ class _Worker:
         }
 
     def convert(self, path: str, password: str | None, page_number: int, boilerplate, filetype: str = "pdf") -> dict:
-        from resources._pdf_cleanup import meaningful_chars, strip_page_furniture
+        from processing.page_cleanup import meaningful_chars, strip_page_furniture
         from resources._pdf_pages import page_is_blank, render_for_ocr
 
         started = time.monotonic()

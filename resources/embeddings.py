@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import dagster as dg
 import numpy as np
 
-from resources.chunking import load_tokenizer, sha256_file
+from processing.chunking import load_tokenizer, sha256_file
 from queue_db.config import env_int
 
 log = logging.getLogger(__name__)

@@ -120,7 +120,7 @@ class DocumentInfo:
     page_count: int
     encrypted: bool
     repaired: bool
-    boilerplate: list[str] = field(default_factory=list)  # normalised header/footer lines, see _pdf_cleanup
+    boilerplate: list[str] = field(default_factory=list)  # normalised header/footer lines, see processing.page_cleanup
     metadata: dict = field(default_factory=dict)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from resources._pdf_cleanup import comparable_words
+from processing.page_cleanup import comparable_words
 from resources.ocr import DocumentError, PdfLimits, PdfProcessor
 from tests import pdf_factory as factory
 

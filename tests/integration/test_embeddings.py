@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from resources import embeddings
-from resources.chunking import count_tokens
+from processing.chunking import count_tokens
 from resources.embeddings import (
     MODELS,
     EmbeddingError,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from resources.chunking import chunk_markdown
+from processing.chunking import chunk_markdown
 from resources.embeddings import get_embedder
 from resources.qdrant import (
     ChunkPoint,

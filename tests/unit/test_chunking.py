@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resources import chunking
-from resources.chunking import (
+from processing import chunking
+from processing.chunking import (
     Chunk,
     TooManyChunksError,
     chunk_markdown,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from orchestration.intake import detect_type, rejection_reason
 from orchestration.s3_intake import IntakeCursor, S3Object, pending_objects
-from orchestration.text_pages import decode_text, html_to_markdown, split_pages
+from processing.text_pages import decode_text, html_to_markdown, split_pages
 
 
 # -- detection -----------------------------------------------------------------------------------------------------

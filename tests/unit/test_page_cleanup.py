@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from resources._pdf_cleanup import (
+from processing.page_cleanup import (
     comparable_words,
     edge_lines,
     find_boilerplate,
@@ -16,7 +16,7 @@ from resources._pdf_cleanup import (
     strip_page_furniture,
     tidy_markdown,
 )
-from resources._pdf_ocr_layout import OcrBox, boxes_to_markdown, render_zoom
+from processing.ocr_layout import OcrBox, boxes_to_markdown, render_zoom
 
 
 # -- normalisation and page numbers ------------------------------------------
