@@ -632,7 +632,8 @@ def reindex(phase: str, document: str | None, as_json: bool) -> None:
 @click.option("--port", type=click.IntRange(1, 65535), default=3000, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the UI's address as JSON on stdout (Dagster logs to stderr)")
 def ui(port: int, as_json: bool) -> None:
-    """Start the Dagster webserver and daemon (`dagster dev`) on 127.0.0.1 with this project loaded."""
+    """Start the Dagster webserver and daemon (`dg dev`) on 127.0.0.1 with this project loaded."""
+    import shutil
     import subprocess
 
     _queue()  # also exports DAGSTER_HOME and the database URLs the webserver and daemon inherit
@@ -642,13 +643,18 @@ def ui(port: int, as_json: bool) -> None:
     _emit(as_json, {"url": url, "dagster_home": os.environ["DAGSTER_HOME"]},
           lambda: click.echo(f"Dagster UI on {url} (Ctrl-C stops it)", err=True))
     sys.stdout.flush()
-    command = [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port),
-               "-m", "orchestration.definitions"]
+    # `dg dev` loads the project that pyproject.toml's [tool.dg] describes (the code location `docqueue`), in this
+    # interpreter, from the project's root whatever the current directory
+    project_root = Path(__file__).resolve().parents[1]
+    dg_cli = shutil.which("dg", path=str(Path(sys.executable).parent)) or "dg"
+    command = [dg_cli, "dev", "--use-active-venv", "--no-check-yaml", "--target-path", str(project_root),
+               "-h", "127.0.0.1", "-p", str(port)]
+    os.environ["VIRTUAL_ENV"] = sys.prefix
     # with --json stdout carries that one document only: Dagster's own output goes to stderr.
-    # `dagster dev` gets a session of its own and exactly one interrupt from us: a second one (Ctrl-C reaching the
+    # `dg dev` gets a session of its own and exactly one interrupt from us: a second one (Ctrl-C reaching the
     # whole terminal group, or SIGTERM to the group) would break off its orderly shutdown of webserver and daemon.
     # Handlers first: a handled signal is default again in the child, while an ignored SIGINT (a background job of
-    # a non-interactive shell) would be inherited, and `dagster dev` maps SIGTERM to its SIGINT handling.
+    # a non-interactive shell) would be inherited, and `dg dev` maps SIGTERM to its SIGINT handling.
     server: list = []
     _forward_stop_signals(server)
     server.append(subprocess.Popen(command, stdout=sys.stderr if as_json else None, start_new_session=True))
@@ -656,7 +662,7 @@ def ui(port: int, as_json: bool) -> None:
 
 
 def _forward_stop_signals(server: list) -> None:
-    """SIGINT/SIGTERM: ask `dagster dev` (server[0], once started) to shut down; a second one kills its session."""
+    """SIGINT/SIGTERM: ask `dg dev` (server[0], once started) to shut down; a second one kills its session."""
     import signal
 
     asked = []

@@ -25,7 +25,6 @@ So every URL given to these storages is pinned to ``postgresql+psycopg2``.
 """
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,8 +35,6 @@ import sqlalchemy.exc
 import sqlalchemy.pool
 from dagster import Field, IntSource
 from dagster._config.config_schema import UserConfigSchema
-from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
-from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.storage.config import pg_config
 from dagster._serdes import ConfigurableClassData
 from dagster_postgres.event_log import PostgresEventLogStorage
@@ -50,7 +47,6 @@ from dagster_postgres.utils import (
 )
 
 from queue_db.config import env_int
-from orchestration.planning import PHASE_TAG
 
 if TYPE_CHECKING:
     from dagster_postgres.auth import PgTokenProvider
@@ -348,44 +344,3 @@ class PooledPostgresScheduleStorage(_PooledEngineMixin, PostgresScheduleStorage)
         cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
     ) -> PooledPostgresScheduleStorage:
         return cls(**_storage_kwargs(inst_data, config_value))
-
-
-# ------------------------------------------------------------------------------------------ run coordinator
-# a run over assets of several phases (a person selecting across groups) shares one slot of its own
-MIXED_PHASES = "mixed"
-
-
-@functools.cache
-def _phase_of_asset() -> dict[str, str]:
-    """Asset name -> phase, without loading the code location (the daemon and webserver import this module).
-    tests/integration/test_dagster_instance.py checks it against the assets' own docqueue/phase tags."""
-    from queue_db.tasks import ALL_KINDS
-
-    rollups = {"document_ocr": "ocr", "document_vector_index": "vector", "document_graphrag_index": "graphrag"}
-    return {**{kind.name: kind.phase.value for kind in ALL_KINDS}, **rollups}
-
-
-def phase_of_selection(asset_keys) -> str | None:
-    """The docqueue/phase a run over these assets belongs to; None when none of them is a docqueue asset."""
-    phase_of_asset = _phase_of_asset()
-    phases = {phase_of_asset.get(key.path[-1]) for key in asset_keys or ()} - {None}
-    if not phases:
-        return None
-    return phases.pop() if len(phases) == 1 else MIXED_PHASES
-
-
-class PhaseTaggingRunCoordinator(QueuedRunCoordinator):
-    """The QueuedRunCoordinator, plus: a run that arrives without a docqueue/phase tag (a backfill or
-    "Materialize selected" launched in the UI runs the implicit asset job, which carries no job tags) is given
-    the phase of the assets it materializes before it is queued, so dagster.yaml's one-run-per-phase limits
-    hold for it too. docqueue's own runs carry the tag from their job and are left as they are."""
-
-    def submit_run(self, context: SubmitRunContext) -> DagsterRun:
-        run = context.dagster_run
-        if PHASE_TAG not in run.tags:
-            phase = phase_of_selection(run.asset_selection)
-            if phase is not None:
-                self._instance.add_run_tags(run.run_id, {PHASE_TAG: phase})
-                run = self._instance.get_run_by_id(run.run_id) or run
-                context = context._replace(dagster_run=run)
-        return super().submit_run(context)

@@ -12,7 +12,7 @@ from resources.neo4j import Neo4jResource
 from resources.qdrant import QdrantResource
 
 
-@dg.op(description="Release tasks whose heartbeat went stale (counting the attempt) and bubble up.")
+@dg.op(pool="maintenance", description="Release tasks whose heartbeat went stale (counting the attempt) and bubble up.")
 def recover_stale_tasks(context: OpExecutionContext, database: DatabaseResource) -> dg.Output[dict]:
     result = recover(database.get_queue())
     context.log.info(f"released {result['released_total']} stale task(s): {result['released']}")
@@ -20,7 +20,7 @@ def recover_stale_tasks(context: OpExecutionContext, database: DatabaseResource)
                                        **{f"released_{k}": v for k, v in result["released"].items()}})
 
 
-@dg.op(description="Recompute every parent status, release tasks of dead runs, verify Qdrant and the graph "
+@dg.op(pool="maintenance", description="Recompute every parent status, release tasks of dead runs, verify Qdrant and the graph "
                    "against the queue and re-queue what is missing.")
 def reconcile_and_verify(context: OpExecutionContext, database: DatabaseResource, embeddings: EmbeddingResource,
                          qdrant: QdrantResource, neo4j: Neo4jResource) -> dg.Output[dict]:

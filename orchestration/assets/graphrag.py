@@ -16,7 +16,7 @@ from resources.storage import StorageResource
 @dg.asset(
     name="graphrag_chunk", group_name="graphrag", partitions_def=chunks_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, kinds={"spacy", "neo4j"},
-    owners=["team:docqueue"], tags={"docqueue/phase": "graphrag"}, deps=["vector_chunk"],
+    owners=["team:docqueue"], tags={"docqueue/phase": "graphrag"}, pool="graphrag", deps=["vector_chunk"],
     description="Extracts entities and relationships from a chunk (spaCy offline, or an OpenAI-compatible LLM) and "
                 "MERGEs them into the graph: Document-Page-Chunk-MENTIONS-Entity, Entity-RELATED_TO-Entity. "
                 "Re-running a chunk changes nothing.",

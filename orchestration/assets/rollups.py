@@ -43,7 +43,7 @@ def _rollup_asset(phase: str, name: str, upstream: str):
     spec = dict(
         name=name, group_name=phase, partitions_def=documents_partitions,
         backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, kinds={"postgres"},
-        owners=["team:docqueue"], tags={"docqueue/phase": phase},
+        owners=["team:docqueue"], tags={"docqueue/phase": phase}, pool=phase,
         deps=[dg.AssetDep(upstream, partition_mapping=dg.AllPartitionMapping())],
         description=f"Per document: the {phase} phase rolled up from its children (seed bubble-up rule), with the "
                     "document's figures. Materialized when the phase completed; failed when it failed."

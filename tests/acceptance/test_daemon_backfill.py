@@ -311,8 +311,9 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
     import dagster as dg
 
     backfill_runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
-    assert backfill_runs and all(r.tags.get("docqueue/phase") == "graphrag" for r in backfill_runs), \
-        "a UI backfill is queued under its phase's run limit"
+    assert backfill_runs and all("graphrag" in (r.run_op_concurrency.all_pools or ()) for r in backfill_runs), \
+        "a UI backfill needs its phase's pool slot"
+    _assert_one_run_per_pool_at_a_time(instance)
 
     from resources.neo4j import Neo4jResource
 
@@ -322,6 +323,25 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
     print(f"\ndaemon e2e: webserver up in {serving - started:.0f} s, 2 PDFs through 3 phases in "
           f"{through - serving:.0f} s, outage failed in {failed_at - through:.0f} s, backfill repaired in "
           f"{time.monotonic() - failed_at:.0f} s")
+
+
+def _assert_one_run_per_pool_at_a_time(instance) -> None:
+    """dagster.yaml's pools (run granularity, one slot each): the sensors' runs and the person's backfill of a
+    phase never ran side by side."""
+    import dagster as dg
+
+    by_pool: dict[str, list] = {}
+    for record in instance.get_run_records(filters=dg.RunsFilter()):
+        concurrency = record.dagster_run.run_op_concurrency
+        if record.start_time and concurrency:
+            for pool in concurrency.all_pools or ():
+                by_pool.setdefault(pool, []).append((record.start_time, record.end_time or float("inf"),
+                                                     record.dagster_run.job_name))
+    assert "graphrag" in by_pool, by_pool.keys()
+    for pool, spans in by_pool.items():
+        spans.sort()
+        for (_, end, job), (start, _, next_job) in zip(spans, spans[1:]):
+            assert start >= end, f"{job} and {next_job} held the {pool!r} pool at the same time"
 
 
 def _print_timeline(instance) -> None:

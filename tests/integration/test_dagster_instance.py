@@ -49,7 +49,6 @@ from orchestration.instance import (
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_URL_ENV = "DOCQUEUE_TEST_PG_ADMIN_URL"
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-PHASES = ("ocr", "vector", "graphrag", "mixed", "intake", "maintenance")
 RANGED_RUN_KEYS = 200
 # run, event-log and schedule storage, each at most pool_size + max_overflow connections
 MAX_CONNECTIONS_PER_PROCESS = 3 * (PoolSettings().pool_size + PoolSettings().max_overflow)
@@ -167,62 +166,45 @@ def test_dagster_yaml_builds_pooled_psycopg2_storages(instance):
         assert storage.engine.dialect.driver == "psycopg2"
 
 
-def test_dagster_yaml_queues_runs_with_one_run_per_phase(instance):
-    assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
-    run_queue = instance.get_concurrency_config().run_queue_config
-    limits = {(l["key"], l["value"]): l["limit"] for l in run_queue.tag_concurrency_limits}
-    assert limits == {("docqueue/phase", phase): 1 for phase in PHASES}
-    assert 1 <= run_queue.max_concurrent_runs <= len(PHASES)
+def test_dagster_yaml_queues_runs_with_one_run_per_pool(instance):
+    from dagster._core.instance.config import PoolGranularity
+
+    assert type(instance.run_coordinator) is QueuedRunCoordinator
+    concurrency = instance.get_concurrency_config()
+    assert concurrency.pool_config.pool_granularity == PoolGranularity.RUN
+    assert concurrency.pool_config.default_pool_limit == 1
+    assert 1 <= concurrency.run_queue_config.max_concurrent_runs <= 3
+    assert not concurrency.run_queue_config.tag_concurrency_limits
 
 
-@pytest.mark.parametrize("selection, phase", [
-    ({"ocr_page"}, "ocr"),
-    ({"vector_chunk", "document_vector_index"}, "vector"),
-    ({"document_graphrag_index"}, "graphrag"),
-    ({"ocr_page", "graphrag_chunk"}, "mixed"),
-])
-def test_a_run_launched_from_the_ui_is_queued_under_its_phase(instance, selection, phase):
-    """A UI backfill runs the implicit asset job, which has no docqueue/phase tag: the coordinator gives it the
-    phase of its assets, so the per-phase run limits hold for it (a backfill of 10,000 OCR pages must not run
-    beside the sensors' OCR runs)."""
-    from dagster._core.storage.dagster_run import DagsterRunStatus
-
-    queued = _submit(instance, "__ASSET_JOB", selection)
-    assert queued.status == DagsterRunStatus.QUEUED
-    assert queued.tags["docqueue/phase"] == phase
-
-
-def test_a_run_tagged_by_its_job_keeps_its_phase(instance):
-    assert _submit(instance, "ocr_page_job", {"vector_chunk"}, {"docqueue/phase": "ocr"}).tags["docqueue/phase"] == "ocr"
-
-
-def _submit(instance, job_name: str, selection: set[str], tags: dict | None = None):
-    """A new run of `job_name` over `selection`, submitted through the instance's run coordinator."""
-    from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
-    from dagster._core.run_coordinator import SubmitRunContext
-    from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
-
-    # where a queued run's job lives (the daemon loads it from there; required to queue a run)
-    origin = RemoteJobOrigin(RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("docqueue"), "__repository__"),
-                             job_name)
-    run = instance.add_run(DagsterRun(job_name=job_name, run_id=str(uuid.uuid4()),
-                                      asset_selection=frozenset(AssetKey(a) for a in selection),
-                                      remote_job_origin=origin, tags=tags or {},
-                                      status=DagsterRunStatus.NOT_STARTED))
-    return instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))
-
-
-def test_the_coordinators_phase_map_matches_the_assets_tags():
+def test_every_asset_and_maintenance_op_declares_its_phase_as_pool():
     from orchestration.definitions import defs
-    from orchestration.instance import _phase_of_asset
+    from orchestration.schedules import reconcile_and_verify, recover_stale_tasks
 
-    tagged = {}
-    for assets_def in defs.assets:
-        for key in assets_def.keys:
-            phase = assets_def.tags_by_key.get(key, {}).get("docqueue/phase")
-            if phase:
-                tagged[key.path[-1]] = phase
-    assert tagged and tagged == _phase_of_asset()
+    pools = {key.path[-1]: (assets_def.op.pool, assets_def.tags_by_key[key]["docqueue/phase"])
+             for assets_def in defs.assets for key in assets_def.keys}
+    assert pools and all(pool == phase for pool, phase in pools.values()), pools
+    assert {p for p, _ in pools.values()} == {"ocr", "vector", "graphrag"}
+    assert recover_stale_tasks.pool == reconcile_and_verify.pool == "maintenance"
+
+
+@pytest.mark.parametrize("selection, pools", [
+    ({"ocr_page"}, {"ocr"}),
+    ({"vector_chunk", "document_vector_index"}, {"vector"}),
+    ({"graphrag_chunk"}, {"graphrag"}),
+    ({"ocr_page", "graphrag_chunk"}, {"ocr", "graphrag"}),
+])
+def test_a_run_launched_from_the_ui_needs_its_phases_pools(instance, selection, pools):
+    """A UI backfill runs the implicit asset job, which carries no job tags; its steps' pools are what the queued
+    run coordinator gates it on (with run granularity: one slot of each pool for the whole run)."""
+    from orchestration.definitions import defs
+
+    job = defs.resolve_implicit_global_asset_job_def()
+    run = instance.create_run_for_job(job, asset_selection=frozenset(AssetKey(a) for a in selection))
+    try:
+        assert set(run.run_op_concurrency.all_pools) == pools
+    finally:
+        instance.delete_run(run.run_id)
 
 
 def test_dagster_yaml_retries_monitors_and_stays_quiet(instance):

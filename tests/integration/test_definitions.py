@@ -158,3 +158,19 @@ def test_dagster_accepts_hostile_keys_and_ranges_over_them():
         with dg.partition_loading_context(dynamic_partitions_store=instance):
             selected = partitions.get_partition_keys_in_range(dg.PartitionKeyRange(keys[1], keys[3]))
         assert selected == keys[1:4]
+
+
+def test_dg_check_defs_loads_the_project(docqueue_env):
+    """`dg check defs` (what a dg user runs, and the loader behind `docqueue ui`'s `dg dev`) loads the code location
+    from pyproject.toml's [tool.dg] in this environment."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    dg_cli = Path(sys.executable).parent / "dg"
+    result = subprocess.run([str(dg_cli), "check", "defs", "--use-active-venv", "--target-path", str(root)],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "VIRTUAL_ENV": sys.prefix})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
