@@ -21,7 +21,7 @@ from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from orchestration.intake import PYMUPDF_TYPES
-from processing.text_pages import TEXT_TYPES, TextLimits, document_pages
+from processing.text_pages import TEXT_TYPES, TextLimits, UnreadableMarkup, document_pages
 from processing.chunking import ChunkingError, chunk_markdown
 from resources.neo4j import ChunkGraph
 from resources.ocr import DocumentError, DocumentInfo, PageResult, PdfLimits
@@ -289,7 +289,10 @@ class Pipeline:
         if path.stat().st_size > limits.max_bytes:
             raise DocumentError(f"too large: text of more than {limits.max_bytes / (1 << 20):g} MB "
                                 "(DOCQUEUE_MAX_TEXT_MB)", "too_large")
-        pages = document_pages(path.read_bytes(), document["mime_type"], limits)
+        try:
+            pages = document_pages(path.read_bytes(), document["mime_type"], limits)
+        except UnreadableMarkup as exc:
+            raise DocumentError(f"corrupt: {exc}", "corrupt") from None
         if not pages:
             raise DocumentError("empty: the text has no words", "empty")
         max_pages = (getattr(self.pdf, "limits", None) or PdfLimits.from_env()).max_pages

@@ -4,7 +4,7 @@ A text document has no pages of its own: it is split at paragraph boundaries int
 `DOCQUEUE_TEXT_PAGE_CHARS` characters. The split is a pure function of the bytes and the limit, so expansion
 (which counts the pages) and each page task (which writes one page) agree without storing anything in between.
 HTML becomes markdown first (headings, lists, paragraphs, tables, links' text; scripts and styles dropped),
-with the standard library's parser.
+through the html-to-markdown library.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import codecs
 import os
 import re
 from dataclasses import dataclass
-from html.parser import HTMLParser
+
+import html_to_markdown as html_to_markdown_lib
 
 MB = 1024 * 1024
 TEXT_TYPES = {"text/plain": "text", "text/markdown": "text", "text/html": "html"}  # mime -> page method
@@ -131,212 +132,25 @@ def document_pages(data: bytes, mime: str, limits: TextLimits) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ HTML
+class UnreadableMarkup(ValueError):
+    """HTML that cannot become markdown without losing part of its text."""
+
+
+# inline markup carries no meaning for search: its text stays, its markers go
+_INLINE_STRIPPED = ["a", "abbr", "b", "em", "font", "i", "mark", "s", "small", "span", "strong", "u"]
+_HTML_OPTIONS = html_to_markdown_lib.ConversionOptions(
+    extract_metadata=False, bullets="-", strip_tags=_INLINE_STRIPPED, autolinks=False, skip_images=True,
+    escape_misc=False, newline_style="spaces")
+_TRAILING_SPACES = re.compile(r"[ \t]+\n")
+# what the converter reports when it left text out
+_LOSSY_WARNINGS = {"depth_limit_exceeded", "truncated_input"}
+
+
 def html_to_markdown(html: str) -> str:
-    writer = _MarkdownWriter()
-    writer.feed(html)
-    writer.close()
-    return writer.markdown()
-
-
-_SKIPPED = frozenset({"script", "style", "head", "template", "noscript", "svg", "math", "iframe", "object",
-                      "select", "button"})
-_BLOCKS = frozenset({"p", "div", "section", "article", "header", "footer", "main", "nav", "aside", "figure",
-                     "figcaption", "address", "form", "fieldset", "dl", "dt", "dd", "hr", "body", "center",
-                     "details", "summary", "caption"})
-_HEADINGS = {f"h{n}": n for n in range(1, 7)}
-_LINE_BREAK = "\x00"  # a <br> inside running text, kept apart from whitespace that collapses
-
-
-class _MarkdownWriter(HTMLParser):
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.paragraphs: list[str] = []
-        self.group: list[str] | None = None  # lines that stay together: a list, a table
-        self.inline: list[str] = []
-        self.skipping: list[str] = []
-        self.heading = 0
-        self.quote = 0
-        self.lists: list[list] = []  # [kind, next number] per open list
-        self.item_started = False  # the current <li>'s first line carries the marker
-        self.table: list[list[str]] | None = None
-        self.row: list[str] | None = None
-        self.cell: list[str] | None = None
-        self.pre: list[str] | None = None
-
-    # -- parser events ------------------------------------------------------------------------
-    def handle_starttag(self, tag, attrs):
-        if self.skipping:
-            if tag == "body" and self.skipping == ["head"]:
-                self.skipping.clear()  # an unclosed <head> ends where the body starts
-            elif tag in _SKIPPED:
-                self.skipping.append(tag)
-            return
-        if tag in _SKIPPED:
-            self.skipping.append(tag)
-            return
-        if self.pre is not None:
-            if tag == "br":
-                self.pre.append("\n")
-            return
-        if tag == "br":
-            self._text_buffer().append(_LINE_BREAK)
-        elif tag == "pre":
-            self._flush()
-            self.pre = []
-        elif tag in _HEADINGS:
-            self._flush()
-            self.heading = _HEADINGS[tag]
-        elif tag in ("ul", "ol"):
-            self._flush()
-            self.lists.append([tag, 1])
-        elif tag == "li":
-            self._flush()
-            self.item_started = False
-        elif tag == "blockquote":
-            self._flush()
-            self.quote += 1
-        elif tag == "table":
-            self._flush()
-            if self.table is None:
-                self.table = []
-        elif tag == "tr" and self.table is not None:
-            self._end_row()
-            self.row = []
-        elif tag in ("td", "th") and self.row is not None:
-            self._end_cell()
-            self.cell = []
-        elif tag in _BLOCKS:
-            self._flush()
-
-    def handle_startendtag(self, tag, attrs):
-        if tag in _SKIPPED:
-            return  # a self-closed <svg/> or <script/> has no content to skip
-        self.handle_starttag(tag, attrs)
-
-    def handle_endtag(self, tag):
-        if self.skipping:
-            if tag in self.skipping:
-                while self.skipping and self.skipping.pop() != tag:
-                    pass
-            return
-        if self.pre is not None:
-            if tag == "pre":
-                code = "".join(self.pre).strip("\n")
-                self.pre = None
-                if code.strip():
-                    self._paragraph(f"```\n{code}\n```")
-            return
-        if tag in _HEADINGS:
-            self._flush()
-            self.heading = 0
-        elif tag in ("ul", "ol"):
-            self._flush()
-            if self.lists:
-                self.lists.pop()
-            if not self.lists:
-                self._end_group()
-        elif tag == "li":
-            self._flush()
-        elif tag == "blockquote":
-            self._flush()
-            self.quote = max(0, self.quote - 1)
-        elif tag in ("td", "th"):
-            self._end_cell()
-        elif tag == "tr":
-            self._end_row()
-        elif tag == "table" and self.table is not None:
-            self._end_table()
-        elif tag in _BLOCKS:
-            self._flush()
-
-    def handle_data(self, data):
-        if self.skipping:
-            return
-        if self.pre is not None:
-            self.pre.append(data)
-        else:
-            self._text_buffer().append(data)
-
-    def close(self):
-        super().close()
-        self.skipping.clear()
-        if self.pre is not None:
-            self.handle_endtag("pre")
-        self._end_table()
-        self._flush()
-        self.lists.clear()
-        self._end_group()
-
-    def markdown(self) -> str:
-        return "\n\n".join(self.paragraphs)
-
-    # -- output -------------------------------------------------------------------------------
-    def _text_buffer(self) -> list[str]:
-        return self.cell if self.cell is not None else self.inline
-
-    def _flush(self) -> None:
-        """The running text becomes a heading, a list item, a quote or a paragraph."""
-        lines = _collapse(self.inline)
-        self.inline = []
-        if not lines:
-            return
-        if self.heading:
-            self._paragraph("#" * self.heading + " " + " ".join(lines))
-        elif self.lists:
-            depth = "  " * (len(self.lists) - 1)
-            kind = self.lists[-1]
-            for line in lines:
-                if not self.item_started:
-                    marker = "- " if kind[0] == "ul" else f"{kind[1]}. "
-                    if kind[0] == "ol":
-                        kind[1] += 1
-                    self.item_started = True
-                    self._line(depth + marker + line)
-                else:
-                    self._line(depth + "  " + line)
-        elif self.quote:
-            self._paragraph("\n".join("> " + line for line in lines))
-        else:
-            self._paragraph("\n".join(lines))
-
-    def _paragraph(self, text: str) -> None:
-        self._end_group()
-        self.paragraphs.append(text)
-
-    def _line(self, text: str) -> None:
-        if self.group is None:
-            self.group = []
-        self.group.append(text)
-
-    def _end_group(self) -> None:
-        if self.group:
-            self.paragraphs.append("\n".join(self.group))
-        self.group = None
-
-    def _end_cell(self) -> None:
-        if self.cell is not None and self.row is not None:
-            self.row.append(" ".join(_collapse(self.cell)).replace("|", "\\|"))
-        self.cell = None
-
-    def _end_row(self) -> None:
-        self._end_cell()
-        if self.row and self.table is not None and any(self.row):
-            self.table.append(self.row)
-        self.row = None
-
-    def _end_table(self) -> None:
-        self._end_row()
-        rows, self.table = self.table, None
-        if not rows:
-            return
-        self._flush()
-        width = max(len(r) for r in rows)
-        lines = ["| " + " | ".join(r + [""] * (width - len(r))) + " |" for r in rows]
-        lines.insert(1, "|" + "---|" * width)
-        self._paragraph("\n".join(lines))
-
-
-def _collapse(parts: list[str]) -> list[str]:
-    """Running text with whitespace collapsed the way a browser does; <br> kept as line ends."""
-    lines = [" ".join(line.split()) for line in "".join(parts).split(_LINE_BREAK)]
-    return [line for line in lines if line]
+    """Headings, paragraphs, lists, tables, quotes and code as markdown; scripts, styles and the head dropped."""
+    result = html_to_markdown_lib.convert(html, _HTML_OPTIONS)
+    lost = [warning.message for warning in result.warnings if str(warning.kind) in _LOSSY_WARNINGS]
+    if lost:
+        raise UnreadableMarkup(f"HTML that cannot be read whole, nested more than 1,023 elements deep or too long "
+                               f"({lost[0].rstrip('.')})")
+    return _TRAILING_SPACES.sub("\n", result.content).strip()

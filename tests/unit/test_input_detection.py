@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from orchestration.intake import detect_type, rejection_reason
 from orchestration.s3_intake import IntakeCursor, S3Object, pending_objects
-from processing.text_pages import decode_text, html_to_markdown, split_pages
+from processing.text_pages import UnreadableMarkup, decode_text, html_to_markdown, split_pages
 
 
 # -- detection -----------------------------------------------------------------------------------------------------
@@ -96,12 +96,19 @@ def test_html_becomes_markdown_without_scripts_or_styles():
             "<table><tr><th>k</th><th>v</th></tr><tr><td>a|b</td><td>1</td></tr></table>"
             "<pre>  keep\n    spacing</pre><blockquote><p>quoted</p></blockquote></body></html>")
     assert html_to_markdown(html) == (
-        "## Section A\n\nOne two three & four.\nFive.\n\n1. first\n2. second\n  - inner\n\n"
-        "| k | v |\n|---|---|\n| a\\|b | 1 |\n\n```\n  keep\n    spacing\n```\n\n> quoted")
+        "## Section A\n\nOne two three & four.\nFive.\n\n1. first\n2. second\n   - inner\n\n"
+        "| k    | v |\n| ---- | --- |\n| a\\|b | 1 |\n\n```\n  keep\n    spacing\n```\n> quoted")
 
 
 def test_html_with_unclosed_tags_keeps_its_text():
-    assert html_to_markdown("<head><title>x</title><body><p>one<p>two<li>three") == "one\n\ntwo\n\nthree"
+    assert html_to_markdown("<head><title>x</title><body><p>one<p>two<li>three") == "one\n\ntwo\n\n- three"
+
+
+def test_html_too_deep_to_read_whole_is_refused_not_truncated():
+    deep = "<p>before</p>" + "<div>" * 2000 + "deep text" + "</div>" * 2000
+    with pytest.raises(UnreadableMarkup, match="cannot be read whole"):
+        html_to_markdown(deep)
+    assert "deep text" in html_to_markdown("<div>" * 500 + "deep text" + "</div>" * 500)
 
 
 def test_html_charset_comes_from_its_meta_tag():
