@@ -6,6 +6,7 @@ UI shows it. Several workers split the registration blocks between them (block i
 """
 from __future__ import annotations
 
+import getpass
 import logging
 import os
 import socket
@@ -32,6 +33,18 @@ QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 RUNNER_TAG = "docqueue/runner"
 # host:pid:start-time of the process executing an in-process run; nobody else can end such a run if it dies
 RUNNER_PROCESS_TAG = "docqueue/runner_process"
+# the UI's "Launched by" column reads Dagster's `user` tag: a CLI run says so instead of "Manually launched"
+LAUNCHER_TAG = "user"
+
+
+def _launcher() -> str:
+    try:
+        return f"{getpass.getuser()} (docqueue run)"
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        return "docqueue run"
+
+
+LAUNCHER = _launcher()
 
 
 @dataclass
@@ -114,7 +127,8 @@ def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, block_filter=None)
 def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun) -> bool:
     job = defs.resolve_job_def(job_name(run.name))
     result = job.execute_in_process(instance=instance, tags={**run.tags, RUNNER_TAG: "cli",
-                                                             RUNNER_PROCESS_TAG: this_process()},
+                                                             RUNNER_PROCESS_TAG: this_process(),
+                                                             LAUNCHER_TAG: LAUNCHER},
                                     raise_on_error=False, run_config=QUIET_CONSOLE)
     return result.success
 
