@@ -9,7 +9,7 @@ from resources.embeddings import EmbeddingResource
 from resources.neo4j import Neo4jResource
 from resources.qdrant import QdrantResource
 
-@dg.asset_check(asset="ocr_page", name="no_task_stuck_in_processing", blocking=False,
+@dg.asset_check(pool="maintenance", asset="ocr_page", name="no_task_stuck_in_processing", blocking=False,
                 description="No task of any kind is `processing` with a heartbeat older than the stale timeout.")
 def no_task_stuck_in_processing(database: DatabaseResource) -> dg.AssetCheckResult:
     queue = database.get_queue()
@@ -18,14 +18,14 @@ def no_task_stuck_in_processing(database: DatabaseResource) -> dg.AssetCheckResu
     return dg.AssetCheckResult(passed=sum(stuck.values()) == 0, metadata=stuck)
 
 
-@dg.asset_check(asset="document_ocr", name="parents_agree_with_children", blocking=False,
+@dg.asset_check(pool="maintenance", asset="document_ocr", name="parents_agree_with_children", blocking=False,
                 description="Every page and document status equals the bubble-up rule over its children.")
 def parents_agree_with_children(database: DatabaseResource) -> dg.AssetCheckResult:
     disagreeing = database.get_queue().disagreeing_parents()
     return dg.AssetCheckResult(passed=sum(disagreeing.values()) == 0, metadata=disagreeing)
 
 
-@dg.asset_check(asset="vector_chunk", name="vectors_agree_with_queue", blocking=False,
+@dg.asset_check(pool="maintenance", asset="vector_chunk", name="vectors_agree_with_queue", blocking=False,
                 description="Each completed vector chunk has exactly one Qdrant point and no point lacks a chunk.")
 def vectors_agree_with_queue(database: DatabaseResource, embeddings: EmbeddingResource,
                              qdrant: QdrantResource) -> dg.AssetCheckResult:
@@ -43,7 +43,7 @@ def vectors_agree_with_queue(database: DatabaseResource, embeddings: EmbeddingRe
         "completed_chunks": len(done), "points": len(points), "missing_points": missing, "points_not_completed": extra})
 
 
-@dg.asset_check(asset="graphrag_chunk", name="graph_agrees_with_queue", blocking=False,
+@dg.asset_check(pool="maintenance", asset="graphrag_chunk", name="graph_agrees_with_queue", blocking=False,
                 description="Each completed GraphRAG chunk has its graph writes; no duplicate entity nodes.")
 def graph_agrees_with_queue(database: DatabaseResource, neo4j: Neo4jResource) -> dg.AssetCheckResult:
     queue = database.get_queue()
@@ -62,3 +62,9 @@ def graph_agrees_with_queue(database: DatabaseResource, neo4j: Neo4jResource) ->
 
 all_checks = [no_task_stuck_in_processing, parents_agree_with_children, vectors_agree_with_queue,
               graph_agrees_with_queue]
+
+# every check, and nothing else: what the checks schedule runs (results show on each asset's Checks tab)
+checks_job = dg.define_asset_job(
+    "asset_checks_job", selection=dg.AssetSelection.all_asset_checks(), tags={"docqueue/phase": "maintenance"},
+    description="Evaluates every asset check: nothing stuck, parents agree with children, stores agree with the "
+                "queue.")

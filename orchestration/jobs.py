@@ -15,7 +15,9 @@ def job_name(run_name: str) -> str:
 
 
 def _job(run_name: str, asset_name: str, phase: str) -> dg.UnresolvedAssetJobDefinition:
-    return dg.define_asset_job(job_name(run_name), selection=[asset_name], tags={"docqueue/phase": phase},
+    # the asset's checks stay out: a task run would plan and skip them every time; the checks job runs them
+    return dg.define_asset_job(job_name(run_name), selection=dg.AssetSelection.assets(asset_name).without_checks(),
+                               tags={"docqueue/phase": phase},
                                description=f"Ranged runs of `{asset_name}` launched by the docqueue sensors and CLI.")
 
 

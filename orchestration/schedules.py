@@ -5,6 +5,7 @@ import os
 import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
+from orchestration.checks import checks_job
 from orchestration.maintenance import nightly, recover
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
@@ -59,5 +60,10 @@ nightly_schedule = dg.ScheduleDefinition(
     cron_schedule=os.environ.get("DOCQUEUE_NIGHTLY_CRON", "0 3 * * *"),
     default_status=dg.DefaultScheduleStatus.RUNNING, description="Reconcile parents, verify stores, repair.")
 
-all_schedules = [recovery_schedule, nightly_schedule]
-maintenance_jobs = [recovery_job, reconciliation_job]
+checks_schedule = dg.ScheduleDefinition(
+    name="asset_checks", job=checks_job, cron_schedule=os.environ.get("DOCQUEUE_CHECKS_CRON", "30 3 * * *"),
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Evaluate every asset check, after the nightly reconciliation has repaired what it could.")
+
+all_schedules = [recovery_schedule, nightly_schedule, checks_schedule]
+maintenance_jobs = [recovery_job, reconciliation_job, checks_job]

@@ -94,7 +94,8 @@ def test_sensors(repo):
 
 def test_schedules(repo):
     schedules = {schedule.name: schedule for schedule in repo.schedule_defs}
-    assert set(schedules) == {"recovery_every_minute", "nightly_reconciliation"}
+    assert set(schedules) == {"recovery_every_minute", "nightly_reconciliation", "asset_checks"}
+    assert schedules["asset_checks"].job_name == "asset_checks_job"
     assert schedules["recovery_every_minute"].cron_schedule == "* * * * *"
     assert schedules["recovery_every_minute"].job_name == "recovery_job"
     nightly = schedules["nightly_reconciliation"]
@@ -108,6 +109,19 @@ def test_asset_checks(repo):
     checks = {(key.asset_key.to_user_string(), key.name) for key in repo.asset_graph.asset_check_keys}
     assert checks == {("ocr_page", "no_task_stuck_in_processing"), ("document_ocr", "parents_agree_with_children"),
                       ("vector_chunk", "vectors_agree_with_queue"), ("graphrag_chunk", "graph_agrees_with_queue")}
+
+
+def test_checks_run_in_their_own_job_not_in_the_task_jobs(defs):
+    """A task run plans no check (it would only skip it); the checks job runs every check and no asset."""
+    from orchestration.jobs import all_jobs
+
+    check_nodes = {f"{key.asset_key.to_user_string()}_{key.name}" for key in defs.resolve_asset_graph().asset_check_keys}
+    for job in all_jobs:
+        nodes = {node.name for node in defs.resolve_job_def(job.name).graph.node_defs}
+        assert nodes and not nodes & check_nodes, (job.name, nodes)
+    checks_job = defs.resolve_job_def("asset_checks_job")
+    assert {node.name for node in checks_job.graph.node_defs} == check_nodes
+    assert not checks_job.asset_layer.selected_asset_keys
 
 
 def test_resources_read_the_environment_not_run_config(defs):
