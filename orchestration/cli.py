@@ -388,11 +388,12 @@ def status(document: str | None, as_json: bool) -> None:
     records = json.loads(frame.to_json(orient="records", default_handler=str)) if not frame.empty else []
     _emit(as_json, {"documents": records}, lambda: _console().print(_table(
         "documents", ["document", "ocr", "vector", "graphrag", "pages ok/failed/total", "chunks vec/graph/total",
-                      "last error"],
+                      "last error", "failed at"],
         [[r["document_key"], r["ocr_status"], r["vector_index_status"], r["graphrag_index_status"],
           f"{r['ocr_completed_pages']}/{r['ocr_failed_pages']}/{r['total_pages']}",
           f"{r['vector_completed_chunks']}/{r['graphrag_completed_chunks']}/{r['total_chunks']}",
-          r["ocr_error"] or r["vector_error"] or r["graphrag_error"] or ""] for r in records])))
+          r["ocr_error"] or r["vector_error"] or r["graphrag_error"] or "", r["last_failed_at"] or ""]
+         for r in records])))
 
 
 @main.command()
@@ -422,16 +423,20 @@ def stats(as_json: bool) -> None:
 @click.option("--stale-after", type=float, default=None, help="seconds without heartbeat (default STALE_TASK_TIMEOUT)")
 @click.option("--json", "as_json", is_flag=True)
 def recover(stale_after: float | None, as_json: bool) -> None:
-    """Release stale tasks (counting the attempt) and reconcile parents."""
+    """Release stale tasks (counting the attempt), re-index chunks whose re-index waited for them, and reconcile
+    parents."""
+    from queue_db.lifecycle import apply_reindex_requests
+
     queue = _queue()
     by_kind = queue.recover_stale(stale_after)
     released = {"released": by_kind, "released_total": sum(by_kind.values())}
+    reindexed = apply_reindex_requests(queue)
     corrections = queue.reconcile()
-    payload = {**released, "parents_corrected": len(corrections)}
+    payload = {**released, "reindexed_after_running": reindexed, "parents_corrected": len(corrections)}
     _emit(as_json, payload, lambda: click.echo(
         f"released {released['released_total']} stale task(s) "
         f"({', '.join(f'{k}: {v}' for k, v in released['released'].items() if v) or 'none'}); "
-        f"corrected {len(corrections)} parent status(es)"))
+        f"re-indexed {reindexed} chunk(s) that were running; corrected {len(corrections)} parent status(es)"))
 
 
 @main.command()
@@ -622,9 +627,11 @@ def reindex(phase: str, document: str | None, as_json: bool) -> None:
     queue = _queue()
     doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
     counts = reset_phase(queue, Phase(phase), doc_id)
+    running = (f"; {counts['running']} chunk(s) still running will be re-indexed once they finish (by the recovery "
+               "job, or `docqueue recover`)") if counts["running"] else ""
     _emit(as_json, {"phase": phase, **counts}, lambda: click.echo(
-        f"{counts['chunks']} chunk(s) of {counts['documents']} document(s) will be re-indexed from the {phase} phase; "
-        "run `docqueue run --until-idle`"))
+        f"{counts['chunks']} chunk(s) of {counts['documents']} document(s) will be re-indexed from the {phase} phase"
+        f"{running}; run `docqueue run --until-idle`"))
 
 
 # ------------------------------------------------------------------------------------------------ UI and demo

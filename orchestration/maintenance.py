@@ -6,6 +6,7 @@ import re
 import dagster as dg
 
 from queue_db.inspection import holding_workers
+from queue_db.lifecycle import apply_reindex_requests
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK
 from orchestration.verify import verify_stores
@@ -15,8 +16,10 @@ FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.Dagster
 
 
 def recover(queue: TaskQueue, stale_after_s: float | None = None) -> dict:
+    """Release stale tasks, then re-index the chunks whose re-index waited for their running task."""
     released = queue.recover_stale(stale_after_s)
-    return {"released": released, "released_total": sum(released.values())}
+    return {"released": released, "released_total": sum(released.values()),
+            "reindexed_after_running": apply_reindex_requests(queue)}
 
 
 def dead_run_workers(queue: TaskQueue, instance: dg.DagsterInstance) -> list[str]:

@@ -42,7 +42,7 @@ class Administration(Transitions):
                 {kind.status} = (CASE WHEN COALESCE(t.{retries}, 0) + 1 >= t.max_retries THEN 'failed'
                                       ELSE 'pending' END)::task_status,
                 {kind.col('error')} = {reason_template.format(**names)},
-                {kind.col('error_class')} = 'worker_lost',
+                {kind.col('error_class')} = 'worker_lost', {kind.col('failed_at')} = now(),
                 {kind.col('worker_id')} = NULL, {kind.col('started_at')} = NULL,
                 {kind.col('last_heartbeat')} = NULL, updated_at = now()
             FROM lost WHERE t.id = lost.id

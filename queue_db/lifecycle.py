@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .inspection import document_held_counts
 from .queue import TaskQueue, source_path_text
-from .tasks import Phase
+from .tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, Phase
 
 
 def previous_version(queue: TaskQueue, source_path: str, content_hash: str) -> dict | None:
@@ -71,34 +71,80 @@ def delete_rows(queue: TaskQueue, document_id: str) -> bool:
         return conn.exec_driver_sql("DELETE FROM documents WHERE id = %(d)s", {"d": document_id}).rowcount > 0
 
 
+def _phases_from(phase: Phase) -> tuple[Phase, ...]:
+    if phase is Phase.OCR:
+        raise ValueError("re-indexing starts at the vector or graphrag phase; OCR is kept")
+    return (Phase.VECTOR, Phase.GRAPHRAG) if phase is Phase.VECTOR else (Phase.GRAPHRAG,)
+
+
+def _chunk_resets(phase: Phase) -> list[str]:
+    """A chunk's columns as they are before its `phase` and the later ones ever ran (timings included)."""
+    sets = []
+    for kind in (VECTOR_CHUNK, GRAPHRAG_CHUNK):
+        if kind.phase in _phases_from(phase):
+            sets += [f"{kind.status} = 'pending'", f"{kind.col('retry_count')} = 0",
+                     *(f"{kind.col(c)} = NULL" for c in ("next_attempt_at", "error", "error_class", "started_at",
+                                                         "completed_at", "worker_id", "last_heartbeat"))]
+    return sets + ["entities_extracted = 0", "relationships_extracted = 0"]
+
+
+def _reset_chunks(queue: TaskQueue, conn, phase: Phase, where: str, params: dict) -> tuple[list[tuple], int]:
+    """Reset the chunks `where` selects (alias c) whose tasks are not running; ask again for the running ones.
+    Returns (page, document) of each chunk reset, and how many were running."""
+    idle = "c.vector_status <> 'processing' AND c.graphrag_status <> 'processing'"
+    rows = conn.exec_driver_sql(
+        f"""UPDATE task_queue_chunk c SET {', '.join(_chunk_resets(phase))}, updated_at = now()
+            WHERE {idle} AND {where} RETURNING c.page_id::text, c.document_id::text""", params).all()
+    running = conn.exec_driver_sql(
+        f"""INSERT INTO reindex_requests (chunk_task_id, phase)
+            SELECT c.id, %(phase)s FROM task_queue_chunk c WHERE NOT ({idle}) AND {where}
+            ON CONFLICT (chunk_task_id) DO UPDATE
+                SET phase = CASE WHEN 'vector' IN (reindex_requests.phase, EXCLUDED.phase) THEN 'vector'
+                                 ELSE 'graphrag' END,
+                    requested_at = now()""",
+        {**params, "phase": phase.value}).rowcount
+    pages, documents = sorted({r[0] for r in rows}), sorted({r[1] for r in rows})
+    for rerun in _phases_from(phase):
+        # the parents' phase starts afresh: their started_at is kept by bubble-up while set, which would time the
+        # re-index from the first indexing
+        for table, ids in (("task_queue_page", pages), ("documents", documents)):
+            conn.exec_driver_sql(
+                f"UPDATE {table} SET {rerun.value}_started_at = NULL, {rerun.value}_completed_at = NULL "
+                f"WHERE id = ANY(%(ids)s::uuid[])", {"ids": ids})
+        queue._bubble(conn, rerun, pages, documents)
+        conn.exec_driver_sql(f"UPDATE documents SET {rerun.value}_rollup_at = NULL WHERE id = ANY(%(ids)s::uuid[])",
+                             {"ids": documents})
+    return rows, running
+
+
 def reset_phase(queue: TaskQueue, phase: Phase, document_id: str | None = None) -> dict[str, int]:
     """Re-run `phase` and the phases after it, keeping the earlier phases' results (a new embedding model or
     extractor). Vector: chunks keep their identity and text, their vector and GraphRAG tasks go back to pending.
-    GraphRAG: chunks' GraphRAG tasks go back to pending."""
-    if phase is Phase.OCR:
-        raise ValueError("re-indexing starts at the vector or graphrag phase; OCR is kept")
-    doc_filter = "AND c.document_id = %(d)s" if document_id else ""
-    sets = ["graphrag_status = 'pending'", "graphrag_retry_count = 0", "graphrag_next_attempt_at = NULL",
-            "graphrag_error = NULL", "graphrag_error_class = NULL", "entities_extracted = 0",
-            "relationships_extracted = 0"]
-    if phase is Phase.VECTOR:
-        sets += ["vector_status = 'pending'", "vector_retry_count = 0", "vector_next_attempt_at = NULL",
-                 "vector_error = NULL", "vector_error_class = NULL"]
-    with queue.engine.begin() as conn:
-        rows = conn.exec_driver_sql(
-            f"""UPDATE task_queue_chunk c SET {', '.join(sets)}, updated_at = now()
-                WHERE c.vector_status <> 'processing' AND c.graphrag_status <> 'processing' {doc_filter}
-                RETURNING c.page_id::text, c.document_id::text""",
-            {"d": document_id}).all()
-        pages = sorted({r[0] for r in rows})
-        documents = sorted({r[1] for r in rows})
-        for bubble_phase in (Phase.VECTOR, Phase.GRAPHRAG) if phase is Phase.VECTOR else (Phase.GRAPHRAG,):
-            queue._bubble(conn, bubble_phase, pages, documents)
-        if phase is Phase.VECTOR:
-            conn.exec_driver_sql(
-                "UPDATE documents SET vector_rollup_at = NULL, graphrag_rollup_at = NULL "
-                "WHERE id = ANY(%(ids)s::uuid[])", {"ids": documents})
-        else:
-            conn.exec_driver_sql("UPDATE documents SET graphrag_rollup_at = NULL WHERE id = ANY(%(ids)s::uuid[])",
-                                 {"ids": documents})
-    return {"chunks": len(rows), "pages": len(pages), "documents": len(documents)}
+    GraphRAG: chunks' GraphRAG tasks go back to pending. A chunk whose task is running is re-indexed once it has
+    settled (`apply_reindex_requests`, called by the recovery job); `running` counts those."""
+    _phases_from(phase)
+    where, params = ("c.document_id = %(d)s", {"d": document_id}) if document_id else ("TRUE", {})
+    rows, running = queue._transaction(lambda conn: _reset_chunks(queue, conn, phase, where, params))
+    return {"chunks": len(rows), "pages": len({r[0] for r in rows}), "documents": len({r[1] for r in rows}),
+            "running": running}
+
+
+def apply_reindex_requests(queue: TaskQueue, limit: int = 1000) -> int:
+    """Re-index the requested chunks whose tasks have settled since; the others keep waiting."""
+    applied = 0
+    for phase in (Phase.VECTOR, Phase.GRAPHRAG):
+        def work(conn, phase=phase):
+            ids = [r[0] for r in conn.exec_driver_sql(
+                """DELETE FROM reindex_requests r WHERE r.chunk_task_id IN (
+                       SELECT r2.chunk_task_id FROM reindex_requests r2
+                       JOIN task_queue_chunk c ON c.id = r2.chunk_task_id
+                       WHERE r2.phase = %(phase)s AND c.vector_status <> 'processing'
+                         AND c.graphrag_status <> 'processing'
+                       ORDER BY r2.chunk_task_id LIMIT %(limit)s FOR UPDATE OF r2 SKIP LOCKED)
+                   RETURNING r.chunk_task_id::text""", {"phase": phase.value, "limit": limit}).all()]
+            if not ids:
+                return 0
+            rows, _ = _reset_chunks(queue, conn, phase, "c.id = ANY(%(ids)s::uuid[])", {"ids": ids})
+            return len(rows)
+        applied += queue._transaction(work)
+    return applied

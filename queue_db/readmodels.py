@@ -19,6 +19,10 @@ SELECT d.id, d.document_key, d.filename, d.priority,
        (SELECT COUNT(*) FROM task_queue_chunk c WHERE c.document_id = d.id AND c.graphrag_status = 'completed')
            AS graphrag_completed_chunks,
        d.ocr_error, d.vector_error, d.graphrag_error,
+       -- when any task of the document last failed (GREATEST skips NULLs)
+       GREATEST(d.ocr_failed_at, MAX(p.ocr_failed_at), MAX(p.vector_failed_at),
+                (SELECT MAX(GREATEST(c.vector_failed_at, c.graphrag_failed_at)) FROM task_queue_chunk c
+                 WHERE c.document_id = d.id)) AS last_failed_at,
        COALESCE(d.ocr_error_class, d.vector_error_class, d.graphrag_error_class) AS error_class
 FROM documents d
 LEFT JOIN task_queue_page p ON d.id = p.document_id
@@ -86,6 +90,8 @@ def document_progress(engine: sa.Engine, document_id: str | None = None) -> pd.D
     frame = _frame(engine, _PROGRESS_SQL.format(where=where), params)
     if not frame.empty:
         frame["id"] = frame["id"].astype(str)
+        frame["last_failed_at"] = [None if pd.isna(t) else t.isoformat(timespec="seconds")
+                                   for t in frame["last_failed_at"]]
     return frame
 
 

@@ -374,7 +374,7 @@ class Transitions(QueueConnection):
         if not ids:
             return None
         retries = kind.col("retry_count")
-        set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1,
+        set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1, {kind.col('failed_at')} = now(),
                       {kind.col('error')} = v.err, {kind.col('error_class')} = v.cls,
                       {kind.col('next_attempt_at')} = CASE WHEN v.retryable
                           THEN now() + make_interval(secs => LEAST(($1->>'backoff_max')::float8,

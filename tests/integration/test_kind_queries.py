@@ -12,7 +12,7 @@ import pytest
 from queue_db import inspection, lifecycle
 from queue_db.config import QueueSettings
 from queue_db.queue import TaskQueue, make_worker_id
-from queue_db.readmodels import error_classes, queue_statistics
+from queue_db.readmodels import document_progress, error_classes, queue_statistics
 from queue_db.tasks import ALL_KINDS, GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from tests.queue_support import chunk_all, expand, ocr_all, register
 
@@ -117,6 +117,8 @@ def test_every_per_kind_query_sees_exactly_the_tasks_of_its_kind(kind, backing_o
     assert counts[(kind.label, "failed")] == 1
     errors = {(r.task_type, r.error_class): r.count for r in error_classes(queue.engine).itertuples()}
     assert errors[(kind.label, "test_failure")] == 1
+    assert document_progress(queue.engine, str(failed_doc["id"])).iloc[0]["last_failed_at"] is not None
+    assert document_progress(queue.engine, str(rolled_up["doc"]["id"])).iloc[0]["last_failed_at"] is None
 
     for doc in (held_doc, rolled_up["doc"]):
         with pytest.raises(RuntimeError, match="running"):
@@ -129,6 +131,9 @@ def test_every_per_kind_query_sees_exactly_the_tasks_of_its_kind(kind, backing_o
     assert (page["vector_status"], page["vector_retry_count"], page["vector_error"]) == ("processing", 0, None)
     released = _row(queue, kind, held_id)
     assert (released[kind.status], released[kind.col("retry_count")]) == ("pending", 1)
+    # both a failed attempt and a lost worker record when the task last failed
+    assert released[kind.col("failed_at")] is not None
+    assert _row(queue, kind, failed_id)[kind.col("failed_at")] is not None
 
     # requeue and retry act on the kind's own statuses, never on a roll-up
     if kind.owns_sql != "TRUE":
