@@ -456,6 +456,20 @@ def retry(phase: str | None, document: str | None, as_json: bool) -> None:
 
 
 @main.command()
+@click.argument("document")
+@click.argument("priority", type=click.IntRange(0, 10))
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document")
+def priority(document: str, priority: int, as_json: bool) -> None:
+    """Set DOCUMENT's PRIORITY (0-10, higher is claimed first) and its unfinished pages' and chunks'."""
+    queue = _queue()
+    row = _document_or_fail(queue, document)
+    counts = queue.set_priority(str(row["id"]), priority)
+    _emit(as_json, {"document": row["document_key"], "priority": priority, **counts}, lambda: click.echo(
+        f"{row['document_key']}: priority {row['priority']} -> {priority} "
+        f"({counts['pages']} unfinished page(s), {counts['chunks']} unfinished chunk(s))"))
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True)
 def verify(as_json: bool) -> None:
     """Cross-check queue, Qdrant and graph; exit 3 when anything is inconsistent."""

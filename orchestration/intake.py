@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from queue_db.lifecycle import mark_supersedes, previous_version
-from queue_db.queue import TaskQueue
+from queue_db.lifecycle import mark_supersedes, move_source, previous_version
+from queue_db.queue import TaskQueue, source_path_text
 from resources.ocr import PdfLimits
 from resources.storage import LocalStorage
 from processing.text_pages import TEXT_TYPES, TextLimits
@@ -275,7 +275,18 @@ def ingest_file(queue: TaskQueue, storage: LocalStorage, path: Path, *, priority
         mark_supersedes(queue, str(document["id"]), previous["id"])
         return IngestResult(shown, "new-version", str(document["id"]), document["document_key"],
                             reason=f"replaces {previous['document_key']} once indexed")
+    if not created and _moved_from(document.get("source_path"), source_path):
+        move_source(queue, str(document["id"]), source_path)
+        return IngestResult(shown, "duplicate", str(document["id"]), document["document_key"],
+                            reason=f"moved from {document['source_path']}")
     return IngestResult(shown, "new" if created else "duplicate", str(document["id"]), document["document_key"])
+
+
+def _moved_from(known: str | None, source_path: str) -> bool:
+    """The same bytes at a new local path while the file is gone from its known one: a rename, not a copy."""
+    if not known or known == source_path_text(source_path) or "://" in known:
+        return False  # an object store's old key cannot be checked from here
+    return not os.path.lexists(known)
 
 
 def ingest_paths(queue: TaskQueue, storage: LocalStorage, paths: Iterable[str | Path], *, priority: int = 0,

@@ -9,15 +9,17 @@ from pathlib import Path
 import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
+from queue_db.inbox import remember, unchanged
 from queue_db.queue import source_path_text
 from queue_db.tasks import ALL_KINDS, Level, TaskKind
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
-from orchestration.intake import ingest_paths, iter_files
+from orchestration.intake import ingest_file, iter_files
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
 from orchestration.planning import in_flight_positions, plan_rollup_runs, plan_runs
 from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
 from resources.database import DatabaseResource
+from resources.ocr import PdfLimits
 from resources.storage import StorageResource
 
 SENSOR_INTERVAL_S = int(os.environ.get("DOCQUEUE_SENSOR_INTERVAL", "15"))
@@ -77,18 +79,30 @@ def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, s
         return dg.SkipReason(f"inbox {inbox} does not exist")
     queue = database.get_queue()
     files = list(iter_files([root], root=root))
-    # only files whose path and size are not registered yet are hashed: a tick stays cheap on a large inbox
-    # as stored: a name that is not UTF-8 is compared (and sent to the database) in its escaped form
-    known = _known_sources(queue, [source_path_text(os.fsdecode(f.resolve())) for f in files])
-    fresh = [f for f in files if (source_path_text(os.fsdecode(f.resolve())), f.stat().st_size) not in known
-             ][:MAX_INBOX_FILES_PER_TICK]
-    results = ingest_paths(queue, storage.get_storage(), fresh, root=root) if fresh else []
+    # a file is read (hashed) only when it is new or its size or modification time changed since it was last read:
+    # a tick stays cheap on a large inbox, an edit that keeps the size is seen, a duplicate is hashed once.
+    # Paths as stored: a name that is not UTF-8 is compared (and sent to the database) in its escaped form.
+    observed = {}
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:  # gone between listing and looking
+            continue
+        observed[source_path_text(os.fsdecode(f.resolve()))] = (f, st.st_size, st.st_mtime_ns)
+    same = unchanged(queue.engine, {p: (size, mtime) for p, (_, size, mtime) in observed.items()})
+    fresh = [(p, *seen) for p, seen in observed.items() if p not in same][:MAX_INBOX_FILES_PER_TICK]
+    store, limits = storage.get_storage(), PdfLimits.from_env()
+    results = [ingest_file(queue, store, f, limits=limits) for _, f, _, _ in fresh]
+    remember(queue.engine, [(p, size, mtime, r.document_id, r.status)
+                            for (p, _, size, mtime), r in zip(fresh, results)])
     registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
     for r in results:
         if r.status == "rejected":
             context.log.warning(f"inbox: rejected {r.path}: {r.reason}")
-    counts = {status: sum(1 for r in results if r.status == status) for status in ("new", "duplicate", "rejected")}
-    return dg.SkipReason(f"inbox: {len(files)} file(s), {counts['new']} new, {counts['duplicate']} duplicate, "
+    counts = {status: sum(1 for r in results if r.status == status)
+              for status in ("new", "new-version", "duplicate", "rejected")}
+    return dg.SkipReason(f"inbox: {len(files)} file(s), {len(same)} unchanged, {counts['new']} new, "
+                         f"{counts['new-version']} new version(s), {counts['duplicate']} duplicate, "
                          f"{counts['rejected']} rejected; {registered} partition(s) registered")
 
 
@@ -111,15 +125,6 @@ def s3_intake_sensor(context: SensorEvaluationContext, database: DatabaseResourc
     if report.error:
         context.log.warning(f"s3 intake: {report.error}")
     return dg.SkipReason(f"{report.summary()}; {registered} partition(s) registered")
-
-
-def _known_sources(queue, paths: list[str]) -> set[tuple[str, int]]:
-    if not paths:
-        return set()
-    with queue.engine.connect() as conn:
-        rows = conn.exec_driver_sql("SELECT source_path, size_bytes FROM documents WHERE source_path = ANY(%(p)s)",
-                                    {"p": paths}).all()
-    return {(r[0], int(r[1])) for r in rows}
 
 
 task_sensors = [_task_sensor(kind) for kind in ALL_KINDS]

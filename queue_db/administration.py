@@ -6,7 +6,7 @@ from typing import Iterable, Sequence
 
 from .tasks import ALL_KINDS, OCR_DOCUMENT, VECTOR_CHUNK, VECTOR_PAGE, Phase, TaskKind, kinds_of_phase
 from .text import clean_text
-from .transitions import Correction, Transitions, parent_columns
+from .transitions import Correction, Transitions, apply_priority, check_priority, parent_columns
 
 
 class Administration(Transitions):
@@ -136,3 +136,9 @@ class Administration(Transitions):
                     else:
                         corrections += self._transaction(lambda c, b=batch, ph=phase: self._bubble(c, ph, document_ids=b))
         return corrections
+
+    def set_priority(self, document_id: str, priority: int) -> dict[str, int]:
+        """Give a document and its unfinished pages and chunks a new priority (0-10): claims take higher first.
+        Finished tasks keep theirs; returns how many rows of each level changed."""
+        check_priority(priority)
+        return self._transaction(lambda conn: apply_priority(conn, str(document_id), priority))

@@ -25,6 +25,13 @@ def mark_supersedes(queue: TaskQueue, new_id: str, old_id: str) -> None:
                              {"old": old_id, "new": new_id})
 
 
+def move_source(queue: TaskQueue, document_id: str, source_path: str) -> None:
+    """The document's file now lives at `source_path` (renamed or moved): nothing is processed again."""
+    queue._transaction(lambda conn: conn.exec_driver_sql(
+        "UPDATE documents SET source_path = %(p)s, updated_at = now() WHERE id = %(d)s",
+        {"p": source_path_text(source_path), "d": document_id}))
+
+
 def superseded_ready_for_removal(queue: TaskQueue) -> list[dict]:
     """Old versions whose successor completed every phase: safe to remove (search switches over atomically)."""
     with queue.engine.connect() as conn:

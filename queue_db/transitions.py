@@ -17,7 +17,7 @@ import psycopg.types.string
 import sqlalchemy as sa
 
 from .keys import chunk_id, document_key_for
-from .tasks import NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, Phase, TaskKind
+from .tasks import ALL_KINDS, NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, Phase, TaskKind
 from .text import clean_text, source_path_text
 from .transactions import QueueConnection, with_retries
 
@@ -55,6 +55,26 @@ def make_worker_id(label: str = "worker") -> str:
     return f"{label}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"[-100:]
 
 
+def check_priority(priority: int) -> None:
+    if not 0 <= priority <= 10:
+        raise ValueError(f"priority must be between 0 and 10, got {priority}")
+
+
+def apply_priority(conn: sa.Connection, document_id: str, priority: int) -> dict[str, int]:
+    """Set the priority of a document and of its pages and chunks with a phase still to finish, locking in the
+    queue's order (chunks, pages, document)."""
+    counts = {}
+    for level, table in (("chunks", "task_queue_chunk"), ("pages", "task_queue_page")):
+        unfinished = " OR ".join(f"t.{k.status} <> 'completed'" for k in ALL_KINDS if k.table == table)
+        counts[level] = conn.exec_driver_sql(
+            f"UPDATE {table} t SET priority = %(p)s, updated_at = now() WHERE t.document_id = %(d)s "
+            f"AND t.priority <> %(p)s AND ({unfinished})", {"p": priority, "d": document_id}).rowcount
+    counts["documents"] = conn.exec_driver_sql(
+        "UPDATE documents SET priority = %(p)s, updated_at = now() WHERE id = %(d)s AND priority <> %(p)s",
+        {"p": priority, "d": document_id}).rowcount
+    return counts
+
+
 class Transitions(QueueConnection):
     def register_document(
         self,
@@ -71,8 +91,7 @@ class Transitions(QueueConnection):
         metadata: dict | None = None,
     ) -> tuple[dict, bool]:
         """Idempotent on content hash: the same bytes twice give the same document. Returns (row, created)."""
-        if not 0 <= priority <= 10:
-            raise ValueError(f"priority must be between 0 and 10, got {priority}")
+        check_priority(priority)
         if not re.fullmatch(r"[0-9a-f]{64}", content_hash):
             raise ValueError("content_hash must be a sha256 hex digest")
 
@@ -102,6 +121,9 @@ class Transitions(QueueConnection):
                     "SELECT * FROM documents WHERE content_hash = %(hash)s", {"hash": content_hash}
                 ).mappings().first()
                 if existing is not None:
+                    if priority > existing["priority"]:  # asked for again, more urgently
+                        apply_priority(conn, str(existing["id"]), priority)
+                        existing = {**existing, "priority": priority}
                     return dict(existing), False
                 # the key collided with a different file's key: lengthen the hash part and try again
             raise RuntimeError("could not allocate a unique document key")

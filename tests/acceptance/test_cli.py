@@ -331,9 +331,19 @@ def test_ingest_reports_new_and_duplicate_per_file(story):
     assert rows(story.engine, "SELECT count(*) AS n FROM documents")[0]["n"] == 5
 
 
-def test_ingest_priority_is_stored_and_a_duplicate_keeps_its_own(story):
+def test_ingest_priority_is_stored_and_a_duplicate_asked_for_more_urgently_is_raised(story):
     assert document(story.engine, "broken.pdf")["priority"] == 7
-    assert document(story.engine, "beekeeping.pdf")["priority"] == 0
+    assert document(story.engine, "beekeeping.pdf")["priority"] == 7  # ingested again with --priority 7
+
+
+def test_priority_sets_a_documents_priority(story):
+    volcanoes = document(story.engine, "volcanoes.pdf")
+    result = ok_json("priority", volcanoes["document_key"], "9")
+    assert result["priority"] == 9 and result["documents"] == 1
+    assert document(story.engine, "volcanoes.pdf")["priority"] == 9
+    out_of_range = docqueue("priority", volcanoes["document_key"], "11")
+    assert out_of_range.code != 0 and "Traceback" not in out_of_range.err and "0<=x<=10" in out_of_range.err
+    refused(docqueue("priority", "no-such-document", "3"))
 
 
 def test_password_file_opens_the_encrypted_pdf_and_only_its_path_is_stored(story):

@@ -323,3 +323,29 @@ def test_hostile_text_is_stored_verbatim(queue):
     queue.claim(OCR_DOCUMENT, worker, 1)
     queue.fail(OCR_DOCUMENT, worker, [{"id": doc["id"], "error": "bad -- '; \x00 \udcff", "retryable": False}])
     assert queue.document(str(doc["id"]))["ocr_error"].startswith("bad -- '; \\x00")
+
+
+def test_priority_cascades_to_unfinished_pages_and_chunks_only(queue):
+    doc = build_document(queue, pages=2, chunks_per_page=2, priority=1)
+    worker = make_worker_id()
+    done = queue.claim(VECTOR_CHUNK, worker, 1)
+    queue.complete(VECTOR_CHUNK, worker, [c["id"] for c in done])
+    queue.complete(GRAPHRAG_CHUNK, worker, [c["id"] for c in queue.claim(GRAPHRAG_CHUNK, worker, 1)])
+    counts = queue.set_priority(str(doc["id"]), 8)
+    assert counts == {"chunks": 3, "pages": 2, "documents": 1}
+    chunks = {str(c["id"]): c["priority"] for c in queue.chunks(document_id=doc["id"])}
+    assert chunks.pop(str(done[0]["id"])) == 1, "a finished chunk keeps its priority"
+    assert set(chunks.values()) == {8}
+    assert queue.claim(VECTOR_CHUNK, worker, 1)[0]["id"] in chunks
+    with pytest.raises(ValueError, match="between 0 and 10"):
+        queue.set_priority(str(doc["id"]), 11)
+
+
+def test_registering_known_bytes_more_urgently_raises_the_priority(queue):
+    digest = new_hash()
+    first, created = queue.register_document(filename="a.pdf", content_hash=digest, size_bytes=1, priority=2)
+    assert created
+    again, created = queue.register_document(filename="a.pdf", content_hash=digest, size_bytes=1, priority=6)
+    assert not created and again["id"] == first["id"] and again["priority"] == 6
+    lower, _ = queue.register_document(filename="a.pdf", content_hash=digest, size_bytes=1, priority=1)
+    assert lower["priority"] == 6 and queue.document(str(first["id"]))["priority"] == 6

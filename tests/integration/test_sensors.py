@@ -208,20 +208,47 @@ def test_inbox_registers_new_files_once_and_never_follows_links_out(env, tmp_pat
     monkeypatch.setenv("DOCQUEUE_INBOX", str(inbox))
 
     message = tick(defs, instance, "inbox_sensor").skip_message
-    assert "1 new, 1 duplicate, 1 rejected" in message
+    assert "0 unchanged, 1 new, 0 new version(s), 1 duplicate, 1 rejected" in message
     with queue.engine.connect() as conn:
         documents = conn.exec_driver_sql("SELECT document_key, source_path FROM documents").all()
     assert len(documents) == 1 and documents[0][1] == os.fsdecode(first.resolve())
     assert instance.get_dynamic_partitions("documents") == [documents[0][0]]
 
     message = tick(defs, instance, "inbox_sensor").skip_message
-    assert "0 new" in message and "0 partition(s) registered" in message
+    # nothing changed: not even the duplicate at a second path or the rejected file is read again
+    assert "3 unchanged, 0 new, 0 new version(s), 0 duplicate, 0 rejected" in message, message
+    assert "0 partition(s) registered" in message
     pf.text_pdf(inbox, "second.pdf", ["Charles Babbage designed the engine."])
     assert "1 new" in tick(defs, instance, "inbox_sensor").skip_message
     assert len(instance.get_dynamic_partitions("documents")) == 2
     with queue.engine.connect() as conn:
         paths = [r[0] for r in conn.exec_driver_sql("SELECT source_path FROM documents").all()]
     assert all(p.startswith(os.fsdecode(inbox.resolve())) for p in paths)
+
+
+def test_inbox_sees_an_edit_that_keeps_the_size_and_follows_a_rename(env, tmp_path, monkeypatch):
+    defs, instance, queue = env
+    inbox = tmp_path / "inbox"
+    (inbox / "moved").mkdir(parents=True)
+    note = inbox / "note.txt"
+    note.write_text("alpha bravo charlie\n")
+    monkeypatch.setenv("DOCQUEUE_INBOX", str(inbox))
+    assert "1 new," in tick(defs, instance, "inbox_sensor").skip_message
+
+    note.write_text("delta bravo charlie\n")  # same size, other bytes
+    stat = note.stat()
+    os.utime(note, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert "1 new version(s)" in tick(defs, instance, "inbox_sensor").skip_message
+
+    renamed = inbox / "moved" / "renamed-note.txt"
+    note.rename(renamed)
+    message = tick(defs, instance, "inbox_sensor").skip_message
+    assert "0 new, 0 new version(s), 1 duplicate" in message, message
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT source_path FROM documents ORDER BY created_at").all()
+    assert len(rows) == 2, "a rename registers nothing new"
+    assert rows[-1][0] == os.fsdecode(renamed.resolve())
+    assert "1 unchanged, 0 new" in tick(defs, instance, "inbox_sensor").skip_message
 
 
 def test_inbox_sensor_skips_without_an_inbox(env, monkeypatch, tmp_path):
