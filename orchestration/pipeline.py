@@ -196,7 +196,9 @@ class Pipeline:
 
     def _document_file(self, document: dict) -> Path:
         if not document.get("storage_key"):
-            raise DocumentError("internal: the document's file was never stored", "internal", False)
+            # only a document carried over from the legacy schema, which kept no files, lacks one
+            raise DocumentError("missing file: this document's file was never stored (it came from the legacy "
+                                "schema); re-ingest the original file", "missing_file", False)
         return self.storage.local_path(document["storage_key"])
 
     def _finish(self, kind: TaskKind, worker_id: str, outcomes: list[Outcome], results: dict[str, dict]) -> list[Outcome]:
@@ -376,6 +378,11 @@ class Pipeline:
         alone instead of failing, and spending a retry of, every other chunk of its batch."""
         if not tasks:
             return []
+        textless = [t for t in tasks if not (t.get("content") or "").strip()]
+        if textless:  # nothing to embed or extract: never send an empty text to the model
+            skipped = {str(t["id"]) for t in textless}
+            return [*self._finish(kind, worker_id, [_textless(t) for t in textless], {}),
+                    *self._settle_batch(kind, worker_id, [t for t in tasks if str(t["id"]) not in skipped], work)]
         try:
             outcomes, results = work(worker_id, tasks)
         except Exception as exc:  # noqa: BLE001 - the store or model failing fails the batch, retryably
@@ -421,6 +428,13 @@ class _Lazy:
         if not self.made:
             self.value, self.made = self.factory(), True
         return self.value
+
+
+def _textless(task: dict) -> Outcome:
+    if task.get("content") is None:  # a chunk carried over from the legacy schema, which kept no chunk text
+        return Outcome(task["id"], False, "legacy: this chunk's text was never stored (it came from the legacy "
+                                          "schema); re-ingest its document to chunk it again", "legacy", False)
+    return Outcome(task["id"], False, "empty: this chunk's text is blank", "empty", False)
 
 
 def _resolve(value):

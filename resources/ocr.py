@@ -33,9 +33,10 @@ from resources import _pdf_worker
 
 MB = 1024 * 1024
 ERROR_CLASSES = frozenset(
-    {"encrypted", "corrupt", "too_large", "empty", "timeout", "resource_limit", "unsupported", "internal"}
+    {"encrypted", "corrupt", "too_large", "empty", "timeout", "resource_limit", "unsupported", "missing_file",
+     "internal"}
 )
-_NOT_RETRYABLE = frozenset({"encrypted", "corrupt", "too_large", "empty", "unsupported"})
+_NOT_RETRYABLE = frozenset({"encrypted", "corrupt", "too_large", "empty", "unsupported", "missing_file"})
 WORKER_RECYCLE_AFTER_CALLS = 500  # fresh worker now and then: MuPDF/ONNX caches only grow
 _POLL_INTERVAL_S = 0.25
 _STOP_GRACE_S = 3.0
