@@ -390,8 +390,10 @@ def status(document: str | None, as_json: bool) -> None:
         "documents", ["document", "ocr", "vector", "graphrag", "pages ok/failed/total", "chunks vec/graph/total",
                       "last error", "failed at"],
         [[r["document_key"], r["ocr_status"], r["vector_index_status"], r["graphrag_index_status"],
-          f"{r['ocr_completed_pages']}/{r['ocr_failed_pages']}/{r['total_pages']}",
-          f"{r['vector_completed_chunks']}/{r['graphrag_completed_chunks']}/{r['total_chunks']}",
+          f"{r['ocr_completed_pages']}/{r['ocr_failed_pages']}/{r['total_pages']}"
+          + (f" ({r['pages_without_text']} without text: embedding skipped)" if r["pages_without_text"] else ""),
+          f"{r['vector_completed_chunks']}/{r['graphrag_completed_chunks']}/{r['total_chunks']}"
+          + (" (re-indexed on the text extracted before)" if r["extraction_skipped"] else ""),
           r["ocr_error"] or r["vector_error"] or r["graphrag_error"] or "", r["last_failed_at"] or ""]
          for r in records])))
 

@@ -121,6 +121,9 @@ def _reset_chunks(queue: TaskQueue, conn, phase: Phase, where: str, params: dict
         queue._bubble(conn, rerun, pages, documents)
         conn.exec_driver_sql(f"UPDATE documents SET {rerun.value}_rollup_at = NULL WHERE id = ANY(%(ids)s::uuid[])",
                              {"ids": documents})
+    # the later phases run again on the text extracted before: extraction is skipped this time
+    conn.exec_driver_sql("UPDATE documents SET extraction_skipped = true WHERE id = ANY(%(ids)s::uuid[])",
+                         {"ids": documents})
     return rows, running
 
 

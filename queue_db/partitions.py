@@ -149,6 +149,9 @@ def document_rollup(engine: sa.Engine, phase: str, document_keys: Sequence[str])
         "vector": """count(c.id) AS chunks, count(c.id) FILTER (WHERE c.vector_status = 'completed') AS vectors,
                      count(c.id) FILTER (WHERE c.vector_status = 'failed') AS chunks_failed,
                      COALESCE(sum(c.token_count), 0) AS tokens,
+                     bool_or(d.extraction_skipped) AS extraction_skipped,
+                     (SELECT count(*) FROM task_queue_page sp WHERE sp.document_id = d.id AND sp.embedding_skipped)
+                         AS pages_without_text,
                      round(COALESCE(sum(c.vector_seconds), 0)::numeric, 2)::float AS seconds""",
         "graphrag": """count(c.id) AS chunks, count(c.id) FILTER (WHERE c.graphrag_status = 'completed') AS chunks_indexed,
                        count(c.id) FILTER (WHERE c.graphrag_status = 'failed') AS chunks_failed,

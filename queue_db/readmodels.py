@@ -14,6 +14,8 @@ SELECT d.id, d.document_key, d.filename, d.priority,
        COUNT(p.id) FILTER (WHERE p.ocr_status = 'completed') AS ocr_completed_pages,
        COUNT(p.id) FILTER (WHERE p.ocr_status = 'failed') AS ocr_failed_pages,
        COALESCE(SUM(p.chunk_count), 0) AS total_chunks,
+       -- phases skipped on purpose: pages with no text to embed; text not extracted again for a re-index
+       COUNT(p.id) FILTER (WHERE p.embedding_skipped) AS pages_without_text, d.extraction_skipped,
        (SELECT COUNT(*) FROM task_queue_chunk c WHERE c.document_id = d.id AND c.vector_status = 'completed')
            AS vector_completed_chunks,
        (SELECT COUNT(*) FROM task_queue_chunk c WHERE c.document_id = d.id AND c.graphrag_status = 'completed')

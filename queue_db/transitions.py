@@ -305,7 +305,7 @@ class Transitions(QueueConnection):
             OCR_DOCUMENT,
             "pages_created_at = now(), page_count = ($1->>'pages')::int, encrypted = ($1->>'encrypted')::boolean, "
             "metadata = t.metadata || ($1->'metadata'), ocr_error = NULL, ocr_error_class = NULL, "
-            "next_attempt_at = NULL", {})
+            "next_attempt_at = NULL, extraction_skipped = false", {})
         args = {"worker": worker_id, "values": [{"id": str(document_id)}], "pages": page_count,
                 "encrypted": encrypted, "metadata": metadata or {}}
 
@@ -339,8 +339,8 @@ class Transitions(QueueConnection):
         (ValueError) rather than stored under an id another row could also have."""
         sql = self._fenced_sql(
             VECTOR_PAGE,
-            "chunked_at = now(), chunk_count = ($1->>'n')::int, vector_error = NULL, vector_error_class = NULL, "
-            "vector_next_attempt_at = NULL", {})
+            "chunked_at = now(), chunk_count = ($1->>'n')::int, embedding_skipped = (($1->>'n')::int = 0), "
+            "vector_error = NULL, vector_error_class = NULL, vector_next_attempt_at = NULL", {})
         args = {"worker": worker_id, "values": [{"id": str(page_id)}], "n": len(chunks)}
 
         def work(conn: sa.Connection) -> bool:

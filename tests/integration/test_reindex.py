@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from queue_db.lifecycle import apply_reindex_requests, reset_phase
 from queue_db.queue import make_worker_id
-from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, Phase
+from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, VECTOR_PAGE, Phase
 from tests.queue_support import build_document
 
 
@@ -59,3 +59,27 @@ def test_a_graphrag_request_never_narrows_a_pending_vector_request(queue):
     assert reset_phase(queue, Phase.GRAPHRAG, str(doc["id"]))["running"] == 1
     with queue.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT phase FROM reindex_requests").scalar() == "vector"
+
+
+def test_skipped_phases_are_told_apart_from_done_ones(queue):
+    from queue_db.partitions import document_rollup
+    from queue_db.readmodels import document_progress
+    from tests.queue_support import expand, ocr_all, register
+
+    doc = register(queue, "blank-page.pdf")
+    expand(queue, doc, 2)
+    ocr_all(queue, doc)
+    worker = make_worker_id("chunk")
+    first, second = queue.claim(VECTOR_PAGE, worker, 2)
+    assert queue.complete_chunking(worker, first["id"], [])  # a page with no text: nothing to embed
+    assert queue.complete_chunking(worker, second["id"], [
+        {"chunk_index": 0, "content_hash": "a" * 64, "content": "some words", "token_count": 2}])
+    progress = document_progress(queue.engine, str(doc["id"])).iloc[0]
+    assert (progress["pages_without_text"], progress["extraction_skipped"]) == (1, False)
+
+    _index_everything(queue, doc)
+    reset_phase(queue, Phase.VECTOR, str(doc["id"]))
+    key = queue.document(str(doc["id"]))["document_key"]
+    figures = document_rollup(queue.engine, "vector", [key])[key]
+    assert (figures["pages_without_text"], figures["extraction_skipped"]) == (1, True)
+    assert bool(document_progress(queue.engine, str(doc["id"])).iloc[0]["extraction_skipped"])
