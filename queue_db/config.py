@@ -328,34 +328,6 @@ def _sentence(group: type[SettingsGroup], exc: ValidationError) -> str:
     return f"{name} is not valid ({error['msg']})"
 
 
-def env_int(name: str, default: int, minimum: int | None = None) -> int:
-    """A whole-number environment setting; a typo says which variable it is in."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def env_float(name: str, default: float, minimum: float | None = None) -> float:
-    """A numeric environment setting; a typo says which variable it is in."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
 def docqueue_home() -> Path:
     """Root of everything the embedded setup keeps on disk (DOCQUEUE_HOME, default ./.docqueue)."""
     home = Path(settings(DatabaseConfig).home).expanduser().resolve()
