@@ -1,7 +1,8 @@
 """Sensors that watch the queue tables: intake from the inbox, ready work per task kind, document roll-ups.
 
 Each tick is bounded (candidates read through the claim index with a LIMIT, at most `max_runs` requests) and
-idempotent: ranges already covered by a queued or running run are skipped."""
+idempotent: ranges already covered by a queued or running run are skipped. With TASK_QUEUE_ENABLED=false every
+sensor skips its tick without touching the queue."""
 
 import os
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
+from queue_db.config import DagsterConfig, IntakeConfig, QueueConfig, settings
 from queue_db.queue import source_path_text
 from queue_db.tasks import ALL_KINDS, Level, TaskKind
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
@@ -20,9 +22,8 @@ from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
 from resources.database import DatabaseResource
 from resources.storage import StorageResource
 
-SENSOR_INTERVAL_S = int(os.environ.get("DOCQUEUE_SENSOR_INTERVAL", "15"))
-MAX_RUNS_PER_TICK = int(os.environ.get("DOCQUEUE_SENSOR_MAX_RUNS", "10"))
-MAX_INBOX_FILES_PER_TICK = int(os.environ.get("DOCQUEUE_INBOX_MAX_FILES", "500"))
+# fixed when the code location loads (a sensor's interval is part of its definition); the rest is read per tick
+SENSOR_INTERVAL_S = settings(DagsterConfig).sensor_interval_s
 
 
 def _requests(planned) -> list[dg.RunRequest]:
@@ -38,10 +39,12 @@ def _task_sensor(kind: TaskKind) -> dg.SensorDefinition:
                description=f"Requests ranged runs of `{kind.name}` for ready tasks (pending, or failed with retries "
                            "left and back-off elapsed, dependency met).")
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
+        if not settings(QueueConfig).enabled:
+            return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
         registered = register_partitions(context.instance, queue.engine, kind.level)
         planned = plan_runs(queue.engine, kind, in_flight=in_flight_positions(context.instance, kind.name),
-                            max_runs=MAX_RUNS_PER_TICK)
+                            max_runs=settings(DagsterConfig).sensor_max_runs)
         if not planned:
             return dg.SkipReason(f"no ready {kind.name} tasks" + (f" ({registered} partitions registered)" if registered else ""))
         return dg.SensorResult(run_requests=_requests(planned))
@@ -55,6 +58,8 @@ def _rollup_sensor(phase: str) -> dg.SensorDefinition:
                description=f"Materializes `{ROLLUP_ASSET_BY_PHASE[phase]}` for documents whose {phase} phase "
                            "reached a final status.")
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
+        if not settings(QueueConfig).enabled:
+            return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
         planned = plan_rollup_runs(queue.engine, phase,
                                    in_flight=in_flight_positions(context.instance, f"rollup_{phase}"))
@@ -69,7 +74,10 @@ def _rollup_sensor(phase: str) -> dg.SensorDefinition:
            description="Registers new files dropped into DOCQUEUE_INBOX (the same bytes twice are one document) and "
                        "adds their `documents` partitions.")
 def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
-    inbox = os.environ.get("DOCQUEUE_INBOX", "").strip()
+    if not settings(QueueConfig).enabled:
+        return dg.SkipReason(QueueConfig.disabled_reason)
+    intake = settings(IntakeConfig)
+    inbox = intake.inbox
     if not inbox:
         return dg.SkipReason("DOCQUEUE_INBOX is not set")
     root = Path(inbox)
@@ -81,7 +89,7 @@ def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, s
     # as stored: a name that is not UTF-8 is compared (and sent to the database) in its escaped form
     known = _known_sources(queue, [source_path_text(os.fsdecode(f.resolve())) for f in files])
     fresh = [f for f in files if (source_path_text(os.fsdecode(f.resolve())), f.stat().st_size) not in known
-             ][:MAX_INBOX_FILES_PER_TICK]
+             ][:intake.inbox_max_files]
     results = ingest_paths(queue, storage.get_storage(), fresh, root=root) if fresh else []
     registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
     for r in results:
@@ -98,6 +106,8 @@ def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, s
                        "as documents, at most DOCQUEUE_S3_MAX_OBJECTS a tick; a changed object is a new version. "
                        "The cursor remembers what was handled.")
 def s3_intake_sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
+    if not settings(QueueConfig).enabled:
+        return dg.SkipReason(QueueConfig.disabled_reason)
     source = S3Source.from_env()
     if source is None:
         return dg.SkipReason("DOCQUEUE_S3_BUCKET is not set")
