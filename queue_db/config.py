@@ -72,7 +72,6 @@ class QueueConfig(SettingsGroup):
     retry_backoff_base_s: float = _var(10.0, "DOCQUEUE_RETRY_BACKOFF_BASE",
                                        "back-off before a failed task is retried: base·2^(attempt−1) s …", ge=0)
     retry_backoff_max_s: float = _var(600.0, "DOCQUEUE_RETRY_BACKOFF_MAX", "… capped at this many seconds", ge=0)
-    claim_batch_size: int = _var(50, "DOCQUEUE_CLAIM_BATCH_SIZE", "tasks claimed per round trip", ge=1)
     db_outage_max_s: float = _var(300.0, "DOCQUEUE_DB_OUTAGE_MAX_S",
                                   "seconds `docqueue run` waits out an unreachable database before giving up", ge=0)
 
@@ -354,7 +353,7 @@ class QueueSettings:
     # back-off before a failed task may be claimed again: base * 2**(attempt-1), capped
     retry_backoff_base_s: float = default(QueueConfig, "retry_backoff_base_s")
     retry_backoff_max_s: float = default(QueueConfig, "retry_backoff_max_s")
-    claim_batch_size: int = default(QueueConfig, "claim_batch_size")
+    claim_batch_size: int = 50  # no variable: ranged runs claim per task kind (assets.common.CLAIM_BATCH)
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -367,7 +366,6 @@ class QueueSettings:
             max_retries=queue.max_retries,
             retry_backoff_base_s=queue.retry_backoff_base_s,
             retry_backoff_max_s=queue.retry_backoff_max_s,
-            claim_batch_size=queue.claim_batch_size,
         )
 
     def backoff_seconds(self, attempt: int) -> float:
