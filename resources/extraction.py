@@ -19,7 +19,7 @@ from typing import Any, Iterable, Protocol, runtime_checkable
 import dagster
 
 from .neo4j import Entity, Extraction, Relation, normalize_entity_name
-from queue_db.config import ExtractionConfig, secret_value, settings
+from queue_db.config import ExtractionConfig, default, secret_value, settings
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,13 @@ MAX_TYPE_CHARS = 50
 
 @dataclass(frozen=True)
 class ExtractionLimits:
-    max_chars: int = 20_000            # text per chunk fed to the model; the rest is ignored
-    batch_size: int = 16               # texts per nlp.pipe batch
-    max_entities: int = 100            # per chunk
-    max_relations: int = 300           # per chunk (typed relations first, then co-occurrences)
-    max_sentence_entities: int = 12    # co-occurrence pairs are quadratic: only the first N entities of a sentence
+    max_chars: int = default(ExtractionConfig, "max_chars")  # text per chunk fed to the model; the rest is ignored
+    batch_size: int = default(ExtractionConfig, "batch_size")  # texts per nlp.pipe batch
+    max_entities: int = default(ExtractionConfig, "max_entities")  # per chunk
+    # per chunk (typed relations first, then co-occurrences)
+    max_relations: int = default(ExtractionConfig, "max_relations")
+    # co-occurrence pairs are quadratic: only the first N entities of a sentence
+    max_sentence_entities: int = default(ExtractionConfig, "max_sentence_entities")
 
     @classmethod
     def from_env(cls) -> "ExtractionLimits":
@@ -337,10 +339,10 @@ class LlmSettings:
     base_url: str
     model: str
     api_key: str = ""
-    timeout_s: float = 60.0
-    max_tokens: int = 2048
-    max_retries: int = 2
-    concurrency: int = 2
+    timeout_s: float = default(ExtractionConfig, "llm_timeout_s")
+    max_tokens: int = default(ExtractionConfig, "llm_max_tokens")
+    max_retries: int = default(ExtractionConfig, "llm_max_retries")
+    concurrency: int = default(ExtractionConfig, "llm_concurrency")
 
     def __repr__(self) -> str:  # dataclass repr would print the key
         return f"LlmSettings(base_url={self.base_url!r}, model={self.model!r}, api_key={'***' if self.api_key else ''!r})"
