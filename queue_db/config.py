@@ -298,11 +298,8 @@ def validate_settings() -> None:
         raise SettingsError(f"{problems[0]}{more}", invalid)
 
 
-_EXPECTED = {
-    "int_parsing": "must be a whole number", "int_from_float": "must be a whole number",
-    "float_parsing": "must be a number", "finite_number": "must be a finite number",
-    "bool_parsing": "must be true or false", "string_type": "must be text",
-}
+_EXPECTED = {"int_parsing": "must be a whole number", "int_from_float": "must be a whole number",
+             "float_parsing": "must be a number", "bool_parsing": "must be true or false"}
 
 
 def _sentence(group: type[SettingsGroup], exc: ValidationError) -> str:
