@@ -80,10 +80,11 @@ def _queue():
 
 def _engine():
     from queue_db.queue import create_queue_engine
+    from queue_db.server import database_url
     from orchestration.environment import prepare_environment
 
     prepare_environment()
-    return create_queue_engine(os.environ["DOCQUEUE_DATABASE_URL"])
+    return create_queue_engine(database_url())
 
 
 @contextmanager
@@ -117,7 +118,13 @@ def _document_or_fail(queue, ref: str) -> dict:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """docqueue: PDFs -> markdown -> Qdrant vectors and a knowledge graph, through a PostgreSQL task queue."""
+    from queue_db.config import SettingsError, validate_settings
+
     _quiet_libraries()
+    try:
+        validate_settings()
+    except SettingsError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 # ------------------------------------------------------------------------------------------------ database
@@ -131,13 +138,14 @@ def db() -> None:
 def db_upgrade(as_json: bool) -> None:
     """Create or migrate the schema (idempotent)."""
     from queue_db.migrate import available_migrations, upgrade
+    from queue_db.server import database_url
     from orchestration.environment import redact
 
     with _database_errors():
         applied = upgrade(_engine())
     payload = {"applied": [f"{m.version:04d}_{m.name}" for m in applied],
                "version": max(m.version for m in available_migrations()),
-               "database": redact(os.environ["DOCQUEUE_DATABASE_URL"])}
+               "database": redact(database_url())}
     _emit(as_json, payload, lambda: click.echo(
         (f"applied {len(applied)} migration(s): {', '.join(payload['applied'])}" if applied else "schema is up to date")
         + f" (version {payload['version']}, {payload['database']})"))
@@ -217,6 +225,11 @@ def _register_document_partitions(queue) -> None:
 def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index: int | None, worker_group: int,
         as_json: bool) -> None:
     """Process ready work through the Dagster definitions (recorded in the Dagster instance)."""
+    from queue_db.config import QueueConfig, settings
+
+    if not settings(QueueConfig).enabled:
+        click.echo(f"docqueue: {QueueConfig.disabled_reason} (nothing was run)", err=True)
+        return
     queue = _queue()
     if worker_index is not None:  # a child of `run --workers N`
         report = _run_worker(queue, until_idle, worker_index, workers, max_seconds, worker_group)
@@ -490,9 +503,10 @@ def verify(as_json: bool) -> None:
 
 def _embedding_model() -> tuple[str, int]:
     """Id and dimension of the configured embedding model, without loading it (verify only needs the collection)."""
-    from resources.embeddings import DEFAULT_MODEL, MODELS
+    from queue_db.config import EmbeddingConfig, settings
+    from resources.embeddings import MODELS
 
-    model_id = os.environ.get("DOCQUEUE_EMBEDDING_MODEL", "").strip() or DEFAULT_MODEL
+    model_id = settings(EmbeddingConfig).model
     if model_id not in MODELS:
         raise CliError(f"unknown embedding model {model_id!r} in DOCQUEUE_EMBEDDING_MODEL; known: {', '.join(MODELS)}")
     return model_id, MODELS[model_id].dim
@@ -532,9 +546,10 @@ def _service_errors():
 def _graph_store():
     """The graph store with a short retry budget: a person waiting at a prompt wants to hear that the Bolt server is
     unreachable within seconds (DOCQUEUE_CLI_GRAPH_RETRY_S, default 5), not after the workers' 30."""
+    from queue_db.config import GraphConfig, settings
     from resources.neo4j import GraphStore, Neo4jResource
 
-    retry_s = float(os.environ.get("DOCQUEUE_CLI_GRAPH_RETRY_S", "").strip() or 5.0)
+    retry_s = settings(GraphConfig).cli_retry_s
     return GraphStore(*Neo4jResource().connection(), tx_timeout_s=max(retry_s, 0.1))
 
 

@@ -1,6 +1,11 @@
 """The Dagster code location: assets by phase, their jobs, sensors, schedules, checks and resources."""
 from __future__ import annotations
 
+from queue_db.config import validate_settings
+
+# before the modules below read settings at import: a bad variable stops the load here, named in one sentence
+validate_settings()
+
 import dagster as dg
 
 from orchestration.assets import all_assets

@@ -17,9 +17,11 @@ INSTANCE_TEMPLATE = REPO_ROOT / "dagster.yaml"
 
 def prepare_environment() -> dict[str, str]:
     """Export DOCQUEUE_DATABASE_URL, DOCQUEUE_DAGSTER_PG_URL and DAGSTER_HOME; returns them (URLs redacted)."""
-    os.environ["DOCQUEUE_HOME"] = str(docqueue_home())
-    os.environ["DOCQUEUE_DATABASE_URL"] = database_url()
-    os.environ["DOCQUEUE_DAGSTER_PG_URL"] = dagster_database_url()
+    # exported, not only read: the webserver, daemon and run workers started from here inherit them
+    queue_url, dagster_url = database_url(), dagster_database_url()
+    os.environ.update({"DOCQUEUE_HOME": str(docqueue_home()), "DOCQUEUE_DATABASE_URL": queue_url,
+                       "DOCQUEUE_DAGSTER_PG_URL": dagster_url})
+    # Dagster's own variable: where its instance lives
     home = Path(os.environ.get("DAGSTER_HOME") or docqueue_home() / "dagster")
     home.mkdir(parents=True, exist_ok=True)
     target = home / "dagster.yaml"
@@ -27,9 +29,8 @@ def prepare_environment() -> dict[str, str]:
         shutil.copyfile(INSTANCE_TEMPLATE, target)
     os.environ["DAGSTER_HOME"] = str(home)
     enable_event_batches()
-    return {"DOCQUEUE_HOME": os.environ["DOCQUEUE_HOME"], "DAGSTER_HOME": str(home),
-            "DOCQUEUE_DATABASE_URL": redact(os.environ["DOCQUEUE_DATABASE_URL"]),
-            "DOCQUEUE_DAGSTER_PG_URL": redact(os.environ["DOCQUEUE_DAGSTER_PG_URL"])}
+    return {"DOCQUEUE_HOME": str(docqueue_home()), "DAGSTER_HOME": str(home),
+            "DOCQUEUE_DATABASE_URL": redact(queue_url), "DOCQUEUE_DAGSTER_PG_URL": redact(dagster_url)}
 
 
 # Events Dagster marks as one batch (a run's planned partitions, our per-partition materializations) are stored

@@ -46,7 +46,7 @@ from dagster_postgres.utils import (
     pg_url_from_config,
 )
 
-from queue_db.config import env_int
+from queue_db.config import DatabaseConfig, default, settings
 
 if TYPE_CHECKING:
     from dagster_postgres.auth import PgTokenProvider
@@ -59,9 +59,6 @@ POOL_RECYCLE_ENV = "DOCQUEUE_DAGSTER_PG_POOL_RECYCLE_S"
 POOL_TIMEOUT_ENV = "DOCQUEUE_DAGSTER_PG_POOL_TIMEOUT_S"
 
 
-def _env_int(name: str, default: int) -> int:
-    return env_int(name, default)
-
 @dataclass(frozen=True)
 class PoolSettings:
     """Bounds of one storage's connection pool.
@@ -70,12 +67,12 @@ class PoolSettings:
     process is ``3 * (pool_size + max_overflow)`` connections; idle it keeps at most ``3 * pool_size``.
     """
 
-    pool_size: int = 2
-    max_overflow: int = 3
+    pool_size: int = default(DatabaseConfig, "dagster_pool_size")
+    max_overflow: int = default(DatabaseConfig, "dagster_max_overflow")
     # below PostgreSQL/pgbouncer/firewall idle cut-offs, so a recycled connection is never a dead one
-    recycle_s: int = 1800
+    recycle_s: int = default(DatabaseConfig, "dagster_pool_recycle_s")
     # how long a storage call waits for a free connection before failing instead of hanging
-    timeout_s: int = 30
+    timeout_s: int = default(DatabaseConfig, "dagster_pool_timeout_s")
 
     def __post_init__(self) -> None:
         if self.pool_size < 1:
@@ -95,12 +92,9 @@ class PoolSettings:
 
     @classmethod
     def from_env(cls) -> PoolSettings:
-        return cls(
-            pool_size=_env_int(POOL_SIZE_ENV, cls.pool_size),
-            max_overflow=_env_int(MAX_OVERFLOW_ENV, cls.max_overflow),
-            recycle_s=_env_int(POOL_RECYCLE_ENV, cls.recycle_s),
-            timeout_s=_env_int(POOL_TIMEOUT_ENV, cls.timeout_s),
-        )
+        env = settings(DatabaseConfig)
+        return cls(pool_size=env.dagster_pool_size, max_overflow=env.dagster_max_overflow,
+                   recycle_s=env.dagster_pool_recycle_s, timeout_s=env.dagster_pool_timeout_s)
 
     @classmethod
     def from_config(cls, config_value: Mapping[str, Any]) -> PoolSettings:

@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
+from queue_db.config import EmbeddingConfig, ExtractionConfig, settings
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
@@ -50,9 +51,6 @@ class BatchTimeout(TimeoutError):
     pass
 
 
-# per-batch time limits of the phases that run in this process (OCR has its per-page limit in its own process)
-EMBED_TIMEOUT_S = float(os.environ.get("DOCQUEUE_EMBED_TIMEOUT", "300"))
-EXTRACT_TIMEOUT_S = float(os.environ.get("DOCQUEUE_EXTRACT_TIMEOUT", "600"))
 # failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
 SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout"})
 ISOLATION_PROBES = 2
@@ -333,7 +331,8 @@ class Pipeline:
     def _embed_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
         context = self.queue.chunk_context([t["id"] for t in tasks])
-        vectors = within(EMBED_TIMEOUT_S, "embedding", lambda: self.embedder.embed([t.get("content") or "" for t in tasks]))
+        vectors = within(settings(EmbeddingConfig).timeout_s, "embedding",
+                         lambda: self.embedder.embed([t.get("content") or "" for t in tasks]))
         points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
             "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
             "filename": context[t["id"]]["filename"], "page_number": context[t["id"]]["page_number"],
@@ -354,7 +353,7 @@ class Pipeline:
     def _extract_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
         context = self.queue.chunk_context([t["id"] for t in tasks])
-        extractions = within(EXTRACT_TIMEOUT_S, "extraction",
+        extractions = within(settings(ExtractionConfig).timeout_s, "extraction",
                              lambda: self.extractor.extract([t.get("content") or "" for t in tasks]))
         lost = self._taken_from_us(GRAPHRAG_CHUNK, worker_id, tasks)
         self.graph.write_chunks([ChunkGraph(

@@ -5,30 +5,25 @@ at most `max_keys` keys, and skips tasks already covered by a queued or running 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import dagster as dg
 import sqlalchemy as sa
 
+from queue_db.config import DagsterConfig, settings
 from queue_db.partitions import Candidate, ready_candidates, rollup_candidates
-from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
+from queue_db.tasks import TaskKind
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 KIND_TAG, PHASE_TAG, BLOCK_TAG, POSITIONS_TAG = "docqueue/kind", "docqueue/phase", "docqueue/block", "docqueue/positions"
-
-# keys per run: large enough that Dagster's per-run cost is a small share, small enough to retry cheaply
-DEFAULT_MAX_KEYS = {OCR_DOCUMENT.name: 50, OCR_PAGE.name: 100, VECTOR_PAGE.name: 200,
-                    VECTOR_CHUNK.name: 1000, GRAPHRAG_CHUNK.name: 1000}
 
 IN_FLIGHT_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                       dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
 def max_keys_per_run(kind: TaskKind) -> int:
-    raw = os.environ.get(f"DOCQUEUE_RUN_MAX_KEYS_{kind.name.upper()}", "").strip()
-    return int(raw) if raw else DEFAULT_MAX_KEYS[kind.name]
+    return settings(DagsterConfig).max_keys_per_run(kind.name)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from queue_db.inspection import waiting_work
+from queue_db.config import QueueConfig, settings
 from queue_db.queue import TaskQueue
 from queue_db.tasks import ALL_KINDS, Level
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
@@ -139,7 +140,7 @@ class _Outage:
 
     def __init__(self):
         self.since: float | None = None
-        self.limit_s = float(os.environ.get("DOCQUEUE_DB_OUTAGE_MAX_S", "300"))
+        self.limit_s = settings(QueueConfig).db_outage_max_s
 
     def wait_or_raise(self, exc: Exception) -> None:
         transient = isinstance(exc, sa.exc.OperationalError) or getattr(exc, "connection_invalidated", False)
@@ -154,9 +155,16 @@ class _Outage:
 
 
 def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: TaskQueue, *, until_idle: bool = True,
-                   worker_index: int = 0, workers: int = 1, poll_s: float = 2.0, max_seconds: float | None = None,
+                   worker_index: int = 0, workers: int = 1, poll_s: float | None = None,
+                   max_seconds: float | None = None,
                    on_run: Callable[[PlannedRun, bool], None] | None = None) -> RunnerReport:
+    """Plan and execute runs until idle (or forever); `poll_s` (default WORKER_POLL_INTERVAL) is the wait when
+    nothing is ready and no retry is due. With TASK_QUEUE_ENABLED=false it returns at once, touching nothing."""
     report = RunnerReport()
+    if not settings(QueueConfig).enabled:
+        log.warning(QueueConfig.disabled_reason)
+        return report
+    poll_s = queue.settings.poll_interval_s if poll_s is None else poll_s
     started = time.monotonic()
     block_filter = (lambda block: block % workers == worker_index) if workers > 1 else None
     outage = _Outage()

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from queue_db.config import docqueue_home
+from queue_db.config import IntakeConfig, default, docqueue_home, settings
 from queue_db.queue import TaskQueue
 from orchestration.intake import IngestResult, ingest_file
 from resources.ocr import PdfLimits
@@ -42,29 +42,16 @@ class S3Unavailable(RuntimeError):
     """Listing or downloading failed for a reason retrying later may fix (network, throttling, permissions)."""
 
 
-def _positive(name: str, default: float, kind=int):
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise S3ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if value < 0 or (value == 0 and kind is int):
-        raise S3ConfigError(f"{name} must be greater than 0, got {raw!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class S3Source:
     bucket: str
     prefix: str = ""
     endpoint_url: str | None = None  # None: AWS itself
     region: str | None = None
-    max_objects: int = 50  # downloaded and registered per tick
-    max_listed: int = 100_000  # objects a tick may list under the prefix
-    lookback_s: float = 900.0
-    timeout_s: float = 60.0  # connect and read timeout of each request
+    max_objects: int = default(IntakeConfig, "s3_max_objects")  # downloaded and registered per tick
+    max_listed: int = default(IntakeConfig, "s3_max_list")  # objects a tick may list under the prefix
+    lookback_s: float = default(IntakeConfig, "s3_lookback_s")
+    timeout_s: float = default(IntakeConfig, "s3_timeout_s")  # connect and read timeout of each request
 
     @property
     def url(self) -> str:
@@ -73,18 +60,18 @@ class S3Source:
     @classmethod
     def from_env(cls, bucket: str | None = None, prefix: str | None = None) -> "S3Source | None":
         """The configured source, or None when DOCQUEUE_S3_BUCKET is not set (and no bucket is given)."""
-        bucket = (bucket if bucket is not None else os.environ.get("DOCQUEUE_S3_BUCKET", "")).strip()
+        env = settings(IntakeConfig)
+        bucket = (bucket if bucket is not None else env.s3_bucket).strip()
         if not bucket:
             return None
         return cls(
             bucket=bucket,
-            prefix=(prefix if prefix is not None else os.environ.get("DOCQUEUE_S3_PREFIX", "")).lstrip("/"),
-            endpoint_url=os.environ.get("DOCQUEUE_S3_URL", "").strip() or None,
+            prefix=(prefix if prefix is not None else env.s3_prefix).lstrip("/"),
+            endpoint_url=env.s3_url or None,
+            # the AWS SDK's own variables, read as boto3 would: not docqueue settings
             region=(os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "").strip() or None,
-            max_objects=_positive("DOCQUEUE_S3_MAX_OBJECTS", 50),
-            max_listed=_positive("DOCQUEUE_S3_MAX_LIST", 100_000),
-            lookback_s=_positive("DOCQUEUE_S3_LOOKBACK", 900.0, float),
-            timeout_s=_positive("DOCQUEUE_S3_TIMEOUT", 60.0, float),
+            max_objects=env.s3_max_objects, max_listed=env.s3_max_list, lookback_s=env.s3_lookback_s,
+            timeout_s=env.s3_timeout_s,
         )
 
     @classmethod

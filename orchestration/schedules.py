@@ -1,11 +1,11 @@
-"""Recovery every minute and a nightly reconciliation; both report what they changed as run metadata."""
-
-import os
+"""Stale-task recovery every TASK_QUEUE_CHECK_INTERVAL and a nightly reconciliation; both report what they
+changed as run metadata, and both skip while TASK_QUEUE_ENABLED is false."""
 
 import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
 from orchestration.checks import checks_job
+from queue_db.config import DagsterConfig, QueueConfig, settings
 from orchestration.maintenance import nightly, recover
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
@@ -52,18 +52,31 @@ def recovery_job():
 def reconciliation_job():
     reconcile_and_verify()
 
-recovery_schedule = dg.ScheduleDefinition(
-    name="recovery_every_minute", job=recovery_job, cron_schedule="* * * * *",
-    default_status=dg.DefaultScheduleStatus.RUNNING, description="Release stale heartbeats; bubble up what changed.")
-nightly_schedule = dg.ScheduleDefinition(
-    name="nightly_reconciliation", job=reconciliation_job,
-    cron_schedule=os.environ.get("DOCQUEUE_NIGHTLY_CRON", "0 3 * * *"),
-    default_status=dg.DefaultScheduleStatus.RUNNING, description="Reconcile parents, verify stores, repair.")
 
-checks_schedule = dg.ScheduleDefinition(
-    name="asset_checks", job=checks_job, cron_schedule=os.environ.get("DOCQUEUE_CHECKS_CRON", "30 3 * * *"),
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Evaluate every asset check, after the nightly reconciliation has repaired what it could.")
+def _unless_disabled() -> dg.RunRequest | dg.SkipReason:
+    if not settings(QueueConfig).enabled:
+        return dg.SkipReason(QueueConfig.disabled_reason)
+    return dg.RunRequest()
+
+
+@dg.schedule(name="stale_task_recovery", job=recovery_job, cron_schedule=settings(QueueConfig).recovery_cron(),
+             default_status=dg.DefaultScheduleStatus.RUNNING,
+             description="Release stale heartbeats; bubble up what changed (every TASK_QUEUE_CHECK_INTERVAL).")
+def recovery_schedule(context: dg.ScheduleEvaluationContext):
+    return _unless_disabled()
+
+
+@dg.schedule(name="nightly_reconciliation", job=reconciliation_job, cron_schedule=settings(DagsterConfig).nightly_cron,
+             default_status=dg.DefaultScheduleStatus.RUNNING, description="Reconcile parents, verify stores, repair.")
+def nightly_schedule(context: dg.ScheduleEvaluationContext):
+    return _unless_disabled()
+
+
+@dg.schedule(name="asset_checks", job=checks_job, cron_schedule=settings(DagsterConfig).checks_cron,
+             default_status=dg.DefaultScheduleStatus.RUNNING,
+             description="Evaluate every asset check, after the nightly reconciliation has repaired what it could.")
+def checks_schedule(context: dg.ScheduleEvaluationContext):
+    return _unless_disabled()
 
 all_schedules = [recovery_schedule, nightly_schedule, checks_schedule]
 maintenance_jobs = [recovery_job, reconciliation_job, checks_job]

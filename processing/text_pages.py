@@ -9,11 +9,12 @@ through the html-to-markdown library.
 from __future__ import annotations
 
 import codecs
-import os
 import re
 from dataclasses import dataclass
 
 import html_to_markdown as html_to_markdown_lib
+
+from queue_db.config import StorageConfig, default, settings
 
 MB = 1024 * 1024
 TEXT_TYPES = {"text/plain": "text", "text/markdown": "text", "text/html": "html"}  # mime -> page method
@@ -28,8 +29,8 @@ class TextTooLarge(ValueError):
 
 @dataclass(frozen=True)
 class TextLimits:
-    page_chars: int = 20_000
-    max_bytes: int = 20 * MB
+    page_chars: int = default(StorageConfig, "text_page_chars")
+    max_bytes: int = int(default(StorageConfig, "max_text_mb") * MB)
 
     def __post_init__(self):
         if self.page_chars < 200:
@@ -39,18 +40,8 @@ class TextLimits:
 
     @classmethod
     def from_env(cls) -> "TextLimits":
-        return cls(page_chars=int(_env_number("DOCQUEUE_TEXT_PAGE_CHARS", 20_000)),
-                   max_bytes=int(_env_number("DOCQUEUE_MAX_TEXT_MB", 20) * MB))
-
-
-def _env_number(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+        env = settings(StorageConfig)
+        return cls(page_chars=env.text_page_chars, max_bytes=int(env.max_text_mb * MB))
 
 
 # ------------------------------------------------------------------------------------------------ decoding

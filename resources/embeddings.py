@@ -22,14 +22,14 @@ import dagster as dg
 import numpy as np
 
 from processing.chunking import load_tokenizer, sha256_file
-from queue_db.config import env_int
+from queue_db.config import EmbeddingConfig, default, settings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2-int8"
-DEFAULT_BATCH_SIZE = 32
-DEFAULT_MAX_WINDOWS = 8
-DEFAULT_MAX_BATCH_TOKENS = 1024
+DEFAULT_MODEL = default(EmbeddingConfig, "model")
+DEFAULT_BATCH_SIZE = default(EmbeddingConfig, "batch_size")
+DEFAULT_MAX_WINDOWS = default(EmbeddingConfig, "max_windows")
+DEFAULT_MAX_BATCH_TOKENS = default(EmbeddingConfig, "batch_tokens")
 
 
 @dataclass(frozen=True)
@@ -205,9 +205,6 @@ def _normalised(vectors: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------------------- configuration
 
-def _env_int(name: str, default: int) -> int:
-    return env_int(name, default)
-
 _EMBEDDERS: dict[tuple[str, int, int, int, int], Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
 
@@ -219,13 +216,13 @@ def get_embedder(model_id: str | None = None, *, batch_size: int | None = None, 
     Unset arguments come from DOCQUEUE_EMBEDDING_MODEL, DOCQUEUE_EMBED_BATCH, DOCQUEUE_EMBED_THREADS,
     DOCQUEUE_EMBED_MAX_WINDOWS and DOCQUEUE_EMBED_BATCH_TOKENS.
     """
+    env = settings(EmbeddingConfig)
     key = (
-        model_id or os.environ.get("DOCQUEUE_EMBEDDING_MODEL", "").strip() or DEFAULT_MODEL,
-        batch_size if batch_size is not None else _env_int("DOCQUEUE_EMBED_BATCH", DEFAULT_BATCH_SIZE),
-        threads if threads is not None else _env_int("DOCQUEUE_EMBED_THREADS", 0),
-        max_windows if max_windows is not None else _env_int("DOCQUEUE_EMBED_MAX_WINDOWS", DEFAULT_MAX_WINDOWS),
-        max_batch_tokens if max_batch_tokens is not None
-        else _env_int("DOCQUEUE_EMBED_BATCH_TOKENS", DEFAULT_MAX_BATCH_TOKENS),
+        model_id or env.model,
+        batch_size if batch_size is not None else env.batch_size,
+        threads if threads is not None else env.threads,
+        max_windows if max_windows is not None else env.max_windows,
+        max_batch_tokens if max_batch_tokens is not None else env.batch_tokens,
     )
     with _EMBEDDERS_LOCK:
         if key not in _EMBEDDERS:

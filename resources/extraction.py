@@ -9,7 +9,6 @@ import functools
 import importlib
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -20,7 +19,7 @@ from typing import Any, Iterable, Protocol, runtime_checkable
 import dagster
 
 from .neo4j import Entity, Extraction, Relation, normalize_entity_name
-from queue_db.config import env_float, env_int
+from queue_db.config import ExtractionConfig, default, secret_value, settings
 
 log = logging.getLogger(__name__)
 
@@ -33,29 +32,21 @@ MAX_NAME_CHARS = 200
 MAX_TYPE_CHARS = 50
 
 
-def _env_int(name: str, default: int, minimum: int = 1) -> int:
-    return env_int(name, default, minimum)
-
-def _env_float(name: str, default: float) -> float:
-    return env_float(name, default)
-
 @dataclass(frozen=True)
 class ExtractionLimits:
-    max_chars: int = 20_000            # text per chunk fed to the model; the rest is ignored
-    batch_size: int = 16               # texts per nlp.pipe batch
-    max_entities: int = 100            # per chunk
-    max_relations: int = 300           # per chunk (typed relations first, then co-occurrences)
-    max_sentence_entities: int = 12    # co-occurrence pairs are quadratic: only the first N entities of a sentence
+    max_chars: int = default(ExtractionConfig, "max_chars")  # text per chunk fed to the model; the rest is ignored
+    batch_size: int = default(ExtractionConfig, "batch_size")  # texts per nlp.pipe batch
+    max_entities: int = default(ExtractionConfig, "max_entities")  # per chunk
+    # per chunk (typed relations first, then co-occurrences)
+    max_relations: int = default(ExtractionConfig, "max_relations")
+    # co-occurrence pairs are quadratic: only the first N entities of a sentence
+    max_sentence_entities: int = default(ExtractionConfig, "max_sentence_entities")
 
     @classmethod
     def from_env(cls) -> "ExtractionLimits":
-        return cls(
-            max_chars=_env_int("DOCQUEUE_EXTRACT_MAX_CHARS", cls.max_chars),
-            batch_size=_env_int("DOCQUEUE_EXTRACT_BATCH_SIZE", cls.batch_size),
-            max_entities=_env_int("DOCQUEUE_EXTRACT_MAX_ENTITIES", cls.max_entities),
-            max_relations=_env_int("DOCQUEUE_EXTRACT_MAX_RELATIONS", cls.max_relations, minimum=0),
-            max_sentence_entities=_env_int("DOCQUEUE_EXTRACT_MAX_SENTENCE_ENTITIES", cls.max_sentence_entities),
-        )
+        env = settings(ExtractionConfig)
+        return cls(max_chars=env.max_chars, batch_size=env.batch_size, max_entities=env.max_entities,
+                   max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities)
 
 
 @runtime_checkable
@@ -348,25 +339,20 @@ class LlmSettings:
     base_url: str
     model: str
     api_key: str = ""
-    timeout_s: float = 60.0
-    max_tokens: int = 2048
-    max_retries: int = 2
-    concurrency: int = 2
+    timeout_s: float = default(ExtractionConfig, "llm_timeout_s")
+    max_tokens: int = default(ExtractionConfig, "llm_max_tokens")
+    max_retries: int = default(ExtractionConfig, "llm_max_retries")
+    concurrency: int = default(ExtractionConfig, "llm_concurrency")
 
     def __repr__(self) -> str:  # dataclass repr would print the key
         return f"LlmSettings(base_url={self.base_url!r}, model={self.model!r}, api_key={'***' if self.api_key else ''!r})"
 
     @classmethod
     def from_env(cls) -> "LlmSettings":
-        return cls(
-            base_url=os.environ.get("DOCQUEUE_LLM_BASE_URL", "").strip(),
-            model=os.environ.get("DOCQUEUE_LLM_MODEL", "").strip(),
-            api_key=os.environ.get("DOCQUEUE_LLM_API_KEY", ""),
-            timeout_s=_env_float("DOCQUEUE_LLM_TIMEOUT_S", cls.timeout_s),
-            max_tokens=_env_int("DOCQUEUE_LLM_MAX_TOKENS", cls.max_tokens),
-            max_retries=_env_int("DOCQUEUE_LLM_MAX_RETRIES", cls.max_retries, minimum=0),
-            concurrency=_env_int("DOCQUEUE_LLM_CONCURRENCY", cls.concurrency),
-        )
+        env = settings(ExtractionConfig)
+        return cls(base_url=env.llm_base_url, model=env.llm_model, api_key=secret_value(env.llm_api_key),
+                   timeout_s=env.llm_timeout_s, max_tokens=env.llm_max_tokens, max_retries=env.llm_max_retries,
+                   concurrency=env.llm_concurrency)
 
 
 class LlmExtractor:
@@ -524,7 +510,7 @@ class ExtractionResource(dagster.ConfigurableResource):
     max_chars: int = 0          # DOCQUEUE_EXTRACT_MAX_CHARS (20000)
 
     def settings(self) -> tuple[str, LlmSettings | None, ExtractionLimits]:
-        backend = (self.backend or os.environ.get("DOCQUEUE_EXTRACTOR", "") or "spacy").strip().lower()
+        backend = (self.backend or settings(ExtractionConfig).extractor).strip().lower()
         limits = ExtractionLimits.from_env()
         if self.max_chars:
             limits = ExtractionLimits(**{**limits.__dict__, "max_chars": self.max_chars})

@@ -18,7 +18,6 @@ The Cypher is portable: the same statements run unchanged against Neo4j 5 and Ar
 """
 from __future__ import annotations
 
-import os
 import random
 import time
 import unicodedata
@@ -28,21 +27,12 @@ from typing import Iterable, Iterator
 import dagster
 import neo4j
 from neo4j.exceptions import ConstraintError
-from queue_db.config import env_float, env_int
+from queue_db.config import GraphConfig, secret_value, settings
 
 
-DEFAULT_BATCH_SIZE = 100
-DEFAULT_TX_TIMEOUT_S = 30.0
-DEFAULT_CONFLICT_RETRIES = 5
 # keys are whitespace-collapsed, so a newline can never occur inside one: safe as a separator in relation signatures
 _SIG_SEP = "\n"
 
-
-def _env_int(name: str, default: int, minimum: int = 1) -> int:
-    return env_int(name, default, minimum)
-
-def _env_float(name: str, default: float) -> float:
-    return env_float(name, default)
 
 # -- entity names ----------------------------------------------------------------------------------------------------
 def normalize_entity_name(name: str) -> str:
@@ -349,10 +339,10 @@ class GraphStore:
                  batch_size: int | None = None, tx_timeout_s: float | None = None,
                  conflict_retries: int | None = None):
         self.database = database or None
-        self.batch_size = batch_size or _env_int("DOCQUEUE_GRAPH_BATCH_SIZE", DEFAULT_BATCH_SIZE)
-        self.conflict_retries = (conflict_retries if conflict_retries is not None
-                                 else _env_int("DOCQUEUE_GRAPH_CONFLICT_RETRIES", DEFAULT_CONFLICT_RETRIES, minimum=0))
-        timeout = tx_timeout_s or _env_float("DOCQUEUE_GRAPH_TX_TIMEOUT_S", DEFAULT_TX_TIMEOUT_S)
+        env = settings(GraphConfig)
+        self.batch_size = batch_size or env.batch_size
+        self.conflict_retries = conflict_retries if conflict_retries is not None else env.conflict_retries
+        timeout = tx_timeout_s or env.tx_timeout_s
         self._driver = neo4j.GraphDatabase.driver(
             uri, auth=(user, password), max_transaction_retry_time=timeout, connection_timeout=min(timeout, 15.0),
         )
@@ -490,11 +480,12 @@ class Neo4jResource(dagster.ConfigurableResource):
     batch_size: int = 0  # chunks per transaction; 0 = DOCQUEUE_GRAPH_BATCH_SIZE (default 100)
 
     def connection(self) -> tuple[str, str, str, str | None]:
-        uri = self.uri or os.environ.get("DOCQUEUE_NEO4J_URI", "").strip()
+        env = settings(GraphConfig)
+        uri = self.uri or env.uri
         if uri:
-            user = self.user or os.environ.get("DOCQUEUE_NEO4J_USER", "neo4j")
-            password = self.password or os.environ.get("DOCQUEUE_NEO4J_PASSWORD", "")
-            database = self.database or os.environ.get("DOCQUEUE_NEO4J_DATABASE", "") or None
+            user = self.user or env.user
+            password = self.password or secret_value(env.password)
+            database = self.database or env.database or None
             return uri, user, password, database
         from .bolt_server import BoltServer
 

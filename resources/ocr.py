@@ -29,6 +29,7 @@ from typing import Iterable, Optional
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from queue_db.config import StorageConfig, default, settings
 from resources import _pdf_worker
 
 MB = 1024 * 1024
@@ -60,30 +61,17 @@ class DocumentError(Exception):
         return self.reason
 
 
-def _env_number(name: str, default, kind):
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = kind(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a {'whole ' if kind is int else ''}number, got {raw!r}") from exc
-    if value <= 0:
-        raise ValueError(f"{name} must be greater than 0, got {raw!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class PdfLimits:
-    max_file_bytes: int = 200 * MB
-    max_pages: int = 2000
-    max_render_pixels: int = 25_000_000
-    page_timeout_s: float = 120.0
-    max_memory_mb: int = 3072
-    ocr_dpi: int = 200
-    min_text_chars: int = 20
-    ocr_threads: int = 2
-    worker_start_timeout_s: float = 60.0
+    max_file_bytes: int = int(default(StorageConfig, "max_file_mb") * MB)
+    max_pages: int = default(StorageConfig, "max_pages")
+    max_render_pixels: int = default(StorageConfig, "max_render_pixels")
+    page_timeout_s: float = default(StorageConfig, "page_timeout_s")
+    max_memory_mb: int = default(StorageConfig, "worker_memory_mb")
+    ocr_dpi: int = default(StorageConfig, "ocr_dpi")
+    min_text_chars: int = default(StorageConfig, "min_text_chars")
+    ocr_threads: int = default(StorageConfig, "ocr_threads")
+    worker_start_timeout_s: float = default(StorageConfig, "worker_start_timeout_s")
 
     def __post_init__(self):
         for item in dataclasses.fields(self):
@@ -93,16 +81,12 @@ class PdfLimits:
 
     @classmethod
     def from_env(cls) -> "PdfLimits":
+        env = settings(StorageConfig)
         return cls(
-            max_file_bytes=int(_env_number("DOCQUEUE_MAX_FILE_MB", 200.0, float) * MB),
-            max_pages=_env_number("DOCQUEUE_MAX_PAGES", 2000, int),
-            max_render_pixels=_env_number("DOCQUEUE_MAX_RENDER_PIXELS", 25_000_000, int),
-            page_timeout_s=_env_number("DOCQUEUE_PAGE_TIMEOUT", 120.0, float),
-            max_memory_mb=_env_number("DOCQUEUE_WORKER_MEMORY_MB", 3072, int),
-            ocr_dpi=_env_number("DOCQUEUE_OCR_DPI", 200, int),
-            min_text_chars=_env_number("DOCQUEUE_MIN_TEXT_CHARS", 20, int),
-            ocr_threads=_env_number("DOCQUEUE_OCR_THREADS", min(2, os.cpu_count() or 1), int),
-            worker_start_timeout_s=_env_number("DOCQUEUE_WORKER_START_TIMEOUT", 60.0, float),
+            max_file_bytes=int(env.max_file_mb * MB), max_pages=env.max_pages,
+            max_render_pixels=env.max_render_pixels, page_timeout_s=env.page_timeout_s,
+            max_memory_mb=env.worker_memory_mb, ocr_dpi=env.ocr_dpi, min_text_chars=env.min_text_chars,
+            ocr_threads=env.ocr_threads, worker_start_timeout_s=env.worker_start_timeout_s,
         )
 
     def worker_settings(self) -> dict:

@@ -36,15 +36,12 @@ from qdrant_client import QdrantClient
 from qdrant_client.http import models as qm
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from queue_db.config import docqueue_home, env_float
+from queue_db.config import VectorStoreConfig, docqueue_home, secret_value, settings
 
 # fixed forever: changing it would orphan every stored point
 DOCQUEUE_POINT_NAMESPACE = uuid.UUID("6f1d5c0e-3b7a-5a49-9c1e-0d0c0e0a7e21")
 COLLECTION_PREFIX = "docqueue_chunks__"
 LOCK_FILE_NAME = ".docqueue.lock"
-DEFAULT_LOCK_TIMEOUT_S = 120.0
-DEFAULT_REQUEST_TIMEOUT_S = 30.0
-DEFAULT_UPSERT_BATCH = 256
 SCROLL_PAGE = 1000
 MAX_SEARCH_LIMIT = 1000
 REQUIRED_PAYLOAD = ("document_id",)
@@ -88,15 +85,8 @@ class SearchHit:
 # --------------------------------------------------------------------------- settings
 
 
-def _env_float(name: str, default: float) -> float:
-    return env_float(name, default)
-
-def lock_timeout_from_env() -> float:
-    return _env_float("DOCQUEUE_QDRANT_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT_S)
-
-
 def default_local_path() -> Path:
-    configured = os.environ.get("DOCQUEUE_QDRANT_PATH", "").strip()
+    configured = settings(VectorStoreConfig).path
     return Path(configured).expanduser() if configured else docqueue_home() / "qdrant"
 
 
@@ -249,8 +239,9 @@ class VectorStore:
         self.model_id = model_id
         self.dim = dim
         self.collection = collection_name(model_id)
-        self.lock_timeout_s = lock_timeout_from_env() if lock_timeout_s is None else float(lock_timeout_s)
-        self.upsert_batch = upsert_batch or int(_env_float("DOCQUEUE_QDRANT_BATCH", DEFAULT_UPSERT_BATCH))
+        env = settings(VectorStoreConfig)
+        self.lock_timeout_s = env.lock_timeout_s if lock_timeout_s is None else float(lock_timeout_s)
+        self.upsert_batch = upsert_batch or env.upsert_batch
         if self.upsert_batch < 1:
             raise ValueError(f"upsert batch must be at least 1, got {self.upsert_batch}")
         self.scroll_page = SCROLL_PAGE
@@ -258,7 +249,7 @@ class VectorStore:
         self._local: _LocalFolder | None = None
         self._ensured = False
         if url:
-            timeout = request_timeout_s or _env_float("DOCQUEUE_QDRANT_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S)
+            timeout = request_timeout_s or env.request_timeout_s
             self.location = _safe_location(url)
             # no version probe here: building a store must not do network I/O
             self._remote = QdrantClient(url=url, api_key=api_key or None, timeout=max(1, math.ceil(timeout)),
@@ -457,7 +448,8 @@ class QdrantResource(dg.ConfigurableResource):
     request_timeout_s: float | None = None  # DOCQUEUE_QDRANT_TIMEOUT, default 30 (server mode)
 
     def get_store(self, model_id: str, dim: int) -> VectorStore:
-        url = self.url if self.url is not None else os.environ.get("DOCQUEUE_QDRANT_URL", "").strip()
-        api_key = self.api_key if self.api_key is not None else os.environ.get("DOCQUEUE_QDRANT_API_KEY", "")
+        env = settings(VectorStoreConfig)
+        url = self.url if self.url is not None else secret_value(env.url)
+        api_key = self.api_key if self.api_key is not None else secret_value(env.api_key)
         return VectorStore(url=url or None, path=self.path, api_key=api_key or None, model_id=model_id, dim=dim,
                            lock_timeout_s=self.lock_timeout_s, request_timeout_s=self.request_timeout_s)

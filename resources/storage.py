@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 import dagster as dg
 from pydantic import Field
 
-from queue_db.config import docqueue_home
+from queue_db.config import StorageConfig, docqueue_home, settings
 
 _TEMP_PREFIX = ".tmp-"
 _COPY_CHUNK = 1024 * 1024
@@ -199,7 +199,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def default_storage_root() -> Path:
-    configured = os.environ.get("DOCQUEUE_STORAGE_DIR", "").strip()
+    configured = settings(StorageConfig).storage_dir
     return Path(configured).expanduser() if configured else docqueue_home() / "storage"
 
 

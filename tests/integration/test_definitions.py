@@ -3,6 +3,11 @@ definitions, the assets per phase, every sensor and schedule, the asset checks; 
 safe for Dagster (no commas, which break UI backfills, and none of the substrings Dagster refuses)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import dagster as dg
 import pytest
 from dagster._core.definitions.partitions.utils.base import INVALID_PARTITION_SUBSTRINGS
@@ -94,15 +99,31 @@ def test_sensors(repo):
 
 def test_schedules(repo):
     schedules = {schedule.name: schedule for schedule in repo.schedule_defs}
-    assert set(schedules) == {"recovery_every_minute", "nightly_reconciliation", "asset_checks"}
+    assert set(schedules) == {"stale_task_recovery", "nightly_reconciliation", "asset_checks"}
+    assert schedules["stale_task_recovery"].cron_schedule == "* * * * *"  # TASK_QUEUE_CHECK_INTERVAL=60
+    assert schedules["stale_task_recovery"].job_name == "recovery_job"
     assert schedules["asset_checks"].job_name == "asset_checks_job"
-    assert schedules["recovery_every_minute"].cron_schedule == "* * * * *"
-    assert schedules["recovery_every_minute"].job_name == "recovery_job"
     nightly = schedules["nightly_reconciliation"]
     minute, hour, *rest = nightly.cron_schedule.split()
     assert minute.isdigit() and hour.isdigit() and rest == ["*", "*", "*"], "once a day"
     assert nightly.job_name == "nightly_reconciliation_job"
     assert all(s.default_status == dg.DefaultScheduleStatus.RUNNING for s in schedules.values())
+
+
+def test_schedules_and_sensors_follow_their_settings():
+    """Loaded with other values (in a fresh process: the intervals are part of the definitions), the recovery
+    schedule runs every TASK_QUEUE_CHECK_INTERVAL (rounded down to what cron repeats evenly) and the sensors tick
+    every DOCQUEUE_SENSOR_INTERVAL."""
+    script = ("from orchestration.definitions import defs\n"
+              "print(defs.get_schedule_def('stale_task_recovery').cron_schedule)\n"
+              "print(defs.get_schedule_def('nightly_reconciliation').cron_schedule)\n"
+              "print(sorted({s.minimum_interval_seconds for s in defs.sensors}))")
+    env = {**os.environ, "TASK_QUEUE_CHECK_INTERVAL": "420", "DOCQUEUE_SENSOR_INTERVAL": "40",
+           "DOCQUEUE_NIGHTLY_CRON": "30 1 * * *"}
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == ["*/6 * * * *", "30 1 * * *", "[40]"]
 
 
 def test_asset_checks(repo):

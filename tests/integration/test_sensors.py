@@ -259,6 +259,38 @@ def test_inbox_sensor_skips_without_an_inbox(env, monkeypatch, tmp_path):
     assert "does not exist" in tick(defs, instance, "inbox_sensor").skip_message
 
 
+def test_a_disabled_queue_is_left_alone_by_every_sensor_and_schedule(env, monkeypatch, tmp_path):
+    """TASK_QUEUE_ENABLED=false: ready tasks and a new inbox file stay as they are, no run is requested and no
+    partition registered; set back to true, the same ticks request runs and register the file."""
+    defs, instance, queue = env
+    build_document(queue, pages=1, chunks_per_page=3)  # ready chunks: the VECTOR_CHUNK sensor would request a run
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "note.txt").write_text("a new document in the inbox")
+    monkeypatch.setenv("DOCQUEUE_INBOX", str(inbox))
+    monkeypatch.setenv("DOCQUEUE_S3_BUCKET", "never-contacted")
+    partitions, documents = instance.get_dynamic_partitions("chunks"), _documents(queue)
+    monkeypatch.setenv("TASK_QUEUE_ENABLED", "false")
+    for sensor in defs.sensors:
+        result = tick(defs, instance, sensor.name)
+        assert not result.run_requests, sensor.name
+        assert result.skip_message == "TASK_QUEUE_ENABLED is false: the queue is left alone", sensor.name
+    assert instance.get_dynamic_partitions("chunks") == partitions and _documents(queue) == documents
+    for schedule in defs.schedules:
+        with dg.build_schedule_context(instance=instance) as ctx:
+            data = schedule.evaluate_tick(ctx)
+        assert not data.run_requests and "TASK_QUEUE_ENABLED is false" in data.skip_message, schedule.name
+    monkeypatch.setenv("TASK_QUEUE_ENABLED", "true")
+    assert tick(defs, instance, "vector_chunk_sensor").run_requests
+    assert "1 new" in tick(defs, instance, "inbox_sensor").skip_message
+    assert _documents(queue) == documents + 1
+
+
+def _documents(queue) -> int:
+    with queue.engine.connect() as conn:
+        return conn.exec_driver_sql("SELECT count(*) FROM documents").scalar()
+
+
 # ------------------------------------------------------------------------------------------------ scale
 DOCS, PAGES, CHUNKS, BLOCK = 1000, 10, 100, 10_000
 

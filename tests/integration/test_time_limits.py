@@ -24,10 +24,8 @@ def pipeline(queue, tmp_path):
 
 
 def test_an_embedding_batch_over_its_time_limit_fails_as_timeout_and_is_retried(queue, pipeline, monkeypatch, engine):
-    import orchestration.pipeline as work
-
     build_document(queue, pages=1, chunks_per_page=3)
-    monkeypatch.setattr(work, "EMBED_TIMEOUT_S", 0.0005)  # DOCQUEUE_EMBED_TIMEOUT, set absurdly low
+    monkeypatch.setenv("DOCQUEUE_EMBED_TIMEOUT", "0.0005")  # absurdly low
     worker = make_worker_id()
     outcomes = pipeline.embed_chunks(worker, queue.claim(VECTOR_CHUNK, worker, 3))
     assert [o.error_class for o in outcomes] == ["timeout"] * 3
@@ -37,7 +35,7 @@ def test_an_embedding_batch_over_its_time_limit_fails_as_timeout_and_is_retried(
     counts = {(r.task_type, r.error_class): r.count for r in error_classes(engine).itertuples()}
     assert counts[("vector_chunks", "timeout")] == 3
     # back-off is 0 in the test settings: the next claim takes them again, and with a sane limit they complete
-    monkeypatch.setattr(work, "EMBED_TIMEOUT_S", 300.0)
+    monkeypatch.setenv("DOCQUEUE_EMBED_TIMEOUT", "300")
     outcomes = pipeline.embed_chunks(worker, queue.claim(VECTOR_CHUNK, worker, 3))
     assert all(o.ok for o in outcomes) and {r["vector_status"] for r in queue.chunks()} == {"completed"}
 
