@@ -38,11 +38,11 @@ class TextLimits:
 
     @classmethod
     def from_env(cls) -> "TextLimits":
-        return cls(page_chars=int(_env_number("DOCQUEUE_TEXT_PAGE_CHARS", 20_000)),
-                   max_bytes=int(_env_number("DOCQUEUE_MAX_TEXT_MB", 20) * MB))
+        return cls(page_chars=int(env_number("DOCQUEUE_TEXT_PAGE_CHARS", 20_000)),
+                   max_bytes=int(env_number("DOCQUEUE_MAX_TEXT_MB", 20) * MB))
 
 
-def _env_number(name: str, default: float) -> float:
+def env_number(name: str, default: float) -> float:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default

@@ -21,6 +21,7 @@ from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from orchestration.intake import PYMUPDF_TYPES
+from orchestration.office_pages import OFFICE_TYPES, OfficeLimits, office_pages
 from orchestration.text_pages import TEXT_TYPES, TextLimits, document_pages
 from resources.chunking import ChunkingError, chunk_markdown
 from resources.neo4j import ChunkGraph
@@ -50,6 +51,8 @@ class BatchTimeout(TimeoutError):
     pass
 
 
+# mime -> page method of the documents whose pages are markdown made here, without OCR
+MARKDOWN_PAGE_TYPES = {**TEXT_TYPES, **OFFICE_TYPES}
 # per-batch time limits of the phases that run in this process (OCR has its per-page limit in its own process)
 EMBED_TIMEOUT_S = float(os.environ.get("DOCQUEUE_EMBED_TIMEOUT", "300"))
 EXTRACT_TIMEOUT_S = float(os.environ.get("DOCQUEUE_EXTRACT_TIMEOUT", "600"))
@@ -244,7 +247,7 @@ class Pipeline:
 
     def _inspect(self, document: dict) -> DocumentInfo:
         mime = document.get("mime_type") or "application/pdf"
-        if mime in TEXT_TYPES:
+        if mime in MARKDOWN_PAGE_TYPES:
             pages = self._text_pages(document)
             return DocumentInfo(page_count=len(pages), encrypted=False, repaired=False,
                                 metadata={"format": mime, "characters": sum(len(p) for p in pages)})
@@ -253,7 +256,7 @@ class Pipeline:
 
     def _convert_page(self, document: dict, page_number: int) -> PageResult:
         mime = document.get("mime_type") or "application/pdf"
-        if mime not in TEXT_TYPES:
+        if mime not in MARKDOWN_PAGE_TYPES:
             return self.pdf.convert_page(
                 self._document_file(document), page_number, resolve_password(document.get("password_ref")),
                 boilerplate=tuple((document.get("metadata") or {}).get("boilerplate", ())),
@@ -264,20 +267,24 @@ class Pipeline:
             raise DocumentError(f"unsupported: page {page_number} does not exist (document has {len(pages)} pages)",
                                 "unsupported")
         markdown = pages[page_number - 1]
-        return PageResult(page_number, markdown, TEXT_TYPES[mime], len(markdown), time.perf_counter() - started)
+        return PageResult(page_number, markdown, MARKDOWN_PAGE_TYPES[mime], len(markdown),
+                          time.perf_counter() - started)
 
     def _text_pages(self, document: dict) -> list[str]:
-        """The pages of a text document. The file is content-addressed, so its pages never change: the last
-        document's are kept for the next page tasks of the batch instead of being split again for each."""
-        limits = TextLimits.from_env()
-        key = f"{document['storage_key']}@{limits.page_chars}"
+        """The pages of a text or office document. The file is content-addressed, so its pages never change: the
+        last document's are kept for the next page tasks of the batch instead of being read again for each."""
+        limits, office = TextLimits.from_env(), OfficeLimits.from_env()
+        key = f"{document['storage_key']}@{limits.page_chars}@{office.sheet_page_rows}"
         if self._text_cache is not None and self._text_cache[0] == key:
             return self._text_cache[1]
         path = self._document_file(document)
-        if path.stat().st_size > limits.max_bytes:
+        if document["mime_type"] in OFFICE_TYPES:
+            pages = office_pages(path, document["mime_type"], limits, office)
+        elif path.stat().st_size > limits.max_bytes:
             raise DocumentError(f"too large: text of more than {limits.max_bytes / (1 << 20):g} MB "
                                 "(DOCQUEUE_MAX_TEXT_MB)", "too_large")
-        pages = document_pages(path.read_bytes(), document["mime_type"], limits)
+        else:
+            pages = document_pages(path.read_bytes(), document["mime_type"], limits)
         if not pages:
             raise DocumentError("empty: the text has no words", "empty")
         max_pages = (getattr(self.pdf, "limits", None) or PdfLimits.from_env()).max_pages
