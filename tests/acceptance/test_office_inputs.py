@@ -13,8 +13,8 @@ import openpyxl
 import pytest
 
 from queue_db.tasks import Level
+from tests.acceptance.test_input_types import TEXT_PAGE_CHARS as PAGE_CHARS, pipeline_env  # noqa: F401
 
-PAGE_CHARS = 400
 SHEET_PAGE_ROWS = 3
 MAX_ROWS = 400
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -113,18 +113,11 @@ def _csv_with_junk(path: Path) -> Path:
 
 # -- tests ---------------------------------------------------------------------------------------------------------
 @pytest.fixture
-def office_env(docqueue_env, tmp_path, monkeypatch):
-    from orchestration.definitions import defs
-    from orchestration.environment import dagster_instance
-    from resources.database import get_queue
-    from resources.storage import StorageResource
-
-    monkeypatch.setenv("DOCQUEUE_TEXT_PAGE_CHARS", str(PAGE_CHARS))
+def office_env(pipeline_env, monkeypatch):
+    """The pipeline of test_input_types (pages of TEXT_PAGE_CHARS characters), with small sheet bounds."""
     monkeypatch.setenv("DOCQUEUE_SHEET_PAGE_ROWS", str(SHEET_PAGE_ROWS))
     monkeypatch.setenv("DOCQUEUE_MAX_SHEET_ROWS", str(MAX_ROWS))
-    instance = dagster_instance()
-    yield defs, instance, get_queue(), StorageResource().get_storage(), tmp_path
-    instance.dispose()
+    return pipeline_env
 
 
 def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_sentence(office_env):
