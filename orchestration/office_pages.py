@@ -286,42 +286,52 @@ class _RowBudget:
 
 def _table_pages(rows: Iterator[tuple[int, list[str]]], text_limits: TextLimits, limits: OfficeLimits,
                  sheet: str | None) -> list[str]:
-    """Rows packed into pages of at most `sheet_page_rows` rows and `page_chars` characters (one row at least),
-    each repeating the first row as the table's header."""
+    """Rows packed into pages of at most `sheet_page_rows` rows and `page_chars` characters (a page holds one row
+    at least), each repeating the first row as the table's header. A page's rows are padded to its widest row,
+    so its length is recounted whenever a wider row joins it."""
     first = next(rows, None)
     if first is None:
         return []
     header_number, header = first
+    page_chars = text_limits.page_chars
+    row_chars = page_chars // 2  # cells are cut so that a row takes at most half a page
+    max_columns = page_chars // 16  # the |---| line under the header takes at most a quarter
+    # the longest heading a page can get: row numbers of a spreadsheet have at most 7 digits
+    heading_chars = len(_heading(sheet, 10**6, 10**6))
     pages: list[str] = []
     page: list[tuple[int, list[str]]] = []
-    row_chars = text_limits.page_chars // 2  # a row and the header always fit one page together
-    max_columns = text_limits.page_chars // 16  # and so does the |---| line under the header
+    width = body_chars = 0
 
-    def flush() -> None:
-        first_row, last_row = (page[0][0], page[-1][0]) if page else (header_number, header_number)
-        pages.append(_heading(sheet, first_row, last_row)
-                     + "\n".join(_table_lines(header, [row for _, row in page], row_chars)))
-        page.clear()
+    def rows_chars(candidates: Iterable[list[str]], columns: int) -> int:
+        return sum(len(_row_line(row, columns, row_chars)) + 1 for row in candidates)
 
-    size = 0
-    # the longest heading a page can get: row numbers of a spreadsheet have at most 7 digits
-    base = len("\n".join(_table_lines(header, [], row_chars))) + len(_heading(sheet, 10**6, 10**6))
     for number, row in itertools.chain([first], rows):
         if len(row) > max_columns:
             raise DocumentError(f"too large: row {number} has {len(row)} columns, more than a page of "
-                                f"{text_limits.page_chars} characters holds ({max_columns}; DOCQUEUE_TEXT_PAGE_CHARS)",
+                                f"{page_chars} characters holds ({max_columns}; DOCQUEUE_TEXT_PAGE_CHARS)",
                                 "too_large")
         if number == header_number:
             continue
-        added = len(_table_lines(header, [row], row_chars)[-1]) + 1
-        if page and (len(page) >= limits.sheet_page_rows or base + size + added > text_limits.page_chars):
-            flush()
-            size = 0
+        wider = max(width, len(header), len(row))
+        grown = rows_chars([r for _, r in page], wider) if wider != width else body_chars
+        grown += rows_chars([row], wider)
+        total = heading_chars + len(_row_line(header, wider, row_chars)) + 4 * wider + 2 + grown
+        if page and (len(page) >= limits.sheet_page_rows or total > page_chars):
+            pages.append(_table_page(sheet, header, page, row_chars))
+            page.clear()
+            wider = max(len(header), len(row))
+            grown = rows_chars([row], wider)
         page.append((number, row))
-        size += added
+        width, body_chars = wider, grown
     if page or not pages:
-        flush()
+        pages.append(_table_page(sheet, header, page, row_chars) if page else
+                     _heading(sheet, header_number, header_number) + "\n".join(_table_lines(header, [], row_chars)))
     return pages
+
+
+def _table_page(sheet: str | None, header: list[str], page: list[tuple[int, list[str]]], row_chars: int) -> str:
+    return (_heading(sheet, page[0][0], page[-1][0])
+            + "\n".join(_table_lines(header, [row for _, row in page], row_chars)))
 
 
 def _heading(sheet: str | None, first_row: int, last_row: int) -> str:
