@@ -4,7 +4,8 @@ Pages follow text_pages.py: a pure function of the bytes and the limits, so expa
 and each page task (which writes one page) agree without storing anything in between.
 
 - DOCX: the body in order (headings, paragraphs, list items, tables as markdown tables) becomes markdown, then is
-  split like text into pages of at most `DOCQUEUE_TEXT_PAGE_CHARS` characters.
+  split like text into pages of at most `DOCQUEUE_TEXT_PAGE_CHARS` characters; a table longer than a page is
+  cut between rows first, every part repeating the header row.
 - XLSX: every worksheet is a markdown table whose header is the sheet's first non-empty row. A sheet is one page
   or more, each of at most `DOCQUEUE_SHEET_PAGE_ROWS` rows and `DOCQUEUE_TEXT_PAGE_CHARS` characters, each
   headed `## <sheet> (rows a-b)` and repeating the header row. A formula cell shows the value Excel saved with it,
@@ -69,6 +70,9 @@ class OfficeLimits:
                    max_sheets=int(env_number("DOCQUEUE_MAX_SHEETS", 100)),
                    max_unzipped_bytes=int(env_number("DOCQUEUE_MAX_UNZIPPED_MB", 200) * MB),
                    timeout_s=env_number("DOCQUEUE_OFFICE_TIMEOUT", 120))
+
+
+_WHOLE_TABLES = OfficeLimits(sheet_page_rows=1 << 30)  # a Word table is cut by page length, not row count
 
 
 class _Deadline:
@@ -152,7 +156,7 @@ def office_pages(path: Path, mime: str, text_limits: TextLimits, limits: OfficeL
     kind = "Word document" if mime == DOCX_MIME else "workbook"
     try:
         if mime == DOCX_MIME:
-            return split_pages(docx_markdown(path, deadline), text_limits.page_chars)
+            return split_pages(docx_markdown(path, deadline, text_limits), text_limits.page_chars)
         return xlsx_pages(path, text_limits, limits, deadline)
     except DocumentError:
         raise
@@ -161,7 +165,9 @@ def office_pages(path: Path, mime: str, text_limits: TextLimits, limits: OfficeL
         raise DocumentError(f"corrupt: the {kind} cannot be read ({detail})", "corrupt") from None
 
 
-def docx_markdown(path: Path, deadline: _Deadline) -> str:
+def docx_markdown(path: Path, deadline: _Deadline, text_limits: TextLimits) -> str:
+    """The body as markdown. A table longer than a page becomes several tables, each repeating the header row,
+    so that splitting the text into pages never separates rows from their header."""
     import docx
     from docx.table import Table
 
@@ -174,7 +180,7 @@ def docx_markdown(path: Path, deadline: _Deadline) -> str:
             rows = [row for row in rows if any(row)]
             _list_or_paragraph(blocks, items, None)
             if rows:
-                blocks.append("\n".join(_table_lines(rows[0], rows[1:], None)))
+                blocks.extend(_table_pages(iter(enumerate(rows, start=1)), text_limits, _WHOLE_TABLES, None))
             continue
         lines = [" ".join(line.split()) for line in element.text.split("\n")]
         text = "\n".join(line for line in lines if line)

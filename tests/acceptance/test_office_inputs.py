@@ -239,3 +239,23 @@ def test_reading_stops_at_the_time_limit_the_sheet_limit_and_rows_wider_than_a_p
         office_pages(wide, CSV_MIME, TextLimits(page_chars=400), OfficeLimits())
     assert str(refused.value) == ("too large: row 3 has 30 columns, more than a page of 400 characters holds "
                                   "(25; DOCQUEUE_TEXT_PAGE_CHARS)")
+
+
+def test_a_word_table_longer_than_a_page_repeats_its_header_on_every_page(tmp_path):
+    from orchestration.office_pages import OfficeLimits, office_pages
+    from orchestration.text_pages import TextLimits
+
+    document = docx.Document()
+    document.add_paragraph("Tide readings for the week.")
+    table = document.add_table(rows=41, cols=3)
+    for n, row in enumerate(table.rows):
+        for cell, value in zip(row.cells, ("Hour", "Height", "Station") if n == 0 else (n, n * 0.1, "Dover")):
+            cell.text = str(value)
+    document.save(tmp_path / "tides.docx")
+
+    pages = office_pages(tmp_path / "tides.docx", DOCX_MIME, TextLimits(page_chars=PAGE_CHARS), OfficeLimits())
+    assert len(pages) > 2 and all(len(p) <= PAGE_CHARS for p in pages)
+    assert pages[0].startswith("Tide readings for the week.\n\n| Hour | Height | Station |\n|---|---|---|\n| 1 |")
+    assert all(p.startswith("| Hour | Height | Station |\n|---|---|---|\n") for p in pages[1:])
+    rows = [line for p in pages for line in p.split("\n") if line.startswith("| ") and "Hour" not in line]
+    assert rows == [f"| {n} | {n * 0.1} | Dover |" for n in range(1, 41)]
