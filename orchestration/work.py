@@ -125,7 +125,7 @@ class Pipeline:
         self.queue = queue
         self._storage, self._pdf, self._embedder = storage, pdf, embedder
         self._vector_store_factory, self._graph, self._extractor = vector_store_factory, graph_store, extractor
-        self._text_cache: tuple[str, list[str]] | None = None  # (storage key@page size, pages) of the last text
+        self._text_cache: tuple[str, list[str]] | None = None  # (storage key@page bounds, pages) of the last one
 
     @classmethod
     def from_env(cls, queue: TaskQueue) -> "Pipeline":
