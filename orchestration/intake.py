@@ -4,8 +4,8 @@ Shared by `docqueue ingest`, the inbox sensor and the object-store intake. Files
 their sha256, so the same bytes twice are one document and one file can never overwrite another's.
 
 The type comes from the content, never from the name: PDF; PNG, JPEG and TIFF images (OCR); EPUB and XPS
-(laid out by PyMuPDF); plain text, Markdown and HTML (page markdown without OCR). Anything else is rejected
-here, with what it looks like, and nothing is registered.
+(laid out by PyMuPDF); plain text, Markdown and HTML; DOCX, XLSX and CSV (page markdown without OCR). Anything
+else is rejected here, with what it looks like, and nothing is registered.
 """
 from __future__ import annotations
 
@@ -14,16 +14,20 @@ import hashlib
 import os
 import re
 import stat
+import tempfile
 import unicodedata
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
+from queue_db.idempotency import IdempotencyConflict, checked_key
 from queue_db.lifecycle import mark_supersedes, move_source, previous_version
 from queue_db.queue import TaskQueue, source_path_text
 from resources.ocr import PdfLimits
 from resources.storage import LocalStorage
+from orchestration.office_pages import (CSV_MIME, DOCX_MIME, OFFICE_TYPES, XLSX_MIME, ZIPPED_TYPES, OfficeLimits,
+                                         archive_problem, csv_delimiter, office_zip_type)
 from processing.text_pages import TEXT_TYPES, TextLimits
 
 PDF_MAGIC = b"%PDF-"
@@ -32,13 +36,13 @@ XPS_MIME = "application/vnd.ms-xpsdocument"
 # mime -> PyMuPDF's file type, for everything the OCR worker opens
 PYMUPDF_TYPES = {"application/pdf": "pdf", "image/png": "png", "image/jpeg": "jpeg", "image/tiff": "tiff",
                  EPUB_MIME: "epub", XPS_MIME: "xps"}
-SUPPORTED_TYPES = frozenset(PYMUPDF_TYPES) | frozenset(TEXT_TYPES)
+SUPPORTED_TYPES = frozenset(PYMUPDF_TYPES) | frozenset(TEXT_TYPES) | frozenset(OFFICE_TYPES)
 _EXTENSIONS = {"application/pdf": ".pdf", "image/png": ".png", "image/jpeg": ".jpg", "image/tiff": ".tiff",
                EPUB_MIME: ".epub", XPS_MIME: ".xps", "text/plain": ".txt", "text/markdown": ".md",
-               "text/html": ".html"}
+               "text/html": ".html", DOCX_MIME: ".docx", XLSX_MIME: ".xlsx", CSV_MIME: ".csv"}
 # what a rejected file looks like, for the reason shown to the user
 _DESCRIPTIONS = {
-    "application/zip": "a ZIP archive that is neither EPUB nor XPS",
+    "application/zip": "a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX)",
     "application/x-executable": "an executable program (ELF)",
     "application/vnd.microsoft.portable-executable": "an executable program (Windows)",
     "application/x-mach-binary": "an executable program (Mach-O)",
@@ -47,9 +51,10 @@ _DESCRIPTIONS = {
     "application/x-tar": "a tar archive",
     "image/gif": "a GIF image", "image/bmp": "a BMP image", "image/webp": "a WebP image",
     "application/xml": "XML that is not HTML", "image/svg+xml": "an SVG drawing",
-    "application/vnd.openxmlformats-officedocument": "an Office Open XML document (convert it to PDF first)",
+    "application/vnd.openxmlformats-officedocument": "an Office Open XML document other than DOCX or XLSX "
+                                                     "(convert it to PDF first)",
     "application/vnd.oasis.opendocument": "an OpenDocument file (convert it to PDF first)",
-    "application/x-ole-storage": "a legacy Office document (convert it to PDF first)",
+    "application/x-ole-storage": "a legacy Office document (save it as DOCX or XLSX, or convert it to PDF)",
     "application/octet-stream": "unrecognised binary data",
 }
 _BINARY_SIGNATURES = (
@@ -97,8 +102,8 @@ class IntakeError(ValueError):
 
 def detect_type(head: bytes, path: Path | None = None) -> str:
     """The mime type of a file from its first bytes (2 KiB are plenty), never from its name. A ZIP is told
-    apart (EPUB, XPS, Office, plain archive) from its directory when `path` is given, else from its first entry.
-    PDF readers accept the header anywhere in the first KiB, so that is checked first."""
+    apart (EPUB, XPS, DOCX, XLSX, other Office, plain archive) from its directory when `path` is given, else
+    from its first entry. PDF readers accept the header anywhere in the first KiB, so that is checked first."""
     if PDF_MAGIC in head[:1024]:
         return "application/pdf"
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -147,7 +152,7 @@ def _zip_type(head: bytes, path: Path | None) -> str:
             if "[content_types].xml" in names:
                 if any(n.endswith((".fdseq", ".fpage")) for n in names):
                     return XPS_MIME
-                return "application/vnd.openxmlformats-officedocument"
+                return office_zip_type(archive, names) or "application/vnd.openxmlformats-officedocument"
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError):
         pass  # damaged or encrypted: a plain ZIP as far as anyone can tell
     return "application/zip"
@@ -187,6 +192,8 @@ def _text_type(text: str) -> str:
             return "image/svg+xml"
         if stripped.startswith("<?xml") or re.match(r"<[A-Za-z_][\w.:-]*[\s>]", stripped):
             return "application/xml"
+    if csv_delimiter(text):
+        return CSV_MIME
     signs = [pattern for pattern in _MARKDOWN_SIGNS if pattern.search(text)]
     if _MARKDOWN_SIGNS[0] in signs or len(signs) >= 2:
         return "text/markdown"
@@ -223,6 +230,11 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
+def too_large(limit: int) -> str:
+    """Why a file past DOCQUEUE_MAX_FILE_MB (`limit` bytes) is refused."""
+    return f"too large: more than {limit / (1 << 20):.3g} MB (DOCQUEUE_MAX_FILE_MB)"
+
+
 def _hash_file(path: Path, limit: int) -> tuple[str, int, bytes]:
     digest, size, head = hashlib.sha256(), 0, b""
     with open(path, "rb") as handle:
@@ -231,7 +243,7 @@ def _hash_file(path: Path, limit: int) -> tuple[str, int, bytes]:
                 head += chunk[:2048 - len(head)]
             size += len(chunk)
             if size > limit:
-                raise IntakeError(f"too large: more than {limit // (1 << 20)} MB (DOCQUEUE_MAX_FILE_MB)")
+                raise IntakeError(too_large(limit))
             digest.update(chunk)
     return digest.hexdigest(), size, head
 
@@ -239,38 +251,67 @@ def _hash_file(path: Path, limit: int) -> tuple[str, int, bytes]:
 def ingest_file(queue: TaskQueue, storage: LocalStorage, path: Path, *, priority: int = 0,
                 password_ref: str | None = None, limits: PdfLimits | None = None,
                 source_path: str | None = None, name: str | None = None,
-                metadata: dict | None = None) -> IngestResult:
+                metadata: dict | None = None, idempotency_key: str | None = None) -> IngestResult:
     """Register one file. `source_path` and `name` override where it came from (an object store downloads to a
-    temporary file); a known source path with new content is a new version."""
+    temporary file); a known source path with new content is a new version. With `idempotency_key`, the key
+    names the document: the same key again is a duplicate, the key with other bytes is rejected."""
+    return _register(queue, storage, path, shown=source_path or os.fsdecode(path), name=name or path.name,
+                     source_path=source_path or os.fsdecode(path.resolve()), priority=priority,
+                     password_ref=password_ref, limits=limits, metadata=metadata, idempotency_key=idempotency_key)
+
+
+def ingest_stream(queue: TaskQueue, storage: LocalStorage, stream: BinaryIO, name: str, *, scratch: Path,
+                  priority: int = 0, idempotency_key: str | None = None) -> IngestResult:
+    """Register content read from a stream (standard input) under `name`, bounded by DOCQUEUE_MAX_FILE_MB while
+    it is read. It has no source path, so it is never a new version of anything: the bytes (or the idempotency
+    key) identify it."""
+    limits = PdfLimits.from_env()
+    shown = f"-:{name}"
+    if not name.strip() or "/" in name or "\\" in name or name in (".", ".."):
+        return IngestResult(shown, "rejected", reason=f"invalid name {name!r}: give a file name such as note.md")
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="stdin-", dir=scratch) as folder:
+        path = Path(folder) / "content"
+        size = 0
+        with open(path, "wb") as handle:
+            while chunk := stream.read(1 << 20):
+                size += len(chunk)
+                if size > limits.max_file_bytes:
+                    return IngestResult(shown, "rejected", reason=too_large(limits.max_file_bytes))
+                handle.write(chunk)
+        return _register(queue, storage, path, shown=shown, name=name, source_path=None, priority=priority,
+                         password_ref=None, limits=limits, metadata=None, idempotency_key=idempotency_key)
+
+
+def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str, name: str,
+              source_path: str | None, priority: int, password_ref: str | None, limits: PdfLimits | None,
+              metadata: dict | None, idempotency_key: str | None) -> IngestResult:
     limits = limits or PdfLimits.from_env()
-    shown = source_path or os.fsdecode(path)
     try:
+        checked_key(idempotency_key)
         content_hash, size, head = _hash_file(path, limits.max_file_bytes)
-    except IntakeError as exc:
+    except (IntakeError, ValueError) as exc:
         return IngestResult(shown, "rejected", reason=str(exc))
     except OSError as exc:
         return IngestResult(shown, "rejected", reason=f"unreadable: {exc.strerror}")
     if size == 0:
         return IngestResult(shown, "rejected", reason="empty: zero-byte file")
     mime = detect_type(head, path)
-    refused = rejection_reason(mime)
+    refused = rejection_reason(mime) or _content_problem(path, mime, size)
     if refused:
         return IngestResult(shown, "rejected", reason=refused)
-    text_limit = TextLimits.from_env().max_bytes
-    if mime in TEXT_TYPES and size > text_limit:
-        return IngestResult(shown, "rejected", reason=f"too large: text of more than {text_limit / (1 << 20):g} MB "
-                                                      "(DOCQUEUE_MAX_TEXT_MB)")
     storage_key = f"documents/{content_hash[:2]}/{content_hash}{_EXTENSIONS[mime]}"
     if not storage.exists(storage_key):
         storage.put_file(storage_key, path)
-    name = name or path.name
-    source_path = source_path or os.fsdecode(path.resolve())
     # a known path with new content is a new version: it replaces the old one once fully indexed
-    previous = previous_version(queue, source_path, content_hash)
-    document, created = queue.register_document(
-        filename=name, content_hash=content_hash, size_bytes=size, storage_key=storage_key,
-        source_path=source_path, priority=priority, password_ref=password_ref, mime_type=mime,
-        filename_bytes=os.fsencode(name), metadata=metadata)
+    previous = previous_version(queue, source_path, content_hash) if source_path else None
+    try:
+        document, created = queue.register_document(
+            filename=name, content_hash=content_hash, size_bytes=size, storage_key=storage_key,
+            source_path=source_path, priority=priority, password_ref=password_ref, mime_type=mime,
+            filename_bytes=os.fsencode(name), metadata=metadata, idempotency_key=idempotency_key)
+    except IdempotencyConflict as exc:
+        return IngestResult(shown, "rejected", reason=str(exc))
     if created and previous is not None:
         mark_supersedes(queue, str(document["id"]), previous["id"])
         return IngestResult(shown, "new-version", str(document["id"]), document["document_key"],
@@ -287,10 +328,20 @@ def _moved_from(known: str | None, source_path: str) -> bool:
     if not known or known == source_path_text(source_path) or "://" in known:
         return False  # an object store's old key cannot be checked from here
     return not os.path.lexists(known)
+def _content_problem(path: Path, mime: str, size: int) -> str | None:
+    """Why a file of a supported type is refused before it is stored (past a size bound), or None."""
+    text_limit = TextLimits.from_env().max_bytes
+    if (mime in TEXT_TYPES or mime == CSV_MIME) and size > text_limit:
+        return f"too large: text of more than {text_limit / (1 << 20):g} MB (DOCQUEUE_MAX_TEXT_MB)"
+    if mime in ZIPPED_TYPES:
+        return archive_problem(path, OfficeLimits.from_env())
+    return None
 
 
 def ingest_paths(queue: TaskQueue, storage: LocalStorage, paths: Iterable[str | Path], *, priority: int = 0,
-                 password_ref: str | None = None, root: Path | None = None) -> list[IngestResult]:
+                 password_ref: str | None = None, root: Path | None = None,
+                 idempotency_key: str | None = None) -> list[IngestResult]:
     limits = PdfLimits.from_env()
-    return [ingest_file(queue, storage, p, priority=priority, password_ref=password_ref, limits=limits)
+    return [ingest_file(queue, storage, p, priority=priority, password_ref=password_ref, limits=limits,
+                        idempotency_key=idempotency_key)
             for p in iter_files(paths, root)]

@@ -22,6 +22,7 @@ from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from orchestration.intake import PYMUPDF_TYPES
+from orchestration.office_pages import OFFICE_TYPES, OfficeLimits, office_pages
 from processing.text_pages import TEXT_TYPES, TextLimits, UnreadableMarkup, document_pages
 from processing.chunking import ChunkingError, chunk_markdown
 from resources.neo4j import ChunkGraph
@@ -51,6 +52,8 @@ class BatchTimeout(TimeoutError):
     pass
 
 
+# mime -> page method of the documents whose pages are markdown made here, without OCR
+MARKDOWN_PAGE_TYPES = {**TEXT_TYPES, **OFFICE_TYPES}
 # failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
 SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout"})
 ISOLATION_PROBES = 2
@@ -120,7 +123,7 @@ class Pipeline:
         self.queue = queue
         self._storage, self._pdf, self._embedder = storage, pdf, embedder
         self._vector_store_factory, self._graph, self._extractor = vector_store_factory, graph_store, extractor
-        self._text_cache: tuple[str, list[str]] | None = None  # (storage key@page size, pages) of the last text
+        self._text_cache: tuple[str, list[str]] | None = None  # (storage key@page bounds, pages) of the last one
 
     @classmethod
     def from_resources(cls, queue: TaskQueue, storage, ocr=None, embeddings=None, qdrant=None, neo4j=None,
@@ -256,7 +259,7 @@ class Pipeline:
 
     def _inspect(self, document: dict) -> DocumentInfo:
         mime = document.get("mime_type") or "application/pdf"
-        if mime in TEXT_TYPES:
+        if mime in MARKDOWN_PAGE_TYPES:
             pages = self._text_pages(document)
             return DocumentInfo(page_count=len(pages), encrypted=False, repaired=False,
                                 metadata={"format": mime, "characters": sum(len(p) for p in pages)})
@@ -265,7 +268,7 @@ class Pipeline:
 
     def _convert_page(self, document: dict, page_number: int) -> PageResult:
         mime = document.get("mime_type") or "application/pdf"
-        if mime not in TEXT_TYPES:
+        if mime not in MARKDOWN_PAGE_TYPES:
             return self.pdf.convert_page(
                 self._document_file(document), page_number, resolve_password(document.get("password_ref")),
                 boilerplate=tuple((document.get("metadata") or {}).get("boilerplate", ())),
@@ -276,23 +279,27 @@ class Pipeline:
             raise DocumentError(f"unsupported: page {page_number} does not exist (document has {len(pages)} pages)",
                                 "unsupported")
         markdown = pages[page_number - 1]
-        return PageResult(page_number, markdown, TEXT_TYPES[mime], len(markdown), time.perf_counter() - started)
+        return PageResult(page_number, markdown, MARKDOWN_PAGE_TYPES[mime], len(markdown),
+                          time.perf_counter() - started)
 
     def _text_pages(self, document: dict) -> list[str]:
-        """The pages of a text document. The file is content-addressed, so its pages never change: the last
-        document's are kept for the next page tasks of the batch instead of being split again for each."""
-        limits = TextLimits.from_env()
-        key = f"{document['storage_key']}@{limits.page_chars}"
+        """The pages of a text or office document. The file is content-addressed, so its pages never change: the
+        last document's are kept for the next page tasks of the batch instead of being read again for each."""
+        limits, office = TextLimits.from_env(), OfficeLimits.from_env()
+        key = f"{document['storage_key']}@{limits.page_chars}@{office.sheet_page_rows}"
         if self._text_cache is not None and self._text_cache[0] == key:
             return self._text_cache[1]
         path = self._document_file(document)
-        if path.stat().st_size > limits.max_bytes:
+        if document["mime_type"] in OFFICE_TYPES:
+            pages = office_pages(path, document["mime_type"], limits, office)
+        elif path.stat().st_size > limits.max_bytes:
             raise DocumentError(f"too large: text of more than {limits.max_bytes / (1 << 20):g} MB "
                                 "(DOCQUEUE_MAX_TEXT_MB)", "too_large")
-        try:
-            pages = document_pages(path.read_bytes(), document["mime_type"], limits)
-        except UnreadableMarkup as exc:
-            raise DocumentError(f"corrupt: {exc}", "corrupt") from None
+        else:
+            try:
+                pages = document_pages(path.read_bytes(), document["mime_type"], limits)
+            except UnreadableMarkup as exc:
+                raise DocumentError(f"corrupt: {exc}", "corrupt") from None
         if not pages:
             raise DocumentError("empty: the text has no words", "empty")
         max_pages = (getattr(self.pdf, "limits", None) or PdfLimits.from_env()).max_pages

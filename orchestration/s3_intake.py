@@ -27,7 +27,7 @@ from typing import Iterable
 
 from queue_db.config import IntakeConfig, default, docqueue_home, settings
 from queue_db.queue import TaskQueue
-from orchestration.intake import IngestResult, ingest_file
+from orchestration.intake import IngestResult, ingest_file, too_large
 from resources.ocr import PdfLimits
 from resources.storage import LocalStorage
 
@@ -256,7 +256,7 @@ def _ingest_object(queue: TaskQueue, storage: LocalStorage, source: S3Source, cl
     listing shows its new state)."""
     address = f"s3://{source.bucket}/{obj.key}"
     if obj.size > limits.max_file_bytes:
-        return IngestResult(address, "rejected", reason=_too_large(limits.max_file_bytes))
+        return IngestResult(address, "rejected", reason=too_large(limits.max_file_bytes))
     name = PurePosixPath(obj.key).name or "object"
     scratch = docqueue_home() / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -283,7 +283,7 @@ def _download(client, source: S3Source, obj: S3Object, path: Path, limit: int) -
                 while chunk := body.read(_CHUNK):
                     size += len(chunk)
                     if size > limit:
-                        return _too_large(limit)
+                        return too_large(limit)
                     handle.write(chunk)
         finally:
             body.close()
@@ -295,10 +295,6 @@ def _download(client, source: S3Source, obj: S3Object, path: Path, limit: int) -
     except BotoCoreError as exc:
         raise S3Unavailable(f"downloading {obj.key} failed: {type(exc).__name__}") from None
     return "ok"
-
-
-def _too_large(limit: int) -> str:
-    return f"too large: more than {limit / (1 << 20):.3g} MB (DOCQUEUE_MAX_FILE_MB)"
 
 
 def _client_error(exc) -> str:

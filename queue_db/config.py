@@ -130,11 +130,19 @@ class StorageConfig(SettingsGroup):
                             "threads of the OCR engine", shown="2 (1 on one core)", gt=0)
     worker_start_timeout_s: float = _var(60.0, "DOCQUEUE_WORKER_START_TIMEOUT",
                                          "seconds the conversion process may take to start", gt=0)
-    max_text_mb: float = _var(20.0, "DOCQUEUE_MAX_TEXT_MB", "largest text, Markdown or HTML file accepted (MB)", gt=0)
+    max_text_mb: float = _var(20.0, "DOCQUEUE_MAX_TEXT_MB", "largest text, Markdown, HTML or CSV file accepted (MB)", gt=0)
     text_page_chars: int = _var(20_000, "DOCQUEUE_TEXT_PAGE_CHARS",
                                 "characters per page when a text file is split into pages", ge=200)
     max_chunks_per_page: int = _var(200, "DOCQUEUE_MAX_CHUNKS_PER_PAGE",
                                     "a page needing more chunks fails as a validation error", ge=1)
+    sheet_page_rows: int = _var(50, "DOCQUEUE_SHEET_PAGE_ROWS",
+                                "spreadsheet and CSV rows per page (the header row is repeated on each)", gt=0)
+    max_sheet_rows: int = _var(100_000, "DOCQUEUE_MAX_SHEET_ROWS", "most non-empty rows per sheet or CSV", gt=0)
+    max_sheets: int = _var(100, "DOCQUEUE_MAX_SHEETS", "most worksheets per workbook", gt=0)
+    max_unzipped_mb: float = _var(200.0, "DOCQUEUE_MAX_UNZIPPED_MB",
+                                  "largest uncompressed size of a DOCX or XLSX, checked at intake (MB)", gt=0)
+    office_timeout_s: float = _var(120.0, "DOCQUEUE_OFFICE_TIMEOUT",
+                                   "seconds to read one Word, Excel or CSV document into pages", gt=0)
 
 
 class EmbeddingConfig(SettingsGroup):

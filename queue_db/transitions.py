@@ -16,6 +16,7 @@ import psycopg.types.json
 import psycopg.types.string
 import sqlalchemy as sa
 
+from .idempotency import IdempotencyConflict, checked_key
 from .keys import chunk_id, document_key_for
 from .tasks import ALL_KINDS, NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, Phase, TaskKind
 from .text import clean_text, source_path_text
@@ -89,21 +90,42 @@ class Transitions(QueueConnection):
         mime_type: str | None = "application/pdf",
         filename_bytes: bytes | None = None,
         metadata: dict | None = None,
+        idempotency_key: str | None = None,
     ) -> tuple[dict, bool]:
-        """Idempotent on content hash: the same bytes twice give the same document. Returns (row, created)."""
+        """Idempotent on content hash: the same bytes twice give the same document. Returns (row, created).
+        Known bytes registered again with a higher priority raise the document's (and its unfinished tasks').
+
+        With `idempotency_key`, the same key twice is one document too, and the key with other bytes raises
+        IdempotencyConflict. Bytes already registered without a key take the key, so it names them from then on;
+        bytes already registered under another key stay one document, under that other key."""
+        idempotency_key = checked_key(idempotency_key)
         check_priority(priority)
         if not re.fullmatch(r"[0-9a-f]{64}", content_hash):
             raise ValueError("content_hash must be a sha256 hex digest")
+
+        def keyed(conn: sa.Connection) -> dict | None:
+            """The document the key names (None when the key is new); IdempotencyConflict for other bytes."""
+            row = conn.exec_driver_sql("SELECT * FROM documents WHERE idempotency_key = %(k)s",
+                                       {"k": idempotency_key}).mappings().first()
+            if row is not None and row["content_hash"] != content_hash:
+                raise IdempotencyConflict(idempotency_key, row["document_key"])
+            return dict(row) if row is not None else None
+
+        def known(conn: sa.Connection, existing: dict) -> tuple[dict, bool]:
+            if priority > existing["priority"]:  # asked for again, more urgently
+                apply_priority(conn, str(existing["id"]), priority)
+                existing = {**existing, "priority": priority}
+            return existing, False
 
         def work(conn: sa.Connection) -> tuple[dict, bool]:
             for key_length in (8, 12, 16, 64):
                 row = conn.exec_driver_sql(
                     """INSERT INTO documents (filename, filename_bytes, document_key, source_path, storage_key,
                                               size_bytes, content_hash, mime_type, priority, password_ref,
-                                              metadata, max_retries)
+                                              metadata, max_retries, idempotency_key)
                        VALUES (%(filename)s, %(filename_bytes)s, %(key)s, %(source_path)s, %(storage_key)s,
                                %(size)s, %(hash)s, %(mime)s, %(priority)s, %(password_ref)s, %(metadata)s::jsonb,
-                               %(max_retries)s)
+                               %(max_retries)s, %(idempotency_key)s)
                        ON CONFLICT DO NOTHING
                        RETURNING *""",
                     {
@@ -112,19 +134,28 @@ class Transitions(QueueConnection):
                         "source_path": source_path_text(source_path) if source_path else None, "storage_key": storage_key,
                         "size": size_bytes, "hash": content_hash, "mime": mime_type, "priority": priority,
                         "password_ref": password_ref, "metadata": json.dumps(metadata or {}),
-                        "max_retries": self.settings.max_retries,
+                        "max_retries": self.settings.max_retries, "idempotency_key": idempotency_key,
                     },
                 ).mappings().first()
                 if row is not None:
                     return dict(row), True
+                named = keyed(conn) if idempotency_key is not None else None
+                if named is not None:
+                    return known(conn, named)
                 existing = conn.exec_driver_sql(
                     "SELECT * FROM documents WHERE content_hash = %(hash)s", {"hash": content_hash}
                 ).mappings().first()
                 if existing is not None:
-                    if priority > existing["priority"]:  # asked for again, more urgently
-                        apply_priority(conn, str(existing["id"]), priority)
-                        existing = {**existing, "priority": priority}
-                    return dict(existing), False
+                    if idempotency_key is not None and existing["idempotency_key"] is None:
+                        try:
+                            with conn.begin_nested():
+                                existing = conn.exec_driver_sql(
+                                    "UPDATE documents SET idempotency_key = %(k)s WHERE id = %(id)s RETURNING *",
+                                    {"k": idempotency_key, "id": existing["id"]}).mappings().first()
+                        except sa.exc.IntegrityError:
+                            # other bytes took the key since the INSERT above: the key is theirs
+                            return keyed(conn) or dict(existing), False
+                    return known(conn, dict(existing))
                 # the key collided with a different file's key: lengthen the hash part and try again
             raise RuntimeError("could not allocate a unique document key")
 

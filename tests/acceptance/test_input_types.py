@@ -165,7 +165,7 @@ def test_unsupported_content_is_refused_at_intake_with_its_type(queue, tmp_path,
         "unsupported: an executable program (ELF) (detected: application/x-executable)"
     assert results["noise.txt"].reason == "unsupported: unrecognised binary data (detected: application/octet-stream)"
     assert results["archive.zip"].reason == \
-        "unsupported: a ZIP archive that is neither EPUB nor XPS (detected: application/zip)"
+        "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) (detected: application/zip)"
     assert results["big.txt"].reason.startswith("too large: text of more than")
     with queue.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM documents").scalar() == 0

@@ -136,7 +136,8 @@ def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucke
     report = ingest_s3(queue, storage, source, None, limits=limits)
     reasons = {r.path.rsplit("/", 1)[1]: r.reason for r in report.results}
     assert reasons == {
-        "archive.pdf": "unsupported: a ZIP archive that is neither EPUB nor XPS (detected: application/zip)",
+        "archive.pdf": "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) "
+                       "(detected: application/zip)",
         "big.txt": "too large: more than 0.00954 MB (DOCQUEUE_MAX_FILE_MB)",
         "empty.txt": "empty: zero-byte file"}
     assert {r.status for r in report.results} == {"rejected"} and report.remaining == 0

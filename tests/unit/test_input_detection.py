@@ -59,16 +59,27 @@ def test_a_utf8_character_cut_by_the_head_is_still_text():
     assert detect_type(text[:2047]) == "text/plain"
 
 
+def _content_types(main: str) -> bytes:
+    return ('<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Override '
+            f'PartName="/main.xml" ContentType="application/vnd.openxmlformats-officedocument.{main}.main+xml"/>'
+            '</Types>').encode()
+
+
 def test_zips_are_told_apart_by_their_directory(tmp_path):
     epub = _zip({"mimetype": b"application/epub+zip", "META-INF/container.xml": b"<container/>"}, "mimetype")
     xps = _zip({"[Content_Types].xml": b"<Types/>", "FixedDocumentSequence.fdseq": b"<x/>"})
-    docx = _zip({"[Content_Types].xml": b"<Types/>", "word/document.xml": b"<w/>"})
+    docx = _zip({"[Content_Types].xml": _content_types("wordprocessingml.document"), "word/document.xml": b"<w/>"})
+    xlsx = _zip({"[Content_Types].xml": _content_types("spreadsheetml.sheet"), "xl/workbook.xml": b"<w/>"})
+    pptx = _zip({"[Content_Types].xml": _content_types("presentationml.presentation"), "ppt/p.xml": b"<p/>"})
     odt = _zip({"mimetype": b"application/vnd.oasis.opendocument.text"}, "mimetype")
     plain = _zip({"a.txt": b"hello"})
     expected = {"epub": "application/epub+zip", "xps": "application/vnd.ms-xpsdocument",
-                "docx": "application/vnd.openxmlformats-officedocument",
+                "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+                "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+                "pptx": "application/vnd.openxmlformats-officedocument",
                 "odt": "application/vnd.oasis.opendocument.text", "plain": "application/zip"}
-    for name, data in {"epub": epub, "xps": xps, "docx": docx, "odt": odt, "plain": plain}.items():
+    for name, data in {"epub": epub, "xps": xps, "docx": docx, "xlsx": xlsx, "pptx": pptx, "odt": odt,
+                       "plain": plain}.items():
         path = tmp_path / f"{name}.bin"
         path.write_bytes(data)
         assert detect_type(data[:2048], path) == expected[name], name
@@ -81,10 +92,23 @@ def test_zips_are_told_apart_by_their_directory(tmp_path):
 def test_rejections_name_what_the_content_is():
     assert rejection_reason("image/png") is None and rejection_reason("text/html") is None
     assert rejection_reason("application/zip") == \
-        "unsupported: a ZIP archive that is neither EPUB nor XPS (detected: application/zip)"
+        "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) (detected: application/zip)"
     assert rejection_reason("application/vnd.oasis.opendocument.text").startswith("unsupported: an OpenDocument file")
     assert rejection_reason("application/x-whatever") == \
         "unsupported: a file type docqueue does not read (detected: application/x-whatever)"
+
+
+def test_delimited_tables_are_csv_and_prose_with_commas_is_not():
+    tables = {"comma": "name,age,city\nann,3,paris\nbob,4,rome\n", "semicolon": "a;b\n1;2\n3;4",
+              "tab": "k\tv\nx\t1\n", "quoted": 'id,note\n1,"hello, world"\n2,"multi\nline"\n3,x\n',
+              "ragged": "a,b,c\n1,2,3\n4,5\n6,7,8\n9,10,11\n12,13,14,15\n"}
+    for name, text in tables.items():
+        assert detect_type(text.encode()) == "text/csv", name
+    prose = {"paragraphs": "Hello, world.\n\nAnother, paragraph, here.\n",
+             "verse": "Roses are red, violets are blue\nSugar is sweet, and so are you\n",
+             "one line": "one line, with commas, only\n", "uneven": "a, b\nno commas here\nc, d, e, f\nplain\n"}
+    for name, text in prose.items():
+        assert detect_type(text.encode()) == "text/plain", name
 
 
 # -- HTML ----------------------------------------------------------------------------------------------------------
