@@ -30,6 +30,7 @@ from .migrate import available_migrations, upgrade
 
 SCHEMA_FILE = Path(__file__).with_name("schema.sql")
 REGENERATE_COMMAND = "python -m queue_db.schema"
+_BUILT_THROUGH = re.compile(r"^-- Built through migration (\d{4})_([a-z0-9_]+) ", re.MULTILINE)
 
 # pg_dump's object headers: "-- Name: documents; Type: TABLE; Schema: public; Owner: -"
 _OBJECT_HEADER = re.compile(r"^-- Name: (?P<name>.*); Type: (?P<type>[A-Z ]+); Schema: [^;]*; Owner: .*$")
@@ -94,6 +95,13 @@ def render(dump: str, server_major: int) -> str:
     return "\n".join(header) + "\n" + dump
 
 
+def built_through(text: str) -> str | None:
+    """The last migration a schema.sql text was built through ("0012_chunk_text_off_the_queue_row"), from its
+    header: a migration that changes data but no catalog object still makes the file stale."""
+    found = _BUILT_THROUGH.search(text)
+    return f"{found.group(1)}_{found.group(2)}" if found else None
+
+
 def load_schema_file(url: str, path: Path = SCHEMA_FILE) -> None:
     """Build the schema of schema.sql into the (empty) database at `url`."""
     with psycopg.connect(_libpq_url(url)) as conn:
@@ -151,7 +159,8 @@ def migrated_schema(admin_url: str) -> str:
 
 
 def stale_message(path: Path = SCHEMA_FILE) -> str:
-    return (f"{path} is stale: it differs from the schema the migrations build. "
+    shown = "queue_db/schema.sql" if path == SCHEMA_FILE else str(path)
+    return (f"{shown} is stale: it differs from the schema the migrations build. "
             f"Regenerate it with `{REGENERATE_COMMAND}` and commit it.")
 
 
