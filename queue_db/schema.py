@@ -35,9 +35,10 @@ _BUILT_THROUGH = re.compile(r"^-- Built through migration (\d{4})_([a-z0-9_]+) "
 # pg_dump's object headers: "-- Name: documents; Type: TABLE; Schema: public; Owner: -"
 _OBJECT_HEADER = re.compile(r"^-- Name: (?P<name>.*); Type: (?P<type>[A-Z ]+); Schema: [^;]*; Owner: .*$")
 # what pg_dump prints that says nothing about the schema: session settings (they depend on the pg_dump version),
-# the psql-only \restrict guard (a random key per run), and banner comments naming server and client versions
+# the psql-only \restrict guard (a random key per run), banner comments naming server and client versions, and the
+# `pg_attver` column option that some PostgreSQL 15 builds stamp on every column (its value differs per database)
 _NOISE = re.compile(r"^(SET |SELECT pg_catalog\.set_config\(|\\restrict |\\unrestrict |-- Dumped |"
-                    r"-- PostgreSQL database dump)")
+                    r"-- PostgreSQL database dump|ALTER TABLE ONLY \S+ ALTER COLUMN \S+ SET \(pg_attver=\d+\);$)")
 
 
 def _libpq_url(url: str) -> str:
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=REGENERATE_COMMAND, description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the file is stale; write nothing")
     parser.add_argument("--admin-url", help="a server to build on (its `postgres` database), instead of a "
-                                            "throwaway embedded PostgreSQL")
+                                            "throwaway embedded PostgreSQL 18, which the committed file comes from")
     parser.add_argument("--output", type=Path, default=SCHEMA_FILE, help=f"default: {SCHEMA_FILE}")
     args = parser.parse_args(argv)
     if args.admin_url:
