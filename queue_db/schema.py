@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+import sqlalchemy as sa
 
 from .migrate import available_migrations, upgrade
 
@@ -146,8 +147,6 @@ def throwaway_server() -> Iterator[str]:
 
 def migrated_schema(admin_url: str) -> str:
     """schema.sql's text as the migrations build it on the server of `admin_url`."""
-    import sqlalchemy as sa
-
     with scratch_database(admin_url) as url:
         engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"), poolclass=sa.NullPool)
         try:
