@@ -1,6 +1,8 @@
 """Versioned schema migrations: ordered SQL files in queue_db/migrations, recorded in a version table.
 
 `upgrade()` is idempotent and safe to run from several processes at once (an advisory lock serialises them).
+An empty database is built by the migrations too, never from queue_db/schema.sql (the readable dump of their
+result): one path builds every database, so the files every deployment runs are the ones every test database runs.
 """
 from __future__ import annotations
 

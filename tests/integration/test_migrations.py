@@ -1,12 +1,16 @@
-"""Schema migrations: idempotent, a migrated database equals a fresh one, and the seed's legacy data migration."""
+"""Schema migrations: idempotent, queue_db/schema.sql is what they build (fresh or step by step, with data), and
+the seed's legacy data migration."""
 from __future__ import annotations
 
+import difflib
 import json
 
 import pytest
 import sqlalchemy as sa
 
-from queue_db.migrate import available_migrations, upgrade
+import queue_db.migrate
+from queue_db import schema as schema_file
+from queue_db.migrate import Migration, available_migrations, upgrade
 from queue_db.queue import create_queue_engine
 
 DOCQUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk", "task_queue_chunk_text")
@@ -41,6 +45,75 @@ def fresh(create_database):
     engine.dispose()
 
 
+@pytest.fixture
+def from_schema_file(create_database):
+    """A database built from queue_db/schema.sql alone: the reference every migrated database is held to."""
+    url = create_database(prefix="schemafile")
+    schema_file.load_schema_file(url)
+    engine = create_queue_engine(url)
+    yield engine
+    engine.dispose()
+
+
+def _url(engine: sa.Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
+
+
+def schema_difference(migrated: sa.Engine, reference: sa.Engine) -> str:
+    """Unified diff of the two catalogs (normalised pg_dump --schema-only); empty when they are the same."""
+    built, expected = schema_file.dump_schema(_url(migrated)), schema_file.dump_schema(_url(reference))
+    return "".join(difflib.unified_diff(expected.splitlines(True), built.splitlines(True),
+                                        "database built from queue_db/schema.sql", "database built by the migrations"))
+
+
+def assert_schema_file_describes(migrated: sa.Engine, reference: sa.Engine, how: str) -> None:
+    difference = schema_difference(migrated, reference)
+    if difference:
+        pytest.fail(f"{how}: {schema_file.stale_message()}\n{difference}", pytrace=False)
+
+
+def test_schema_file_is_what_the_migrations_build(fresh, from_schema_file):
+    assert_schema_file_describes(fresh, from_schema_file, "applying every migration to an empty database")
+
+
+def assert_schema_file_is_built_through_the_latest_migration() -> None:
+    latest = queue_db.migrate.available_migrations()[-1]
+    built = schema_file.built_through(schema_file.SCHEMA_FILE.read_text(encoding="utf-8"))
+    assert built == f"{latest.version:04d}_{latest.name}", (
+        f"queue_db/schema.sql was built through migration {built}, the latest is "
+        f"{latest.version:04d}_{latest.name}: {schema_file.stale_message()}")
+
+
+def test_schema_file_is_built_through_the_latest_migration():
+    assert_schema_file_is_built_through_the_latest_migration()
+
+
+def test_a_new_migration_makes_the_schema_file_stale(create_database, from_schema_file, monkeypatch, tmp_path,
+                                                     pg_admin_url):
+    """What an engineer adding migration 0013 sees until schema.sql is regenerated: both checks above fail and
+    name the command, and the command's --check agrees until it has rewritten the file."""
+    latest = available_migrations()[-1]
+    added = Migration(latest.version + 1, "probe_column", "ALTER TABLE documents ADD COLUMN probe INTEGER;")
+    monkeypatch.setattr(queue_db.migrate, "available_migrations", lambda: [*available_migrations(), added])
+    monkeypatch.setattr(schema_file, "available_migrations", queue_db.migrate.available_migrations)
+    engine = create_queue_engine(create_database())
+    upgrade(engine)
+    engine.dispose()
+    with pytest.raises(pytest.fail.Exception, match=r"python -m queue_db\.schema") as failure:
+        assert_schema_file_describes(engine, from_schema_file, "with the probe migration")
+    assert "+    probe integer" in str(failure.value)
+    with pytest.raises(AssertionError, match=r"python -m queue_db\.schema"):
+        assert_schema_file_is_built_through_the_latest_migration()
+
+    stale = tmp_path / "schema.sql"
+    stale.write_text(schema_file.SCHEMA_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    assert schema_file.main(["--check", "--admin-url", pg_admin_url, "--output", str(stale)]) == 1
+    assert schema_file.main(["--admin-url", pg_admin_url, "--output", str(stale)]) == 0
+    assert schema_file.built_through(stale.read_text(encoding="utf-8")) == f"{added.version:04d}_probe_column"
+    assert "    probe integer" in stale.read_text(encoding="utf-8")
+    assert schema_file.main(["--check", "--admin-url", pg_admin_url, "--output", str(stale)]) == 0
+
+
 def test_upgrade_is_idempotent_and_records_versions(fresh):
     assert upgrade(fresh) == []
     with fresh.connect() as conn:
@@ -66,20 +139,20 @@ def test_seed_schema_is_present_verbatim(fresh):
         assert (table, col) in cols
 
 
-def test_stepwise_upgrade_with_data_equals_fresh(create_database, fresh):
+def test_stepwise_upgrade_with_data_matches_the_schema_file(create_database, from_schema_file):
     engine = create_queue_engine(create_database())
     upgrade(engine, target=1)
     with engine.begin() as conn:  # data written by a version-1 deployment
         doc = conn.exec_driver_sql("INSERT INTO documents (filename) VALUES ('old.pdf') RETURNING id").scalar()
         conn.exec_driver_sql("INSERT INTO task_queue_page (document_id, page_number) VALUES (%(d)s, 1)", {"d": doc})
     upgrade(engine)
-    assert schema_of(engine) == schema_of(fresh)
+    assert_schema_file_describes(engine, from_schema_file, "upgrading a version-1 database that holds data")
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT document_key FROM documents").scalar().startswith("old-")
     engine.dispose()
 
 
-def test_chunk_text_moves_off_the_queue_row(create_database, fresh):
+def test_chunk_text_moves_off_the_queue_row(create_database, from_schema_file):
     """Migration 0012: chunk text written by an earlier version moves to task_queue_chunk_text, and the claim
     still hands it to the worker."""
     from queue_db.queue import TaskQueue
@@ -98,7 +171,7 @@ def test_chunk_text_moves_off_the_queue_row(create_database, fresh):
             "INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, content) "
             "VALUES (%(p)s, %(d)s, 'c0', 0, 'first words'), (%(p)s, %(d)s, 'c1', 1, NULL)", {"p": page, "d": doc})
     upgrade(engine)
-    assert schema_of(engine) == schema_of(fresh)
+    assert_schema_file_describes(engine, from_schema_file, "upgrading a version-11 database that holds chunk text")
     claimed = TaskQueue(engine).claim(VECTOR_CHUNK, "migration-test", 5)
     assert sorted((c["chunk_id"], c["content"]) for c in claimed) == [("c0", "first words"), ("c1", None)]
     engine.dispose()
@@ -125,7 +198,7 @@ CREATE TABLE task_queue (
 """
 
 
-def test_legacy_database_migrates_its_progress(create_database, fresh):
+def test_legacy_database_migrates_its_progress(create_database, from_schema_file):
     engine = create_queue_engine(create_database())
     with engine.begin() as conn:
         conn.exec_driver_sql(LEGACY_SCHEMA)
@@ -159,8 +232,8 @@ def test_legacy_database_migrates_its_progress(create_database, fresh):
                                                  (2, "completed", "completed", "completed", 0)]
     assert [tuple(r) for r in chunk_rows] == [("c-1-0", "completed", "completed"), ("c-1-1", "completed", "completed")]
     assert legacy_rows == 1  # the old table is kept (seed migration Phase 1)
-    # and apart from the legacy columns/table, the schema equals a fresh one
-    migrated, clean = schema_of(engine), schema_of(fresh)
+    # and apart from the legacy columns/table, the schema is the one queue_db/schema.sql describes
+    migrated, clean = schema_of(engine), schema_of(from_schema_file)
     legacy_columns = {"convert_status", "index_status", "ocr_details", "indexing_details"}
     migrated["columns"] = {c for c in migrated["columns"] if c[1] not in legacy_columns}
     migrated["constraints"] = {c for c in migrated["constraints"] if "task_queue_" not in c[1] or c[0] != "task_queue"}
