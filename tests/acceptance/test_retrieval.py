@@ -60,6 +60,20 @@ def _report(request, text: str) -> None:
         print(text)
 
 
+def _assert_vectors_cover_their_chunks(query: str) -> None:
+    """The vector phase writes each chunk's length and the part its vector covers into the point's payload."""
+    from resources.chunking import count_tokens
+    from resources.embeddings import EmbeddingResource
+    from resources.qdrant import QdrantResource
+
+    embedder = EmbeddingResource().get_embedder()
+    with QdrantResource().get_store(embedder.model_id, embedder.dim) as store:
+        hits = store.search(embedder.embed_one(query), limit=3)
+    assert hits
+    for hit in hits:
+        assert hit.payload["tokens"] == hit.payload["embedded_tokens"] == count_tokens(hit.payload["text"])
+
+
 def test_known_item_retrieval_stays_above_its_floor(docqueue_env, tmp_path: Path, request):
     retrieval = _load_bench()
     corpus = tmp_path / "corpus"
@@ -76,6 +90,7 @@ def test_known_item_retrieval_stays_above_its_floor(docqueue_env, tmp_path: Path
     _report(request, f"\nretrieval on the generated corpus: {json.dumps(line)}")
     assert line["doc_hit_at_1"] >= 0.9 and line["page_hit_at_5"] >= 0.9 and line["mrr"] >= 0.9, report
     assert line["keywords_doc_hit_at_5"] >= 0.8 and line["keywords_mrr"] >= 0.6, report
+    _assert_vectors_cover_their_chunks("Volunteers restored the steam engines in the old sheds")
     pages, _ = retrieval.indexed_pages()
     assert retrieval.sample_queries(pages, 30, 7, 4) == retrieval.sample_queries(pages, 30, 7, 4) \
         != retrieval.sample_queries(pages, 30, 8, 4)
