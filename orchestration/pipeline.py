@@ -338,18 +338,23 @@ class Pipeline:
     def _embed_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
         context = self.queue.chunk_context([t["id"] for t in tasks])
-        vectors = within(settings(EmbeddingConfig).timeout_s, "embedding",
-                         lambda: self.embedder.embed([t.get("content") or "" for t in tasks]))
+        embedded = within(settings(EmbeddingConfig).timeout_s, "embedding",
+                          lambda: self.embedder.embed_covered([t.get("content") or "" for t in tasks]))
+        vectors = embedded.vectors
+        # a vector that covers only the start of its chunk (DOCQUEUE_EMBED_MAX_WINDOWS) says so in its payload
         points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
             "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
             "filename": context[t["id"]]["filename"], "page_number": context[t["id"]]["page_number"],
             "chunk_index": t["chunk_index"], "text": t.get("content") or "", "content_hash": t["chunk_content_hash"],
+            "tokens": embedded.tokens[i], "embedded_tokens": embedded.embedded_tokens[i],
         }) for i, t in enumerate(tasks)]
         lost = self._taken_from_us(VECTOR_CHUNK, worker_id, tasks)
         self.vector_store.upsert([p for p, t in zip(points, tasks) if str(t["id"]) not in lost])
         seconds = (time.perf_counter() - started) / len(tasks)
         outcomes = [Outcome(t["id"], True, rejected=str(t["id"]) in lost, metadata={
-            "vectors": 1, "dimensions": int(vectors.shape[1]), "seconds": round(seconds, 4)}) for t in tasks]
+            "vectors": 1, "dimensions": int(vectors.shape[1]), "seconds": round(seconds, 4),
+            "tokens": embedded.tokens[i], "embedded_tokens": embedded.embedded_tokens[i]})
+            for i, t in enumerate(tasks)]
         return outcomes, {t["id"]: {"vector_seconds": seconds} for t in tasks}
 
     # ------------------------------------------------------------------------------------------ phase 3: graph

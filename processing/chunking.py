@@ -10,7 +10,11 @@ Layout rules, in order of strength:
 - a heading starts a new chunk; consecutive headings with nothing between them share one
   chunk, and the chunk carries the heading path (``"Title > Section"``);
 - a table is kept whole if it fits ``max_tokens``; otherwise it is split between rows and
-  every part repeats the header row (and its ``|---|`` separator);
+  every part repeats the header row (and its ``|---|`` separator); a row too long for a chunk
+  with its header is split between cells into column groups, each repeating the header cells of
+  its own columns, and a cell too long on its own is cut into word groups, then between tokens;
+- header cells named ``Col1``, ``Col2``… (what pymupdf4llm writes where a table has no header)
+  carry no meaning and are dropped; a header with no other name goes with its separator;
 - blocks (paragraphs, lists, code) are packed greedily up to ``target_tokens``; a block
   that is too long is split at list items / code lines, then sentences, then words;
 - consecutive prose chunks of one section overlap by up to ``overlap_tokens`` (whole
@@ -18,13 +22,12 @@ Layout rules, in order of strength:
   used as overlap, because tables repeat their header instead and headings are carried in
   ``Chunk.heading``.
 
-Words are never split, with one bounded exception: a run without whitespace that is
-longer than ``max_tokens`` tokens (a line of 500 dashes, unspaced CJK text) is cut every
-``target_tokens`` characters so that no chunk can grow without limit; a word of at most
-``max_tokens`` characters is never cut. Table rows are never cut at all, so a table part made
-of the header and one row longer than ``max_tokens`` is the only chunk that may exceed it.
-Chunks at ``target_tokens`` may exceed the model's 254-token window by a few tokens; the
-embedder covers such texts with several windows instead of truncating them.
+Every chunk stays within ``max_tokens``. Words are never split, with two bounded exceptions: a
+run without whitespace that is longer than ``max_tokens`` tokens (a line of 500 dashes, unspaced
+CJK text) is cut every ``target_tokens`` characters, and a word in a table cell that alone exceeds
+the room left beside its repeated header is cut between tokens. Chunks at ``target_tokens`` may
+exceed the model's 254-token window by a few tokens; the embedder covers such texts with several
+windows instead of truncating them.
 """
 from __future__ import annotations
 
@@ -121,6 +124,7 @@ _HEADING_CLOSING = re.compile(r"[ \t]+#+$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)")
 _TABLE_SEPARATOR = re.compile(r"^\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?$")
+_CELL_BORDER = re.compile(r"(?<!\\)\|")
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'\u201d\u2019)\]]))\s+")
 _EMPHASIS = "*_ \t"
 _SENTENCE_ENDINGS = (".", "!", "?")
@@ -308,24 +312,159 @@ def _table_header_size(rows: Sequence[str]) -> int:
     return 1
 
 
+def _cells(row: str) -> list[str]:
+    inner = row.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [cell.strip() for cell in _CELL_BORDER.split(inner)]
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "|" + "|".join(cells) + "|"
+
+
+def _without_synthetic_header(rows: Sequence[str]) -> list[str]:
+    """The table without the `ColN` names pymupdf4llm invents for header cells a table does not have.
+
+    A header cell is synthetic when it reads exactly `Col<its 1-based position>`; such cells become empty,
+    and a header left with no name at all goes, with its separator.
+    """
+    rows = list(rows)
+    if len(rows) < 2 or not _TABLE_SEPARATOR.match(rows[1].strip()):
+        return rows
+    cells = _cells(rows[0])
+    named = ["" if cell == f"Col{position}" else cell for position, cell in enumerate(cells, start=1)]
+    if named == cells:
+        return rows
+    if not any(named):
+        return rows[2:]
+    return [_row(named), *rows[1:]]
+
+
+def _token_parts(text: str, limit: int) -> list[tuple[str, int]]:
+    """`text` cut between tokens into consecutive parts of at most `limit` tokens, nothing left out."""
+    offsets = _counting_tokenizer().encode(text, add_special_tokens=False).offsets
+    if not offsets:
+        return [(text.strip(), 0)] if text.strip() else []
+    starts = [offsets[index][0] for index in range(0, len(offsets), limit)]
+    parts = [text[start:end].strip() for start, end in zip(starts, [*starts[1:], len(text)])]
+    counted: list[tuple[str, int]] = []
+    for part, tokens in zip(parts, count_tokens_batch(parts)):
+        # a word cut between its pieces can tokenize into more pieces on its own: cut that part finer
+        counted.extend([(part, tokens)] if tokens <= limit else _token_parts(part, max(1, limit - (tokens - limit))))
+    return counted
+
+
+def _bounded_parts(text: str, limit: int, budget: _Budget) -> list[tuple[str, int]]:
+    """Whole-word groups of at most `limit` tokens; a word longer than that alone is cut between tokens."""
+    parts: list[tuple[str, int]] = []
+    for group, tokens in _word_groups(text, limit, budget):
+        parts.extend([(group, tokens)] if tokens <= limit else _token_parts(group, limit))
+    return parts
+
+
+# a table line costs one token for its leading '|'; a column costs its cell's tokens plus the '|' closing it,
+# and, when its header is repeated, the header cell's tokens, its '|' and the separator's '---|' (4 tokens)
+_LINE_TOKENS = 1
+_SEPARATOR_CELL_TOKENS = 4
+
+
+def _split_row(row: str, header: Sequence[str], budget: _Budget) -> list[_Piece]:
+    """A row too long for one chunk, cut between cells into column groups of at most `budget.target` tokens.
+
+    Each group repeats the header cells of its own columns (as a header line and its separator), so a cell
+    stays under its column's name; a header cell too long to repeat on every piece (more than half the target)
+    is left out of the repeats. A cell too long on its own is cut into word groups, then between tokens.
+    """
+    cells = _cells(row)
+    width = max(len(cells), len(header))
+    cells += [""] * (width - len(cells))
+    names = list(header) + [""] * (width - len(header))
+    cell_tokens = count_tokens_batch(cells)
+    name_tokens = count_tokens_batch(names)
+    repeat = [bool(name) and tokens + 1 + _SEPARATOR_CELL_TOKENS <= budget.target // 2
+              for name, tokens in zip(names, name_tokens)]
+    has_header = any(repeat)
+    base = _LINE_TOKENS * (3 if has_header else 1)
+
+    def column_tokens(column: int, cell_tokens_: int) -> int:
+        if not has_header:
+            return cell_tokens_ + 1
+        return cell_tokens_ + 1 + (name_tokens[column] if repeat[column] else 0) + 1 + _SEPARATOR_CELL_TOKENS
+
+    def render(columns: Sequence[int], texts: Sequence[str]) -> str:
+        lines = []
+        if any(repeat[c] for c in columns):
+            lines.append(_row([names[c] if repeat[c] else "" for c in columns]))
+            lines.append(_row(["---"] * len(columns)))
+        lines.append(_row(texts))
+        return "\n".join(lines)
+
+    pieces: list[_Piece] = []
+    group: list[int] = []
+    group_tokens = base
+
+    def close_group() -> None:
+        if group:
+            pieces.append(_Piece(render(group, [cells[c] for c in group]), group_tokens, "table", "\n\n"))
+
+    for column in range(width):
+        tokens = column_tokens(column, cell_tokens[column])
+        if group and group_tokens + tokens > budget.target:
+            close_group()
+            group, group_tokens = [], base
+        if base + tokens <= budget.target:
+            group.append(column)
+            group_tokens += tokens
+            continue
+        room = max(1, budget.target - base - column_tokens(column, 0))
+        for part, part_tokens in _bounded_parts(cells[column], room, budget):
+            pieces.append(_Piece(render([column], [part]), base + column_tokens(column, part_tokens), "table",
+                                 "\n\n"))
+    close_group()
+    return pieces
+
+
 def _table_pieces(rows: Sequence[str], joiner: str, budget: _Budget) -> list[_Piece]:
-    whole = "\n".join(rows)
+    """A table whole if it fits `budget.maximum`; else parts of whole rows up to the target, each repeating the
+    header, and any row too long for a chunk with its header cut between cells (see `_split_row`)."""
+    named = _without_synthetic_header(rows)
+    if not named:
+        return []
+    header_size = 0 if len(named) < len(rows) else _table_header_size(named)
+    rows = named
     row_tokens = count_tokens_batch(rows)
     if sum(row_tokens) <= budget.maximum:
-        return [_Piece(whole, sum(row_tokens), "table", joiner)]
-    header_size = _table_header_size(rows)
-    if header_size >= len(rows):  # only header rows: rows are never cut, so it stays whole
-        return [_Piece(whole, sum(row_tokens), "table", joiner)]
+        return [_Piece("\n".join(rows), sum(row_tokens), "table", joiner)]
+    if header_size >= len(rows):  # header rows alone: they are the rows to split
+        header_size = 0
     header, header_tokens = list(rows[:header_size]), sum(row_tokens[:header_size])
+    names = _cells(rows[0]) if header_size else []
+    if header_tokens > budget.target // 2:
+        # too long to repeat on every part: the names go once, as a row, and the pieces of a split row still
+        # repeat the names of their own columns
+        rows, row_tokens = [rows[0], *rows[header_size:]], [row_tokens[0], *row_tokens[header_size:]]
+        header, header_tokens, header_size = [], 0, 0
     pieces: list[_Piece] = []
-    part, part_tokens = list(header), header_tokens
+    part: list[str] = []
+    part_tokens = header_tokens
+
+    def close_part() -> None:
+        if part:
+            pieces.append(_Piece("\n".join(header + part), part_tokens, "table", "\n\n"))
+
     for row, tokens in zip(rows[header_size:], row_tokens[header_size:]):
-        if len(part) > header_size and part_tokens + tokens > budget.target:
-            pieces.append(_Piece("\n".join(part), part_tokens, "table", "\n\n"))
-            part, part_tokens = list(header), header_tokens
+        if header_tokens + tokens > budget.maximum:
+            close_part()
+            part, part_tokens = [], header_tokens
+            pieces.extend(_split_row(row, names if _cells(row) != names else [], budget))
+            continue
+        if part and part_tokens + tokens > budget.target:
+            close_part()
+            part, part_tokens = [], header_tokens
         part.append(row)
         part_tokens += tokens
-    pieces.append(_Piece("\n".join(part), part_tokens, "table", "\n\n"))
+    close_part()
     return _with_first_joiner(pieces, joiner)
 
 

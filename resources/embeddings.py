@@ -7,8 +7,11 @@ against the package's pinned constant before it is loaded; the tokenizer is the 
 Vectors are what sentence-transformers produces for this model: mean pooling of the last
 hidden state over real tokens, then L2 normalisation (384 dimensions). The model sees at
 most 256 tokens including [CLS] and [SEP]; a longer text is covered by several balanced
-windows whose pooled vectors are averaged by token count (bounded by `max_windows`), so
-the end of a long chunk is not silently dropped as plain truncation would.
+windows whose pooled vectors are averaged by token count, so the end of a long chunk is not
+dropped as plain truncation would. The windows per text are bounded by `max_windows`
+(DOCQUEUE_EMBED_MAX_WINDOWS); a text longer than that many windows is embedded from its first
+windows only, and `embed_covered` says so per text (`Embedded.embedded_tokens`), which the
+vector phase writes into the chunk's Qdrant payload.
 """
 from __future__ import annotations
 
@@ -64,6 +67,18 @@ def _minilm_sha256() -> str:
 MODELS: dict[str, ModelSpec] = {
     DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, 384, 256, _minilm_path, _minilm_sha256),
 }
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Vectors of a batch of texts and how much of each text its vector covers."""
+
+    vectors: np.ndarray  # float32 (texts, dim), unit rows
+    tokens: list[int]  # WordPiece tokens of each text, without [CLS]/[SEP]
+    embedded_tokens: list[int]  # tokens the vector covers: all of them unless max_windows bit
+
+    def truncated(self, index: int) -> bool:
+        return self.embedded_tokens[index] < self.tokens[index]
 
 
 class EmbeddingError(RuntimeError):
@@ -124,38 +139,47 @@ class Embedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """float32 array of shape (len(texts), dim), each row of unit length."""
+        return self.embed_covered(texts).vectors
+
+    def embed_covered(self, texts: Sequence[str]) -> Embedded:
+        """The vectors and, per text, its token count and the tokens its vector covers."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of texts, not one string")
         texts = list(texts)
         if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        windows, owners = self._windows(texts)
+            return Embedded(np.zeros((0, self.dim), dtype=np.float32), [], [])
+        windows, owners, tokens = self._windows(texts)
         pooled = self._pool_windows(windows)
         weights = np.array([len(window) for window in windows], dtype=np.float32)[:, None]
         summed = np.zeros((len(texts), self.dim), dtype=np.float32)
         np.add.at(summed, owners, pooled * weights)
-        return _normalised(summed)
+        covered = np.zeros(len(texts), dtype=np.int64)
+        np.add.at(covered, owners, weights[:, 0].astype(np.int64) - 2)  # [CLS] and [SEP] are not the text's
+        return Embedded(_normalised(summed), tokens, [int(value) for value in covered])
 
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
-    def _windows(self, texts: list[str]) -> tuple[list[list[int]], np.ndarray]:
-        """Model inputs ([CLS] ids [SEP]) for every text; long texts get balanced windows."""
+    def _windows(self, texts: list[str]) -> tuple[list[list[int]], np.ndarray, list[int]]:
+        """Model inputs ([CLS] ids [SEP]) for every text, their owners and each text's token count;
+        long texts get balanced windows."""
         room = self.max_sequence_tokens - 2
         windows: list[list[int]] = []
         owners: list[int] = []
+        tokens: list[int] = []
         for owner, encoding in enumerate(self._tokenizer.encode_batch(texts, add_special_tokens=False)):
             ids = encoding.ids
+            tokens.append(len(ids))
             count = max(1, -(-len(ids) // room))
             if count > self.max_windows:
-                log.warning("text %d has %d tokens; embedding only its first %d windows of %d",
-                            owner, len(ids), self.max_windows, room)
+                log.warning("text %d has %d tokens; embedding only its first %d windows of %d tokens "
+                            "(DOCQUEUE_EMBED_MAX_WINDOWS)", owner, len(ids), self.max_windows, room)
                 ids, count = ids[: room * self.max_windows], self.max_windows
             size = -(-len(ids) // count) if ids else 0
             for start in range(0, max(len(ids), 1), max(size, 1)):
                 windows.append([self._cls, *ids[start:start + size], self._sep])
                 owners.append(owner)
-        return windows, np.array(owners, dtype=np.int64)
+        return windows, np.array(owners, dtype=np.int64), tokens
 
     def _pool_windows(self, windows: list[list[int]]) -> np.ndarray:
         pooled = np.empty((len(windows), self.dim), dtype=np.float32)

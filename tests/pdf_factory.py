@@ -135,6 +135,41 @@ def _draw_table(page: pymupdf.Page, y: float, rows: list[list[str]]) -> float:
     return y + len(rows) * height
 
 
+def wide_table_pdf(directory: Path, name: str, rows: list[list[str]], size: tuple[float, float] = (2592, 1728),
+                   fontsize: float = 5) -> Path:
+    """One drawing-sheet-sized page (ARCH E1 landscape by default) holding one ruled table: `rows[0]` is the
+    header row (empty cells stay empty, so pymupdf4llm names them ColN), each cell as tall as its text needs."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=size[0], height=size[1])
+    columns = max(len(row) for row in rows)
+    width = (size[0] - 2 * MARGIN) / columns
+    y = MARGIN
+    for r, row in enumerate(rows):
+        texts = [row[c] if c < len(row) else "" for c in range(columns)]
+        lines = max(1, *(len(_wrapped(text, width - 4, fontsize)) for text in texts))
+        height = lines * fontsize * 1.5 + 6
+        if y + height > size[1] - MARGIN:
+            raise ValueError("the table does not fit on one sheet; make it smaller")
+        for c, text in enumerate(texts):
+            cell = pymupdf.Rect(MARGIN + c * width, y, MARGIN + (c + 1) * width, y + height)
+            page.draw_rect(cell, color=(0, 0, 0), width=0.5)
+            if page.insert_textbox(cell + (2, 1, -2, 1), text, fontsize=fontsize, fontname="helv") < 0:
+                raise ValueError(f"table cell text does not fit: {text[:40]!r}")
+        y += height
+    return _save(doc, directory, name)
+
+
+def _wrapped(text: str, width: float, fontsize: float) -> list[str]:
+    lines, line = [], ""
+    for word in text.split():
+        candidate = f"{line} {word}".strip()
+        if line and pymupdf.get_text_length(candidate, fontsize=fontsize) > width:
+            lines.append(line)
+            candidate = word
+        line = candidate
+    return lines + ([line] if line else [])
+
+
 def scanned_pdf(directory: Path, name: str, text: str = SCANNED_TEXT, dpi: int = 200) -> tuple[Path, str]:
     """A page holding only a picture of `text` (no text layer); returns (path, text)."""
     source = pymupdf.open()

@@ -107,6 +107,19 @@ def test_windows_per_text_are_bounded(caplog):
     prefix_ids = bounded._tokenizer.encode(text, add_special_tokens=False).ids[:254]
     prefix = bounded._tokenizer.decode(prefix_ids)
     np.testing.assert_allclose(first_window_only, bounded.embed([prefix])[0], atol=1e-4)
+    covered = bounded.embed_covered([text, "short text"])
+    assert covered.tokens == [600, 2] and covered.embedded_tokens == [254, 2]
+    assert covered.truncated(0) and not covered.truncated(1)
+    np.testing.assert_allclose(covered.vectors[0], first_window_only, atol=1e-5)
+
+
+def test_a_chunk_at_the_maximum_is_covered_whole(embedder):
+    chunk = " ".join(f"word{n} of the schedule" for n in range(100))
+    assert 400 <= count_tokens(chunk) <= 600
+    covered = embedder.embed_covered([chunk, ""])
+    assert covered.embedded_tokens == covered.tokens == [count_tokens(chunk), 0]
+    assert not covered.truncated(0)
+    np.testing.assert_allclose(covered.vectors, embedder.embed([chunk, ""]), atol=1e-6)
 
 
 def test_tampered_model_file_is_refused(monkeypatch):

@@ -1,0 +1,277 @@
+"""Known-item retrieval: does `docqueue search` find the page a query was taken from?
+
+The folders (default: ../shared/corpus, i.e. DOCQUEUE_CORPUS) go through the real pipeline — `docqueue db upgrade`,
+`ingest`, `run --until-idle`, as subprocesses — into a scratch DOCQUEUE_HOME (its own embedded PostgreSQL and Bolt
+server on free ports, stopped and deleted afterwards), or into the home given by --home, which is kept (and reused
+as it is with --no-process). Queries are sampled, with a seeded generator, from the pages' markdown:
+
+  sentence  a verbatim sentence of 8-40 words (tables, headings and markup left out; a sentence found on more than
+            one page is not used, its page would be ambiguous)
+  keywords  the same sentence shortened to its --keywords rarest words (document frequency over all pages), in
+            their order in the sentence
+
+Each query runs through the `docqueue search` command itself (in-process, `--json --limit 10`). Per query type:
+doc hit@1 and @5 (the query's document among the first hits), page hit@5 (its page), MRR (reciprocal rank of the
+first hit from its document, 0 past rank 10). Also reported: pages and chunks indexed, the largest chunk in tokens.
+
+  .venv/bin/python bench/retrieval.py [FOLDER ...] [--queries 100] [--seed 7] [--keywords 4]
+        [--max-documents N] [--suffixes pdf] [--home DIR] [--no-process] [--workers 1]
+
+Ends with one line `RESULT {json}`: doc_hit_at_1, doc_hit_at_5, page_hit_at_5, mrr (verbatim sentences), the
+keyword figures as keywords_doc_hit_at_1, keywords_doc_hit_at_5, keywords_page_hit_at_5, keywords_mrr, and the
+counts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+DEFAULT_CORPUS = Path(os.environ.get("DOCQUEUE_CORPUS") or REPO.parent / "shared" / "corpus")
+SEARCH_LIMIT = 10
+RANKS = (1, 5)
+MIN_WORDS, MAX_WORDS = 8, 40
+DEFAULT_SUFFIXES = "pdf"
+STOPWORDS = frozenset("""
+a about above after again against all also am an and any are as at be because been before being below between both
+but by can could did do does doing down during each few for from further had has have having he her here hers him
+his how i if in into is it its itself just me more most my no nor not now of off on once only or other our ours out
+over own same she should so some such than that the their theirs them then there these they this those through to
+too under until up very was we were what when where which while who whom why will with would you your yours
+""".split())
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
+_MARKUP = re.compile(r"<br>|[*_`#>]+|\[([^\]]*)\]\([^)]*\)")
+
+
+@dataclass(frozen=True)
+class Page:
+    document_key: str
+    page_number: int
+    markdown: str
+
+
+@dataclass(frozen=True)
+class Query:
+    kind: str
+    text: str
+    document_key: str
+    page_number: int
+
+
+# ------------------------------------------------------------------------------------------------ processing
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _docqueue(*args: str, timeout: float) -> str:
+    command = [sys.executable, "-m", "orchestration.cli", *args]
+    done = subprocess.run(command, cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"docqueue {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return done.stdout
+
+
+def select_inputs(folders: list[Path], max_documents: int | None, suffixes: str = DEFAULT_SUFFIXES) -> list[Path]:
+    """The files with these suffixes directly inside the folders (sub-folders such as a corpus's ground truth and
+    its README are left out), sorted by path so a limited selection is stable."""
+    wanted = {"." + suffix.strip().lower().lstrip(".") for suffix in suffixes.split(",") if suffix.strip()}
+    files = sorted(path for folder in folders for path in folder.iterdir()
+                   if path.is_file() and path.suffix.lower() in wanted)
+    return files[:max_documents] if max_documents else files
+
+
+def process(files: list[Path], workers: int, timeout: float) -> float:
+    """`docqueue db upgrade`, `ingest FILES`, `run --until-idle`; returns the seconds they took."""
+    started = time.perf_counter()
+    _docqueue("db", "upgrade", timeout=600)
+    _docqueue("ingest", *map(str, files), "--json", timeout=600)
+    _docqueue("run", "--until-idle", "--workers", str(workers), timeout=timeout)
+    return time.perf_counter() - started
+
+
+# ------------------------------------------------------------------------------------------------ queries
+def indexed_pages() -> tuple[list[Page], dict]:
+    """Pages of documents whose vectors are complete and visible to search, with their markdown; chunk figures."""
+    from orchestration.cli import _queue
+    from queue_db.lifecycle import hidden_from_search
+    from resources.chunking import count_tokens_batch
+    from resources.storage import StorageResource
+
+    queue = _queue()
+    hidden = set(hidden_from_search(queue))
+    storage = StorageResource().get_storage()
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            """SELECT d.id, d.document_key, p.page_number, p.page_file_path
+               FROM task_queue_page p JOIN documents d ON d.id = p.document_id
+               WHERE d.vector_index_status = 'completed' AND p.page_file_path IS NOT NULL
+               ORDER BY d.document_key, p.page_number""").all()
+        chunks = [row[0] for row in conn.exec_driver_sql(
+            """SELECT t.content FROM task_queue_chunk_text t JOIN task_queue_chunk c ON c.id = t.chunk_task_id
+               WHERE c.vector_status = 'completed'""").all()]
+    pages = [Page(key, number, storage.get_text(path)) for doc_id, key, number, path in rows
+             if str(doc_id) not in hidden]
+    tokens = count_tokens_batch(chunks)
+    return pages, {"documents": len({p.document_key for p in pages}), "pages": len(pages), "chunks": len(chunks),
+                   "max_chunk_tokens": max(tokens, default=0),
+                   "chunks_over_400_tokens": sum(1 for count in tokens if count > 400)}
+
+
+def sentences(markdown: str) -> list[str]:
+    """Prose sentences of a page: table rows and headings left out, markup removed."""
+    prose = [line for line in markdown.splitlines()
+             if line.strip() and not line.lstrip().startswith(("|", "#", "```"))]
+    text = " ".join(_MARKUP.sub(lambda m: m.group(1) or " ", line) for line in prose)
+    found = []
+    for sentence in _SENTENCE_END.split(" ".join(text.split())):
+        words = sentence.split()
+        if MIN_WORDS <= len(words) <= MAX_WORDS and sum(bool(_WORD.fullmatch(w.strip(".,;:!?()\"'"))) for w in words) \
+                >= 0.7 * len(words):
+            found.append(sentence)
+    return found
+
+
+def _content_words(text: str) -> list[str]:
+    return [word for word in _WORD.findall(text) if len(word) >= 4 and word.lower() not in STOPWORDS]
+
+
+def sample_queries(pages: list[Page], count: int, seed: int, keywords: int) -> list[Query]:
+    """`count` sentences drawn with random.Random(seed), each as a verbatim query and as a keyword query."""
+    by_page = {(p.document_key, p.page_number): sentences(p.markdown) for p in pages}
+    where = Counter(" ".join(s.lower().split()) for found in by_page.values() for s in set(found))
+    candidates = sorted((key, s) for key, found in by_page.items() for s in dict.fromkeys(found)
+                        if where[" ".join(s.lower().split())] == 1)
+    frequency = Counter(w.lower() for p in pages for w in set(_content_words(p.markdown)))
+    chosen = random.Random(seed).sample(candidates, min(count, len(candidates)))
+    queries = []
+    for (document_key, page_number), sentence in chosen:
+        words = list(dict.fromkeys(_content_words(sentence)))
+        rarest = set(sorted(words, key=lambda w: (frequency[w.lower()], w))[:keywords])
+        queries.append(Query("sentence", sentence, document_key, page_number))
+        queries.append(Query("keywords", " ".join(w for w in words if w in rarest), document_key, page_number))
+    return [q for q in queries if q.text]
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+def search(text: str) -> list[dict]:
+    """The hits of `docqueue search TEXT --json`, run in this process (the command's own code)."""
+    from click.testing import CliRunner
+
+    from orchestration.cli import main
+
+    result = CliRunner().invoke(main, ["search", text, "--limit", str(SEARCH_LIMIT), "--json"], catch_exceptions=False)
+    if result.exit_code != 0:
+        raise SystemExit(f"docqueue search failed ({result.exit_code}): {result.output[-2000:]}")
+    return json.loads(result.stdout)["hits"]
+
+
+def evaluate(queries: list[Query]) -> dict[str, dict]:
+    totals: dict[str, Counter] = {}
+    for query in queries:
+        hits = search(query.text)
+        documents = [hit["document_key"] for hit in hits]
+        pages = [(hit["document_key"], hit["page"]) for hit in hits]
+        rank = next((i + 1 for i, key in enumerate(documents) if key == query.document_key), None)
+        total = totals.setdefault(query.kind, Counter())
+        total["queries"] += 1
+        for k in RANKS:
+            total[f"doc_hit_at_{k}"] += query.document_key in documents[:k]
+        total["page_hit_at_5"] += (query.document_key, query.page_number) in pages[:5]
+        total["mrr"] += 1 / rank if rank else 0
+    return {kind: {"queries": total["queries"], **{name: round(value / total["queries"], 4)
+                                                  for name, value in total.items() if name != "queries"}}
+            for kind, total in totals.items()}
+
+
+def run(folders: list[Path], *, queries: int, seed: int, keywords: int, max_documents: int | None,
+        process_inputs: bool, workers: int, timeout: float, suffixes: str = DEFAULT_SUFFIXES) -> dict:
+    """The whole evaluation in this process's environment (DOCQUEUE_HOME and servers already chosen)."""
+    seconds = None
+    if process_inputs:
+        chosen = select_inputs(folders, max_documents, suffixes)
+        if not chosen:
+            raise SystemExit(f"no documents in {', '.join(map(str, folders))}")
+        seconds = process(chosen, workers, timeout)
+    pages, corpus = indexed_pages()
+    sampled = sample_queries(pages, queries, seed, keywords)
+    started = time.perf_counter()
+    figures = evaluate(sampled)
+    return {"corpus": {**corpus, "folders": [str(f) for f in folders], "max_documents": max_documents,
+                       "processing_seconds": round(seconds, 1) if seconds is not None else None},
+            "seed": seed, "keywords": keywords, "search_seconds": round(time.perf_counter() - started, 1),
+            "by_type": figures}
+
+
+def result_line(report: dict) -> dict:
+    verbatim, short = report["by_type"].get("sentence", {}), report["by_type"].get("keywords", {})
+    line = {name: verbatim.get(name) for name in ("doc_hit_at_1", "doc_hit_at_5", "page_hit_at_5", "mrr")}
+    line.update({f"keywords_{name}": short.get(name) for name in ("doc_hit_at_1", "doc_hit_at_5", "page_hit_at_5",
+                                                                     "mrr")})
+    line.update({"queries": verbatim.get("queries", 0), "keyword_queries": short.get("queries", 0),
+                 **{k: report["corpus"][k] for k in ("documents", "pages", "chunks", "max_chunk_tokens")},
+                 "seed": report["seed"]})
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folders", nargs="*", type=Path, default=[DEFAULT_CORPUS])
+    parser.add_argument("--queries", type=int, default=100, help="sentences sampled (each also as keywords)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keywords", type=int, default=4, help="words in a keyword query")
+    parser.add_argument("--max-documents", type=int, default=None, help="only the first N files (sorted by path)")
+    parser.add_argument("--suffixes", default=DEFAULT_SUFFIXES, help="file types to ingest, comma-separated")
+    parser.add_argument("--home", type=Path, default=None, help="DOCQUEUE_HOME to fill and keep (default: scratch)")
+    parser.add_argument("--no-process", action="store_true", help="evaluate --home as it is")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=7200, help="seconds allowed for `docqueue run`")
+    args = parser.parse_args(argv)
+    if args.no_process and args.home is None:
+        parser.error("--no-process needs --home")
+    scratch = None if args.home else Path(tempfile.mkdtemp(prefix="docqueue-retrieval-"))
+    home = args.home or scratch
+    os.environ["DOCQUEUE_HOME"] = str(home.resolve())
+    for name in ("DOCQUEUE_DATABASE_URL", "DOCQUEUE_DAGSTER_PG_URL", "DAGSTER_HOME", "DOCQUEUE_QDRANT_PATH",
+                 "DOCQUEUE_STORAGE_DIR"):
+        os.environ.pop(name, None)  # everything under the chosen home
+    os.environ.setdefault("DOCQUEUE_PG_PORT", str(_free_port()))
+    if not os.environ.get("DOCQUEUE_NEO4J_URI"):
+        os.environ.setdefault("DOCQUEUE_BOLT_PORT", str(_free_port()))
+    try:
+        report = run(args.folders, queries=args.queries, seed=args.seed, keywords=args.keywords,
+                     max_documents=args.max_documents, process_inputs=not args.no_process,
+                     workers=args.workers, timeout=args.timeout, suffixes=args.suffixes)
+    finally:
+        if scratch is not None:
+            subprocess.run([sys.executable, "-m", "orchestration.cli", "db", "stop"], cwd=REPO, env=os.environ.copy(),
+                           capture_output=True, timeout=120)
+            shutil.rmtree(scratch, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+    for kind, figures in report["by_type"].items():
+        print(f"{kind:9s} n={figures['queries']:4d}  doc@1 {figures['doc_hit_at_1']:.3f}  "
+              f"doc@5 {figures['doc_hit_at_5']:.3f}  page@5 {figures['page_hit_at_5']:.3f}  MRR {figures['mrr']:.3f}")
+    print("RESULT " + json.dumps(result_line(report)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
