@@ -113,7 +113,7 @@ def indexed_pages() -> tuple[list[Page], dict]:
     """Pages of documents whose vectors are complete and visible to search, with their markdown; chunk figures."""
     from orchestration.cli import _queue
     from queue_db.lifecycle import hidden_from_search
-    from resources.chunking import count_tokens_batch
+    from processing.chunking import count_tokens_batch
     from resources.storage import StorageResource
 
     queue = _queue()
