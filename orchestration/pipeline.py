@@ -21,8 +21,8 @@ from queue_db.config import EmbeddingConfig, ExtractionConfig, settings
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
-from orchestration.intake import PYMUPDF_TYPES
-from orchestration.office_pages import OFFICE_TYPES, OfficeLimits, office_pages
+from processing.content_types import PYMUPDF_TYPES
+from processing.office_pages import OFFICE_TYPES, OfficeLimits, office_pages
 from processing.text_pages import TEXT_TYPES, TextLimits, UnreadableMarkup, document_pages
 from processing.chunking import ChunkingError, chunk_markdown
 from resources.neo4j import ChunkGraph

@@ -29,36 +29,14 @@ from typing import Iterable, Optional
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from processing.errors import DocumentError
 from queue_db.config import StorageConfig, default, settings
 from resources import _pdf_worker
 
 MB = 1024 * 1024
-ERROR_CLASSES = frozenset(
-    {"encrypted", "corrupt", "too_large", "empty", "timeout", "resource_limit", "unsupported", "missing_file",
-     "internal"}
-)
-_NOT_RETRYABLE = frozenset({"encrypted", "corrupt", "too_large", "empty", "unsupported", "missing_file"})
 WORKER_RECYCLE_AFTER_CALLS = 500  # fresh worker now and then: MuPDF/ONNX caches only grow
 _POLL_INTERVAL_S = 0.25
 _STOP_GRACE_S = 3.0
-
-
-class DocumentError(Exception):
-    """A document (or one of its pages) that could not be converted, and why."""
-
-    def __init__(self, reason: str, error_class: str, retryable: bool | None = None):
-        if error_class not in ERROR_CLASSES:
-            raise ValueError(f"unknown error_class {error_class!r}")
-        super().__init__(reason)
-        self.reason = reason
-        self.error_class = error_class
-        self.retryable = (error_class not in _NOT_RETRYABLE) if retryable is None else retryable
-
-    def __reduce__(self):
-        return (DocumentError, (self.reason, self.error_class, self.retryable))
-
-    def __str__(self) -> str:
-        return self.reason
 
 
 @dataclass(frozen=True)

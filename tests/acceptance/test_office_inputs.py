@@ -218,7 +218,7 @@ def test_hostile_office_files_are_refused_at_intake_and_nothing_is_stored(queue,
 
 
 def test_reading_stops_at_the_time_limit_the_sheet_limit_and_rows_wider_than_a_page(tmp_path):
-    from orchestration.office_pages import CSV_MIME, OfficeLimits, office_pages
+    from processing.office_pages import CSV_MIME, OfficeLimits, office_pages
     from processing.text_pages import TextLimits
     from resources.ocr import DocumentError
 
@@ -242,7 +242,7 @@ def test_reading_stops_at_the_time_limit_the_sheet_limit_and_rows_wider_than_a_p
 
 
 def test_a_word_table_longer_than_a_page_repeats_its_header_on_every_page(tmp_path):
-    from orchestration.office_pages import OfficeLimits, office_pages
+    from processing.office_pages import OfficeLimits, office_pages
     from processing.text_pages import TextLimits
 
     document = docx.Document()

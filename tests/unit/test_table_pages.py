@@ -1,10 +1,10 @@
-"""How sheet and CSV rows are packed into table pages (orchestration/office_pages.py), as properties."""
+"""How sheet and CSV rows are packed into table pages (processing/office_pages.py), as properties."""
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestration.office_pages import OfficeLimits, _table_pages
+from processing.office_pages import OfficeLimits, _table_pages
 from processing.text_pages import TextLimits
 
 cell = st.text(alphabet="ab |x", max_size=40)

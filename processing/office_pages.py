@@ -31,7 +31,7 @@ from typing import Iterable, Iterator
 
 from processing.text_pages import MB, TextLimits, decode_text, split_pages
 from queue_db.config import StorageConfig, default, settings
-from resources.ocr import DocumentError
+from processing.errors import DocumentError
 
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
