@@ -430,7 +430,9 @@ def status(document: str | None, as_json: bool) -> None:
     _emit(as_json, {"documents": records}, lambda: _console().print(_table(
         "documents", ["document", "ocr", "vector", "graphrag", "pages ok/failed/total", "chunks vec/graph/total",
                       "last error", "failed at"],
-        [[r["document_key"], r["ocr_status"], r["vector_index_status"], r["graphrag_index_status"],
+        [[r["document_key"], *("blocked" if phase in r["blocked_phases"] else r[column]
+                                for phase, column in (("ocr", "ocr_status"), ("vector", "vector_index_status"),
+                                                      ("graphrag", "graphrag_index_status"))),
           f"{r['ocr_completed_pages']}/{r['ocr_failed_pages']}/{r['total_pages']}"
           + (f" ({r['pages_without_text']} without text: embedding skipped)" if r["pages_without_text"] else ""),
           f"{r['vector_completed_chunks']}/{r['graphrag_completed_chunks']}/{r['total_chunks']}"
@@ -775,8 +777,9 @@ def demo(as_json: bool) -> None:
 
 def _print_demo(summary: dict) -> None:
     console = _console()
-    console.print(_table("documents per phase status", ["phase", "completed", "failed", "pending/processing"],
-                         [[p, c["completed"], c["failed"], c["open"]] for p, c in summary["phases"].items()]))
+    console.print(_table("documents per phase status", ["phase", "completed", "failed", "blocked", "pending/processing"],
+                         [[p, c["completed"], c["failed"], c["blocked"], c["open"]]
+                          for p, c in summary["phases"].items()]))
     console.print(f"chunks: {summary['chunks']}   vectors: {summary['vectors']}   entities: {summary['entities']}   "
                   f"relationships: {summary['relationships']}")
     for broken in summary["broken"]:

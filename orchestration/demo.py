@@ -39,15 +39,22 @@ def summarise(queue, document_ids: list[str]) -> dict:
     from orchestration.cli import _stores  # the CLI's store opener: one way to reach Qdrant and the graph
     from resources.embeddings import EmbeddingResource
 
+    from queue_db.tasks import Phase, blocked_phase_sql
+
+    # a phase waiting on a task that failed for good shows as blocked (its stored status stays pending)
+    shown = {phase: f"CASE WHEN {blocked_phase_sql(phase, 'd')} THEN 'blocked' ELSE d.{phase.document_status_column}::text END"
+             for phase in Phase}
     with queue.engine.connect() as conn:
         docs = [dict(r) for r in conn.exec_driver_sql(
-            """SELECT id::text AS id, filename, ocr_status::text AS ocr, vector_index_status::text AS vector,
-                      graphrag_index_status::text AS graphrag, ocr_error
-               FROM documents WHERE id = ANY(%(ids)s::uuid[]) ORDER BY filename""", {"ids": document_ids}).mappings()]
+            f"""SELECT d.id::text AS id, d.filename, {shown[Phase.OCR]} AS ocr, {shown[Phase.VECTOR]} AS vector,
+                       {shown[Phase.GRAPHRAG]} AS graphrag, d.ocr_error
+                FROM documents d WHERE d.id = ANY(%(ids)s::uuid[]) ORDER BY d.filename""",
+            {"ids": document_ids}).mappings()]
         chunks = conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk WHERE document_id = ANY(%(ids)s::uuid[])",
                                       {"ids": document_ids}).scalar()
     phases = {phase: {"completed": sum(d[phase] == "completed" for d in docs),
                       "failed": sum(d[phase] == "failed" for d in docs),
+                      "blocked": sum(d[phase] == "blocked" for d in docs),
                       "open": sum(d[phase] in ("pending", "processing") for d in docs)}
               for phase in ("ocr", "vector", "graphrag")}
     broken = [{"filename": d["filename"], "error": d["ocr_error"]} for d in docs if d["ocr"] == "failed"]

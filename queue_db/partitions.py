@@ -13,7 +13,7 @@ from typing import Sequence
 import sqlalchemy as sa
 
 from .keys import chunk_partition_key, document_partition_key, page_partition_key, parse_partition_key
-from .tasks import Level, TaskKind
+from .tasks import Level, Phase, TaskKind, blocked_phase_sql
 
 TABLE = {Level.DOCUMENT: "documents", Level.PAGE: "task_queue_page", Level.CHUNK: "task_queue_chunk"}
 
@@ -164,7 +164,9 @@ def document_rollup(engine: sa.Engine, phase: str, document_keys: Sequence[str])
     error_col = {"ocr": "ocr_error", "vector": "vector_error", "graphrag": "graphrag_error"}[phase]
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
-            f"""SELECT d.document_key, d.id::text AS id, d.filename, d.{status}::text AS status, d.{error_col} AS error,
+            f"""SELECT d.document_key, d.id::text AS id, d.filename,
+                       CASE WHEN {blocked_phase_sql(Phase(phase), "d")} THEN 'blocked' ELSE d.{status}::text END
+                           AS status, d.{error_col} AS error,
                        {figures}
                 FROM documents d {source}
                 WHERE d.document_key = ANY(%(keys)s)

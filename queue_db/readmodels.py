@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import sqlalchemy as sa
 
-from .tasks import ALL_KINDS, Phase, leaf_kind
+from .tasks import ALL_KINDS, Phase, blocked_phase_sql, leaf_kind
 
 _PROGRESS_SQL = """
 SELECT d.id, d.document_key, d.filename, d.priority,
@@ -25,7 +25,9 @@ SELECT d.id, d.document_key, d.filename, d.priority,
        GREATEST(d.ocr_failed_at, MAX(p.ocr_failed_at), MAX(p.vector_failed_at),
                 (SELECT MAX(GREATEST(c.vector_failed_at, c.graphrag_failed_at)) FROM task_queue_chunk c
                  WHERE c.document_id = d.id)) AS last_failed_at,
-       COALESCE(d.ocr_error_class, d.vector_error_class, d.graphrag_error_class) AS error_class
+       COALESCE(d.ocr_error_class, d.vector_error_class, d.graphrag_error_class) AS error_class,
+       -- phases that wait on a task failed for good: a derived view, the stored status stays pending
+       ARRAY_REMOVE(ARRAY[{blocked}], NULL) AS blocked_phases
 FROM documents d
 LEFT JOIN task_queue_page p ON d.id = p.document_id
 {where}
@@ -35,7 +37,8 @@ ORDER BY d.created_at, d.id
 
 def _statistics_sql() -> str:
     return "\nUNION ALL ".join(
-        f"SELECT '{k.label}' AS task_type, t.{k.status}::text AS status, COUNT(*) AS count FROM {k.table} t "
+        f"SELECT '{k.label}' AS task_type, CASE WHEN {k.blocked_sql('t')} THEN 'blocked' "
+        f"ELSE t.{k.status}::text END AS status, COUNT(*) AS count FROM {k.table} t "
         f"WHERE {k.owns('t')} GROUP BY 2" for k in ALL_KINDS) + "\nORDER BY 1, 2"
 
 
@@ -89,7 +92,8 @@ def document_progress(engine: sa.Engine, document_id: str | None = None) -> pd.D
     where, params = "", {}
     if document_id is not None:
         where, params = "WHERE d.id = %(id)s", {"id": str(document_id)}
-    frame = _frame(engine, _PROGRESS_SQL.format(where=where), params)
+    blocked = ", ".join(f"CASE WHEN {blocked_phase_sql(phase, 'd')} THEN '{phase.value}' END" for phase in Phase)
+    frame = _frame(engine, _PROGRESS_SQL.format(where=where, blocked=blocked), params)
     if not frame.empty:
         frame["id"] = frame["id"].astype(str)
         frame["last_failed_at"] = [None if pd.isna(t) else t.isoformat(timespec="seconds")

@@ -51,6 +51,8 @@ class TaskKind:
     owns_sql: str = "TRUE"
     # over alias t: when the task became ready (its dependency's completion), where queue wait starts
     ready_since_sql: str = "t.created_at"
+    # the kind whose task on the same row must complete first (None: the dependency is elsewhere, or none)
+    depends_on: "TaskKind | None" = None
     # columns a completion may set, with their SQL types
     result_columns: dict = field(default_factory=dict)
     # documents use their own names for the expansion task's bookkeeping
@@ -85,6 +87,23 @@ class TaskKind:
         return (f"{alias}.{self.status} = 'failed' AND ({self.owns(alias)}) "
                 f"AND {alias}.{self.col('retry_count')} < {alias}.max_retries "
                 f"AND {attempt} > now() AND {attempt} < '{NEVER}'::timestamptz")
+
+    def failed_for_good_sql(self, alias: str = "t") -> str:
+        """Failed rows no automatic retry will take again: out of retries, or failed as not retryable."""
+        return (f"{alias}.{self.status} = 'failed' AND ({self.owns(alias)}) "
+                f"AND ({alias}.{self.col('retry_count')} >= {alias}.max_retries "
+                f"OR {alias}.{self.col('next_attempt_at')} >= '{NEVER}'::timestamptz)")
+
+    def blocked_sql(self, alias: str = "t") -> str:
+        """Pending rows that can never become ready: the task they wait for failed for good."""
+        if self.depends_on is None:
+            return "FALSE"
+        return (f"{alias}.{self.status} = 'pending' AND ({self.owns(alias)}) "
+                f"AND ({self.depends_on.failed_for_good_sql(alias)})")
+
+    def work_left_sql(self, alias: str = "t") -> str:
+        """Rows of this kind that still run without a person acting: ready now, held, or retried after back-off."""
+        return f"(({self.claimable_sql(alias)}) OR ({self.held_sql(alias)}) OR ({self.backing_off_sql(alias)}))"
 
     def claimable_sql(self, alias: str = "t") -> str:
         """Rows this kind may claim now. Textually mirrors the partial claim index predicate."""
@@ -161,12 +180,26 @@ GRAPHRAG_CHUNK = TaskKind(
     result_columns={"entities_extracted": "int", "relationships_extracted": "int", "graphrag_seconds": "real"},
 )
 
+# a page's chunking waits for its OCR, a chunk's GraphRAG task for its embedding (the same row's earlier phase)
+object.__setattr__(VECTOR_PAGE, "depends_on", OCR_PAGE)
+object.__setattr__(GRAPHRAG_CHUNK, "depends_on", VECTOR_CHUNK)
+
 ALL_KINDS: tuple[TaskKind, ...] = (OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE, VECTOR_CHUNK, GRAPHRAG_CHUNK)
 KINDS_BY_NAME = {kind.name: kind for kind in ALL_KINDS}
 
 
 def kinds_of_phase(phase: Phase) -> tuple[TaskKind, ...]:
     return tuple(kind for kind in ALL_KINDS if kind.phase == phase)
+
+
+def blocked_phase_sql(phase: Phase, alias: str = "d") -> str:
+    """Over a documents row: its `phase` is pending and nothing of this phase or an earlier one can still run for
+    it, so it waits on a task that failed for good (a derived view; the stored status stays `pending`)."""
+    order = list(Phase)
+    work = " OR ".join(
+        f"EXISTS (SELECT 1 FROM {k.table} w WHERE w.{k.document_column} = {alias}.id AND {k.work_left_sql('w')})"
+        for k in ALL_KINDS if order.index(k.phase) <= order.index(phase))
+    return f"({alias}.{phase.document_status_column} = 'pending' AND NOT ({work}))"
 
 
 def leaf_kind(phase: Phase) -> TaskKind:

@@ -20,11 +20,15 @@ PHASE_ASSETS = {"ocr": ("document_ocr", "ocr_page"), "vector": ("document_vector
 ROLLUP_ASSET_BY_PHASE = {phase: name for phase, (name, _) in PHASE_ASSETS.items()}
 
 
+BLOCKED_REASON = "blocked: it waits on an earlier task that failed for good (fix that one, then `docqueue retry`)"
+
+
 def _materialize_rollups(context: AssetExecutionContext, queue, phase: str) -> None:
     keys = list(context.partition_keys)
     figures = document_rollup(queue.engine, phase, keys)
     completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
-    failed = {k: f for k, f in figures.items() if f["status"] == "failed"}
+    # a blocked phase (pending, waiting on a task that failed for good) ends like a failed one: it cannot finish
+    failed = {k: f for k, f in figures.items() if f["status"] in ("failed", "blocked")}
     log_materializations(context, [dg.AssetMaterialization(
         asset_key=context.asset_key, partition=key,
         metadata={k: v for k, v in f.items() if k not in ("document_key", "id", "status", "error") and v is not None})
@@ -32,7 +36,8 @@ def _materialize_rollups(context: AssetExecutionContext, queue, phase: str) -> N
     mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())])
     open_keys = [k for k in keys if k not in completed and k not in failed]
     if failed or (open_keys and is_manual_run(dict(context.run.tags))):
-        lines = [f"- `{k}`: {f['error']}" for k, f in list(failed.items())[:20]]
+        lines = [f"- `{k}`: {f['error'] if f['status'] == 'failed' else BLOCKED_REASON}"
+                 for k, f in list(failed.items())[:20]]
         lines += [f"- `{k}`: phase not finished ({figures.get(k, {}).get('status', 'unknown document')})"
                   for k in open_keys[:20]]
         raise dg.Failure(description=f"{len(failed)} document(s) failed the {phase} phase",

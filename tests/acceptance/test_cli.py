@@ -216,7 +216,10 @@ def test_an_unreachable_graph_server_is_one_sentence_within_the_retry_budget(doc
 def test_demo_processes_its_samples_end_to_end(docqueue_env):
     summary = ok_json("demo", timeout=RUN_TIMEOUT_S)
     assert summary["good_documents"] == summary["good_documents_completed"] == 3, summary["documents"]
-    assert summary["phases"]["ocr"] == {"completed": 3, "failed": 1, "open": 0}
+    assert summary["phases"]["ocr"] == {"completed": 3, "failed": 1, "blocked": 0, "open": 0}
+    # the broken file's later phases wait on its failed OCR: blocked, not pending forever
+    assert summary["phases"]["vector"] == summary["phases"]["graphrag"] == \
+        {"completed": 3, "failed": 0, "blocked": 1, "open": 0}
     (broken,) = summary["broken"]
     assert broken["filename"] == "broken-upload.pdf" and "corrupt" in broken["error"]
     assert summary["chunks"] == summary["vectors"] > 0 and summary["entities"] > 0

@@ -170,3 +170,31 @@ def test_a_chunking_retry_in_back_off_is_waiting_work(backing_off_queue):
 def test_generated_queries_name_every_kind(build):
     sql = build()
     assert all(f"'{kind.name}'" in sql and kind.table in sql for kind in ALL_KINDS)
+
+
+def test_a_phase_waiting_on_a_task_failed_for_good_is_blocked(queue):
+    """A derived view: the stored statuses stay `pending`; status, stats and the roll-up figures say `blocked`."""
+    from queue_db.partitions import document_rollup
+    from tests.queue_support import build_document
+
+    doc = build_document(queue, pages=1, chunks_per_page=2)
+    worker = make_worker_id("embed")
+    first, second = queue.claim(VECTOR_CHUNK, worker, 2)
+    queue.complete(VECTOR_CHUNK, worker, [first["id"]])
+    queue.fail(VECTOR_CHUNK, worker, [{"id": second["id"], "error": "unreadable", "retryable": False}])
+    progress = document_progress(queue.engine, str(doc["id"])).iloc[0]
+    assert list(progress["blocked_phases"]) == [], "the GraphRAG task of the first chunk can still run"
+    counts = {(r.task_type, r.status): r.count for r in queue_statistics(queue.engine).itertuples()}
+    assert counts[("graphrag_chunks", "blocked")] == 1 and counts[("graphrag_chunks", "pending")] == 1
+
+    graph = make_worker_id("graph")
+    queue.complete(GRAPHRAG_CHUNK, graph, [c["id"] for c in queue.claim(GRAPHRAG_CHUNK, graph, 5)])
+    document = queue.document(str(doc["id"]))
+    assert (document["vector_index_status"], document["graphrag_index_status"]) == ("failed", "pending")
+    progress = document_progress(queue.engine, str(doc["id"])).iloc[0]
+    assert list(progress["blocked_phases"]) == ["graphrag"]
+    key = document["document_key"]
+    assert document_rollup(queue.engine, "graphrag", [key])[key]["status"] == "blocked"
+    # an operator retry unblocks it
+    queue.retry_failed(document_id=str(doc["id"]))
+    assert list(document_progress(queue.engine, str(doc["id"])).iloc[0]["blocked_phases"]) == []
