@@ -418,16 +418,32 @@ def _watch_progress(queue, children, show: bool) -> None:
 # ------------------------------------------------------------------------------------------------ inspection
 @main.command()
 @click.argument("document", required=False)
-@click.option("--json", "as_json", is_flag=True)
-def status(document: str | None, as_json: bool) -> None:
-    """Per document: the three phase statuses, pages, chunks, progress and last errors."""
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True,
+              help="documents per page, in registration order")
+@click.option("--after", "after_key", metavar="KEY", help="the page after the document with this key")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document (its next_after names the next page)")
+def status(document: str | None, limit: int, after_key: str | None, as_json: bool) -> None:
+    """Per document: the three phase statuses, pages, chunks, progress and last errors, a page at a time."""
     from queue_db.readmodels import document_progress
 
     queue = _queue()
     doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
-    frame = document_progress(queue.engine, doc_id)
+    if after_key and queue.document(after_key) is None:
+        raise CliError(f"no document with key {after_key!r} to continue after", EXIT_USAGE)
+    frame = document_progress(queue.engine, doc_id, limit=None if doc_id else limit, after_key=after_key)
     records = json.loads(frame.to_json(orient="records", default_handler=str)) if not frame.empty else []
-    _emit(as_json, {"documents": records}, lambda: _console().print(_table(
+    next_after = records[-1]["document_key"] if not doc_id and len(records) == limit else None
+
+    def human() -> None:
+        _print_status(records)
+        if next_after:
+            click.echo(f"more: docqueue status --after {next_after}")
+
+    _emit(as_json, {"documents": records, "next_after": next_after}, human)
+
+
+def _print_status(records: list[dict]) -> None:
+    _console().print(_table(
         "documents", ["document", "ocr", "vector", "graphrag", "pages ok/failed/total", "chunks vec/graph/total",
                       "last error", "failed at"],
         [[r["document_key"], *("blocked" if phase in r["blocked_phases"] else r[column]
@@ -438,7 +454,7 @@ def status(document: str | None, as_json: bool) -> None:
           f"{r['vector_completed_chunks']}/{r['graphrag_completed_chunks']}/{r['total_chunks']}"
           + (" (re-indexed on the text extracted before)" if r["extraction_skipped"] else ""),
           r["ocr_error"] or r["vector_error"] or r["graphrag_error"] or "", r["last_failed_at"] or ""]
-         for r in records])))
+         for r in records]))
 
 
 @main.command()

@@ -28,10 +28,11 @@ SELECT d.id, d.document_key, d.filename, d.priority,
        COALESCE(d.ocr_error_class, d.vector_error_class, d.graphrag_error_class) AS error_class,
        -- phases that wait on a task failed for good: a derived view, the stored status stays pending
        ARRAY_REMOVE(ARRAY[{blocked}], NULL) AS blocked_phases
-FROM documents d
+FROM (SELECT * FROM documents {where} ORDER BY created_at, id {limit}) d
 LEFT JOIN task_queue_page p ON d.id = p.document_id
-{where}
-GROUP BY d.id
+GROUP BY d.id, d.created_at, d.document_key, d.filename, d.priority, d.ocr_status, d.vector_index_status,
+         d.graphrag_index_status, d.page_count, d.extraction_skipped, d.ocr_error, d.vector_error, d.graphrag_error,
+         d.ocr_failed_at, d.ocr_error_class, d.vector_error_class, d.graphrag_error_class
 ORDER BY d.created_at, d.id
 """
 
@@ -87,13 +88,20 @@ def _frame(engine: sa.Engine, sql: str, params: dict | None = None) -> pd.DataFr
         return pd.DataFrame(result.mappings().all(), columns=list(result.keys()))
 
 
-def document_progress(engine: sa.Engine, document_id: str | None = None) -> pd.DataFrame:
-    """Per document: the three statuses, pages, OCR completed/failed pages, chunks, vector/GraphRAG completed."""
+def document_progress(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
+                      after_key: str | None = None) -> pd.DataFrame:
+    """Per document: the three statuses, pages, OCR completed/failed pages, chunks, vector/GraphRAG completed.
+    In registration order; `limit` documents after the one keyed `after_key` (a page of a long listing, read
+    through idx_documents_listing so every page costs the same)."""
     where, params = "", {}
     if document_id is not None:
-        where, params = "WHERE d.id = %(id)s", {"id": str(document_id)}
+        where, params = "WHERE id = %(id)s", {"id": str(document_id)}
+    elif after_key is not None:
+        where, params = ("WHERE (created_at, id) > (SELECT created_at, id FROM documents WHERE document_key = %(after)s)",
+                         {"after": after_key})
     blocked = ", ".join(f"CASE WHEN {blocked_phase_sql(phase, 'd')} THEN '{phase.value}' END" for phase in Phase)
-    frame = _frame(engine, _PROGRESS_SQL.format(where=where, blocked=blocked), params)
+    sql = _PROGRESS_SQL.format(where=where, blocked=blocked, limit=f"LIMIT {int(limit)}" if limit else "")
+    frame = _frame(engine, sql, params)
     if not frame.empty:
         frame["id"] = frame["id"].astype(str)
         frame["last_failed_at"] = [None if pd.isna(t) else t.isoformat(timespec="seconds")
