@@ -81,6 +81,7 @@ def entity_type(text: str) -> str:
 # (page, footnote, section) that the tagger glued to the name after it
 _LEADING_LOCATOR = re.compile(r"^\d+(?:\s*[-‐‑‒–—]\s*\d+)?\s+\S")
 _URL_MARKS = ("@", "://", "www.")
+_ET_AL = re.compile(r"\bet\.?\s+al\b", re.IGNORECASE)  # "Zaleski et al." names a paper by its first author
 MAX_PERSON_WORDS = 6
 
 
@@ -89,8 +90,8 @@ def type_rule_violation(name: str, type_: str) -> str | None:
 
     Every type: a leading number or number range is a locator, not part of a name.  PERSON is stricter because
     people's names are written in letters: no digit anywhere (page and footnote numbers, years), a word of two or
-    more letters (initials alone, "J. R.", identify nobody), no URL or e-mail marks, and a bounded word count (a
-    longer span is a line of running text or a citation the tagger read as one name).
+    more letters (initials alone, "J. R.", identify nobody), no URL or e-mail marks, no "et al." (a citation of a
+    paper), and a bounded word count (a longer span is a line of running text or a citation read as one name).
     """
     if _LEADING_LOCATOR.match(name):
         return "leading number"
@@ -100,6 +101,8 @@ def type_rule_violation(name: str, type_: str) -> str | None:
         return "digit in a person name"
     if any(mark in name.lower() for mark in _URL_MARKS):
         return "address, not a person"
+    if _ET_AL.search(name):
+        return "citation, not a person"
     words = name.split()
     if len(words) > MAX_PERSON_WORDS:
         return "too many words for a person name"

@@ -8,7 +8,7 @@ Graph model:
 One real-world entity is one node: its `key` is the normalised name (NFKC, case-folded, punctuation dropped,
 whitespace collapsed) and carries a uniqueness constraint.  Across documents that exact key is the only identity.
 Within one document a short form of a fuller name of the same type ("Lessig" after "Lawrence Lessig", "Microsoft"
-after "Microsoft Corporation") is that entity: the chunk MENTIONS the full name's node and the edge's `aliases`
+after "Microsoft Corporation"; see `SHORT_FORM_RULE`) is that entity: the chunk MENTIONS the full name's node and the edge's `aliases`
 lists the short keys it used (see `resolve_aliases`).  A RELATED_TO edge is one per (source, target, type); its
 `chunk_ids` is the set of chunks that state it and `weight` is the size of that set.
 
@@ -107,23 +107,35 @@ def page_id(document_id: str, page_number: int) -> str:
     return f"{document_id}#p{page_number}"
 
 
-# -- aliases within a document ----------------------------------------------------------------------------------------
-# Types whose short forms stand for a fuller name within one document, and which end of the name the short form
-# keeps: people are referred to by surname, organisations, products, works, events and laws by the head of their
-# name.  Places are left out: "York" is not "New York", nor "Jersey" "New Jersey".
-SHORT_FORM_END = {"PERSON": "suffix", "ORG": "prefix", "PRODUCT": "prefix", "WORK_OF_ART": "prefix",
-                  "EVENT": "prefix", "LAW": "prefix"}
+# -- aliases within a document ---------------------------------------------------------------------------------------
+# Types whose short forms stand for a fuller name within one document, and how they are shortened: a person to the
+# surname (the last words; given names and initials go), an organisation by dropping its legal form ("Microsoft
+# Corporation" -> "Microsoft", but "Microsoft Research" is another organisation), a work or a law to the head of its
+# title ("Free Culture: How Big Media ..." -> "Free Culture", "Copyright Act of 1976" -> "Copyright Act").  Places,
+# products and events are never shortened: "York" is not "New York", "Windows" not "Windows 95", "World War" not
+# "World War II".
+SHORT_FORM_RULE = {"PERSON": "surname", "ORG": "legal_form", "WORK_OF_ART": "head", "LAW": "head"}
+LEGAL_FORMS = frozenset({"inc", "incorporated", "corp", "corporation", "co", "company", "ltd", "limited", "llc",
+                         "plc", "gmbh", "ag", "sa", "nv", "bv", "holdings"})
+# "a", "ja", "c": one or two letters are initials or tagger debris, too common to stand for one name
+MIN_SHORT_FORM_CHARS = 3
 
 
 def is_short_form(short: str, full: str, type_: str) -> bool:
-    """`short` (a key) keeps the end of `full` (a key) that names of `type_` are shortened to, and is shorter."""
-    end = SHORT_FORM_END.get(type_)
+    """`short` (a key) is `full` (a key) shortened the way names of `type_` are shortened in running text."""
+    rule = SHORT_FORM_RULE.get(type_)
     short_words, full_words = short.split(), full.split()
-    if end is None or not short_words or len(short_words) >= len(full_words):
+    if rule is None or not short_words or len(short_words) >= len(full_words):
         return False
-    if end == "suffix":
-        return full_words[-len(short_words):] == short_words
-    return full_words[:len(short_words)] == short_words
+    if sum(ch.isalpha() for ch in short) < MIN_SHORT_FORM_CHARS:
+        return False
+    if rule == "surname":
+        # a word without a letter ("d 95") makes the longer name debris, not a person's full name
+        return (full_words[-len(short_words):] == short_words
+                and all(any(ch.isalpha() for ch in word) for word in full_words))
+    if full_words[:len(short_words)] != short_words:
+        return False
+    return rule == "head" or all(word in LEGAL_FORMS for word in full_words[len(short_words):])
 
 
 def resolve_aliases(entities: Iterable[tuple[str, str]], recorded: dict[str, str] | None = None) -> dict[str, str]:
@@ -131,8 +143,9 @@ def resolve_aliases(entities: Iterable[tuple[str, str]], recorded: dict[str, str
 
     `entities` are the document's (key, type) pairs, in any order: the answer depends on the set only, so the chunks
     of a document can arrive in any order.  A short form resolves when exactly one longest name contains it; with two
-    ("Smith": "Adam Smith", "John Smith") it stays itself, since guessing would merge two people.  `recorded` holds aliases already written for the document (short ->
-    full): they stand when the set alone no longer decides, so re-running an early chunk keeps what was resolved.
+    ("Smith": "Adam Smith", "John Smith") it stays itself, since guessing would merge two people.  `recorded` holds
+    aliases already written for the document (short -> full): they stand when the set alone no longer decides, so
+    re-running an early chunk keeps what was resolved.
     """
     by_type: dict[str, set[str]] = {}
     for key, type_ in entities:
@@ -140,10 +153,10 @@ def resolve_aliases(entities: Iterable[tuple[str, str]], recorded: dict[str, str
             by_type.setdefault(type_, set()).add(key)
     longest_of: dict[str, set[str]] = {}  # a key read under several types gathers the candidates of each
     for type_, keys in by_type.items():
-        if type_ not in SHORT_FORM_END:
+        if type_ not in SHORT_FORM_RULE:
             continue
         # a short form shares its kept end word with every name it shortens: compare within those groups only
-        end_word = -1 if SHORT_FORM_END[type_] == "suffix" else 0
+        end_word = -1 if SHORT_FORM_RULE[type_] == "surname" else 0
         sharing: dict[str, list[str]] = {}
         for key in keys:
             sharing.setdefault(key.split()[end_word], []).append(key)
@@ -211,7 +224,8 @@ _REPOINT_MENTIONS = """
 MATCH (c:Chunk {document_id: $document_id})-[m:MENTIONS]->(:Entity {key: $short})
 MATCH (f:Entity {key: $full})
 MERGE (c)-[n:MENTIONS]->(f)
-SET n.aliases = coalesce(n.aliases, []) + [a IN coalesce(m.aliases, []) + [$short] WHERE NOT a IN coalesce(n.aliases, [])]
+SET n.aliases = coalesce(n.aliases, [])
+    + [a IN coalesce(m.aliases, []) + [$short] WHERE NOT a IN coalesce(n.aliases, [])]
 DELETE m
 RETURN c.id AS chunk_id
 """

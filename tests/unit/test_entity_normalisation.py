@@ -131,6 +131,7 @@ def test_last_write_of_a_chunk_id_wins():
     ("J. R.", "PERSON"),             # initials alone
     ("lessig@example.org", "PERSON"),
     ("www.lessig.org", "PERSON"),
+    ("Zaleski et al.", "PERSON"),    # a paper cited by its first author
     ("Lawrence Lessig Free Culture How Big Media Uses", "PERSON"),
 ])
 def test_type_rules_turn_down(name, type_):
@@ -161,8 +162,15 @@ def test_collector_drops_and_counts_names_its_type_rules_turn_down():
     ("lessig", "lawrence lessig", "PERSON", True),
     ("lawrence", "lawrence lessig", "PERSON", False),      # a first name is shared by too many people
     ("microsoft", "microsoft corporation", "ORG", True),
+    ("microsoft", "microsoft research", "ORG", False),      # only a legal form is dropped
     ("corporation", "microsoft corporation", "ORG", False),
-    ("york", "new york", "GPE", False),                     # places are not shortened
+    ("free culture", "free culture how big media uses technology", "WORK_OF_ART", True),
+    ("copyright act", "copyright act of 1976", "LAW", True),
+    ("york", "new york", "GPE", False),                     # places, products, events are not shortened
+    ("windows", "windows 95", "PRODUCT", False),
+    ("world war", "world war ii", "EVENT", False),
+    ("al", "zaleski et al", "PERSON", False),               # too short to stand for one name
+    ("brown", "d 95 brown", "PERSON", False),               # a bare number makes the longer name debris
     ("lawrence lessig", "lawrence lessig", "PERSON", False),
     ("essig", "lawrence lessig", "PERSON", False),          # whole words only
 ])
