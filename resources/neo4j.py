@@ -212,11 +212,12 @@ MERGE (d:Document {id: row.id})
 SET d.filename = row.filename, d.writes = coalesce(d.writes, 0) + 1
 """
 
-# bounded by the document: the entities its other chunks mention and the short forms they used for them
+# bounded by the documents: the entities their other chunks mention and the short forms they used for them
 _DOCUMENT_ENTITIES = """
-MATCH (c:Chunk {document_id: $document_id})-[m:MENTIONS]->(e:Entity)
+UNWIND $document_ids AS document_id
+MATCH (c:Chunk {document_id: document_id})-[m:MENTIONS]->(e:Entity)
 WHERE NOT c.id IN $rewritten
-RETURN DISTINCT e.key AS key, e.name AS name, e.type AS type, m.aliases AS aliases
+RETURN DISTINCT document_id, e.key AS key, e.name AS name, e.type AS type, m.aliases AS aliases
 """
 
 # one short form's mentions within one document move to the full name's node, keeping the short key as an alias
@@ -415,7 +416,6 @@ class _Batch:
     @classmethod
     def of(cls, chunks: list[ChunkGraph], aliases: dict[str, DocumentAliases] | None = None) -> "_Batch":
         """`aliases`: per document id, what its short forms resolve to (none resolve without it)."""
-        documents: dict[str, dict] = {}
         pages: dict[str, dict] = {}
         rows, mentions, keep = [], [], []
         entities: dict[str, dict] = {}
@@ -423,7 +423,6 @@ class _Batch:
         for chunk in chunks:
             content = _chunk_content(chunk, (aliases or {}).get(chunk.document_id))
             pid = page_id(chunk.document_id, chunk.page_number)
-            documents[chunk.document_id] = {"id": chunk.document_id, "filename": chunk.filename}
             pages[pid] = {"id": pid, "document_id": chunk.document_id, "number": chunk.page_number}
             rows.append({"id": chunk.chunk_id, "page_id": pid, "document_id": chunk.document_id,
                          "page_number": chunk.page_number, "index": chunk.chunk_index})
@@ -437,7 +436,7 @@ class _Batch:
         # sorted so concurrent writers touch shared nodes in the same order
         return cls(
             chunk_ids=[row["id"] for row in rows],
-            documents=sorted(documents.values(), key=lambda r: r["id"]),
+            documents=_document_rows(chunks),
             pages=sorted(pages.values(), key=lambda r: r["id"]),
             chunks=rows,
             entities=sorted(entities.values(), key=lambda r: r["key"]),
@@ -446,6 +445,11 @@ class _Batch:
                        for (s, t, ty), ids in sorted(relations.items())],
             keep=keep,
         )
+
+
+def _document_rows(chunks: list[ChunkGraph]) -> list[dict]:
+    # sorted so concurrent writers lock documents in the same order
+    return [{"id": did, "filename": name} for did, name in sorted({c.document_id: c.filename for c in chunks}.items())]
 
 
 # -- transaction bodies (run inside execute_write; may be retried, so they must be idempotent) -------------------------
@@ -459,15 +463,15 @@ def _detach_chunks(tx, keep: list[dict]) -> set[str]:
     return touched | {rec["entity_key"] for rec in tx.run(_DETACH_MENTIONS, rows=mention_rows)}
 
 
-def _document_aliases(tx, document_id: str, chunks: list[ChunkGraph]) -> tuple[DocumentAliases, set[str]]:
-    """The document's alias resolution over what its other chunks already mention plus these chunks, and the keys
-    of entities its other chunks mention that now resolve to a fuller name (their mentions must move)."""
+def _document_aliases(written_rows: list[dict], chunks: list[ChunkGraph]) -> tuple[DocumentAliases, set[str]]:
+    """One document's alias resolution over what its other chunks already mention (`written_rows`, from
+    _DOCUMENT_ENTITIES) plus these chunks, and the keys of entities its other chunks mention that now resolve to a
+    fuller name (their mentions must move)."""
     known: dict[str, Entity] = {}
     pairs: set[tuple[str, str]] = set()
     recorded: dict[str, str] = {}
     written: set[str] = set()
-    rewritten = sorted(chunk.chunk_id for chunk in chunks)
-    for rec in tx.run(_DOCUMENT_ENTITIES, document_id=document_id, rewritten=rewritten):
+    for rec in written_rows:
         known.setdefault(rec["key"], Entity(name=rec["name"] or rec["key"], type=rec["type"] or "OTHER",
                                             key=rec["key"]))
         pairs.add((rec["key"], rec["type"] or "OTHER"))
@@ -511,13 +515,17 @@ def _repoint(tx, document_id: str, short: str, full: str) -> set[str]:
 
 
 def _write_batch(tx, chunks: list[ChunkGraph]) -> _Batch:
-    documents = sorted({chunk.document_id: chunk.filename for chunk in chunks}.items())
-    tx.run(_MERGE_DOCUMENTS, rows=[{"id": did, "filename": name} for did, name in documents]).consume()
+    documents = _document_rows(chunks)
+    tx.run(_MERGE_DOCUMENTS, rows=documents).consume()
+    written: dict[str, list[dict]] = {row["id"]: [] for row in documents}
+    for rec in tx.run(_DOCUMENT_ENTITIES, document_ids=list(written),
+                      rewritten=sorted(chunk.chunk_id for chunk in chunks)):
+        written[rec["document_id"]].append(rec.data())
     aliases: dict[str, DocumentAliases] = {}
     repoints: list[tuple[str, str, str]] = []
-    for document_id, _ in documents:
+    for document_id, rows in written.items():
         aliases[document_id], moving = _document_aliases(
-            tx, document_id, [chunk for chunk in chunks if chunk.document_id == document_id])
+            rows, [chunk for chunk in chunks if chunk.document_id == document_id])
         repoints.extend((document_id, short, aliases[document_id].canonical[short]) for short in sorted(moving))
     batch = _Batch.of(chunks, aliases)
     existing = [rec["id"] for rec in tx.run(_EXISTING_CHUNKS, ids=batch.chunk_ids)]
