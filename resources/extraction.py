@@ -68,6 +68,40 @@ def entity_type(text: str) -> str:
     return relation_type(text) or "OTHER"
 
 
+# "205–7 Clark", "12 Lessig", "3-4 Smith": a number or number range opening a name is an index or citation locator
+# (page, footnote, section) that the tagger glued to the name after it
+_LEADING_LOCATOR = re.compile(r"^\d+(?:\s*[-‐‑‒–—]\s*\d+)?\s+\S")
+_URL_MARKS = ("@", "://", "www.")
+_ET_AL = re.compile(r"\bet\.?\s+al\b", re.IGNORECASE)  # "Zaleski et al." names a paper by its first author
+MAX_PERSON_WORDS = 6
+
+
+def type_rule_violation(name: str, type_: str) -> str | None:
+    """Why a (name, type) the tagger produced cannot be that type, or None when it is plausible.
+
+    Every type: a leading number or number range is a locator, not part of a name.  PERSON is stricter because
+    people's names are written in letters: no digit anywhere (page and footnote numbers, years), a word of two or
+    more letters (initials alone, "J. R.", identify nobody), no URL or e-mail marks, no "et al." (a citation of a
+    paper), and a bounded word count (a longer span is a line of running text or a citation read as one name).
+    """
+    if _LEADING_LOCATOR.match(name):
+        return "leading number"
+    if type_ != "PERSON":
+        return None
+    if any(ch.isdigit() for ch in name):
+        return "digit in a person name"
+    if any(mark in name.lower() for mark in _URL_MARKS):
+        return "address, not a person"
+    if _ET_AL.search(name):
+        return "citation, not a person"
+    words = name.split()
+    if len(words) > MAX_PERSON_WORDS:
+        return "too many words for a person name"
+    if not any(sum(ch.isalpha() for ch in word) >= 2 for word in words):
+        return "no word of two letters"
+    return None
+
+
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+")
 _MD_TABLE_RULE = re.compile(r"^[\s|:-]+$")
@@ -102,6 +136,8 @@ class _Collector:
     def __init__(self, limits: ExtractionLimits):
         self.limits = limits
         self.entities: dict[str, Entity] = {}
+        self.rejected: dict[str, int] = {}  # entity type -> distinct names the type rules turned down
+        self._rejected_keys: set[str] = set()
         self.typed: dict[tuple[str, str, str], None] = {}
         self.cooccurs: dict[tuple[str, str, str], None] = {}
 
@@ -114,9 +150,15 @@ class _Collector:
         if not key:
             return None
         if key not in self.entities:
+            type_ = entity_type(type_)
+            if type_rule_violation(name, type_):
+                if key not in self._rejected_keys:
+                    self._rejected_keys.add(key)
+                    self.rejected[type_] = self.rejected.get(type_, 0) + 1
+                return None
             if len(self.entities) >= self.limits.max_entities:
                 return None
-            self.entities[key] = Entity(name=name, type=entity_type(type_), key=key)
+            self.entities[key] = Entity(name=name, type=type_, key=key)
         return key
 
     def add_relation(self, source: str | None, target: str | None, type_: str) -> None:
@@ -135,7 +177,7 @@ class _Collector:
     def result(self) -> Extraction:
         signatures = list(self.typed) + [sig for sig in self.cooccurs if sig not in self.typed]
         relations = [Relation(s, t, ty) for s, t, ty in signatures[: self.limits.max_relations]]
-        return Extraction(entities=list(self.entities.values()), relations=relations)
+        return Extraction(entities=list(self.entities.values()), relations=relations, rejected=dict(self.rejected))
 
 
 # -- spaCy ---------------------------------------------------------------------------------------------------------

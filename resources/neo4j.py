@@ -6,7 +6,10 @@ Graph model:
     (:Entity)-[:RELATED_TO {type, weight, chunk_ids}]->(:Entity)
 
 One real-world entity is one node: its `key` is the normalised name (NFKC, case-folded, punctuation dropped,
-whitespace collapsed) and carries a uniqueness constraint.  A RELATED_TO edge is one per (source, target, type); its
+whitespace collapsed) and carries a uniqueness constraint.  Across documents that exact key is the only identity.
+Within one document a short form of a fuller name of the same type ("Lessig" after "Lawrence Lessig", "Microsoft"
+after "Microsoft Corporation"; see `SHORT_FORM_RULE`) is that entity: the chunk MENTIONS the full name's node and the edge's `aliases`
+lists the short keys it used (see `resolve_aliases`).  A RELATED_TO edge is one per (source, target, type); its
 `chunk_ids` is the set of chunks that state it and `weight` is the size of that set.
 
 Every write is a MERGE batched with UNWIND inside a managed transaction (`session.execute_write`, which retries
@@ -77,6 +80,7 @@ class Relation:
 class Extraction:
     entities: list[Entity] = field(default_factory=list)
     relations: list[Relation] = field(default_factory=list)
+    rejected: dict[str, int] = field(default_factory=dict)  # entity type -> names its type rules turned down
 
 
 @dataclass
@@ -93,6 +97,90 @@ def page_id(document_id: str, page_number: int) -> str:
     return f"{document_id}#p{page_number}"
 
 
+# -- aliases within a document ---------------------------------------------------------------------------------------
+# Types whose short forms stand for a fuller name within one document, and how they are shortened: a person to the
+# surname (the last words; given names and initials go), an organisation by dropping its legal form ("Microsoft
+# Corporation" -> "Microsoft", but "Microsoft Research" is another organisation), a work or a law to the head of its
+# title ("Free Culture: How Big Media ..." -> "Free Culture", "Copyright Act of 1976" -> "Copyright Act").  Places,
+# products and events are never shortened: "York" is not "New York", "Windows" not "Windows 95", "World War" not
+# "World War II".
+SHORT_FORM_RULE = {"PERSON": "surname", "ORG": "legal_form", "WORK_OF_ART": "head", "LAW": "head"}
+LEGAL_FORMS = frozenset({"inc", "incorporated", "corp", "corporation", "co", "company", "ltd", "limited", "llc",
+                         "plc", "gmbh", "ag", "sa", "nv", "bv", "holdings"})
+# "a", "ja", "c": one or two letters are initials or tagger debris, too common to stand for one name
+MIN_SHORT_FORM_CHARS = 3
+
+
+def is_short_form(short: str, full: str, type_: str) -> bool:
+    """`short` (a key) is `full` (a key) shortened the way names of `type_` are shortened in running text."""
+    rule = SHORT_FORM_RULE.get(type_)
+    short_words, full_words = short.split(), full.split()
+    if rule is None or not short_words or len(short_words) >= len(full_words):
+        return False
+    if sum(ch.isalpha() for ch in short) < MIN_SHORT_FORM_CHARS:
+        return False
+    if rule == "surname":
+        # a word without a letter ("d 95") makes the longer name debris, not a person's full name
+        return (full_words[-len(short_words):] == short_words
+                and all(any(ch.isalpha() for ch in word) for word in full_words))
+    if full_words[:len(short_words)] != short_words:
+        return False
+    return rule == "head" or all(word in LEGAL_FORMS for word in full_words[len(short_words):])
+
+
+def resolve_aliases(entities: Iterable[tuple[str, str]], recorded: dict[str, str] | None = None) -> dict[str, str]:
+    """Within one document: short key -> the key of the fuller name of the same type it stands for.
+
+    `entities` are the document's (key, type) pairs, in any order: the answer depends on the set only, so the chunks
+    of a document can arrive in any order.  A short form resolves when exactly one longest name contains it; with two
+    ("Smith": "Adam Smith", "John Smith") it stays itself, since guessing would merge two people.  `recorded` holds
+    aliases already written for the document (short -> full): they stand when the set alone no longer decides, so
+    re-running an early chunk keeps what was resolved.
+    """
+    by_type: dict[str, set[str]] = {}
+    for key, type_ in entities:
+        if key:
+            by_type.setdefault(type_, set()).add(key)
+    longest_of: dict[str, set[str]] = {}  # a key read under several types gathers the candidates of each
+    for type_, keys in by_type.items():
+        if type_ not in SHORT_FORM_RULE:
+            continue
+        # a short form shares its kept end word with every name it shortens: compare within those groups only
+        end_word = -1 if SHORT_FORM_RULE[type_] == "surname" else 0
+        sharing: dict[str, list[str]] = {}
+        for key in keys:
+            sharing.setdefault(key.split()[end_word], []).append(key)
+        for short in keys:
+            group = sharing[short.split()[end_word]]
+            fuller = [full for full in group if is_short_form(short, full, type_)]
+            longest_of.setdefault(short, set()).update(
+                full for full in fuller if not any(is_short_form(full, other, type_) for other in fuller))
+    resolved = {short: next(iter(longest)) for short, longest in longest_of.items() if len(longest) == 1}
+    for short, full in (recorded or {}).items():
+        resolved.setdefault(short, full)
+    final = {short: _final_target(short, resolved) for short in resolved}
+    return {short: full for short, full in final.items() if short != full}
+
+
+def _final_target(key: str, resolved: dict[str, str]) -> str:
+    """Follows short -> full links to their end (a name read under two types can link on); on a cycle there is no
+    one fuller name, so the key stays itself."""
+    target, seen = key, {key}
+    while target in resolved:
+        target = resolved[target]
+        if target in seen:
+            return key
+        seen.add(target)
+    return target
+
+
+@dataclass
+class DocumentAliases:
+    """What the short forms of one document resolve to."""
+    canonical: dict[str, str] = field(default_factory=dict)    # short key -> full key
+    entities: dict[str, Entity] = field(default_factory=dict)  # full key -> the entity written for it
+
+
 # -- Cypher ------------------------------------------------------------------------------------------------------------
 SCHEMA_STATEMENTS = (
     "CREATE CONSTRAINT document_id IF NOT EXISTS FOR (d:Document) REQUIRE d.id IS UNIQUE",
@@ -105,10 +193,51 @@ SCHEMA_STATEMENTS = (
 
 _EXISTING_CHUNKS = "MATCH (c:Chunk) WHERE c.id IN $ids RETURN c.id AS id"
 
+# Taken first in every write: the counter write locks each Document node (Neo4j) or makes concurrent transactions on
+# one document conflict and retry (ArcadeDB), so writers of one document run one after the other and each resolves
+# its short forms against everything the others wrote.
 _MERGE_DOCUMENTS = """
 UNWIND $rows AS row
 MERGE (d:Document {id: row.id})
-SET d.filename = row.filename
+SET d.filename = row.filename, d.writes = coalesce(d.writes, 0) + 1
+"""
+
+# bounded by the documents: the entities their other chunks mention and the short forms they used for them
+_DOCUMENT_ENTITIES = """
+UNWIND $document_ids AS document_id
+MATCH (c:Chunk {document_id: document_id})-[m:MENTIONS]->(e:Entity)
+WHERE NOT c.id IN $rewritten
+RETURN DISTINCT document_id, e.key AS key, e.name AS name, e.type AS type, m.aliases AS aliases
+"""
+
+# one short form's mentions within one document move to the full name's node, keeping the short key as an alias
+_REPOINT_MENTIONS = """
+MATCH (c:Chunk {document_id: $document_id})-[m:MENTIONS]->(:Entity {key: $short})
+MATCH (f:Entity {key: $full})
+MERGE (c)-[n:MENTIONS]->(f)
+SET n.aliases = coalesce(n.aliases, [])
+    + [a IN coalesce(m.aliases, []) + [$short] WHERE NOT a IN coalesce(n.aliases, [])]
+DELETE m
+RETURN c.id AS chunk_id
+"""
+
+_RELATIONS_OUT_OF = """
+MATCH (:Entity {key: $key})-[r:RELATED_TO]->(o:Entity)
+WHERE any(cid IN r.chunk_ids WHERE cid IN $chunk_ids)
+RETURN o.key AS other, r.type AS type, [cid IN r.chunk_ids WHERE cid IN $chunk_ids] AS chunk_ids
+"""
+
+_RELATIONS_INTO = """
+MATCH (o:Entity)-[r:RELATED_TO]->(:Entity {key: $key})
+WHERE any(cid IN r.chunk_ids WHERE cid IN $chunk_ids)
+RETURN o.key AS other, r.type AS type, [cid IN r.chunk_ids WHERE cid IN $chunk_ids] AS chunk_ids
+"""
+
+_REMOVE_RELATION_CHUNKS = """
+UNWIND $rows AS row
+MATCH (:Entity {key: row.source})-[r:RELATED_TO {type: row.type}]->(:Entity {key: row.target})
+SET r.chunk_ids = [cid IN r.chunk_ids WHERE NOT cid IN row.chunk_ids]
+SET r.weight = size(r.chunk_ids)
 """
 
 _MERGE_PAGES = """
@@ -137,7 +266,8 @@ _MERGE_MENTIONS = """
 UNWIND $rows AS row
 MATCH (c:Chunk {id: row.chunk_id})
 MATCH (e:Entity {key: row.key})
-MERGE (c)-[:MENTIONS]->(e)
+MERGE (c)-[m:MENTIONS]->(e)
+SET m.aliases = row.aliases
 """
 
 # chunk_ids is a set: append only the ids not already present; weight follows from it
@@ -222,27 +352,44 @@ def _last_write_wins(chunks: Iterable[ChunkGraph]) -> list[ChunkGraph]:
 
 @dataclass
 class _ChunkContent:
-    """One chunk's entities and relations, deduplicated and checked."""
+    """One chunk's entities (under their document-level keys) and relations, deduplicated and checked."""
     entities: dict[str, Entity]
     relations: set[tuple[str, str, str]]
+    aliases: dict[str, list[str]] = field(default_factory=dict)  # full key -> the short keys the chunk used for it
 
 
-def _chunk_content(chunk: ChunkGraph) -> _ChunkContent:
+def _chunk_keys(chunk: ChunkGraph) -> dict[str, Entity]:
     # keys are normalised again here (idempotent) so a caller's hand-made key cannot split one entity in two
     entities: dict[str, Entity] = {}
     for entity in chunk.extraction.entities:
         key = normalize_entity_name(entity.key or entity.name)
         if key and key not in entities:
             entities[key] = Entity(name=" ".join(entity.name.split()) or key, type=entity.type, key=key)
+    return entities
+
+
+def _chunk_content(chunk: ChunkGraph, aliases: DocumentAliases | None = None) -> _ChunkContent:
+    aliases = aliases or DocumentAliases()
+    extracted = _chunk_keys(chunk)
+    entities: dict[str, Entity] = {}
+    used: dict[str, set[str]] = {}
+    for key, entity in extracted.items():
+        full = aliases.canonical.get(key, key)
+        if full != key:
+            used.setdefault(full, set()).add(key)
+            entities.setdefault(full, aliases.entities[full])
+        elif key not in entities or key in used:  # the chunk's own spelling of a full name wins
+            entities[key] = entity
     relations: set[tuple[str, str, str]] = set()
     for relation in chunk.extraction.relations:
         source, target = normalize_entity_name(relation.source), normalize_entity_name(relation.target)
         for endpoint in (source, target):
-            if endpoint not in entities:
+            if endpoint not in extracted:
                 raise ValueError(f"chunk {chunk.chunk_id}: relation endpoint {endpoint!r} is not one of its entities")
+        source, target = aliases.canonical.get(source, source), aliases.canonical.get(target, target)
         if source != target and relation.type:
             relations.add((source, target, relation.type))
-    return _ChunkContent(entities, relations)
+    return _ChunkContent(entities, relations, {full: sorted(keys) for full, keys in used.items()})
 
 
 @dataclass
@@ -257,22 +404,21 @@ class _Batch:
     keep: list[dict]  # per chunk: the mention keys and relation signatures it still has
 
     @classmethod
-    def of(cls, chunks: list[ChunkGraph]) -> "_Batch":
-        documents: dict[str, dict] = {}
+    def of(cls, chunks: list[ChunkGraph], aliases: dict[str, DocumentAliases] | None = None) -> "_Batch":
+        """`aliases`: per document id, what its short forms resolve to (none resolve without it)."""
         pages: dict[str, dict] = {}
         rows, mentions, keep = [], [], []
         entities: dict[str, dict] = {}
         relations: dict[tuple[str, str, str], set[str]] = {}
         for chunk in chunks:
-            content = _chunk_content(chunk)
+            content = _chunk_content(chunk, (aliases or {}).get(chunk.document_id))
             pid = page_id(chunk.document_id, chunk.page_number)
-            documents[chunk.document_id] = {"id": chunk.document_id, "filename": chunk.filename}
             pages[pid] = {"id": pid, "document_id": chunk.document_id, "number": chunk.page_number}
             rows.append({"id": chunk.chunk_id, "page_id": pid, "document_id": chunk.document_id,
                          "page_number": chunk.page_number, "index": chunk.chunk_index})
             for key, entity in content.entities.items():
                 entities.setdefault(key, {"key": key, "name": entity.name, "type": entity.type})
-                mentions.append({"chunk_id": chunk.chunk_id, "key": key})
+                mentions.append({"chunk_id": chunk.chunk_id, "key": key, "aliases": content.aliases.get(key, [])})
             for signature in content.relations:
                 relations.setdefault(signature, set()).add(chunk.chunk_id)
             keep.append({"chunk_id": chunk.chunk_id, "keep_keys": sorted(content.entities),
@@ -280,7 +426,7 @@ class _Batch:
         # sorted so concurrent writers touch shared nodes in the same order
         return cls(
             chunk_ids=[row["id"] for row in rows],
-            documents=sorted(documents.values(), key=lambda r: r["id"]),
+            documents=_document_rows(chunks),
             pages=sorted(pages.values(), key=lambda r: r["id"]),
             chunks=rows,
             entities=sorted(entities.values(), key=lambda r: r["key"]),
@@ -289,6 +435,11 @@ class _Batch:
                        for (s, t, ty), ids in sorted(relations.items())],
             keep=keep,
         )
+
+
+def _document_rows(chunks: list[ChunkGraph]) -> list[dict]:
+    # sorted so concurrent writers lock documents in the same order
+    return [{"id": did, "filename": name} for did, name in sorted({c.document_id: c.filename for c in chunks}.items())]
 
 
 # -- transaction bodies (run inside execute_write; may be retried, so they must be idempotent) -------------------------
@@ -302,13 +453,76 @@ def _detach_chunks(tx, keep: list[dict]) -> set[str]:
     return touched | {rec["entity_key"] for rec in tx.run(_DETACH_MENTIONS, rows=mention_rows)}
 
 
-def _write_batch(tx, batch: _Batch) -> None:
+def _document_aliases(written_rows: list[dict], chunks: list[ChunkGraph]) -> tuple[DocumentAliases, set[str]]:
+    """One document's alias resolution over what its other chunks already mention (`written_rows`, from
+    _DOCUMENT_ENTITIES) plus these chunks, and the keys of entities its other chunks mention that now resolve to a
+    fuller name (their mentions must move)."""
+    known: dict[str, Entity] = {}
+    pairs: set[tuple[str, str]] = set()
+    recorded: dict[str, str] = {}
+    written: set[str] = set()
+    for rec in written_rows:
+        known.setdefault(rec["key"], Entity(name=rec["name"] or rec["key"], type=rec["type"] or "OTHER",
+                                            key=rec["key"]))
+        pairs.add((rec["key"], rec["type"] or "OTHER"))
+        written.add(rec["key"])
+        for short in rec["aliases"] or []:
+            recorded[short] = rec["key"]
+    for chunk in chunks:
+        for key, entity in _chunk_keys(chunk).items():
+            known.setdefault(key, entity)
+            pairs.add((key, entity.type))
+    canonical = resolve_aliases(pairs, recorded)
+    targets = {full: known[full] for full in canonical.values() if full in known}
+    # a recorded alias whose full name no chunk mentions any more has nothing to point to
+    canonical = {short: full for short, full in canonical.items() if full in targets}
+    return DocumentAliases(canonical, targets), {key for key in written if key in canonical}
+
+
+def _repoint(tx, document_id: str, short: str, full: str) -> set[str]:
+    """Moves one document's mentions of `short`, and the relations its chunks state with it, to `full`; returns the
+    entity keys that lost a relation or a mention."""
+    chunk_ids = sorted({rec["chunk_id"] for rec in tx.run(_REPOINT_MENTIONS, document_id=document_id, short=short,
+                                                          full=full)})
+    if not chunk_ids:
+        return set()
+    moved, removed = [], []
+    for query, outgoing in ((_RELATIONS_OUT_OF, True), (_RELATIONS_INTO, False)):
+        for rec in list(tx.run(query, key=short, chunk_ids=chunk_ids)):
+            source, target = (short, rec["other"]) if outgoing else (rec["other"], short)
+            removed.append({"source": source, "target": target, "type": rec["type"], "chunk_ids": rec["chunk_ids"]})
+            source, target = (full, rec["other"]) if outgoing else (rec["other"], full)
+            if source != target:  # a relation between the short and the full form is no relation
+                moved.append({"source": source, "target": target, "type": rec["type"],
+                              "chunk_ids": sorted(rec["chunk_ids"])})
+    touched = {short} | {row["source"] for row in removed} | {row["target"] for row in removed}
+    if removed:
+        tx.run(_REMOVE_RELATION_CHUNKS, rows=removed).consume()
+        tx.run(_DELETE_EMPTY_RELATIONS, keys=sorted(touched)).consume()
+    if moved:
+        tx.run(_MERGE_RELATIONS, rows=moved).consume()
+    return touched
+
+
+def _write_batch(tx, chunks: list[ChunkGraph]) -> _Batch:
+    documents = _document_rows(chunks)
+    tx.run(_MERGE_DOCUMENTS, rows=documents).consume()
+    written: dict[str, list[dict]] = {row["id"]: [] for row in documents}
+    for rec in tx.run(_DOCUMENT_ENTITIES, document_ids=list(written),
+                      rewritten=sorted(chunk.chunk_id for chunk in chunks)):
+        written[rec["document_id"]].append(rec.data())
+    aliases: dict[str, DocumentAliases] = {}
+    repoints: list[tuple[str, str, str]] = []
+    for document_id, rows in written.items():
+        aliases[document_id], moving = _document_aliases(
+            rows, [chunk for chunk in chunks if chunk.document_id == document_id])
+        repoints.extend((document_id, short, aliases[document_id].canonical[short]) for short in sorted(moving))
+    batch = _Batch.of(chunks, aliases)
     existing = [rec["id"] for rec in tx.run(_EXISTING_CHUNKS, ids=batch.chunk_ids)]
     released: set[str] = set()
     if existing:
         existing_set = set(existing)
         released = _detach_chunks(tx, [row for row in batch.keep if row["chunk_id"] in existing_set])
-    tx.run(_MERGE_DOCUMENTS, rows=batch.documents).consume()
     tx.run(_MERGE_PAGES, rows=batch.pages).consume()
     tx.run(_MERGE_CHUNKS, rows=batch.chunks).consume()
     if batch.entities:
@@ -316,8 +530,11 @@ def _write_batch(tx, batch: _Batch) -> None:
         tx.run(_MERGE_MENTIONS, rows=batch.mentions).consume()
     if batch.relations:
         tx.run(_MERGE_RELATIONS, rows=batch.relations).consume()
+    for document_id, short, full in repoints:
+        released |= _repoint(tx, document_id, short, full)
     if released:
         tx.run(_DELETE_ORPHAN_ENTITIES, keys=sorted(released)).consume()
+    return batch
 
 
 def _delete_chunk_batch(tx, chunk_ids: list[str]) -> None:
@@ -393,8 +610,7 @@ class GraphStore:
         entity_keys: set[str] = set()
         relations: set[tuple[str, str, str]] = set()
         for part in _batches(unique, self.batch_size):
-            batch = _Batch.of(part)
-            self._write(_write_batch, batch)
+            batch = self._write(_write_batch, part)
             entity_keys.update(row["key"] for row in batch.entities)
             relations.update((r["source"], r["target"], r["type"]) for r in batch.relations)
         return len(entity_keys), len(relations)
@@ -425,11 +641,22 @@ class GraphStore:
         return [row["entity_key"] for row in rows]
 
     def entity(self, name: str, limit: int = 100) -> dict | None:
+        """The entity of that exact (normalised) name, else the one a document resolved that name to ("Lessig" in a
+        book that names "Lawrence Lessig"); the most mentioned one when several documents resolved it differently."""
         key = normalize_entity_name(name)
         found = self._read("MATCH (e:Entity {key: $key}) RETURN e.name AS name, e.type AS type, e.key AS key",
                            key=key)
         if not found:
-            return None
+            found = self._read(
+                "MATCH (:Chunk)-[m:MENTIONS]->(e:Entity) WHERE $key IN m.aliases "
+                "RETURN e.name AS name, e.type AS type, e.key AS key, count(m) AS n ORDER BY n DESC, key LIMIT 1",
+                key=key)
+            if not found:
+                return None
+            found = [{field: found[0][field] for field in ("name", "type", "key")}]
+            key = found[0]["key"]
+        aliases = self._read("MATCH (:Entity {key: $key})<-[m:MENTIONS]-(:Chunk) WHERE m.aliases IS NOT NULL "
+                             "UNWIND m.aliases AS alias RETURN DISTINCT alias ORDER BY alias", key=key)
         mentions = self._read(
             "MATCH (e:Entity {key: $key})<-[:MENTIONS]-(c:Chunk)<-[:HAS_CHUNK]-(:Page)<-[:HAS_PAGE]-(d:Document) "
             "RETURN DISTINCT d.id AS document_id, d.filename AS filename, c.page_number AS page_number "
@@ -444,7 +671,8 @@ class GraphStore:
             "ORDER BY weight DESC, name LIMIT $limit", key=key, limit=limit)
         related = [{**row, "direction": "out"} for row in outgoing] + [{**row, "direction": "in"} for row in incoming]
         related.sort(key=lambda row: (-(row["weight"] or 0), row["name"] or ""))
-        return {**found[0], "mentions": mentions, "related": related[:limit]}
+        return {**found[0], "aliases": [row["alias"] for row in aliases], "mentions": mentions,
+                "related": related[:limit]}
 
     def counts(self) -> dict:
         queries = {

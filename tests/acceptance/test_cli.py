@@ -247,7 +247,10 @@ class Story:
 
 
 REPORT = [["# Annual Report", "Ada Lovelace founded the Analytical Society in London with Charles Babbage."],
-          ["## Finance", "Revenue grew in Paris and Berlin while the London office hired engineers."]]
+          ["## Finance", "Revenue grew in Paris and Berlin while the London office hired engineers."],
+          # the surname comes first: its chunk may be written before the full name's
+          ["## Law", "Professor Lessig met Jack Valenti in Washington to debate copyright terms."],
+          ["## Culture", "Lawrence Lessig wrote a book about free culture at Stanford University."]]
 
 
 @pytest.fixture(scope="module")
@@ -414,7 +417,7 @@ def test_status_lists_every_document_and_one_by_key(story):
     assert all(set(d) == expected_keys for d in listed), listed[0].keys()
 
     (one,) = single.json()["documents"]
-    assert (one["id"], one["total_pages"], one["ocr_completed_pages"]) == (str(report["id"]), 2, 2)
+    assert (one["id"], one["total_pages"], one["ocr_completed_pages"]) == (str(report["id"]), len(REPORT), len(REPORT))
     broken = next(d for d in listed if d["filename"] == "broken.pdf")
     assert broken["last_failed_at"] and one["last_failed_at"] is None
     assert one["total_chunks"] == one["vector_completed_chunks"] == one["graphrag_completed_chunks"] > 0
@@ -470,6 +473,14 @@ def test_graph_shows_an_entity_its_mentions_and_related_entities(story):
 
     page = as_page.out
     assert "Ada Lovelace" in page and "report.pdf" in page and "London" in page
+
+
+def test_graph_finds_a_person_by_the_surname_the_document_also_uses(story):
+    found = ok_json("graph", "lessig")
+    assert (found["name"], found["type"], found["aliases"]) == ("Lawrence Lessig", "PERSON", ["lessig"])
+    assert {(m["filename"], m["page_number"]) for m in found["mentions"]} == {("report.pdf", 3), ("report.pdf", 4)}
+    assert {"Jack Valenti", "Stanford University"} <= {r["name"] for r in found["related"]}, found["related"]
+    assert ok_json("graph", "Lawrence Lessig") == found
 
 
 # -- from here on the tests change the environment (file order matters) ------------------------------------------
