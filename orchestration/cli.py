@@ -64,14 +64,20 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]):
 
 def _queue():
     """The queue, with failures to reach the database turned into one actionable sentence. Built from queue_db
-    alone: resources.database imports Dagster, a second of start-up that `status` and friends do not need."""
+    alone: resources.database imports Dagster, a second of start-up that `status` and friends do not need.
+    A server's database (DOCQUEUE_DATABASE_URL) is migrated by `docqueue db upgrade` only, when its owner decides."""
     from queue_db.config import QueueSettings
-    from queue_db.migrate import pending_migrations
+    from queue_db.migrate import pending_migrations, upgrade
     from queue_db.queue import TaskQueue
 
-    with _database_errors():
+    embedded = not os.environ.get("DOCQUEUE_DATABASE_URL", "").strip()
+    with _service_failures():
         engine = _engine()
         missing = pending_migrations(engine)
+        if missing and embedded:
+            # the embedded database is docqueue's own: its first command creates the schema
+            upgrade(engine)
+            missing = []
     if missing:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
         raise CliError(f"the queue database needs migrations ({names}): run `docqueue db upgrade`")
@@ -87,19 +93,51 @@ def _engine():
 
 
 @contextmanager
-def _database_errors():
-    import sqlalchemy as sa
-
-    from queue_db.server import EmbeddedPostgresError
-
+def _service_failures():
+    """An unreachable or unstartable service is one sentence (see _known_failure), not a traceback."""
     try:
         yield
-    except EmbeddedPostgresError as exc:
-        raise CliError(f"the embedded PostgreSQL could not start ({_first_line(exc)}); "
-                       "check DOCQUEUE_HOME is writable or set DOCQUEUE_DATABASE_URL") from None
-    except sa.exc.OperationalError as exc:
-        raise CliError(f"cannot connect to PostgreSQL ({_first_line(exc.orig or exc)}); check DOCQUEUE_DATABASE_URL "
-                       "or unset it to use the embedded server") from None
+    except Exception as exc:
+        known = _known_failure(exc)
+        if known is None:
+            raise
+        raise known from None
+
+
+STORE_HINT = "check DOCQUEUE_QDRANT_URL / DOCQUEUE_QDRANT_PATH and DOCQUEUE_NEO4J_URI"
+
+
+def _known_failure(exc: BaseException) -> CliError | None:
+    """The sentence for a service docqueue cannot reach or start; None for anything else."""
+    import httpx
+    import neo4j.exceptions
+    import sqlalchemy as sa
+    from qdrant_client.http.exceptions import ResponseHandlingException
+
+    from queue_db.ports import PortInUseError
+    from queue_db.server import EmbeddedPostgresError
+    from orchestration.dagster_storage import DagsterStorageError
+    from resources.bolt_server import BoltServerError
+    from resources.qdrant import VectorStoreError
+
+    if isinstance(exc, (PortInUseError, DagsterStorageError)):
+        return CliError(str(exc))
+    if isinstance(exc, EmbeddedPostgresError):
+        return CliError(f"the embedded PostgreSQL could not start ({_first_line(exc)}); "
+                        "check DOCQUEUE_HOME is writable or set DOCQUEUE_DATABASE_URL")
+    if isinstance(exc, sa.exc.OperationalError):
+        return CliError(f"cannot connect to PostgreSQL ({_first_line(exc.orig or exc)}); check DOCQUEUE_DATABASE_URL "
+                        "or unset it to use the embedded server")
+    if isinstance(exc, BoltServerError):
+        return CliError(f"the embedded Bolt server could not start ({_first_line(exc)}); check DOCQUEUE_HOME is "
+                        "writable or set DOCQUEUE_NEO4J_URI")
+    if isinstance(exc, (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.AuthError,
+                        neo4j.exceptions.SessionExpired)):
+        return CliError(f"cannot use the graph store ({type(exc).__name__}: {_first_line(exc)}); "
+                        "check DOCQUEUE_NEO4J_URI, DOCQUEUE_NEO4J_USER and DOCQUEUE_NEO4J_PASSWORD")
+    if isinstance(exc, (VectorStoreError, ResponseHandlingException, httpx.HTTPError)):
+        return CliError(f"cannot use the vector store ({type(exc).__name__}: {_first_line(exc)}); {STORE_HINT}")
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -114,7 +152,26 @@ def _document_or_fail(queue, ref: str) -> dict:
     return document
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """Every command fails with one sentence: a service docqueue cannot reach gets its own (_known_failure), and
+    anything else still gets one naming the error, with the traceback kept for DOCQUEUE_DEBUG=1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            known = _known_failure(exc)
+            if known is not None:
+                raise known from None
+            if os.environ.get("DOCQUEUE_DEBUG", "").strip() == "1":
+                raise
+            raise CliError(f"failed with {type(exc).__name__}: {_first_line(exc)} "
+                           "(set DOCQUEUE_DEBUG=1 to see where)") from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """docqueue: PDFs -> markdown -> Qdrant vectors and a knowledge graph, through a PostgreSQL task queue."""
     _quiet_libraries()
@@ -129,18 +186,27 @@ def db() -> None:
 @db.command("upgrade")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def db_upgrade(as_json: bool) -> None:
-    """Create or migrate the schema (idempotent)."""
+    """Create or migrate the queue's schema and Dagster's storage (idempotent).
+
+    Dagster's storage database (DOCQUEUE_DAGSTER_PG_URL, else `<queue database>_dagster` beside the queue's, or
+    `dagster` beside `docqueue`) is created when missing and the role may create databases."""
     from queue_db.migrate import available_migrations, upgrade
+    from orchestration.dagster_storage import ensure_dagster_database, upgrade_dagster_storage
     from orchestration.environment import redact
 
-    with _database_errors():
+    with _service_failures():
         applied = upgrade(_engine())
+        dagster_url = os.environ["DOCQUEUE_DAGSTER_PG_URL"]
+        created = ensure_dagster_database(dagster_url, os.environ["DOCQUEUE_DATABASE_URL"])
+        upgrade_dagster_storage()
     payload = {"applied": [f"{m.version:04d}_{m.name}" for m in applied],
                "version": max(m.version for m in available_migrations()),
-               "database": redact(os.environ["DOCQUEUE_DATABASE_URL"])}
+               "database": redact(os.environ["DOCQUEUE_DATABASE_URL"]),
+               "dagster_database": redact(dagster_url), "dagster_database_created": created}
     _emit(as_json, payload, lambda: click.echo(
         (f"applied {len(applied)} migration(s): {', '.join(payload['applied'])}" if applied else "schema is up to date")
-        + f" (version {payload['version']}, {payload['database']})"))
+        + f" (version {payload['version']}, {payload['database']}); Dagster's storage "
+        + ("created and migrated" if created else "is up to date") + f" ({payload['dagster_database']})"))
 
 
 @db.command("stop")
@@ -483,33 +549,13 @@ def _embedding_model() -> tuple[str, int]:
     return model_id, MODELS[model_id].dim
 
 
-STORE_HINT = "check DOCQUEUE_QDRANT_URL / DOCQUEUE_QDRANT_PATH and DOCQUEUE_NEO4J_URI"
-
-
-@contextmanager
-def _graph_errors():
-    """An unreachable Bolt server is one sentence, not a traceback."""
-    import neo4j.exceptions
-
-    try:
-        yield
-    except (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.AuthError, neo4j.exceptions.SessionExpired) as exc:
-        raise CliError(f"cannot use the graph store ({type(exc).__name__}: {_first_line(exc)}); "
-                       "check DOCQUEUE_NEO4J_URI, DOCQUEUE_NEO4J_USER and DOCQUEUE_NEO4J_PASSWORD") from None
-
-
 @contextmanager
 def _service_errors():
-    """An unreachable Qdrant or Bolt server is one sentence, not a traceback."""
-    import httpx
-    from qdrant_client.http.exceptions import ResponseHandlingException
-
-    from resources.qdrant import VectorStoreError
-
-    with _graph_errors():
+    """As _service_failures; besides, a file-system error while opening the stores is the embedded Qdrant's."""
+    with _service_failures():
         try:
             yield
-        except (VectorStoreError, ResponseHandlingException, httpx.HTTPError, OSError) as exc:
+        except OSError as exc:
             raise CliError(f"cannot use the vector or graph store ({type(exc).__name__}: {_first_line(exc)}); "
                            + STORE_HINT) from None
 
@@ -550,10 +596,10 @@ def search(text: str, limit: int, as_json: bool) -> None:
     from resources.embeddings import EmbeddingResource
     from resources.qdrant import QdrantResource
 
-    embedder = EmbeddingResource().get_embedder()
     from queue_db.lifecycle import hidden_from_search
 
-    queue = _queue()
+    queue = _queue()  # before the model loads: an unreachable database is said at once
+    embedder = EmbeddingResource().get_embedder()
     with _service_errors():
         store = QdrantResource().get_store(embedder.model_id, embedder.dim)
         try:
@@ -574,7 +620,7 @@ def search(text: str, limit: int, as_json: bool) -> None:
 def graph(entity: str, as_json: bool) -> None:
     """An entity, its type, its mentions (document, page) and its related entities."""
     _queue()
-    with _graph_errors():
+    with _service_failures():
         store = _graph_store()
         try:
             found = store.entity(entity)
@@ -641,7 +687,10 @@ def ui(port: int, as_json: bool) -> None:
     """Start the Dagster webserver and daemon (`dagster dev`) on 127.0.0.1 with this project loaded."""
     import subprocess
 
+    from orchestration.dagster_storage import check_dagster_storage
+
     _queue()  # also exports DAGSTER_HOME and the database URLs the webserver and daemon inherit
+    check_dagster_storage(os.environ["DOCQUEUE_DAGSTER_PG_URL"])
     if not _port_free(port):
         raise CliError(f"port {port} on 127.0.0.1 is in use; choose another with --port", EXIT_USAGE)
     url = f"http://127.0.0.1:{port}"
