@@ -273,8 +273,14 @@ def _register_document_partitions(queue) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ running
-@main.command()
-@click.option("--until-idle", is_flag=True, help="exit 0 once no ready work remains")
+EXIT_TASKS_FAILED = 4
+RUN_EXIT_CODES = (f"Exit codes: 0 every task completed (or is still open); {EXIT_TASKS_FAILED} tasks ended failed or "
+                  f"wait behind failed ones (`docqueue status` shows them, `docqueue retry` re-queues them); "
+                  f"{EXIT_FAILURE} a service is unreachable or a worker failed; {EXIT_USAGE} bad arguments.")
+
+
+@main.command(epilog=RUN_EXIT_CODES)
+@click.option("--until-idle", is_flag=True, help="exit once no ready work remains")
 @click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True)
 @click.option("--max-seconds", type=float, default=None, help="stop after this long even if work remains")
 @click.option("--worker-index", type=int, default=None, hidden=True)
@@ -282,7 +288,8 @@ def _register_document_partitions(queue) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index: int | None, worker_group: int,
         as_json: bool) -> None:
-    """Process ready work through the Dagster definitions (recorded in the Dagster instance)."""
+    """Process ready work through the Dagster definitions (recorded in the Dagster instance), then summarise
+    every task: completed, failed by error class, blocked behind a failed earlier phase, open."""
     queue = _queue()
     if worker_index is not None:  # a child of `run --workers N`
         report = _run_worker(queue, until_idle, worker_index, workers, max_seconds, worker_group)
@@ -291,6 +298,11 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
     import secrets
     import subprocess
 
+    from queue_db.outcomes import task_outcomes
+    from orchestration.environment import dagster_instance
+
+    dagster_instance()
+    _check_stores()
     started = time.monotonic()
     group = secrets.randbelow(2**31 - 1) + 1
     children = [subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "--worker-index", str(i),
@@ -305,17 +317,32 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
     for child in children:
         out, err = child.communicate()
         if child.returncode != 0:
-            errors.append(err.strip().splitlines()[-1] if err.strip() else f"worker exited {child.returncode}")
+            last = err.strip().splitlines()[-1] if err.strip() else f"worker exited {child.returncode}"
+            errors.append(last.removeprefix("docqueue: "))
         else:
             reports.append(json.loads(out.strip().splitlines()[-1]))
     if errors:
         raise CliError(f"a worker failed: {errors[0]}")
+    outcomes = task_outcomes(queue.engine)
     payload = {"runs": sum(r["runs"] for r in reports), "failed_runs": sum(r["failed_runs"] for r in reports),
-               "seconds": round(time.monotonic() - started, 1), "progress": _progress(queue)}
+               "seconds": round(time.monotonic() - started, 1), "progress": _progress(queue),
+               "summary": outcomes.as_dict()}
     _emit(as_json, payload, lambda: click.echo(
         f"{payload['runs']} run(s), {payload['failed_runs']} with failed tasks, in {payload['seconds']} s; "
         + ", ".join(f"{phase}: {p['completed']}/{p['total']} completed, {p['failed']} failed"
-                    for phase, p in payload["progress"].items())))
+                    for phase, p in payload["progress"].items())
+        + f"\nsummary: {outcomes.sentence()}"))
+    if not outcomes.clean:
+        raise CliError(f"{outcomes.failed_total} task(s) failed and {outcomes.blocked} wait behind failed ones: "
+                       "`docqueue status` shows them, `docqueue retry` re-queues them", EXIT_TASKS_FAILED)
+
+
+def _check_stores() -> None:
+    """Reach Qdrant and the graph before any work starts: an unreachable one is one sentence now, instead of every
+    task failing and backing off."""
+    with _stores() as (store, graph):
+        store.ensure_collection()
+        graph.ping()
 
 
 SIBLING_POLL_S = 2.0
@@ -750,6 +777,7 @@ def demo(as_json: bool) -> None:
     """The main job: sample PDFs (text, scanned, broken) processed end to end on the embedded services."""
     from orchestration.demo import run_demo
 
+    _check_stores()
     summary = run_demo()
     _emit(as_json, summary, lambda: _print_demo(summary))
     if summary["good_documents_completed"] != summary["good_documents"]:
