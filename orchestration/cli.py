@@ -64,14 +64,23 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]):
 
 def _queue():
     """The queue, with failures to reach the database turned into one actionable sentence. Built from queue_db
-    alone: resources.database imports Dagster, a second of start-up that `status` and friends do not need."""
+    alone: resources.database imports Dagster, a second of start-up that `status` and friends do not need.
+    A server's database (DOCQUEUE_DATABASE_URL) is migrated by `docqueue db upgrade` only, when its owner decides."""
     from queue_db.config import QueueSettings
-    from queue_db.migrate import pending_migrations
+    from queue_db.migrate import pending_migrations, upgrade
     from queue_db.queue import TaskQueue
 
-    with _database_errors():
+    from queue_db.config import DatabaseConfig, settings
+
+    # read before prepare_environment() exports the embedded server's URL under the same name
+    embedded = settings(DatabaseConfig).database_url is None
+    with _service_failures():
         engine = _engine()
         missing = pending_migrations(engine)
+        if missing and embedded:
+            # the embedded database is docqueue's own: its first command creates the schema
+            upgrade(engine)
+            missing = []
     if missing:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
         raise CliError(f"the queue database needs migrations ({names}): run `docqueue db upgrade`")
@@ -88,19 +97,51 @@ def _engine():
 
 
 @contextmanager
-def _database_errors():
-    import sqlalchemy as sa
-
-    from queue_db.server import EmbeddedPostgresError
-
+def _service_failures():
+    """An unreachable or unstartable service is one sentence (see _known_failure), not a traceback."""
     try:
         yield
-    except EmbeddedPostgresError as exc:
-        raise CliError(f"the embedded PostgreSQL could not start ({_first_line(exc)}); "
-                       "check DOCQUEUE_HOME is writable or set DOCQUEUE_DATABASE_URL") from None
-    except sa.exc.OperationalError as exc:
-        raise CliError(f"cannot connect to PostgreSQL ({_first_line(exc.orig or exc)}); check DOCQUEUE_DATABASE_URL "
-                       "or unset it to use the embedded server") from None
+    except Exception as exc:
+        known = _known_failure(exc)
+        if known is None:
+            raise
+        raise known from None
+
+
+STORE_HINT = "check DOCQUEUE_QDRANT_URL / DOCQUEUE_QDRANT_PATH and DOCQUEUE_NEO4J_URI"
+
+
+def _known_failure(exc: BaseException) -> CliError | None:
+    """The sentence for a service docqueue cannot reach or start; None for anything else."""
+    import httpx
+    import neo4j.exceptions
+    import sqlalchemy as sa
+    from qdrant_client.http.exceptions import ResponseHandlingException
+
+    from queue_db.ports import PortInUseError
+    from queue_db.server import EmbeddedPostgresError
+    from orchestration.dagster_storage import DagsterStorageError
+    from resources.bolt_server import BoltServerError
+    from resources.qdrant import VectorStoreError
+
+    if isinstance(exc, (PortInUseError, DagsterStorageError)):
+        return CliError(str(exc))
+    if isinstance(exc, EmbeddedPostgresError):
+        return CliError(f"the embedded PostgreSQL could not start ({_first_line(exc)}); "
+                        "check DOCQUEUE_HOME is writable or set DOCQUEUE_DATABASE_URL")
+    if isinstance(exc, sa.exc.OperationalError):
+        return CliError(f"cannot connect to PostgreSQL ({_first_line(exc.orig or exc)}); check DOCQUEUE_DATABASE_URL "
+                        "or unset it to use the embedded server")
+    if isinstance(exc, BoltServerError):
+        return CliError(f"the embedded Bolt server could not start ({_first_line(exc)}); check DOCQUEUE_HOME is "
+                        "writable or set DOCQUEUE_NEO4J_URI")
+    if isinstance(exc, (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.AuthError,
+                        neo4j.exceptions.SessionExpired)):
+        return CliError(f"cannot use the graph store ({type(exc).__name__}: {_first_line(exc)}); "
+                        "check DOCQUEUE_NEO4J_URI, DOCQUEUE_NEO4J_USER and DOCQUEUE_NEO4J_PASSWORD")
+    if isinstance(exc, (VectorStoreError, ResponseHandlingException, httpx.HTTPError)):
+        return CliError(f"cannot use the vector store ({type(exc).__name__}: {_first_line(exc)}); {STORE_HINT}")
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -115,7 +156,28 @@ def _document_or_fail(queue, ref: str) -> dict:
     return document
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """Every command fails with one sentence: a service docqueue cannot reach gets its own (_known_failure), and
+    anything else still gets one naming the error, with the traceback kept for DOCQUEUE_DEBUG=1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            known = _known_failure(exc)
+            if known is not None:
+                raise known from None
+            from queue_db.config import DatabaseConfig, settings
+
+            if settings(DatabaseConfig).debug:
+                raise
+            raise CliError(f"failed with {type(exc).__name__}: {_first_line(exc)} "
+                           "(set DOCQUEUE_DEBUG=1 to see where)") from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """docqueue: PDFs -> markdown -> Qdrant vectors and a knowledge graph, through a PostgreSQL task queue."""
     from queue_db.config import SettingsError, validate_settings
@@ -136,19 +198,28 @@ def db() -> None:
 @db.command("upgrade")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def db_upgrade(as_json: bool) -> None:
-    """Create or migrate the schema (idempotent)."""
+    """Create or migrate the queue's schema and Dagster's storage (idempotent).
+
+    Dagster's storage database (DOCQUEUE_DAGSTER_PG_URL, else `<queue database>_dagster` beside the queue's, or
+    `dagster` beside `docqueue`) is created when missing and the role may create databases."""
     from queue_db.migrate import available_migrations, upgrade
-    from queue_db.server import database_url
+    from queue_db.server import dagster_database_url, database_url
+    from orchestration.dagster_storage import ensure_dagster_database, upgrade_dagster_storage
     from orchestration.environment import redact
 
-    with _database_errors():
+    with _service_failures():
         applied = upgrade(_engine())
+        dagster_url = dagster_database_url()
+        created = ensure_dagster_database(dagster_url, database_url())
+        upgrade_dagster_storage()
     payload = {"applied": [f"{m.version:04d}_{m.name}" for m in applied],
                "version": max(m.version for m in available_migrations()),
-               "database": redact(database_url())}
+               "database": redact(database_url()),
+               "dagster_database": redact(dagster_url), "dagster_database_created": created}
     _emit(as_json, payload, lambda: click.echo(
         (f"applied {len(applied)} migration(s): {', '.join(payload['applied'])}" if applied else "schema is up to date")
-        + f" (version {payload['version']}, {payload['database']})"))
+        + f" (version {payload['version']}, {payload['database']}); Dagster's storage "
+        + ("created and migrated" if created else "is up to date") + f" ({payload['dagster_database']})"))
 
 
 @db.command("stop")
@@ -243,8 +314,14 @@ def _register_document_partitions(queue) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ running
-@main.command()
-@click.option("--until-idle", is_flag=True, help="exit 0 once no ready work remains")
+EXIT_TASKS_FAILED = 4
+RUN_EXIT_CODES = (f"Exit codes: 0 every task completed (or is still open); {EXIT_TASKS_FAILED} tasks ended failed or "
+                  f"wait behind failed ones (`docqueue status` shows them, `docqueue retry` re-queues them); "
+                  f"{EXIT_FAILURE} a service is unreachable or a worker failed; {EXIT_USAGE} bad arguments.")
+
+
+@main.command(epilog=RUN_EXIT_CODES)
+@click.option("--until-idle", is_flag=True, help="exit once no ready work remains")
 @click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True)
 @click.option("--max-seconds", type=float, default=None, help="stop after this long even if work remains")
 @click.option("--worker-index", type=int, default=None, hidden=True)
@@ -252,7 +329,8 @@ def _register_document_partitions(queue) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index: int | None, worker_group: int,
         as_json: bool) -> None:
-    """Process ready work through the Dagster definitions (recorded in the Dagster instance)."""
+    """Process ready work through the Dagster definitions (recorded in the Dagster instance), then summarise
+    every task: completed, failed by error class, blocked behind a failed earlier phase, open."""
     from queue_db.config import QueueConfig, settings
 
     if not settings(QueueConfig).enabled:
@@ -266,6 +344,11 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
     import secrets
     import subprocess
 
+    from queue_db.outcomes import task_outcomes
+    from orchestration.environment import dagster_instance
+
+    dagster_instance()
+    _check_stores()
     started = time.monotonic()
     group = secrets.randbelow(2**31 - 1) + 1
     children = [subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "--worker-index", str(i),
@@ -280,17 +363,32 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
     for child in children:
         out, err = child.communicate()
         if child.returncode != 0:
-            errors.append(err.strip().splitlines()[-1] if err.strip() else f"worker exited {child.returncode}")
+            last = err.strip().splitlines()[-1] if err.strip() else f"worker exited {child.returncode}"
+            errors.append(last.removeprefix("docqueue: "))
         else:
             reports.append(json.loads(out.strip().splitlines()[-1]))
     if errors:
         raise CliError(f"a worker failed: {errors[0]}")
+    outcomes = task_outcomes(queue.engine)
     payload = {"runs": sum(r["runs"] for r in reports), "failed_runs": sum(r["failed_runs"] for r in reports),
-               "seconds": round(time.monotonic() - started, 1), "progress": _progress(queue)}
+               "seconds": round(time.monotonic() - started, 1), "progress": _progress(queue),
+               "summary": outcomes.as_dict()}
     _emit(as_json, payload, lambda: click.echo(
         f"{payload['runs']} run(s), {payload['failed_runs']} with failed tasks, in {payload['seconds']} s; "
         + ", ".join(f"{phase}: {p['completed']}/{p['total']} completed, {p['failed']} failed"
-                    for phase, p in payload["progress"].items())))
+                    for phase, p in payload["progress"].items())
+        + f"\nsummary: {outcomes.sentence()}"))
+    if not outcomes.clean:
+        raise CliError(f"{outcomes.failed_total} task(s) failed and {outcomes.blocked} wait behind failed ones: "
+                       "`docqueue status` shows them, `docqueue retry` re-queues them", EXIT_TASKS_FAILED)
+
+
+def _check_stores() -> None:
+    """Reach Qdrant and the graph before any work starts: an unreachable one is one sentence now, instead of every
+    task failing and backing off."""
+    with _stores() as (store, graph):
+        store.ensure_collection()
+        graph.ping()
 
 
 SIBLING_POLL_S = 2.0
@@ -558,33 +656,13 @@ def _embedding_model() -> tuple[str, int]:
     return model_id, MODELS[model_id].dim
 
 
-STORE_HINT = "check DOCQUEUE_QDRANT_URL / DOCQUEUE_QDRANT_PATH and DOCQUEUE_NEO4J_URI"
-
-
-@contextmanager
-def _graph_errors():
-    """An unreachable Bolt server is one sentence, not a traceback."""
-    import neo4j.exceptions
-
-    try:
-        yield
-    except (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.AuthError, neo4j.exceptions.SessionExpired) as exc:
-        raise CliError(f"cannot use the graph store ({type(exc).__name__}: {_first_line(exc)}); "
-                       "check DOCQUEUE_NEO4J_URI, DOCQUEUE_NEO4J_USER and DOCQUEUE_NEO4J_PASSWORD") from None
-
-
 @contextmanager
 def _service_errors():
-    """An unreachable Qdrant or Bolt server is one sentence, not a traceback."""
-    import httpx
-    from qdrant_client.http.exceptions import ResponseHandlingException
-
-    from resources.qdrant import VectorStoreError
-
-    with _graph_errors():
+    """As _service_failures; besides, a file-system error while opening the stores is the embedded Qdrant's."""
+    with _service_failures():
         try:
             yield
-        except (VectorStoreError, ResponseHandlingException, httpx.HTTPError, OSError) as exc:
+        except OSError as exc:
             raise CliError(f"cannot use the vector or graph store ({type(exc).__name__}: {_first_line(exc)}); "
                            + STORE_HINT) from None
 
@@ -626,10 +704,10 @@ def search(text: str, limit: int, as_json: bool) -> None:
     from resources.embeddings import EmbeddingResource
     from resources.qdrant import QdrantResource
 
-    embedder = EmbeddingResource().get_embedder()
     from queue_db.lifecycle import hidden_from_search
 
-    queue = _queue()
+    queue = _queue()  # before the model loads: an unreachable database is said at once
+    embedder = EmbeddingResource().get_embedder()
     with _service_errors():
         store = QdrantResource().get_store(embedder.model_id, embedder.dim)
         try:
@@ -650,7 +728,7 @@ def search(text: str, limit: int, as_json: bool) -> None:
 def graph(entity: str, as_json: bool) -> None:
     """An entity, its type, its mentions (document, page) and its related entities."""
     _queue()
-    with _graph_errors():
+    with _service_failures():
         store = _graph_store()
         try:
             found = store.entity(entity)
@@ -720,7 +798,10 @@ def ui(port: int, as_json: bool) -> None:
     import shutil
     import subprocess
 
+    from orchestration.dagster_storage import check_dagster_storage
+
     _queue()  # also exports DAGSTER_HOME and the database URLs the webserver and daemon inherit
+    check_dagster_storage(os.environ["DOCQUEUE_DAGSTER_PG_URL"])
     if not _port_free(port):
         raise CliError(f"port {port} on 127.0.0.1 is in use; choose another with --port", EXIT_USAGE)
     url = f"http://127.0.0.1:{port}"
@@ -785,6 +866,7 @@ def demo(as_json: bool) -> None:
     """The main job: sample PDFs (text, scanned, broken) processed end to end on the embedded services."""
     from orchestration.demo import run_demo
 
+    _check_stores()
     summary = run_demo()
     _emit(as_json, summary, lambda: _print_demo(summary))
     if summary["good_documents_completed"] != summary["good_documents"]:

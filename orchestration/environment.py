@@ -57,7 +57,11 @@ def redact(url: str) -> str:
 
 
 def dagster_instance():
+    """The Dagster instance; DagsterStorageError (one sentence) when its database is missing or unreachable."""
     import dagster as dg
 
+    from orchestration.dagster_storage import check_dagster_storage
+
     prepare_environment()
+    check_dagster_storage(os.environ["DOCQUEUE_DAGSTER_PG_URL"])
     return dg.DagsterInstance.get()

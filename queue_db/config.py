@@ -93,14 +93,19 @@ class DatabaseConfig(SettingsGroup):
     title: ClassVar[str] = "Home and databases"
 
     home: str = _var(".docqueue", "DOCQUEUE_HOME", "everything the embedded setup stores", shown="`./.docqueue`")
+    debug: bool = _var(False, "DOCQUEUE_DEBUG", "`1`: an unexpected CLI error shows its traceback too",
+                       shown="unset")
     database_url: Optional[SecretStr] = _var(
         None, "DOCQUEUE_DATABASE_URL", "PostgreSQL of the queue (`postgresql://user:pass@host/db`)", shown="embedded")
     dagster_pg_url: Optional[SecretStr] = _var(
         None, "DOCQUEUE_DAGSTER_PG_URL",
-        "Dagster's own storage (the embedded one runs with `synchronous_commit = off`: ~4× cheaper events, queue "
-        "durability untouched; consider the same `ALTER DATABASE` on a server)",
-        shown="`dagster` database beside the queue's")
-    pg_port: int = _var(54329, "DOCQUEUE_PG_PORT", "port of the embedded PostgreSQL (127.0.0.1 only)", ge=1, le=65535)
+        "Dagster's own storage, created by `docqueue db upgrade` when the role may create databases (the embedded "
+        "one runs with `synchronous_commit = off`: ~4× cheaper events, queue durability untouched; consider the same "
+        "`ALTER DATABASE` on a server)",
+        shown="a database beside the queue's: `dagster` beside `docqueue`, `<queue database>_dagster` beside any other")
+    pg_port: int = _var(0, "DOCQUEUE_PG_PORT", "port of the embedded PostgreSQL (127.0.0.1 only); unset: a free port "
+                        "chosen on the first start and recorded in the home", shown="a free port, per home",
+                        ge=0, le=65535)
     dagster_pool_size: int = _var(2, "DOCQUEUE_DAGSTER_PG_POOL_SIZE",
                                   "connections kept per Dagster storage (run, event log, schedule)", ge=1)
     dagster_max_overflow: int = _var(3, "DOCQUEUE_DAGSTER_PG_MAX_OVERFLOW",
@@ -187,7 +192,8 @@ class GraphConfig(SettingsGroup):
                                  "retries of a transaction that met a concurrent write", ge=0)
     tx_timeout_s: float = _var(30.0, "DOCQUEUE_GRAPH_TX_TIMEOUT_S",
                                "seconds a graph transaction may keep retrying", gt=0)
-    bolt_port: int = _var(7687, "DOCQUEUE_BOLT_PORT", "port of the embedded Bolt server", ge=1, le=65535)
+    bolt_port: int = _var(0, "DOCQUEUE_BOLT_PORT", "port of the embedded Bolt server; unset: a free port chosen on the "
+                          "first start and recorded in the home", shown="a free port, per home", ge=0, le=65535)
     bolt_heap_mb: int = _var(512, "DOCQUEUE_BOLT_HEAP_MB", "JVM heap of the embedded Bolt server (MB)", ge=64)
     bolt_java_opts: str = _var("", "DOCQUEUE_BOLT_JAVA_OPTS", "extra JVM options for the embedded Bolt server")
     cli_retry_s: float = _var(5.0, "DOCQUEUE_CLI_GRAPH_RETRY_S",

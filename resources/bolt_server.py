@@ -9,10 +9,11 @@ Everything lives under one directory (default `docqueue_home()/bolt`):
     root_password   0600, generated on first start; ArcadeDB reads it by path, so it never appears in `ps`
     server.json     pid, port and home of the running server (how another process finds and verifies it)
     server.log      the JVM's stdout/stderr of the latest start
+    port            the home's Bolt port: chosen free on the first start, reused later (queue_db.ports)
     databases/      the data
 
-Environment: DOCQUEUE_BOLT_PORT (7687), DOCQUEUE_BOLT_HEAP_MB (512, the JVM's -Xmx), DOCQUEUE_BOLT_JAVA_OPTS (extra
-JVM flags, appended last so they override ours).
+Environment: DOCQUEUE_BOLT_PORT (unset: the home's own port), DOCQUEUE_BOLT_HEAP_MB (512, the JVM's -Xmx),
+DOCQUEUE_BOLT_JAVA_OPTS (extra JVM flags, appended last so they override ours).
 """
 from __future__ import annotations
 
@@ -23,13 +24,13 @@ import os
 import secrets
 import shlex
 import signal
-import socket
 import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from queue_db.config import GraphConfig, docqueue_home, settings
+from queue_db.ports import accepts_connections, port_for_start, recorded_port
 
 DATABASE = "docqueue"
 USER = "root"
@@ -52,24 +53,6 @@ def _arcadedb_package_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise BoltServerError("the arcadedb-embedded package is not installed")
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _port_accepts_connections(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def _process_argv(pid: int) -> list[str]:
@@ -95,7 +78,8 @@ class BoltServer:
     def __init__(self, home: Path | None = None, port: int | None = None, host: str = "127.0.0.1",
                  heap_mb: int | None = None):
         self.home = Path(home).expanduser().resolve() if home else docqueue_home() / "bolt"
-        self.requested_port = port if port is not None else settings(GraphConfig).bolt_port
+        # None: the home's own port, chosen free on the first start
+        self.explicit_port = port if port is not None else (settings(GraphConfig).bolt_port or None)
         self.host = host
         self.heap_mb = heap_mb if heap_mb is not None else settings(GraphConfig).bolt_heap_mb
         if self.heap_mb < 64:
@@ -129,9 +113,16 @@ class BoltServer:
         tmp.replace(self._state_file)
 
     @property
+    def _port_file(self) -> Path:
+        return self.home / "port"
+
+    @property
     def port(self) -> int:
+        """The running server's port, else the home's recorded one; 0 before the first start."""
         state = self._read_state()
-        return int(state["port"]) if state else self.requested_port
+        if state:
+            return int(state["port"])
+        return recorded_port(self._port_file) or self.explicit_port or 0
 
     @property
     def uri(self) -> str:
@@ -186,7 +177,7 @@ class BoltServer:
         return pid
 
     def is_running(self) -> bool:
-        return self._our_pid() is not None and _port_accepts_connections(self.host, self.port)
+        return self._our_pid() is not None and accepts_connections(self.host, self.port)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def ensure_running(self, timeout_s: float = 60) -> str:
@@ -194,7 +185,7 @@ class BoltServer:
         with self._lock(timeout_s):
             pid = self._our_pid()
             if pid is not None:
-                if not _port_accepts_connections(self.host, self.port):
+                if not accepts_connections(self.host, self.port):
                     # alive but not listening: a start whose starter died before the server was ready
                     self._wait_until_ready(pid, time.monotonic() + timeout_s)
                 return self.uri
@@ -202,10 +193,7 @@ class BoltServer:
             return self.uri
 
     def _start(self, timeout_s: float) -> None:
-        port = self.requested_port
-        if not _port_is_free(self.host, port):
-            raise BoltServerError(f"port {self.host}:{port} is already in use by another process "
-                                  "(set DOCQUEUE_BOLT_PORT or DOCQUEUE_NEO4J_URI)")
+        port = port_for_start(self._port_file, self.explicit_port, self.host, "Bolt server", "DOCQUEUE_BOLT_PORT")
         self._ensure_password()
         started = time.monotonic()
         with open(self.log_file, "wb") as log:
@@ -265,7 +253,7 @@ class BoltServer:
             exited = proc.poll() is not None if proc is not None else not _process_alive(pid)
             if exited:
                 raise BoltServerError(f"the Bolt server exited during startup; log tail:\n{self._log_tail()}")
-            if _port_accepts_connections(self.host, self.port):
+            if accepts_connections(self.host, self.port):
                 try:
                     with neo4j.GraphDatabase.driver(self.uri, auth=(self.user, self.password),
                                                     connection_timeout=2, max_connection_pool_size=1) as driver:

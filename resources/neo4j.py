@@ -684,6 +684,10 @@ class GraphStore:
         }
         return {name: self._read(query)[0]["n"] for name, query in queries.items()}
 
+    def ping(self) -> None:
+        """Raise the driver's error unless the server accepts our credentials."""
+        self._driver.verify_connectivity()
+
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def close(self) -> None:
         if not self._closed:

@@ -26,6 +26,7 @@ from queue_db.migrate import available_migrations
 from tests import pdf_factory as pf
 
 DOCQUEUE = str(Path(sys.executable).with_name("docqueue"))
+EXIT_TASKS_FAILED = 4
 COMMAND_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 600
 PASSWORD = "correct horse battery"
@@ -243,6 +244,7 @@ class Story:
     recovered: dict | None = None
     after_recover: dict[str, dict] = field(default_factory=dict)
     run: dict | None = None
+    run_refusal: str = ""
     run_seconds: float = 0.0
 
 
@@ -315,7 +317,8 @@ def _tell(story: Story) -> Story:
     story.after_recover = {name: document(story.engine, name) for name in ("report.pdf", "volcanoes.pdf")}
     queue.release_workers(["live-worker"], "test: the live worker hands its task back")
 
-    run = ok("run", "--until-idle", "--workers", "2", "--json", timeout=RUN_TIMEOUT_S)
+    run = docqueue("run", "--until-idle", "--workers", "2", "--json", timeout=RUN_TIMEOUT_S)
+    story.run_refusal = refused(run, code=EXIT_TASKS_FAILED)  # broken.pdf fails for good
     story.run, story.run_seconds = run.json(), run.seconds
     return story
 
@@ -401,6 +404,17 @@ def test_a_file_failed_for_good_does_not_keep_run_from_going_idle(story):
         failed = [{"next": broken["next_attempt_at"]}]
     assert failed and all(f["next"].year == 9999 for f in failed), failed  # never retried by itself
     assert story.run_seconds < RUN_TIMEOUT_S / 2  # it went idle; it did not wait out a time limit
+
+
+def test_run_until_idle_summarises_the_failure_and_exits_with_its_own_code(story):
+    summary = story.run["summary"]
+    assert summary["failed"] == sum(summary["failed_by_error_class"].values()) >= 1
+    assert summary["failed_by_error_class"].get("corrupt", 0) >= 1, summary
+    assert summary["blocked_documents"] == 1  # broken.pdf: its vector phase waits behind its failed OCR
+    assert summary["open"] == 0
+    chunks = rows(story.engine, "SELECT count(*) AS n FROM task_queue_chunk")[0]["n"]
+    assert summary["by_kind"]["graphrag_chunk"] == {"completed": chunks}
+    assert "failed" in story.run_refusal and "docqueue retry" in story.run_refusal
 
 
 def test_status_lists_every_document_and_one_by_key(story):
@@ -504,8 +518,10 @@ def test_run_until_idle_processes_new_work_and_fails_the_retried_file_again(stor
     extra = pf.text_pdf(story.tmp, "operations.pdf", [pf.DEMO_PAGE])
     (result,) = ok_json("ingest", str(extra))["results"]
     assert result["status"] == "new"
-    summary = ok("run", "--until-idle", timeout=RUN_TIMEOUT_S).out
-    assert "run(s)" in summary and "graphrag:" in summary
+    run = docqueue("run", "--until-idle", timeout=RUN_TIMEOUT_S)
+    refused(run, code=EXIT_TASKS_FAILED)
+    summary = run.out
+    assert "run(s)" in summary and "graphrag:" in summary and "summary: " in summary and "corrupt: 1" in summary
     assert all_phases(document(story.engine, "operations.pdf")) == COMPLETED
     assert document(story.engine, "broken.pdf")["ocr_status"] == "failed"
 

@@ -36,9 +36,9 @@ STOP_S = 90
 LEFTOVER_GRACE_S = 60
 
 
-def _docqueue_json(*args: str, timeout: float = 600):
+def _docqueue_json(*args: str, timeout: float = 600, code: int = 0):
     proc = subprocess.run([DOCQUEUE, *args, "--json"], capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"docqueue {' '.join(args)} exited {proc.returncode}: {proc.stderr}"
+    assert proc.returncode == code, f"docqueue {' '.join(args)} exited {proc.returncode}: {proc.stderr}"
     return json.loads(proc.stdout)
 
 
@@ -147,7 +147,7 @@ def test_ui_shows_the_asset_graph_and_partitions_of_a_processed_corpus(docqueue_
     pf.truncated_pdf(inbox, "broken.pdf")
     ingested = _docqueue_json("ingest", str(inbox))
     assert ingested["counts"]["new"] == 2
-    _docqueue_json("run", "--until-idle")
+    _docqueue_json("run", "--until-idle", code=4)  # broken.pdf fails
     pages = _page_statuses(docqueue_env.queue_url)
     materialized = sorted(k for k, v in pages.items() if v == "completed")
     failed = sorted(k for k, v in pages.items() if v == "failed")

@@ -1,0 +1,97 @@
+"""Dagster's own storage database (DOCQUEUE_DAGSTER_PG_URL, else `dagster` beside the queue's database).
+
+`docqueue db upgrade` creates it when it is missing and the role may create databases, and migrates Dagster's
+tables. Every other command checks that it answers before Dagster touches it: Dagster itself retries a missing or
+unreachable database for 15 s, logging each attempt, before it gives up with a traceback.
+"""
+from __future__ import annotations
+
+import psycopg
+import psycopg.conninfo
+import psycopg.errors
+
+CONNECT_TIMEOUT_S = 5
+_INVALID_CATALOG_NAME = "3D000"  # SQLSTATE: the database does not exist
+
+_checked: set[str] = set()
+
+
+class DagsterStorageError(RuntimeError):
+    """Dagster's storage database cannot be used; the message is one sentence that says what to do."""
+
+
+def _libpq(url: str) -> dict:
+    """libpq connection parameters of a SQLAlchemy or libpq URL (the driver suffix is SQLAlchemy's only)."""
+    scheme, _, rest = url.partition("://")
+    return psycopg.conninfo.conninfo_to_dict(f"{scheme.split('+')[0]}://{rest}")
+
+
+def _where(params: dict) -> str:
+    return f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}"
+
+
+def _missing(params: dict) -> str:
+    return (f"Dagster's storage database \"{params.get('dbname')}\" does not exist on {_where(params)}: "
+            "run `docqueue db upgrade` (it creates it when the role may create databases), or create it, or point "
+            "DOCQUEUE_DAGSTER_PG_URL at another database")
+
+
+def _connect(params: dict) -> psycopg.Connection:
+    return psycopg.connect(**params, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def check_dagster_storage(url: str) -> None:
+    """Raise DagsterStorageError unless the database at `url` accepts a connection (checked once per process)."""
+    if url in _checked:
+        return
+    params = _libpq(url)
+    try:
+        _connect(params).close()
+    except psycopg.OperationalError as exc:
+        if exc.sqlstate == _INVALID_CATALOG_NAME or "does not exist" in str(exc):
+            raise DagsterStorageError(_missing(params)) from None
+        raise DagsterStorageError(f"cannot connect to Dagster's storage database on {_where(params)} "
+                                  f"({_first_line(exc)}); check DOCQUEUE_DAGSTER_PG_URL") from None
+    _checked.add(url)
+
+
+def ensure_dagster_database(url: str, queue_url: str) -> bool:
+    """Create the database at `url` if it does not exist; True when it was created. Created from the queue's
+    database when both live on one server (a role that may create databases need not reach `postgres`)."""
+    params = _libpq(url)
+    try:
+        _connect(params).close()
+        return False
+    except psycopg.OperationalError as exc:
+        if not (exc.sqlstate == _INVALID_CATALOG_NAME or "does not exist" in str(exc)):
+            raise DagsterStorageError(f"cannot connect to Dagster's storage database on {_where(params)} "
+                                      f"({_first_line(exc)}); check DOCQUEUE_DAGSTER_PG_URL") from None
+    queue = _libpq(queue_url)
+    same_server = all(queue.get(k) == params.get(k) for k in ("host", "port", "user"))
+    admin = queue if same_server else {**params, "dbname": "postgres"}
+    name = params["dbname"]
+    try:
+        with _connect(admin) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.errors.DuplicateDatabase:
+        return False  # another process created it meanwhile
+    except psycopg.errors.InsufficientPrivilege:
+        raise DagsterStorageError(
+            f"Dagster's storage database \"{name}\" does not exist on {_where(params)} and role "
+            f"\"{params.get('user')}\" may not create databases: ask for `CREATE DATABASE \"{name}\" OWNER "
+            f"\"{params.get('user')}\"` or point DOCQUEUE_DAGSTER_PG_URL at a database the role may use") from None
+    except psycopg.OperationalError as exc:
+        raise DagsterStorageError(f"{_missing(params)} (creating it failed: {_first_line(exc)})") from None
+    return True
+
+
+def upgrade_dagster_storage() -> None:
+    """Create Dagster's tables, or migrate them after a Dagster upgrade (`dagster instance migrate`)."""
+    from orchestration.environment import dagster_instance
+
+    dagster_instance().upgrade()
