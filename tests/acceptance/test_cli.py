@@ -427,13 +427,14 @@ def test_status_lists_every_document_and_one_by_key(story):
                      "graphrag_index_status", "page_count", "total_pages", "ocr_completed_pages", "ocr_failed_pages",
                      "total_chunks", "vector_completed_chunks", "graphrag_completed_chunks", "ocr_error",
                      "vector_error", "graphrag_error", "error_class", "last_failed_at", "pages_without_text",
-                     "extraction_skipped"}
+                     "extraction_skipped", "blocked_phases"}
     assert all(set(d) == expected_keys for d in listed), listed[0].keys()
 
     (one,) = single.json()["documents"]
     assert (one["id"], one["total_pages"], one["ocr_completed_pages"]) == (str(report["id"]), len(REPORT), len(REPORT))
     broken = next(d for d in listed if d["filename"] == "broken.pdf")
     assert broken["last_failed_at"] and one["last_failed_at"] is None
+    assert broken["blocked_phases"] == ["vector", "graphrag"] and one["blocked_phases"] == []
     assert one["total_chunks"] == one["vector_completed_chunks"] == one["graphrag_completed_chunks"] > 0
 
     table = table.out
