@@ -13,7 +13,17 @@ from typing import Any, Callable
 
 import click
 
-EXIT_USAGE, EXIT_FAILURE, EXIT_INCONSISTENT = 2, 1, 3
+EXIT_USAGE, EXIT_FAILURE, EXIT_INCONSISTENT, EXIT_TASKS_FAILED = 2, 1, 3, 4
+# \b keeps click from re-wrapping the table
+EXIT_CODES = f"""Exit codes:
+
+\b
+  0  success
+  {EXIT_FAILURE}  failure: a service out of reach, a worker failed, pending migrations (`db status`)
+  {EXIT_USAGE}  bad input or settings: a missing file, an unknown document, a mistyped variable
+  {EXIT_INCONSISTENT}  `verify` found the stores and the queue disagreeing
+  {EXIT_TASKS_FAILED}  `run` ended with tasks failed or blocked behind failed ones
+"""
 READABLE = "PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML, DOCX, XLSX or CSV files"
 
 
@@ -177,7 +187,8 @@ class _Commands(click.Group):
                            "(set DOCQUEUE_DEBUG=1 to see where)") from None
 
 
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
+@click.version_option(package_name="docqueue", prog_name="docqueue", message="%(prog)s %(version)s")
 def main() -> None:
     """docqueue: PDFs -> markdown -> Qdrant vectors and a knowledge graph, through a PostgreSQL task queue."""
     from queue_db.config import SettingsError, validate_settings
@@ -196,13 +207,21 @@ def db() -> None:
 
 
 @db.command("upgrade")
+@click.option("--sql", "print_sql", is_flag=True,
+              help="print the queue schema's migrations as one psql script instead, without connecting anywhere")
+@click.option("--from", "from_version", type=click.IntRange(0), default=0, show_default=True,
+              help="with --sql: only the migrations after this version (`docqueue db status` shows a database's)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def db_upgrade(as_json: bool) -> None:
+def db_upgrade(print_sql: bool, from_version: int, as_json: bool) -> None:
     """Create or migrate the queue's schema and Dagster's storage (idempotent).
 
     Dagster's storage database (DOCQUEUE_DAGSTER_PG_URL, else `<queue database>_dagster` beside the queue's, or
     `dagster` beside `docqueue`) is created when missing and the role may create databases."""
-    from queue_db.migrate import available_migrations, upgrade
+    from queue_db.migrate import available_migrations, upgrade, upgrade_script
+
+    if print_sql:
+        click.echo(upgrade_script(from_version), nl=False)
+        return
     from queue_db.server import dagster_database_url, database_url
     from orchestration.dagster_storage import ensure_dagster_database, upgrade_dagster_storage
     from orchestration.environment import redact
@@ -222,8 +241,38 @@ def db_upgrade(as_json: bool) -> None:
         + ("created and migrated" if created else "is up to date") + f" ({payload['dagster_database']})"))
 
 
+@db.command("status")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document")
+def db_status(as_json: bool) -> None:
+    """Pending migrations of the queue's schema and of Dagster's storage (exit 1 when some are pending: `docqueue
+    db upgrade` applies them). Applies none; Dagster itself creates its tables in an empty storage database."""
+    from queue_db.migrate import available_migrations, pending_migrations
+    from queue_db.server import dagster_database_url
+    from orchestration.dagster_storage import dagster_storage_status
+
+    with _service_failures():
+        pending = pending_migrations(_engine())
+        dagster = dagster_storage_status(dagster_database_url())
+    payload = {"queue": {"version": max(m.version for m in available_migrations()),
+                         "pending": [f"{m.version:04d}_{m.name}" for m in pending]},
+               "dagster": dagster}
+
+    def human() -> None:
+        click.echo("queue schema: " + (f"{len(pending)} migration(s) pending: {', '.join(payload['queue']['pending'])}"
+                                       if pending else f"up to date (version {payload['queue']['version']})"))
+        if dagster["database"] != "ok":
+            click.echo(f"Dagster's storage: {dagster['database']}")
+        for name, versions in dagster["storages"].items():
+            state = "up to date" if versions["at"] == versions["head"] else f"at {versions['at']}, needs {versions['head']}"
+            click.echo(f"Dagster's {name} storage: {state}")
+
+    _emit(as_json, payload, human)
+    if pending or dagster["pending"]:
+        raise SystemExit(EXIT_FAILURE)
+
+
 @db.command("stop")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def db_stop(as_json: bool) -> None:
     """Stop the embedded PostgreSQL and Bolt servers started under DOCQUEUE_HOME."""
     from queue_db.server import EmbeddedPostgres
@@ -247,7 +296,7 @@ def db_stop(as_json: bool) -> None:
 @click.option("--name", help="the file name of content read from standard input (PATH `-`), e.g. note.md")
 @click.option("--idempotency-key", help="names this registration: the same key again is the same document, "
                                         "the key with other content is refused (one file or `-`)")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, name: str | None,
            idempotency_key: str | None, as_json: bool) -> None:
     """Register documents (PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML, DOCX, XLSX, CSV) or folders of them
@@ -314,7 +363,6 @@ def _register_document_partitions(queue) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ running
-EXIT_TASKS_FAILED = 4
 RUN_EXIT_CODES = (f"Exit codes: 0 every task completed (or is still open); {EXIT_TASKS_FAILED} tasks ended failed or "
                   f"wait behind failed ones (`docqueue status` shows them, `docqueue retry` re-queues them); "
                   f"{EXIT_FAILURE} a service is unreachable or a worker failed; {EXIT_USAGE} bad arguments.")
@@ -322,11 +370,12 @@ RUN_EXIT_CODES = (f"Exit codes: 0 every task completed (or is still open); {EXIT
 
 @main.command(epilog=RUN_EXIT_CODES)
 @click.option("--until-idle", is_flag=True, help="exit once no ready work remains")
-@click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="worker processes, each taking its share of the ready work")
 @click.option("--max-seconds", type=float, default=None, help="stop after this long even if work remains")
 @click.option("--worker-index", type=int, default=None, hidden=True)
 @click.option("--worker-group", type=int, default=0, hidden=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index: int | None, worker_group: int,
         as_json: bool) -> None:
     """Process ready work through the Dagster definitions (recorded in the Dagster instance), then summarise
@@ -338,35 +387,22 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
         return
     queue = _queue()
     if worker_index is not None:  # a child of `run --workers N`
-        report = _run_worker(queue, until_idle, worker_index, workers, max_seconds, worker_group)
+        from orchestration.workers import run_worker
+
+        report = run_worker(queue, until_idle, worker_index, workers, max_seconds, worker_group)
         click.echo(json.dumps(report))
         return
-    import secrets
-    import subprocess
-
     from queue_db.outcomes import task_outcomes
     from orchestration.environment import dagster_instance
+    from orchestration.workers import collect_workers, start_workers
 
     dagster_instance()
     _check_stores()
     started = time.monotonic()
-    group = secrets.randbelow(2**31 - 1) + 1
-    children = [subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "--worker-index", str(i),
-                                  "--workers", str(workers), "--worker-group", str(group)]
-                                 + (["--until-idle"] if until_idle else [])
-                                 + (["--max-seconds", str(max_seconds)] if max_seconds else []),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for i in range(workers)]
+    children = start_workers(workers, until_idle=until_idle, max_seconds=max_seconds)
     show_progress = sys.stdout.isatty() and not as_json
     _watch_progress(queue, children, show_progress)
-    reports, errors = [], []
-    for child in children:
-        out, err = child.communicate()
-        if child.returncode != 0:
-            last = err.strip().splitlines()[-1] if err.strip() else f"worker exited {child.returncode}"
-            errors.append(last.removeprefix("docqueue: "))
-        else:
-            reports.append(json.loads(out.strip().splitlines()[-1]))
+    reports, errors = collect_workers(children)
     if errors:
         raise CliError(f"a worker failed: {errors[0]}")
     outcomes = task_outcomes(queue.engine)
@@ -389,105 +425,6 @@ def _check_stores() -> None:
     with _stores() as (store, graph):
         store.ensure_collection()
         graph.ping()
-
-
-SIBLING_POLL_S = 2.0
-STUCK_CHECKS = 15  # idle checks in a row with the same work left and no sibling busy: nobody can plan it
-
-
-def _run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: float | None, group: int) -> dict:
-    """One of `run --workers N`. The workers split the registration blocks, so a worker whose share is idle may
-    not leave while a sibling can still create work in that share (the sibling's chunks, pages and roll-ups
-    land in any block): with --until-idle it leaves only once no sibling is busy and nothing is left anywhere."""
-    from orchestration.definitions import defs
-    from orchestration.environment import dagster_instance
-    from orchestration.runner import run_until_idle
-
-    instance = dagster_instance()
-    started = time.monotonic()
-    totals = {"runs": 0, "failed_runs": 0}
-
-    def remaining() -> float | None:
-        return None if max_seconds is None else max_seconds - (time.monotonic() - started)
-
-    def one_pass() -> None:
-        report = run_until_idle(defs, instance, queue, until_idle=until_idle, worker_index=index, workers=workers,
-                                max_seconds=remaining())
-        totals["runs"] += report.runs
-        totals["failed_runs"] += report.failed_runs
-
-    if workers == 1 or not until_idle:
-        one_pass()
-    else:
-        with _Siblings(queue.engine, group, index, workers) as siblings:
-            last_left, unchanged = None, 0
-            while remaining() is None or remaining() > 0:
-                with siblings.busy():
-                    one_pass()
-                if siblings.any_busy():
-                    last_left, unchanged = None, 0
-                else:
-                    left = _work_left(queue)
-                    waiting = "processing" in left or "retry_waiting" in left
-                    unchanged = unchanged + 1 if left == last_left and not waiting else 0
-                    if not left or unchanged >= STUCK_CHECKS:
-                        break
-                    last_left = left
-                time.sleep(SIBLING_POLL_S)
-    return {**totals, "seconds": round(time.monotonic() - started, 1)}
-
-
-class _Siblings:
-    """The workers of one `run --workers N` (`group`): each holds a PostgreSQL advisory lock (group, index) while
-    it works. A dead worker's lock goes with its connection, so gone counts as idle."""
-
-    def __init__(self, engine, group: int, index: int, workers: int):
-        self.engine, self.group, self.index, self.workers = engine, group, index, workers
-
-    def __enter__(self) -> "_Siblings":
-        self.conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.conn.close()
-
-    def _call(self, function: str, index: int):
-        return self.conn.exec_driver_sql(f"SELECT {function}(%(g)s::int4, %(i)s::int4)", {"g": self.group, "i": index}).scalar()
-
-    @contextmanager
-    def busy(self):
-        self._call("pg_advisory_lock", self.index)
-        try:
-            yield
-        finally:
-            self._call("pg_advisory_unlock", self.index)
-
-    def any_busy(self) -> bool:
-        for other in range(self.workers):
-            if other == self.index:
-                continue
-            if not self._call("pg_try_advisory_lock", other):
-                return True
-            self._call("pg_advisory_unlock", other)
-        return False
-
-
-def _work_left(queue) -> dict:
-    """What is still to do anywhere (not only in this worker's share); empty when the queue has settled.
-    Ready rows are counted whether or not a run was already planned for them, so planned-but-unclaimed work
-    is never mistaken for none."""
-    from queue_db.partitions import rollup_candidates
-    from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
-    from queue_db.inspection import waiting_work
-
-    waiting = waiting_work(queue.engine)
-    left = {f"ready_{kind}": n for kind, n in queue.ready_counts().items() if n}
-    left.update({f"rollup_{phase}": 1 for phase in ROLLUP_ASSET_BY_PHASE if rollup_candidates(queue.engine, phase, 1)})
-    if waiting["processing"]:
-        left["processing"] = waiting["processing"]
-    if waiting["next_retry_in_s"] is not None:
-        left["retry_waiting"] = 1
-    return left
 
 
 def _progress(queue) -> dict:
@@ -556,7 +493,7 @@ def _print_status(records: list[dict]) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def stats(as_json: bool) -> None:
     """Queue statistics (task type x status x count), queue wait and per-phase durations."""
     from queue_db.readmodels import error_classes, phase_timings, queue_statistics
@@ -580,7 +517,7 @@ def stats(as_json: bool) -> None:
 
 @main.command()
 @click.option("--stale-after", type=float, default=None, help="seconds without heartbeat (default STALE_TASK_TIMEOUT)")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def recover(stale_after: float | None, as_json: bool) -> None:
     """Release stale tasks (counting the attempt), re-index chunks whose re-index waited for them, and reconcile
     parents."""
@@ -599,9 +536,10 @@ def recover(stale_after: float | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--phase", type=click.Choice(["ocr", "vector", "graphrag"]), default=None)
+@click.option("--phase", type=click.Choice(["ocr", "vector", "graphrag"]), default=None,
+              help="only this phase's failed tasks (default: every phase)")
 @click.argument("document", required=False)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def retry(phase: str | None, document: str | None, as_json: bool) -> None:
     """Put failed tasks back to pending with their retries reset."""
     from queue_db.tasks import Phase
@@ -629,7 +567,7 @@ def priority(document: str, priority: int, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def verify(as_json: bool) -> None:
     """Cross-check queue, Qdrant and graph; exit 3 when anything is inconsistent."""
     from orchestration.verify import verify_stores
@@ -697,8 +635,8 @@ def _stores():
 
 @main.command()
 @click.argument("text")
-@click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True, help="hits to show")
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def search(text: str, limit: int, as_json: bool) -> None:
     """Semantic search over the vectors."""
     from resources.embeddings import EmbeddingResource
@@ -724,7 +662,7 @@ def search(text: str, limit: int, as_json: bool) -> None:
 
 @main.command()
 @click.argument("entity")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def graph(entity: str, as_json: bool) -> None:
     """An entity, its type, its mentions (document, page) and its related entities."""
     _queue()
@@ -749,7 +687,7 @@ def graph(entity: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("document")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def delete(document: str, as_json: bool) -> None:
     """Remove a document: rows, files, Qdrant points, graph nodes and mentions, Dagster partitions."""
     from orchestration.environment import dagster_instance
@@ -771,9 +709,10 @@ def delete(document: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--phase", type=click.Choice(["vector", "graphrag"]), required=True)
+@click.option("--phase", type=click.Choice(["vector", "graphrag"]), required=True,
+              help="the first phase to run again; the later ones run again too")
 @click.argument("document", required=False)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def reindex(phase: str, document: str | None, as_json: bool) -> None:
     """Re-run a phase and the ones after it, keeping OCR (e.g. after changing the embedding model)."""
     from queue_db.lifecycle import reset_phase
@@ -791,7 +730,8 @@ def reindex(phase: str, document: str | None, as_json: bool) -> None:
 
 # ------------------------------------------------------------------------------------------------ UI and demo
 @main.command()
-@click.option("--port", type=click.IntRange(1, 65535), default=3000, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=3000, show_default=True,
+              help="port of the webserver on 127.0.0.1")
 @click.option("--json", "as_json", is_flag=True, help="print the UI's address as JSON on stdout (Dagster logs to stderr)")
 def ui(port: int, as_json: bool) -> None:
     """Start the Dagster webserver and daemon (`dg dev`) on 127.0.0.1 with this project loaded."""
@@ -861,7 +801,7 @@ def _port_free(port: int) -> bool:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def demo(as_json: bool) -> None:
     """The main job: sample PDFs (text, scanned, broken) processed end to end on the embedded services."""
     from orchestration.demo import run_demo

@@ -95,3 +95,22 @@ def upgrade_dagster_storage() -> None:
     from orchestration.environment import dagster_instance
 
     dagster_instance().upgrade()
+
+
+def dagster_storage_status(url: str) -> dict:
+    """Whether Dagster's storage exists and each of its three storages (runs, event log, schedules) is at the
+    schema the installed Dagster expects: {"database": "ok" | sentence, "storages": {name: {"at", "head"}}}."""
+    from orchestration.environment import dagster_instance
+
+    try:
+        check_dagster_storage(url)
+    except DagsterStorageError as exc:
+        return {"database": str(exc), "storages": {}, "pending": True}
+    instance = dagster_instance()
+    storages = {}
+    for name, storage in (("runs", instance.run_storage), ("event_log", instance.event_log_storage),
+                          ("schedules", instance.schedule_storage)):
+        at, head = storage.alembic_version()
+        storages[name] = {"at": at, "head": head}
+    return {"database": "ok", "storages": storages,
+            "pending": any(s["at"] != s["head"] for s in storages.values())}

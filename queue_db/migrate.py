@@ -44,14 +44,32 @@ def available_migrations() -> list[Migration]:
     return found
 
 
+_VERSION_TABLE_DDL = f"""CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    checksum VARCHAR(64) NOT NULL,
+    applied_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT NOW())"""
+
+
 def _ensure_version_table(conn: sa.Connection) -> None:
-    conn.exec_driver_sql(
-        f"""CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (
-                version INTEGER PRIMARY KEY,
-                name TEXT NOT NULL,
-                checksum VARCHAR(64) NOT NULL,
-                applied_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT NOW())"""
-    )
+    conn.exec_driver_sql(_VERSION_TABLE_DDL)
+
+
+def _recorded(migration: Migration) -> str:
+    return (f"INSERT INTO {VERSION_TABLE} (version, name, checksum) "
+            f"VALUES ({migration.version}, '{migration.name}', '{migration.checksum}')")
+
+
+def upgrade_script(after_version: int = 0) -> str:
+    """The SQL `upgrade()` would run on a database at `after_version`, as one psql script: each migration in its
+    own transaction with its version recorded, for a DBA who applies it by hand. Reads no database."""
+    parts = [f"-- docqueue schema migrations after version {after_version} (docqueue db upgrade --sql)",
+             f"{_VERSION_TABLE_DDL};"]
+    for migration in available_migrations():
+        if migration.version > after_version:
+            parts.append(f"-- {migration.version:04d}_{migration.name}\nBEGIN;\n{migration.sql.rstrip()}\n"
+                         f"{_recorded(migration)};\nCOMMIT;")
+    return "\n\n".join(parts) + "\n"
 
 
 def applied_versions(conn: sa.Connection) -> dict[int, str]:

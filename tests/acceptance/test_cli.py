@@ -546,3 +546,23 @@ def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
     assert report["points"] == len(chunk_ids) - 1
     refused(as_table, code=3)
     assert re.search(r"consistent\s*│\s*False", as_table.out) and re.search(r"chunks_without_point\s*│\s*1", as_table.out)
+
+
+def test_db_upgrade_sql_needs_no_database_and_db_status_reads_what_it_applied(docqueue_env, create_database):
+    import psycopg
+
+    unreachable = {"DOCQUEUE_DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none"}
+    script = ok("db", "upgrade", "--sql", env=unreachable).out
+    assert script.count("INSERT INTO docqueue_schema_version") == len(available_migrations())
+    later = ok("db", "upgrade", "--sql", "--from", str(available_migrations()[-2].version), env=unreachable).out
+    assert later.count("INSERT INTO docqueue_schema_version") == 1
+
+    fresh = create_database()
+    env = {"DOCQUEUE_DATABASE_URL": fresh}
+    before = docqueue("db", "status", "--json", env=env)
+    assert before.code == 1 and len(before.json()["queue"]["pending"]) == len(available_migrations())
+    with psycopg.connect(fresh, autocommit=True) as conn:  # what a DBA does with the script
+        conn.execute(script)
+    after = docqueue("db", "status", "--json", env=env)
+    assert after.json()["queue"]["pending"] == [], after.out + after.err
+    assert "Traceback" not in after.err

@@ -1,0 +1,133 @@
+"""The workers of `docqueue run --workers N`: N processes, each running the Dagster definitions over its share of
+the registration blocks, leaving together once nothing is left anywhere."""
+from __future__ import annotations
+
+import json
+import subprocess
+import secrets
+import sys
+import time
+from contextlib import contextmanager
+
+
+def start_workers(workers: int, *, until_idle: bool, max_seconds: float | None) -> list[subprocess.Popen]:
+    """Start the worker processes of one `run --workers N`, each a `docqueue run --worker-index I`."""
+    group = secrets.randbelow(2**31 - 1) + 1
+    return [subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "--worker-index", str(i),
+                              "--workers", str(workers), "--worker-group", str(group)]
+                             + (["--until-idle"] if until_idle else [])
+                             + (["--max-seconds", str(max_seconds)] if max_seconds else []),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i in range(workers)]
+
+
+def collect_workers(children: list[subprocess.Popen]) -> tuple[list[dict], list[str]]:
+    """Each worker's report, and the one-sentence error of each worker that failed."""
+    reports, errors = [], []
+    for child in children:
+        out, err = child.communicate()
+        if child.returncode != 0:
+            last = err.strip().splitlines()[-1] if err.strip() else f"worker exited {child.returncode}"
+            errors.append(last.removeprefix("docqueue: "))
+        else:
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+    return reports, errors
+
+
+SIBLING_POLL_S = 2.0
+STUCK_CHECKS = 15  # idle checks in a row with the same work left and no sibling busy: nobody can plan it
+
+
+def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: float | None, group: int) -> dict:
+    """One of `run --workers N`. The workers split the registration blocks, so a worker whose share is idle may
+    not leave while a sibling can still create work in that share (the sibling's chunks, pages and roll-ups
+    land in any block): with --until-idle it leaves only once no sibling is busy and nothing is left anywhere."""
+    from orchestration.definitions import defs
+    from orchestration.environment import dagster_instance
+    from orchestration.runner import run_until_idle
+
+    instance = dagster_instance()
+    started = time.monotonic()
+    totals = {"runs": 0, "failed_runs": 0}
+
+    def remaining() -> float | None:
+        return None if max_seconds is None else max_seconds - (time.monotonic() - started)
+
+    def one_pass() -> None:
+        report = run_until_idle(defs, instance, queue, until_idle=until_idle, worker_index=index, workers=workers,
+                                max_seconds=remaining())
+        totals["runs"] += report.runs
+        totals["failed_runs"] += report.failed_runs
+
+    if workers == 1 or not until_idle:
+        one_pass()
+    else:
+        with Siblings(queue.engine, group, index, workers) as siblings:
+            last_left, unchanged = None, 0
+            while remaining() is None or remaining() > 0:
+                with siblings.busy():
+                    one_pass()
+                if siblings.any_busy():
+                    last_left, unchanged = None, 0
+                else:
+                    left = work_left(queue)
+                    waiting = "processing" in left or "retry_waiting" in left
+                    unchanged = unchanged + 1 if left == last_left and not waiting else 0
+                    if not left or unchanged >= STUCK_CHECKS:
+                        break
+                    last_left = left
+                time.sleep(SIBLING_POLL_S)
+    return {**totals, "seconds": round(time.monotonic() - started, 1)}
+
+
+class Siblings:
+    """The workers of one `run --workers N` (`group`): each holds a PostgreSQL advisory lock (group, index) while
+    it works. A dead worker's lock goes with its connection, so gone counts as idle."""
+
+    def __init__(self, engine, group: int, index: int, workers: int):
+        self.engine, self.group, self.index, self.workers = engine, group, index, workers
+
+    def __enter__(self) -> "Siblings":
+        self.conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.conn.close()
+
+    def _call(self, function: str, index: int):
+        return self.conn.exec_driver_sql(f"SELECT {function}(%(g)s::int4, %(i)s::int4)", {"g": self.group, "i": index}).scalar()
+
+    @contextmanager
+    def busy(self):
+        self._call("pg_advisory_lock", self.index)
+        try:
+            yield
+        finally:
+            self._call("pg_advisory_unlock", self.index)
+
+    def any_busy(self) -> bool:
+        for other in range(self.workers):
+            if other == self.index:
+                continue
+            if not self._call("pg_try_advisory_lock", other):
+                return True
+            self._call("pg_advisory_unlock", other)
+        return False
+
+
+def work_left(queue) -> dict:
+    """What is still to do anywhere (not only in this worker's share); empty when the queue has settled.
+    Ready rows are counted whether or not a run was already planned for them, so planned-but-unclaimed work
+    is never mistaken for none."""
+    from queue_db.partitions import rollup_candidates
+    from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
+    from queue_db.inspection import waiting_work
+
+    waiting = waiting_work(queue.engine)
+    left = {f"ready_{kind}": n for kind, n in queue.ready_counts().items() if n}
+    left.update({f"rollup_{phase}": 1 for phase in ROLLUP_ASSET_BY_PHASE if rollup_candidates(queue.engine, phase, 1)})
+    if waiting["processing"]:
+        left["processing"] = waiting["processing"]
+    if waiting["next_retry_in_s"] is not None:
+        left["retry_waiting"] = 1
+    return left
