@@ -242,7 +242,7 @@ def postgres(admin_url: str | None, root: Path):
     if admin_url:
         yield admin_url.replace("postgresql+psycopg://", "postgresql://")
         return
-    from queue_db.server import EmbeddedPostgres
+    from queue_db.embedded_postgres import EmbeddedPostgres
 
     server = EmbeddedPostgres(root / "pg", port=free_port())
     server.ensure_running()

@@ -22,7 +22,7 @@ the end of the window) divided by the window. If a contender drains the queue in
 `tasks / time of the last completion`. Each worker also records when each completion committed; the bench
 checks that the workers' own totals equal what the database holds after they stop.
 
-Server: the embedded PostgreSQL 18 (queue_db.server) in a temp dir with its default (durable: fsync on)
+Server: the embedded PostgreSQL 18 (queue_db.embedded_postgres) in a temp dir with its default (durable: fsync on)
 settings, or the server named by DOCQUEUE_BENCH_PG_ADMIN_URL (must allow CREATE/DROP DATABASE; the bench's
 databases are dropped at the end).
 
@@ -563,7 +563,7 @@ def start_server() -> Server:
     if configured:
         url = plain_url(configured)
         return Server(url, f"external ({redacted(url)})", lambda: None)
-    from queue_db.server import EmbeddedPostgres
+    from queue_db.embedded_postgres import EmbeddedPostgres
 
     # not under any test tmp dir: the server runs as its own user and needs to reach its home
     home = Path(tempfile.mkdtemp(prefix="docqueue-bench-pg-"))

@@ -99,7 +99,7 @@ def _queue():
 
 def _engine():
     from queue_db.queue import create_queue_engine
-    from queue_db.server import database_url
+    from queue_db.database_urls import database_url
     from orchestration.environment import prepare_environment
 
     prepare_environment()
@@ -129,7 +129,7 @@ def _known_failure(exc: BaseException) -> CliError | None:
     from qdrant_client.http.exceptions import ResponseHandlingException
 
     from queue_db.ports import PortInUseError
-    from queue_db.server import EmbeddedPostgresError
+    from queue_db.embedded_postgres import EmbeddedPostgresError
     from orchestration.dagster_storage import DagsterStorageError
     from resources.bolt_server import BoltServerError
     from resources.qdrant import VectorStoreError
@@ -222,7 +222,8 @@ def db_upgrade(print_sql: bool, from_version: int, as_json: bool) -> None:
     if print_sql:
         click.echo(upgrade_script(from_version), nl=False)
         return
-    from queue_db.server import dagster_database_url, database_url
+    from queue_db.database_urls import database_url
+    from orchestration.dagster_storage import dagster_database_url
     from orchestration.dagster_storage import ensure_dagster_database, upgrade_dagster_storage
     from orchestration.environment import redact
 
@@ -247,7 +248,7 @@ def db_status(as_json: bool) -> None:
     """Pending migrations of the queue's schema and of Dagster's storage (exit 1 when some are pending: `docqueue
     db upgrade` applies them). Applies none; Dagster itself creates its tables in an empty storage database."""
     from queue_db.migrate import available_migrations, pending_migrations
-    from queue_db.server import dagster_database_url
+    from orchestration.dagster_storage import dagster_database_url
     from orchestration.dagster_storage import dagster_storage_status
 
     with _service_failures():
@@ -275,7 +276,7 @@ def db_status(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def db_stop(as_json: bool) -> None:
     """Stop the embedded PostgreSQL and Bolt servers started under DOCQUEUE_HOME."""
-    from queue_db.server import EmbeddedPostgres
+    from queue_db.embedded_postgres import EmbeddedPostgres
     from resources.bolt_server import BoltServer
     from queue_db.config import docqueue_home
 

@@ -10,6 +10,9 @@ import psycopg
 import psycopg.conninfo
 import psycopg.errors
 
+from queue_db.config import DatabaseConfig, secret_value, settings
+from queue_db.database_urls import database_url
+
 CONNECT_TIMEOUT_S = 5
 _INVALID_CATALOG_NAME = "3D000"  # SQLSTATE: the database does not exist
 
@@ -114,3 +117,17 @@ def dagster_storage_status(url: str) -> dict:
         storages[name] = {"at": at, "head": head}
     return {"database": "ok", "storages": storages,
             "pending": any(s["at"] != s["head"] for s in storages.values())}
+
+
+def dagster_database_url() -> str:
+    """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else a database beside the queue's: `dagster` beside
+    `docqueue` (the embedded server's names), `<queue database>_dagster` beside any other, so two projects whose
+    queues share a server never share Dagster's runs and partitions."""
+    configured = secret_value(settings(DatabaseConfig).dagster_pg_url)
+    if configured:
+        return configured
+    queue_url = database_url()
+    base, _, rest = queue_url.rpartition("/")
+    queue_database, query = rest.split("?", 1) if "?" in rest else (rest, "")
+    name = "dagster" if queue_database == "docqueue" else f"{queue_database}_dagster"
+    return base.replace("postgresql+psycopg://", "postgresql://") + f"/{name}" + (f"?{query}" if query else "")

@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 
 from queue_db.config import docqueue_home
-from queue_db.server import dagster_database_url, database_url
+from queue_db.database_urls import database_url
+from orchestration.dagster_storage import dagster_database_url
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INSTANCE_TEMPLATE = REPO_ROOT / "dagster.yaml"

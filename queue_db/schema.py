@@ -130,7 +130,7 @@ def scratch_database(admin_url: str) -> Iterator[str]:
 @contextmanager
 def throwaway_server() -> Iterator[str]:
     """An embedded PostgreSQL in a temporary folder, removed on exit. Yields its admin URL."""
-    from .server import EmbeddedPostgres
+    from .embedded_postgres import EmbeddedPostgres
 
     home = Path(tempfile.mkdtemp(prefix="docqueue-schema-pg-"))
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 
 def create_queue_engine(url: str, pool_size: int = 5, max_overflow: int = 5) -> sa.Engine:
-    from .server import normalize_url
+    from .database_urls import normalize_url
 
     # no pre-ping: it costs a round trip per checkout; a dead pooled connection raises on use instead, the
     # pool discards it, and the transition is retried on a fresh one (is_transient)

@@ -10,7 +10,7 @@ from pydantic import Field
 from queue_db.config import QueueSettings
 from queue_db.migrate import pending_migrations
 from queue_db.queue import TaskQueue, create_queue_engine
-from queue_db.server import database_url, normalize_url
+from queue_db.database_urls import database_url, normalize_url
 
 _engines: dict[str, sa.Engine] = {}
 _lock = threading.Lock()

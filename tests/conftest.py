@@ -35,7 +35,7 @@ def pg_admin_url(tmp_path_factory) -> str:
     if configured:
         yield _plain_url(configured)
         return
-    from queue_db.server import EmbeddedPostgres
+    from queue_db.embedded_postgres import EmbeddedPostgres
 
     # not under pytest's basetemp: pytest resets it to mode 0700, which locks out the server's own user
     home = Path(tempfile.mkdtemp(prefix="docqueue-test-pg-"))

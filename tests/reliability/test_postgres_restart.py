@@ -34,7 +34,7 @@ def _free_port(start: int) -> int:
 def own_postgres(rel_env, monkeypatch):
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
-    from queue_db.server import EmbeddedPostgres
+    from queue_db.embedded_postgres import EmbeddedPostgres
 
     home = Path(tempfile.mkdtemp(prefix="docqueue-restart-pg-"))  # not under pytest's 0700 basetemp
     server = EmbeddedPostgres(home, port=_free_port(56100), extra_settings={

