@@ -4,19 +4,22 @@ Point ids are uuid5(docqueue namespace, chunk_id), so re-running a chunk overwri
 instead of adding a second one. The payload carries the chunk_id too, because Qdrant only
 accepts unsigned integers and UUIDs as ids.
 
-Two modes:
-- server (`url` set): one HTTP client per store, safe to share between threads and processes.
-- embedded (`url` empty, `path` a folder): qdrant-client's local mode, which lets one process
-  open the folder at a time and loads every point into memory when it opens. Dagster run
-  workers, the CLI and verification jobs all need it, so a store opens the folder only for the
-  length of one operation (or of a ``with store.session():`` block) under a docqueue lock file
-  taken *before* Qdrant reads the folder (Qdrant takes its own lock only after loading, so
-  waiting on that alone could act on a stale copy). A waiter retries until
-  DOCQUEUE_QDRANT_LOCK_TIMEOUT and then raises QdrantStorageBusy. Embedded mode suits up to
-  roughly 20k points (Qdrant's own advice); use a server beyond that or for real concurrency.
+`VectorStore` is the contract every backend keeps (writes, deletes, counts, search, verification
+reads, index building). Two backends implement it:
+- `ClientVectorStore` (`url` set): qdrant-client against a Qdrant server, one HTTP client per
+  store, safe to share between threads and processes. Given a `path` instead it drives
+  qdrant-client's local mode, which docqueue keeps only to migrate folders written by earlier
+  versions and to run the contract tests on the client API used with servers.
+- `EdgeVectorStore` (resources/qdrant_edge.py, the embedded default): Qdrant Edge in-process
+  shards with a WAL, segments and HNSW indexes.
+
+Embedded storage is single-process, so every embedded store opens its folder only for the
+length of one operation (or of a ``with store.session():`` block) under a docqueue lock file.
+A waiter retries until DOCQUEUE_QDRANT_LOCK_TIMEOUT and then raises QdrantStorageBusy.
 """
 from __future__ import annotations
 
+import abc
 import math
 import os
 import random
@@ -142,9 +145,214 @@ def _release_lock_file(handle) -> None:
         handle.close()
 
 
+class _LocalFolder:
+    """Per-process gate to one embedded storage folder, shared by every store that uses it.
+
+    The RLock serialises threads (and lets a session nest operations); the lock file
+    serialises processes. The handle (a local-mode client or an Edge shard, anything with
+    close()) lives only while someone is inside `open()`.
+    """
+
+    def __init__(self, folder: Path, lock_path: Path, opener):
+        self.folder = folder
+        self.lock_path = lock_path
+        self._opener = opener  # (folder, deadline, timeout_s) -> handle
+        self._gate = threading.RLock()
+        self._depth = 0
+        self._handle = None
+        self._lock_handle = None
+
+    @contextmanager
+    def open(self, timeout_s: float):
+        deadline = time.monotonic() + timeout_s
+        if not self._gate.acquire(timeout=max(timeout_s, 0)):
+            raise QdrantStorageBusy(
+                f"embedded Qdrant storage {self.folder} stayed busy in this process for {timeout_s:g}s "
+                f"(DOCQUEUE_QDRANT_LOCK_TIMEOUT)")
+        try:
+            if self._depth == 0:
+                self._connect(deadline, timeout_s)
+            self._depth += 1
+            try:
+                yield self._handle
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._disconnect()
+        finally:
+            self._gate.release()
+
+    def _connect(self, deadline: float, timeout_s: float) -> None:
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_handle = _acquire_lock_file(self.lock_path, deadline, timeout_s)
+        try:
+            self._handle = self._opener(self.folder, deadline, timeout_s)
+        except BaseException:
+            _release_lock_file(self._lock_handle)
+            self._lock_handle = None
+            raise
+
+    def _disconnect(self) -> None:
+        try:
+            if self._handle is not None:
+                self._handle.close()
+        finally:
+            self._handle = None
+            if self._lock_handle is not None:
+                _release_lock_file(self._lock_handle)
+                self._lock_handle = None
+
+
+_FOLDERS: dict[str, _LocalFolder] = {}
+_FOLDERS_LOCK = threading.Lock()
+
+
+def local_folder(folder: Path, opener, lock_path: Path | None = None) -> _LocalFolder:
+    """The process-wide gate of one embedded folder; the lock file sits in it unless `lock_path` says otherwise."""
+    folder = Path(folder).expanduser().resolve()
+    lock = Path(lock_path).expanduser().resolve() if lock_path else folder / LOCK_FILE_NAME
+    with _FOLDERS_LOCK:
+        if str(lock) not in _FOLDERS:
+            _FOLDERS[str(lock)] = _LocalFolder(folder, lock, opener)
+        return _FOLDERS[str(lock)]
+
+
+def _forget_folders_after_fork() -> None:
+    # a forked child must not inherit a parent's half-held gate or open handle
+    global _FOLDERS_LOCK
+    _FOLDERS.clear()
+    _FOLDERS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_folders_after_fork)
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+@dataclass
+class PreparedPoint:
+    """A validated point: uuid5 id, float vector and the payload with chunk_id and a string document_id."""
+    id: str
+    vector: list[float]
+    payload: dict
+
+
+class VectorStore(abc.ABC):
+    """What docqueue needs from a vector store; every backend passes tests/integration/test_qdrant.py."""
+
+    location: str = ""
+
+    def __init__(self, *, model_id: str, dim: int, lock_timeout_s: float | None = None,
+                 upsert_batch: int | None = None):
+        if dim < 1:
+            raise ValueError(f"dim must be positive, got {dim}")
+        self.model_id = model_id
+        self.dim = dim
+        self.collection = collection_name(model_id)
+        self.lock_timeout_s = lock_timeout_from_env() if lock_timeout_s is None else float(lock_timeout_s)
+        self.upsert_batch = upsert_batch or int(_env_float("DOCQUEUE_QDRANT_BATCH", DEFAULT_UPSERT_BATCH))
+        if self.upsert_batch < 1:
+            raise ValueError(f"upsert batch must be at least 1, got {self.upsert_batch}")
+        self.scroll_page = SCROLL_PAGE
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(collection={self.collection!r}, location={self.location!r})"
+
+    def __enter__(self) -> "VectorStore":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    @abc.abstractmethod
+    def is_embedded(self) -> bool:
+        """True when the store lives in a folder that one process at a time may open."""
+
+    @abc.abstractmethod
+    def session(self):
+        """Context manager keeping embedded storage open across several operations (no-op for a server)."""
+
+    @abc.abstractmethod
+    def ensure_collection(self) -> None:
+        """Create the model's collection if missing; refuse one of another shape."""
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> int:
+        """Write points (retries overwrite, never duplicate); returns how many distinct chunks were written."""
+        prepared = {}
+        for point in points:
+            item = self._prepare(point)
+            prepared[item.id] = item
+        if not prepared:
+            return 0
+        self._write(list(prepared.values()))
+        return len(prepared)
+
+    @abc.abstractmethod
+    def _write(self, points: list[PreparedPoint]) -> None:
+        """Upsert validated points, in batches of at most `upsert_batch`."""
+
+    @abc.abstractmethod
+    def delete_chunks(self, chunk_ids: Iterable[str]) -> None: ...
+
+    @abc.abstractmethod
+    def delete_document(self, document_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def count(self, document_id: str | None = None) -> int: ...
+
+    @abc.abstractmethod
+    def chunk_ids(self, document_id: str | None = None) -> set[str]:
+        """Every stored chunk_id (of one document), read page by page; for verification."""
+
+    def search(self, vector, limit: int = 5, *, document_id: str | None = None,
+               exclude_document_ids: Sequence[str] = ()) -> list[SearchHit]:
+        if not 1 <= limit <= MAX_SEARCH_LIMIT:
+            raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if query.shape[0] != self.dim:
+            raise VectorStoreError(f"query vector has {query.shape[0]} dims, expected {self.dim}")
+        return self._search(query.tolist(), limit, None if document_id is None else str(document_id),
+                            [str(d) for d in exclude_document_ids])
+
+    @abc.abstractmethod
+    def _search(self, query: list[float], limit: int, document_id: str | None,
+                exclude_document_ids: list[str]) -> list[SearchHit]: ...
+
+    def optimize(self) -> bool:
+        """Build pending indexes now; True when something was built. Servers index in the background."""
+        return False
+
+    def close(self) -> None:
+        """Release network clients; embedded folders are released after every operation anyway."""
+
+    def _prepare(self, point: ChunkPoint) -> PreparedPoint:
+        vector = np.asarray(point.vector, dtype=np.float32).reshape(-1)
+        if vector.shape[0] != self.dim:
+            raise VectorStoreError(f"chunk {point.chunk_id}: vector has {vector.shape[0]} dims, expected {self.dim}")
+        if not np.isfinite(vector).all() or not vector.any():
+            raise VectorStoreError(f"chunk {point.chunk_id}: vector is zero or not finite")
+        missing = [key for key in REQUIRED_PAYLOAD if not point.payload.get(key)]
+        if missing:
+            raise VectorStoreError(f"chunk {point.chunk_id}: payload lacks {missing}")
+        payload = {**point.payload, "chunk_id": point.chunk_id}
+        payload["document_id"] = str(payload["document_id"])
+        return PreparedPoint(point_id(point.chunk_id), vector.tolist(), payload)
+
+
+def hits_from(points) -> list[SearchHit]:
+    return [SearchHit(score=float(point.score), chunk_id=str((point.payload or {}).get("chunk_id", "")),
+                      payload=dict(point.payload or {})) for point in points]
+
+
+# --------------------------------------------------------------------------- qdrant-client backend
+
+
 def _open_local_client(folder: Path, deadline: float, timeout_s: float) -> QdrantClient:
     """Open qdrant-client's local mode, waiting out holders that do not use the docqueue lock."""
     delay = 0.05
+    folder.mkdir(parents=True, exist_ok=True)
     while True:
         try:
             return QdrantClient(path=str(folder))
@@ -160,100 +368,13 @@ def _open_local_client(folder: Path, deadline: float, timeout_s: float) -> Qdran
             delay = min(delay * 2, 0.5)
 
 
-class _LocalFolder:
-    """Per-process gate to one embedded storage folder, shared by every store that uses it.
+class ClientVectorStore(VectorStore):
+    """qdrant-client: a server at `url`, or local mode in the folder `path` (migration and tests only)."""
 
-    The RLock serialises threads (and lets a session nest operations); the lock file
-    serialises processes. The client lives only while someone is inside `open()`.
-    """
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        self._gate = threading.RLock()
-        self._depth = 0
-        self._client: QdrantClient | None = None
-        self._lock_handle = None
-
-    @contextmanager
-    def open(self, timeout_s: float) -> Iterator[QdrantClient]:
-        deadline = time.monotonic() + timeout_s
-        if not self._gate.acquire(timeout=max(timeout_s, 0)):
-            raise QdrantStorageBusy(
-                f"embedded Qdrant storage {self.folder} stayed busy in this process for {timeout_s:g}s "
-                f"(DOCQUEUE_QDRANT_LOCK_TIMEOUT)")
-        try:
-            if self._depth == 0:
-                self._connect(deadline, timeout_s)
-            self._depth += 1
-            try:
-                yield self._client
-            finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._disconnect()
-        finally:
-            self._gate.release()
-
-    def _connect(self, deadline: float, timeout_s: float) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._lock_handle = _acquire_lock_file(self.folder / LOCK_FILE_NAME, deadline, timeout_s)
-        try:
-            self._client = _open_local_client(self.folder, deadline, timeout_s)
-        except BaseException:
-            _release_lock_file(self._lock_handle)
-            self._lock_handle = None
-            raise
-
-    def _disconnect(self) -> None:
-        try:
-            if self._client is not None:
-                self._client.close()
-        finally:
-            self._client = None
-            if self._lock_handle is not None:
-                _release_lock_file(self._lock_handle)
-                self._lock_handle = None
-
-
-_FOLDERS: dict[str, _LocalFolder] = {}
-_FOLDERS_LOCK = threading.Lock()
-
-
-def _local_folder(path: Path) -> _LocalFolder:
-    key = str(path.expanduser().resolve())
-    with _FOLDERS_LOCK:
-        if key not in _FOLDERS:
-            _FOLDERS[key] = _LocalFolder(Path(key))
-        return _FOLDERS[key]
-
-
-def _forget_folders_after_fork() -> None:
-    # a forked child must not inherit a parent's half-held gate or open client
-    global _FOLDERS_LOCK
-    _FOLDERS.clear()
-    _FOLDERS_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_folders_after_fork)
-
-
-# --------------------------------------------------------------------------- the store
-
-
-class VectorStore:
-    def __init__(self, *, url: str | None, path: str | None, api_key: str | None, model_id: str, dim: int,
-                 lock_timeout_s: float | None = None, request_timeout_s: float | None = None,
+    def __init__(self, *, url: str | None, path: str | None = None, api_key: str | None = None, model_id: str,
+                 dim: int, lock_timeout_s: float | None = None, request_timeout_s: float | None = None,
                  upsert_batch: int | None = None):
-        if dim < 1:
-            raise ValueError(f"dim must be positive, got {dim}")
-        self.model_id = model_id
-        self.dim = dim
-        self.collection = collection_name(model_id)
-        self.lock_timeout_s = lock_timeout_from_env() if lock_timeout_s is None else float(lock_timeout_s)
-        self.upsert_batch = upsert_batch or int(_env_float("DOCQUEUE_QDRANT_BATCH", DEFAULT_UPSERT_BATCH))
-        if self.upsert_batch < 1:
-            raise ValueError(f"upsert batch must be at least 1, got {self.upsert_batch}")
-        self.scroll_page = SCROLL_PAGE
+        super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch)
         self._remote: QdrantClient | None = None
         self._local: _LocalFolder | None = None
         self._ensured = False
@@ -266,20 +387,14 @@ class VectorStore:
         else:
             folder = Path(path).expanduser() if path else default_local_path()
             self.location = str(folder)
-            self._local = _local_folder(folder)
-
-    def __repr__(self) -> str:
-        return f"VectorStore(collection={self.collection!r}, location={self.location!r})"
+            self._local = local_folder(folder, _open_local_client)
 
     @property
     def is_embedded(self) -> bool:
         return self._local is not None
 
-    # ----------------------------------------------------------------- connections
-
     @contextmanager
-    def session(self) -> Iterator["VectorStore"]:
-        """Keep the embedded folder open across several operations (no-op for a server)."""
+    def session(self) -> Iterator["ClientVectorStore"]:
         if self._local is None:
             yield self
             return
@@ -299,14 +414,6 @@ class VectorStore:
             self._remote.close()
             self._remote = None
             self._ensured = False
-
-    def __enter__(self) -> "VectorStore":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    # ----------------------------------------------------------------- collection
 
     def ensure_collection(self) -> None:
         with self._client() as client:
@@ -342,35 +449,12 @@ class VectorStore:
     def _exists(self, client: QdrantClient) -> bool:
         return (self._ensured and self._remote is not None) or client.collection_exists(self.collection)
 
-    # ----------------------------------------------------------------- writes
-
-    def upsert(self, points: Sequence[ChunkPoint]) -> int:
-        """Write points (retries overwrite, never duplicate); returns how many distinct chunks were written."""
-        structs = {}
-        for point in points:
-            struct = self._to_struct(point)
-            structs[struct.id] = struct
-        if not structs:
-            return 0
-        batch = list(structs.values())
+    def _write(self, points: list[PreparedPoint]) -> None:
+        structs = [qm.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points]
         with self._client() as client:
             self._ensure(client)
-            for start in range(0, len(batch), self.upsert_batch):
-                client.upsert(self.collection, points=batch[start:start + self.upsert_batch], wait=True)
-        return len(batch)
-
-    def _to_struct(self, point: ChunkPoint) -> qm.PointStruct:
-        vector = np.asarray(point.vector, dtype=np.float32).reshape(-1)
-        if vector.shape[0] != self.dim:
-            raise VectorStoreError(f"chunk {point.chunk_id}: vector has {vector.shape[0]} dims, expected {self.dim}")
-        if not np.isfinite(vector).all() or not vector.any():
-            raise VectorStoreError(f"chunk {point.chunk_id}: vector is zero or not finite")
-        missing = [key for key in REQUIRED_PAYLOAD if not point.payload.get(key)]
-        if missing:
-            raise VectorStoreError(f"chunk {point.chunk_id}: payload lacks {missing}")
-        payload = {**point.payload, "chunk_id": point.chunk_id}
-        payload["document_id"] = str(payload["document_id"])
-        return qm.PointStruct(id=point_id(point.chunk_id), vector=vector.tolist(), payload=payload)
+            for start in range(0, len(structs), self.upsert_batch):
+                client.upsert(self.collection, points=structs[start:start + self.upsert_batch], wait=True)
 
     def delete_chunks(self, chunk_ids: Iterable[str]) -> None:
         ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
@@ -390,8 +474,6 @@ class VectorStore:
             selector = qm.FilterSelector(filter=_document_filter(document_id))
             client.delete(self.collection, points_selector=selector, wait=True)
 
-    # ----------------------------------------------------------------- reads
-
     def count(self, document_id: str | None = None) -> int:
         with self._client() as client:
             if not self._exists(client):
@@ -400,7 +482,6 @@ class VectorStore:
             return client.count(self.collection, count_filter=condition, exact=True).count
 
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
-        """Every stored chunk_id (of one document), read page by page; for verification."""
         found: set[str] = set()
         with self._client() as client:
             if not self._exists(client):
@@ -414,13 +495,7 @@ class VectorStore:
                 if offset is None:
                     return found
 
-    def search(self, vector, limit: int = 5, *, document_id: str | None = None,
-               exclude_document_ids: Sequence[str] = ()) -> list[SearchHit]:
-        if not 1 <= limit <= MAX_SEARCH_LIMIT:
-            raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if query.shape[0] != self.dim:
-            raise VectorStoreError(f"query vector has {query.shape[0]} dims, expected {self.dim}")
+    def _search(self, query, limit, document_id, exclude_document_ids) -> list[SearchHit]:
         with self._client() as client:
             if not self._exists(client):
                 return []
@@ -429,11 +504,10 @@ class VectorStore:
                 # versions being replaced (or not yet complete) stay out of the results
                 condition = condition or qm.Filter()
                 condition.must_not = [qm.FieldCondition(key="document_id",
-                                                        match=qm.MatchAny(any=[str(d) for d in exclude_document_ids]))]
-            response = client.query_points(self.collection, query=query.tolist(), limit=limit,
+                                                        match=qm.MatchAny(any=exclude_document_ids))]
+            response = client.query_points(self.collection, query=query, limit=limit,
                                            query_filter=condition, with_payload=True, with_vectors=False)
-        return [SearchHit(score=float(point.score), chunk_id=str((point.payload or {}).get("chunk_id", "")),
-                          payload=dict(point.payload or {})) for point in response.points]
+        return hits_from(response.points)
 
 
 def _document_filter(document_id: str) -> qm.Filter:
@@ -450,7 +524,7 @@ class QdrantResource(dg.ConfigurableResource):
     key would be shown in Dagster's run config.
     """
 
-    url: str | None = None  # DOCQUEUE_QDRANT_URL; empty -> embedded local storage
+    url: str | None = None  # DOCQUEUE_QDRANT_URL; empty -> embedded Qdrant Edge storage
     api_key: str | None = None  # DOCQUEUE_QDRANT_API_KEY
     path: str | None = None  # DOCQUEUE_QDRANT_PATH, default docqueue_home()/qdrant
     lock_timeout_s: float | None = None  # DOCQUEUE_QDRANT_LOCK_TIMEOUT, default 120
@@ -459,5 +533,17 @@ class QdrantResource(dg.ConfigurableResource):
     def get_store(self, model_id: str, dim: int) -> VectorStore:
         url = self.url if self.url is not None else os.environ.get("DOCQUEUE_QDRANT_URL", "").strip()
         api_key = self.api_key if self.api_key is not None else os.environ.get("DOCQUEUE_QDRANT_API_KEY", "")
-        return VectorStore(url=url or None, path=self.path, api_key=api_key or None, model_id=model_id, dim=dim,
-                           lock_timeout_s=self.lock_timeout_s, request_timeout_s=self.request_timeout_s)
+        return open_vector_store(url=url or None, path=self.path, api_key=api_key or None, model_id=model_id,
+                                 dim=dim, lock_timeout_s=self.lock_timeout_s,
+                                 request_timeout_s=self.request_timeout_s)
+
+
+def open_vector_store(*, url: str | None, path: str | None, api_key: str | None, model_id: str, dim: int,
+                      lock_timeout_s: float | None = None, request_timeout_s: float | None = None) -> VectorStore:
+    """A server's store when `url` is set, else the embedded Qdrant Edge store in `path`."""
+    if url:
+        return ClientVectorStore(url=url, api_key=api_key, model_id=model_id, dim=dim,
+                                 lock_timeout_s=lock_timeout_s, request_timeout_s=request_timeout_s)
+    from resources.qdrant_edge import EdgeVectorStore
+
+    return EdgeVectorStore(path=path, model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s)
