@@ -286,12 +286,12 @@ class VectorStore(abc.ABC):
             prepared[item.id] = item
         if not prepared:
             return 0
-        self._write(list(prepared.values()))
+        self.write_prepared(list(prepared.values()))
         return len(prepared)
 
     @abc.abstractmethod
-    def _write(self, points: list[PreparedPoint]) -> None:
-        """Upsert validated points, in batches of at most `upsert_batch`."""
+    def write_prepared(self, points: list[PreparedPoint]) -> None:
+        """Upsert points already validated (or copied as they were), in batches of at most `upsert_batch`."""
 
     @abc.abstractmethod
     def delete_chunks(self, chunk_ids: Iterable[str]) -> None: ...
@@ -449,7 +449,9 @@ class ClientVectorStore(VectorStore):
     def _exists(self, client: QdrantClient) -> bool:
         return (self._ensured and self._remote is not None) or client.collection_exists(self.collection)
 
-    def _write(self, points: list[PreparedPoint]) -> None:
+    def write_prepared(self, points: list[PreparedPoint]) -> None:
+        if not points:
+            return
         structs = [qm.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points]
         with self._client() as client:
             self._ensure(client)

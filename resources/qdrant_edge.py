@@ -132,11 +132,7 @@ class EdgeVectorStore(VectorStore):
 
     # ----------------------------------------------------------------- writes
 
-    def _write(self, points: list[PreparedPoint]) -> None:
-        self.write_prepared(points)
-
     def write_prepared(self, points: list[PreparedPoint]) -> None:
-        """Upsert points that are already validated (or copied as they were, by the migration)."""
         if not points:
             return
         with self._shard() as shard:
