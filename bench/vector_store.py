@@ -5,7 +5,8 @@ written in bulk batches, no model), both stores are seeded in fresh folders and 
 uses them, through resources.qdrant's contract:
 
   open      one operation's lock + open + close of the folder (a count on a fresh store)
-  write64   one 64-point upsert as an embedding batch does it: lock, open, write, close (median of --writes)
+  write64   one 64-point upsert with its lock, open and close (median of --writes); Edge runs with
+            DOCQUEUE_QDRANT_LINGER=0 here, so every write pays its own opening, the worst case
   search    p50 / p95 of --searches queries inside one open session (the engine's own search cost)
 
 Edge is measured twice: as the runs leave it (new points in an appendable segment, searched by brute force)
@@ -128,7 +129,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-vs-") as tmp:
             for name, build in (
                     ("local", lambda: ClientVectorStore(url=None, path=f"{tmp}/local", model_id=MODEL, dim=DIM)),
-                    ("edge", lambda: EdgeVectorStore(path=f"{tmp}/edge", model_id=MODEL, dim=DIM))):
+                    ("edge", lambda: EdgeVectorStore(path=f"{tmp}/edge", model_id=MODEL, dim=DIM, linger_s=0))):
                 rng = np.random.default_rng(n)  # the same points and queries for both stores
                 seeded = seed(build(), n, rng)
                 row[name] = {"seed_s": round(seeded, 2), **measure(build, n, args.writes, args.searches, rng)}

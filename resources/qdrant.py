@@ -20,6 +20,7 @@ A waiter retries until DOCQUEUE_QDRANT_LOCK_TIMEOUT and then raises QdrantStorag
 from __future__ import annotations
 
 import abc
+import atexit
 import math
 import os
 import random
@@ -46,6 +47,8 @@ DOCQUEUE_POINT_NAMESPACE = uuid.UUID("6f1d5c0e-3b7a-5a49-9c1e-0d0c0e0a7e21")
 COLLECTION_PREFIX = "docqueue_chunks__"
 LOCK_FILE_NAME = ".docqueue.lock"
 DEFAULT_LOCK_TIMEOUT_S = 120.0
+DEFAULT_LINGER_S = 2.0
+LINGER_TICK_S = 0.05
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 DEFAULT_UPSERT_BATCH = 256
 SCROLL_PAGE = 1000
@@ -98,6 +101,10 @@ def lock_timeout_from_env() -> float:
     return _env_float("DOCQUEUE_QDRANT_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT_S)
 
 
+def linger_from_env() -> float:
+    return _env_float("DOCQUEUE_QDRANT_LINGER", DEFAULT_LINGER_S)
+
+
 def default_local_path() -> Path:
     configured = os.environ.get("DOCQUEUE_QDRANT_PATH", "").strip()
     return Path(configured).expanduser() if configured else docqueue_home() / "qdrant"
@@ -124,6 +131,7 @@ def _acquire_lock_file(lock_path: Path, deadline: float, timeout_s: float):
             portalocker.lock(handle, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
             return handle
         except portalocker.exceptions.LockException:
+            _ask_for_turn(lock_path)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 handle.close()
@@ -145,32 +153,65 @@ def _release_lock_file(handle) -> None:
         handle.close()
 
 
+def _wait_file(lock_path: Path) -> Path:
+    return lock_path.with_name(lock_path.name + ".wait")
+
+
+def _ask_for_turn(lock_path: Path) -> None:
+    """Tell a holder that keeps the folder open between operations that another process is waiting."""
+    try:
+        _wait_file(lock_path).touch()
+    except OSError:
+        pass  # the holder then lets go when its linger ends instead
+
+
+def _asked_since(lock_path: Path, since_ns: int) -> bool:
+    try:
+        return _wait_file(lock_path).stat().st_mtime_ns >= since_ns
+    except OSError:
+        return False
+
+
 class _LocalFolder:
     """Per-process gate to one embedded storage folder, shared by every store that uses it.
 
     The RLock serialises threads (and lets a session nest operations); the lock file
     serialises processes. The handle (a local-mode client or an Edge shard, anything with
-    close()) lives only while someone is inside `open()`.
+    close()) is opened by the first operation and, with `linger_s` > 0, kept after the last
+    one for up to `linger_s` seconds of idleness, so a run's consecutive writes share one
+    opening; a process waiting for the lock touches `<lock>.wait`, and a lingering holder
+    lets go within LINGER_TICK_S of that (or right after its current operation).
     """
 
-    def __init__(self, folder: Path, lock_path: Path, opener):
+    def __init__(self, folder: Path, lock_path: Path, opener, linger_s: float = 0.0):
         self.folder = folder
         self.lock_path = lock_path
+        self.linger_s = linger_s
         self._opener = opener  # (folder, deadline, timeout_s) -> handle
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
         self._gate = threading.RLock()
         self._depth = 0
         self._handle = None
         self._lock_handle = None
+        self._opened_ns = 0
+        self._idle_since = 0.0
+        self._ticking = False
 
     @contextmanager
     def open(self, timeout_s: float):
+        if self._pid != os.getpid():
+            # a forked child shares the parent's open handle and lock: it must not use or close them
+            self._reset()
         deadline = time.monotonic() + timeout_s
         if not self._gate.acquire(timeout=max(timeout_s, 0)):
             raise QdrantStorageBusy(
                 f"embedded Qdrant storage {self.folder} stayed busy in this process for {timeout_s:g}s "
                 f"(DOCQUEUE_QDRANT_LOCK_TIMEOUT)")
         try:
-            if self._depth == 0:
+            if self._depth == 0 and self._handle is None:
                 self._connect(deadline, timeout_s)
             self._depth += 1
             try:
@@ -178,19 +219,54 @@ class _LocalFolder:
             finally:
                 self._depth -= 1
                 if self._depth == 0:
-                    self._disconnect()
+                    self._idle()
         finally:
             self._gate.release()
 
     def _connect(self, deadline: float, timeout_s: float) -> None:
         self.lock_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_handle = _acquire_lock_file(self.lock_path, deadline, timeout_s)
+        self._opened_ns = time.time_ns()
         try:
             self._handle = self._opener(self.folder, deadline, timeout_s)
         except BaseException:
             _release_lock_file(self._lock_handle)
             self._lock_handle = None
             raise
+
+    def _idle(self) -> None:
+        if self.linger_s <= 0 or self._handle is None or _asked_since(self.lock_path, self._opened_ns):
+            self._disconnect()
+            return
+        self._idle_since = time.monotonic()
+        if not self._ticking:
+            self._ticking = True
+            self._schedule()
+
+    def _schedule(self) -> None:
+        timer = threading.Timer(min(LINGER_TICK_S, self.linger_s), self._tick)
+        timer.daemon = True
+        timer.start()
+
+    def _tick(self) -> None:
+        with self._gate:
+            if self._handle is None or self._pid != os.getpid():
+                self._ticking = False
+                return
+            if self._depth == 0 and (time.monotonic() - self._idle_since >= self.linger_s
+                                     or _asked_since(self.lock_path, self._opened_ns)):
+                self._disconnect()
+                self._ticking = False
+                return
+            self._schedule()
+
+    def release(self) -> None:
+        """Close a lingering handle now (at exit, or before handing the folder to another process)."""
+        if self._pid != os.getpid():
+            return
+        with self._gate:
+            if self._depth == 0 and self._handle is not None:
+                self._disconnect()
 
     def _disconnect(self) -> None:
         try:
@@ -207,14 +283,25 @@ _FOLDERS: dict[str, _LocalFolder] = {}
 _FOLDERS_LOCK = threading.Lock()
 
 
-def local_folder(folder: Path, opener, lock_path: Path | None = None) -> _LocalFolder:
+def local_folder(folder: Path, opener, lock_path: Path | None = None, linger_s: float = 0.0) -> _LocalFolder:
     """The process-wide gate of one embedded folder; the lock file sits in it unless `lock_path` says otherwise."""
     folder = Path(folder).expanduser().resolve()
     lock = Path(lock_path).expanduser().resolve() if lock_path else folder / LOCK_FILE_NAME
     with _FOLDERS_LOCK:
         if str(lock) not in _FOLDERS:
-            _FOLDERS[str(lock)] = _LocalFolder(folder, lock, opener)
+            _FOLDERS[str(lock)] = _LocalFolder(folder, lock, opener, linger_s)
         return _FOLDERS[str(lock)]
+
+
+def release_lingering() -> None:
+    """Close every folder this process keeps open between operations."""
+    with _FOLDERS_LOCK:
+        folders = list(_FOLDERS.values())
+    for gate in folders:
+        gate.release()
+
+
+atexit.register(release_lingering)
 
 
 def _forget_folders_after_fork() -> None:

@@ -3,9 +3,10 @@
 One shard per collection in `<DOCQUEUE_QDRANT_PATH>/edge/<collection>/` (WAL, segments, HNSW and a
 keyword index on document_id). Opening a shard maps its segments instead of reading every point,
 so a write or a search costs the same whatever the corpus size; only one process may hold a shard
-(a second one fails with `Can't init WAL: WouldBlock`), so each operation takes the shard's lock
-file, opens it, works and closes it, and several operations share one opening inside
-``with store.session():``.
+(a second one fails with `Can't init WAL: WouldBlock`), so an operation takes the shard's lock
+file and opens it, and the shard stays open for DOCQUEUE_QDRANT_LINGER seconds (2) of idleness
+after it: a run's embedding batches share one opening, and a process that waits for the lock
+asks the holder to let go, which it does within 50 ms or after its current operation.
 
 Writes land in an appendable segment that is searched by brute force until `optimize()` builds its
 HNSW index; no write triggers indexing by itself, so the nightly job builds the indexes (see
@@ -32,6 +33,7 @@ from resources.qdrant import (
     VectorStoreError,
     default_local_path,
     hits_from,
+    linger_from_env,
     local_folder,
     point_id,
 )
@@ -82,7 +84,8 @@ class EdgeVectorStore(VectorStore):
     is_embedded = True
 
     def __init__(self, *, path: str | None, model_id: str, dim: int, lock_timeout_s: float | None = None,
-                 upsert_batch: int | None = None, allow_local_mode_files: bool = False):
+                 upsert_batch: int | None = None, allow_local_mode_files: bool = False,
+                 linger_s: float | None = None):
         super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch)
         self._refuse_local_mode = not allow_local_mode_files  # only the migration writes beside them
         self.root = (Path(path).expanduser() if path else default_local_path()).resolve()
@@ -91,7 +94,8 @@ class EdgeVectorStore(VectorStore):
         self._shape_checked = False
         config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine))
         self._gate = local_folder(self.folder, _open_shard(config),
-                                  lock_path=self.folder.parent / f"{self.collection}.lock")
+                                  lock_path=self.folder.parent / f"{self.collection}.lock",
+                                  linger_s=linger_from_env() if linger_s is None else linger_s)
 
     # ----------------------------------------------------------------- connections
 

@@ -31,6 +31,7 @@ from resources.qdrant import (
     VectorStoreError,
     collection_name,
     point_id,
+    release_lingering,
 )
 from resources.qdrant_edge import EdgeVectorStore
 
@@ -253,12 +254,40 @@ def test_a_locked_folder_is_waited_for_then_reported_clearly(backend, store_at, 
         holder.communicate()
 
 
+LINGERER = textwrap.dedent("""
+    import sys, time
+    from tests.integration.test_qdrant import build_store, random_points
+    store = build_store("edge", sys.argv[1], linger_s=60)
+    store.upsert(random_points("doc-a", 3))
+    store.upsert(random_points("doc-b", 2, seed=1))
+    print("written", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_lingering_edge_writer_hands_the_shard_over_when_another_process_asks(tmp_path):
+    folder = tmp_path / "q"
+    holder = _spawn(["-c", LINGERER, str(folder)])
+    try:
+        assert holder.stdout.readline().strip() == "written"
+        shard = folder / "edge" / collection_name(MODEL)
+        with pytest.raises(Exception, match="WouldBlock"):  # the writer still holds it, idle, between "batches"
+            qdrant_edge.EdgeShard.load(str(shard))
+        started = time.monotonic()
+        assert build_store("edge", folder, lock_timeout_s=20).count() == 5
+        assert time.monotonic() - started < 3, "the reader waited for the writer's linger instead of asking"
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
 def test_lock_timeout_comes_from_the_environment(backend, store_at, tmp_path, monkeypatch):
     monkeypatch.setenv("DOCQUEUE_QDRANT_LOCK_TIMEOUT", "0.3")
     store = store_at(tmp_path / "q")
     assert store.lock_timeout_s == 0.3
     if backend == "edge":
         store.ensure_collection()
+        release_lingering()
         outsider = qdrant_edge.EdgeShard.load(str(store.folder))  # knows nothing of docqueue's lock
     else:
         outsider = QdrantClient(path=str(tmp_path / "q"))
