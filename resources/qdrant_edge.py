@@ -134,6 +134,10 @@ class EdgeVectorStore(VectorStore):
         with self._shard():
             pass
 
+    def close(self) -> None:
+        """Let go of a shard kept open between operations (a run's end, a CLI command's end)."""
+        self._gate.release()
+
     # ----------------------------------------------------------------- writes
 
     def write_prepared(self, points: list[PreparedPoint]) -> None:
