@@ -436,15 +436,15 @@ def hits_from(points) -> list[SearchHit]:
 # --------------------------------------------------------------------------- qdrant-client backend
 
 
-def _open_local_client(folder: Path, deadline: float, timeout_s: float) -> QdrantClient:
-    """Open qdrant-client's local mode, waiting out holders that do not use the docqueue lock."""
+def open_waiting_for_outsiders(open_once, busy, folder: Path, deadline: float, timeout_s: float):
+    """Call `open_once` until it stops failing with an error `busy` recognises: a holder of the folder that does
+    not take docqueue's lock file."""
     delay = 0.05
-    folder.mkdir(parents=True, exist_ok=True)
     while True:
         try:
-            return QdrantClient(path=str(folder))
-        except RuntimeError as exc:
-            if "already accessed" not in str(exc):
+            return open_once()
+        except Exception as exc:
+            if not busy(exc):
                 raise
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -453,6 +453,13 @@ def _open_local_client(folder: Path, deadline: float, timeout_s: float) -> Qdran
                     f"{timeout_s:g}s (DOCQUEUE_QDRANT_LOCK_TIMEOUT)") from None
             time.sleep(min(remaining, delay))
             delay = min(delay * 2, 0.5)
+
+
+def _open_local_client(folder: Path, deadline: float, timeout_s: float) -> QdrantClient:
+    folder.mkdir(parents=True, exist_ok=True)
+    return open_waiting_for_outsiders(
+        lambda: QdrantClient(path=str(folder)),
+        lambda exc: isinstance(exc, RuntimeError) and "already accessed" in str(exc), folder, deadline, timeout_s)
 
 
 class ClientVectorStore(VectorStore):

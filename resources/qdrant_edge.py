@@ -18,7 +18,6 @@ until `docqueue db upgrade` has migrated it (resources/qdrant_migrate.py).
 from __future__ import annotations
 
 import json
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -35,6 +34,7 @@ from resources.qdrant import (
     hits_from,
     linger_from_env,
     local_folder,
+    open_waiting_for_outsiders,
     point_id,
 )
 
@@ -54,25 +54,21 @@ def shard_exists(folder: Path) -> bool:
 
 def _open_shard(config: qe.EdgeConfig):
     def opener(folder: Path, deadline: float, timeout_s: float):
-        delay = 0.05
-        while True:
-            try:
-                if shard_exists(folder):
-                    return qe.EdgeShard.load(str(folder))
-                shard = qe.EdgeShard.create(str(folder), config)
-                shard.update(qe.UpdateOperation.create_field_index("document_id", qe.PayloadSchemaType.Keyword))
-                return shard
-            except Exception as exc:  # the bindings raise plain Exception with the engine's message
-                if _WAL_BUSY not in str(exc):
-                    raise VectorStoreError(f"cannot open the Qdrant Edge shard {folder}: "
-                                           f"{str(exc).strip().splitlines()[0]}") from None
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise QdrantStorageBusy(
-                        f"Qdrant Edge shard {folder} is held by a process outside docqueue for more than "
-                        f"{timeout_s:g}s (DOCQUEUE_QDRANT_LOCK_TIMEOUT)") from None
-                time.sleep(min(remaining, delay))
-                delay = min(delay * 2, 0.5)
+        def open_once():
+            if shard_exists(folder):
+                return qe.EdgeShard.load(str(folder))
+            shard = qe.EdgeShard.create(str(folder), config)
+            shard.update(qe.UpdateOperation.create_field_index("document_id", qe.PayloadSchemaType.Keyword))
+            return shard
+
+        try:
+            return open_waiting_for_outsiders(open_once, lambda exc: _WAL_BUSY in str(exc), folder, deadline,
+                                              timeout_s)
+        except QdrantStorageBusy:
+            raise
+        except Exception as exc:  # the bindings raise plain Exception with the engine's message
+            raise VectorStoreError(f"cannot open the Qdrant Edge shard {folder}: "
+                                   f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
     return opener
 
 
