@@ -1,8 +1,8 @@
 """The embedded vector store: Qdrant Edge, Qdrant's own engine running in this process.
 
 One shard per collection in `<DOCQUEUE_QDRANT_PATH>/edge/<collection>/` (WAL, segments, HNSW and a
-keyword index on document_id). Opening a shard maps its segments instead of reading every point,
-so a write or a search costs the same whatever the corpus size; only one process may hold a shard
+keyword index on document_id). Opening a shard maps its segments instead of reading every point
+into Python, and indexed segments are searched through HNSW; only one process may hold a shard
 (a second one fails with `Can't init WAL: WouldBlock`), so an operation takes the shard's lock
 file and opens it, and the shard stays open for DOCQUEUE_QDRANT_LINGER seconds (2) of idleness
 after it: a run's embedding batches share one opening, and a process that waits for the lock
