@@ -45,7 +45,11 @@ def _quiet_libraries() -> None:
     logging.getLogger("neo4j").setLevel(logging.ERROR)
     import warnings
 
-    warnings.filterwarnings("ignore")
+    # Dagster flags the beta and preview APIs docqueue builds on at every import: nothing a user can act on
+    # (matched by text: importing Dagster for its warning classes would slow every command's start)
+    warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview), and may have breaking changes")
+    # the migration of an old local-mode folder is the one place local mode still opens, and it is the remedy
+    warnings.filterwarnings("ignore", message="Local mode is not recommended for collections with more than")
 
 
 def _emit(as_json: bool, payload: Any, human: Callable[[], None]) -> None:
@@ -232,14 +236,29 @@ def db_upgrade(print_sql: bool, from_version: int, as_json: bool) -> None:
         dagster_url = dagster_database_url()
         created = ensure_dagster_database(dagster_url, database_url())
         upgrade_dagster_storage()
+    vectors = _migrate_embedded_vectors()
     payload = {"applied": [f"{m.version:04d}_{m.name}" for m in applied],
                "version": max(m.version for m in available_migrations()),
                "database": redact(database_url()),
-               "dagster_database": redact(dagster_url), "dagster_database_created": created}
+               "dagster_database": redact(dagster_url), "dagster_database_created": created,
+               "vector_store_migrated": vectors}
     _emit(as_json, payload, lambda: click.echo(
         (f"applied {len(applied)} migration(s): {', '.join(payload['applied'])}" if applied else "schema is up to date")
         + f" (version {payload['version']}, {payload['database']}); Dagster's storage "
-        + ("created and migrated" if created else "is up to date") + f" ({payload['dagster_database']})"))
+        + ("created and migrated" if created else "is up to date") + f" ({payload['dagster_database']})"
+        + (f"; moved {vectors['points']} vectors from the old embedded Qdrant into Qdrant Edge" if vectors else "")))
+
+
+def _migrate_embedded_vectors() -> dict:
+    """Embedded storage written by qdrant-client's local mode moves into Qdrant Edge shards (a no-op otherwise)."""
+    from queue_db.config import VectorStoreConfig, settings
+
+    if settings(VectorStoreConfig).url is not None:
+        return {}
+    from resources.qdrant_migrate import migrate_local_mode
+
+    with _service_errors():
+        return migrate_local_mode()
 
 
 @db.command("status")

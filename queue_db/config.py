@@ -168,7 +168,8 @@ class VectorStoreConfig(SettingsGroup):
 
     # a URL may carry credentials (https://user:pass@host): kept secret like the key
     url: Optional[SecretStr] = _var(None, "DOCQUEUE_QDRANT_URL",
-                                    "a Qdrant server; unset = embedded storage in `DOCQUEUE_QDRANT_PATH`",
+                                    "a Qdrant server; unset = the embedded Qdrant Edge store in `DOCQUEUE_QDRANT_PATH` "
+                                    "(see *The embedded vector store*)",
                                     shown="embedded")
     api_key: Optional[SecretStr] = _var(None, "DOCQUEUE_QDRANT_API_KEY", "API key of the Qdrant server",
                                         shown="unset")
@@ -177,6 +178,11 @@ class VectorStoreConfig(SettingsGroup):
                                  "seconds a process waits for the embedded storage's lock", ge=0)
     upsert_batch: int = _var(256, "DOCQUEUE_QDRANT_BATCH", "points per upsert", ge=1)
     request_timeout_s: float = _var(30.0, "DOCQUEUE_QDRANT_TIMEOUT", "seconds per request to a Qdrant server", gt=0)
+    linger_s: float = _var(2.0, "DOCQUEUE_QDRANT_LINGER",
+                           "seconds the embedded store stays open after a write, so a run's batches share one "
+                           "opening; a process waiting for it is let in at once", ge=0)
+    migrate_batch: int = _var(1000, "DOCQUEUE_QDRANT_MIGRATE_BATCH",
+                              "points copied per batch when `db upgrade` moves an old embedded folder", ge=1)
 
 
 class GraphConfig(SettingsGroup):

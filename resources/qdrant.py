@@ -4,19 +4,23 @@ Point ids are uuid5(docqueue namespace, chunk_id), so re-running a chunk overwri
 instead of adding a second one. The payload carries the chunk_id too, because Qdrant only
 accepts unsigned integers and UUIDs as ids.
 
-Two modes:
-- server (`url` set): one HTTP client per store, safe to share between threads and processes.
-- embedded (`url` empty, `path` a folder): qdrant-client's local mode, which lets one process
-  open the folder at a time and loads every point into memory when it opens. Dagster run
-  workers, the CLI and verification jobs all need it, so a store opens the folder only for the
-  length of one operation (or of a ``with store.session():`` block) under a docqueue lock file
-  taken *before* Qdrant reads the folder (Qdrant takes its own lock only after loading, so
-  waiting on that alone could act on a stale copy). A waiter retries until
-  DOCQUEUE_QDRANT_LOCK_TIMEOUT and then raises QdrantStorageBusy. Embedded mode suits up to
-  roughly 20k points (Qdrant's own advice); use a server beyond that or for real concurrency.
+`VectorStore` is the contract every backend keeps (writes, deletes, counts, search, verification
+reads, index building). Two backends implement it:
+- `ClientVectorStore` (`url` set): qdrant-client against a Qdrant server, one HTTP client per
+  store, safe to share between threads and processes. Given a `path` instead it drives
+  qdrant-client's local mode, which docqueue keeps only to migrate folders written by earlier
+  versions and to run the contract tests on the client API used with servers.
+- `EdgeVectorStore` (resources/qdrant_edge.py, the embedded default): Qdrant Edge in-process
+  shards with a WAL, segments and HNSW indexes.
+
+Embedded storage is single-process, so every embedded store opens its folder only for the
+length of one operation (or of a ``with store.session():`` block) under a docqueue lock file.
+A waiter retries until DOCQUEUE_QDRANT_LOCK_TIMEOUT and then raises QdrantStorageBusy.
 """
 from __future__ import annotations
 
+import abc
+import atexit
 import math
 import os
 import random
@@ -42,6 +46,7 @@ from queue_db.config import VectorStoreConfig, docqueue_home, secret_value, sett
 DOCQUEUE_POINT_NAMESPACE = uuid.UUID("6f1d5c0e-3b7a-5a49-9c1e-0d0c0e0a7e21")
 COLLECTION_PREFIX = "docqueue_chunks__"
 LOCK_FILE_NAME = ".docqueue.lock"
+LINGER_TICK_S = 0.05
 SCROLL_PAGE = 1000
 MAX_SEARCH_LIMIT = 1000
 REQUIRED_PAYLOAD = ("document_id",)
@@ -85,6 +90,14 @@ class SearchHit:
 # --------------------------------------------------------------------------- settings
 
 
+def lock_timeout_from_env() -> float:
+    return settings(VectorStoreConfig).lock_timeout_s
+
+
+def linger_from_env() -> float:
+    return settings(VectorStoreConfig).linger_s
+
+
 def default_local_path() -> Path:
     configured = settings(VectorStoreConfig).path
     return Path(configured).expanduser() if configured else docqueue_home() / "qdrant"
@@ -111,6 +124,7 @@ def _acquire_lock_file(lock_path: Path, deadline: float, timeout_s: float):
             portalocker.lock(handle, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
             return handle
         except portalocker.exceptions.LockException:
+            _ask_for_turn(lock_path)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 handle.close()
@@ -132,74 +146,127 @@ def _release_lock_file(handle) -> None:
         handle.close()
 
 
-def _open_local_client(folder: Path, deadline: float, timeout_s: float) -> QdrantClient:
-    """Open qdrant-client's local mode, waiting out holders that do not use the docqueue lock."""
-    delay = 0.05
-    while True:
-        try:
-            return QdrantClient(path=str(folder))
-        except RuntimeError as exc:
-            if "already accessed" not in str(exc):
-                raise
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise QdrantStorageBusy(
-                    f"embedded Qdrant storage {folder} is held by a client outside docqueue for more than "
-                    f"{timeout_s:g}s (DOCQUEUE_QDRANT_LOCK_TIMEOUT)") from None
-            time.sleep(min(remaining, delay))
-            delay = min(delay * 2, 0.5)
+def _wait_file(lock_path: Path) -> Path:
+    return lock_path.with_name(lock_path.name + ".wait")
+
+
+def _ask_for_turn(lock_path: Path) -> None:
+    """Tell a holder that keeps the folder open between operations that another process is waiting."""
+    try:
+        _wait_file(lock_path).touch()
+    except OSError:
+        pass  # the holder then lets go when its linger ends instead
+
+
+def _asked_since(lock_path: Path, since_ns: int) -> bool:
+    try:
+        return _wait_file(lock_path).stat().st_mtime_ns >= since_ns
+    except OSError:
+        return False
 
 
 class _LocalFolder:
     """Per-process gate to one embedded storage folder, shared by every store that uses it.
 
     The RLock serialises threads (and lets a session nest operations); the lock file
-    serialises processes. The client lives only while someone is inside `open()`.
+    serialises processes. The handle (a local-mode client or an Edge shard, anything with
+    close()) is opened by the first operation and, with `linger_s` > 0, kept after the last
+    one for up to `linger_s` seconds of idleness, so a run's consecutive writes share one
+    opening; a process waiting for the lock touches `<lock>.wait`, and a lingering holder
+    lets go within LINGER_TICK_S of that (or right after its current operation).
     """
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, lock_path: Path, opener, linger_s: float = 0.0):
         self.folder = folder
+        self.lock_path = lock_path
+        self.linger_s = linger_s
+        self._opener = opener  # (folder, deadline, timeout_s) -> handle
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
         self._gate = threading.RLock()
         self._depth = 0
-        self._client: QdrantClient | None = None
+        self._handle = None
         self._lock_handle = None
+        self._opened_ns = 0
+        self._idle_since = 0.0
+        self._ticking = False
 
     @contextmanager
-    def open(self, timeout_s: float) -> Iterator[QdrantClient]:
+    def open(self, timeout_s: float):
+        if self._pid != os.getpid():
+            # a forked child shares the parent's open handle and lock: it must not use or close them
+            self._reset()
         deadline = time.monotonic() + timeout_s
         if not self._gate.acquire(timeout=max(timeout_s, 0)):
             raise QdrantStorageBusy(
                 f"embedded Qdrant storage {self.folder} stayed busy in this process for {timeout_s:g}s "
                 f"(DOCQUEUE_QDRANT_LOCK_TIMEOUT)")
         try:
-            if self._depth == 0:
+            if self._depth == 0 and self._handle is None:
                 self._connect(deadline, timeout_s)
             self._depth += 1
             try:
-                yield self._client
+                yield self._handle
             finally:
                 self._depth -= 1
                 if self._depth == 0:
-                    self._disconnect()
+                    self._idle()
         finally:
             self._gate.release()
 
     def _connect(self, deadline: float, timeout_s: float) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._lock_handle = _acquire_lock_file(self.folder / LOCK_FILE_NAME, deadline, timeout_s)
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_handle = _acquire_lock_file(self.lock_path, deadline, timeout_s)
+        self._opened_ns = time.time_ns()
         try:
-            self._client = _open_local_client(self.folder, deadline, timeout_s)
+            self._handle = self._opener(self.folder, deadline, timeout_s)
         except BaseException:
             _release_lock_file(self._lock_handle)
             self._lock_handle = None
             raise
 
+    def _idle(self) -> None:
+        if self.linger_s <= 0 or self._handle is None or _asked_since(self.lock_path, self._opened_ns):
+            self._disconnect()
+            return
+        self._idle_since = time.monotonic()
+        if not self._ticking:
+            self._ticking = True
+            self._schedule()
+
+    def _schedule(self) -> None:
+        timer = threading.Timer(min(LINGER_TICK_S, self.linger_s), self._tick)
+        timer.daemon = True
+        timer.start()
+
+    def _tick(self) -> None:
+        with self._gate:
+            if self._handle is None or self._pid != os.getpid():
+                self._ticking = False
+                return
+            if self._depth == 0 and (time.monotonic() - self._idle_since >= self.linger_s
+                                     or _asked_since(self.lock_path, self._opened_ns)):
+                self._disconnect()
+                self._ticking = False
+                return
+            self._schedule()
+
+    def release(self) -> None:
+        """Close a lingering handle now (at exit, or before handing the folder to another process)."""
+        if self._pid != os.getpid():
+            return
+        with self._gate:
+            if self._depth == 0 and self._handle is not None:
+                self._disconnect()
+
     def _disconnect(self) -> None:
         try:
-            if self._client is not None:
-                self._client.close()
+            if self._handle is not None:
+                self._handle.close()
         finally:
-            self._client = None
+            self._handle = None
             if self._lock_handle is not None:
                 _release_lock_file(self._lock_handle)
                 self._lock_handle = None
@@ -209,16 +276,29 @@ _FOLDERS: dict[str, _LocalFolder] = {}
 _FOLDERS_LOCK = threading.Lock()
 
 
-def _local_folder(path: Path) -> _LocalFolder:
-    key = str(path.expanduser().resolve())
+def local_folder(folder: Path, opener, lock_path: Path | None = None, linger_s: float = 0.0) -> _LocalFolder:
+    """The process-wide gate of one embedded folder; the lock file sits in it unless `lock_path` says otherwise."""
+    folder = Path(folder).expanduser().resolve()
+    lock = Path(lock_path).expanduser().resolve() if lock_path else folder / LOCK_FILE_NAME
     with _FOLDERS_LOCK:
-        if key not in _FOLDERS:
-            _FOLDERS[key] = _LocalFolder(Path(key))
-        return _FOLDERS[key]
+        if str(lock) not in _FOLDERS:
+            _FOLDERS[str(lock)] = _LocalFolder(folder, lock, opener, linger_s)
+        return _FOLDERS[str(lock)]
+
+
+def release_lingering() -> None:
+    """Close every folder this process keeps open between operations."""
+    with _FOLDERS_LOCK:
+        folders = list(_FOLDERS.values())
+    for gate in folders:
+        gate.release()
+
+
+atexit.register(release_lingering)
 
 
 def _forget_folders_after_fork() -> None:
-    # a forked child must not inherit a parent's half-held gate or open client
+    # a forked child must not inherit a parent's half-held gate or open handle
     global _FOLDERS_LOCK
     _FOLDERS.clear()
     _FOLDERS_LOCK = threading.Lock()
@@ -227,12 +307,23 @@ def _forget_folders_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_folders_after_fork)
 
 
-# --------------------------------------------------------------------------- the store
+# --------------------------------------------------------------------------- the contract
 
 
-class VectorStore:
-    def __init__(self, *, url: str | None, path: str | None, api_key: str | None, model_id: str, dim: int,
-                 lock_timeout_s: float | None = None, request_timeout_s: float | None = None,
+@dataclass
+class PreparedPoint:
+    """A validated point: uuid5 id, float vector and the payload with chunk_id and a string document_id."""
+    id: str
+    vector: list[float]
+    payload: dict
+
+
+class VectorStore(abc.ABC):
+    """What docqueue needs from a vector store; every backend passes tests/integration/test_qdrant.py."""
+
+    location: str = ""
+
+    def __init__(self, *, model_id: str, dim: int, lock_timeout_s: float | None = None,
                  upsert_batch: int | None = None):
         if dim < 1:
             raise ValueError(f"dim must be positive, got {dim}")
@@ -245,11 +336,138 @@ class VectorStore:
         if self.upsert_batch < 1:
             raise ValueError(f"upsert batch must be at least 1, got {self.upsert_batch}")
         self.scroll_page = SCROLL_PAGE
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(collection={self.collection!r}, location={self.location!r})"
+
+    def __enter__(self) -> "VectorStore":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    @abc.abstractmethod
+    def is_embedded(self) -> bool:
+        """True when the store lives in a folder that one process at a time may open."""
+
+    @abc.abstractmethod
+    def session(self):
+        """Context manager keeping embedded storage open across several operations (no-op for a server)."""
+
+    @abc.abstractmethod
+    def ensure_collection(self) -> None:
+        """Create the model's collection if missing; refuse one of another shape."""
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> int:
+        """Write points (retries overwrite, never duplicate); returns how many distinct chunks were written."""
+        prepared = {}
+        for point in points:
+            item = self._prepare(point)
+            prepared[item.id] = item
+        if not prepared:
+            return 0
+        self.write_prepared(list(prepared.values()))
+        return len(prepared)
+
+    @abc.abstractmethod
+    def write_prepared(self, points: list[PreparedPoint]) -> None:
+        """Upsert points already validated (or copied as they were), in batches of at most `upsert_batch`."""
+
+    @abc.abstractmethod
+    def delete_chunks(self, chunk_ids: Iterable[str]) -> None: ...
+
+    @abc.abstractmethod
+    def delete_document(self, document_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def count(self, document_id: str | None = None) -> int: ...
+
+    @abc.abstractmethod
+    def chunk_ids(self, document_id: str | None = None) -> set[str]:
+        """Every stored chunk_id (of one document), read page by page; for verification."""
+
+    def search(self, vector, limit: int = 5, *, document_id: str | None = None,
+               exclude_document_ids: Sequence[str] = ()) -> list[SearchHit]:
+        if not 1 <= limit <= MAX_SEARCH_LIMIT:
+            raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if query.shape[0] != self.dim:
+            raise VectorStoreError(f"query vector has {query.shape[0]} dims, expected {self.dim}")
+        return self._search(query.tolist(), limit, None if document_id is None else str(document_id),
+                            [str(d) for d in exclude_document_ids])
+
+    @abc.abstractmethod
+    def _search(self, query: list[float], limit: int, document_id: str | None,
+                exclude_document_ids: list[str]) -> list[SearchHit]: ...
+
+    def optimize(self) -> bool:
+        """Build pending indexes now; True when something was built. Servers index in the background."""
+        return False
+
+    def close(self) -> None:
+        """Release network clients; embedded folders are released after every operation anyway."""
+
+    def _prepare(self, point: ChunkPoint) -> PreparedPoint:
+        vector = np.asarray(point.vector, dtype=np.float32).reshape(-1)
+        if vector.shape[0] != self.dim:
+            raise VectorStoreError(f"chunk {point.chunk_id}: vector has {vector.shape[0]} dims, expected {self.dim}")
+        if not np.isfinite(vector).all() or not vector.any():
+            raise VectorStoreError(f"chunk {point.chunk_id}: vector is zero or not finite")
+        missing = [key for key in REQUIRED_PAYLOAD if not point.payload.get(key)]
+        if missing:
+            raise VectorStoreError(f"chunk {point.chunk_id}: payload lacks {missing}")
+        payload = {**point.payload, "chunk_id": point.chunk_id}
+        payload["document_id"] = str(payload["document_id"])
+        return PreparedPoint(point_id(point.chunk_id), vector.tolist(), payload)
+
+
+def hits_from(points) -> list[SearchHit]:
+    return [SearchHit(score=float(point.score), chunk_id=str((point.payload or {}).get("chunk_id", "")),
+                      payload=dict(point.payload or {})) for point in points]
+
+
+# --------------------------------------------------------------------------- qdrant-client backend
+
+
+def open_waiting_for_outsiders(open_once, busy, folder: Path, deadline: float, timeout_s: float):
+    """Call `open_once` until it stops failing with an error `busy` recognises: a holder of the folder that does
+    not take docqueue's lock file."""
+    delay = 0.05
+    while True:
+        try:
+            return open_once()
+        except Exception as exc:
+            if not busy(exc):
+                raise
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise QdrantStorageBusy(
+                    f"embedded Qdrant storage {folder} is held by a client outside docqueue for more than "
+                    f"{timeout_s:g}s (DOCQUEUE_QDRANT_LOCK_TIMEOUT)") from None
+            time.sleep(min(remaining, delay))
+            delay = min(delay * 2, 0.5)
+
+
+def _open_local_client(folder: Path, deadline: float, timeout_s: float) -> QdrantClient:
+    folder.mkdir(parents=True, exist_ok=True)
+    return open_waiting_for_outsiders(
+        lambda: QdrantClient(path=str(folder)),
+        lambda exc: isinstance(exc, RuntimeError) and "already accessed" in str(exc), folder, deadline, timeout_s)
+
+
+class ClientVectorStore(VectorStore):
+    """qdrant-client: a server at `url`, or local mode in the folder `path` (migration and tests only)."""
+
+    def __init__(self, *, url: str | None, path: str | None = None, api_key: str | None = None, model_id: str,
+                 dim: int, lock_timeout_s: float | None = None, request_timeout_s: float | None = None,
+                 upsert_batch: int | None = None):
+        super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch)
         self._remote: QdrantClient | None = None
         self._local: _LocalFolder | None = None
         self._ensured = False
         if url:
-            timeout = request_timeout_s or env.request_timeout_s
+            timeout = request_timeout_s or settings(VectorStoreConfig).request_timeout_s
             self.location = _safe_location(url)
             # no version probe here: building a store must not do network I/O
             self._remote = QdrantClient(url=url, api_key=api_key or None, timeout=max(1, math.ceil(timeout)),
@@ -257,20 +475,14 @@ class VectorStore:
         else:
             folder = Path(path).expanduser() if path else default_local_path()
             self.location = str(folder)
-            self._local = _local_folder(folder)
-
-    def __repr__(self) -> str:
-        return f"VectorStore(collection={self.collection!r}, location={self.location!r})"
+            self._local = local_folder(folder, _open_local_client)
 
     @property
     def is_embedded(self) -> bool:
         return self._local is not None
 
-    # ----------------------------------------------------------------- connections
-
     @contextmanager
-    def session(self) -> Iterator["VectorStore"]:
-        """Keep the embedded folder open across several operations (no-op for a server)."""
+    def session(self) -> Iterator["ClientVectorStore"]:
         if self._local is None:
             yield self
             return
@@ -290,14 +502,6 @@ class VectorStore:
             self._remote.close()
             self._remote = None
             self._ensured = False
-
-    def __enter__(self) -> "VectorStore":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    # ----------------------------------------------------------------- collection
 
     def ensure_collection(self) -> None:
         with self._client() as client:
@@ -333,35 +537,14 @@ class VectorStore:
     def _exists(self, client: QdrantClient) -> bool:
         return (self._ensured and self._remote is not None) or client.collection_exists(self.collection)
 
-    # ----------------------------------------------------------------- writes
-
-    def upsert(self, points: Sequence[ChunkPoint]) -> int:
-        """Write points (retries overwrite, never duplicate); returns how many distinct chunks were written."""
-        structs = {}
-        for point in points:
-            struct = self._to_struct(point)
-            structs[struct.id] = struct
-        if not structs:
-            return 0
-        batch = list(structs.values())
+    def write_prepared(self, points: list[PreparedPoint]) -> None:
+        if not points:
+            return
+        structs = [qm.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points]
         with self._client() as client:
             self._ensure(client)
-            for start in range(0, len(batch), self.upsert_batch):
-                client.upsert(self.collection, points=batch[start:start + self.upsert_batch], wait=True)
-        return len(batch)
-
-    def _to_struct(self, point: ChunkPoint) -> qm.PointStruct:
-        vector = np.asarray(point.vector, dtype=np.float32).reshape(-1)
-        if vector.shape[0] != self.dim:
-            raise VectorStoreError(f"chunk {point.chunk_id}: vector has {vector.shape[0]} dims, expected {self.dim}")
-        if not np.isfinite(vector).all() or not vector.any():
-            raise VectorStoreError(f"chunk {point.chunk_id}: vector is zero or not finite")
-        missing = [key for key in REQUIRED_PAYLOAD if not point.payload.get(key)]
-        if missing:
-            raise VectorStoreError(f"chunk {point.chunk_id}: payload lacks {missing}")
-        payload = {**point.payload, "chunk_id": point.chunk_id}
-        payload["document_id"] = str(payload["document_id"])
-        return qm.PointStruct(id=point_id(point.chunk_id), vector=vector.tolist(), payload=payload)
+            for start in range(0, len(structs), self.upsert_batch):
+                client.upsert(self.collection, points=structs[start:start + self.upsert_batch], wait=True)
 
     def delete_chunks(self, chunk_ids: Iterable[str]) -> None:
         ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
@@ -381,8 +564,6 @@ class VectorStore:
             selector = qm.FilterSelector(filter=_document_filter(document_id))
             client.delete(self.collection, points_selector=selector, wait=True)
 
-    # ----------------------------------------------------------------- reads
-
     def count(self, document_id: str | None = None) -> int:
         with self._client() as client:
             if not self._exists(client):
@@ -391,7 +572,6 @@ class VectorStore:
             return client.count(self.collection, count_filter=condition, exact=True).count
 
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
-        """Every stored chunk_id (of one document), read page by page; for verification."""
         found: set[str] = set()
         with self._client() as client:
             if not self._exists(client):
@@ -405,13 +585,7 @@ class VectorStore:
                 if offset is None:
                     return found
 
-    def search(self, vector, limit: int = 5, *, document_id: str | None = None,
-               exclude_document_ids: Sequence[str] = ()) -> list[SearchHit]:
-        if not 1 <= limit <= MAX_SEARCH_LIMIT:
-            raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if query.shape[0] != self.dim:
-            raise VectorStoreError(f"query vector has {query.shape[0]} dims, expected {self.dim}")
+    def _search(self, query, limit, document_id, exclude_document_ids) -> list[SearchHit]:
         with self._client() as client:
             if not self._exists(client):
                 return []
@@ -420,11 +594,10 @@ class VectorStore:
                 # versions being replaced (or not yet complete) stay out of the results
                 condition = condition or qm.Filter()
                 condition.must_not = [qm.FieldCondition(key="document_id",
-                                                        match=qm.MatchAny(any=[str(d) for d in exclude_document_ids]))]
-            response = client.query_points(self.collection, query=query.tolist(), limit=limit,
+                                                        match=qm.MatchAny(any=exclude_document_ids))]
+            response = client.query_points(self.collection, query=query, limit=limit,
                                            query_filter=condition, with_payload=True, with_vectors=False)
-        return [SearchHit(score=float(point.score), chunk_id=str((point.payload or {}).get("chunk_id", "")),
-                          payload=dict(point.payload or {})) for point in response.points]
+        return hits_from(response.points)
 
 
 def _document_filter(document_id: str) -> qm.Filter:
@@ -441,7 +614,7 @@ class QdrantResource(dg.ConfigurableResource):
     key would be shown in Dagster's run config.
     """
 
-    url: str | None = None  # DOCQUEUE_QDRANT_URL; empty -> embedded local storage
+    url: str | None = None  # DOCQUEUE_QDRANT_URL; empty -> embedded Qdrant Edge storage
     api_key: str | None = None  # DOCQUEUE_QDRANT_API_KEY
     path: str | None = None  # DOCQUEUE_QDRANT_PATH, default docqueue_home()/qdrant
     lock_timeout_s: float | None = None  # DOCQUEUE_QDRANT_LOCK_TIMEOUT, default 120
@@ -451,5 +624,17 @@ class QdrantResource(dg.ConfigurableResource):
         env = settings(VectorStoreConfig)
         url = self.url if self.url is not None else secret_value(env.url)
         api_key = self.api_key if self.api_key is not None else secret_value(env.api_key)
-        return VectorStore(url=url or None, path=self.path, api_key=api_key or None, model_id=model_id, dim=dim,
-                           lock_timeout_s=self.lock_timeout_s, request_timeout_s=self.request_timeout_s)
+        return open_vector_store(url=url or None, path=self.path, api_key=api_key or None, model_id=model_id,
+                                 dim=dim, lock_timeout_s=self.lock_timeout_s,
+                                 request_timeout_s=self.request_timeout_s)
+
+
+def open_vector_store(*, url: str | None, path: str | None, api_key: str | None, model_id: str, dim: int,
+                      lock_timeout_s: float | None = None, request_timeout_s: float | None = None) -> VectorStore:
+    """A server's store when `url` is set, else the embedded Qdrant Edge store in `path`."""
+    if url:
+        return ClientVectorStore(url=url, api_key=api_key, model_id=model_id, dim=dim,
+                                 lock_timeout_s=lock_timeout_s, request_timeout_s=request_timeout_s)
+    from resources.qdrant_edge import EdgeVectorStore
+
+    return EdgeVectorStore(path=path, model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s)

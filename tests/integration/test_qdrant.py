@@ -1,4 +1,9 @@
-"""Qdrant vector store on real qdrant-client embedded storage, with the real embedding model for search."""
+"""The vector store's contract, run on both backends with real storage and the real embedding model for search.
+
+`edge` is the embedded default (Qdrant Edge shards). `client` is qdrant-client's local mode: no Qdrant
+server can run here, and local mode speaks the same client API docqueue uses with a server, so it stands
+in for server mode.
+"""
 from __future__ import annotations
 
 import os
@@ -12,27 +17,48 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import qdrant_edge
 from qdrant_client import QdrantClient
 
 from processing.chunking import chunk_markdown
 from resources.embeddings import get_embedder
 from resources.qdrant import (
     ChunkPoint,
+    ClientVectorStore,
     QdrantResource,
     QdrantStorageBusy,
     VectorStore,
     VectorStoreError,
     collection_name,
     point_id,
+    release_lingering,
 )
+from resources.qdrant_edge import EdgeVectorStore
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "all-MiniLM-L6-v2-int8"
 DIM = 8
 
 
-def store_at(path: Path, dim: int = DIM, model_id: str = MODEL, **kwargs) -> VectorStore:
-    return VectorStore(url=None, path=str(path), api_key=None, model_id=model_id, dim=dim, **kwargs)
+BACKENDS = ("edge", "client")
+
+
+def build_store(backend: str, path: Path, dim: int = DIM, model_id: str = MODEL, **kwargs) -> VectorStore:
+    if backend == "edge":
+        return EdgeVectorStore(path=str(path), model_id=model_id, dim=dim, **kwargs)
+    return ClientVectorStore(url=None, path=str(path), model_id=model_id, dim=dim, **kwargs)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def store_at(backend):
+    def build(path: Path, dim: int = DIM, model_id: str = MODEL, **kwargs) -> VectorStore:
+        return build_store(backend, path, dim, model_id, **kwargs)
+    return build
 
 
 def random_points(document_id: str, count: int, *, seed: int = 0, prefix: str = "") -> list[ChunkPoint]:
@@ -58,7 +84,7 @@ def test_point_ids_are_stable_uuid5_and_collections_are_named_per_model():
         point_id("")
 
 
-def test_upserting_the_same_chunks_twice_does_not_duplicate(tmp_path):
+def test_upserting_the_same_chunks_twice_does_not_duplicate(store_at, tmp_path):
     store = store_at(tmp_path / "q")
     points = random_points("doc-a", 30)
     assert store.upsert(points) == 30
@@ -73,14 +99,14 @@ def test_upserting_the_same_chunks_twice_does_not_duplicate(tmp_path):
     assert hit.score == pytest.approx(1.0, abs=1e-5)
 
 
-def test_data_survives_reopening_the_folder_from_a_new_store(tmp_path):
+def test_data_survives_reopening_the_folder_from_a_new_store(store_at, tmp_path):
     store_at(tmp_path / "q").upsert(random_points("doc-a", 12))
     again = store_at(tmp_path / "q")
     assert again.count() == 12
     assert again.chunk_ids("doc-a") == {f"doc-a-{i:04d}" for i in range(12)}
 
 
-def test_delete_by_document_and_by_chunk(tmp_path):
+def test_delete_by_document_and_by_chunk(store_at, tmp_path):
     store = store_at(tmp_path / "q")
     store.upsert(random_points("doc-a", 10) + random_points("doc-b", 7, seed=1))
     assert (store.count(), store.count("doc-a"), store.count("doc-b")) == (17, 10, 7)
@@ -92,7 +118,7 @@ def test_delete_by_document_and_by_chunk(tmp_path):
     assert store.count() == 5
 
 
-def test_reads_and_deletes_on_a_missing_collection_are_empty_not_errors(tmp_path):
+def test_reads_and_deletes_on_a_missing_collection_are_empty_not_errors(store_at, tmp_path):
     store = store_at(tmp_path / "q")
     assert store.count() == 0
     assert store.chunk_ids() == set()
@@ -101,7 +127,7 @@ def test_reads_and_deletes_on_a_missing_collection_are_empty_not_errors(tmp_path
     store.delete_chunks(["y"])
 
 
-def test_chunk_ids_pages_through_more_than_one_scroll_page(tmp_path):
+def test_chunk_ids_pages_through_more_than_one_scroll_page(store_at, tmp_path):
     store = store_at(tmp_path / "q")
     store.scroll_page = 7
     store.upsert(random_points("doc-a", 40) + random_points("doc-b", 5, seed=1))
@@ -109,7 +135,7 @@ def test_chunk_ids_pages_through_more_than_one_scroll_page(tmp_path):
     assert len(store.chunk_ids()) == 45
 
 
-def test_bad_points_and_mismatched_collections_are_refused(tmp_path):
+def test_bad_points_and_mismatched_collections_are_refused(store_at, tmp_path):
     store = store_at(tmp_path / "q")
     good = random_points("doc-a", 1)[0]
     with pytest.raises(VectorStoreError, match="dims"):
@@ -127,7 +153,7 @@ def test_bad_points_and_mismatched_collections_are_refused(tmp_path):
         store_at(tmp_path / "q", dim=16).ensure_collection()
 
 
-def test_threads_of_one_process_share_the_folder(tmp_path):
+def test_threads_of_one_process_share_the_folder(store_at, tmp_path):
     errors = []
 
     def write(document_id: str, seed: int) -> None:
@@ -150,10 +176,11 @@ def test_threads_of_one_process_share_the_folder(tmp_path):
 WRITER = textwrap.dedent("""
     import os, sys, time
     import numpy as np
-    from resources.qdrant import VectorStore, ChunkPoint
+    from resources.qdrant import ChunkPoint
+    from tests.integration.test_qdrant import build_store
 
-    path, name, go_file, batches = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    store = VectorStore(url=None, path=path, api_key=None, model_id="all-MiniLM-L6-v2-int8", dim=8)
+    path, name, go_file, batches, backend = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+    store = build_store(backend, path)
     while not os.path.exists(go_file):
         time.sleep(0.01)
     rng = np.random.default_rng(abs(hash(name)) % 1000)
@@ -178,9 +205,10 @@ def _spawn(args: list[str], env_extra: dict | None = None) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_two_processes_alternately_writing_the_same_folder_lose_nothing(tmp_path):
+def test_two_processes_alternately_writing_the_same_folder_lose_nothing(backend, store_at, tmp_path):
     folder, go_file, batches = tmp_path / "q", tmp_path / "go", 15
-    writers = [_spawn(["-c", WRITER, str(folder), name, str(go_file), str(batches)]) for name in ("alpha", "beta")]
+    writers = [_spawn(["-c", WRITER, str(folder), name, str(go_file), str(batches), backend])
+               for name in ("alpha", "beta")]
     time.sleep(0.5)  # both import and wait at the start line, so they really contend
     go_file.touch()
     outputs = [writer.communicate(timeout=180) for writer in writers]
@@ -198,17 +226,17 @@ def test_two_processes_alternately_writing_the_same_folder_lose_nothing(tmp_path
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from resources.qdrant import VectorStore
-    store = VectorStore(url=None, path=sys.argv[1], api_key=None, model_id="all-MiniLM-L6-v2-int8", dim=8)
+    from tests.integration.test_qdrant import build_store
+    store = build_store(sys.argv[3], sys.argv[1])
     with store.session():
         print("holding", flush=True)
         time.sleep(float(sys.argv[2]))
 """)
 
 
-def test_a_locked_folder_is_waited_for_then_reported_clearly(tmp_path):
+def test_a_locked_folder_is_waited_for_then_reported_clearly(backend, store_at, tmp_path):
     folder = tmp_path / "q"
-    holder = _spawn(["-c", HOLDER, str(folder), "4"])
+    holder = _spawn(["-c", HOLDER, str(folder), "4", backend])
     try:
         assert holder.stdout.readline().strip() == "holding"
         impatient = store_at(folder, lock_timeout_s=1)
@@ -226,11 +254,43 @@ def test_a_locked_folder_is_waited_for_then_reported_clearly(tmp_path):
         holder.communicate()
 
 
-def test_lock_timeout_comes_from_the_environment(tmp_path, monkeypatch):
+LINGERER = textwrap.dedent("""
+    import sys, time
+    from tests.integration.test_qdrant import build_store, random_points
+    store = build_store("edge", sys.argv[1], linger_s=60)
+    store.upsert(random_points("doc-a", 3))
+    store.upsert(random_points("doc-b", 2, seed=1))
+    print("written", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_lingering_edge_writer_hands_the_shard_over_when_another_process_asks(tmp_path):
+    folder = tmp_path / "q"
+    holder = _spawn(["-c", LINGERER, str(folder)])
+    try:
+        assert holder.stdout.readline().strip() == "written"
+        shard = folder / "edge" / collection_name(MODEL)
+        with pytest.raises(Exception, match="WouldBlock"):  # the writer still holds it, idle, between "batches"
+            qdrant_edge.EdgeShard.load(str(shard))
+        started = time.monotonic()
+        assert build_store("edge", folder, lock_timeout_s=20).count() == 5
+        assert time.monotonic() - started < 3, "the reader waited for the writer's linger instead of asking"
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+def test_lock_timeout_comes_from_the_environment(backend, store_at, tmp_path, monkeypatch):
     monkeypatch.setenv("DOCQUEUE_QDRANT_LOCK_TIMEOUT", "0.3")
     store = store_at(tmp_path / "q")
     assert store.lock_timeout_s == 0.3
-    outsider = QdrantClient(path=str(tmp_path / "q"))  # a client that knows nothing of docqueue's lock
+    if backend == "edge":
+        store.ensure_collection()
+        release_lingering()
+        outsider = qdrant_edge.EdgeShard.load(str(store.folder))  # knows nothing of docqueue's lock
+    else:
+        outsider = QdrantClient(path=str(tmp_path / "q"))
     try:
         started = time.monotonic()
         with pytest.raises(QdrantStorageBusy, match="outside docqueue"):
@@ -245,12 +305,13 @@ def test_resource_builds_stores_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCQUEUE_QDRANT_URL", "")
     monkeypatch.setenv("DOCQUEUE_QDRANT_PATH", str(tmp_path / "from-env"))
     store = QdrantResource().get_store(MODEL, DIM)
-    assert store.is_embedded and store.location == str(tmp_path / "from-env")
+    assert isinstance(store, EdgeVectorStore)
+    assert store.is_embedded and store.location == str((tmp_path / "from-env").resolve())
     assert store.collection == "docqueue_chunks__all_minilm_l6_v2_int8"
     monkeypatch.setenv("DOCQUEUE_QDRANT_URL", "https://user:hunter2@127.0.0.1:6333/")
     monkeypatch.setenv("DOCQUEUE_QDRANT_API_KEY", "sekrit-key")
     remote = QdrantResource().get_store(MODEL, DIM)
-    assert not remote.is_embedded
+    assert isinstance(remote, ClientVectorStore) and not remote.is_embedded
     assert "hunter2" not in repr(remote) and "sekrit-key" not in repr(remote)
     assert remote.location == "https://127.0.0.1:6333/"
     remote.close()
@@ -281,7 +342,7 @@ astronomers how fast a galaxy is receding as the universe expands.
 """
 
 
-def test_search_finds_the_document_a_phrase_comes_from(tmp_path):
+def test_search_finds_the_document_a_phrase_comes_from(store_at, tmp_path):
     embedder = get_embedder(MODEL)
     store = store_at(tmp_path / "q", dim=embedder.dim)
     points = []
@@ -310,7 +371,7 @@ def test_search_finds_the_document_a_phrase_comes_from(tmp_path):
     assert only_cooking and {hit.payload["document_id"] for hit in only_cooking} == {"doc-cooking"}
 
 
-def test_sessions_nest_across_stores_of_one_folder(tmp_path):
+def test_sessions_nest_across_stores_of_one_folder(store_at, tmp_path):
     cooking = store_at(tmp_path / "q", model_id="model-one")
     other = store_at(tmp_path / "q", model_id="model-two", lock_timeout_s=2)
     with cooking.session():

@@ -14,13 +14,13 @@ from tests.queue_support import build_document
 def pipeline(queue, tmp_path):
     from orchestration.pipeline import Pipeline
     from resources.embeddings import get_embedder
-    from resources.qdrant import VectorStore
+    from resources.qdrant_edge import EdgeVectorStore
     from resources.storage import LocalStorage
 
     embedder = get_embedder()
     return Pipeline(queue, storage=LocalStorage(tmp_path / "storage"), embedder=embedder,
-                    vector_store_factory=lambda model_id, dim: VectorStore(
-                        url=None, path=str(tmp_path / "qdrant"), api_key=None, model_id=model_id, dim=dim))
+                    vector_store_factory=lambda model_id, dim: EdgeVectorStore(
+                        path=str(tmp_path / "qdrant"), model_id=model_id, dim=dim))
 
 
 def test_an_embedding_batch_over_its_time_limit_fails_as_timeout_and_is_retried(queue, pipeline, monkeypatch, engine):

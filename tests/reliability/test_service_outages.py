@@ -73,12 +73,16 @@ def _ocr_pages(queue) -> dict:
 
 
 def _hold_qdrant_lock(folder) -> subprocess.Popen:
-    """Another process holding the embedded Qdrant folder (a long CLI command, a stuck run) until stdin closes."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Another process holding the embedded Qdrant shard (a long CLI command, a stuck run) until stdin closes."""
+    from resources.embeddings import DEFAULT_MODEL
+    from resources.qdrant import collection_name
+
+    lock = folder / "edge" / f"{collection_name(DEFAULT_MODEL)}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import portalocker, sys; h = open(sys.argv[1], 'a+'); "
          "portalocker.lock(h, portalocker.LockFlags.EXCLUSIVE); print('locked', flush=True); sys.stdin.read()",
-         str(folder / ".docqueue.lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+         str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
     return holder
 
