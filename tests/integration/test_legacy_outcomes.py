@@ -37,12 +37,12 @@ def pipeline(legacy, tmp_path):
     from resources.embeddings import get_embedder
     from resources.extraction import ExtractionResource
     from resources.ocr import OcrResource
-    from resources.qdrant import VectorStore
+    from resources.qdrant import open_vector_store
     from resources.storage import LocalStorage
 
     pipeline = Pipeline(legacy, storage=LocalStorage(tmp_path / "storage"), pdf=OcrResource().get_processor(),
                         embedder=get_embedder(), extractor=ExtractionResource().get_extractor(),
-                        vector_store_factory=lambda model_id, dim: VectorStore(
+                        vector_store_factory=lambda model_id, dim: open_vector_store(
                             url=None, path=str(tmp_path / "qdrant"), api_key=None, model_id=model_id, dim=dim))
     yield pipeline
     pipeline.close()
