@@ -48,16 +48,15 @@ def is_manual_run(tags: dict) -> bool:
 class EarlierAttempt:
     """Tasks of this range held by an earlier delivery of the same step (same run, another worker id): a Celery
     worker machine that died mid-step, whose message the broker handed to us, or a delivery still running. Its
-    tasks are waited for, never taken over, until they settle or their heartbeat goes stale; stale ones are then
-    released (the lost attempt counted, as the recovery schedule would) and claimed again."""
+    tasks are waited for, never taken over, while their holder heartbeats: a live holder finishes them, a dead
+    one's go stale and are released (the lost attempt counted, as the recovery schedule would) and claimed again.
+    Either way the wait ends, so the run ends only when its range is settled."""
 
     def __init__(self, queue: TaskQueue, kind: TaskKind, key_of_id: dict[str, str], run_prefix: str, worker_id: str):
         self.queue, self.kind, self.key_of_id = queue, kind, key_of_id
         self.run_prefix, self.worker_id = run_prefix, worker_id
-        settings = queue.settings
-        self.poll_s = max(0.5, min(settings.heartbeat_interval_s, 5.0))
-        self.patience_s = settings.stale_timeout_s + 3 * settings.heartbeat_interval_s
-        self.deadline: float | None = None
+        self.poll_s = max(0.5, min(queue.settings.heartbeat_interval_s, 5.0))
+        self.announced = False
 
     def holds(self, remaining: list[str], log=None) -> bool:
         """True (after one poll interval) while an earlier delivery still holds some of `remaining`."""
@@ -66,14 +65,11 @@ class EarlierAttempt:
                 and (row["worker_id"] or "").startswith(self.run_prefix) and row["worker_id"] != self.worker_id]
         if not held:
             return False
-        now = time.monotonic()
-        if self.deadline is None:
-            self.deadline = now + self.patience_s
-            if log:
-                log.info(f"{self.kind.name}: {len(held)} task(s) of this range are held by an earlier delivery of "
-                         f"this step; waiting up to {self.patience_s:.0f} s for them to settle or go stale")
-        if now > self.deadline:
-            return False
+        if log and not self.announced:
+            self.announced = True
+            log.info(f"{self.kind.name}: {len(held)} task(s) of this range are held by an earlier delivery of this "
+                     f"step; waiting until they settle or their heartbeat goes stale "
+                     f"({self.queue.settings.stale_timeout_s:g} s)")
         time.sleep(self.poll_s)
         self.queue.recover_stale()
         return True
