@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from resources.chunking import ChunkingError, chunk_markdown  # noqa: E402
+from processing.chunking import ChunkingError, chunk_markdown  # noqa: E402
 from resources.extraction import SpacyExtractor  # noqa: E402
 from resources.neo4j import resolve_aliases  # noqa: E402
 

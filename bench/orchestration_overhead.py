@@ -334,8 +334,6 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
 
 
 def parent_main(args) -> None:
-    from resources.bolt_server import BoltServer
-
     root = Path(tempfile.mkdtemp(prefix="docqueue-bench-orch-"))
     extra_env = {}
     if args.event_batch_size:
@@ -346,30 +344,39 @@ def parent_main(args) -> None:
     corpus = root / "corpus"
     make_corpus(corpus, args.documents, args.pages)
     load_before = os.getloadavg()
-    bolt_server = BoltServer(home=root / "bolt", port=free_port())
     rounds = []
+    with services(root, args.admin_url) as (bolt, databases):
+        for repeat in range(args.repeats):
+            # alternate the order: the machine is shared, and a later variant may meet a warmer page cache
+            order = ("plain", "dagster") if repeat % 2 == 0 else ("dagster", "plain")
+            rounds.append({v: run_variant(v, corpus, databases, bolt, root, extra_env,
+                                          args.dagster_async_commit and v == "dagster") for v in order})
+            for variant in order:
+                r = rounds[-1][variant]
+                print(f"round {repeat + 1} {variant:7s}: {r['seconds']:7.1f} s processing "
+                      f"(start-up {r['startup_s']:.1f} s, process {r['process_wall_s']:.1f} s) {r['outcome']}",
+                      flush=True)
+    report(args, rounds, load_before, os.getloadavg(), extra_env)
+
+
+@contextmanager
+def services(root: Path, admin_url: str | None):
+    """A Bolt server and a PostgreSQL to create databases on (both the bench's own); `root` is removed after."""
+    from resources.bolt_server import BoltServer
+
+    bolt_server = BoltServer(home=root / "bolt", port=free_port())
     try:
         bolt = {"uri": bolt_server.ensure_running(timeout_s=180), "user": bolt_server.user,
                 "password": bolt_server.password, "database": bolt_server.database}
-        with postgres(args.admin_url or os.environ.get("DOCQUEUE_TEST_PG_ADMIN_URL"), root) as admin_url:
-            databases = Databases(admin_url)
+        with postgres(admin_url or os.environ.get("DOCQUEUE_TEST_PG_ADMIN_URL"), root) as url:
+            databases = Databases(url)
             try:
-                for repeat in range(args.repeats):
-                    # alternate the order: the machine is shared, and a later variant may meet a warmer page cache
-                    order = ("plain", "dagster") if repeat % 2 == 0 else ("dagster", "plain")
-                    rounds.append({v: run_variant(v, corpus, databases, bolt, root, extra_env,
-                                                  args.dagster_async_commit and v == "dagster") for v in order})
-                    for variant in order:
-                        r = rounds[-1][variant]
-                        print(f"round {repeat + 1} {variant:7s}: {r['seconds']:7.1f} s processing "
-                              f"(start-up {r['startup_s']:.1f} s, process {r['process_wall_s']:.1f} s) {r['outcome']}",
-                              flush=True)
+                yield bolt, databases
             finally:
                 databases.drop_all()
     finally:
         bolt_server.stop()
         shutil.rmtree(root, ignore_errors=True)
-    report(args, rounds, load_before, os.getloadavg(), extra_env)
 
 
 def _median(values: list[float]) -> float:

@@ -821,6 +821,35 @@ def _port_free(port: int) -> bool:
 
 
 @main.command()
+@click.option("--broker", envvar="DOCQUEUE_BROKER_URL", default="", show_envvar=True,
+              help="the Celery broker: redis://host:6379/0 or amqp://user:pass@host//")
+@click.option("--queues", default="ocr,vector,graphrag,maintenance", show_default=True,
+              help="the phases whose steps this machine runs (comma-separated)")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="steps at once on this machine (one per core suits OCR and embedding)")
+@click.option("--name", default=None, help="the worker's name in Celery (default docqueue@<hostname>)")
+def worker(broker: str, queues: str, concurrency: int, name: str | None) -> None:
+    """A cluster worker: runs the steps Dagster's Celery executor sends (DOCQUEUE_EXECUTOR=celery)."""
+    from orchestration.cluster import (ClusterConfigError, celery_app, check_broker, check_worker_environment,
+                                       parse_queues, worker_argv)
+    from orchestration.environment import enable_event_batches
+
+    if not broker.strip():
+        raise CliError("a worker needs the broker: --broker URL or DOCQUEUE_BROKER_URL", EXIT_USAGE)
+    try:
+        check_worker_environment()
+        chosen = parse_queues(queues)
+        check_broker(broker)
+    except ClusterConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    # the definitions this worker loads build the same executor as the Dagster machine's
+    os.environ["DOCQUEUE_BROKER_URL"], os.environ["DOCQUEUE_EXECUTOR"] = broker, "celery"
+    enable_event_batches()
+    # dagster-celery's own queue carries any step without a phase tag
+    celery_app(broker).worker_main(worker_argv([*chosen, "dagster"], concurrency, name))
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def demo(as_json: bool) -> None:
     """The main job: sample PDFs (text, scanned, broken) processed end to end on the embedded services."""

@@ -10,6 +10,7 @@ import dagster as dg
 
 from orchestration.assets import all_assets
 from orchestration.checks import all_checks
+from orchestration.cluster import executor_from_env
 from orchestration.jobs import all_jobs
 from orchestration.schedules import all_schedules, maintenance_jobs
 from orchestration.sensors import all_sensors
@@ -42,4 +43,7 @@ defs = dg.Definitions(
     sensors=all_sensors,
     schedules=all_schedules,
     resources=build_resources(),
+    # DOCQUEUE_EXECUTOR=celery: every job's steps (the sensors' ranged runs, UI backfills of the implicit asset
+    # job, maintenance) run on Celery workers; unset, Dagster's default executor runs them in the run's process
+    executor=executor_from_env(),
 )

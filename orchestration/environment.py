@@ -5,10 +5,9 @@ run workers and CLI all agree without each probing for the server."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-from queue_db.config import docqueue_home
+from queue_db.config import ClusterConfig, docqueue_home, settings
 from queue_db.database_urls import database_url
 from orchestration.dagster_storage import dagster_database_url
 
@@ -26,12 +25,52 @@ def prepare_environment() -> dict[str, str]:
     home = Path(os.environ.get("DAGSTER_HOME") or docqueue_home() / "dagster")
     home.mkdir(parents=True, exist_ok=True)
     target = home / "dagster.yaml"
-    if INSTANCE_TEMPLATE.exists() and (not target.exists() or target.read_text() != INSTANCE_TEMPLATE.read_text()):
-        shutil.copyfile(INSTANCE_TEMPLATE, target)
+    wanted = instance_yaml()
+    if wanted is not None and (not target.exists() or target.read_text() != wanted):
+        target.write_text(wanted)
     os.environ["DAGSTER_HOME"] = str(home)
     enable_event_batches()
     return {"DOCQUEUE_HOME": str(docqueue_home()), "DAGSTER_HOME": str(home),
             "DOCQUEUE_DATABASE_URL": redact(queue_url), "DOCQUEUE_DAGSTER_PG_URL": redact(dagster_url)}
+
+
+INSTANCE_TEMPLATE_ENV, PHASE_LIMITS_ENV = "DOCQUEUE_DAGSTER_YAML", "DOCQUEUE_PHASE_RUN_LIMITS"
+
+
+def instance_yaml() -> str | None:
+    """The instance config written to DAGSTER_HOME: dagster.yaml (or DOCQUEUE_DAGSTER_YAML), its overall run cap
+    raised to the sum of DOCQUEUE_PHASE_RUN_LIMITS (`ocr=3,vector=2,graphrag=2`) when set. The per-phase limits
+    themselves are the phases' pool limits, kept in Dagster's storage (apply_phase_limits) and so shared by every
+    machine of a cluster; in cluster mode a run is one step on one Celery worker slot, so a phase's limit is the
+    number of worker slots it may hold at once."""
+    configured = settings(ClusterConfig).dagster_yaml.strip()
+    template = Path(configured or INSTANCE_TEMPLATE)
+    if not template.is_file():
+        if configured:
+            raise ValueError(f"{INSTANCE_TEMPLATE_ENV} names {template}, which is not a file")
+        return None
+    text = template.read_text()
+    limits = phase_run_limits()
+    if not limits:
+        return text
+    import yaml
+
+    config = yaml.safe_load(text)
+    runs = config.setdefault("concurrency", {}).setdefault("runs", {})
+    # the overall cap never hides a phase's own limit
+    runs["max_concurrent_runs"] = max(int(runs.get("max_concurrent_runs", 0)), sum(limits.values()))
+    return f"# written by docqueue from {template} with {PHASE_LIMITS_ENV}\n" + yaml.safe_dump(config, sort_keys=False)
+
+
+def phase_run_limits() -> dict[str, int]:
+    raw = settings(ClusterConfig).phase_run_limits.strip()
+    limits: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        phase, _, value = item.partition("=")
+        if not value.strip().isdigit() or int(value) < 1 or not phase.strip():
+            raise ValueError(f"{PHASE_LIMITS_ENV} takes phase=limit pairs such as `ocr=3,vector=2`, got {item!r}")
+        limits[phase.strip()] = int(value)
+    return limits
 
 
 # Events Dagster marks as one batch (a run's planned partitions, our per-partition materializations) are stored
@@ -65,4 +104,17 @@ def dagster_instance():
 
     prepare_environment()
     check_dagster_storage(os.environ["DOCQUEUE_DAGSTER_PG_URL"])
-    return dg.DagsterInstance.get()
+    instance = dg.DagsterInstance.get()
+    apply_phase_limits(instance)
+    return instance
+
+
+def apply_phase_limits(instance) -> dict[str, int]:
+    """Set each phase's pool limit from DOCQUEUE_PHASE_RUN_LIMITS in Dagster's storage (where `dagster instance
+    concurrency set` puts it); a pool left out keeps dagster.yaml's default of one. Returns what changed."""
+    changed = {}
+    for pool, limit in phase_run_limits().items():
+        if instance.event_log_storage.get_concurrency_info(pool).slot_count != limit:
+            instance.event_log_storage.set_concurrency_slots(pool, limit)
+            changed[pool] = limit
+    return changed

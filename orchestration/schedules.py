@@ -6,6 +6,7 @@ from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationC
 
 from orchestration.checks import checks_job
 from queue_db.config import DagsterConfig, QueueConfig, settings
+from orchestration.cluster import celery_queue_tags
 from orchestration.maintenance import nightly, recover
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
@@ -13,7 +14,8 @@ from resources.neo4j import Neo4jResource
 from resources.qdrant import QdrantResource
 
 
-@dg.op(pool="maintenance", description="Release tasks whose heartbeat went stale (counting the attempt) and bubble up.")
+@dg.op(pool="maintenance", tags=celery_queue_tags("maintenance"),
+       description="Release tasks whose heartbeat went stale (counting the attempt) and bubble up.")
 def recover_stale_tasks(context: OpExecutionContext, database: DatabaseResource) -> dg.Output[dict]:
     result = recover(database.get_queue())
     context.log.info(f"released {result['released_total']} stale task(s): {result['released']}")
@@ -21,7 +23,8 @@ def recover_stale_tasks(context: OpExecutionContext, database: DatabaseResource)
                                        **{f"released_{k}": v for k, v in result["released"].items()}})
 
 
-@dg.op(pool="maintenance", description="Recompute every parent status, release tasks of dead runs, verify Qdrant and the graph "
+@dg.op(pool="maintenance", tags=celery_queue_tags("maintenance"),
+       description="Recompute every parent status, release tasks of dead runs, verify Qdrant and the graph "
                    "against the queue and re-queue what is missing.")
 def reconcile_and_verify(context: OpExecutionContext, database: DatabaseResource, embeddings: EmbeddingResource,
                          qdrant: QdrantResource, neo4j: Neo4jResource) -> dg.Output[dict]:

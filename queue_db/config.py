@@ -283,9 +283,30 @@ class IntakeConfig(SettingsGroup):
     s3_timeout_s: float = _var(60.0, "DOCQUEUE_S3_TIMEOUT", "connect and read timeout per request (3 attempts)", gt=0)
 
 
+class ClusterConfig(SettingsGroup):
+    title: ClassVar[str] = "Several machines (Celery)"
+
+    executor: str = _var("", "DOCQUEUE_EXECUTOR", "`celery`: every run's steps go to Celery workers (cluster mode); "
+                         "unset: in the run's own process", shown="unset")
+    broker_url: Optional[SecretStr] = _var(None, "DOCQUEUE_BROKER_URL",
+                                           "the Celery broker, `redis://host:6379/0` or `amqp://user:pass@host//`",
+                                           shown="unset")
+    celery_backend: Optional[SecretStr] = _var(None, "DOCQUEUE_CELERY_BACKEND",
+                                               "where step results go; unset: the broker when it is Redis, else rpc",
+                                               shown="unset")
+    celery_visibility_timeout_s: float = _var(
+        3600.0, "DOCQUEUE_CELERY_VISIBILITY_TIMEOUT",
+        "seconds before Redis hands a step whose worker died to another worker", ge=1)
+    phase_run_limits: str = _var("", "DOCQUEUE_PHASE_RUN_LIMITS",
+                                 "`ocr=8,vector=4,graphrag=2`: each phase's pool limit (runs of it at once), kept in "
+                                 "Dagster's storage for every machine", shown="1 each")
+    dagster_yaml: str = _var("", "DOCQUEUE_DAGSTER_YAML", "another instance config to write to DAGSTER_HOME "
+                             "(e.g. deploy/k8s/dagster.yaml)", shown="the repository's `dagster.yaml`")
+
+
 ALL_GROUPS: tuple[type[SettingsGroup], ...] = (
     QueueConfig, DatabaseConfig, StorageConfig, EmbeddingConfig, VectorStoreConfig, GraphConfig, ExtractionConfig,
-    DagsterConfig, IntakeConfig)
+    DagsterConfig, IntakeConfig, ClusterConfig)
 
 G = TypeVar("G", bound=SettingsGroup)
 _CACHE: dict[type, tuple[tuple, SettingsGroup]] = {}

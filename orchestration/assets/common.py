@@ -45,13 +45,45 @@ def is_manual_run(tags: dict) -> bool:
     return not any(tag in tags for tag in AUTOMATED_RUN_TAGS)
 
 
+class EarlierAttempt:
+    """Tasks of this range held by an earlier delivery of the same step (same run, another worker id): a Celery
+    worker machine that died mid-step, whose message the broker handed to us, or a delivery still running. Its
+    tasks are waited for, never taken over, while their holder heartbeats: a live holder finishes them, a dead
+    one's go stale and are released (the lost attempt counted, as the recovery schedule would) and claimed again.
+    Either way the wait ends, so the run ends only when its range is settled."""
+
+    def __init__(self, queue: TaskQueue, kind: TaskKind, key_of_id: dict[str, str], run_prefix: str, worker_id: str):
+        self.queue, self.kind, self.key_of_id = queue, kind, key_of_id
+        self.run_prefix, self.worker_id = run_prefix, worker_id
+        self.poll_s = max(0.5, min(queue.settings.heartbeat_interval_s, 5.0))
+        self.announced = False
+
+    def holds(self, remaining: list[str], log=None) -> bool:
+        """True (after one poll interval) while an earlier delivery still holds some of `remaining`."""
+        rows = rows_for_keys(self.queue.engine, self.kind, [self.key_of_id[i] for i in remaining])
+        held = [key for key, row in rows.items() if row["status"] == "processing"
+                and (row["worker_id"] or "").startswith(self.run_prefix) and row["worker_id"] != self.worker_id]
+        if not held:
+            return False
+        if log and not self.announced:
+            self.announced = True
+            log.info(f"{self.kind.name}: {len(held)} task(s) of this range are held by an earlier delivery of this "
+                     f"step; waiting until they settle or their heartbeat goes stale "
+                     f"({self.queue.settings.stale_timeout_s:g} s)")
+        time.sleep(self.poll_s)
+        self.queue.recover_stale()
+        return True
+
+
 def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: list[str], worker_id: str, *,
-                 override_retry_limit: bool, log=None) -> RangeReport:
-    """Claim, heartbeat, process and settle the tasks behind `keys`. Dagster-free, so it is testable alone."""
+                 override_retry_limit: bool, log=None, run_prefix: str | None = None) -> RangeReport:
+    """Claim, heartbeat, process and settle the tasks behind `keys`. Dagster-free, so it is testable alone.
+    `run_prefix` (the worker-id prefix of this run) makes it wait for tasks an earlier delivery of the step holds."""
     started = time.perf_counter()
     report = RangeReport(kind.name, keys=len(keys))
     rows = rows_for_keys(queue.engine, kind, keys)
     key_of_id = {row["id"]: key for key, row in rows.items()}
+    earlier = EarlierAttempt(queue, kind, key_of_id, run_prefix, worker_id) if run_prefix else None
     remaining = [row["id"] for row in rows.values() if row["status"] != "completed"]
     report.already_completed = [key for key, row in rows.items() if row["status"] == "completed"]
     batch = CLAIM_BATCH[kind.name]
@@ -71,6 +103,8 @@ def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: lis
                 others = [i for i in remaining if i not in isolated]
                 tasks = queue.claim(kind, worker_id, batch, only_ids=others, override_retry_limit=override_retry_limit)
                 if not tasks:
+                    if earlier is not None and earlier.holds(remaining, log):
+                        continue
                     break
             claimed = [t["id"] for t in tasks]
             waits = {t["id"]: t.get("queue_wait_s") for t in tasks}
@@ -149,8 +183,10 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
     """The body every task asset shares. `after(report)` runs once the tasks are settled (register children)."""
     keys = list(context.partition_keys)
     manual = is_manual_run(dict(context.run.tags))
-    worker_id = make_worker_id(f"run:{context.run.run_id}")
-    report = process_keys(queue, pipeline, kind, keys, worker_id, override_retry_limit=manual, log=context.log)
+    run_prefix = f"run:{context.run.run_id}:"
+    worker_id = make_worker_id(run_prefix[:-1])
+    report = process_keys(queue, pipeline, kind, keys, worker_id, override_retry_limit=manual, log=context.log,
+                          run_prefix=run_prefix)
     if after is not None:
         after(report)
     asset_key = context.asset_key

@@ -4,6 +4,7 @@ import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
 from queue_db.tasks import GRAPHRAG_CHUNK
+from orchestration.cluster import celery_queue_tags
 from orchestration.assets.common import materialize_range
 from orchestration.pipeline import Pipeline
 from orchestration.partitions import chunks_partitions
@@ -16,7 +17,8 @@ from resources.storage import StorageResource
 @dg.asset(
     name="graphrag_chunk", group_name="graphrag", partitions_def=chunks_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, kinds={"spacy", "neo4j"},
-    owners=["team:docqueue"], tags={"docqueue/phase": "graphrag"}, pool="graphrag", deps=["vector_chunk"],
+    owners=["team:docqueue"], tags={"docqueue/phase": "graphrag"},
+    pool="graphrag", op_tags=celery_queue_tags("graphrag"), deps=["vector_chunk"],
     description="Extracts entities and relationships from a chunk (spaCy offline, or an OpenAI-compatible LLM) and "
                 "MERGEs them into the graph: Document-Page-Chunk-MENTIONS-Entity, Entity-RELATED_TO-Entity. "
                 "Re-running a chunk changes nothing.",

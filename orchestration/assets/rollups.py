@@ -8,6 +8,7 @@ from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationC
 
 from queue_db.partitions import document_rollup, mark_rolled_up
 from orchestration.assets.common import is_manual_run, log_materializations
+from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import documents_partitions
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
@@ -48,7 +49,8 @@ def _rollup_asset(phase: str, name: str, upstream: str):
     spec = dict(
         name=name, group_name=phase, partitions_def=documents_partitions,
         backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, kinds={"postgres"},
-        owners=["team:docqueue"], tags={"docqueue/phase": phase}, pool=phase,
+        owners=["team:docqueue"], tags={"docqueue/phase": phase},
+        pool=phase, op_tags=celery_queue_tags(phase),
         deps=[dg.AssetDep(upstream, partition_mapping=dg.AllPartitionMapping())],
         description=f"Per document: the {phase} phase rolled up from its children (seed bubble-up rule), with the "
                     "document's figures. Materialized when the phase completed; failed when it failed."

@@ -50,11 +50,11 @@ query ($id: String!) {
 
 
 class BoltGate:
-    """A TCP relay in front of the Bolt server. `close()` is an outage as every client sees it (new connections
+    """A TCP relay in front of a server (the Bolt server here), listening on `host`. `close()` is an outage as every client sees it (new connections
     refused, open ones cut); `open()` serves again on the same port."""
 
-    def __init__(self, upstream: tuple[str, int]):
-        self.upstream, self.port = upstream, free_port()
+    def __init__(self, upstream: tuple[str, int], host: str = "127.0.0.1"):
+        self.upstream, self.host, self.port = upstream, host, free_port()
         self._listener: socket.socket | None = None
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -62,7 +62,7 @@ class BoltGate:
     def open(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener.bind((self.host, self.port))
         listener.listen(64)
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()

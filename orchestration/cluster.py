@@ -1,0 +1,166 @@
+"""Cluster mode: Dagster's Celery executor runs every step of every run on Celery workers on other machines.
+
+Switched on by the environment, never by code: `DOCQUEUE_EXECUTOR=celery` with `DOCQUEUE_BROKER_URL` (Redis or
+RabbitMQ) in the environment of the Dagster processes (webserver, daemon, code server: `docqueue ui` passes its
+own). The daemon launches the sensors' ranged runs as usual; each run's one step is sent to the broker, on the
+Celery queue of its phase (`ocr`, `vector`, `graphrag`, `maintenance`), and a `docqueue worker` that serves that
+queue executes it. The workers and the Dagster machine share nothing but PostgreSQL (queue and Dagster storage),
+the Bolt server, the vector store, the broker and the storage folder.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Iterable
+
+from queue_db.config import ClusterConfig, secret_value, settings
+
+EXECUTOR_ENV, BROKER_ENV, BACKEND_ENV = "DOCQUEUE_EXECUTOR", "DOCQUEUE_BROKER_URL", "DOCQUEUE_CELERY_BACKEND"
+# dagster-celery routes a step to the Celery queue named by this op tag
+CELERY_QUEUE_TAG = "dagster-celery/queue"
+PHASE_QUEUES = ("ocr", "vector", "graphrag", "maintenance")
+# what a worker needs to reach; unset, each would quietly fall back to an embedded server on the worker itself
+WORKER_REQUIRED_ENV = {
+    "DOCQUEUE_DATABASE_URL": "the queue's PostgreSQL",
+    "DOCQUEUE_DAGSTER_PG_URL": "Dagster's PostgreSQL storage",
+    "DOCQUEUE_NEO4J_URI": "the Bolt server",
+    "DOCQUEUE_STORAGE_DIR": "the shared storage folder",
+}
+
+
+class ClusterConfigError(ValueError):
+    """A cluster setting that is missing or wrong, said in one sentence."""
+
+
+def celery_queue_tags(phase: str) -> dict[str, str]:
+    """Op tags of an asset or op of `phase`: its step goes to that phase's Celery queue (ignored in-process)."""
+    assert phase in PHASE_QUEUES, phase
+    return {CELERY_QUEUE_TAG: phase}
+
+
+def executor_name() -> str:
+    name = settings(ClusterConfig).executor.strip().lower() or "in_process"
+    if name not in ("in_process", "celery"):
+        raise ClusterConfigError(f"{EXECUTOR_ENV} must be `celery` or unset, got {name!r}")
+    return name
+
+
+def broker_url() -> str:
+    url = (secret_value(settings(ClusterConfig).broker_url) or "").strip()
+    if not url:
+        raise ClusterConfigError(f"{EXECUTOR_ENV}=celery needs {BROKER_ENV} (redis://host:6379/0 or amqp://user:pass@host//)")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in ("redis", "rediss", "amqp", "amqps", "pyamqp"):
+        raise ClusterConfigError(f"{BROKER_ENV} must be a redis:// or amqp:// URL, got a {scheme}:// one")
+    return url
+
+
+def backend_url(broker: str) -> str:
+    """Where step results travel back: the broker itself (Redis) or RabbitMQ's reply queues (rpc://)."""
+    configured = (secret_value(settings(ClusterConfig).celery_backend) or "").strip()
+    if configured:
+        return configured
+    return broker if broker.lower().startswith(("redis://", "rediss://")) else "rpc://"
+
+
+def celery_settings() -> dict:
+    """The Celery app settings the executor sends with and every worker consumes with (they must agree).
+
+    A step is acknowledged only once it finished (acks_late): a worker machine that dies mid-step leaves its
+    message unacknowledged, and the broker hands it to another worker (RabbitMQ when the connection drops,
+    Redis after the visibility timeout). The step's queue tasks are fenced to their claimant, so the second
+    delivery can never write over the first (see orchestration.assets.common)."""
+    visibility = settings(ClusterConfig).celery_visibility_timeout_s
+    return {
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        # a worker takes one step at a time per slot: a prefetched step would wait behind a long one
+        "worker_prefetch_multiplier": 1,
+        "broker_connection_retry_on_startup": True,
+        "result_expires": 86400,
+        "broker_transport_options": {
+            "visibility_timeout": visibility,
+            # sweep for abandoned messages often enough that the visibility timeout is what counts
+            "unacked_restore_interval": max(1, min(10, int(visibility // 4))),
+            "unacked_restore_throttle": 1,
+            "max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
+        },
+    }
+
+
+def executor_from_env():
+    """The executor every job of the code location uses: Dagster's default (in-process) unless cluster mode is on."""
+    if executor_name() != "celery":
+        return None
+    try:
+        from dagster_celery import celery_executor
+    except ImportError:
+        raise ClusterConfigError(f"{EXECUTOR_ENV}=celery needs the cluster extra: pip install -e '.[cluster]'") from None
+    broker = broker_url()
+    # the URLs stay environment references: a broker password never enters the definitions or a run's config
+    backend = {"env": BACKEND_ENV} if settings(ClusterConfig).celery_backend is not None else (
+        {"env": BROKER_ENV} if backend_url(broker) == broker else "rpc://")
+    return celery_executor.configured({"broker": {"env": BROKER_ENV}, "backend": backend,
+                                       "config_source": celery_settings()}, name="docqueue_celery")
+
+
+def celery_app(broker: str):
+    """The Celery app of a worker: dagster-celery's, with the same settings the executor sends with."""
+    from dagster_celery.config import DEFAULT_CONFIG
+    from dagster_celery.make_app import make_app
+    from dagster_celery.tasks import create_task
+
+    app = make_app({"broker": broker, "backend": backend_url(broker), "include": [],
+                    "config_source": {**DEFAULT_CONFIG, **celery_settings()}})
+    # dagster-celery declares only its own queue; the phase queues are made on first use
+    app.conf.task_create_missing_queues = True
+    create_task(app)
+    return app
+
+
+def check_worker_environment(environ: dict | None = None) -> None:
+    environ = os.environ if environ is None else environ
+    missing = [f"{name} ({what})" for name, what in WORKER_REQUIRED_ENV.items() if not environ.get(name, "").strip()]
+    if not (environ.get("DOCQUEUE_QDRANT_URL", "").strip() or environ.get("DOCQUEUE_QDRANT_PATH", "").strip()):
+        missing.append("DOCQUEUE_QDRANT_URL or DOCQUEUE_QDRANT_PATH (the vector store)")
+    if missing:
+        raise ClusterConfigError("a worker uses the cluster's shared services, never embedded ones: set "
+                                 + ", ".join(missing))
+
+
+def check_broker(url: str, timeout_s: float = 10.0) -> None:
+    from kombu import Connection
+
+    try:
+        with Connection(url, connect_timeout=timeout_s) as connection:
+            connection.ensure_connection(max_retries=1, timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the broker is said in one sentence
+        raise ClusterConfigError(f"cannot reach the broker at {_redact(url)} ({_first_line(exc)}); "
+                                 f"check {BROKER_ENV} / --broker") from None
+
+
+def parse_queues(raw: str) -> list[str]:
+    queues = [q.strip() for q in raw.split(",") if q.strip()]
+    unknown = [q for q in queues if q not in PHASE_QUEUES]
+    if unknown or not queues:
+        raise ClusterConfigError(f"--queues takes a comma-separated list of {', '.join(PHASE_QUEUES)}; "
+                                 f"got {raw!r}")
+    return queues
+
+
+def worker_argv(queues: Iterable[str], concurrency: int, name: str | None, loglevel: str = "INFO") -> list[str]:
+    # prefork: a step that crashes its process (native code) takes only that slot down, and the slot is replaced
+    return ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", f"--queues={','.join(queues)}",
+            f"--hostname={name or 'docqueue@' + socket.gethostname()}", "--pool=prefork", "--without-mingle",
+            "--without-gossip"]
+
+
+def _redact(url: str) -> str:
+    from orchestration.environment import redact
+
+    return redact(url)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

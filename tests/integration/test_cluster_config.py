@@ -1,0 +1,87 @@
+"""Cluster configuration without a cluster: the executor chosen by the environment, the worker's refusals, the
+per-phase run limits sized by DOCQUEUE_PHASE_RUN_LIMITS, and the Kubernetes instance config
+(deploy/k8s/dagster.yaml) checked against Dagster's instance schema and dagster-k8s's K8sRunLauncher schema."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+K8S_INSTANCE = REPO_ROOT / "deploy" / "k8s" / "dagster.yaml"
+DOCQUEUE = Path(sys.executable).with_name("docqueue")
+
+
+def test_the_kubernetes_instance_config_passes_dagster_and_dagster_k8s_schemas(tmp_path, monkeypatch):
+    from dagster._config import process_config
+    from dagster._core.instance.config import dagster_instance_config
+    from dagster_k8s import K8sRunLauncher
+
+    monkeypatch.setenv("DOCQUEUE_DAGSTER_PG_URL", "postgresql://docqueue@db.internal/dagster")
+    monkeypatch.setenv("DOCQUEUE_DAGSTER_YAML", str(K8S_INSTANCE))
+    monkeypatch.delenv("DOCQUEUE_PHASE_RUN_LIMITS", raising=False)
+    from orchestration.environment import instance_yaml
+
+    (tmp_path / "dagster.yaml").write_text(instance_yaml())
+    config, _ = dagster_instance_config(str(tmp_path))  # raises on anything Dagster's schema refuses
+    launcher = config["run_launcher"]
+    assert (launcher["module"], launcher["class"]) == ("dagster_k8s", "K8sRunLauncher")
+    checked = process_config(K8sRunLauncher.config_type(), launcher["config"])
+    assert checked.success, [error.message for error in checked.errors]
+    assert checked.value["env_secrets"] == ["docqueue-services"]
+    # the same check refuses a misspelt field, so a broken file cannot pass
+    broken = process_config(K8sRunLauncher.config_type(), {**launcher["config"], "job_imag": "x"})
+    assert not broken.success
+    assert config["concurrency"]["pools"] == {"granularity": "run", "default_limit": 1}
+
+
+def test_phase_run_limits_scale_the_instance_config(monkeypatch):
+    from orchestration.environment import instance_yaml
+
+    monkeypatch.delenv("DOCQUEUE_DAGSTER_YAML", raising=False)
+    monkeypatch.setenv("DOCQUEUE_PHASE_RUN_LIMITS", "ocr=6, vector=4,graphrag=2")
+    config = yaml.safe_load(instance_yaml())
+    runs = config["concurrency"]["runs"]
+    assert runs["max_concurrent_runs"] >= 6 + 4 + 2
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    monkeypatch.setenv("DOCQUEUE_PHASE_RUN_LIMITS", "ocr=lots")
+    with pytest.raises(ValueError, match="DOCQUEUE_PHASE_RUN_LIMITS takes phase=limit pairs"):
+        instance_yaml()
+
+
+def test_the_executor_follows_the_environment(monkeypatch):
+    from orchestration.cluster import ClusterConfigError, celery_settings, executor_from_env
+
+    monkeypatch.delenv("DOCQUEUE_EXECUTOR", raising=False)
+    assert executor_from_env() is None
+    monkeypatch.setenv("DOCQUEUE_EXECUTOR", "celery")
+    monkeypatch.delenv("DOCQUEUE_BROKER_URL", raising=False)
+    with pytest.raises(ClusterConfigError, match="needs DOCQUEUE_BROKER_URL"):
+        executor_from_env()
+    monkeypatch.setenv("DOCQUEUE_BROKER_URL", "redis://:secret@broker.internal:6379/0")
+    executor = executor_from_env()
+    assert executor.name == "docqueue_celery"
+    # a step is acknowledged only when it finished, so a dead worker's step goes to another worker
+    assert celery_settings()["task_acks_late"] and celery_settings()["task_reject_on_worker_lost"]
+    monkeypatch.setenv("DOCQUEUE_EXECUTOR", "kubernetes")
+    with pytest.raises(ClusterConfigError, match="must be `celery` or unset"):
+        executor_from_env()
+
+
+def test_a_worker_without_the_cluster_services_refuses_in_one_sentence(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DOCQUEUE_HOME": str(tmp_path / "home")}
+    done = subprocess.run([str(DOCQUEUE), "worker", "--broker", "redis://127.0.0.1:1/0"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "DOCQUEUE_DATABASE_URL" in done.stderr and "DOCQUEUE_STORAGE_DIR" in done.stderr
+    env.update({"DOCQUEUE_DATABASE_URL": "postgresql://x@127.0.0.1:1/q", "DOCQUEUE_DAGSTER_PG_URL": "postgresql://x@127.0.0.1:1/d",
+                "DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1", "DOCQUEUE_STORAGE_DIR": str(tmp_path),
+                "DOCQUEUE_QDRANT_PATH": str(tmp_path / "qdrant")})
+    done = subprocess.run([str(DOCQUEUE), "worker", "--broker", "redis://127.0.0.1:1/0"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "cannot reach the broker at redis://127.0.0.1:1/0" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
