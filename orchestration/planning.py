@@ -16,7 +16,20 @@ from queue_db.tasks import TaskKind
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
-KIND_TAG, PHASE_TAG, BLOCK_TAG, POSITIONS_TAG = "docqueue/kind", "docqueue/phase", "docqueue/block", "docqueue/positions"
+KIND_TAG, PHASE_TAG = "docqueue/kind", "docqueue/phase"
+# where a run's range lies in the partition registration: `block:start-end` (what planning reads back to skip ranges
+# in flight; a person reads the range start and end keys instead)
+SPAN_TAG = "docqueue/span"
+
+
+def parse_span(tags: dict) -> tuple[int, int, int] | None:
+    """(block, start, end) from a run's tags; None when it has none or it is malformed."""
+    try:
+        block, positions = tags[SPAN_TAG].split(":")
+        start, end = positions.split("-")
+        return int(block), int(start), int(end)
+    except (KeyError, ValueError):
+        return None
 
 IN_FLIGHT_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                       dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
@@ -41,8 +54,7 @@ class PlannedRun:
     @property
     def tags(self) -> dict[str, str]:
         return {RANGE_START_TAG: self.start_key, RANGE_END_TAG: self.end_key, KIND_TAG: self.name,
-                PHASE_TAG: self.phase, BLOCK_TAG: str(self.block),
-                POSITIONS_TAG: f"{self.start_pos}-{self.end_pos}"}
+                PHASE_TAG: self.phase, SPAN_TAG: f"{self.block}:{self.start_pos}-{self.end_pos}"}
 
     @property
     def run_key(self) -> str:
@@ -55,11 +67,10 @@ def in_flight_positions(instance: dg.DagsterInstance, name: str) -> dict[int, li
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT_STATUSES, tags={KIND_TAG: name}))
     ranges: dict[int, list[tuple[int, int]]] = {}
     for run in runs:
-        try:
-            block = int(run.tags[BLOCK_TAG])
-            start, end = (int(p) for p in run.tags[POSITIONS_TAG].split("-"))
-        except (KeyError, ValueError):
+        span = parse_span(run.tags)
+        if span is None:
             continue
+        block, start, end = span
         ranges.setdefault(block, []).append((start, end))
     return ranges
 

@@ -31,9 +31,9 @@ from orchestration.planning import IN_FLIGHT_STATUSES, PlannedRun, in_flight_pos
 log = logging.getLogger(__name__)
 # the runs' events (failures included) go to the Dagster instance, where the UI shows them
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+# host:pid:start-time of the `docqueue run` process executing an in-process run: nobody else can end such a run
+# if that process dies, and the tag's presence marks the run as automated rather than a person's
 RUNNER_TAG = "docqueue/runner"
-# host:pid:start-time of the process executing an in-process run; nobody else can end such a run if it dies
-RUNNER_PROCESS_TAG = "docqueue/runner_process"
 # the UI's "Launched by" column reads Dagster's `user` tag: a CLI run says so instead of "Manually launched"
 LAUNCHER_TAG = "user"
 
@@ -97,8 +97,8 @@ def fail_abandoned_runs(instance: dg.DagsterInstance, between_runs: bool = False
     still in flight was abandoned too (its execution raised before the run's end could be recorded)."""
     me = this_process()
     failed = 0
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT_STATUSES, tags={RUNNER_TAG: "cli"})):
-        owner = run.tags.get(RUNNER_PROCESS_TAG)
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT_STATUSES)):
+        owner = run.tags.get(RUNNER_TAG)
         # a re-execution inherits its parent's tags but runs elsewhere: not ours to judge
         if owner and "dagster/parent_run_id" not in run.tags and ((between_runs and owner == me)
                                                                    or _process_gone(owner)):
@@ -127,8 +127,7 @@ def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, block_filter=None)
 
 def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun) -> bool:
     job = defs.resolve_job_def(job_name(run.name))
-    result = job.execute_in_process(instance=instance, tags={**run.tags, RUNNER_TAG: "cli",
-                                                             RUNNER_PROCESS_TAG: this_process(),
+    result = job.execute_in_process(instance=instance, tags={**run.tags, RUNNER_TAG: this_process(),
                                                              LAUNCHER_TAG: LAUNCHER},
                                     raise_on_error=False, run_config=QUIET_CONSOLE)
     return result.success

@@ -14,8 +14,8 @@ import pytest
 from queue_db.keys import chunk_partition_key
 from queue_db.partitions import rows_for_keys
 from queue_db.tasks import VECTOR_CHUNK, Level
-from orchestration.planning import (BLOCK_TAG, KIND_TAG, PHASE_TAG, POSITIONS_TAG, RANGE_END_TAG, RANGE_START_TAG,
-                                   in_flight_positions)
+from orchestration.planning import (KIND_TAG, PHASE_TAG, RANGE_END_TAG, RANGE_START_TAG, SPAN_TAG, in_flight_positions,
+                                   parse_span)
 from tests import pdf_factory as pf
 from tests.queue_support import build_document, chunk_all, expand, ocr_all, register
 
@@ -75,8 +75,12 @@ def chunk_keys(queue, where: str = "TRUE", args: dict | None = None) -> list[str
 
 
 def span(request: dg.RunRequest) -> tuple[int, int]:
-    start, end = request.tags[POSITIONS_TAG].split("-")
-    return int(start), int(end)
+    _, start, end = parse_span(request.tags)
+    return start, end
+
+
+def block(request: dg.RunRequest) -> int:
+    return parse_span(request.tags)[0]
 
 
 # ------------------------------------------------------------------------------------------------ run requests
@@ -92,7 +96,7 @@ def test_ready_chunks_are_registered_and_requested_as_batched_ranges(env, monkey
 
     assert instance.get_dynamic_partitions("chunks") == expected
     requests = result.run_requests
-    assert [r.tags[POSITIONS_TAG] for r in requests] == ["0-4", "5-9", "10-11"]
+    assert [span(r) for r in requests] == [(0, 4), (5, 9), (10, 11)]
     covered = []
     for request in requests:
         assert request.tags[KIND_TAG] == "vector_chunk" and request.tags[PHASE_TAG] == "vector"
@@ -102,7 +106,7 @@ def test_ready_chunks_are_registered_and_requested_as_batched_ranges(env, monkey
         assert keys == expected[start:end + 1]  # the Dagster range is exactly the planned positions
         covered += keys
     assert covered == expected
-    assert {r.tags[BLOCK_TAG] for r in requests} == {requests[0].tags[BLOCK_TAG]}  # registered as one block
+    assert {block(r) for r in requests} == {block(requests[0])}  # registered as one block
     with queue.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk WHERE partition_block IS NULL").scalar() == 0
 
@@ -130,7 +134,7 @@ def test_nothing_is_requested_twice_while_a_run_is_in_flight(env):
     # the daemon has not seen (it never launches a run key twice)
     instance.report_run_canceled(queued)
     again = tick(defs, instance, "vector_chunk_sensor").run_requests
-    assert [r.tags[POSITIONS_TAG] for r in again] == [first[0].tags[POSITIONS_TAG]]
+    assert [r.tags[SPAN_TAG] for r in again] == [first[0].tags[SPAN_TAG]]
     assert again[0].run_key is None or not instance.get_runs(
         filters=dg.RunsFilter(tags={RUN_KEY_TAG: again[0].run_key, "dagster/sensor_name": "vector_chunk_sensor"}))
 
@@ -149,7 +153,7 @@ def test_a_failed_attempt_is_requested_again_after_its_back_off(env):
     with queue.engine.begin() as conn:  # the back-off elapses
         conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_next_attempt_at = now() - interval '1 second'")
     retry = tick(defs, instance, "vector_chunk_sensor").run_requests
-    assert [r.tags[POSITIONS_TAG] for r in retry] == [request.tags[POSITIONS_TAG]]
+    assert [r.tags[SPAN_TAG] for r in retry] == [request.tags[SPAN_TAG]]
 
     # out of retries: a sensor never requests it again (a person can, with a backfill)
     with queue.engine.begin() as conn:
@@ -371,14 +375,14 @@ def test_a_tick_stays_bounded_on_a_million_chunks(env):
         queue_run(defs, instance, dg.RunRequest(tags={k: v for k, v in request.tags.items()
                                                       if k not in (RANGE_START_TAG, RANGE_END_TAG)}),
                   "vector_chunk_job")
-    assert len(in_flight_positions(instance, "vector_chunk")[int(first[0].tags[BLOCK_TAG])]) >= 1
+    assert len(in_flight_positions(instance, "vector_chunk")[block(first[0])]) >= 1
 
     started = time.perf_counter()
     second = tick(defs, instance, "vector_chunk_sensor").run_requests
     second_tick = time.perf_counter() - started
 
     def spans(requests):
-        return {(int(r.tags[BLOCK_TAG]), *span(r)) for r in requests}
+        return {(block(r), *span(r)) for r in requests}
 
     in_flight = spans(first)
     assert all(block >= first_block for block, _, _ in in_flight)
@@ -397,4 +401,4 @@ def test_a_tick_stays_bounded_on_a_million_chunks(env):
 def _keys_at(queue, request: dg.RunRequest) -> list[str]:
     start, end = span(request)
     return chunk_keys(queue, "c.partition_block = %(b)s AND c.partition_pos BETWEEN %(s)s AND %(e)s",
-                      {"b": int(request.tags[BLOCK_TAG]), "s": start, "e": end})
+                      {"b": block(request), "s": start, "e": end})
