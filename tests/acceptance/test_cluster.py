@@ -186,9 +186,8 @@ def _holders(queue) -> dict[str, set[str]]:
     """worker pid -> ids of the tasks it holds (`processing`) right now, across every kind."""
     held: dict[str, set[str]] = {}
     for kind in ALL_KINDS:
-        gate = "AND t.pages_created_at IS NULL" if kind.table == "documents" else ""
         for task_id, worker in _rows(queue, f"SELECT t.id::text, t.{kind.col('worker_id')} FROM {kind.table} t "
-                                            f"WHERE t.{kind.status} = 'processing' {gate}"):
+                                            f"WHERE {kind.held_sql('t')}"):
             if worker:
                 held.setdefault(worker.rsplit(":", 2)[-2], set()).add(f"{kind.name}:{task_id}")
     return held

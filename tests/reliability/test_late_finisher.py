@@ -8,6 +8,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from queue_db.queue import make_worker_id
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
 from tests import pdf_factory as pf
@@ -47,6 +49,13 @@ def _late_finisher_round(zygote, queue, pipeline, kind, tmp_path) -> dict:
     a.finish(120)
     result = json.loads(open(files["result"]).read())
     return {"claim": claim, "result": result, "worker_b": worker_b, "released_after_s": released_after}
+
+
+@pytest.fixture(autouse=True)
+def _shard_closed_between_writes(monkeypatch):
+    # worker A is frozen right after its write: an embedded shard still open in its linger window would stay
+    # locked until DOCQUEUE_QDRANT_LOCK_TIMEOUT, which is the lock's case, not the fence's this test is about
+    monkeypatch.setenv("DOCQUEUE_QDRANT_LINGER", "0")
 
 
 def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, zygote, tmp_path, say):

@@ -22,6 +22,10 @@ QUEUE, GRAPH, VECTORS = "queue", "graph", "vectors"
 COMMANDS = {
     "db upgrade": (lambda f: ["db", "upgrade"], {QUEUE}),
     "db stop": (lambda f: ["db", "stop"], set()),
+    "db status": (lambda f: ["db", "status"], {QUEUE}),
+    "priority": (lambda f: ["priority", f["document"], "5"], {QUEUE}),
+    # a cluster worker reaches the broker only; without one it refuses before anything else
+    "worker": (lambda f: ["worker"], set()),
     "ingest": (lambda f: ["ingest", f["note"]], {QUEUE}),
     "run": (lambda f: ["run", "--until-idle"], {QUEUE, GRAPH, VECTORS}),
     "status": (lambda f: ["status"], {QUEUE}),
