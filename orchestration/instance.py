@@ -26,7 +26,7 @@ So every URL given to these storages is pinned to ``postgresql+psycopg2``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -275,6 +275,19 @@ class PooledPostgresEventLogStorage(_PooledEngineMixin, PostgresEventLogStorage)
         if others:
             super().store_event_batch(others)
 
+    def delete_dynamic_partitions(self, partitions_def_name: str, partition_keys: Sequence[str]) -> None:
+        """Delete many keys of a dynamic partitions definition in one statement (the parent deletes one key
+        per call and connection use); absent keys are ignored, like the parent's."""
+        from dagster._core.storage.event_log.schema import DynamicPartitionsTable
+
+        if not partition_keys:
+            return
+        self._check_partitions_table()
+        with self.index_connection() as conn:
+            conn.execute(DynamicPartitionsTable.delete().where(
+                DynamicPartitionsTable.c.partitions_def_name == partitions_def_name,
+                DynamicPartitionsTable.c.partition.in_(list(partition_keys))))
+
     @classmethod
     def config_type(cls) -> UserConfigSchema:
         return {**pg_config(), **pool_config_schema()}
@@ -338,3 +351,14 @@ class PooledPostgresScheduleStorage(_PooledEngineMixin, PostgresScheduleStorage)
         cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
     ) -> PooledPostgresScheduleStorage:
         return cls(**_storage_kwargs(inst_data, config_value))
+
+
+def delete_dynamic_partitions(instance, partitions_def_name: str, partition_keys: Sequence[str]) -> None:
+    """Delete the keys from a dynamic partitions definition: one statement on docqueue's pooled event storage,
+    the instance's key-by-key `delete_dynamic_partition` on any other (a test's SQLite instance)."""
+    storage = instance.event_log_storage
+    if isinstance(storage, PooledPostgresEventLogStorage):
+        storage.delete_dynamic_partitions(partitions_def_name, partition_keys)
+        return
+    for key in partition_keys:
+        instance.delete_dynamic_partition(partitions_def_name, key)

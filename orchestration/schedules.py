@@ -8,6 +8,7 @@ from orchestration.checks import checks_job
 from queue_db.config import DagsterConfig, QueueConfig, settings
 from orchestration.cluster import celery_queue_tags
 from orchestration.maintenance import nightly, recover
+from orchestration.retention import retire_partitions
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
 from resources.neo4j import Neo4jResource
@@ -21,6 +22,15 @@ def recover_stale_tasks(context: OpExecutionContext, database: DatabaseResource)
     context.log.info(f"released {result['released_total']} stale task(s): {result['released']}")
     return dg.Output(result, metadata={"released_total": result["released_total"],
                                        **{f"released_{k}": v for k, v in result["released"].items()}})
+
+
+@dg.op(pool="maintenance", tags=celery_queue_tags("maintenance"),
+       description="Retire the Dagster partitions of pages and chunks completed longer ago than "
+                   "DOCQUEUE_PARTITION_RETENTION, or beyond DOCQUEUE_PARTITION_MAX_COMPLETED (one batch each).")
+def retire_completed_partitions(context: OpExecutionContext, database: DatabaseResource) -> dg.Output[dict]:
+    retired = retire_partitions(context.instance, database.get_queue().engine)
+    context.log.info(f"retired partitions: {retired}")
+    return dg.Output(retired, metadata={f"retired_{name}": n for name, n in retired.items()})
 
 
 @dg.op(pool="maintenance", tags=celery_queue_tags("maintenance"),
@@ -49,6 +59,7 @@ def reconcile_and_verify(context: OpExecutionContext, database: DatabaseResource
 @dg.job(name="recovery_job", tags={"docqueue/phase": "maintenance"})
 def recovery_job():
     recover_stale_tasks()
+    retire_completed_partitions()
 
 
 @dg.job(name="nightly_reconciliation_job", tags={"docqueue/phase": "maintenance"})

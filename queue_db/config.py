@@ -252,6 +252,23 @@ class DagsterConfig(SettingsGroup):
                                       ge=1)
     max_keys_graphrag_chunk: int = _var(1000, "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK",
                                         "partitions per GRAPHRAG_CHUNK run", ge=1)
+    # Dagster loads every key of a partitions definition to resolve a ranged run: the live set is kept bounded
+    partition_retention_s: float = _var(
+        7 * 86400.0, "DOCQUEUE_PARTITION_RETENTION", "how long the Dagster partition of a completed page or chunk "
+        "stays (`90m`, `12h`, `7d`; a bare number is seconds); the queue keeps the task", shown="`7d`")
+    partition_max_completed: int = _var(10_000, "DOCQUEUE_PARTITION_MAX_COMPLETED",
+                                        "completed page or chunk partitions kept live per definition, newest first",
+                                        ge=0)
+    partition_retire_batch: int = _var(5000, "DOCQUEUE_PARTITION_RETIRE_BATCH",
+                                       "partitions retired per definition per recovery run", ge=1)
+    verify_page: int = _var(1000, "DOCQUEUE_VERIFY_PAGE",
+                            "chunk ids verify, the nightly run and the asset checks read from a store at a time",
+                            ge=1)
+
+    @field_validator("partition_retention_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
 
     @field_validator("nightly_cron", "checks_cron")
     @classmethod
@@ -262,6 +279,26 @@ class DagsterConfig(SettingsGroup):
 
     def max_keys_per_run(self, kind_name: str) -> int:
         return getattr(self, f"max_keys_{kind_name.lower()}")
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds in `value`: a number of seconds, or a number with a unit (s, m, h, d, w), e.g. `7d`, `36h`."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        unit = _DURATION_UNITS.get(text[-1:], None) if text else None
+        number = text[:-1] if unit is not None else text
+        try:
+            seconds = float(number) * (unit or 1)
+        except ValueError:
+            raise ValueError(f"must be a duration such as 7d, 12h, 90m or 3600, got {value!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"must be a duration of 0 or more, got {value!r}")
+    return seconds
 
 
 class IntakeConfig(SettingsGroup):

@@ -1,0 +1,75 @@
+"""Which page and chunk partitions may leave Dagster, and the mark that says they left (no Dagster here).
+
+A page or chunk whose phases all completed is retirable once it completed more than the retention ago, or once
+more than `max_completed` newer completed ones are live. Failed and pending tasks are never retirable, so they
+stay backfillable. Rows are found oldest first through the partial indexes idx_tqp_retirable / idx_tqc_retirable
+(migration 0020), a batch at a time; the queue rows keep their whole history. A retired task put back to work
+gets its partition again: the 0020 trigger clears its block, and the sensors register its key anew.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+
+import sqlalchemy as sa
+
+from .partitions import _KEY_SELECT, TABLE, key_of
+from .tasks import Level
+
+# the expression and predicate of each level's partial index, written exactly as in migration 0020
+DONE_AT = {Level.PAGE: "GREATEST(t.ocr_completed_at, t.vector_completed_at, t.graphrag_completed_at)",
+           Level.CHUNK: "GREATEST(t.vector_completed_at, t.graphrag_completed_at)"}
+_LIVE_COMPLETED = {
+    Level.PAGE: "t.ocr_status = 'completed' AND t.vector_status = 'completed' AND t.graphrag_status = 'completed' "
+                "AND t.partition_block IS NOT NULL AND t.partition_retired_at IS NULL",
+    Level.CHUNK: "t.vector_status = 'completed' AND t.graphrag_status = 'completed' "
+                 "AND t.partition_block IS NOT NULL AND t.partition_retired_at IS NULL",
+}
+RETIRABLE_LEVELS = (Level.PAGE, Level.CHUNK)
+
+
+def retire_before(conn: sa.Connection, level: Level, retention_s: float, max_completed: int) -> datetime:
+    """The completion time before which a live completed partition of `level` is retired: the retention's
+    cut-off, or later when more than `max_completed` completed partitions are live (reads at most
+    max_completed + 1 index entries)."""
+    cutoff = datetime.now(timezone.utc) - timedelta(seconds=retention_s)
+    beyond_max = conn.exec_driver_sql(
+        f"""SELECT {DONE_AT[level]} FROM {TABLE[level]} t WHERE {_LIVE_COMPLETED[level]}
+            ORDER BY {DONE_AT[level]} DESC OFFSET %(n)s LIMIT 1""", {"n": max_completed}).scalar()
+    if beyond_max is not None:
+        # the (max_completed + 1)-th newest goes, with everything older
+        cutoff = max(cutoff, beyond_max + timedelta(microseconds=1))
+    return cutoff
+
+
+def retire_batch(engine: sa.Engine, level: Level, retention_s: float, max_completed: int, batch: int,
+                 delete_keys: Callable[[Sequence[str]], None]) -> int:
+    """Retire up to `batch` partitions of `level`, oldest first: mark the rows, call `delete_keys` with their
+    partition keys, and commit the marks only once the keys are gone. The marked rows stay locked until then,
+    so a task put back to work meanwhile waits, and then finds its row retired and has its partition registered
+    again. Returns how many partitions were retired."""
+    select, joins = _KEY_SELECT[level]
+    with engine.begin() as conn:
+        before = retire_before(conn, level, retention_s, max_completed)
+        rows = conn.exec_driver_sql(
+            f"""WITH due AS (
+                    SELECT t.id FROM {TABLE[level]} t
+                    WHERE {_LIVE_COMPLETED[level]} AND {DONE_AT[level]} < %(before)s
+                    ORDER BY {DONE_AT[level]} LIMIT %(n)s
+                    FOR NO KEY UPDATE SKIP LOCKED),
+                marked AS (
+                    UPDATE {TABLE[level]} t SET partition_retired_at = now()
+                    FROM due WHERE t.id = due.id
+                    RETURNING t.*)
+                SELECT {select} FROM marked t {joins}""",
+            {"before": before, "n": batch}).mappings().all()
+        if rows:
+            delete_keys([key_of(level, row) for row in rows])
+    return len(rows)
+
+
+def live_completed(engine: sa.Engine, level: Level) -> int:
+    """How many completed partitions of `level` are live (tests and benchmarks; linear in that number)."""
+    with engine.connect() as conn:
+        return conn.exec_driver_sql(
+            f"SELECT count(*) FROM {TABLE[level]} t WHERE {_LIVE_COMPLETED[level]}").scalar()
