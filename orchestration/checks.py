@@ -3,7 +3,7 @@
 import dagster as dg
 
 from queue_db.inspection import stuck_counts
-from orchestration.verify import completed_chunks
+from orchestration.verify import verify_stores
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
 from resources.neo4j import Neo4jResource
@@ -26,7 +26,8 @@ def parents_agree_with_children(database: DatabaseResource) -> dg.AssetCheckResu
 
 
 @dg.asset_check(pool="maintenance", asset="vector_chunk", name="vectors_agree_with_queue", blocking=False,
-                description="Each completed vector chunk has exactly one Qdrant point and no point lacks a chunk.")
+                description="Each completed vector chunk has exactly one Qdrant point and no point lacks a chunk "
+                            "(both streamed, DOCQUEUE_VERIFY_PAGE ids at a time).")
 def vectors_agree_with_queue(database: DatabaseResource, embeddings: EmbeddingResource,
                              qdrant: QdrantResource) -> dg.AssetCheckResult:
     queue = database.get_queue()
@@ -34,13 +35,14 @@ def vectors_agree_with_queue(database: DatabaseResource, embeddings: EmbeddingRe
     store = qdrant.get_store(embedder.model_id, embedder.dim)
     try:
         store.ensure_collection()
-        points = store.chunk_ids()
+        report = verify_stores(queue, vector_store=store)
     finally:
         store.close()
-    done = set(completed_chunks(queue, "vector"))
-    missing, extra = len(done - points), len(points - done)
+    missing, unknown = len(report.chunks_without_point), len(report.points_without_chunk)
+    extra = unknown + report.points_of_unfinished_chunks
     return dg.AssetCheckResult(passed=missing == 0 and extra == 0, metadata={
-        "completed_chunks": len(done), "points": len(points), "missing_points": missing, "points_not_completed": extra})
+        "completed_chunks": report.completed_vector_chunks, "points": report.points, "missing_points": missing,
+        "points_not_completed": extra})
 
 
 @dg.asset_check(pool="maintenance", asset="graphrag_chunk", name="graph_agrees_with_queue", blocking=False,
@@ -49,15 +51,14 @@ def graph_agrees_with_queue(database: DatabaseResource, neo4j: Neo4jResource) ->
     queue = database.get_queue()
     graph = neo4j.get_store()
     try:
-        written = graph.chunk_ids_with_writes()
-        duplicates = graph.duplicate_entities()
+        report = verify_stores(queue, graph_store=graph)
     finally:
         graph.close()
-    done = set(completed_chunks(queue, "graphrag"))
-    missing = len(done - written)
-    return dg.AssetCheckResult(passed=missing == 0 and not duplicates, metadata={
-        "completed_chunks": len(done), "chunks_with_writes": len(written), "missing": missing,
-        "duplicate_entities": len(duplicates)})
+    missing = len(report.chunks_without_graph)
+    return dg.AssetCheckResult(passed=missing == 0 and not report.duplicate_entities, metadata={
+        "completed_chunks": report.completed_graph_chunks,
+        "chunks_with_writes": report.completed_graph_chunks - missing, "missing": missing,
+        "duplicate_entities": len(report.duplicate_entities)})
 
 
 all_checks = [no_task_stuck_in_processing, parents_agree_with_children, vectors_agree_with_queue,

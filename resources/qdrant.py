@@ -387,6 +387,15 @@ class VectorStore(abc.ABC):
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
         """Every stored chunk_id (of one document), read page by page; for verification."""
 
+    @abc.abstractmethod
+    def chunk_id_pages(self, page_size: int) -> Iterator[list[str]]:
+        """Every stored chunk_id, `page_size` at a time in point-id order (keyset pagination): verification
+        streams the store without holding it in memory, and an embedded shard is taken for one page at a time."""
+
+    @abc.abstractmethod
+    def present_chunk_ids(self, chunk_ids: Sequence[str]) -> set[str]:
+        """Those of `chunk_ids` that have a point (one lookup by point id per call)."""
+
     def search(self, vector, limit: int = 5, *, document_id: str | None = None,
                exclude_document_ids: Sequence[str] = ()) -> list[SearchHit]:
         if not 1 <= limit <= MAX_SEARCH_LIMIT:
@@ -584,6 +593,30 @@ class ClientVectorStore(VectorStore):
                 found.update(record.payload["chunk_id"] for record in records if record.payload)
                 if offset is None:
                     return found
+
+    def chunk_id_pages(self, page_size: int) -> Iterator[list[str]]:
+        offset = None
+        while True:
+            with self._client() as client:
+                if not self._exists(client):
+                    return
+                records, offset = client.scroll(self.collection, limit=page_size, offset=offset,
+                                                with_payload=["chunk_id"], with_vectors=False)
+            page = [record.payload["chunk_id"] for record in records if record.payload]
+            if page:
+                yield page
+            if offset is None:
+                return
+
+    def present_chunk_ids(self, chunk_ids: Sequence[str]) -> set[str]:
+        if not chunk_ids:
+            return set()
+        with self._client() as client:
+            if not self._exists(client):
+                return set()
+            records = client.retrieve(self.collection, ids=[point_id(c) for c in chunk_ids],
+                                      with_payload=["chunk_id"], with_vectors=False)
+        return {record.payload["chunk_id"] for record in records if record.payload}
 
     def _search(self, query, limit, document_id, exclude_document_ids) -> list[SearchHit]:
         with self._client() as client:

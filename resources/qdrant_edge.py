@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import qdrant_edge as qe
 
@@ -182,6 +182,30 @@ class EdgeVectorStore(VectorStore):
                 found.update(record.payload["chunk_id"] for record in records if record.payload)
                 if offset is None:
                     return found
+
+    def chunk_id_pages(self, page_size: int) -> Iterator[list[str]]:
+        offset = None
+        while True:
+            # the shard is taken per page, so runs waiting to write get their turn during a long verification
+            with self._existing() as shard:
+                if shard is None:
+                    return
+                records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=page_size,
+                                                                with_payload=["chunk_id"], with_vector=False))
+            page = [record.payload["chunk_id"] for record in records if record.payload]
+            if page:
+                yield page
+            if offset is None:
+                return
+
+    def present_chunk_ids(self, chunk_ids: Sequence[str]) -> set[str]:
+        if not chunk_ids:
+            return set()
+        with self._existing() as shard:
+            if shard is None:
+                return set()
+            records = shard.retrieve([point_id(c) for c in chunk_ids], ["chunk_id"], False)
+        return {record.payload["chunk_id"] for record in records if record.payload}
 
     def _search(self, query, limit, document_id, exclude_document_ids) -> list[SearchHit]:
         must = [qe.FieldCondition(key="document_id", match=qe.MatchValue(document_id))] if document_id else None
