@@ -599,6 +599,10 @@ CASE
     ELSE 1
 END), retry_count, created_at) WHERE ((pages_created_at IS NULL) AND ((ocr_status = 'pending'::public.task_status) OR ((ocr_status = 'failed'::public.task_status) AND (retry_count < max_retries))));
 
+-- INDEX: idx_documents_graphrag_rollup
+
+CREATE INDEX idx_documents_graphrag_rollup ON public.documents USING btree (priority DESC, updated_at) WHERE ((partition_block IS NOT NULL) AND (graphrag_index_status = ANY (ARRAY['completed'::public.task_status, 'failed'::public.task_status])) AND ((graphrag_rollup_at IS NULL) OR (graphrag_rollup_at < COALESCE(graphrag_completed_at, updated_at))));
+
 -- INDEX: idx_documents_heartbeat
 
 CREATE INDEX idx_documents_heartbeat ON public.documents USING btree (last_heartbeat) WHERE ((ocr_status = 'processing'::public.task_status) AND (pages_created_at IS NULL));
@@ -606,6 +610,10 @@ CREATE INDEX idx_documents_heartbeat ON public.documents USING btree (last_heart
 -- INDEX: idx_documents_listing
 
 CREATE INDEX idx_documents_listing ON public.documents USING btree (created_at, id);
+
+-- INDEX: idx_documents_ocr_rollup
+
+CREATE INDEX idx_documents_ocr_rollup ON public.documents USING btree (priority DESC, updated_at) WHERE ((partition_block IS NOT NULL) AND (ocr_status = ANY (ARRAY['completed'::public.task_status, 'failed'::public.task_status])) AND ((ocr_rollup_at IS NULL) OR (ocr_rollup_at < COALESCE(ocr_completed_at, updated_at))));
 
 -- INDEX: idx_documents_source_path
 
@@ -618,6 +626,10 @@ CREATE INDEX idx_documents_supersedes ON public.documents USING btree (supersede
 -- INDEX: idx_documents_unregistered
 
 CREATE INDEX idx_documents_unregistered ON public.documents USING btree (created_at) WHERE (partition_block IS NULL);
+
+-- INDEX: idx_documents_vector_rollup
+
+CREATE INDEX idx_documents_vector_rollup ON public.documents USING btree (priority DESC, updated_at) WHERE ((partition_block IS NOT NULL) AND (vector_index_status = ANY (ARRAY['completed'::public.task_status, 'failed'::public.task_status])) AND ((vector_rollup_at IS NULL) OR (vector_rollup_at < COALESCE(vector_completed_at, updated_at))));
 
 -- INDEX: idx_tqc_document
 

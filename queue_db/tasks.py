@@ -165,8 +165,11 @@ VECTOR_PAGE = TaskKind(
 )
 VECTOR_CHUNK = TaskKind(
     name="vector_chunk", phase=Phase.VECTOR, level=Level.CHUNK, table="task_queue_chunk", prefix="vector",
-    # seed: "only where parent page OCR is completed"
-    ready_sql="EXISTS (SELECT 1 FROM task_queue_page gate WHERE gate.id = t.page_id AND gate.ocr_status = 'completed')",
+    # seed: "only where parent page OCR is completed". OFFSET 0 keeps the gate a probe of the page's primary key
+    # per chunk row: without it the planner may hash every OCR-completed page once (a whole-table scan of the page
+    # table) wherever the gate sits inside an OR, as in work_left_sql (tests/integration/test_tick_plans.py)
+    ready_sql="EXISTS (SELECT 1 FROM task_queue_page gate WHERE gate.id = t.page_id AND gate.ocr_status = 'completed' "
+              "OFFSET 0)",
     label="vector_chunks",
     returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
                "vector_retry_count", "max_retries"),

@@ -39,3 +39,16 @@ CREATE TRIGGER trg_tqp_unretire BEFORE UPDATE ON task_queue_page FOR EACH ROW
     WHEN (NEW.partition_retired_at IS NOT NULL
           AND (NEW.ocr_status <> 'completed' OR NEW.vector_status <> 'completed' OR NEW.graphrag_status <> 'completed'))
     EXECUTE FUNCTION docqueue_unretire_partition();
+
+-- The roll-up sensors' candidates (queue_db.partitions.rollup_candidates): documents whose phase reached a final
+-- status since their roll-up was last written, in the sensors' order. Without these each tick of each roll-up
+-- sensor read the whole documents table; with them it reads only the documents waiting for a roll-up.
+CREATE INDEX IF NOT EXISTS idx_documents_ocr_rollup ON documents (priority DESC, updated_at)
+    WHERE partition_block IS NOT NULL AND ocr_status IN ('completed', 'failed')
+      AND (ocr_rollup_at IS NULL OR ocr_rollup_at < COALESCE(ocr_completed_at, updated_at));
+CREATE INDEX IF NOT EXISTS idx_documents_vector_rollup ON documents (priority DESC, updated_at)
+    WHERE partition_block IS NOT NULL AND vector_index_status IN ('completed', 'failed')
+      AND (vector_rollup_at IS NULL OR vector_rollup_at < COALESCE(vector_completed_at, updated_at));
+CREATE INDEX IF NOT EXISTS idx_documents_graphrag_rollup ON documents (priority DESC, updated_at)
+    WHERE partition_block IS NOT NULL AND graphrag_index_status IN ('completed', 'failed')
+      AND (graphrag_rollup_at IS NULL OR graphrag_rollup_at < COALESCE(graphrag_completed_at, updated_at));

@@ -1,0 +1,125 @@
+"""No whole-table work per tick: every statement a sensor tick, a recovery run (stale-task release, re-index
+requests, partition retention) and a roll-up run sends to the queue database is captured as it runs, then
+EXPLAINed with its own parameters on a queue large enough that the planner prefers indexes; none may read a
+queue table with a sequential scan."""
+from __future__ import annotations
+
+import time
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+
+from queue_db.partitions import document_rollup, mark_rolled_up
+from tests.queue_support import bulk_seed
+
+QUEUE_TABLES = {"documents", "task_queue_page", "task_queue_chunk", "task_queue_chunk_text", "reindex_requests",
+                "inbox_files", "idempotency_keys"}
+EXPLAINABLE = ("select", "with", "update", "insert", "delete")
+
+
+@pytest.fixture
+def env(docqueue_env):
+    from orchestration.definitions import defs
+    from orchestration.environment import dagster_instance
+    from resources.database import get_queue
+
+    instance = dagster_instance()
+    yield defs, instance, get_queue()
+    instance.dispose()
+
+
+def _seed(engine) -> None:
+    """30,000 chunks whose vectors are done (GraphRAG waiting, the oldest 10,000 completed a week ago) beside
+    10,000 waiting for vectors; every row registered, as the sensors leave them. Set-based, a few seconds."""
+    bulk_seed(engine, 30, 10, 100, chunk_vector_status="completed")
+    bulk_seed(engine, 10, 10, 100)
+    with engine.begin() as conn:
+        for table in ("documents", "task_queue_page", "task_queue_chunk"):
+            conn.exec_driver_sql(
+                f"""UPDATE {table} t SET partition_block = 1, partition_pos = n.pos
+                    FROM (SELECT id, row_number() OVER (ORDER BY id) AS pos FROM {table}) n WHERE n.id = t.id""")
+        conn.exec_driver_sql(
+            """UPDATE task_queue_chunk SET graphrag_status = 'completed', vector_completed_at = now() - interval '8 days',
+                      graphrag_completed_at = now() - interval '8 days'
+               WHERE id IN (SELECT id FROM task_queue_chunk WHERE vector_status = 'completed' ORDER BY id LIMIT 10000)""")
+        conn.exec_driver_sql("UPDATE documents SET vector_completed_at = now() WHERE vector_index_status = 'completed'")
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("VACUUM ANALYZE")
+
+
+class Captured:
+    """Statements sent to the queue database (not Dagster's), with their parameters."""
+
+    def __init__(self, database: str):
+        self.database, self.statements = database, []
+
+    def __call__(self, conn, cursor, statement, parameters, context, executemany):
+        if conn.engine.url.database == self.database and statement.lstrip().lower().startswith(EXPLAINABLE):
+            self.statements.append((statement, parameters))
+
+
+def _tick(defs, instance, name: str):
+    from orchestration.definitions import build_resources
+
+    with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=name,
+                                 resources=build_resources()) as ctx:
+        return defs.get_sensor_def(name).evaluate_tick(ctx)
+
+
+def _seq_scans(engine, statement, parameters) -> list[str]:
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        with raw.cursor() as cursor:
+            # a Seq Scan left in the plan then means no index can serve the statement, whatever the table's size
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("EXPLAIN (FORMAT JSON) " + statement, parameters)
+            plan = cursor.fetchone()[0]
+            scans = sorted({n["Relation Name"] for n in _nodes(plan[0]["Plan"])
+                            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in QUEUE_TABLES})
+            if scans:  # the readable plan, for the failure message
+                cursor.execute("EXPLAIN " + statement, parameters)
+                scans.append("\n".join(row[0] for row in cursor.fetchall()))
+        conn.rollback()
+    return scans
+
+
+def _nodes(node: dict):
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
+    from orchestration.maintenance import recover
+    from orchestration.retention import retire_partitions
+
+    defs, instance, queue = env
+    started = time.perf_counter()
+    _seed(queue.engine)
+    seeded = time.perf_counter() - started
+    with queue.engine.connect() as conn:
+        documents = conn.exec_driver_sql("SELECT document_key, id::text FROM documents LIMIT 20").all()
+    captured = Captured(queue.engine.url.database)
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", captured)
+    try:
+        for sensor in defs.sensors:
+            if sensor.name not in ("inbox_sensor", "s3_intake_sensor"):
+                _tick(defs, instance, sensor.name)
+        recover(queue)
+        retire_partitions(instance, queue.engine, retention_s=7 * 86400, max_completed=10_000, batch=500)
+        for phase in ("ocr", "vector", "graphrag"):
+            document_rollup(queue.engine, phase, [key for key, _ in documents])
+            mark_rolled_up(queue.engine, phase, [id_ for _, id_ in documents])
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", captured)
+    assert len(captured.statements) > 20
+
+    offenders = {}
+    for statement, parameters in captured.statements:
+        scans = _seq_scans(queue.engine, statement, parameters)
+        if scans:
+            offenders[" ".join(statement.split())[:300]] = scans
+    print(f"\nseeded in {seeded:.1f} s; {len(captured.statements)} statements explained")
+    assert not offenders, "sequential scans of queue tables:\n" + "\n".join(
+        f"{tables}: {statement}" for statement, tables in offenders.items())
