@@ -99,3 +99,37 @@ def test_verify_reads_the_graph_a_page_of_chunks_at_a_time(queue, graph_store):
     assert report.chunks_without_graph == sorted(tasks[i]["id"] for i in (1, 4))
     assert report.completed_graph_chunks == 5 and report.duplicate_entities == []
     assert asked == [2, 2, 1]
+
+
+def test_the_store_checks_evaluate_streamed_in_their_job(docqueue_env, monkeypatch):
+    """The checks job, run as its schedule runs it: the vector check reports the chunk without a point that the
+    paged verification finds, the graph check passes on an empty graph with no GraphRAG work completed."""
+    from orchestration.definitions import defs
+    from orchestration.environment import dagster_instance
+    from resources.database import get_queue
+    from resources.embeddings import EmbeddingResource
+    from resources.qdrant import QdrantResource
+
+    monkeypatch.setenv("DOCQUEUE_VERIFY_PAGE", str(PAGE))
+    queue = get_queue()
+    embedder = EmbeddingResource().get_embedder()
+    store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+    document = build_document(queue, pages=1, chunks_per_page=5)
+    tasks = queue.claim(VECTOR_CHUNK, "check-test", 5)
+    store.upsert([ChunkPoint(t["chunk_id"], [1.0] * embedder.dim,
+                             {"document_id": str(document["id"]), "chunk_index": i, "page_number": 1})
+                  for i, t in enumerate(tasks[1:])])
+    store.close()
+    queue.complete(VECTOR_CHUNK, "check-test", [{"id": t["id"]} for t in tasks])
+
+    instance = dagster_instance()
+    try:
+        result = defs.resolve_job_def("asset_checks_job").execute_in_process(instance=instance)
+    finally:
+        instance.dispose()
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    vectors = evaluations["vectors_agree_with_queue"]
+    assert not vectors.passed
+    assert {k: v.value for k, v in vectors.metadata.items()} == {
+        "completed_chunks": 5, "points": 4, "missing_points": 1, "points_not_completed": 0}
+    assert evaluations["graph_agrees_with_queue"].passed
