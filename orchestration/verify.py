@@ -57,8 +57,10 @@ def completed_chunk_pages(queue: TaskQueue, phase: str, page_size: int) -> Itera
     while True:
         with queue.engine.connect() as conn:
             page = [(r[0], r[1]) for r in conn.exec_driver_sql(
-                f"""SELECT chunk_id, id::text FROM task_queue_chunk
-                    WHERE {phase}_status = 'completed' AND id > %(after)s::uuid ORDER BY id LIMIT %(n)s""",
+                # ordered by the uuid column itself (not the text it is selected as), so a page is a range of the
+                # primary key's index, not a sort of the whole table
+                f"""SELECT t.chunk_id, t.id::text FROM task_queue_chunk t
+                    WHERE t.{phase}_status = 'completed' AND t.id > %(after)s::uuid ORDER BY t.id LIMIT %(n)s""",
                 {"after": after, "n": page_size}).all()]
         if page:
             yield page
