@@ -9,7 +9,8 @@ planted missing points, plus 5 orphan points. Then, each in a fresh process so i
   streamed   orchestration.verify.verify_stores: DOCQUEUE_VERIFY_PAGE (1000) ids at a time on both sides
 
 Both must find the same 5 + 5 problems. Prints seconds and peak RSS growth over the process's baseline (after
-imports), and ends with exactly one line `RESULT {json}`.
+imports; it includes the pages of the shard the scroll touched), then, in a second process per variant, the
+Python heap's peak (tracemalloc: what verification itself holds), and ends with exactly one line `RESULT {json}`.
 
   .venv/bin/python bench/verify_memory.py [--n 200000] [--admin-url URL]
 """
@@ -76,7 +77,11 @@ def seed(queue_url: str, store_path: str, n: int) -> float:
     return time.perf_counter() - started
 
 
-def measure(variant: str, queue_url: str, store_path: str) -> dict:
+def measure(variant: str, queue_url: str, store_path: str, heap: bool = False) -> dict:
+    """One variant's seconds and peak RSS growth; with `heap`, instead its Python heap peak (tracemalloc: the
+    Python objects only, without the Edge shard's own memory and mapped pages, at the price of speed)."""
+    import tracemalloc
+
     from orchestration.verify import verify_stores
     from queue_db.queue import TaskQueue, create_queue_engine
 
@@ -84,6 +89,8 @@ def measure(variant: str, queue_url: str, store_path: str) -> dict:
     store = _store(store_path)
     store.count()  # the shard's own memory is in the baseline of both variants
     baseline = _rss_mb()
+    if heap:
+        tracemalloc.start()
     started = time.perf_counter()
     if variant == "whole":
         with queue.engine.connect() as conn:
@@ -99,8 +106,10 @@ def measure(variant: str, queue_url: str, store_path: str) -> dict:
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     store.close()
-    return {"s": round(seconds, 2), "peak_growth_mb": round(peak - baseline, 1),
-            "missing": len(missing), "orphans": len(orphans)}
+    found = {"missing": len(missing), "orphans": len(orphans)}
+    if heap:
+        return {"heap_peak_mb": round(tracemalloc.get_traced_memory()[1] / 2**20, 1), **found}
+    return {"s": round(seconds, 2), "peak_growth_mb": round(peak - baseline, 1), **found}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--queue-url", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
+    parser.add_argument("--heap", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.variant:  # the child process of one measurement
-        print(json.dumps(measure(args.variant, args.queue_url, args.store)))
+        print(json.dumps(measure(args.variant, args.queue_url, args.store, args.heap)))
         return 0
 
     from bench.dagster_storage import throwaway_database
@@ -122,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         seeded = seed(url, folder, args.n)
         print(f"seeded {args.n:,} chunks and points in {seeded:.1f} s", flush=True)
         for variant in ("whole", "streamed"):
-            out = subprocess.run([sys.executable, __file__, "--variant", variant, "--queue-url", url,
-                                  "--store", folder], check=True, capture_output=True, text=True).stdout
-            figures[variant] = json.loads(out.strip().splitlines()[-1])
+            figures[variant] = {}
+            for extra in ([], ["--heap"]):
+                out = subprocess.run([sys.executable, __file__, "--variant", variant, "--queue-url", url,
+                                      "--store", folder, *extra], check=True, capture_output=True, text=True).stdout
+                figures[variant].update(json.loads(out.strip().splitlines()[-1]))
             print(f"{variant:9s} {figures[variant]}", flush=True)
     for variant, found in figures.items():
         assert (found["missing"], found["orphans"]) == (PLANTED, PLANTED), (variant, found)
@@ -132,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         "n": args.n, "page": 1000, "seed_s": round(seeded, 1),
         "whole_s": figures["whole"]["s"], "streamed_s": figures["streamed"]["s"],
         "whole_peak_growth_mb": figures["whole"]["peak_growth_mb"],
-        "streamed_peak_growth_mb": figures["streamed"]["peak_growth_mb"]}))
+        "streamed_peak_growth_mb": figures["streamed"]["peak_growth_mb"],
+        "whole_heap_peak_mb": figures["whole"]["heap_peak_mb"],
+        "streamed_heap_peak_mb": figures["streamed"]["heap_peak_mb"]}))
     return 0
 
 
