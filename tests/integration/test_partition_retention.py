@@ -145,3 +145,21 @@ def test_a_bad_retention_is_one_sentence(monkeypatch, value):
         settings(DagsterConfig)
     message = str(raised.value)
     assert message.startswith("DOCQUEUE_PARTITION_RETENTION must be a duration") and "\n" not in message
+
+
+def test_the_recovery_job_retires_with_the_settings(env, monkeypatch):
+    """The recovery job's own op, run as its schedule runs it, reads the three settings and reports per definition."""
+    from orchestration.definitions import defs
+
+    instance, queue = env
+    build_document(queue, pages=1, chunks_per_page=3)
+    _registered(instance, queue)
+    _complete(queue, [c["id"] for c in _chunks(queue)], days_ago=2)
+    monkeypatch.setenv("DOCQUEUE_PARTITION_RETENTION", "1d")
+    monkeypatch.setenv("DOCQUEUE_PARTITION_RETIRE_BATCH", "2")
+
+    result = defs.resolve_job_def("recovery_job").execute_in_process(instance=instance)
+
+    assert result.success
+    assert result.output_for_node("retire_completed_partitions") == {"pages": 1, "chunks": 2}
+    assert len(instance.get_dynamic_partitions("chunks")) == 1
