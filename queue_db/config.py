@@ -304,9 +304,27 @@ class ClusterConfig(SettingsGroup):
                              "(e.g. deploy/k8s/dagster.yaml)", shown="the repository's `dagster.yaml`")
 
 
+class TenantConfig(SettingsGroup):
+    title: ClassVar[str] = "Tenants"
+
+    default_tenant: str = _var("default", "DOCQUEUE_DEFAULT_TENANT",
+                               "the tenant a command without `--tenant` works on (queue_db/tenants.py)")
+    delete_batch: int = _var(100, "DOCQUEUE_DELETE_BATCH",
+                             "documents `docqueue delete --tenant` removes per batch", ge=1, le=10_000)
+
+    @field_validator("default_tenant")
+    @classmethod
+    def _tenant_name(cls, value: str) -> str:
+        from queue_db.tenants import TENANT_RULE, tenant_problem
+
+        if tenant_problem(value):
+            raise ValueError(f"must be {TENANT_RULE}, got {value!r}")
+        return value
+
+
 ALL_GROUPS: tuple[type[SettingsGroup], ...] = (
     QueueConfig, DatabaseConfig, StorageConfig, EmbeddingConfig, VectorStoreConfig, GraphConfig, ExtractionConfig,
-    DagsterConfig, IntakeConfig, ClusterConfig)
+    DagsterConfig, IntakeConfig, ClusterConfig, TenantConfig)
 
 G = TypeVar("G", bound=SettingsGroup)
 _CACHE: dict[type, tuple[tuple, SettingsGroup]] = {}

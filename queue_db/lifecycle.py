@@ -5,17 +5,19 @@ from __future__ import annotations
 from .inspection import document_held_counts
 from .queue import TaskQueue, source_path_text
 from .tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, Phase
+from .tenants import BASE_TENANT
 
 
-def previous_version(queue: TaskQueue, source_path: str, content_hash: str) -> dict | None:
-    """The newest document registered from the same path with other content (the one a new version replaces)."""
+def previous_version(queue: TaskQueue, source_path: str, content_hash: str, tenant: str = BASE_TENANT) -> dict | None:
+    """The newest document of `tenant` registered from the same path with other content (the one a new version
+    replaces)."""
     with queue.engine.connect() as conn:
         row = conn.exec_driver_sql(
             """SELECT id::text AS id, document_key FROM documents
-               WHERE source_path = %(p)s AND content_hash <> %(h)s
+               WHERE source_path = %(p)s AND content_hash <> %(h)s AND tenant_id = %(t)s
                  AND NOT EXISTS (SELECT 1 FROM documents newer WHERE newer.supersedes = documents.id)
                ORDER BY created_at DESC LIMIT 1""",
-            {"p": source_path_text(source_path), "h": content_hash}).mappings().first()
+            {"p": source_path_text(source_path), "h": content_hash, "t": tenant}).mappings().first()
     return dict(row) if row else None
 
 
