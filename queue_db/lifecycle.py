@@ -2,7 +2,7 @@
 re-indexing a phase. Only the queue's side; the caller removes outputs from the stores (orchestration.lifecycle)."""
 from __future__ import annotations
 
-from .inspection import document_held_counts
+from .inspection import document_held_counts, tenant_held_count
 from .queue import TaskQueue, source_path_text
 from .tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, Phase
 from .tenants import BASE_TENANT
@@ -69,6 +69,21 @@ def partition_keys_of(queue: TaskQueue, document_id: str) -> dict[str, list[str]
         return {"documents": [], "pages": [], "chunks": []}
     return {"documents": [key], "pages": [page_partition_key(key, r[0]) for r in pages],
             "chunks": [chunk_partition_key(key, r[0], r[1]) for r in chunks]}
+
+
+def tenant_documents(queue: TaskQueue, tenant: str, limit: int) -> list[dict]:
+    """The first `limit` documents of `tenant` in registration order (idx_documents_tenant_listing), with their
+    running tasks' count: a batch of `docqueue delete --tenant`, which deletes them and asks again."""
+    with queue.engine.connect() as conn:
+        return [dict(r) for r in conn.exec_driver_sql(
+            "SELECT * FROM documents WHERE tenant_id = %(t)s ORDER BY created_at, id LIMIT %(n)s",
+            {"t": tenant, "n": int(limit)}).mappings()]
+
+
+def tenant_running_tasks(queue: TaskQueue, tenant: str) -> int:
+    """How many tasks of `tenant`'s documents workers hold right now."""
+    with queue.engine.connect() as conn:
+        return tenant_held_count(conn, tenant)
 
 
 def delete_rows(queue: TaskQueue, document_id: str) -> bool:
