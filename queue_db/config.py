@@ -308,7 +308,8 @@ class TenantConfig(SettingsGroup):
     title: ClassVar[str] = "Tenants"
 
     default_tenant: str = _var("default", "DOCQUEUE_DEFAULT_TENANT",
-                               "the tenant a command without `--tenant` works on (queue_db/tenants.py)")
+                               "the tenant of documents registered without one (`ingest`, the inbox and S3 "
+                               "sensors, the library) and of `search` and `graph` without `--tenant`")
     delete_batch: int = _var(100, "DOCQUEUE_DELETE_BATCH",
                              "documents `docqueue delete --tenant` removes per batch", ge=1, le=10_000)
 
