@@ -685,12 +685,12 @@ def _stores():
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def search(text: str, limit: int, tenant: str | None, as_json: bool) -> None:
     """Semantic search over the vectors."""
+    tenant = _tenant(tenant)  # before the imports: a bad name is said at once
     from resources.embeddings import EmbeddingResource
     from resources.qdrant import QdrantResource
 
     from queue_db.lifecycle import hidden_from_search
 
-    tenant = _tenant(tenant)
     queue = _queue()  # before the model loads: an unreachable database is said at once
     embedder = EmbeddingResource().get_embedder()
     with _service_errors():

@@ -119,7 +119,7 @@ MIN_SHORT_FORM_CHARS = 3
 def is_short_form(short: str, full: str, type_: str) -> bool:
     """`short` (a key) is `full` (a key) shortened the way names of `type_` are shortened in running text."""
     rule = SHORT_FORM_RULE.get(type_)
-    if short.partition(":")[0] != full.partition(":")[0] and (":" in short or ":" in full):
+    if short[:len(short) - len(bare_entity_key(short))] != full[:len(full) - len(bare_entity_key(full))]:
         return False  # two tenants' names
     short, full = bare_entity_key(short), bare_entity_key(full)
     short_words, full_words = short.split(), full.split()

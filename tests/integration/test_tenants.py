@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from queue_db.config import QueueSettings
 from queue_db.tasks import ALL_KINDS
+from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 NOTE = ("# Harbour report\n\nLawrence Lessig met Ada Lovelace in Copenhagen to discuss the lighthouse budget. "
         "The Copenhagen harbour authority approved the lighthouse repairs for the winter season.\n")
@@ -155,7 +156,9 @@ def test_idempotency_key_and_refusals_are_per_tenant(env):
 
 @pytest.mark.parametrize("command", [["ingest", "README.md"], ["status"], ["stats"], ["search", "x"],
                                      ["graph", "x"], ["delete"]])
-def test_a_bad_tenant_name_is_one_sentence(env, command):
+def test_a_bad_tenant_name_is_one_sentence(tmp_path, monkeypatch, command):
+    # refused before any service is asked: no databases needed
+    monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path))
     output = cli(*command, "--tenant", "Acme Corp!", ok=False)
     assert "invalid tenant 'Acme Corp!': a tenant name is 1 to 63 characters" in output
     assert "Traceback" not in output and len(output.strip().splitlines()) == 1
@@ -195,3 +198,25 @@ def test_delete_tenant_refuses_while_its_tasks_run_and_resumes_after_an_interrup
     assert cli("delete", "--tenant", "acme")["documents"] == 3
     assert cli("status", "--tenant", "acme")["documents"] == []
     assert [d["document_key"] for d in cli("status")["documents"]] == [kept["document_key"]]
+
+
+def test_short_forms_resolve_within_a_tenant_and_never_across(graph_store):
+    from tests.integration.test_graph_store import chunk
+
+    full = chunk("a-book", 1, 0, [("Lawrence Lessig", "PERSON"), ("Stanford University", "ORG")],
+                 [("Lawrence Lessig", "Stanford University", "TEACH_AT")])
+    short = chunk("a-book", 1, 1, [("Lessig", "PERSON")])
+    elsewhere = chunk("d-book", 1, 0, [("Lessig", "PERSON"), ("Stanford University", "ORG")])
+    for written in (full, short):
+        written.tenant_id = "acme"
+    graph_store.write_chunks([short, elsewhere])
+    graph_store.write_chunks([full])  # the full name arrives last: acme's short form moves to it
+
+    acme = graph_store.entity("Lessig", tenant="acme")
+    assert (acme["key"], acme["name"], acme["aliases"]) == ("acme:lawrence lessig", "Lawrence Lessig", ["lessig"])
+    assert [(r["name"], r["rel_type"]) for r in acme["related"]] == [("Stanford University", "TEACH_AT")]
+    assert {m["document_id"] for m in acme["mentions"]} == {"a-book"}
+    plain = graph_store.entity("Lessig")
+    assert (plain["key"], plain["aliases"], [m["document_id"] for m in plain["mentions"]]) == ("lessig", [], ["d-book"])
+    assert graph_store.entity("Lawrence Lessig") is None
+    assert graph_store.duplicate_entities() == []
