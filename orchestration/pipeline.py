@@ -344,7 +344,8 @@ class Pipeline:
         # a vector that covers only the start of its chunk (DOCQUEUE_EMBED_MAX_WINDOWS) says so in its payload
         points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
             "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
-            "tenant_id": context[t["id"]]["tenant_id"], "filename": context[t["id"]]["filename"], "page_number": context[t["id"]]["page_number"],
+            "tenant_id": context[t["id"]]["tenant_id"], "filename": context[t["id"]]["filename"],
+            "page_number": context[t["id"]]["page_number"],
             "chunk_index": t["chunk_index"], "text": t.get("content") or "", "content_hash": t["chunk_content_hash"],
             "tokens": embedded.tokens[i], "embedded_tokens": embedded.embedded_tokens[i],
         }) for i, t in enumerate(tasks)]
@@ -371,7 +372,8 @@ class Pipeline:
         self.graph.write_chunks([ChunkGraph(
             document_id=context[t["id"]]["document_id"], filename=context[t["id"]]["filename"],
             page_number=context[t["id"]]["page_number"], chunk_id=t["chunk_id"], chunk_index=t["chunk_index"],
-            extraction=extractions[i], tenant_id=context[t["id"]]["tenant_id"]) for i, t in enumerate(tasks) if str(t["id"]) not in lost])
+            extraction=extractions[i], tenant_id=context[t["id"]]["tenant_id"])
+            for i, t in enumerate(tasks) if str(t["id"]) not in lost])
         seconds = (time.perf_counter() - started) / len(tasks)
         outcomes, results = [], {}
         for i, t in enumerate(tasks):

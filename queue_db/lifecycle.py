@@ -72,8 +72,8 @@ def partition_keys_of(queue: TaskQueue, document_id: str) -> dict[str, list[str]
 
 
 def tenant_documents(queue: TaskQueue, tenant: str, limit: int) -> list[dict]:
-    """The first `limit` documents of `tenant` in registration order (idx_documents_tenant_listing), with their
-    running tasks' count: a batch of `docqueue delete --tenant`, which deletes them and asks again."""
+    """The first `limit` documents of `tenant` in registration order (idx_documents_tenant_listing): a batch of
+    `docqueue delete --tenant`, which deletes them and asks again."""
     with queue.engine.connect() as conn:
         return [dict(r) for r in conn.exec_driver_sql(
             "SELECT * FROM documents WHERE tenant_id = %(t)s ORDER BY created_at, id LIMIT %(n)s",

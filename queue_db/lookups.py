@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .tasks import ALL_KINDS
+from .tenants import BASE_TENANT
 from .transactions import QueueConnection
 
 
@@ -17,7 +18,9 @@ class Lookups(QueueConnection):
                    WHERE (document_key = %(r)s OR content_hash = %(r)s
                       OR (%(r)s ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' AND id::text = lower(%(r)s)))
                      AND (%(t)s::text IS NULL OR tenant_id = %(t)s)
-                   ORDER BY tenant_id = 'default' DESC, created_at LIMIT 1""", {"r": ref, "t": tenant}).mappings().first()
+                   -- a content hash without a tenant: the base tenant's document, the one it named before tenants
+                   ORDER BY tenant_id = %(base)s DESC, created_at LIMIT 1""",
+                {"r": ref, "t": tenant, "base": BASE_TENANT}).mappings().first()
         return dict(row) if row else None
 
     def pages(self, document_id: str) -> list[dict]:

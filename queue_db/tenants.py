@@ -56,6 +56,12 @@ def tenant_entity_key(tenant: str, key: str) -> str:
     return key if tenant == BASE_TENANT or not key else f"{tenant}:{key}"
 
 
+def split_entity_key(key: str) -> tuple[str, str]:
+    """(prefix, the normalised name) of an entity key; the prefix is "" for the base tenant's keys."""
+    prefix, colon, name = key.partition(":")
+    return (prefix, name) if colon else ("", key)
+
+
 def bare_entity_key(key: str) -> str:
     """An entity key without its tenant prefix (what name rules such as short forms compare)."""
-    return key.partition(":")[2] if ":" in key else key
+    return split_entity_key(key)[1]

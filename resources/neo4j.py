@@ -34,7 +34,7 @@ import dagster
 import neo4j
 from neo4j.exceptions import ConstraintError
 from queue_db.config import GraphConfig, secret_value, settings
-from queue_db.tenants import BASE_TENANT, bare_entity_key, tenant_entity_key
+from queue_db.tenants import BASE_TENANT, bare_entity_key, split_entity_key, tenant_entity_key
 
 
 # keys are whitespace-collapsed, so a newline can never occur inside one: safe as a separator in relation signatures
@@ -119,9 +119,9 @@ MIN_SHORT_FORM_CHARS = 3
 def is_short_form(short: str, full: str, type_: str) -> bool:
     """`short` (a key) is `full` (a key) shortened the way names of `type_` are shortened in running text."""
     rule = SHORT_FORM_RULE.get(type_)
-    if short[:len(short) - len(bare_entity_key(short))] != full[:len(full) - len(bare_entity_key(full))]:
+    (short_tenant, short), (full_tenant, full) = split_entity_key(short), split_entity_key(full)
+    if short_tenant != full_tenant:
         return False  # two tenants' names
-    short, full = bare_entity_key(short), bare_entity_key(full)
     short_words, full_words = short.split(), full.split()
     if rule is None or not short_words or len(short_words) >= len(full_words):
         return False
