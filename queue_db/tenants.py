@@ -7,7 +7,7 @@ stay as they were, so upgrading changes no key. Every other tenant's keys carry 
 partition keys, stored files and graph entities of two tenants apart:
 
 document key   <tenant>--<stem>-<hash8>       (`--` never occurs in a key of `default`: slugs collapse dashes)
-storage key    documents/<tenant>/<hh>/<hash><ext>
+storage key    tenants/<tenant>/documents/<hh>/<hash><ext>
 entity key     <tenant>:<normalised name>     (normalised names hold no `:`)
 
 DOCQUEUE_DEFAULT_TENANT names the tenant a command without --tenant means.
@@ -49,7 +49,7 @@ def tenant_document_key(tenant: str, key: str) -> str:
 
 
 def tenant_storage_prefix(tenant: str) -> str:
-    return "documents" if tenant == BASE_TENANT else f"documents/{tenant}"
+    return "documents" if tenant == BASE_TENANT else f"tenants/{tenant}/documents"
 
 
 def tenant_entity_key(tenant: str, key: str) -> str:

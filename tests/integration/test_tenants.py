@@ -117,7 +117,7 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
     assert acme[0]["document_key"] in instance.get_dynamic_partitions(PARTITION_DEFS["documents"])
     storage = StorageResource().get_storage()
     stored = {key: queue.document(key)["storage_key"] for key in (acme[0]["document_key"], plain[0]["document_key"])}
-    assert stored[acme[0]["document_key"]].startswith("documents/acme/") and all(map(storage.exists, stored.values()))
+    assert stored[acme[0]["document_key"]].startswith("tenants/acme/documents/") and all(map(storage.exists, stored.values()))
     removed = cli("delete", "--tenant", "acme")
     assert removed["documents"] == 1 and removed["points"] > 0 and removed["files"] >= 1
     assert cli("status", "--tenant", "acme")["documents"] == []
