@@ -376,7 +376,7 @@ def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, n
         results = ingest_paths(queue, storage, paths, priority=priority, password_ref=password_ref,
                                idempotency_key=idempotency_key, tenant=tenant)
     _register_document_partitions(queue)
-    payload = {"results": [r.as_dict() for r in results],
+    payload = {"tenant": tenant, "results": [r.as_dict() for r in results],
                "counts": {s: sum(1 for r in results if r.status == s) for s in ("new", "duplicate", "rejected")}}
     _emit(as_json, payload, lambda: _console().print(_table(
         "ingest", ["file", "status", "document", "id / reason"],

@@ -73,7 +73,9 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
 
     # the same bytes in two tenants are two documents, each a duplicate of itself only within its tenant
     plain = cli("ingest", str(note), str(other))["results"]
-    acme = cli("ingest", str(note), "--tenant", "acme")["results"]
+    answer = cli("ingest", str(note), "--tenant", "acme")
+    acme = answer["results"]
+    assert answer["tenant"] == "acme"
     assert [r["status"] for r in plain] == ["new", "new"] and acme[0]["status"] == "new"
     assert acme[0]["document_id"] != plain[0]["document_id"]
     assert acme[0]["document_key"] == "acme--" + plain[0]["document_key"]
@@ -110,23 +112,26 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
     from orchestration.environment import dagster_instance
     from orchestration.lifecycle import PARTITION_DEFS
     from resources.neo4j import Neo4jResource
-
     from resources.storage import StorageResource
+
+    def acme_in_graph() -> int:
+        with Neo4jResource().get_store() as graph:
+            return graph._read("MATCH (n) WHERE n.tenant_id = 'acme' OR n.key STARTS WITH 'acme:' "
+                               "RETURN count(n) AS n")[0]["n"]
 
     instance = dagster_instance()
     assert acme[0]["document_key"] in instance.get_dynamic_partitions(PARTITION_DEFS["documents"])
     storage = StorageResource().get_storage()
     stored = {key: queue.document(key)["storage_key"] for key in (acme[0]["document_key"], plain[0]["document_key"])}
-    assert stored[acme[0]["document_key"]].startswith("tenants/acme/documents/") and all(map(storage.exists, stored.values()))
+    assert stored[acme[0]["document_key"]].startswith("tenants/acme/documents/")
+    assert all(map(storage.exists, stored.values())) and acme_in_graph() > 0
     removed = cli("delete", "--tenant", "acme")
     assert removed["documents"] == 1 and removed["points"] > 0 and removed["files"] >= 1
     assert cli("status", "--tenant", "acme")["documents"] == []
     assert not cli("search", "lighthouse budget", "--tenant", "acme")["hits"]
     partitions = instance.get_dynamic_partitions(PARTITION_DEFS["documents"])
     assert acme[0]["document_key"] not in partitions and plain[0]["document_key"] in partitions
-    with Neo4jResource().get_store() as graph:
-        left = graph._read("MATCH (n) WHERE n.tenant_id = 'acme' OR n.key STARTS WITH 'acme:' RETURN count(n) AS n")
-    assert left == [{"n": 0}]
+    assert acme_in_graph() == 0
     assert not storage.exists(stored[acme[0]["document_key"]]), "acme's copy of the file is gone"
     assert storage.exists(stored[plain[0]["document_key"]]), "the default tenant's copy of the same bytes stays"
     assert len(cli("status")["documents"]) == 2
