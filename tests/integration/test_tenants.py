@@ -225,3 +225,29 @@ def test_short_forms_resolve_within_a_tenant_and_never_across(graph_store):
     assert (plain["key"], plain["aliases"], [m["document_id"] for m in plain["mentions"]]) == ("lessig", [], ["d-book"])
     assert graph_store.entity("Lawrence Lessig") is None
     assert graph_store.duplicate_entities() == []
+
+
+NAMES = ["acme", "a", "0", "team_7-b", "x" * 63, "", "Acme", "-acme", "_acme", "x" * 64, "a b", "a:b", "acme\n",
+         "ünï", "a/b"]
+
+
+def test_the_column_check_and_the_python_rule_agree_on_every_name(queue):
+    """The tenant rule is stated twice (the CHECK of migration 0019 and queue_db/tenants.py): they must agree."""
+    import sqlalchemy as sa
+
+    from queue_db.keys import parse_partition_key
+    from queue_db.tenants import tenant_document_key, tenant_problem
+
+    doc, _ = queue.register_document(filename="t.md", content_hash="cd" * 32, size_bytes=1)
+    for name in NAMES:
+        try:
+            with queue.engine.begin() as conn:
+                conn.exec_driver_sql("UPDATE documents SET tenant_id = %(t)s WHERE id = %(d)s",
+                                     {"t": name, "d": doc["id"]})
+            stored = True
+        except sa.exc.IntegrityError:
+            stored = False
+        assert stored == (tenant_problem(name) is None), name
+        if stored:  # a valid tenant's document keys are Dagster partition keys docqueue can parse back
+            key = tenant_document_key(name, "report-1a2b3c4d")
+            assert parse_partition_key(f"{key}/p0001/c002").document_key == key
