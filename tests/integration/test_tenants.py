@@ -227,6 +227,15 @@ def test_short_forms_resolve_within_a_tenant_and_never_across(graph_store):
     assert graph_store.duplicate_entities() == []
 
 
+
+def test_a_bad_default_tenant_setting_is_one_sentence(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path))
+    monkeypatch.setenv("DOCQUEUE_DEFAULT_TENANT", "Bad Name")
+    output = cli("search", "x", ok=False)
+    assert output.strip() == ("docqueue: DOCQUEUE_DEFAULT_TENANT must be 1 to 63 characters of a-z, 0-9, `_` and "
+                              "`-`, starting with a letter or digit, got 'Bad Name'")
+
+
 NAMES = ["acme", "a", "0", "team_7-b", "x" * 63, "", "Acme", "-acme", "_acme", "x" * 64, "a b", "a:b", "acme\n",
          "ünï", "a/b"]
 
