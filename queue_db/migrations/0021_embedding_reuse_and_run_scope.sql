@@ -7,3 +7,6 @@ CREATE INDEX IF NOT EXISTS idx_tqc_embedded_by_hash ON task_queue_chunk (chunk_c
     WHERE vector_status = 'completed';
 CREATE INDEX IF NOT EXISTS idx_tqc_reused_vectors ON task_queue_chunk (vector_completed_at)
     WHERE vector_reused_from IS NOT NULL;
+-- `docqueue run --max-docs N` takes the N most urgent unfinished documents (priority, then oldest) from this index.
+CREATE INDEX IF NOT EXISTS idx_documents_unfinished ON documents (priority DESC, created_at, id)
+    WHERE graphrag_index_status IN ('pending', 'processing');
