@@ -53,9 +53,10 @@ LEVELLED_LOGGERS = ("orchestration", "queue_db", "resources", "processing", "dag
 
 
 def apply_log_level(level: str) -> None:
-    """`docqueue run --log-level`: this process's records at `level` and above go to stderr."""
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(level.upper())
+    """`docqueue run --log-level`: docqueue's and Dagster's records at `level` and above go to stderr; other
+    libraries (Dagster's storage migrations, HTTP clients) keep to warnings unless the level is higher."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
     for name in LEVELLED_LOGGERS:
         logging.getLogger(name).setLevel(level.upper())
 
