@@ -413,15 +413,26 @@ RUN_EXIT_CODES = (f"Exit codes: 0 every task completed (or is still open); {EXIT
 @click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True,
               help="worker processes, each taking its share of the ready work")
 @click.option("--max-seconds", type=float, default=None, help="stop after this long even if work remains")
+@click.option("--max-docs", type=click.IntRange(1, 1000), default=None,
+              help="work only on the N most urgent unfinished documents (priority, then oldest), through every "
+                   "phase, then exit; one worker")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None,
+              help="log records of this level and above to stderr, the runs' Dagster logs included")
 @click.option("--worker-index", type=int, default=None, hidden=True)
 @click.option("--worker-group", type=int, default=0, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
-def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index: int | None, worker_group: int,
-        as_json: bool) -> None:
+def run(until_idle: bool, workers: int, max_seconds: float | None, max_docs: int | None, log_level: str | None,
+        worker_index: int | None, worker_group: int, as_json: bool) -> None:
     """Process ready work through the Dagster definitions (recorded in the Dagster instance), then summarise
     every task: completed, failed by error class, blocked behind a failed earlier phase, open."""
     from queue_db.config import QueueConfig, settings
 
+    if max_docs is not None and workers > 1:
+        raise CliError("--max-docs runs in one worker: drop --workers or --max-docs", EXIT_USAGE)
+    if log_level is not None:
+        from orchestration.runner import apply_log_level
+
+        apply_log_level(log_level)
     if not settings(QueueConfig).enabled:
         click.echo(f"docqueue: {QueueConfig.disabled_reason} (nothing was run)", err=True)
         return
@@ -429,7 +440,7 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
     if worker_index is not None:  # a child of `run --workers N`
         from orchestration.workers import run_worker
 
-        report = run_worker(queue, until_idle, worker_index, workers, max_seconds, worker_group)
+        report = run_worker(queue, until_idle, worker_index, workers, max_seconds, worker_group, max_docs, log_level)
         click.echo(json.dumps(report))
         return
     from queue_db.outcomes import task_outcomes
@@ -438,8 +449,12 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
 
     dagster_instance()
     _check_stores()
-    started = time.monotonic()
-    children = start_workers(workers, until_idle=until_idle, max_seconds=max_seconds)
+    from queue_db.embedding_reuse import vectors_reused_since
+
+    started, started_at = time.monotonic(), _database_now(queue)
+    children = start_workers(workers, until_idle=until_idle, max_seconds=max_seconds, extra_args=[
+        *(["--max-docs", str(max_docs)] if max_docs is not None else []),
+        *(["--log-level", log_level] if log_level is not None else [])], show_logs=log_level is not None)
     show_progress = sys.stdout.isatty() and not as_json
     _watch_progress(queue, children, show_progress)
     reports, errors = collect_workers(children)
@@ -448,15 +463,25 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
     outcomes = task_outcomes(queue.engine)
     payload = {"runs": sum(r["runs"] for r in reports), "failed_runs": sum(r["failed_runs"] for r in reports),
                "seconds": round(time.monotonic() - started, 1), "progress": _progress(queue),
-               "summary": outcomes.as_dict()}
+               "vectors_reused": vectors_reused_since(queue.engine, started_at), "summary": outcomes.as_dict()}
+    if max_docs is not None:
+        payload["documents"] = [d for r in reports for d in r.get("documents", [])]
     _emit(as_json, payload, lambda: click.echo(
-        f"{payload['runs']} run(s), {payload['failed_runs']} with failed tasks, in {payload['seconds']} s; "
+        f"{payload['runs']} run(s), {payload['failed_runs']} with failed tasks, in {payload['seconds']} s"
+        + (f" over {len(payload['documents'])} document(s)" if max_docs is not None else "")
+        + f", {payload['vectors_reused']} vector(s) copied from identical chunks; "
         + ", ".join(f"{phase}: {p['completed']}/{p['total']} completed, {p['failed']} failed"
                     for phase, p in payload["progress"].items())
         + f"\nsummary: {outcomes.sentence()}"))
     if not outcomes.clean:
         raise CliError(f"{outcomes.failed_total} task(s) failed and {outcomes.blocked} wait behind failed ones: "
                        "`docqueue status` shows them, `docqueue retry` re-queues them", EXIT_TASKS_FAILED)
+
+
+def _database_now(queue):
+    """The database's clock: the reused vectors of this run are those completed since (workers' clocks may differ)."""
+    with queue.engine.connect() as conn:
+        return conn.exec_driver_sql("SELECT now()").scalar()
 
 
 def _check_stores() -> None:

@@ -161,6 +161,8 @@ class EmbeddingConfig(SettingsGroup):
     batch_tokens: int = _var(1024, "DOCQUEUE_EMBED_BATCH_TOKENS", "tokens per embedding batch, at most", ge=1)
     timeout_s: float = _var(300.0, "DOCQUEUE_EMBED_TIMEOUT", "seconds per embedding batch before it fails as "
                             "`timeout`", gt=0)
+    dedup: bool = _var(True, "DOCQUEUE_EMBEDDING_DEDUP", "a chunk whose text was already embedded by the same "
+                       "model copies that vector instead of being embedded again")
 
 
 class VectorStoreConfig(SettingsGroup):

@@ -313,6 +313,18 @@ os.register_at_fork(after_in_child=_forget_folders_after_fork)
 # --------------------------------------------------------------------------- the contract
 
 
+@dataclass(frozen=True)
+class StoredVector:
+    """A point as read back: its vector and payload (what the vector phase copies for an identical chunk)."""
+    vector: list[float]
+    payload: dict
+
+
+def stored_vectors(records) -> dict[str, StoredVector]:
+    return {r.payload["chunk_id"]: StoredVector(list(r.vector), dict(r.payload))
+            for r in records if r.payload and r.payload.get("chunk_id") and r.vector is not None}
+
+
 @dataclass
 class PreparedPoint:
     """A validated point: uuid5 id, float vector and the payload with chunk_id and a string document_id."""
@@ -389,6 +401,10 @@ class VectorStore(abc.ABC):
     @abc.abstractmethod
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
         """Every stored chunk_id (of one document), read page by page; for verification."""
+
+    @abc.abstractmethod
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, "StoredVector"]:
+        """The stored vectors and payloads of these chunks, in one call; a chunk without a point is absent."""
 
     def search(self, vector, limit: int = 5, *, document_id: str | None = None,
                exclude_document_ids: Sequence[str] = (), tenant: str | None = None) -> list[SearchHit]:
@@ -590,6 +606,15 @@ class ClientVectorStore(VectorStore):
                 found.update(record.payload["chunk_id"] for record in records if record.payload)
                 if offset is None:
                     return found
+
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
+        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        if not ids:
+            return {}
+        with self._client() as client:
+            if not self._exists(client):
+                return {}
+            return stored_vectors(client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=True))
 
     def _search(self, query, limit, document_id, exclude_document_ids, tenant=None) -> list[SearchHit]:
         with self._client() as client:

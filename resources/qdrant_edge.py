@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import qdrant_edge as qe
 
@@ -30,6 +30,7 @@ from resources.qdrant import (
     PreparedPoint,
     QdrantStorageBusy,
     SearchHit,
+    StoredVector,
     VectorStore,
     VectorStoreError,
     default_local_path,
@@ -38,6 +39,7 @@ from resources.qdrant import (
     local_folder,
     open_waiting_for_outsiders,
     point_id,
+    stored_vectors,
 )
 
 EDGE_FOLDER = "edge"
@@ -201,6 +203,15 @@ class EdgeVectorStore(VectorStore):
                 found.update(record.payload["chunk_id"] for record in records if record.payload)
                 if offset is None:
                     return found
+
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
+        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        if not ids:
+            return {}
+        with self._existing() as shard:
+            if shard is None:
+                return {}
+            return stored_vectors(shard.retrieve(ids, True, True))
 
     def _search(self, query, limit, document_id, exclude_document_ids, tenant=None) -> list[SearchHit]:
         condition = _search_filter(document_id, exclude_document_ids, tenant)
