@@ -41,6 +41,7 @@ from qdrant_client.http import models as qm
 from qdrant_client.http.exceptions import UnexpectedResponse
 
 from queue_db.config import VectorStoreConfig, docqueue_home, secret_value, settings
+from queue_db.tenants import BASE_TENANT
 
 # fixed forever: changing it would orphan every stored point
 DOCQUEUE_POINT_NAMESPACE = uuid.UUID("6f1d5c0e-3b7a-5a49-9c1e-0d0c0e0a7e21")
@@ -50,6 +51,8 @@ LINGER_TICK_S = 0.05
 SCROLL_PAGE = 1000
 MAX_SEARCH_LIMIT = 1000
 REQUIRED_PAYLOAD = ("document_id",)
+# keyword payload indexes: deleting a document filters on document_id, a tenant's search on tenant_id
+INDEXED_PAYLOAD = ("document_id", "tenant_id")
 
 
 class VectorStoreError(RuntimeError):
@@ -310,6 +313,18 @@ os.register_at_fork(after_in_child=_forget_folders_after_fork)
 # --------------------------------------------------------------------------- the contract
 
 
+@dataclass(frozen=True)
+class StoredVector:
+    """A point as read back: its vector and payload (what the vector phase copies for an identical chunk)."""
+    vector: list[float]
+    payload: dict
+
+
+def stored_vectors(records) -> dict[str, StoredVector]:
+    return {r.payload["chunk_id"]: StoredVector(list(r.vector), dict(r.payload))
+            for r in records if r.payload and r.payload.get("chunk_id") and r.vector is not None}
+
+
 @dataclass
 class PreparedPoint:
     """A validated point: uuid5 id, float vector and the payload with chunk_id and a string document_id."""
@@ -396,19 +411,25 @@ class VectorStore(abc.ABC):
     def present_chunk_ids(self, chunk_ids: Sequence[str]) -> set[str]:
         """Those of `chunk_ids` that have a point (one lookup by point id per call)."""
 
+    @abc.abstractmethod
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, "StoredVector"]:
+        """The stored vectors and payloads of these chunks, in one call; a chunk without a point is absent."""
+
     def search(self, vector, limit: int = 5, *, document_id: str | None = None,
-               exclude_document_ids: Sequence[str] = ()) -> list[SearchHit]:
+               exclude_document_ids: Sequence[str] = (), tenant: str | None = None) -> list[SearchHit]:
+        """The nearest points; `tenant` keeps only that tenant's (points written before tenants count as
+        `default`'s)."""
         if not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if query.shape[0] != self.dim:
             raise VectorStoreError(f"query vector has {query.shape[0]} dims, expected {self.dim}")
         return self._search(query.tolist(), limit, None if document_id is None else str(document_id),
-                            [str(d) for d in exclude_document_ids])
+                            [str(d) for d in exclude_document_ids], tenant)
 
     @abc.abstractmethod
     def _search(self, query: list[float], limit: int, document_id: str | None,
-                exclude_document_ids: list[str]) -> list[SearchHit]: ...
+                exclude_document_ids: list[str], tenant: str | None = None) -> list[SearchHit]: ...
 
     def optimize(self) -> bool:
         """Build pending indexes now; True when something was built. Servers index in the background."""
@@ -531,7 +552,8 @@ class ClientVectorStore(VectorStore):
         self._check_shape(client)
         if self._remote is not None:
             # local mode ignores payload indexes (and warns), so only a server gets one
-            client.create_payload_index(self.collection, "document_id", qm.PayloadSchemaType.KEYWORD, wait=True)
+            for field_name in INDEXED_PAYLOAD:
+                client.create_payload_index(self.collection, field_name, qm.PayloadSchemaType.KEYWORD, wait=True)
         self._ensured = True
 
     def _check_shape(self, client: QdrantClient) -> None:
@@ -618,16 +640,20 @@ class ClientVectorStore(VectorStore):
                                       with_payload=["chunk_id"], with_vectors=False)
         return {record.payload["chunk_id"] for record in records if record.payload}
 
-    def _search(self, query, limit, document_id, exclude_document_ids) -> list[SearchHit]:
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
+        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        if not ids:
+            return {}
+        with self._client() as client:
+            if not self._exists(client):
+                return {}
+            return stored_vectors(client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=True))
+
+    def _search(self, query, limit, document_id, exclude_document_ids, tenant=None) -> list[SearchHit]:
         with self._client() as client:
             if not self._exists(client):
                 return []
-            condition = _document_filter(document_id) if document_id is not None else None
-            if exclude_document_ids:
-                # versions being replaced (or not yet complete) stay out of the results
-                condition = condition or qm.Filter()
-                condition.must_not = [qm.FieldCondition(key="document_id",
-                                                        match=qm.MatchAny(any=exclude_document_ids))]
+            condition = _search_filter(document_id, exclude_document_ids, tenant)
             response = client.query_points(self.collection, query=query, limit=limit,
                                            query_filter=condition, with_payload=True, with_vectors=False)
         return hits_from(response.points)
@@ -635,6 +661,20 @@ class ClientVectorStore(VectorStore):
 
 def _document_filter(document_id: str) -> qm.Filter:
     return qm.Filter(must=[qm.FieldCondition(key="document_id", match=qm.MatchValue(value=str(document_id)))])
+
+
+def _search_filter(document_id: str | None, exclude_document_ids: list[str], tenant: str | None) -> qm.Filter | None:
+    """What a search keeps: one document's points, never the excluded documents', only one tenant's."""
+    must: list = [qm.FieldCondition(key="document_id", match=qm.MatchValue(value=document_id))] if document_id else []
+    if tenant is not None:
+        same_tenant = qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant))
+        # points written before tenants carry no tenant_id: they are the base tenant's
+        must.append(qm.Filter(should=[same_tenant, qm.IsEmptyCondition(is_empty=qm.PayloadField(key="tenant_id"))])
+                    if tenant == BASE_TENANT else same_tenant)
+    # versions being replaced (or not yet complete) stay out of the results
+    must_not = ([qm.FieldCondition(key="document_id", match=qm.MatchAny(any=exclude_document_ids))]
+                if exclude_document_ids else None)
+    return qm.Filter(must=must or None, must_not=must_not) if (must or must_not) else None
 
 
 # --------------------------------------------------------------------------- Dagster
