@@ -119,7 +119,6 @@ class EdgeVectorStore(VectorStore):
         self.root = (Path(path).expanduser() if path else default_local_path()).resolve()
         self.location = str(self.root)
         self.folder = self.root / EDGE_FOLDER / self.collection
-        self._shape_checked = False
         self._sparse = True
         self._gate = local_folder(self.folder, _open_shard(edge_config(dim)),
                                   lock_path=self.folder.parent / f"{self.collection}.lock",
@@ -138,8 +137,8 @@ class EdgeVectorStore(VectorStore):
             raise VectorStoreError(f"the embedded Qdrant folder {self.root} still holds the old local-mode "
                                    f"storage; run `docqueue db upgrade` to migrate it")
         with self._gate.open(self.lock_timeout_s) as shard:
-            if not self._shape_checked:
-                self._check_shape()
+            # every time (one small file): another process may have upgraded the shard since this store last looked
+            self._check_shape()
             yield shard
 
     def _check_shape(self) -> None:
@@ -152,7 +151,6 @@ class EdgeVectorStore(VectorStore):
         if size != self.dim or distance != "Cosine":
             raise VectorStoreError(f"collection {self.collection} holds {size}-d {distance} vectors; "
                                    f"{self.model_id} needs {self.dim}-d Cosine")
-        self._shape_checked = True
 
     def _existing(self):
         """The open shard, or None when the collection was never written (reads stay empty, create nothing)."""
@@ -210,7 +208,6 @@ class EdgeVectorStore(VectorStore):
             self.folder.rename(retired)
             spare.rename(self.folder)
             shutil.rmtree(retired, ignore_errors=True)
-            self._shape_checked = False
             return copied
 
     def delete_chunks(self, chunk_ids: Iterable[str]) -> None:
