@@ -163,11 +163,29 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _document_or_fail(queue, ref: str) -> dict:
-    document = queue.document(ref)
+def _document_or_fail(queue, ref: str, tenant: str | None = None) -> dict:
+    document = queue.document(ref, tenant)
     if document is None:
-        raise CliError(f"no document {ref!r}: use an id, a document key or a content hash from `docqueue status`")
+        within = f" in tenant {tenant!r}" if tenant else ""
+        raise CliError(f"no document {ref!r}{within}: use an id, a document key or a content hash from "
+                       "`docqueue status`")
     return document
+
+
+def _tenant_option(what: str):
+    return click.option("--tenant", metavar="T", default=None, help=f"{what} (queue_db/tenants.py)")
+
+
+def _tenant(name: str | None, *, default: bool = True) -> str | None:
+    """The checked tenant; without --tenant, DOCQUEUE_DEFAULT_TENANT (or None when `default` is False)."""
+    from queue_db.tenants import checked_tenant
+
+    if name is None and not default:
+        return None
+    try:
+        return checked_tenant(name)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 class _Commands(click.Group):
@@ -316,9 +334,10 @@ def db_stop(as_json: bool) -> None:
 @click.option("--name", help="the file name of content read from standard input (PATH `-`), e.g. note.md")
 @click.option("--idempotency-key", help="names this registration: the same key again is the same document, "
                                         "the key with other content is refused (one file or `-`)")
+@_tenant_option("the tenant (project) the documents belong to; default DOCQUEUE_DEFAULT_TENANT")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, name: str | None,
-           idempotency_key: str | None, as_json: bool) -> None:
+           idempotency_key: str | None, tenant: str | None, as_json: bool) -> None:
     """Register documents (PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML, DOCX, XLSX, CSV) or folders of them
     (recursively); `-` reads one document from standard input (with --name)."""
     stdin = Path("-") in paths
@@ -336,6 +355,7 @@ def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, n
         raise CliError(f"no such file or folder: {', '.join(missing)}", EXIT_USAGE)
     if password_file is not None and not password_file.is_file():
         raise CliError(f"password file {password_file} does not exist", EXIT_USAGE)
+    tenant = _tenant(tenant)
     from queue_db.config import docqueue_home
     from orchestration.intake import ingest_paths, ingest_stream, iter_files
     from resources.storage import StorageResource
@@ -350,13 +370,13 @@ def ingest(paths: tuple[Path, ...], priority: int, password_file: Path | None, n
     storage = StorageResource().get_storage()
     if stdin:
         results = [ingest_stream(queue, storage, click.get_binary_stream("stdin"), name, priority=priority,
-                                 scratch=docqueue_home() / "tmp", idempotency_key=idempotency_key)]
+                                 scratch=docqueue_home() / "tmp", idempotency_key=idempotency_key, tenant=tenant)]
     else:
         password_ref = f"file:{password_file.resolve()}" if password_file else None
         results = ingest_paths(queue, storage, paths, priority=priority, password_ref=password_ref,
-                               idempotency_key=idempotency_key)
+                               idempotency_key=idempotency_key, tenant=tenant)
     _register_document_partitions(queue)
-    payload = {"results": [r.as_dict() for r in results],
+    payload = {"tenant": tenant, "results": [r.as_dict() for r in results],
                "counts": {s: sum(1 for r in results if r.status == s) for s in ("new", "duplicate", "rejected")}}
     _emit(as_json, payload, lambda: _console().print(_table(
         "ingest", ["file", "status", "document", "id / reason"],
@@ -393,15 +413,26 @@ RUN_EXIT_CODES = (f"Exit codes: 0 every task completed (or is still open); {EXIT
 @click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True,
               help="worker processes, each taking its share of the ready work")
 @click.option("--max-seconds", type=float, default=None, help="stop after this long even if work remains")
+@click.option("--max-docs", type=click.IntRange(1, 1000), default=None,
+              help="work only on the N most urgent unfinished documents (priority, then oldest), through every "
+                   "phase, then exit; one worker")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None,
+              help="log records of this level and above to stderr, the runs' Dagster logs included")
 @click.option("--worker-index", type=int, default=None, hidden=True)
 @click.option("--worker-group", type=int, default=0, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
-def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index: int | None, worker_group: int,
-        as_json: bool) -> None:
+def run(until_idle: bool, workers: int, max_seconds: float | None, max_docs: int | None, log_level: str | None,
+        worker_index: int | None, worker_group: int, as_json: bool) -> None:
     """Process ready work through the Dagster definitions (recorded in the Dagster instance), then summarise
     every task: completed, failed by error class, blocked behind a failed earlier phase, open."""
     from queue_db.config import QueueConfig, settings
 
+    if max_docs is not None and workers > 1:
+        raise CliError("--max-docs runs in one worker: drop --workers or --max-docs", EXIT_USAGE)
+    if log_level is not None:
+        from orchestration.runner import apply_log_level
+
+        apply_log_level(log_level)
     if not settings(QueueConfig).enabled:
         click.echo(f"docqueue: {QueueConfig.disabled_reason} (nothing was run)", err=True)
         return
@@ -409,7 +440,7 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
     if worker_index is not None:  # a child of `run --workers N`
         from orchestration.workers import run_worker
 
-        report = run_worker(queue, until_idle, worker_index, workers, max_seconds, worker_group)
+        report = run_worker(queue, until_idle, worker_index, workers, max_seconds, worker_group, max_docs, log_level)
         click.echo(json.dumps(report))
         return
     from queue_db.outcomes import task_outcomes
@@ -418,8 +449,12 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
 
     dagster_instance()
     _check_stores()
-    started = time.monotonic()
-    children = start_workers(workers, until_idle=until_idle, max_seconds=max_seconds)
+    from queue_db.embedding_reuse import vectors_reused_since
+
+    started, started_at = time.monotonic(), _database_now(queue)
+    children = start_workers(workers, until_idle=until_idle, max_seconds=max_seconds, extra_args=[
+        *(["--max-docs", str(max_docs)] if max_docs is not None else []),
+        *(["--log-level", log_level] if log_level is not None else [])], show_logs=log_level is not None)
     show_progress = sys.stdout.isatty() and not as_json
     _watch_progress(queue, children, show_progress)
     reports, errors = collect_workers(children)
@@ -428,15 +463,25 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, worker_index:
     outcomes = task_outcomes(queue.engine)
     payload = {"runs": sum(r["runs"] for r in reports), "failed_runs": sum(r["failed_runs"] for r in reports),
                "seconds": round(time.monotonic() - started, 1), "progress": _progress(queue),
-               "summary": outcomes.as_dict()}
+               "vectors_reused": vectors_reused_since(queue.engine, started_at), "summary": outcomes.as_dict()}
+    if max_docs is not None:
+        payload["documents"] = [d for r in reports for d in r.get("documents", [])]
     _emit(as_json, payload, lambda: click.echo(
-        f"{payload['runs']} run(s), {payload['failed_runs']} with failed tasks, in {payload['seconds']} s; "
+        f"{payload['runs']} run(s), {payload['failed_runs']} with failed tasks, in {payload['seconds']} s"
+        + (f" over {len(payload['documents'])} document(s)" if max_docs is not None else "")
+        + f", {payload['vectors_reused']} vector(s) copied from identical chunks; "
         + ", ".join(f"{phase}: {p['completed']}/{p['total']} completed, {p['failed']} failed"
                     for phase, p in payload["progress"].items())
         + f"\nsummary: {outcomes.sentence()}"))
     if not outcomes.clean:
         raise CliError(f"{outcomes.failed_total} task(s) failed and {outcomes.blocked} wait behind failed ones: "
                        "`docqueue status` shows them, `docqueue retry` re-queues them", EXIT_TASKS_FAILED)
+
+
+def _database_now(queue):
+    """The database's clock: the reused vectors of this run are those completed since (workers' clocks may differ)."""
+    with queue.engine.connect() as conn:
+        return conn.exec_driver_sql("SELECT now()").scalar()
 
 
 def _check_stores() -> None:
@@ -476,23 +521,26 @@ def _watch_progress(queue, children, show: bool) -> None:
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True,
               help="documents per page, in registration order")
 @click.option("--after", "after_key", metavar="KEY", help="the page after the document with this key")
+@_tenant_option("only this tenant's documents (default: every tenant's)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document (its next_after names the next page)")
-def status(document: str | None, limit: int, after_key: str | None, as_json: bool) -> None:
+def status(document: str | None, limit: int, after_key: str | None, tenant: str | None, as_json: bool) -> None:
     """Per document: the three phase statuses, pages, chunks, progress and last errors, a page at a time."""
     from queue_db.readmodels import document_progress
 
+    tenant = _tenant(tenant, default=False)
     queue = _queue()
-    doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
+    doc_id = str(_document_or_fail(queue, document, tenant)["id"]) if document else None
     if after_key and queue.document(after_key) is None:
         raise CliError(f"no document with key {after_key!r} to continue after", EXIT_USAGE)
-    frame = document_progress(queue.engine, doc_id, limit=None if doc_id else limit, after_key=after_key)
+    frame = document_progress(queue.engine, doc_id, limit=None if doc_id else limit, after_key=after_key,
+                              tenant=tenant)
     records = json.loads(frame.to_json(orient="records", default_handler=str)) if not frame.empty else []
     next_after = records[-1]["document_key"] if not doc_id and len(records) == limit else None
 
     def human() -> None:
         _print_status(records)
         if next_after:
-            click.echo(f"more: docqueue status --after {next_after}")
+            click.echo(f"more: docqueue status --after {next_after}" + (f" --tenant {tenant}" if tenant else ""))
 
     _emit(as_json, {"documents": records, "next_after": next_after}, human)
 
@@ -513,14 +561,16 @@ def _print_status(records: list[dict]) -> None:
 
 
 @main.command()
+@_tenant_option("only this tenant's tasks (default: the whole queue)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
-def stats(as_json: bool) -> None:
+def stats(tenant: str | None, as_json: bool) -> None:
     """Queue statistics (task type x status x count), queue wait and per-phase durations."""
     from queue_db.readmodels import error_classes, phase_timings, queue_statistics
 
+    tenant = _tenant(tenant, default=False)
     queue = _queue()
-    counts, timings, errors = (json.loads(f.to_json(orient="records")) for f in
-                               (queue_statistics(queue.engine), phase_timings(queue.engine), error_classes(queue.engine)))
+    counts, timings, errors = (json.loads(f(queue.engine, tenant).to_json(orient="records"))
+                               for f in (queue_statistics, phase_timings, error_classes))
 
     def human() -> None:
         console = _console()
@@ -658,9 +708,11 @@ def _stores():
 @click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True, help="hits to show")
 @click.option("--dense", is_flag=True, help="embedding similarity only (for comparison)")
 @click.option("--sparse", is_flag=True, help="keyword (BM25-style) matching only (for comparison)")
+@_tenant_option("search this tenant's documents; default DOCQUEUE_DEFAULT_TENANT")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
-def search(text: str, limit: int, dense: bool, sparse: bool, as_json: bool) -> None:
+def search(text: str, limit: int, dense: bool, sparse: bool, tenant: str | None, as_json: bool) -> None:
     """Hybrid search over the vectors: embedding similarity and keyword matching, fused by rank."""
+    tenant = _tenant(tenant)  # before the imports: a bad name is said at once
     from resources.embeddings import EmbeddingResource
     from resources.qdrant import QdrantResource
 
@@ -675,7 +727,7 @@ def search(text: str, limit: int, dense: bool, sparse: bool, as_json: bool) -> N
         store = QdrantResource().get_store(embedder.model_id, embedder.dim)
         try:
             hits = store.search(embedder.embed_one(text), limit=limit, text=text, mode=mode,
-                                exclude_document_ids=hidden_from_search(queue))
+                                exclude_document_ids=hidden_from_search(queue), tenant=tenant)
         finally:
             store.close()
     rows = [{"score": round(h.score, 4), "document": h.payload.get("filename"),
@@ -694,18 +746,21 @@ def search(text: str, limit: int, dense: bool, sparse: bool, as_json: bool) -> N
 
 @main.command()
 @click.argument("entity")
+@_tenant_option("the tenant whose graph to read; default DOCQUEUE_DEFAULT_TENANT")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
-def graph(entity: str, as_json: bool) -> None:
+def graph(entity: str, tenant: str | None, as_json: bool) -> None:
     """An entity, its type, its mentions (document, page) and its related entities."""
+    tenant = _tenant(tenant)
     _queue()
     with _service_failures():
         store = _graph_store()
         try:
-            found = store.entity(entity)
+            found = store.entity(entity, tenant=tenant)
         finally:
             store.close()
     if found is None:
-        raise CliError(f"no entity {entity!r} in the graph (names are matched case- and punctuation-insensitively)")
+        raise CliError(f"no entity {entity!r} in the graph of tenant {tenant!r} (names are matched case- and "
+                       "punctuation-insensitively)")
 
     def human() -> None:
         console = _console()
@@ -718,16 +773,24 @@ def graph(entity: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("document")
+@click.argument("document", required=False)
+@_tenant_option("without DOCUMENT: delete every document of this tenant, DOCQUEUE_DELETE_BATCH at a time")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
-def delete(document: str, as_json: bool) -> None:
-    """Remove a document: rows, files, Qdrant points, graph nodes and mentions, Dagster partitions."""
+def delete(document: str | None, tenant: str | None, as_json: bool) -> None:
+    """Remove a document (or a whole tenant): rows, files, Qdrant points, graph nodes and mentions, Dagster
+    partitions."""
     from orchestration.environment import dagster_instance
     from orchestration.lifecycle import delete_everywhere
     from resources.storage import StorageResource
 
+    if document is None and tenant is None:
+        raise CliError("give a DOCUMENT to delete, or --tenant T to delete every document of tenant T", EXIT_USAGE)
+    tenant = _tenant(tenant, default=False)
     queue = _queue()
-    found = _document_or_fail(queue, document)
+    if document is None:
+        _delete_tenant(queue, tenant, as_json)
+        return
+    found = _document_or_fail(queue, document, tenant)
     with _stores() as (store, graph):
         try:
             removed = delete_everywhere(queue, found, instance=dagster_instance(), storage=StorageResource().get_storage(),
@@ -738,6 +801,22 @@ def delete(document: str, as_json: bool) -> None:
     _emit(as_json, payload, lambda: click.echo(
         f"deleted {found['document_key']}: {removed['points']} point(s), {removed['files']} file(s), "
         f"{removed['partitions']} partition(s)"))
+
+
+def _delete_tenant(queue, tenant: str, as_json: bool) -> None:
+    from orchestration.environment import dagster_instance
+    from orchestration.lifecycle import delete_tenant
+    from resources.storage import StorageResource
+
+    with _stores() as (store, graph):
+        try:
+            removed = delete_tenant(queue, tenant, instance=dagster_instance(),
+                                    storage=StorageResource().get_storage(), vector_store=store, graph_store=graph)
+        except RuntimeError as exc:
+            raise CliError(f"cannot delete tenant {tenant!r} now: {exc}") from None
+    _emit(as_json, {"tenant": tenant, **removed}, lambda: click.echo(
+        f"deleted tenant {tenant}: {removed['documents']} document(s), {removed['points']} point(s), "
+        f"{removed['files']} file(s), {removed['partitions']} partition(s)"))
 
 
 @main.command()

@@ -20,6 +20,7 @@ from typing import BinaryIO, Iterable, Iterator
 from queue_db.idempotency import IdempotencyConflict, checked_key
 from queue_db.lifecycle import mark_supersedes, move_source, previous_version
 from queue_db.queue import TaskQueue, source_path_text
+from queue_db.tenants import checked_tenant, tenant_storage_prefix
 from resources.ocr import PdfLimits
 from resources.storage import LocalStorage
 from processing.content_types import EXTENSIONS, detect_type, rejection_reason
@@ -94,17 +95,19 @@ def _hash_file(path: Path, limit: int) -> tuple[str, int, bytes]:
 def ingest_file(queue: TaskQueue, storage: LocalStorage, path: Path, *, priority: int = 0,
                 password_ref: str | None = None, limits: PdfLimits | None = None,
                 source_path: str | None = None, name: str | None = None,
-                metadata: dict | None = None, idempotency_key: str | None = None) -> IngestResult:
+                metadata: dict | None = None, idempotency_key: str | None = None,
+                tenant: str | None = None) -> IngestResult:
     """Register one file. `source_path` and `name` override where it came from (an object store downloads to a
     temporary file); a known source path with new content is a new version. With `idempotency_key`, the key
     names the document: the same key again is a duplicate, the key with other bytes is rejected."""
     return _register(queue, storage, path, shown=source_path or os.fsdecode(path), name=name or path.name,
                      source_path=source_path or os.fsdecode(path.resolve()), priority=priority,
-                     password_ref=password_ref, limits=limits, metadata=metadata, idempotency_key=idempotency_key)
+                     password_ref=password_ref, limits=limits, metadata=metadata, idempotency_key=idempotency_key,
+                     tenant=tenant)
 
 
 def ingest_stream(queue: TaskQueue, storage: LocalStorage, stream: BinaryIO, name: str, *, scratch: Path,
-                  priority: int = 0, idempotency_key: str | None = None) -> IngestResult:
+                  priority: int = 0, idempotency_key: str | None = None, tenant: str | None = None) -> IngestResult:
     """Register content read from a stream (standard input) under `name`, bounded by DOCQUEUE_MAX_FILE_MB while
     it is read. It has no source path, so it is never a new version of anything: the bytes (or the idempotency
     key) identify it."""
@@ -123,15 +126,17 @@ def ingest_stream(queue: TaskQueue, storage: LocalStorage, stream: BinaryIO, nam
                     return IngestResult(shown, "rejected", reason=too_large(limits.max_file_bytes))
                 handle.write(chunk)
         return _register(queue, storage, path, shown=shown, name=name, source_path=None, priority=priority,
-                         password_ref=None, limits=limits, metadata=None, idempotency_key=idempotency_key)
+                         password_ref=None, limits=limits, metadata=None, idempotency_key=idempotency_key,
+                         tenant=tenant)
 
 
 def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str, name: str,
               source_path: str | None, priority: int, password_ref: str | None, limits: PdfLimits | None,
-              metadata: dict | None, idempotency_key: str | None) -> IngestResult:
+              metadata: dict | None, idempotency_key: str | None, tenant: str | None = None) -> IngestResult:
     limits = limits or PdfLimits.from_env()
     try:
         checked_key(idempotency_key)
+        tenant = checked_tenant(tenant)
         content_hash, size, head = _hash_file(path, limits.max_file_bytes)
     except (IntakeError, ValueError) as exc:
         return IngestResult(shown, "rejected", reason=str(exc))
@@ -143,16 +148,17 @@ def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str
     refused = rejection_reason(mime) or _content_problem(path, mime, size)
     if refused:
         return IngestResult(shown, "rejected", reason=refused)
-    storage_key = f"documents/{content_hash[:2]}/{content_hash}{EXTENSIONS[mime]}"
+    # per tenant, so deleting one tenant's file never takes another's copy of the same bytes
+    storage_key = f"{tenant_storage_prefix(tenant)}/{content_hash[:2]}/{content_hash}{EXTENSIONS[mime]}"
     if not storage.exists(storage_key):
         storage.put_file(storage_key, path)
     # a known path with new content is a new version: it replaces the old one once fully indexed
-    previous = previous_version(queue, source_path, content_hash) if source_path else None
+    previous = previous_version(queue, source_path, content_hash, tenant) if source_path else None
     try:
         document, created = queue.register_document(
             filename=name, content_hash=content_hash, size_bytes=size, storage_key=storage_key,
             source_path=source_path, priority=priority, password_ref=password_ref, mime_type=mime,
-            filename_bytes=os.fsencode(name), metadata=metadata, idempotency_key=idempotency_key)
+            filename_bytes=os.fsencode(name), metadata=metadata, idempotency_key=idempotency_key, tenant=tenant)
     except IdempotencyConflict as exc:
         return IngestResult(shown, "rejected", reason=str(exc))
     if created and previous is not None:
@@ -183,8 +189,8 @@ def _content_problem(path: Path, mime: str, size: int) -> str | None:
 
 def ingest_paths(queue: TaskQueue, storage: LocalStorage, paths: Iterable[str | Path], *, priority: int = 0,
                  password_ref: str | None = None, root: Path | None = None,
-                 idempotency_key: str | None = None) -> list[IngestResult]:
+                 idempotency_key: str | None = None, tenant: str | None = None) -> list[IngestResult]:
     limits = PdfLimits.from_env()
     return [ingest_file(queue, storage, p, priority=priority, password_ref=password_ref, limits=limits,
-                        idempotency_key=idempotency_key)
+                        idempotency_key=idempotency_key, tenant=tenant)
             for p in iter_files(paths, root)]

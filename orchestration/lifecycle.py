@@ -41,6 +41,37 @@ def delete_everywhere(queue: TaskQueue, document: dict, *, instance: dg.DagsterI
     return removed
 
 
+class TenantBusy(RuntimeError):
+    """The tenant has tasks running: deleting now would pull rows from under workers."""
+
+
+def delete_tenant(queue: TaskQueue, tenant: str, *, instance: dg.DagsterInstance | None, storage, vector_store=None,
+                  graph_store=None, batch: int | None = None) -> dict:
+    """Remove every document of `tenant` everywhere (delete_everywhere, each), `batch` documents at a time
+    (DOCQUEUE_DELETE_BATCH). Refused while any of its tasks runs. Each document's rows go last, so an interrupted
+    delete leaves only whole documents and running it again finishes the job; a tenant with nothing left is done."""
+    from queue_db.config import TenantConfig, settings
+    from queue_db.tenants import checked_tenant
+
+    tenant = checked_tenant(tenant)
+    batch = batch or settings(TenantConfig).delete_batch
+    removed = {"documents": 0, "points": 0, "files": 0, "partitions": 0}
+    while True:
+        running = lifecycle.tenant_running_tasks(queue, tenant)
+        if running:
+            raise TenantBusy(f"{running} of its task(s) are running; wait for them or recover them first "
+                             f"({removed['documents']} document(s) deleted so far)")
+        documents = lifecycle.tenant_documents(queue, tenant, batch)
+        if not documents:
+            return removed
+        for document in documents:
+            for counter, n in delete_everywhere(queue, document, instance=instance, storage=storage,
+                                                vector_store=vector_store, graph_store=graph_store).items():
+                removed[counter] += n
+            removed["documents"] += 1
+        log.info("tenant %s: %d document(s) deleted", tenant, removed["documents"])
+
+
 def retire_superseded(queue: TaskQueue, *, instance, storage, vector_store=None, graph_store=None) -> list[dict]:
     """Remove old versions whose replacement completed every phase."""
     retired = []

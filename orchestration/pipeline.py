@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from queue_db.config import EmbeddingConfig, ExtractionConfig, settings
+from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
@@ -42,6 +43,19 @@ class Outcome:
     retryable: bool = True
     metadata: dict = field(default_factory=dict)
     rejected: bool = False  # the queue refused the transition: the task was no longer ours
+
+
+@dataclass(frozen=True)
+class VectorCopy:
+    """A chunk's vector copied from the chunk `source` (a chunk_id) of the same text instead of embedded."""
+    source: str
+    vector: list[float] | None = None
+    tokens: int = 0
+    embedded_tokens: int = 0
+    batch_index: int | None = None  # the source is this earlier task of the same batch, embedded now
+
+    def of(self, vector, tokens: int, embedded_tokens: int) -> "VectorCopy":
+        return VectorCopy(self.source, vector, tokens, embedded_tokens)
 
 
 class PasswordError(RuntimeError):
@@ -338,24 +352,61 @@ class Pipeline:
     def _embed_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
         context = self.queue.chunk_context([t["id"] for t in tasks])
-        embedded = within(settings(EmbeddingConfig).timeout_s, "embedding",
-                          lambda: self.embedder.embed_covered([t.get("content") or "" for t in tasks]))
-        vectors = embedded.vectors
+        copies = self._reusable_vectors(tasks) if settings(EmbeddingConfig).dedup else {}
+        fresh = [i for i in range(len(tasks)) if i not in copies]
+        embedded = (within(settings(EmbeddingConfig).timeout_s, "embedding",
+                           lambda: self.embedder.embed_covered([tasks[i].get("content") or "" for i in fresh]))
+                    if fresh else None)
+        vectors, tokens, covered = [None] * len(tasks), [0] * len(tasks), [0] * len(tasks)
+        for row, i in enumerate(fresh):
+            vectors[i], tokens[i], covered[i] = embedded.vectors[row], embedded.tokens[row], embedded.embedded_tokens[row]
+        for i, copy in sorted(copies.items()):  # a copy of an earlier task of this batch comes after that task
+            if copy.batch_index is not None:
+                copy = copy.of(vectors[copy.batch_index], tokens[copy.batch_index], covered[copy.batch_index])
+            vectors[i], tokens[i], covered[i] = copy.vector, copy.tokens, copy.embedded_tokens
         # a vector that covers only the start of its chunk (DOCQUEUE_EMBED_MAX_WINDOWS) says so in its payload
         points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
             "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
-            "filename": context[t["id"]]["filename"], "page_number": context[t["id"]]["page_number"],
+            "tenant_id": context[t["id"]]["tenant_id"], "filename": context[t["id"]]["filename"],
+            "page_number": context[t["id"]]["page_number"],
             "chunk_index": t["chunk_index"], "text": t.get("content") or "", "content_hash": t["chunk_content_hash"],
-            "tokens": embedded.tokens[i], "embedded_tokens": embedded.embedded_tokens[i],
+            "tokens": tokens[i], "embedded_tokens": covered[i],
+            **({"vector_reused_from": copies[i].source} if i in copies else {}),
         }) for i, t in enumerate(tasks)]
         lost = self._taken_from_us(VECTOR_CHUNK, worker_id, tasks)
         self.vector_store.upsert([p for p, t in zip(points, tasks) if str(t["id"]) not in lost])
         seconds = (time.perf_counter() - started) / len(tasks)
         outcomes = [Outcome(t["id"], True, rejected=str(t["id"]) in lost, metadata={
-            "vectors": 1, "dimensions": int(vectors.shape[1]), "seconds": round(seconds, 4),
-            "tokens": embedded.tokens[i], "embedded_tokens": embedded.embedded_tokens[i]})
+            "vectors": 1, "dimensions": len(vectors[i]), "seconds": round(seconds, 4),
+            "tokens": tokens[i], "embedded_tokens": covered[i], "reused": i in copies})
             for i, t in enumerate(tasks)]
-        return outcomes, {t["id"]: {"vector_seconds": seconds} for t in tasks}
+        return outcomes, {t["id"]: {"vector_seconds": seconds,
+                                    "vector_reused_from": copies[i].source if i in copies else None}
+                          for i, t in enumerate(tasks)}
+
+    def _reusable_vectors(self, tasks: Sequence[dict]) -> dict[int, "VectorCopy"]:
+        """Tasks of the batch whose text already has a vector: an identical chunk embedded before, whose point the
+        store (the model's own collection) still holds and which covers its whole text, or an earlier task of this
+        batch. The rest are embedded; a source point missing from the store only means embedding as usual."""
+        hashes = [t.get("chunk_content_hash") for t in tasks]
+        sources = embedded_chunks_by_hash(self.queue.engine, hashes)
+        stored = self.vector_store.vectors(list(dict.fromkeys(sources.values()))) if sources else {}
+        copies, first_of_text = {}, {}
+        for i, content_hash in enumerate(hashes):
+            if not content_hash:
+                continue
+            point = stored.get(sources.get(content_hash))
+            if (point is not None and point.payload.get("content_hash") == content_hash
+                    and point.payload.get("tokens") is not None
+                    and point.payload.get("tokens") == point.payload.get("embedded_tokens")):
+                copies[i] = VectorCopy(sources[content_hash], point.vector, point.payload["tokens"],
+                                       point.payload["embedded_tokens"])
+            elif content_hash in first_of_text:
+                first = first_of_text[content_hash]
+                copies[i] = VectorCopy(tasks[first]["chunk_id"], batch_index=first)
+            else:
+                first_of_text[content_hash] = i
+        return copies
 
     # ------------------------------------------------------------------------------------------ phase 3: graph
     def extract_chunks(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
@@ -371,7 +422,8 @@ class Pipeline:
         self.graph.write_chunks([ChunkGraph(
             document_id=context[t["id"]]["document_id"], filename=context[t["id"]]["filename"],
             page_number=context[t["id"]]["page_number"], chunk_id=t["chunk_id"], chunk_index=t["chunk_index"],
-            extraction=extractions[i]) for i, t in enumerate(tasks) if str(t["id"]) not in lost])
+            extraction=extractions[i], tenant_id=context[t["id"]]["tenant_id"])
+            for i, t in enumerate(tasks) if str(t["id"]) not in lost])
         seconds = (time.perf_counter() - started) / len(tasks)
         outcomes, results = [], {}
         for i, t in enumerate(tasks):

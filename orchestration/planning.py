@@ -77,16 +77,16 @@ def in_flight_positions(instance: dg.DagsterInstance, name: str) -> dict[int, li
 
 def plan_runs(engine: sa.Engine, kind: TaskKind, *, in_flight: dict[int, list[tuple[int, int]]] | None = None,
               max_keys: int | None = None, max_runs: int = 25, candidate_limit: int = 20_000,
-              block_filter=None) -> list[PlannedRun]:
+              block_filter=None, documents=None) -> list[PlannedRun]:
     """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first."""
-    return group_into_runs(ready_candidates(engine, kind, candidate_limit), kind.name, kind.phase.value,
+    return group_into_runs(ready_candidates(engine, kind, candidate_limit, documents), kind.name, kind.phase.value,
                            max_keys=max_keys or max_keys_per_run(kind), in_flight=in_flight, max_runs=max_runs,
                            block_filter=block_filter)
 
 
 def plan_rollup_runs(engine: sa.Engine, phase: str, *, in_flight=None, max_keys: int = 200, max_runs: int = 10,
-                     block_filter=None) -> list[PlannedRun]:
-    return group_into_runs(rollup_candidates(engine, phase, 5_000), f"rollup_{phase}", phase, max_keys=max_keys,
+                     block_filter=None, documents=None) -> list[PlannedRun]:
+    return group_into_runs(rollup_candidates(engine, phase, 5_000, documents), f"rollup_{phase}", phase, max_keys=max_keys,
                            in_flight=in_flight, max_runs=max_runs, block_filter=block_filter)
 
 

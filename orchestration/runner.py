@@ -13,7 +13,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import dagster as dg
 import sqlalchemy as sa
@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from queue_db.inspection import waiting_work
 from queue_db.config import QueueConfig, settings
 from queue_db.queue import TaskQueue
+from queue_db.run_scope import still_unfinished
 from queue_db.tasks import ALL_KINDS, Level
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
 from orchestration.jobs import job_name
@@ -46,6 +47,26 @@ def _launcher() -> str:
 
 
 LAUNCHER = _launcher()
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# the loggers `--log-level` sets: docqueue's own packages and Dagster's
+LEVELLED_LOGGERS = ("orchestration", "queue_db", "resources", "processing", "dagster")
+
+
+def apply_log_level(level: str) -> None:
+    """`docqueue run --log-level`: docqueue's and Dagster's records at `level` and above go to stderr; other
+    libraries (Dagster's storage migrations, HTTP clients) keep to warnings unless the level is higher."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
+    for name in LEVELLED_LOGGERS:
+        logging.getLogger(name).setLevel(level.upper())
+
+
+def run_config(log_level: str | None) -> dict:
+    """Without a log level, a run's console stays quiet (its events are in the instance); with one, the run's
+    Dagster console logger shows that level and above."""
+    if log_level is None:
+        return QUIET_CONSOLE
+    return {"loggers": {"console": {"config": {"log_level": log_level.upper()}}}}
 
 
 @dataclass
@@ -110,26 +131,28 @@ def fail_abandoned_runs(instance: dg.DagsterInstance, between_runs: bool = False
     return failed
 
 
-def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, block_filter=None) -> list[PlannedRun]:
-    """One planning round over every kind in phase order, then the roll-ups. Called between runs only."""
+def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, block_filter=None,
+              documents: Sequence[str] | None = None) -> list[PlannedRun]:
+    """One planning round over every kind in phase order, then the roll-ups. Called between runs only.
+    `documents`: only these documents' tasks and roll-ups are planned (`docqueue run --max-docs`)."""
     fail_abandoned_runs(instance, between_runs=True)
     planned: list[PlannedRun] = []
     for level in Level:
         register_partitions(instance, queue.engine, level)
     for kind in ALL_KINDS:
         planned += plan_runs(queue.engine, kind, in_flight=in_flight_positions(instance, kind.name), max_runs=4,
-                             block_filter=block_filter)
+                             block_filter=block_filter, documents=documents)
     for phase in ROLLUP_ASSET_BY_PHASE:
         planned += plan_rollup_runs(queue.engine, phase, in_flight=in_flight_positions(instance, f"rollup_{phase}"),
-                                    max_runs=4, block_filter=block_filter)
+                                    max_runs=4, block_filter=block_filter, documents=documents)
     return planned
 
 
-def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun) -> bool:
+def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun, log_level: str | None = None) -> bool:
     job = defs.resolve_job_def(job_name(run.name))
     result = job.execute_in_process(instance=instance, tags={**run.tags, RUNNER_TAG: this_process(),
                                                              LAUNCHER_TAG: LAUNCHER},
-                                    raise_on_error=False, run_config=QUIET_CONSOLE)
+                                    raise_on_error=False, run_config=run_config(log_level))
     return result.success
 
 
@@ -156,9 +179,11 @@ class _Outage:
 def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: TaskQueue, *, until_idle: bool = True,
                    worker_index: int = 0, workers: int = 1, poll_s: float | None = None,
                    max_seconds: float | None = None,
-                   on_run: Callable[[PlannedRun, bool], None] | None = None) -> RunnerReport:
+                   on_run: Callable[[PlannedRun, bool], None] | None = None,
+                   documents: Sequence[str] | None = None, log_level: str | None = None) -> RunnerReport:
     """Plan and execute runs until idle (or forever); `poll_s` (default WORKER_POLL_INTERVAL) is the wait when
-    nothing is ready and no retry is due. With TASK_QUEUE_ENABLED=false it returns at once, touching nothing."""
+    nothing is ready and no retry is due. With TASK_QUEUE_ENABLED=false it returns at once, touching nothing.
+    `documents`: work on these documents only, and return once none of them can make progress."""
     report = RunnerReport()
     if not settings(QueueConfig).enabled:
         log.warning(QueueConfig.disabled_reason)
@@ -171,9 +196,9 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: Ta
         if max_seconds is not None and time.monotonic() - started > max_seconds:
             break
         try:
-            planned = plan_next(queue, instance, block_filter)
+            planned = plan_next(queue, instance, block_filter, documents)
             for run in planned:
-                ok = execute(defs, instance, run)
+                ok = execute(defs, instance, run, log_level)
                 report.runs += 1
                 report.failed_runs += 0 if ok else 1
                 report.runs_by_name[run.name] = report.runs_by_name.get(run.name, 0) + 1
@@ -185,14 +210,17 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: Ta
             # tasks of a worker that died are released here too: without a daemon nobody else would
             if waiting["processing"] and sum(queue.recover_stale().values()):
                 continue
+            # the chosen documents end the run once none can progress, whatever other documents are doing
+            unfinished = None if documents is None else still_unfinished(queue.engine, documents)
             # a back-off that ran out after this round's planning is neither planned nor waited for: plan again
-            ready_now = (not waiting["processing"] and waiting["next_retry_in_s"] is None
+            ready_now = (not waiting["processing"] and waiting["next_retry_in_s"] is None and unfinished is None
                          and any(queue.ready_counts().values()))
         except sa.exc.DBAPIError as exc:
             outage.wait_or_raise(exc)
             continue
         outage.over()
-        if until_idle and not ready_now and waiting["processing"] == 0 and waiting["next_retry_in_s"] is None:
+        if unfinished == 0 or (unfinished is None and until_idle and not ready_now and waiting["processing"] == 0
+                               and waiting["next_retry_in_s"] is None):
             break
         delay = poll_s if waiting["next_retry_in_s"] is None else min(max(waiting["next_retry_in_s"], 0.2), 30.0)
         delay = 0.2 if ready_now else delay

@@ -8,16 +8,19 @@ import secrets
 import sys
 import time
 from contextlib import contextmanager
+from typing import Sequence
 
 
-def start_workers(workers: int, *, until_idle: bool, max_seconds: float | None) -> list[subprocess.Popen]:
-    """Start the worker processes of one `run --workers N`, each a `docqueue run --worker-index I`."""
+def start_workers(workers: int, *, until_idle: bool, max_seconds: float | None,
+                  extra_args: Sequence[str] = (), show_logs: bool = False) -> list[subprocess.Popen]:
+    """Start the worker processes of one `run --workers N`, each a `docqueue run --worker-index I`. `show_logs`
+    (`--log-level`): their stderr, where their logs go, is this process's own."""
     group = secrets.randbelow(2**31 - 1) + 1
     return [subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "--worker-index", str(i),
                               "--workers", str(workers), "--worker-group", str(group)]
                              + (["--until-idle"] if until_idle else [])
-                             + (["--max-seconds", str(max_seconds)] if max_seconds else []),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             + (["--max-seconds", str(max_seconds)] if max_seconds else []) + list(extra_args),
+                             stdout=subprocess.PIPE, stderr=None if show_logs else subprocess.PIPE, text=True)
             for i in range(workers)]
 
 
@@ -27,7 +30,7 @@ def collect_workers(children: list[subprocess.Popen]) -> tuple[list[dict], list[
     for child in children:
         out, err = child.communicate()
         if child.returncode != 0:
-            last = err.strip().splitlines()[-1] if err.strip() else f"worker exited {child.returncode}"
+            last = err.strip().splitlines()[-1] if err and err.strip() else f"worker exited {child.returncode}"
             errors.append(last.removeprefix("docqueue: "))
         else:
             reports.append(json.loads(out.strip().splitlines()[-1]))
@@ -38,24 +41,30 @@ SIBLING_POLL_S = 2.0
 STUCK_CHECKS = 15  # idle checks in a row with the same work left and no sibling busy: nobody can plan it
 
 
-def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: float | None, group: int) -> dict:
+def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: float | None, group: int,
+               max_docs: int | None = None, log_level: str | None = None) -> dict:
     """One of `run --workers N`. The workers split the registration blocks, so a worker whose share is idle may
     not leave while a sibling can still create work in that share (the sibling's chunks, pages and roll-ups
     land in any block): with --until-idle it leaves only once no sibling is busy and nothing is left anywhere."""
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from orchestration.runner import run_until_idle
+    from queue_db.run_scope import most_urgent_unfinished
 
     instance = dagster_instance()
     started = time.monotonic()
     totals = {"runs": 0, "failed_runs": 0}
+    # --max-docs runs in one worker, which chooses the documents as it starts
+    documents = None if max_docs is None else most_urgent_unfinished(queue.engine, max_docs)
+    if documents is not None:
+        totals["documents"] = documents
 
     def remaining() -> float | None:
         return None if max_seconds is None else max_seconds - (time.monotonic() - started)
 
     def one_pass() -> None:
         report = run_until_idle(defs, instance, queue, until_idle=until_idle, worker_index=index, workers=workers,
-                                max_seconds=remaining())
+                                max_seconds=remaining(), documents=documents, log_level=log_level)
         totals["runs"] += report.runs
         totals["failed_runs"] += report.failed_runs
 

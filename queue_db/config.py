@@ -161,6 +161,8 @@ class EmbeddingConfig(SettingsGroup):
     batch_tokens: int = _var(1024, "DOCQUEUE_EMBED_BATCH_TOKENS", "tokens per embedding batch, at most", ge=1)
     timeout_s: float = _var(300.0, "DOCQUEUE_EMBED_TIMEOUT", "seconds per embedding batch before it fails as "
                             "`timeout`", gt=0)
+    dedup: bool = _var(True, "DOCQUEUE_EMBEDDING_DEDUP", "a chunk whose text was already embedded by the same "
+                       "model copies that vector instead of being embedded again")
 
 
 class VectorStoreConfig(SettingsGroup):
@@ -307,9 +309,28 @@ class ClusterConfig(SettingsGroup):
                              "(e.g. deploy/k8s/dagster.yaml)", shown="the repository's `dagster.yaml`")
 
 
+class TenantConfig(SettingsGroup):
+    title: ClassVar[str] = "Tenants"
+
+    default_tenant: str = _var("default", "DOCQUEUE_DEFAULT_TENANT",
+                               "the tenant of documents registered without one (`ingest`, the inbox and S3 "
+                               "sensors, the library) and of `search` and `graph` without `--tenant`")
+    delete_batch: int = _var(100, "DOCQUEUE_DELETE_BATCH",
+                             "documents `docqueue delete --tenant` removes per batch", ge=1, le=10_000)
+
+    @field_validator("default_tenant")
+    @classmethod
+    def _tenant_name(cls, value: str) -> str:
+        from queue_db.tenants import TENANT_RULE, tenant_problem
+
+        if tenant_problem(value):
+            raise ValueError(f"must be {TENANT_RULE}, got {value!r}")
+        return value
+
+
 ALL_GROUPS: tuple[type[SettingsGroup], ...] = (
     QueueConfig, DatabaseConfig, StorageConfig, EmbeddingConfig, VectorStoreConfig, GraphConfig, ExtractionConfig,
-    DagsterConfig, IntakeConfig, ClusterConfig)
+    DagsterConfig, IntakeConfig, ClusterConfig, TenantConfig)
 
 G = TypeVar("G", bound=SettingsGroup)
 _CACHE: dict[type, tuple[tuple, SettingsGroup]] = {}

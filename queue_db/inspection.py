@@ -47,6 +47,17 @@ def document_held_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
                    f"WHERE t.{k.document_column} = %(document_id)s AND {k.held_sql('t')}" for k in kinds])
 
 
+def tenant_held_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
+    """kind, count of tasks of tenant %(tenant)s's documents held by a worker (read through the heartbeat indexes)."""
+    return _union([f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t "
+                   f"JOIN documents d ON d.id = t.{k.document_column} "
+                   f"WHERE d.tenant_id = %(tenant)s AND {k.held_sql('t')}" for k in kinds])
+
+
+def tenant_held_count(conn: sa.Connection, tenant: str) -> int:
+    return sum(int(r[1]) for r in conn.exec_driver_sql(tenant_held_sql(), {"tenant": tenant}).all())
+
+
 def held_counts(conn: sa.Connection) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in conn.exec_driver_sql(held_sql()).all()}
 

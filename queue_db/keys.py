@@ -1,6 +1,6 @@
 """Partition keys: readable, stable, comma-free (a comma breaks UI backfills), and parseable back to rows.
 
-document  <stem>-<hash8>            e.g. annual-report-1a2b3c4d
+document  <stem>-<hash8>            e.g. annual-report-1a2b3c4d (another tenant's: acme--annual-report-1a2b3c4d)
 page      <document>/p0003
 chunk     <document>/p0003/c012
 """
@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePath
 
-_KEY = re.compile(r"^(?P<doc>[a-z0-9][a-z0-9-]*)(?:/p(?P<page>\d{4,}))?(?:/c(?P<chunk>\d{3,}))?$")
+_KEY = re.compile(r"^(?P<doc>[a-z0-9][a-z0-9_-]*)(?:/p(?P<page>\d{4,}))?(?:/c(?P<chunk>\d{3,}))?$")
 
 
 def document_partition_key(document_key: str) -> str:

@@ -2,20 +2,22 @@
 re-indexing a phase. Only the queue's side; the caller removes outputs from the stores (orchestration.lifecycle)."""
 from __future__ import annotations
 
-from .inspection import document_held_counts
+from .inspection import document_held_counts, tenant_held_count
 from .queue import TaskQueue, source_path_text
 from .tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, Phase
+from .tenants import BASE_TENANT
 
 
-def previous_version(queue: TaskQueue, source_path: str, content_hash: str) -> dict | None:
-    """The newest document registered from the same path with other content (the one a new version replaces)."""
+def previous_version(queue: TaskQueue, source_path: str, content_hash: str, tenant: str = BASE_TENANT) -> dict | None:
+    """The newest document of `tenant` registered from the same path with other content (the one a new version
+    replaces)."""
     with queue.engine.connect() as conn:
         row = conn.exec_driver_sql(
             """SELECT id::text AS id, document_key FROM documents
-               WHERE source_path = %(p)s AND content_hash <> %(h)s
+               WHERE source_path = %(p)s AND content_hash <> %(h)s AND tenant_id = %(t)s
                  AND NOT EXISTS (SELECT 1 FROM documents newer WHERE newer.supersedes = documents.id)
                ORDER BY created_at DESC LIMIT 1""",
-            {"p": source_path_text(source_path), "h": content_hash}).mappings().first()
+            {"p": source_path_text(source_path), "h": content_hash, "t": tenant}).mappings().first()
     return dict(row) if row else None
 
 
@@ -67,6 +69,21 @@ def partition_keys_of(queue: TaskQueue, document_id: str) -> dict[str, list[str]
         return {"documents": [], "pages": [], "chunks": []}
     return {"documents": [key], "pages": [page_partition_key(key, r[0]) for r in pages],
             "chunks": [chunk_partition_key(key, r[0], r[1]) for r in chunks]}
+
+
+def tenant_documents(queue: TaskQueue, tenant: str, limit: int) -> list[dict]:
+    """The first `limit` documents of `tenant` in registration order (idx_documents_tenant_listing): a batch of
+    `docqueue delete --tenant`, which deletes them and asks again."""
+    with queue.engine.connect() as conn:
+        return [dict(r) for r in conn.exec_driver_sql(
+            "SELECT * FROM documents WHERE tenant_id = %(t)s ORDER BY created_at, id LIMIT %(n)s",
+            {"t": tenant, "n": int(limit)}).mappings()]
+
+
+def tenant_running_tasks(queue: TaskQueue, tenant: str) -> int:
+    """How many tasks of `tenant`'s documents workers hold right now."""
+    with queue.engine.connect() as conn:
+        return tenant_held_count(conn, tenant)
 
 
 def delete_rows(queue: TaskQueue, document_id: str) -> bool:

@@ -4,18 +4,23 @@ from __future__ import annotations
 from typing import Sequence
 
 from .tasks import ALL_KINDS
+from .tenants import BASE_TENANT
 from .transactions import QueueConnection
 
 
 class Lookups(QueueConnection):
-    def document(self, ref: str) -> dict | None:
-        """A document by id, document key or content hash."""
+    def document(self, ref: str, tenant: str | None = None) -> dict | None:
+        """A document by id, document key or content hash; with `tenant`, only one of that tenant's (a content
+        hash names one document per tenant)."""
         with self.engine.connect() as conn:
             row = conn.exec_driver_sql(
                 """SELECT * FROM documents
-                   WHERE document_key = %(r)s OR content_hash = %(r)s
-                      OR (%(r)s ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' AND id::text = lower(%(r)s))
-                   LIMIT 1""", {"r": ref}).mappings().first()
+                   WHERE (document_key = %(r)s OR content_hash = %(r)s
+                      OR (%(r)s ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' AND id::text = lower(%(r)s)))
+                     AND (%(t)s::text IS NULL OR tenant_id = %(t)s)
+                   -- a content hash without a tenant: the base tenant's document, the one it named before tenants
+                   ORDER BY tenant_id = %(base)s DESC, created_at LIMIT 1""",
+                {"r": ref, "t": tenant, "base": BASE_TENANT}).mappings().first()
         return dict(row) if row else None
 
     def pages(self, document_id: str) -> list[dict]:
@@ -46,7 +51,7 @@ class Lookups(QueueConnection):
             return {}
         with self.engine.connect() as conn:
             rows = conn.exec_driver_sql(
-                """SELECT c.id::text AS id, c.document_id::text AS document_id, d.document_key, d.filename,
+                """SELECT c.id::text AS id, c.document_id::text AS document_id, d.document_key, d.filename, d.tenant_id,
                           p.page_number, c.chunk_index, c.chunk_id, c.chunk_content_hash
                    FROM task_queue_chunk c JOIN documents d ON d.id = c.document_id
                    JOIN task_queue_page p ON p.id = c.page_id

@@ -74,17 +74,20 @@ def record_block(engine: sa.Engine, level: Level, ids_in_order: Sequence[str]) -
     return int(block)
 
 
-def ready_candidates(engine: sa.Engine, kind: TaskKind, limit: int) -> list[Candidate]:
-    """Claimable tasks of `kind` with registered partitions, in claim order (priority, failed first, oldest)."""
+def ready_candidates(engine: sa.Engine, kind: TaskKind, limit: int,
+                     documents: Sequence[str] | None = None) -> list[Candidate]:
+    """Claimable tasks of `kind` with registered partitions, in claim order (priority, failed first, oldest);
+    `documents`: of these documents only."""
     select, joins = _KEY_SELECT[kind.level]
+    only = "" if documents is None else f"AND t.{kind.document_column} = ANY(%(documents)s::uuid[])"
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
             f"""SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos,
                        COALESCE(t.{kind.col('retry_count')}, 0) AS retries, {select}
                 FROM {kind.table} t {joins}
-                WHERE {kind.claimable_sql('t')} AND t.partition_block IS NOT NULL
+                WHERE {kind.claimable_sql('t')} AND t.partition_block IS NOT NULL {only}
                 ORDER BY {kind.claim_order_sql('t')}
-                LIMIT %(n)s""", {"n": limit}).mappings().all()
+                LIMIT %(n)s""", {"n": limit, "documents": list(documents or ())}).mappings().all()
     return [Candidate(r["id"], key_of(kind.level, r), int(r["block"]), int(r["pos"]), int(r["retries"])) for r in rows]
 
 
@@ -120,17 +123,20 @@ ROLLUP_COLUMNS = {"ocr": ("ocr_status", "ocr_completed_at", "ocr_rollup_at"),
                   "graphrag": ("graphrag_index_status", "graphrag_completed_at", "graphrag_rollup_at")}
 
 
-def rollup_candidates(engine: sa.Engine, phase: str, limit: int) -> list[Candidate]:
-    """Documents whose phase reached a final status (completed/failed) since their roll-up was last written."""
+def rollup_candidates(engine: sa.Engine, phase: str, limit: int,
+                      documents: Sequence[str] | None = None) -> list[Candidate]:
+    """Documents whose phase reached a final status (completed/failed) since their roll-up was last written;
+    `documents`: among these only."""
     status, completed_at, rollup_at = ROLLUP_COLUMNS[phase]
+    only = "" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])"
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
             f"""SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos, t.document_key
                 FROM documents t
                 WHERE t.partition_block IS NOT NULL AND t.{status} IN ('completed', 'failed')
-                  AND (t.{rollup_at} IS NULL OR t.{rollup_at} < COALESCE(t.{completed_at}, t.updated_at))
+                  AND (t.{rollup_at} IS NULL OR t.{rollup_at} < COALESCE(t.{completed_at}, t.updated_at)) {only}
                 ORDER BY t.priority DESC, t.updated_at
-                LIMIT %(n)s""", {"n": limit}).mappings().all()
+                LIMIT %(n)s""", {"n": limit, "documents": list(documents or ())}).mappings().all()
     return [Candidate(r["id"], r["document_key"], int(r["block"]), int(r["pos"]), 0) for r in rows]
 
 

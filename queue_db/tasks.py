@@ -170,7 +170,7 @@ VECTOR_CHUNK = TaskKind(
     label="vector_chunks",
     returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
                "vector_retry_count", "max_retries"),
-    result_columns={"vector_seconds": "real"},
+    result_columns={"vector_seconds": "real", "vector_reused_from": "text"},
 )
 GRAPHRAG_CHUNK = TaskKind(
     name="graphrag_chunk", phase=Phase.GRAPHRAG, level=Level.CHUNK, table="task_queue_chunk", prefix="graphrag",

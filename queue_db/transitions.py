@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from .idempotency import IdempotencyConflict, checked_key
 from .keys import chunk_id, document_key_for
+from .tenants import checked_tenant, tenant_document_key
 from .tasks import ALL_KINDS, NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, Phase, TaskKind
 from .text import clean_text, source_path_text
 from .transactions import QueueConnection, with_retries
@@ -91,22 +92,26 @@ class Transitions(QueueConnection):
         filename_bytes: bytes | None = None,
         metadata: dict | None = None,
         idempotency_key: str | None = None,
+        tenant: str | None = None,
     ) -> tuple[dict, bool]:
         """Idempotent on content hash: the same bytes twice give the same document. Returns (row, created).
         Known bytes registered again with a higher priority raise the document's (and its unfinished tasks').
 
         With `idempotency_key`, the same key twice is one document too, and the key with other bytes raises
         IdempotencyConflict. Bytes already registered without a key take the key, so it names them from then on;
-        bytes already registered under another key stay one document, under that other key."""
+        bytes already registered under another key stay one document, under that other key.
+
+        Both hold within `tenant` (None: DOCQUEUE_DEFAULT_TENANT): the same bytes in two tenants are two documents."""
         idempotency_key = checked_key(idempotency_key)
+        tenant = checked_tenant(tenant)
         check_priority(priority)
         if not re.fullmatch(r"[0-9a-f]{64}", content_hash):
             raise ValueError("content_hash must be a sha256 hex digest")
 
         def keyed(conn: sa.Connection) -> dict | None:
             """The document the key names (None when the key is new); IdempotencyConflict for other bytes."""
-            row = conn.exec_driver_sql("SELECT * FROM documents WHERE idempotency_key = %(k)s",
-                                       {"k": idempotency_key}).mappings().first()
+            row = conn.exec_driver_sql("SELECT * FROM documents WHERE idempotency_key = %(k)s AND tenant_id = %(t)s",
+                                       {"k": idempotency_key, "t": tenant}).mappings().first()
             if row is not None and row["content_hash"] != content_hash:
                 raise IdempotencyConflict(idempotency_key, row["document_key"])
             return dict(row) if row is not None else None
@@ -122,19 +127,20 @@ class Transitions(QueueConnection):
                 row = conn.exec_driver_sql(
                     """INSERT INTO documents (filename, filename_bytes, document_key, source_path, storage_key,
                                               size_bytes, content_hash, mime_type, priority, password_ref,
-                                              metadata, max_retries, idempotency_key)
+                                              metadata, max_retries, idempotency_key, tenant_id)
                        VALUES (%(filename)s, %(filename_bytes)s, %(key)s, %(source_path)s, %(storage_key)s,
                                %(size)s, %(hash)s, %(mime)s, %(priority)s, %(password_ref)s, %(metadata)s::jsonb,
-                               %(max_retries)s, %(idempotency_key)s)
+                               %(max_retries)s, %(idempotency_key)s, %(tenant)s)
                        ON CONFLICT DO NOTHING
                        RETURNING *""",
                     {
                         "filename": clean_text(filename, 1000), "filename_bytes": filename_bytes,
-                        "key": document_key_for(filename, content_hash, key_length),
+                        "key": tenant_document_key(tenant, document_key_for(filename, content_hash, key_length)),
                         "source_path": source_path_text(source_path) if source_path else None, "storage_key": storage_key,
                         "size": size_bytes, "hash": content_hash, "mime": mime_type, "priority": priority,
                         "password_ref": password_ref, "metadata": json.dumps(metadata or {}),
                         "max_retries": self.settings.max_retries, "idempotency_key": idempotency_key,
+                        "tenant": tenant,
                     },
                 ).mappings().first()
                 if row is not None:
@@ -143,7 +149,8 @@ class Transitions(QueueConnection):
                 if named is not None:
                     return known(conn, named)
                 existing = conn.exec_driver_sql(
-                    "SELECT * FROM documents WHERE content_hash = %(hash)s", {"hash": content_hash}
+                    "SELECT * FROM documents WHERE content_hash = %(hash)s AND tenant_id = %(t)s",
+                    {"hash": content_hash, "t": tenant}
                 ).mappings().first()
                 if existing is not None:
                     if idempotency_key is not None and existing["idempotency_key"] is None:

@@ -1,12 +1,15 @@
 """The knowledge graph, through the official `neo4j` driver (Neo4j 5 or any Bolt server speaking its Cypher).
 
 Graph model:
-    (:Document {id, filename})-[:HAS_PAGE]->(:Page {id, document_id, number})
-        -[:HAS_CHUNK]->(:Chunk {id, document_id, page_number, index})-[:MENTIONS]->(:Entity {key, name, type})
+    (:Document {id, filename, tenant_id})-[:HAS_PAGE]->(:Page {id, document_id, number, tenant_id})
+        -[:HAS_CHUNK]->(:Chunk {id, document_id, page_number, index, tenant_id})
+        -[:MENTIONS {aliases, tenant_id}]->(:Entity {key, name, type, tenant_id})
     (:Entity)-[:RELATED_TO {type, weight, chunk_ids}]->(:Entity)
 
 One real-world entity is one node: its `key` is the normalised name (NFKC, case-folded, punctuation dropped,
 whitespace collapsed) and carries a uniqueness constraint.  Across documents that exact key is the only identity.
+Outside the tenant `default` the key is prefixed `<tenant>:` (queue_db/tenants.py), so two tenants never share an
+entity node; nodes written before tenants carry no tenant_id and are `default`'s.
 Within one document a short form of a fuller name of the same type ("Lessig" after "Lawrence Lessig", "Microsoft"
 after "Microsoft Corporation"; see `SHORT_FORM_RULE`) is that entity: the chunk MENTIONS the full name's node and the edge's `aliases`
 lists the short keys it used (see `resolve_aliases`).  A RELATED_TO edge is one per (source, target, type); its
@@ -31,6 +34,7 @@ import dagster
 import neo4j
 from neo4j.exceptions import ConstraintError
 from queue_db.config import GraphConfig, secret_value, settings
+from queue_db.tenants import BASE_TENANT, bare_entity_key, split_entity_key, tenant_entity_key
 
 
 # keys are whitespace-collapsed, so a newline can never occur inside one: safe as a separator in relation signatures
@@ -91,6 +95,7 @@ class ChunkGraph:
     chunk_id: str
     chunk_index: int
     extraction: Extraction
+    tenant_id: str = BASE_TENANT
 
 
 def page_id(document_id: str, page_number: int) -> str:
@@ -114,6 +119,9 @@ MIN_SHORT_FORM_CHARS = 3
 def is_short_form(short: str, full: str, type_: str) -> bool:
     """`short` (a key) is `full` (a key) shortened the way names of `type_` are shortened in running text."""
     rule = SHORT_FORM_RULE.get(type_)
+    (short_tenant, short), (full_tenant, full) = split_entity_key(short), split_entity_key(full)
+    if short_tenant != full_tenant:
+        return False  # two tenants' names
     short_words, full_words = short.split(), full.split()
     if rule is None or not short_words or len(short_words) >= len(full_words):
         return False
@@ -149,9 +157,9 @@ def resolve_aliases(entities: Iterable[tuple[str, str]], recorded: dict[str, str
         end_word = -1 if SHORT_FORM_RULE[type_] == "surname" else 0
         sharing: dict[str, list[str]] = {}
         for key in keys:
-            sharing.setdefault(key.split()[end_word], []).append(key)
+            sharing.setdefault(bare_entity_key(key).split()[end_word], []).append(key)
         for short in keys:
-            group = sharing[short.split()[end_word]]
+            group = sharing[bare_entity_key(short).split()[end_word]]
             fuller = [full for full in group if is_short_form(short, full, type_)]
             longest_of.setdefault(short, set()).update(
                 full for full in fuller if not any(is_short_form(full, other, type_) for other in fuller))
@@ -199,7 +207,7 @@ _EXISTING_CHUNKS = "MATCH (c:Chunk) WHERE c.id IN $ids RETURN c.id AS id"
 _MERGE_DOCUMENTS = """
 UNWIND $rows AS row
 MERGE (d:Document {id: row.id})
-SET d.filename = row.filename, d.writes = coalesce(d.writes, 0) + 1
+SET d.filename = row.filename, d.tenant_id = row.tenant_id, d.writes = coalesce(d.writes, 0) + 1
 """
 
 # bounded by the documents: the entities their other chunks mention and the short forms they used for them
@@ -244,7 +252,7 @@ _MERGE_PAGES = """
 UNWIND $rows AS row
 MATCH (d:Document {id: row.document_id})
 MERGE (p:Page {id: row.id})
-SET p.document_id = row.document_id, p.number = row.number
+SET p.document_id = row.document_id, p.number = row.number, p.tenant_id = row.tenant_id
 MERGE (d)-[:HAS_PAGE]->(p)
 """
 
@@ -252,14 +260,15 @@ _MERGE_CHUNKS = """
 UNWIND $rows AS row
 MATCH (p:Page {id: row.page_id})
 MERGE (c:Chunk {id: row.id})
-SET c.document_id = row.document_id, c.page_number = row.page_number, c.`index` = row.`index`
+SET c.document_id = row.document_id, c.page_number = row.page_number, c.`index` = row.`index`,
+    c.tenant_id = row.tenant_id
 MERGE (p)-[:HAS_CHUNK]->(c)
 """
 
 _MERGE_ENTITIES = """
 UNWIND $rows AS row
 MERGE (e:Entity {key: row.key})
-ON CREATE SET e.name = row.name, e.type = row.type
+ON CREATE SET e.name = row.name, e.type = row.type, e.tenant_id = row.tenant_id
 """
 
 _MERGE_MENTIONS = """
@@ -267,7 +276,7 @@ UNWIND $rows AS row
 MATCH (c:Chunk {id: row.chunk_id})
 MATCH (e:Entity {key: row.key})
 MERGE (c)-[m:MENTIONS]->(e)
-SET m.aliases = row.aliases
+SET m.aliases = row.aliases, m.tenant_id = row.tenant_id
 """
 
 # chunk_ids is a set: append only the ids not already present; weight follows from it
@@ -358,11 +367,16 @@ class _ChunkContent:
     aliases: dict[str, list[str]] = field(default_factory=dict)  # full key -> the short keys the chunk used for it
 
 
+def _chunk_key(chunk: ChunkGraph, name: str) -> str:
+    """The graph key of a name an extraction gave (never prefixed: extractors know no tenants)."""
+    return tenant_entity_key(chunk.tenant_id, normalize_entity_name(name))
+
+
 def _chunk_keys(chunk: ChunkGraph) -> dict[str, Entity]:
     # keys are normalised again here (idempotent) so a caller's hand-made key cannot split one entity in two
     entities: dict[str, Entity] = {}
     for entity in chunk.extraction.entities:
-        key = normalize_entity_name(entity.key or entity.name)
+        key = _chunk_key(chunk, entity.key or entity.name)
         if key and key not in entities:
             entities[key] = Entity(name=" ".join(entity.name.split()) or key, type=entity.type, key=key)
     return entities
@@ -382,7 +396,7 @@ def _chunk_content(chunk: ChunkGraph, aliases: DocumentAliases | None = None) ->
             entities[key] = entity
     relations: set[tuple[str, str, str]] = set()
     for relation in chunk.extraction.relations:
-        source, target = normalize_entity_name(relation.source), normalize_entity_name(relation.target)
+        source, target = _chunk_key(chunk, relation.source), _chunk_key(chunk, relation.target)
         for endpoint in (source, target):
             if endpoint not in extracted:
                 raise ValueError(f"chunk {chunk.chunk_id}: relation endpoint {endpoint!r} is not one of its entities")
@@ -413,12 +427,15 @@ class _Batch:
         for chunk in chunks:
             content = _chunk_content(chunk, (aliases or {}).get(chunk.document_id))
             pid = page_id(chunk.document_id, chunk.page_number)
-            pages[pid] = {"id": pid, "document_id": chunk.document_id, "number": chunk.page_number}
+            pages[pid] = {"id": pid, "document_id": chunk.document_id, "number": chunk.page_number,
+                          "tenant_id": chunk.tenant_id}
             rows.append({"id": chunk.chunk_id, "page_id": pid, "document_id": chunk.document_id,
-                         "page_number": chunk.page_number, "index": chunk.chunk_index})
+                         "page_number": chunk.page_number, "index": chunk.chunk_index, "tenant_id": chunk.tenant_id})
             for key, entity in content.entities.items():
-                entities.setdefault(key, {"key": key, "name": entity.name, "type": entity.type})
-                mentions.append({"chunk_id": chunk.chunk_id, "key": key, "aliases": content.aliases.get(key, [])})
+                entities.setdefault(key, {"key": key, "name": entity.name, "type": entity.type,
+                                          "tenant_id": chunk.tenant_id})
+                mentions.append({"chunk_id": chunk.chunk_id, "key": key, "aliases": content.aliases.get(key, []),
+                                 "tenant_id": chunk.tenant_id})
             for signature in content.relations:
                 relations.setdefault(signature, set()).add(chunk.chunk_id)
             keep.append({"chunk_id": chunk.chunk_id, "keep_keys": sorted(content.entities),
@@ -439,7 +456,8 @@ class _Batch:
 
 def _document_rows(chunks: list[ChunkGraph]) -> list[dict]:
     # sorted so concurrent writers lock documents in the same order
-    return [{"id": did, "filename": name} for did, name in sorted({c.document_id: c.filename for c in chunks}.items())]
+    named = {c.document_id: (c.filename, c.tenant_id) for c in chunks}
+    return [{"id": did, "filename": name, "tenant_id": tenant} for did, (name, tenant) in sorted(named.items())]
 
 
 # -- transaction bodies (run inside execute_write; may be retried, so they must be idempotent) -------------------------
@@ -640,10 +658,11 @@ class GraphStore:
                           "RETURN entity_key ORDER BY entity_key")
         return [row["entity_key"] for row in rows]
 
-    def entity(self, name: str, limit: int = 100) -> dict | None:
+    def entity(self, name: str, limit: int = 100, tenant: str = BASE_TENANT) -> dict | None:
         """The entity of that exact (normalised) name, else the one a document resolved that name to ("Lessig" in a
-        book that names "Lawrence Lessig"); the most mentioned one when several documents resolved it differently."""
-        key = normalize_entity_name(name)
+        book that names "Lawrence Lessig"); the most mentioned one when several documents resolved it differently.
+        Only `tenant`'s: its entity keys are its own, so its mentions and relations are too."""
+        key = tenant_entity_key(tenant, normalize_entity_name(name))
         found = self._read("MATCH (e:Entity {key: $key}) RETURN e.name AS name, e.type AS type, e.key AS key",
                            key=key)
         if not found:
@@ -671,7 +690,7 @@ class GraphStore:
             "ORDER BY weight DESC, name LIMIT $limit", key=key, limit=limit)
         related = [{**row, "direction": "out"} for row in outgoing] + [{**row, "direction": "in"} for row in incoming]
         related.sort(key=lambda row: (-(row["weight"] or 0), row["name"] or ""))
-        return {**found[0], "aliases": [row["alias"] for row in aliases], "mentions": mentions,
+        return {**found[0], "aliases": [bare_entity_key(row["alias"]) for row in aliases], "mentions": mentions,
                 "related": related[:limit]}
 
     def counts(self) -> dict:

@@ -50,6 +50,7 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 
 from processing.sparse import document_vector, fuse_rrf, query_vector
 from queue_db.config import VectorStoreConfig, docqueue_home, secret_value, settings
+from queue_db.tenants import BASE_TENANT
 
 # fixed forever: changing it would orphan every stored point
 DOCQUEUE_POINT_NAMESPACE = uuid.UUID("6f1d5c0e-3b7a-5a49-9c1e-0d0c0e0a7e21")
@@ -64,6 +65,8 @@ SEARCH_MODES = ("hybrid", "dense", "sparse")
 RRF_K = 60
 OLD_SHAPE_NOTICE = ("collection {collection} predates hybrid search, so this search used dense vectors only; run "
                     "`docqueue reindex --phase vector` to upgrade it")
+# keyword payload indexes: deleting a document filters on document_id, a tenant's search on tenant_id
+INDEXED_PAYLOAD = ("document_id", "tenant_id")
 
 
 class VectorStoreError(RuntimeError):
@@ -358,6 +361,18 @@ os.register_at_fork(after_in_child=_forget_folders_after_fork)
 # --------------------------------------------------------------------------- the contract
 
 
+@dataclass(frozen=True)
+class StoredVector:
+    """A point as read back: its vector and payload (what the vector phase copies for an identical chunk)."""
+    vector: list[float]
+    payload: dict
+
+
+def stored_vectors(records) -> dict[str, StoredVector]:
+    return {r.payload["chunk_id"]: StoredVector(dense_of(r.vector), dict(r.payload))
+            for r in records if r.payload and r.payload.get("chunk_id") and r.vector is not None}
+
+
 @dataclass
 class PreparedPoint:
     """A validated point: uuid5 id, float vector and the payload with chunk_id and a string document_id."""
@@ -436,9 +451,10 @@ class VectorStore(abc.ABC):
         """Every stored chunk_id (of one document), read page by page; for verification."""
 
     def search(self, vector=None, limit: int = 5, *, text: str | None = None, mode: str | None = None,
-               document_id: str | None = None, exclude_document_ids: Sequence[str] = ()) -> SearchHits:
+               document_id: str | None = None, exclude_document_ids: Sequence[str] = (),
+               tenant: str | None = None) -> SearchHits:
         """Hits for the dense `vector` and/or the `text`: mode hybrid (default; dense alone when no text is given),
-        dense or sparse."""
+        dense or sparse; `tenant` keeps only that tenant's (points written before tenants count as `default`'s)."""
         if not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
         mode = mode or "hybrid"
@@ -466,11 +482,11 @@ class VectorStore(abc.ABC):
         request = SearchQuery(mode, dense, sparse, limit,
                               max(limit, settings(VectorStoreConfig).hybrid_candidates))
         return self._search(request, None if document_id is None else str(document_id),
-                            [str(d) for d in exclude_document_ids])
+                            [str(d) for d in exclude_document_ids], tenant)
 
     @abc.abstractmethod
     def _search(self, request: SearchQuery, document_id: str | None,
-                exclude_document_ids: list[str]) -> SearchHits:
+                exclude_document_ids: list[str], tenant: str | None = None) -> SearchHits:
         """Run `request`; on a collection without the sparse vector, dense only, with OLD_SHAPE_NOTICE."""
 
     @abc.abstractmethod
@@ -501,6 +517,9 @@ class VectorStore(abc.ABC):
                                    .replace("so this search used dense vectors only", "so it has no sparse vectors"))
         notice = OLD_SHAPE_NOTICE.format(collection=self.collection)
         return SearchQuery("dense", request.dense, None, request.limit, request.candidates), notice
+    @abc.abstractmethod
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, "StoredVector"]:
+        """The stored vectors and payloads of these chunks, in one call; a chunk without a point is absent."""
 
     def optimize(self) -> bool:
         """Build pending indexes now; True when something was built. Servers index in the background."""
@@ -622,7 +641,8 @@ class ClientVectorStore(VectorStore):
         self._check_shape(client)
         if self._remote is not None:
             # local mode ignores payload indexes (and warns), so only a server gets one
-            client.create_payload_index(self.collection, "document_id", qm.PayloadSchemaType.KEYWORD, wait=True)
+            for field_name in INDEXED_PAYLOAD:
+                client.create_payload_index(self.collection, field_name, qm.PayloadSchemaType.KEYWORD, wait=True)
         self._ensured = True
 
     def _create(self, client: QdrantClient, name: str) -> None:
@@ -735,7 +755,16 @@ class ClientVectorStore(VectorStore):
                 if offset is None:
                     return found
 
-    def _search(self, request, document_id, exclude_document_ids) -> SearchHits:
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
+        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        if not ids:
+            return {}
+        with self._client() as client:
+            if not self._exists(client):
+                return {}
+            return stored_vectors(client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=True))
+
+    def _search(self, request, document_id, exclude_document_ids, tenant=None) -> SearchHits:
         notice = None
         with self._client() as client:
             if not self._exists(client):
@@ -744,7 +773,7 @@ class ClientVectorStore(VectorStore):
                 self._check_shape(client)
             if not self._sparse:
                 request, notice = self._dense_only(request)
-            condition = search_filter(document_id, exclude_document_ids)
+            condition = _search_filter(document_id, exclude_document_ids, tenant)
             sparse = (qm.SparseVector(indices=request.sparse[0], values=request.sparse[1])
                       if request.sparse is not None else None)
 
@@ -763,16 +792,6 @@ class ClientVectorStore(VectorStore):
         return SearchHits(hits, mode=request.mode, notice=notice)
 
 
-def search_filter(document_id: str | None, exclude_document_ids: Sequence[str]) -> qm.Filter | None:
-    """The one filter of every search on a qdrant-client collection: one document, or all but the excluded ones."""
-    condition = _document_filter(document_id) if document_id is not None else None
-    if exclude_document_ids:
-        # versions being replaced (or not yet complete) stay out of the results
-        condition = condition or qm.Filter()
-        condition.must_not = [qm.FieldCondition(key="document_id", match=qm.MatchAny(any=list(exclude_document_ids)))]
-    return condition
-
-
 def _vectors(point: PreparedPoint) -> dict:
     """Both vectors of a point, the sparse one left out when its text has no words."""
     indices, values = sparse_of(point)
@@ -789,6 +808,20 @@ def dense_of(vector) -> list[float]:
 
 def _document_filter(document_id: str) -> qm.Filter:
     return qm.Filter(must=[qm.FieldCondition(key="document_id", match=qm.MatchValue(value=str(document_id)))])
+
+
+def _search_filter(document_id: str | None, exclude_document_ids: list[str], tenant: str | None) -> qm.Filter | None:
+    """What a search keeps: one document's points, never the excluded documents', only one tenant's."""
+    must: list = [qm.FieldCondition(key="document_id", match=qm.MatchValue(value=document_id))] if document_id else []
+    if tenant is not None:
+        same_tenant = qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant))
+        # points written before tenants carry no tenant_id: they are the base tenant's
+        must.append(qm.Filter(should=[same_tenant, qm.IsEmptyCondition(is_empty=qm.PayloadField(key="tenant_id"))])
+                    if tenant == BASE_TENANT else same_tenant)
+    # versions being replaced (or not yet complete) stay out of the results
+    must_not = ([qm.FieldCondition(key="document_id", match=qm.MatchAny(any=exclude_document_ids))]
+                if exclude_document_ids else None)
+    return qm.Filter(must=must or None, must_not=must_not) if (must or must_not) else None
 
 
 # --------------------------------------------------------------------------- Dagster

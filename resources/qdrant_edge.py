@@ -1,7 +1,7 @@
 """The embedded vector store: Qdrant Edge, Qdrant's own engine running in this process.
 
 One shard per collection in `<DOCQUEUE_QDRANT_PATH>/edge/<collection>/` (WAL, segments, HNSW and a
-keyword index on document_id). Opening a shard maps its segments instead of reading every point
+keyword indexes on document_id and tenant_id). Opening a shard maps its segments instead of reading every point
 into Python, and indexed segments are searched through HNSW; only one process may hold a shard
 (a second one fails with `Can't init WAL: WouldBlock`), so an operation takes the shard's lock
 file and opens it, and the shard stays open for DOCQUEUE_QDRANT_LINGER seconds (2) of idleness
@@ -25,15 +25,18 @@ import json
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import qdrant_edge as qe
 
+from queue_db.tenants import BASE_TENANT
 from resources.qdrant import (
+    INDEXED_PAYLOAD,
     SPARSE_VECTOR,
     PreparedPoint,
     QdrantStorageBusy,
     SearchHits,
+    StoredVector,
     VectorStore,
     VectorStoreError,
     default_local_path,
@@ -44,6 +47,7 @@ from resources.qdrant import (
     open_waiting_for_outsiders,
     point_id,
     sparse_of,
+    stored_vectors,
 )
 
 EDGE_FOLDER = "edge"
@@ -63,10 +67,13 @@ def shard_exists(folder: Path) -> bool:
 def _open_shard(config: qe.EdgeConfig):
     def opener(folder: Path, deadline: float, timeout_s: float):
         def open_once():
-            if shard_exists(folder):
-                return qe.EdgeShard.load(str(folder))
-            shard = qe.EdgeShard.create(str(folder), config)
-            shard.update(qe.UpdateOperation.create_field_index("document_id", qe.PayloadSchemaType.Keyword))
+            shard = (qe.EdgeShard.load(str(folder)) if shard_exists(folder)
+                     else qe.EdgeShard.create(str(folder), config))
+            # a shard created before tenants lacks the tenant_id index: it is built once, on the first opening
+            indexed = shard.info().payload_schema
+            for field_name in INDEXED_PAYLOAD:
+                if field_name not in indexed:
+                    shard.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
             return shard
 
         try:
@@ -84,13 +91,18 @@ def _document_filter(document_id: str) -> qe.Filter:
     return qe.Filter(must=[qe.FieldCondition(key="document_id", match=qe.MatchValue(document_id))])
 
 
-def search_filter(document_id: str | None, exclude_document_ids: list[str]) -> qe.Filter | None:
-    """The one filter of every search on an Edge shard: one document, or all but the excluded ones."""
-    must = [qe.FieldCondition(key="document_id", match=qe.MatchValue(document_id))] if document_id else None
+def _search_filter(document_id: str | None, exclude_document_ids: list[str], tenant: str | None) -> qe.Filter | None:
+    """What a search keeps: one document's points, never the excluded documents', only one tenant's."""
+    must: list = [qe.FieldCondition(key="document_id", match=qe.MatchValue(document_id))] if document_id else []
+    if tenant is not None:
+        same_tenant = qe.FieldCondition(key="tenant_id", match=qe.MatchValue(tenant))
+        # points written before tenants carry no tenant_id: they are the base tenant's
+        must.append(qe.Filter(should=[same_tenant, qe.IsEmptyCondition("tenant_id")])
+                    if tenant == BASE_TENANT else same_tenant)
     # versions being replaced (or not yet complete) stay out of the results
-    must_not = ([qe.FieldCondition(key="document_id", match=qe.MatchAny(list(exclude_document_ids)))]
+    must_not = ([qe.FieldCondition(key="document_id", match=qe.MatchAny(exclude_document_ids))]
                 if exclude_document_ids else None)
-    return qe.Filter(must=must, must_not=must_not) if (must or must_not) else None
+    return qe.Filter(must=must or None, must_not=must_not) if (must or must_not) else None
 
 
 def edge_config(dim: int) -> qe.EdgeConfig:
@@ -188,7 +200,8 @@ class EdgeVectorStore(VectorStore):
             shutil.rmtree(spare, ignore_errors=True)
             target = qe.EdgeShard.create(str(spare), edge_config(self.dim))
             try:
-                target.update(qe.UpdateOperation.create_field_index("document_id", qe.PayloadSchemaType.Keyword))
+                for field_name in INDEXED_PAYLOAD:
+                    target.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
                 copied, offset = 0, None
                 while True:
                     records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=self.scroll_page,
@@ -249,8 +262,17 @@ class EdgeVectorStore(VectorStore):
                 if offset is None:
                     return found
 
-    def _search(self, request, document_id, exclude_document_ids) -> SearchHits:
-        condition = search_filter(document_id, exclude_document_ids)
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
+        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        if not ids:
+            return {}
+        with self._existing() as shard:
+            if shard is None:
+                return {}
+            return stored_vectors(shard.retrieve(ids, True, True))
+
+    def _search(self, request, document_id, exclude_document_ids, tenant=None) -> SearchHits:
+        condition = _search_filter(document_id, exclude_document_ids, tenant)
         notice = None
         with self._existing() as shard:
             if shard is None:

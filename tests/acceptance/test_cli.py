@@ -423,7 +423,7 @@ def test_status_lists_every_document_and_one_by_key(story):
         ("status", "--json"), ("status", report["document_key"], "--json"), ("status",)))
     listed = every.json()["documents"]
     assert sorted(d["filename"] for d in listed) == sorted(GOOD + ("broken.pdf",))
-    expected_keys = {"id", "document_key", "filename", "priority", "ocr_status", "vector_index_status",
+    expected_keys = {"id", "document_key", "tenant_id", "filename", "priority", "ocr_status", "vector_index_status",
                      "graphrag_index_status", "page_count", "total_pages", "ocr_completed_pages", "ocr_failed_pages",
                      "total_chunks", "vector_completed_chunks", "graphrag_completed_chunks", "ocr_error",
                      "vector_error", "graphrag_error", "error_class", "last_failed_at", "pages_without_text",

@@ -120,7 +120,7 @@ def test_search_command_is_hybrid_by_default_with_dense_and_sparse_for_compariso
     calls = []
 
     class Store:
-        def search(self, vector, limit, *, text, mode, exclude_document_ids):
+        def search(self, vector, limit, *, text, mode, exclude_document_ids, tenant=None):
             calls.append(mode)
             return SearchHits([], mode=mode)
 

@@ -380,3 +380,18 @@ def test_sessions_nest_across_stores_of_one_folder(store_at, tmp_path):
         with cooking.session():
             assert cooking.count() == 3
     assert (cooking.count(), other.count()) == (3, 4)
+
+
+def test_vectors_reads_points_back_in_one_call_and_leaves_out_missing_ones(store_at, tmp_path):
+    store = store_at(tmp_path / "q")
+    assert store.vectors(["never-written"]) == {}  # no collection yet: empty, not an error
+    points = random_points("doc", 3)
+    store.upsert(points)
+    read = store.vectors([points[0].chunk_id, points[2].chunk_id, "doc-missing", points[0].chunk_id])
+    assert set(read) == {points[0].chunk_id, points[2].chunk_id}
+    for point in (points[0], points[2]):
+        # Edge stores cosine vectors normalised, local mode as given: the direction is what both keep
+        vector = np.asarray(read[point.chunk_id].vector)
+        assert np.allclose(vector / np.linalg.norm(vector), point.vector / np.linalg.norm(point.vector), atol=1e-6)
+        assert read[point.chunk_id].payload == {**point.payload, "chunk_id": point.chunk_id}
+    assert store.vectors([]) == {}
