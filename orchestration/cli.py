@@ -706,31 +706,42 @@ def _stores():
 @main.command()
 @click.argument("text")
 @click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True, help="hits to show")
+@click.option("--dense", is_flag=True, help="embedding similarity only (for comparison)")
+@click.option("--sparse", is_flag=True, help="keyword (BM25-style) matching only (for comparison)")
 @_tenant_option("search this tenant's documents; default DOCQUEUE_DEFAULT_TENANT")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
-def search(text: str, limit: int, tenant: str | None, as_json: bool) -> None:
-    """Semantic search over the vectors."""
+def search(text: str, limit: int, dense: bool, sparse: bool, tenant: str | None, as_json: bool) -> None:
+    """Hybrid search over the vectors: embedding similarity and keyword matching, fused by rank."""
     tenant = _tenant(tenant)  # before the imports: a bad name is said at once
     from resources.embeddings import EmbeddingResource
     from resources.qdrant import QdrantResource
 
     from queue_db.lifecycle import hidden_from_search
 
+    if dense and sparse:
+        raise CliError("--dense and --sparse exclude each other; give one, or neither for hybrid search", EXIT_USAGE)
+    mode = "dense" if dense else "sparse" if sparse else "hybrid"
     queue = _queue()  # before the model loads: an unreachable database is said at once
     embedder = EmbeddingResource().get_embedder()
     with _service_errors():
         store = QdrantResource().get_store(embedder.model_id, embedder.dim)
         try:
-            hits = store.search(embedder.embed_one(text), limit=limit, exclude_document_ids=hidden_from_search(queue),
-                                tenant=tenant)
+            hits = store.search(embedder.embed_one(text), limit=limit, text=text, mode=mode,
+                                exclude_document_ids=hidden_from_search(queue), tenant=tenant)
         finally:
             store.close()
     rows = [{"score": round(h.score, 4), "document": h.payload.get("filename"),
              "document_key": h.payload.get("document_key"), "page": h.payload.get("page_number"),
              "chunk": h.payload.get("chunk_index"), "text": h.payload.get("text")} for h in hits]
-    _emit(as_json, {"query": text, "hits": rows}, lambda: _console().print(_table(
-        f"search: {text}", ["score", "document", "page", "chunk", "text"],
-        [[r["score"], r["document"], r["page"], r["chunk"], (r["text"] or "")[:200]] for r in rows])))
+    if hits.notice and not as_json:
+        click.echo(hits.notice, err=True)
+
+    def human() -> None:
+        _console().print(_table(f"search ({hits.mode}): {text}", ["score", "document", "page", "chunk", "text"],
+                                [[r["score"], r["document"], r["page"], r["chunk"], (r["text"] or "")[:200]]
+                                 for r in rows]))
+
+    _emit(as_json, {"query": text, "mode": hits.mode, "notice": hits.notice, "hits": rows}, human)
 
 
 @main.command()
@@ -820,12 +831,28 @@ def reindex(phase: str, document: str | None, as_json: bool) -> None:
 
     queue = _queue()
     doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
+    upgraded = 0
+    if phase == "vector":
+        # a collection made before hybrid search gets its sparse vector now, with every point (not only this
+        # document's) rewritten from its stored text, so search is hybrid before the re-embedding is done
+        from resources.qdrant import QdrantResource
+
+        model_id, dim = _embedding_model()
+        with _service_errors():
+            store = QdrantResource().get_store(model_id, dim)
+            try:
+                upgraded = store.upgrade_shape()
+            finally:
+                store.close()
     counts = reset_phase(queue, Phase(phase), doc_id)
+    counts["points_upgraded"] = upgraded
+    upgrade = (f"; the vector collection now has sparse vectors ({upgraded} point(s) rewritten)" if upgraded
+               else "")
     running = (f"; {counts['running']} chunk(s) still running will be re-indexed once they finish (by the recovery "
                "job, or `docqueue recover`)") if counts["running"] else ""
     _emit(as_json, {"phase": phase, **counts}, lambda: click.echo(
         f"{counts['chunks']} chunk(s) of {counts['documents']} document(s) will be re-indexed from the {phase} phase"
-        f"{running}; run `docqueue run --until-idle`"))
+        f"{upgrade}{running}; run `docqueue run --until-idle`"))
 
 
 # ------------------------------------------------------------------------------------------------ UI and demo

@@ -185,6 +185,9 @@ class VectorStoreConfig(SettingsGroup):
                            "opening; a process waiting for it is let in at once", ge=0)
     migrate_batch: int = _var(1000, "DOCQUEUE_QDRANT_MIGRATE_BATCH",
                               "points copied per batch when `db upgrade` moves an old embedded folder", ge=1)
+    hybrid_candidates: int = _var(50, "DOCQUEUE_QDRANT_HYBRID_CANDIDATES",
+                                  "hits each of dense and sparse search hands to the fusion of a hybrid search",
+                                  ge=1, le=1000)
 
 
 class GraphConfig(SettingsGroup):

@@ -4,6 +4,14 @@ Point ids are uuid5(docqueue namespace, chunk_id), so re-running a chunk overwri
 instead of adding a second one. The payload carries the chunk_id too, because Qdrant only
 accepts unsigned integers and UUIDs as ids.
 
+Every point carries two vectors: the embedding model's dense vector (the collection's unnamed
+default vector) and a sparse BM25-style vector named `text`, computed from the payload's text by
+processing/sparse.py, whose IDF Qdrant applies (`Modifier.IDF`). `search()` is hybrid by default:
+both rankings, DOCQUEUE_QDRANT_HYBRID_CANDIDATES deep each, fused by reciprocal rank (Qdrant's RRF
+fusion, done here by processing/sparse.fuse_rrf because neither backend weighs or orders ties the
+same way). A collection made before sparse vectors existed is still read
+(dense only, with a notice) until `docqueue reindex --phase vector` upgrades it.
+
 `VectorStore` is the contract every backend keeps (writes, deletes, counts, search, verification
 reads, index building). Two backends implement it:
 - `ClientVectorStore` (`url` set): qdrant-client against a Qdrant server, one HTTP client per
@@ -40,6 +48,7 @@ from qdrant_client import QdrantClient
 from qdrant_client.http import models as qm
 from qdrant_client.http.exceptions import UnexpectedResponse
 
+from processing.sparse import document_vector, fuse_rrf, query_vector
 from queue_db.config import VectorStoreConfig, docqueue_home, secret_value, settings
 from queue_db.tenants import BASE_TENANT
 
@@ -51,6 +60,11 @@ LINGER_TICK_S = 0.05
 SCROLL_PAGE = 1000
 MAX_SEARCH_LIMIT = 1000
 REQUIRED_PAYLOAD = ("document_id",)
+SPARSE_VECTOR = "text"  # the sparse vector's name; the dense one stays the unnamed default
+SEARCH_MODES = ("hybrid", "dense", "sparse")
+RRF_K = 60
+OLD_SHAPE_NOTICE = ("collection {collection} predates hybrid search, so this search used dense vectors only; run "
+                    "`docqueue reindex --phase vector` to upgrade it")
 # keyword payload indexes: deleting a document filters on document_id, a tenant's search on tenant_id
 INDEXED_PAYLOAD = ("document_id", "tenant_id")
 
@@ -88,6 +102,30 @@ class SearchHit:
     score: float
     chunk_id: str
     payload: dict
+
+
+class SearchHits(list):
+    """Hits, best first, with the mode that produced them and a one-sentence `notice` when it is not the one asked."""
+
+    def __init__(self, hits=(), *, mode: str = "dense", notice: str | None = None):
+        super().__init__(hits)
+        self.mode = mode
+        self.notice = notice
+
+
+@dataclass
+class SearchQuery:
+    """What a backend runs: the dense query and/or the sparse one, the mode, and the candidates per side."""
+    mode: str
+    dense: list[float] | None
+    sparse: tuple[list[int], list[float]] | None
+    limit: int
+    candidates: int
+
+
+def sparse_of(point: "PreparedPoint") -> tuple[list[int], list[float]]:
+    """The sparse vector of a point, from its payload's text (empty when it has none)."""
+    return document_vector(str(point.payload.get("text") or ""))
 
 
 # --------------------------------------------------------------------------- settings
@@ -256,6 +294,16 @@ class _LocalFolder:
                 return
             self._schedule()
 
+    def close_handle(self) -> None:
+        """Close the open handle while keeping the lock file (to swap the folder under it); the next operation
+        opens the folder again."""
+        with self._gate:
+            if self._handle is not None:
+                try:
+                    self._handle.close()
+                finally:
+                    self._handle = None
+
     def release(self) -> None:
         """Close a lingering handle now (at exit, or before handing the folder to another process)."""
         if self._pid != os.getpid():
@@ -321,7 +369,7 @@ class StoredVector:
 
 
 def stored_vectors(records) -> dict[str, StoredVector]:
-    return {r.payload["chunk_id"]: StoredVector(list(r.vector), dict(r.payload))
+    return {r.payload["chunk_id"]: StoredVector(dense_of(r.vector), dict(r.payload))
             for r in records if r.payload and r.payload.get("chunk_id") and r.vector is not None}
 
 
@@ -415,21 +463,73 @@ class VectorStore(abc.ABC):
     def vectors(self, chunk_ids: Sequence[str]) -> dict[str, "StoredVector"]:
         """The stored vectors and payloads of these chunks, in one call; a chunk without a point is absent."""
 
-    def search(self, vector, limit: int = 5, *, document_id: str | None = None,
-               exclude_document_ids: Sequence[str] = (), tenant: str | None = None) -> list[SearchHit]:
-        """The nearest points; `tenant` keeps only that tenant's (points written before tenants count as
-        `default`'s)."""
+    def search(self, vector=None, limit: int = 5, *, text: str | None = None, mode: str | None = None,
+               document_id: str | None = None, exclude_document_ids: Sequence[str] = (),
+               tenant: str | None = None) -> SearchHits:
+        """Hits for the dense `vector` and/or the `text`: mode hybrid (default; dense alone when no text is given),
+        dense or sparse; `tenant` keeps only that tenant's (points written before tenants count as `default`'s)."""
         if not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if query.shape[0] != self.dim:
-            raise VectorStoreError(f"query vector has {query.shape[0]} dims, expected {self.dim}")
-        return self._search(query.tolist(), limit, None if document_id is None else str(document_id),
+        mode = mode or "hybrid"
+        if mode not in SEARCH_MODES:
+            raise ValueError(f"search mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
+        if mode == "hybrid" and text is None:
+            mode = "dense"
+        dense = None
+        if mode != "sparse":
+            if vector is None:
+                raise ValueError(f"a {mode} search needs a query vector")
+            query = np.asarray(vector, dtype=np.float32).reshape(-1)
+            if query.shape[0] != self.dim:
+                raise VectorStoreError(f"query vector has {query.shape[0]} dims, expected {self.dim}")
+            dense = query.tolist()
+        sparse = None
+        if mode != "dense":
+            if text is None:
+                raise ValueError("a sparse search needs the query text")
+            sparse = query_vector(text)
+            if not sparse[0]:  # nothing but stopwords and punctuation: no term to match
+                if mode == "sparse":
+                    return SearchHits(mode=mode)
+                mode, sparse = "dense", None
+        request = SearchQuery(mode, dense, sparse, limit,
+                              max(limit, settings(VectorStoreConfig).hybrid_candidates))
+        return self._search(request, None if document_id is None else str(document_id),
                             [str(d) for d in exclude_document_ids], tenant)
 
     @abc.abstractmethod
-    def _search(self, query: list[float], limit: int, document_id: str | None,
-                exclude_document_ids: list[str], tenant: str | None = None) -> list[SearchHit]: ...
+    def _search(self, request: SearchQuery, document_id: str | None,
+                exclude_document_ids: list[str], tenant: str | None = None) -> SearchHits:
+        """Run `request`; on a collection without the sparse vector, dense only, with OLD_SHAPE_NOTICE."""
+
+    @abc.abstractmethod
+    def has_sparse(self) -> bool:
+        """True when the collection stores the sparse vector (or does not exist yet, and will)."""
+
+    @abc.abstractmethod
+    def upgrade_shape(self) -> int:
+        """Give a collection made before sparse vectors the sparse vector `text`, rewriting its points with both
+        vectors, a page at a time; returns the points rewritten (0 when there was nothing to upgrade)."""
+
+    @staticmethod
+    def _fuse(sparse_hits: list[SearchHit], dense_hits: list[SearchHit], limit: int) -> list[SearchHit]:
+        """Hybrid hits: RRF over both candidate lists. The sparse ranking goes first, so a tie (first in one list,
+        second in the other) goes to the chunk whose words match: near-duplicates are a tie for the embedding."""
+        by_id = {hit.chunk_id: hit for hit in dense_hits}
+        by_id.update((hit.chunk_id, hit) for hit in sparse_hits)
+        fused = fuse_rrf([[h.chunk_id for h in sparse_hits], [h.chunk_id for h in dense_hits]], k=RRF_K)
+        return [SearchHit(score=score, chunk_id=chunk_id, payload=by_id[chunk_id].payload)
+                for chunk_id, score in fused[:limit]]
+
+    def _dense_only(self, request: SearchQuery) -> tuple[SearchQuery, str | None]:
+        """The request a collection without the sparse vector can run, and the notice saying so."""
+        if request.mode == "dense":
+            return request, None
+        if request.dense is None:
+            raise VectorStoreError(OLD_SHAPE_NOTICE.format(collection=self.collection)
+                                   .replace("so this search used dense vectors only", "so it has no sparse vectors"))
+        notice = OLD_SHAPE_NOTICE.format(collection=self.collection)
+        return SearchQuery("dense", request.dense, None, request.limit, request.candidates), notice
 
     def optimize(self) -> bool:
         """Build pending indexes now; True when something was built. Servers index in the background."""
@@ -496,6 +596,7 @@ class ClientVectorStore(VectorStore):
         self._remote: QdrantClient | None = None
         self._local: _LocalFolder | None = None
         self._ensured = False
+        self._sparse: bool | None = None  # whether the collection has the sparse vector, once looked at
         if url:
             timeout = request_timeout_s or settings(VectorStoreConfig).request_timeout_s
             self.location = _safe_location(url)
@@ -532,6 +633,7 @@ class ClientVectorStore(VectorStore):
             self._remote.close()
             self._remote = None
             self._ensured = False
+            self._sparse = None
 
     def ensure_collection(self) -> None:
         with self._client() as client:
@@ -542,10 +644,7 @@ class ClientVectorStore(VectorStore):
             return
         if not client.collection_exists(self.collection):
             try:
-                client.create_collection(
-                    self.collection,
-                    vectors_config=qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE),
-                )
+                self._create(client, self.collection)
             except UnexpectedResponse as exc:
                 if exc.status_code != 409:  # another worker created it first
                     raise
@@ -556,8 +655,14 @@ class ClientVectorStore(VectorStore):
                 client.create_payload_index(self.collection, field_name, qm.PayloadSchemaType.KEYWORD, wait=True)
         self._ensured = True
 
+    def _create(self, client: QdrantClient, name: str) -> None:
+        client.create_collection(name, vectors_config=qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE),
+                                 sparse_vectors_config={SPARSE_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
+
     def _check_shape(self, client: QdrantClient) -> None:
-        vectors = client.get_collection(self.collection).config.params.vectors
+        params = client.get_collection(self.collection).config.params
+        vectors = params.vectors
+        self._sparse = SPARSE_VECTOR in (params.sparse_vectors or {})
         if not isinstance(vectors, qm.VectorParams):
             raise VectorStoreError(f"collection {self.collection} uses named vectors; docqueue expects one vector")
         if vectors.size != self.dim or vectors.distance != qm.Distance.COSINE:
@@ -571,11 +676,55 @@ class ClientVectorStore(VectorStore):
     def write_prepared(self, points: list[PreparedPoint]) -> None:
         if not points:
             return
-        structs = [qm.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points]
         with self._client() as client:
             self._ensure(client)
-            for start in range(0, len(structs), self.upsert_batch):
-                client.upsert(self.collection, points=structs[start:start + self.upsert_batch], wait=True)
+            self._write(client, self.collection, points, self._sparse)
+
+    def _write(self, client: QdrantClient, name: str, points: list[PreparedPoint], sparse: bool) -> None:
+        for start in range(0, len(points), self.upsert_batch):
+            client.upsert(name, points=[qm.PointStruct(id=p.id, vector=_vectors(p) if sparse else p.vector,
+                                                       payload=p.payload)
+                                        for p in points[start:start + self.upsert_batch]], wait=True)
+
+    def has_sparse(self) -> bool:
+        with self._client() as client:
+            if not client.collection_exists(self.collection):
+                return True
+            self._check_shape(client)
+            return bool(self._sparse)
+
+    def upgrade_shape(self) -> int:
+        """Qdrant cannot add a vector to an existing collection: the points move to `<collection>__upgrade`, the
+        collection is made again with both vectors, and they move back. A run broken off half-way resumes."""
+        spare = self.collection + "__upgrade"
+        with self._client() as client:
+            if client.collection_exists(self.collection):
+                self._check_shape(client)
+                if self._sparse:
+                    return 0
+                if client.collection_exists(spare):
+                    client.delete_collection(spare)  # an earlier attempt broke off before the collection went
+                self._create(client, spare)
+                self._copy(client, self.collection, spare)
+                client.delete_collection(self.collection)
+            elif not client.collection_exists(spare):
+                return 0
+            self._ensured = False
+            self._ensure(client)
+            moved = self._copy(client, spare, self.collection)
+            client.delete_collection(spare)
+            return moved
+
+    def _copy(self, client: QdrantClient, source: str, target: str) -> int:
+        copied, offset = 0, None
+        while True:
+            records, offset = client.scroll(source, limit=self.scroll_page, offset=offset, with_payload=True,
+                                            with_vectors=True)
+            points = [PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {})) for r in records]
+            self._write(client, target, points, True)
+            copied += len(points)
+            if offset is None:
+                return copied
 
     def delete_chunks(self, chunk_ids: Iterable[str]) -> None:
         ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
@@ -649,14 +798,46 @@ class ClientVectorStore(VectorStore):
                 return {}
             return stored_vectors(client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=True))
 
-    def _search(self, query, limit, document_id, exclude_document_ids, tenant=None) -> list[SearchHit]:
+    def _search(self, request, document_id, exclude_document_ids, tenant=None) -> SearchHits:
+        notice = None
         with self._client() as client:
             if not self._exists(client):
-                return []
+                return SearchHits(mode=request.mode)
+            if self._sparse is None:
+                self._check_shape(client)
+            if not self._sparse:
+                request, notice = self._dense_only(request)
             condition = _search_filter(document_id, exclude_document_ids, tenant)
-            response = client.query_points(self.collection, query=query, limit=limit,
-                                           query_filter=condition, with_payload=True, with_vectors=False)
-        return hits_from(response.points)
+            sparse = (qm.SparseVector(indices=request.sparse[0], values=request.sparse[1])
+                      if request.sparse is not None else None)
+
+            def nearest(query, using, limit):
+                return hits_from(client.query_points(self.collection, query=query, using=using, limit=limit,
+                                                     query_filter=condition, with_payload=True,
+                                                     with_vectors=False).points)
+
+            if request.mode == "hybrid":
+                hits = self._fuse(nearest(sparse, SPARSE_VECTOR, request.candidates),
+                                  nearest(request.dense, None, request.candidates), request.limit)
+            elif request.mode == "sparse":
+                hits = nearest(sparse, SPARSE_VECTOR, request.limit)
+            else:
+                hits = nearest(request.dense, None, request.limit)
+        return SearchHits(hits, mode=request.mode, notice=notice)
+
+
+def _vectors(point: PreparedPoint) -> dict:
+    """Both vectors of a point, the sparse one left out when its text has no words."""
+    indices, values = sparse_of(point)
+    vectors: dict = {"": point.vector}
+    if indices:
+        vectors[SPARSE_VECTOR] = qm.SparseVector(indices=indices, values=values)
+    return vectors
+
+
+def dense_of(vector) -> list[float]:
+    """The dense vector of a stored record, whether it was read as the only vector or among named ones."""
+    return list(vector.get("", []) if isinstance(vector, dict) else vector)
 
 
 def _document_filter(document_id: str) -> qm.Filter:

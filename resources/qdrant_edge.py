@@ -12,12 +12,17 @@ Writes land in an appendable segment that is searched by brute force until `opti
 HNSW index; no write triggers indexing by itself, so the nightly job builds the indexes (see
 orchestration/maintenance.py) and no embedding batch ever pays for it.
 
+Every shard made now has the sparse vector `text` (with Qdrant's IDF modifier) beside the unnamed
+dense one; a shard cannot gain a vector once made, so `upgrade_shape()` copies an older shard's
+points into a new one with both vectors, a page at a time, and swaps the folders.
+
 A folder still holding qdrant-client's local-mode files (`meta.json`) is refused with one sentence
 until `docqueue db upgrade` has migrated it (resources/qdrant_migrate.py).
 """
 from __future__ import annotations
 
 import json
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -27,18 +32,21 @@ import qdrant_edge as qe
 from queue_db.tenants import BASE_TENANT
 from resources.qdrant import (
     INDEXED_PAYLOAD,
+    SPARSE_VECTOR,
     PreparedPoint,
     QdrantStorageBusy,
-    SearchHit,
+    SearchHits,
     StoredVector,
     VectorStore,
     VectorStoreError,
     default_local_path,
+    dense_of,
     hits_from,
     linger_from_env,
     local_folder,
     open_waiting_for_outsiders,
     point_id,
+    sparse_of,
     stored_vectors,
 )
 
@@ -97,6 +105,21 @@ def _search_filter(document_id: str | None, exclude_document_ids: list[str], ten
     return qe.Filter(must=must or None, must_not=must_not) if (must or must_not) else None
 
 
+def edge_config(dim: int) -> qe.EdgeConfig:
+    return qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
+                         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)})
+
+
+def _point(point: PreparedPoint, sparse: bool) -> qe.Point:
+    if not sparse:
+        return qe.Point(point.id, point.vector, point.payload)
+    indices, values = sparse_of(point)
+    vectors: dict = {"": point.vector}
+    if indices:  # a text without words gets no sparse vector
+        vectors[SPARSE_VECTOR] = qe.SparseVector(indices, values)
+    return qe.Point(point.id, vectors, point.payload)
+
+
 class EdgeVectorStore(VectorStore):
     is_embedded = True
 
@@ -108,9 +131,8 @@ class EdgeVectorStore(VectorStore):
         self.root = (Path(path).expanduser() if path else default_local_path()).resolve()
         self.location = str(self.root)
         self.folder = self.root / EDGE_FOLDER / self.collection
-        self._shape_checked = False
-        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine))
-        self._gate = local_folder(self.folder, _open_shard(config),
+        self._sparse = True
+        self._gate = local_folder(self.folder, _open_shard(edge_config(dim)),
                                   lock_path=self.folder.parent / f"{self.collection}.lock",
                                   linger_s=linger_from_env() if linger_s is None else linger_s)
 
@@ -127,19 +149,20 @@ class EdgeVectorStore(VectorStore):
             raise VectorStoreError(f"the embedded Qdrant folder {self.root} still holds the old local-mode "
                                    f"storage; run `docqueue db upgrade` to migrate it")
         with self._gate.open(self.lock_timeout_s) as shard:
-            if not self._shape_checked:
-                self._check_shape()
+            # every time (one small file): another process may have upgraded the shard since this store last looked
+            self._check_shape()
             yield shard
 
     def _check_shape(self) -> None:
-        vectors = json.loads((self.folder / "edge_config.json").read_text()).get("vectors", {})
+        config = json.loads((self.folder / "edge_config.json").read_text())
+        vectors = config.get("vectors", {})
+        self._sparse = SPARSE_VECTOR in (config.get("sparse_vectors") or {})
         if set(vectors) != {""}:
             raise VectorStoreError(f"collection {self.collection} uses named vectors; docqueue expects one vector")
         size, distance = vectors[""].get("size"), vectors[""].get("distance")
         if size != self.dim or distance != "Cosine":
             raise VectorStoreError(f"collection {self.collection} holds {size}-d {distance} vectors; "
                                    f"{self.model_id} needs {self.dim}-d Cosine")
-        self._shape_checked = True
 
     def _existing(self):
         """The open shard, or None when the collection was never written (reads stay empty, create nothing)."""
@@ -161,9 +184,44 @@ class EdgeVectorStore(VectorStore):
         if not points:
             return
         with self._shard() as shard:
-            for start in range(0, len(points), self.upsert_batch):
-                shard.update(qe.UpdateOperation.upsert_points(
-                    [qe.Point(p.id, p.vector, p.payload) for p in points[start:start + self.upsert_batch]]))
+            _write(shard, points, self._sparse, self.upsert_batch)
+
+    def has_sparse(self) -> bool:
+        with self._existing() as shard:
+            return shard is None or self._sparse
+
+    def upgrade_shape(self) -> int:
+        """Copy the points of a shard without the sparse vector into `<collection>.upgrade` with both vectors, then
+        swap the folders, all under the shard's lock; a copy broken off half-way is begun again."""
+        spare = self.folder.with_name(self.folder.name + ".upgrade")
+        with self._existing() as shard:
+            if shard is None or self._sparse:
+                return 0
+            shutil.rmtree(spare, ignore_errors=True)
+            target = qe.EdgeShard.create(str(spare), edge_config(self.dim))
+            try:
+                for field_name in INDEXED_PAYLOAD:
+                    target.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
+                copied, offset = 0, None
+                while True:
+                    records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=self.scroll_page,
+                                                                    with_payload=True, with_vector=True))
+                    points = [PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {}))
+                              for r in records]
+                    _write(target, points, True, self.upsert_batch)
+                    copied += len(points)
+                    if offset is None:
+                        break
+            finally:
+                target.close()
+            # the open shard goes first, so the folder can be swapped while the lock is still held
+            self._gate.close_handle()
+            retired = self.folder.with_name(self.folder.name + ".retired")
+            shutil.rmtree(retired, ignore_errors=True)
+            self.folder.rename(retired)
+            spare.rename(self.folder)
+            shutil.rmtree(retired, ignore_errors=True)
+            return copied
 
     def delete_chunks(self, chunk_ids: Iterable[str]) -> None:
         ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
@@ -237,14 +295,27 @@ class EdgeVectorStore(VectorStore):
                 return {}
             return stored_vectors(shard.retrieve(ids, True, True))
 
-    def _search(self, query, limit, document_id, exclude_document_ids, tenant=None) -> list[SearchHit]:
+    def _search(self, request, document_id, exclude_document_ids, tenant=None) -> SearchHits:
         condition = _search_filter(document_id, exclude_document_ids, tenant)
+        notice = None
         with self._existing() as shard:
             if shard is None:
-                return []
-            points = shard.query(qe.QueryRequest(limit=limit, query=qe.Query.Nearest(query), filter=condition,
-                                                 with_payload=True, with_vector=False))
-        return hits_from(points)
+                return SearchHits(mode=request.mode)
+            if not self._sparse:
+                request, notice = self._dense_only(request)
+            sparse = (qe.Query.Nearest(qe.SparseVector(*request.sparse), using=SPARSE_VECTOR)
+                      if request.sparse is not None else None)
+
+            def nearest(query, limit):
+                return hits_from(shard.query(qe.QueryRequest(limit=limit, query=query, filter=condition,
+                                                             with_payload=True, with_vector=False)))
+
+            if request.mode == "hybrid":
+                hits = self._fuse(nearest(sparse, request.candidates),
+                                  nearest(qe.Query.Nearest(request.dense), request.candidates), request.limit)
+            else:
+                hits = nearest(sparse if request.mode == "sparse" else qe.Query.Nearest(request.dense), request.limit)
+        return SearchHits(hits, mode=request.mode, notice=notice)
 
     def optimize(self) -> bool:
         """Merge segments and build their HNSW indexes, holding the shard until done (the nightly job)."""
@@ -258,6 +329,11 @@ class EdgeVectorStore(VectorStore):
             info = shard.info()
             return {"points": info.points_count, "segments": info.segments_count,
                     "indexed_vectors": info.indexed_vectors_count}
+
+
+def _write(shard, points: list[PreparedPoint], sparse: bool, batch: int) -> None:
+    for start in range(0, len(points), batch):
+        shard.update(qe.UpdateOperation.upsert_points([_point(p, sparse) for p in points[start:start + batch]]))
 
 
 class _Nothing:

@@ -16,6 +16,7 @@ from qdrant_client.http import models as qm
 from resources.qdrant import (
     COLLECTION_PREFIX,
     PreparedPoint,
+    dense_of,
     VectorStoreError,
     _open_local_client,
     default_local_path,
@@ -57,7 +58,7 @@ def _copy(client, name: str, store: EdgeVectorStore, batch: int) -> int:
     with store.session():
         while True:
             records, offset = client.scroll(name, limit=batch, offset=offset, with_payload=True, with_vectors=True)
-            store.write_prepared([PreparedPoint(str(r.id), list(r.vector), dict(r.payload or {})) for r in records])
+            store.write_prepared([PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {})) for r in records])
             total += len(records)
             if offset is None:
                 break

@@ -88,8 +88,10 @@ def test_known_item_retrieval_stays_above_its_floor(docqueue_env, tmp_path: Path
     assert sentence["queries"] == keywords["queries"] >= 15
     line = retrieval.result_line(report)
     _report(request, f"\nretrieval on the generated corpus: {json.dumps(line)}")
+    # hybrid search (the default): keyword queries find their document as reliably as verbatim sentences
+    assert line["mode"] == "hybrid"
     assert line["doc_hit_at_1"] >= 0.9 and line["page_hit_at_5"] >= 0.9 and line["mrr"] >= 0.9, report
-    assert line["keywords_doc_hit_at_5"] >= 0.8 and line["keywords_mrr"] >= 0.6, report
+    assert line["keywords_doc_hit_at_5"] >= 0.9 and line["keywords_mrr"] >= 0.8, report
     _assert_vectors_cover_their_chunks("Volunteers restored the steam engines in the old sheds")
     pages, _ = retrieval.indexed_pages()
     assert retrieval.sample_queries(pages, 30, 7, 4) == retrieval.sample_queries(pages, 30, 7, 4) \

@@ -37,7 +37,8 @@ COMMANDS = {
     "graph": (lambda f: ["graph", "anyone"], {QUEUE, GRAPH}),
     "ui": (lambda f: ["ui", "--port", str(f["ui_port"])], {QUEUE}),
     "delete": (lambda f: ["delete", f["document"]], {QUEUE, GRAPH, VECTORS}),
-    "reindex": (lambda f: ["reindex", "--phase", "vector"], {QUEUE}),
+    # --phase vector upgrades a vector collection made before hybrid search first
+    "reindex": (lambda f: ["reindex", "--phase", "vector"], {QUEUE, VECTORS}),
     "demo": (lambda f: ["demo"], {QUEUE, GRAPH, VECTORS}),
 }
 
