@@ -63,7 +63,7 @@ def summarise(queue, document_ids: list[str]) -> dict:
         vectors = store.count()
         counts = graph.counts()
         embedder = EmbeddingResource().get_embedder()
-        hits = store.search(embedder.embed_one(DEMO_QUERY), limit=3)
+        hits = store.search(embedder.embed_one(DEMO_QUERY), limit=3, text=DEMO_QUERY)
     return {
         "documents": docs, "phases": phases, "chunks": int(chunks), "vectors": int(vectors),
         "entities": int(counts.get("entities", 0)), "relationships": int(counts.get("relationships", 0)),
