@@ -13,7 +13,7 @@ Celery variants it only waits for results. Times are from "files registered" to 
   speedup_2_vs_1      celery-1 time / celery-2 time (target >= 1.6)
   celery_overhead_1w  celery-1 time / inproc-1 time (target <= 1.25)
 
-  .venv/bin/python bench/scale_out.py [--documents 12] [--pages 5] [--admin-url URL]
+  .venv/bin/python bench/scale_out.py [--documents 20] [--pages 10] [--admin-url URL]
 
 Needs the cluster extra (`pip install -e .[cluster]`) and redis-server. Ends with one line `RESULT {json}`.
 """
@@ -41,7 +41,7 @@ from bench.orchestration_overhead import (Databases, _ingest, clean_graph, free_
 DOCQUEUE = Path(sys.executable).with_name("docqueue")
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                      "NUMEXPR_NUM_THREADS", "TOKENIZERS_PARALLELISM")}
-ONE_THREAD["TOKENIZERS_PARALLELISM"] = "false"
+ONE_THREAD.update({"TOKENIZERS_PARALLELISM": "false", "DOCQUEUE_EMBED_THREADS": "1"})
 # ranges small enough that two workers always have a run each; the same for every variant
 RUN_KEYS = {"DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": "10", "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": "10",
             "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": "40", "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": "40"}
@@ -94,7 +94,7 @@ def drive_celery(in_flight: int) -> dict:
                     runs += 1
                     failed += 0 if future.result() else 1
                 continue
-            waiting = waiting_work(queue)
+            waiting = waiting_work(queue.engine)
             if waiting["processing"] and sum(queue.recover_stale().values()):
                 continue
             if not waiting["processing"] and waiting["next_retry_in_s"] is None and not any(queue.ready_counts().values()):
@@ -135,6 +135,107 @@ def child_main(variant: str) -> None:
     Path(os.environ["BENCH_RESULT"]).write_text(json.dumps(result))
 
 
+# ------------------------------------------------------------------------------------------------ CPU by process
+class CpuSampler:
+    """CPU seconds per role while a variant runs, from psutil samples of every process on the machine.
+
+    A process's role is that of its nearest ancestor (or itself) among the roots given: each worker (its Celery
+    parent and prefork children), the driver child, the bench's PostgreSQL (postmaster and backends), the Bolt
+    server, Redis and the bench itself; everything else on the machine is `rest of machine` (other users' load).
+    A process that ends between two samples loses at most one interval of its time."""
+
+    def __init__(self, roots: dict[int, str], interval_s: float = 0.5):
+        import psutil
+
+        self.psutil, self.roots, self.interval_s = psutil, dict(roots), interval_s
+        self.first: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+        self.roles: dict[int, str] = {}
+        self.started = time.time()
+        self.machine_start = self._machine_busy()
+        self.wall_start = time.perf_counter()
+        self.stopping = False
+        self._sample()
+        import threading
+
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def add_root(self, pid: int, role: str) -> None:
+        self.roots[pid] = role
+
+    def _machine_busy(self) -> float:
+        times = self.psutil.cpu_times()
+        return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+    def _role(self, process) -> str:
+        pid = process.pid
+        if pid in self.roots:
+            return self.roots[pid]
+        if pid in self.roles:
+            return self.roles[pid]
+        chain, current = [], process
+        role = "rest of machine"
+        while current is not None and current.pid > 1:
+            if current.pid in self.roots:
+                role = self.roots[current.pid]
+                break
+            chain.append(current.pid)
+            try:
+                current = current.parent()
+            except self.psutil.Error:
+                break
+        for seen in chain:
+            self.roles[seen] = role
+        return role
+
+    def _sample(self) -> None:
+        for process in self.psutil.process_iter():
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    total = times.user + times.system
+                    born = process.create_time()
+                role = self._role(process)
+            except self.psutil.Error:
+                continue
+            # a process older than the variant counts from the first sample, a new one from zero
+            self.first.setdefault(process.pid, total if born < self.started else 0.0)
+            self.last[process.pid] = (role, total)
+
+    def _loop(self) -> None:
+        while not self.stopping:
+            time.sleep(self.interval_s)
+            self._sample()
+
+    def stop(self) -> dict:
+        self.stopping = True
+        self.thread.join()
+        self._sample()
+        wall = time.perf_counter() - self.wall_start
+        by_role: dict[str, float] = {}
+        for pid, (role, total) in self.last.items():
+            by_role[role] = by_role.get(role, 0.0) + max(0.0, total - self.first.get(pid, 0.0))
+        machine = self._machine_busy() - self.machine_start
+        return {"wall_s": round(wall, 1), "machine_busy_cpu_s": round(machine, 1),
+                "machine_capacity_cpu_s": round(wall * (os.cpu_count() or 1), 1),
+                "cpu_s": {role: round(seconds, 1) for role, seconds in sorted(by_role.items(), key=lambda kv: -kv[1])}}
+
+
+def service_roots(root: Path, redis_pid: int) -> dict[int, str]:
+    """The bench's own servers: PostgreSQL and the Bolt server are found by their data folders under `root`."""
+    import psutil
+
+    roots = {os.getpid(): "bench (parent)", redis_pid: "redis"}
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if str(root / "pg") in cmdline and "postgres" in cmdline:
+            roots.setdefault(process.info["pid"], "postgres")
+        elif str(root / "bolt") in cmdline:
+            roots.setdefault(process.info["pid"], "bolt server")
+    return roots
+
+
 # ------------------------------------------------------------------------------------------------ the parent
 class Redis:
     def __init__(self):
@@ -158,7 +259,49 @@ class Redis:
         self.process.wait(timeout=10)
 
 
-def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, root: Path, broker: str) -> dict:
+WORKER_READY_TIMEOUT_S = 300
+
+
+def start_worker(index: int, env: dict, home: Path, broker: str) -> tuple[subprocess.Popen, object, Path]:
+    """One `docqueue worker --concurrency 1` pinned to core `index`, in a session of its own so that stopping it
+    stops its prefork children too."""
+    log_path = home / f"worker-{index}.log"
+    log = open(log_path, "wb")
+    process = subprocess.Popen(
+        ["taskset", "-c", str(index % (os.cpu_count() or 1)), str(DOCQUEUE), "worker", "--broker", broker,
+         "--concurrency", "1", "--name", f"bench{index}@%h"],
+        env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return process, log, log_path
+
+
+def wait_ready(workers: list) -> None:
+    """Until every worker said `ready` (its definitions and models' code loaded): the clock must not time start-up."""
+    deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
+    for process, _, log_path in workers:
+        while b" ready." not in log_path.read_bytes():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"worker did not start:\n{log_path.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+
+
+def stop_worker(process: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+    try:  # prefork children left behind by a warm shutdown
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, root: Path, redis: "Redis") -> dict:
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
 
@@ -177,33 +320,39 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
            "PYTHONUNBUFFERED": "1", "BENCH_CORPUS": str(corpus), "BENCH_CORE": "0",
            "BENCH_RESULT": str(home / "result.json")}
     workers = []
+    roots = service_roots(root, redis.process.pid)
     if variant.startswith("celery"):
-        env.update({"DOCQUEUE_EXECUTOR": "celery", "DOCQUEUE_BROKER_URL": broker})
-        for core in range(int(variant.split("-")[1])):
-            log = open(home / f"worker-{core}.log", "wb")
-            workers.append((subprocess.Popen(
-                ["taskset", "-c", str(core % os.cpu_count()), str(DOCQUEUE), "worker", "--broker", broker,
-                 "--concurrency", "1", "--name", f"bench{core}@%h"],
-                env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT), log))
+        env.update({"DOCQUEUE_EXECUTOR": "celery", "DOCQUEUE_BROKER_URL": redis.url})
     try:
+        for index in range(int(variant.split("-")[1]) if variant.startswith("celery") else 0):
+            workers.append(start_worker(index, env, home, redis.url))
+            roots[workers[-1][0].pid] = f"worker {index}"
+        wait_ready(workers)
+        sampler = CpuSampler(roots)
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, __file__, "--child", variant], env=env, cwd=REPO,
-                              capture_output=True, text=True)
+        child = subprocess.Popen([sys.executable, __file__, "--child", variant], env=env, cwd=REPO,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sampler.add_root(child.pid, "driver" if workers else "in-process runner")
+        _, stderr = child.communicate()
         wall = time.perf_counter() - started
+        cpu = sampler.stop()
     finally:
-        for process, log in workers:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        for process, log, _ in workers:
+            stop_worker(process)
             log.close()
-    if done.returncode != 0 or not (home / "result.json").is_file():
-        raise SystemExit(f"{variant} child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    if child.returncode != 0 or not (home / "result.json").is_file():
+        raise SystemExit(f"{variant} child failed ({child.returncode}):\n{stderr[-3000:]}")
     result = {**json.loads((home / "result.json").read_text()), "process_wall_s": round(wall, 2),
-              "outcome": outcome(queue_url)}
+              "outcome": outcome(queue_url), "cpu": cpu}
     shutil.rmtree(home, ignore_errors=True)
     return result
+
+
+def print_cpu(variant: str, result: dict) -> None:
+    cpu = result["cpu"]
+    print(f"  CPU over {cpu['wall_s']} s (machine busy {cpu['machine_busy_cpu_s']} of {cpu['machine_capacity_cpu_s']} "
+          f"CPU s): " + ", ".join(f"{role} {seconds}" for role, seconds in cpu["cpu_s"].items() if seconds >= 0.1),
+          flush=True)
 
 
 def parent_main(args) -> None:
@@ -214,9 +363,10 @@ def parent_main(args) -> None:
     try:
         with services(root, args.admin_url) as (bolt, databases):
             for variant in ("celery-1", "inproc", "celery-2"):
-                results[variant] = r = run_variant(variant, corpus, databases, bolt, root, redis.url)
+                results[variant] = r = run_variant(variant, corpus, databases, bolt, root, redis)
                 print(f"{variant:9s}: {r['seconds']:7.1f} s, {r['runs']} runs ({r['failed_runs']} failed), "
                       f"{r['outcome']}", flush=True)
+                print_cpu(variant, r)
     finally:
         redis.stop()
     one, two, inproc = (results[v]["seconds"] for v in ("celery-1", "celery-2", "inproc"))
@@ -232,13 +382,14 @@ def parent_main(args) -> None:
         "celery_1w_s": round(one, 2), "celery_2w_s": round(two, 2), "inproc_1w_s": round(inproc, 2),
         "speedup_2_vs_1": round(one / two, 3), "celery_overhead_1w": round(one / inproc, 3),
         "runs": {v: r["runs"] for v, r in results.items()}, "cores": os.cpu_count(),
+        "cpu": {v: r["cpu"] for v, r in results.items()},
         "load_before": round(load_before[0], 2), "load_after": round(os.getloadavg()[0], 2)}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--documents", type=int, default=12)
-    parser.add_argument("--pages", type=int, default=5)
+    parser.add_argument("--documents", type=int, default=20)
+    parser.add_argument("--pages", type=int, default=10)
     parser.add_argument("--admin-url", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
