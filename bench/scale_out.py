@@ -284,6 +284,15 @@ def wait_ready(workers: list) -> None:
             time.sleep(0.5)
 
 
+def step_seconds(log_path: Path) -> dict:
+    """The steps a worker ran and the seconds Celery says they took (its `succeeded in Xs` lines): how much of the
+    variant's time a worker was busy at all, whatever the CPU it got."""
+    import re
+
+    took = [float(m) for m in re.findall(rb"succeeded in ([0-9.]+)s", log_path.read_bytes())]
+    return {"steps": len(took), "busy_s": round(sum(took), 1)}
+
+
 def stop_worker(process: subprocess.Popen) -> None:
     import signal
 
@@ -340,10 +349,11 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
         for process, log, _ in workers:
             stop_worker(process)
             log.close()
+    busy = {f"worker {i}": step_seconds(log_path) for i, (_, _, log_path) in enumerate(workers)}
     if child.returncode != 0 or not (home / "result.json").is_file():
         raise SystemExit(f"{variant} child failed ({child.returncode}):\n{stderr[-3000:]}")
     result = {**json.loads((home / "result.json").read_text()), "process_wall_s": round(wall, 2),
-              "outcome": outcome(queue_url), "cpu": cpu}
+              "outcome": outcome(queue_url), "cpu": cpu, "steps": busy}
     shutil.rmtree(home, ignore_errors=True)
     return result
 
@@ -353,6 +363,25 @@ def print_cpu(variant: str, result: dict) -> None:
     print(f"  CPU over {cpu['wall_s']} s (machine busy {cpu['machine_busy_cpu_s']} of {cpu['machine_capacity_cpu_s']} "
           f"CPU s): " + ", ".join(f"{role} {seconds}" for role, seconds in cpu["cpu_s"].items() if seconds >= 0.1),
           flush=True)
+    for worker, steps in result["steps"].items():
+        print(f"  {worker}: {steps['steps']} steps, busy {steps['busy_s']} s of {result['seconds']:.1f} s", flush=True)
+
+
+COORDINATORS = ("driver", "postgres", "bolt server", "redis")
+
+
+def cpu_bound(cpu_s: dict) -> dict:
+    """What one worker's run says about two: the worker's CPU W can be split across two cores, the coordinators'
+    CPU C (what the daemon, PostgreSQL, the Bolt server and the broker spend) cannot leave them, so on two cores
+    T1 >= W and T2 >= (W + C) / 2, and the speedup is at most 2W / (W + C) (>= 1.6 needs C <= W / 4). The
+    bench's own sampling is left out of C."""
+    workers = sum(seconds for role, seconds in cpu_s.items() if role.startswith("worker"))
+    coordinators = sum(cpu_s.get(role, 0.0) for role in COORDINATORS)
+    total = sum(cpu_s.values())
+    return {"worker_cpu_s": round(workers, 1), "coordinator_cpu_s": round(coordinators, 1),
+            "coordinator_per_worker_cpu": round(coordinators / workers, 3) if workers else None,
+            "speedup_bound": round(min(2.0, 2 * workers / (workers + coordinators)), 3) if workers else None,
+            "rest_of_machine_share": round(cpu_s.get("rest of machine", 0.0) / total, 3) if total else None}
 
 
 def parent_main(args) -> None:
@@ -376,6 +405,10 @@ def parent_main(args) -> None:
     print(f"celery, 1 worker : {one:7.1f} s ({chunks / one:.2f} chunks/s)")
     print(f"celery, 2 workers: {two:7.1f} s ({chunks / two:.2f} chunks/s)  speedup {one / two:.2f} (target >= 1.6)")
     print(f"in-process, 1    : {inproc:7.1f} s  celery overhead {one / inproc:.2f} (target <= 1.25)")
+    bound = cpu_bound(results["celery-1"]["cpu"]["cpu_s"])
+    print(f"CPU of celery-1: workers {bound['worker_cpu_s']} s, coordinators (driver, PostgreSQL, Bolt, Redis) "
+          f"{bound['coordinator_cpu_s']} s; on 2 free cores two workers can be at most {bound['speedup_bound']:.2f}x "
+          f"faster; the rest of the machine took {bound['rest_of_machine_share']:.0%} of its CPU")
     print(f"machine load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     print("RESULT " + json.dumps({
         "documents": args.documents, "pages": args.pages, "chunks": chunks, "same_outcome": same,
@@ -383,6 +416,7 @@ def parent_main(args) -> None:
         "speedup_2_vs_1": round(one / two, 3), "celery_overhead_1w": round(one / inproc, 3),
         "runs": {v: r["runs"] for v, r in results.items()}, "cores": os.cpu_count(),
         "cpu": {v: r["cpu"] for v, r in results.items()},
+        "worker_steps": {v: r["steps"] for v, r in results.items() if r["steps"]}, "cpu_bound_1w": bound,
         "load_before": round(load_before[0], 2), "load_after": round(os.getloadavg()[0], 2)}))
 
 
