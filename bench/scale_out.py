@@ -8,12 +8,19 @@
 
 Every worker runs its models with one thread (OMP_NUM_THREADS=1 and friends), so a worker is one core's worth of
 work. The driver that plans and launches the runs (what the daemon does in a deployment) is not pinned: in the
-Celery variants it only waits for results. Times are from "files registered" to "idle".
+Celery variants it plans, records the runs' events and waits for results. Times are from "files registered" to
+"idle", once every worker is ready.
+
+Where the time goes: a psutil sampler charges every process's CPU seconds to a worker, the driver, PostgreSQL,
+the Bolt server, Redis, the bench itself or the rest of the machine (other users), and each worker's step time
+comes from its log. From celery-1's figures, two workers on two cores can be at most 2W / (W + C) times faster
+(W the worker's CPU, C the coordinators'): that bound is in the RESULT as `cpu_bound_1w`.
 
   speedup_2_vs_1      celery-1 time / celery-2 time (target >= 1.6)
   celery_overhead_1w  celery-1 time / inproc-1 time (target <= 1.25)
 
-  .venv/bin/python bench/scale_out.py [--documents 20] [--pages 10] [--admin-url URL]
+  .venv/bin/python bench/scale_out.py [--documents 20] [--pages 10] [--page-keys 10] [--chunk-keys 40]
+        [--admin-url URL]
 
 Needs the cluster extra (`pip install -e .[cluster]`) and redis-server. Ends with one line `RESULT {json}`.
 """
@@ -28,7 +35,7 @@ import sys
 import tempfile
 import time
 import uuid
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,41 +49,60 @@ DOCQUEUE = Path(sys.executable).with_name("docqueue")
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                      "NUMEXPR_NUM_THREADS", "TOKENIZERS_PARALLELISM")}
 ONE_THREAD.update({"TOKENIZERS_PARALLELISM": "false", "DOCQUEUE_EMBED_THREADS": "1"})
-# ranges small enough that two workers always have a run each; the same for every variant
-RUN_KEYS = {"DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": "10", "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": "10",
-            "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": "40", "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": "40"}
+# ranges small enough that two workers always have a run each; the same for every variant (--page-keys, --chunk-keys)
+def run_keys(page_keys: int, chunk_keys: int) -> dict[str, str]:
+    return {"DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": str(page_keys), "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": str(page_keys),
+            "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": str(chunk_keys),
+            "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": str(chunk_keys)}
 
 
 # ------------------------------------------------------------------------------------------------ the children
-def drive_celery(in_flight: int) -> dict:
-    """Plan ranged runs as the sensors do and execute each through the job's own executor (Celery), keeping
-    `in_flight` runs going at once, until nothing is left."""
+def _warm_run_process() -> None:
+    """Load the code location in a run process before the clock starts (a daemon's run worker has it loaded too)."""
+    import orchestration.definitions  # noqa: F401
+
+    time.sleep(2)  # keeps this process busy so that the next warm-up goes to the other one
+
+
+def _execute_run(job: str, tags: dict) -> bool:
+    """One ranged run through the job's own executor (Celery), in a run process of its own as the daemon's run
+    launcher does. Two runs in threads of one process hung (seen once in five minutes: one run's last event
+    PIPELINE_SUCCESS with its status never updated, the other created and never started, both workers idle)."""
     import dagster as dg
     from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+
+    from orchestration.runner import QUIET_CONSOLE
+
+    repository = ReconstructableRepository.for_module("orchestration.definitions", "defs", working_directory=str(REPO))
+    with dg.DagsterInstance.get() as instance:
+        return dg.execute_job(ReconstructableJob(repository, job), instance=instance, tags=tags,
+                              run_config=QUIET_CONSOLE, raise_on_error=False).success
+
+
+def drive_celery(in_flight: int) -> dict:
+    """Plan ranged runs as the sensors do and execute each through the job's own executor (Celery), keeping
+    `in_flight` runs going at once, each in one of `in_flight` run processes, until nothing is left."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     from queue_db.tasks import Level
     from orchestration.environment import dagster_instance
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
-    from orchestration.runner import QUIET_CONSOLE, plan_next, waiting_work
+    from orchestration.runner import plan_next, waiting_work
     from resources.database import get_queue
 
     instance = dagster_instance()
     queue = get_queue()
     documents = _ingest(queue, Path(os.environ["BENCH_CORPUS"]))
-    repository = ReconstructableRepository.for_module("orchestration.definitions", "defs", working_directory=str(REPO))
-    started = time.perf_counter()
-    register_partitions(instance, queue.engine, Level.DOCUMENT)
-
-    def execute(run) -> bool:
-        job = ReconstructableJob(repository, job_name(run.name))
-        with dg.DagsterInstance.get() as own:
-            return dg.execute_job(job, instance=own, tags=run.tags, run_config=QUIET_CONSOLE,
-                                  raise_on_error=False).success
-
     runs = failed = 0
     running: dict = {}
-    with ThreadPoolExecutor(in_flight) as pool:
+    with ProcessPoolExecutor(in_flight, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for warm in [pool.submit(_warm_run_process) for _ in range(in_flight)]:
+            warm.result()
+        started = time.perf_counter()
+        Path(os.environ["BENCH_CLOCK"]).touch()
+        register_partitions(instance, queue.engine, Level.DOCUMENT)
         while True:
             if len(running) < in_flight:
                 busy = set(running.values())
@@ -85,7 +111,7 @@ def drive_celery(in_flight: int) -> dict:
                     if len(running) >= in_flight:
                         break
                     if ident not in busy:
-                        running[pool.submit(execute, run)] = ident
+                        running[pool.submit(_execute_run, job_name(run.name), dict(run.tags))] = ident
                         busy.add(ident)
             if running:
                 done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
@@ -100,7 +126,7 @@ def drive_celery(in_flight: int) -> dict:
             if not waiting["processing"] and waiting["next_retry_in_s"] is None and not any(queue.ready_counts().values()):
                 break
             time.sleep(0.5)
-    seconds = time.perf_counter() - started
+        seconds = time.perf_counter() - started
     instance.dispose()
     return {"documents": documents, "seconds": seconds, "runs": runs, "failed_runs": failed}
 
@@ -118,6 +144,7 @@ def drive_in_process() -> dict:
     queue = get_queue()
     documents = _ingest(queue, Path(os.environ["BENCH_CORPUS"]))
     started = time.perf_counter()
+    Path(os.environ["BENCH_CLOCK"]).touch()
     register_partitions(instance, queue.engine, Level.DOCUMENT)
     report = run_until_idle(defs, instance, queue, until_idle=True, poll_s=0.5)
     seconds = time.perf_counter() - started
@@ -144,18 +171,15 @@ class CpuSampler:
     server, Redis and the bench itself; everything else on the machine is `rest of machine` (other users' load).
     A process that ends between two samples loses at most one interval of its time."""
 
-    def __init__(self, roots: dict[int, str], interval_s: float = 0.5):
+    def __init__(self, roots: dict[int, str], clock_started: Path, interval_s: float = 0.5):
         import psutil
 
         self.psutil, self.roots, self.interval_s = psutil, dict(roots), interval_s
-        self.first: dict[int, float] = {}
+        self.clock_started, self.counting = clock_started, False
         self.last: dict[int, tuple[str, float]] = {}
         self.roles: dict[int, str] = {}
-        self.started = time.time()
-        self.machine_start = self._machine_busy()
-        self.wall_start = time.perf_counter()
         self.stopping = False
-        self._sample()
+        self._start_counting()
         import threading
 
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -203,10 +227,22 @@ class CpuSampler:
             self.first.setdefault(process.pid, total if born < self.started else 0.0)
             self.last[process.pid] = (role, total)
 
+    def _start_counting(self) -> None:
+        """Count from now: the child's imports and warm-up happen before its clock starts, so they are left out."""
+        self.first: dict[int, float] = {}
+        self.started = time.time()
+        self.machine_start = self._machine_busy()
+        self.wall_start = time.perf_counter()
+        self._sample()
+
     def _loop(self) -> None:
         while not self.stopping:
             time.sleep(self.interval_s)
-            self._sample()
+            if not self.counting and self.clock_started.exists():
+                self.counting = True
+                self._start_counting()
+            else:
+                self._sample()
 
     def stop(self) -> dict:
         self.stopping = True
@@ -310,7 +346,8 @@ def stop_worker(process: subprocess.Popen) -> None:
         pass
 
 
-def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, root: Path, redis: "Redis") -> dict:
+def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, root: Path, redis: "Redis",
+                keys: dict[str, str]) -> dict:
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
 
@@ -321,13 +358,13 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
     home = root / f"{variant}-{uuid.uuid4().hex[:6]}"
     (home / "storage").mkdir(parents=True)
     clean_graph(bolt)
-    env = {**os.environ, **ONE_THREAD, **RUN_KEYS, "DOCQUEUE_HOME": str(home), "DOCQUEUE_DATABASE_URL": queue_url,
+    env = {**os.environ, **ONE_THREAD, **keys, "DOCQUEUE_HOME": str(home), "DOCQUEUE_DATABASE_URL": queue_url,
            "DOCQUEUE_DAGSTER_PG_URL": databases.create("dagster"), "DAGSTER_HOME": str(home / "dagster"),
            "DOCQUEUE_STORAGE_DIR": str(home / "storage"), "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
            "DOCQUEUE_QDRANT_URL": "", "DOCQUEUE_NEO4J_URI": bolt["uri"], "DOCQUEUE_NEO4J_USER": bolt["user"],
            "DOCQUEUE_NEO4J_PASSWORD": bolt["password"], "DOCQUEUE_NEO4J_DATABASE": bolt["database"] or "",
            "PYTHONUNBUFFERED": "1", "BENCH_CORPUS": str(corpus), "BENCH_CORE": "0",
-           "BENCH_RESULT": str(home / "result.json")}
+           "BENCH_RESULT": str(home / "result.json"), "BENCH_CLOCK": str(home / "clock-started")}
     workers = []
     roots = service_roots(root, redis.process.pid)
     if variant.startswith("celery"):
@@ -337,7 +374,7 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
             workers.append(start_worker(index, env, home, redis.url))
             roots[workers[-1][0].pid] = f"worker {index}"
         wait_ready(workers)
-        sampler = CpuSampler(roots)
+        sampler = CpuSampler(roots, home / "clock-started")
         started = time.perf_counter()
         child = subprocess.Popen([sys.executable, __file__, "--child", variant], env=env, cwd=REPO,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -371,16 +408,18 @@ COORDINATORS = ("driver", "postgres", "bolt server", "redis")
 
 
 def cpu_bound(cpu_s: dict) -> dict:
-    """What one worker's run says about two: the worker's CPU W can be split across two cores, the coordinators'
-    CPU C (what the daemon, PostgreSQL, the Bolt server and the broker spend) cannot leave them, so on two cores
-    T1 >= W and T2 >= (W + C) / 2, and the speedup is at most 2W / (W + C) (>= 1.6 needs C <= W / 4). The
-    bench's own sampling is left out of C."""
+    """What one worker's CPU says about two on two cores of their own: the worker's CPU W can be split across
+    the cores, the coordinators' CPU C (the driver and its run processes, PostgreSQL, the Bolt server, the broker)
+    must share them, so T2 >= (W + C) / 2 while T1 >= W; when the one-worker run is CPU-bound (T1 close to W)
+    the speedup is at most 2W / (W + C), and >= 1.6 needs C <= W / 4. On a machine other users load, T1 is far
+    above W and the measured speedup can exceed this figure. The bench's own sampling is left out of C."""
     workers = sum(seconds for role, seconds in cpu_s.items() if role.startswith("worker"))
     coordinators = sum(cpu_s.get(role, 0.0) for role in COORDINATORS)
     total = sum(cpu_s.values())
     return {"worker_cpu_s": round(workers, 1), "coordinator_cpu_s": round(coordinators, 1),
             "coordinator_per_worker_cpu": round(coordinators / workers, 3) if workers else None,
-            "speedup_bound": round(min(2.0, 2 * workers / (workers + coordinators)), 3) if workers else None,
+            "speedup_bound_if_cpu_bound": (round(min(2.0, 2 * workers / (workers + coordinators)), 3)
+                                           if workers else None),
             "rest_of_machine_share": round(cpu_s.get("rest of machine", 0.0) / total, 3) if total else None}
 
 
@@ -392,7 +431,8 @@ def parent_main(args) -> None:
     try:
         with services(root, args.admin_url) as (bolt, databases):
             for variant in ("celery-1", "inproc", "celery-2"):
-                results[variant] = r = run_variant(variant, corpus, databases, bolt, root, redis)
+                results[variant] = r = run_variant(variant, corpus, databases, bolt, root, redis,
+                                                   run_keys(args.page_keys, args.chunk_keys))
                 print(f"{variant:9s}: {r['seconds']:7.1f} s, {r['runs']} runs ({r['failed_runs']} failed), "
                       f"{r['outcome']}", flush=True)
                 print_cpu(variant, r)
@@ -407,11 +447,13 @@ def parent_main(args) -> None:
     print(f"in-process, 1    : {inproc:7.1f} s  celery overhead {one / inproc:.2f} (target <= 1.25)")
     bound = cpu_bound(results["celery-1"]["cpu"]["cpu_s"])
     print(f"CPU of celery-1: workers {bound['worker_cpu_s']} s, coordinators (driver, PostgreSQL, Bolt, Redis) "
-          f"{bound['coordinator_cpu_s']} s; on 2 free cores two workers can be at most {bound['speedup_bound']:.2f}x "
-          f"faster; the rest of the machine took {bound['rest_of_machine_share']:.0%} of its CPU")
+          f"{bound['coordinator_cpu_s']} s: on 2 cores of their own and CPU-bound, two workers would be at most "
+          f"{bound['speedup_bound_if_cpu_bound']:.2f}x faster; the rest of the machine took "
+          f"{bound['rest_of_machine_share']:.0%} of its CPU")
     print(f"machine load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     print("RESULT " + json.dumps({
-        "documents": args.documents, "pages": args.pages, "chunks": chunks, "same_outcome": same,
+        "documents": args.documents, "pages": args.pages, "chunks": chunks,
+        "page_keys": args.page_keys, "chunk_keys": args.chunk_keys, "same_outcome": same,
         "celery_1w_s": round(one, 2), "celery_2w_s": round(two, 2), "inproc_1w_s": round(inproc, 2),
         "speedup_2_vs_1": round(one / two, 3), "celery_overhead_1w": round(one / inproc, 3),
         "runs": {v: r["runs"] for v, r in results.items()}, "cores": os.cpu_count(),
@@ -424,6 +466,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--documents", type=int, default=20)
     parser.add_argument("--pages", type=int, default=10)
+    parser.add_argument("--page-keys", type=int, default=10, help="pages per OCR and chunking run")
+    parser.add_argument("--chunk-keys", type=int, default=40, help="chunks per embedding and extraction run")
     parser.add_argument("--admin-url", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
