@@ -65,8 +65,9 @@ def _warm_run_process() -> None:
 
 
 def _execute_run(job: str, tags: dict) -> bool:
-    """One ranged run through the job's own executor (Celery), in a run process of its own as the daemon's run
-    launcher does. Two runs in threads of one process hung (seen once in five minutes: one run's last event
+    """One ranged run through the job's own executor (Celery), in one of the driver's run processes, never beside
+    another run in one process (the daemon starts a process per run; these are reused and warmed before the
+    clock starts, so a run's process start-up is left out). Two runs in threads of one process hung (seen once in five minutes: one run's last event
     PIPELINE_SUCCESS with its status never updated, the other created and never started, both workers idle)."""
     import dagster as dg
     from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
