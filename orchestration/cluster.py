@@ -108,9 +108,9 @@ def executor_from_env():
 def poll_results_every(seconds: float) -> None:
     """How often a run checks whether its step's result came back (DOCQUEUE_CELERY_POLL_INTERVAL).
 
-    dagster-celery sleeps a fixed second between checks, which added half a second on average to every step of a
-    few seconds (measured: most of the Celery path's overhead over in-process). Its loop reads the module's
-    constant on every pass, so setting it is enough; a check is one GET on the result backend."""
+    dagster-celery sleeps a fixed second between checks, half a second on average added to each step, and steps
+    here take 0.5-2.5 s (bench/scale_out.py's worker logs). Its loop reads the module's constant on every pass,
+    so setting it is enough; a check is one GET on the result backend."""
     from dagster_celery import core_execution_loop
 
     core_execution_loop.TICK_SECONDS = seconds
