@@ -938,7 +938,7 @@ def _port_free(port: int) -> bool:
 def worker(broker: str, queues: str, concurrency: int, name: str | None) -> None:
     """A cluster worker: runs the steps Dagster's Celery executor sends (DOCQUEUE_EXECUTOR=celery)."""
     from orchestration.cluster import (ClusterConfigError, celery_app, check_broker, check_worker_environment,
-                                       parse_queues, worker_argv)
+                                       parse_queues, preload_definitions, worker_argv)
     from orchestration.environment import enable_event_batches
 
     if not broker.strip():
@@ -952,6 +952,7 @@ def worker(broker: str, queues: str, concurrency: int, name: str | None) -> None
     # the definitions this worker loads build the same executor as the Dagster machine's
     os.environ["DOCQUEUE_BROKER_URL"], os.environ["DOCQUEUE_EXECUTOR"] = broker, "celery"
     enable_event_batches()
+    preload_definitions()
     # dagster-celery's own queue carries any step without a phase tag
     celery_app(broker).worker_main(worker_argv([*chosen, "dagster"], concurrency, name))
 

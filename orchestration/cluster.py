@@ -97,11 +97,30 @@ def executor_from_env():
     except ImportError:
         raise ClusterConfigError(f"{EXECUTOR_ENV}=celery needs the cluster extra: pip install -e '.[cluster]'") from None
     broker = broker_url()
+    poll_results_every(settings(ClusterConfig).celery_poll_interval_s)
     # the URLs stay environment references: a broker password never enters the definitions or a run's config
     backend = {"env": BACKEND_ENV} if settings(ClusterConfig).celery_backend is not None else (
         {"env": BROKER_ENV} if backend_url(broker) == broker else "rpc://")
     return celery_executor.configured({"broker": {"env": BROKER_ENV}, "backend": backend,
                                        "config_source": celery_settings()}, name="docqueue_celery")
+
+
+def poll_results_every(seconds: float) -> None:
+    """How often a run checks whether its step's result came back (DOCQUEUE_CELERY_POLL_INTERVAL).
+
+    dagster-celery sleeps a fixed second between checks, half a second on average added to each step, and steps
+    here take 0.5-2.5 s (bench/scale_out.py's worker logs). Its loop reads the module's constant on every pass,
+    so setting it is enough; a check is one GET on the result backend."""
+    from dagster_celery import core_execution_loop
+
+    core_execution_loop.TICK_SECONDS = seconds
+
+
+def preload_definitions() -> None:
+    """Import the code location in the worker's parent, before Celery forks its pool, so that each prefork child
+    starts with dagster, the assets and the resources' modules loaded instead of importing them in its first
+    step (seconds of a 2-core machine, per child and per replacement of a child)."""
+    import orchestration.definitions  # noqa: F401
 
 
 def celery_app(broker: str):

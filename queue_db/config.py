@@ -339,6 +339,9 @@ class ClusterConfig(SettingsGroup):
     celery_visibility_timeout_s: float = _var(
         3600.0, "DOCQUEUE_CELERY_VISIBILITY_TIMEOUT",
         "seconds before Redis hands a step whose worker died to another worker", ge=1)
+    celery_poll_interval_s: float = _var(
+        0.1, "DOCQUEUE_CELERY_POLL_INTERVAL",
+        "seconds between a run's checks for its step's result (dagster-celery's own is 1 s)", gt=0, le=10)
     phase_run_limits: str = _var("", "DOCQUEUE_PHASE_RUN_LIMITS",
                                  "`ocr=8,vector=4,graphrag=2`: each phase's pool limit (runs of it at once), kept in "
                                  "Dagster's storage for every machine", shown="1 each")

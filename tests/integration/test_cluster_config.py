@@ -71,6 +71,26 @@ def test_the_executor_follows_the_environment(monkeypatch):
         executor_from_env()
 
 
+def test_a_run_checks_its_steps_result_as_often_as_configured(monkeypatch):
+    from dagster_celery import core_execution_loop
+
+    from orchestration.cluster import executor_from_env
+    from queue_db.config import SettingsError
+
+    monkeypatch.setattr(core_execution_loop, "TICK_SECONDS", core_execution_loop.TICK_SECONDS)  # restored after
+    monkeypatch.setenv("DOCQUEUE_EXECUTOR", "celery")
+    monkeypatch.setenv("DOCQUEUE_BROKER_URL", "redis://broker.internal:6379/0")
+    monkeypatch.delenv("DOCQUEUE_CELERY_POLL_INTERVAL", raising=False)
+    executor_from_env()
+    assert core_execution_loop.TICK_SECONDS == 0.1
+    monkeypatch.setenv("DOCQUEUE_CELERY_POLL_INTERVAL", "0.25")
+    executor_from_env()
+    assert core_execution_loop.TICK_SECONDS == 0.25
+    monkeypatch.setenv("DOCQUEUE_CELERY_POLL_INTERVAL", "0")
+    with pytest.raises(SettingsError, match="DOCQUEUE_CELERY_POLL_INTERVAL"):
+        executor_from_env()
+
+
 def test_a_worker_without_the_cluster_services_refuses_in_one_sentence(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DOCQUEUE_HOME": str(tmp_path / "home")}
     done = subprocess.run([str(DOCQUEUE), "worker", "--broker", "redis://127.0.0.1:1/0"], env=env,
