@@ -1,10 +1,20 @@
-"""The seed's read models ("Example Queries"), as pandas DataFrames."""
+"""The seed's read models ("Example Queries"): rows (lists of dicts) for the CLI, pandas DataFrames for notebooks
+and tests. pandas is imported only by the DataFrame forms: `docqueue status` and `stats` start without it.
+
+Every whole-corpus view reads a bounded set, whatever the history holds: status one page of documents through
+idx_documents_listing; the counts only the tasks not completed, through the partial status and heartbeat indexes,
+with the completed ones as the total (an index-only count) less those; the timings a sample of about
+DOCQUEUE_STATS_WINDOW completed tasks per type."""
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
 import sqlalchemy as sa
 
-from .tasks import ALL_KINDS, Phase, blocked_phase_sql, leaf_kind
+from .tasks import ALL_KINDS, Phase, TaskKind, blocked_phase_sql, leaf_kind
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _PROGRESS_SQL = """
 SELECT d.id, d.document_key, d.filename, d.priority,
@@ -36,39 +46,57 @@ GROUP BY d.id, d.created_at, d.document_key, d.filename, d.priority, d.ocr_statu
 ORDER BY d.created_at, d.id
 """
 
-def _statistics_sql() -> str:
+# statuses a partial index covers on every kind's table (idx_*_status, idx_*_heartbeat): the tasks not completed
+_OPEN_STATUSES = (("'pending', 'failed'",), ("'processing'",))
+
+
+def _open_tasks_sql(k: TaskKind, select: str, group: str = "") -> str:
+    """`select` over the kind's tasks that are not completed, one branch per partial index so each is used."""
     return "\nUNION ALL ".join(
-        f"SELECT '{k.label}' AS task_type, CASE WHEN {k.blocked_sql('t')} THEN 'blocked' "
-        f"ELSE t.{k.status}::text END AS status, COUNT(*) AS count FROM {k.table} t "
-        f"WHERE {k.owns('t')} GROUP BY 2" for k in ALL_KINDS) + "\nORDER BY 1, 2"
+        f"SELECT {select} FROM {k.table} t WHERE t.{k.status} IN ({statuses[0]}) AND ({k.owns('t')}){group}"
+        for statuses in _OPEN_STATUSES)
 
 
-def _timings_sql() -> str:
-    """Queue wait = claim - ready (the dependency's completion); run = completion - claim; completed tasks only."""
-    samples = "\n    UNION ALL ".join(
-        f"SELECT '{k.label}' AS task_type, "
-        f"EXTRACT(EPOCH FROM t.{k.col('started_at')} - {k.ready_since_sql}) AS wait_s, "
-        f"EXTRACT(EPOCH FROM t.{k.col('completed_at')} - t.{k.col('started_at')}) AS run_s FROM {k.table} t "
-        f"WHERE (t.{k.status} = 'completed' OR NOT ({k.owns('t')})) "
-        f"AND t.{k.col('completed_at')} IS NOT NULL AND t.{k.col('started_at')} IS NOT NULL" for k in ALL_KINDS)
+def _statistics_sql() -> str:
+    """Per kind: the open tasks by status (blocked apart), and the total the completed ones are derived from."""
+    branches = []
+    for k in ALL_KINDS:
+        status = f"CASE WHEN {k.blocked_sql('t')} THEN 'blocked' ELSE t.{k.status}::text END"
+        branches.append(_open_tasks_sql(k, f"'{k.label}' AS task_type, {status} AS status, COUNT(*) AS count",
+                                        " GROUP BY 2"))
+        branches.append(f"SELECT '{k.label}', 'total', COUNT(*) FROM {k.table} t WHERE {k.owns('t')}")
+    return "\nUNION ALL ".join(branches)
+
+
+def _timings_sql(k: TaskKind, percent: float | None, window: int) -> str:
+    """Queue wait = claim - ready (the dependency's completion); run = completion - claim; completed tasks only,
+    at most `window` of them, from a sample of `percent` of the table's blocks (None: the whole table)."""
+    sample = f" TABLESAMPLE SYSTEM ({percent:.6f})" if percent is not None else ""
     return f"""
 WITH samples AS (
-    {samples}
+    SELECT EXTRACT(EPOCH FROM t.{k.col('started_at')} - {k.ready_since_sql}) AS wait_s,
+           EXTRACT(EPOCH FROM t.{k.col('completed_at')} - t.{k.col('started_at')}) AS run_s
+    FROM {k.table} t{sample}
+    WHERE (t.{k.status} = 'completed' OR NOT ({k.owns('t')}))
+      AND t.{k.col('completed_at')} IS NOT NULL AND t.{k.col('started_at')} IS NOT NULL
+    LIMIT {int(window)}
 )
-SELECT task_type, COUNT(*) AS completed,
+SELECT '{k.label}' AS task_type, COUNT(*) AS completed, {'TRUE' if sample else 'FALSE'} AS sampled,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_s) AS wait_median_s,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY wait_s) AS wait_p95_s,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY run_s) AS run_median_s,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY run_s) AS run_p95_s
-FROM samples GROUP BY task_type ORDER BY task_type
+FROM samples HAVING COUNT(*) > 0
 """
 
 
 def _error_classes_sql() -> str:
+    """Completion clears a task's error class, so only open tasks carry one."""
     return "\nUNION ALL ".join(
-        f"SELECT '{k.label}' AS task_type, t.{k.col('error_class')} AS error_class, COUNT(*) AS count "
-        f"FROM {k.table} t WHERE t.{k.col('error_class')} IS NOT NULL AND ({k.owns('t')}) GROUP BY 2"
-        for k in ALL_KINDS) + "\nORDER BY 1, 2"
+        f"SELECT task_type, error_class, SUM(count)::bigint AS count FROM ("
+        + _open_tasks_sql(k, f"'{k.label}' AS task_type, t.{k.col('error_class')} AS error_class, COUNT(*) AS count",
+                          f" AND t.{k.col('error_class')} IS NOT NULL GROUP BY 2")
+        + ") o GROUP BY 1, 2" for k in ALL_KINDS) + "\nORDER BY 1, 2"
 
 
 def phase_progress(engine: sa.Engine) -> dict[str, dict[str, int]]:
@@ -82,17 +110,28 @@ def phase_progress(engine: sa.Engine) -> dict[str, dict[str, int]]:
                 for r in conn.exec_driver_sql(sql).all()}
 
 
-def _frame(engine: sa.Engine, sql: str, params: dict | None = None) -> pd.DataFrame:
+def _rows(engine: sa.Engine, sql: str, params: dict | None = None) -> tuple[list[dict], list[str]]:
     with engine.connect() as conn:
         result = conn.exec_driver_sql(sql, params or {})
-        return pd.DataFrame(result.mappings().all(), columns=list(result.keys()))
+        return [dict(r) for r in result.mappings().all()], list(result.keys())
 
 
-def document_progress(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
-                      after_key: str | None = None) -> pd.DataFrame:
+def _frame(rows: list[dict], columns: list[str]) -> "pd.DataFrame":
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=columns)
+
+
+def document_progress_rows(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
+                           after_key: str | None = None) -> list[dict]:
     """Per document: the three statuses, pages, OCR completed/failed pages, chunks, vector/GraphRAG completed.
     In registration order; `limit` documents after the one keyed `after_key` (a page of a long listing, read
     through idx_documents_listing so every page costs the same)."""
+    return _document_progress_query(engine, document_id, limit, after_key)[0]
+
+
+def _document_progress_query(engine: sa.Engine, document_id: str | None, limit: int | None,
+                             after_key: str | None) -> tuple[list[dict], list[str]]:
     where, params = "", {}
     if document_id is not None:
         where, params = "WHERE id = %(id)s", {"id": str(document_id)}
@@ -101,30 +140,86 @@ def document_progress(engine: sa.Engine, document_id: str | None = None, *, limi
                          {"after": after_key})
     blocked = ", ".join(f"CASE WHEN {blocked_phase_sql(phase, 'd')} THEN '{phase.value}' END" for phase in Phase)
     sql = _PROGRESS_SQL.format(where=where, blocked=blocked, limit=f"LIMIT {int(limit)}" if limit else "")
-    frame = _frame(engine, sql, params)
-    if not frame.empty:
-        frame["id"] = frame["id"].astype(str)
-        frame["last_failed_at"] = [None if pd.isna(t) else t.isoformat(timespec="seconds")
-                                   for t in frame["last_failed_at"]]
-    return frame
+    return _document_progress(engine, sql, params)
 
 
-def queue_statistics(engine: sa.Engine) -> pd.DataFrame:
+def _document_progress(engine: sa.Engine, sql: str, params: dict) -> tuple[list[dict], list[str]]:
+    rows, columns = _rows(engine, sql, params)
+    for row in rows:
+        row["id"] = str(row["id"])
+        # SUM over integers comes back as Decimal: JSON wants a number
+        row["total_chunks"] = int(row["total_chunks"])
+        failed_at = row["last_failed_at"]
+        row["last_failed_at"] = None if failed_at is None else failed_at.isoformat(timespec="seconds")
+    return rows, columns
+
+
+def document_progress(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
+                      after_key: str | None = None) -> "pd.DataFrame":
+    return _frame(*_document_progress_query(engine, document_id, limit, after_key))
+
+
+def queue_statistics_rows(engine: sa.Engine) -> list[dict]:
     """task_type x status x count over every kind (the seed's query, plus documents and pages whose status is
-    still their own)."""
-    return _frame(engine, _statistics_sql())
+    still their own), sorted by type and status."""
+    rows, _ = _rows(engine, _statistics_sql())
+    counts: dict[tuple[str, str], int] = {}
+    totals: dict[str, int] = {}
+    for row in rows:
+        if row["status"] == "total":
+            totals[row["task_type"]] = int(row["count"])
+        else:
+            counts[(row["task_type"], row["status"])] = int(row["count"])
+    for task_type, total in totals.items():
+        completed = total - sum(n for (t, _), n in counts.items() if t == task_type)
+        if completed > 0:
+            counts[(task_type, "completed")] = completed
+    return [{"task_type": t, "status": s, "count": n} for (t, s), n in sorted(counts.items())]
 
 
-def phase_timings(engine: sa.Engine) -> pd.DataFrame:
-    """Queue wait and processing time (median, p95) per task type, over completed tasks."""
-    return _frame(engine, _timings_sql())
+def queue_statistics(engine: sa.Engine) -> "pd.DataFrame":
+    return _frame(queue_statistics_rows(engine), ["task_type", "status", "count"])
 
 
-def error_classes(engine: sa.Engine) -> pd.DataFrame:
-    return _frame(engine, _error_classes_sql())
+def phase_timings_rows(engine: sa.Engine, window: int | None = None) -> list[dict]:
+    """Queue wait and processing time (median, p95) per task type, over at most `window` completed tasks of each
+    (DOCQUEUE_STATS_WINDOW): all of them while a table holds fewer rows, beyond that those of a random sample of
+    the table's blocks sized to hold about `window` rows, so the cost stays flat however long the history."""
+    if window is None:
+        from .config import QueueConfig, settings
+
+        window = settings(QueueConfig).stats_window
+    tables = sorted({k.table for k in ALL_KINDS})
+    with engine.connect() as conn:
+        # the planner's row estimate, kept by autovacuum's ANALYZE: -1 for a table never analyzed (a new, small one)
+        estimates = dict(conn.exec_driver_sql(
+            "SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%(t)s) AND relkind = 'r'",
+            {"t": tables}).all())
+    rows: list[dict] = []
+    for k in ALL_KINDS:
+        estimate = float(estimates.get(k.table) or -1)
+        percent = 100.0 * window / estimate if estimate > window else None
+        found, _ = _rows(engine, _timings_sql(k, percent, window))
+        rows.extend(found)
+    return rows
 
 
-def documents_ready(engine: sa.Engine, phase: Phase) -> pd.DataFrame:
+def phase_timings(engine: sa.Engine, window: int | None = None) -> "pd.DataFrame":
+    return _frame(phase_timings_rows(engine, window), ["task_type", "completed", "sampled", "wait_median_s",
+                                                       "wait_p95_s", "run_median_s", "run_p95_s"])
+
+
+def error_classes_rows(engine: sa.Engine) -> list[dict]:
+    """task_type x error_class x count, over the tasks not completed (completion clears the class)."""
+    rows, _ = _rows(engine, _error_classes_sql())
+    return [{**r, "count": int(r["count"])} for r in rows]
+
+
+def error_classes(engine: sa.Engine) -> "pd.DataFrame":
+    return _frame(error_classes_rows(engine), ["task_type", "error_class", "count"])
+
+
+def documents_ready(engine: sa.Engine, phase: Phase) -> "pd.DataFrame":
     """Documents whose previous phase completed and whose `phase` has not started (the seed's query)."""
     previous = phase.previous
     if previous is None:
@@ -132,7 +227,5 @@ def documents_ready(engine: sa.Engine, phase: Phase) -> pd.DataFrame:
     else:
         sql = (f"SELECT id, filename FROM documents WHERE {previous.document_status_column} = 'completed' "
                f"AND {phase.document_status_column} = 'pending' ORDER BY created_at")
-    frame = _frame(engine, sql)
-    if not frame.empty:
-        frame["id"] = frame["id"].astype(str)
-    return frame
+    rows, columns = _rows(engine, sql)
+    return _frame([{**r, "id": str(r["id"])} for r in rows], columns)
