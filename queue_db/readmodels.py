@@ -58,13 +58,16 @@ def _open_tasks_sql(k: TaskKind, select: str, group: str = "") -> str:
 
 
 def _statistics_sql() -> str:
-    """Per kind: the open tasks by status (blocked apart), and the total the completed ones are derived from."""
-    branches = []
+    """Per kind: the open tasks by status (blocked apart); per table and ownership rule, the total the completed
+    ones are derived from, counted once for the kinds sharing it (both chunk kinds own every chunk row)."""
+    branches, totals = [], {}
     for k in ALL_KINDS:
         status = f"CASE WHEN {k.blocked_sql('t')} THEN 'blocked' ELSE t.{k.status}::text END"
         branches.append(_open_tasks_sql(k, f"'{k.label}' AS task_type, {status} AS status, COUNT(*) AS count",
                                         " GROUP BY 2"))
-        branches.append(f"SELECT '{k.label}', 'total', COUNT(*) FROM {k.table} t WHERE {k.owns('t')}")
+        totals.setdefault((k.table, k.owns('t')), []).append(k.label)
+    for (table, owns), labels in totals.items():
+        branches.append(f"SELECT '{','.join(labels)}', 'total', COUNT(*) FROM {table} t WHERE {owns}")
     return "\nUNION ALL ".join(branches)
 
 
@@ -167,7 +170,7 @@ def queue_statistics_rows(engine: sa.Engine) -> list[dict]:
     totals: dict[str, int] = {}
     for row in rows:
         if row["status"] == "total":
-            totals[row["task_type"]] = int(row["count"])
+            totals.update((label, int(row["count"])) for label in row["task_type"].split(","))
         else:
             counts[(row["task_type"], row["status"])] = int(row["count"])
     for task_type, total in totals.items():
