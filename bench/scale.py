@@ -24,6 +24,9 @@ Each N runs in a child process bounded by what is left of --deadline; a figure n
 time, failed) is null and its reason is listed under "missing". Ends with one line `RESULT {json}`.
 
   .venv/bin/python bench/scale.py [--sizes 0,100000,1000000] [--quick] [--skip name,...] [--deadline S] [--reuse]
+
+--quick is a smoke run: 2,000 pending chunks, a 1.5 s claim window, one write, one tick after the first, 20
+searches.
 """
 from __future__ import annotations
 
@@ -325,14 +328,14 @@ def measure_ranged_run(instance, defs, documents: int) -> float:
     return elapsed
 
 
-def measure_sensor_tick(instance, defs) -> float:
+def measure_sensor_tick(instance, defs, rounds: int = 3) -> float:
     import dagster as dg
 
     from orchestration.definitions import build_resources
 
     sensor = defs.get_sensor_def("vector_chunk_sensor")
     timings = []
-    for _ in range(4):
+    for _ in range(rounds + 1):
         with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor.name,
                                      resources=build_resources()) as ctx:
             started = time.perf_counter()
@@ -484,7 +487,7 @@ def child(n: int, home: Path, args) -> dict:
     marker = home / "scale-seeded.json"
     if not marker.exists():
         started = time.perf_counter()
-        seed_queue(queue.engine, documents, PENDING // (PAGES * CHUNKS))
+        seed_queue(queue.engine, documents, args.pending // (PAGES * CHUNKS))
         seed_dagster_partitions(queue.engine, os.environ["DOCQUEUE_DAGSTER_PG_URL"].replace(
             "postgresql://", "postgresql+psycopg://", 1))
         with queue.engine.connect() as conn:
@@ -551,9 +554,10 @@ def child(n: int, home: Path, args) -> dict:
     instance = dagster_instance()
     attempt("status", lambda _l: cli_seconds("status", "--json"), ("status_s",))
     attempt("stats", lambda _l: cli_seconds("stats", "--json"), ("stats_s",))
-    attempt("vector_write", lambda _l: measure_vector_write(make_store, rng), ("vector_write64_s",))
+    rounds = 1 if args.quick else 3
+    attempt("vector_write", lambda _l: measure_vector_write(make_store, rng, rounds), ("vector_write64_s",))
     attempt("search", search, ("search_p50_ms", "search_p95_ms"))
-    attempt("sensor_tick", lambda _l: measure_sensor_tick(instance, defs), ("sensor_tick_s",))
+    attempt("sensor_tick", lambda _l: measure_sensor_tick(instance, defs, rounds), ("sensor_tick_s",))
     attempt("ranged_run", lambda _l: measure_ranged_run(instance, defs, documents), ("ranged_run_fixed_s",))
     attempt("recovery", lambda _l: _timed(lambda: recover(queue)), ("recovery_s",))
     attempt("checks", checks, ("checks_s",))
@@ -605,7 +609,7 @@ def parent(args) -> int:
         out = root / f"n{n}.json"
         out.unlink(missing_ok=True)
         command = [sys.executable, __file__, "--child", str(n), "--home", str(home), "--out", str(out),
-                   "--child-budget", str(max(budget - 30, 10)), "--window", str(args.window),
+                   "--child-budget", str(max(budget - 30, 10)), "--window", str(args.window), "--pending", str(args.pending),
                    "--searches", str(args.searches), "--skip", ",".join(args.skip)]
         print(f"N={n:,}: budget {budget:.0f} s", file=sys.stderr, flush=True)
         reason = "not measured: the seeding or a measurement ran past --deadline"
@@ -654,6 +658,8 @@ def parse_args(argv=None):
     parser.add_argument("--root", help="folder of the homes (default: a new temporary folder)")
     parser.add_argument("--window", type=float, default=None, help="seconds of the claim + settle window")
     parser.add_argument("--searches", type=int, default=None, help="search queries per N")
+    parser.add_argument("--pending", type=int, default=None,
+                        help=f"pending chunks beside the N completed ones ({PENDING:,}; --quick: 2,000)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -663,14 +669,16 @@ def parse_args(argv=None):
         args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     except ValueError:
         parser.error(f"--sizes takes whole numbers separated by commas, not {args.sizes!r}")
-    if not args.sizes or any(n < 0 or n % (PAGES * CHUNKS) for n in args.sizes):
-        parser.error(f"--sizes: each N must be a non-negative multiple of {PAGES * CHUNKS}")
+    if not args.sizes or any(n < 0 or n % (PAGES * CHUNKS) for n in [*args.sizes, args.pending or 0]):
+        parser.error(f"--sizes and --pending: each N must be a non-negative multiple of {PAGES * CHUNKS}")
     args.skip = [s.strip() for s in args.skip.split(",") if s.strip()]
     unknown = set(args.skip) - set(MEASURES)
     if unknown:
         parser.error(f"--skip: unknown measurement {sorted(unknown)[0]!r}; known: {', '.join(MEASURES)}")
     if args.window is None:
-        args.window = 3.0 if args.quick else 10.0
+        args.window = 1.5 if args.quick else 10.0
+    if args.pending is None:
+        args.pending = 2_000 if args.quick else PENDING
     if args.searches is None:
         args.searches = 20 if args.quick else 200
     return args

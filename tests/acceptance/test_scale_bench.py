@@ -58,4 +58,4 @@ def test_the_scale_bench_reports_each_figure_at_each_size(tmp_path):
 def test_the_scale_bench_refuses_bad_sizes_in_one_sentence(tmp_path):
     done = _bench(tmp_path, "--sizes", "0,150")
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "--sizes: each N must be a non-negative multiple of 200" in done.stderr
+    assert "--sizes and --pending: each N must be a non-negative multiple of 200" in done.stderr
