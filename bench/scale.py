@@ -524,6 +524,10 @@ def child(n: int, home: Path, args) -> dict:
             values = fn(left)
             for key, value in zip(keys, values if isinstance(values, tuple) else (values,)):
                 figures[key] = round(float(value), 4)
+        except subprocess.TimeoutExpired:
+            for key in keys:
+                figures[key] = None
+                missing[key] = f"not measured: ran past the {left:.0f} s left of --deadline"
         except Exception as exc:  # one failed figure must not cost the others
             for key in keys:
                 figures[key] = None
