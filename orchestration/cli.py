@@ -525,16 +525,15 @@ def _watch_progress(queue, children, show: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document (its next_after names the next page)")
 def status(document: str | None, limit: int, after_key: str | None, tenant: str | None, as_json: bool) -> None:
     """Per document: the three phase statuses, pages, chunks, progress and last errors, a page at a time."""
-    from queue_db.readmodels import document_progress
+    from queue_db.readmodels import document_progress_rows
 
     tenant = _tenant(tenant, default=False)
     queue = _queue()
     doc_id = str(_document_or_fail(queue, document, tenant)["id"]) if document else None
     if after_key and queue.document(after_key) is None:
         raise CliError(f"no document with key {after_key!r} to continue after", EXIT_USAGE)
-    frame = document_progress(queue.engine, doc_id, limit=None if doc_id else limit, after_key=after_key,
-                              tenant=tenant)
-    records = json.loads(frame.to_json(orient="records", default_handler=str)) if not frame.empty else []
+    records = document_progress_rows(queue.engine, doc_id, limit=None if doc_id else limit, after_key=after_key,
+                                     tenant=tenant)
     next_after = records[-1]["document_key"] if not doc_id and len(records) == limit else None
 
     def human() -> None:
@@ -564,25 +563,33 @@ def _print_status(records: list[dict]) -> None:
 @_tenant_option("only this tenant's tasks (default: the whole queue)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def stats(tenant: str | None, as_json: bool) -> None:
-    """Queue statistics (task type x status x count), queue wait and per-phase durations."""
-    from queue_db.readmodels import error_classes, phase_timings, queue_statistics
+    """Queue statistics (task type x status x count), queue wait and per-phase durations (over at most
+    DOCQUEUE_STATS_WINDOW completed tasks per type: a sample once the history is longer)."""
+    from queue_db.config import QueueConfig, settings
+    from queue_db.readmodels import error_classes_rows, phase_timings_rows, queue_statistics_rows
 
     tenant = _tenant(tenant, default=False)
     queue = _queue()
-    counts, timings, errors = (json.loads(f(queue.engine, tenant).to_json(orient="records"))
-                               for f in (queue_statistics, phase_timings, error_classes))
+    window = settings(QueueConfig).stats_window
+    counts, timings, errors = (queue_statistics_rows(queue.engine, tenant),
+                               phase_timings_rows(queue.engine, window, tenant),
+                               error_classes_rows(queue.engine, tenant))
 
     def human() -> None:
         console = _console()
         console.print(_table("queue", ["task type", "status", "count"], [[r["task_type"], r["status"], r["count"]] for r in counts]))
         console.print(_table("timings (seconds)", ["task type", "completed", "wait median", "wait p95", "run median", "run p95"],
-                             [[r["task_type"], r["completed"], *(f"{r[k]:.3f}" if r[k] is not None else "" for k in
-                               ("wait_median_s", "wait_p95_s", "run_median_s", "run_p95_s"))] for r in timings]))
+                             [[r["task_type"], f"{r['completed']}{' (sample)' if r['sampled'] else ''}",
+                               *(f"{r[k]:.3f}" if r[k] is not None else "" for k in
+                                 ("wait_median_s", "wait_p95_s", "run_median_s", "run_p95_s"))] for r in timings]))
+        if any(r["sampled"] for r in timings):
+            console.print(f"timings over at most {window:,} completed tasks per type, from a random sample of the "
+                          "table's blocks (DOCQUEUE_STATS_WINDOW)")
         if errors:
             console.print(_table("error classes", ["task type", "class", "count"],
                                  [[r["task_type"], r["error_class"], r["count"]] for r in errors]))
 
-    _emit(as_json, {"counts": counts, "timings": timings, "error_classes": errors}, human)
+    _emit(as_json, {"counts": counts, "timings": timings, "timings_window": window, "error_classes": errors}, human)
 
 
 @main.command()

@@ -74,6 +74,9 @@ class QueueConfig(SettingsGroup):
     retry_backoff_max_s: float = _var(600.0, "DOCQUEUE_RETRY_BACKOFF_MAX", "… capped at this many seconds", ge=0)
     db_outage_max_s: float = _var(300.0, "DOCQUEUE_DB_OUTAGE_MAX_S",
                                   "seconds `docqueue run` waits out an unreachable database before giving up", ge=0)
+    stats_window: int = _var(10_000, "DOCQUEUE_STATS_WINDOW",
+                             "completed tasks per type `docqueue stats` takes its timings from (a random sample of "
+                             "table blocks once a table holds more rows)", ge=100)
 
     def recovery_cron(self) -> str:
         """The recovery schedule's cron: the check interval rounded down to a period cron repeats evenly (so

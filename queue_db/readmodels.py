@@ -1,10 +1,20 @@
-"""The seed's read models ("Example Queries"), as pandas DataFrames."""
+"""The seed's read models ("Example Queries"): rows (lists of dicts) for the CLI, pandas DataFrames for notebooks
+and tests. pandas is imported only by the DataFrame forms: `docqueue status` and `stats` start without it.
+
+Every whole-corpus view reads a bounded set, whatever the history holds: status one page of documents through
+idx_documents_listing; the counts only the tasks not completed, through the partial status and heartbeat indexes,
+with the completed ones as the total (an index-only count) less those; the timings a sample of about
+DOCQUEUE_STATS_WINDOW completed tasks per type."""
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
 import sqlalchemy as sa
 
-from .tasks import ALL_KINDS, Level, Phase, blocked_phase_sql, leaf_kind
+from .tasks import ALL_KINDS, Level, Phase, TaskKind, blocked_phase_sql, leaf_kind
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _PROGRESS_SQL = """
 SELECT d.id, d.document_key, d.tenant_id, d.filename, d.priority,
@@ -36,7 +46,7 @@ GROUP BY d.id, d.created_at, d.document_key, d.tenant_id, d.filename, d.priority
 ORDER BY d.created_at, d.id
 """
 
-def _in_tenant(kind, tenant: str | None) -> str:
+def _in_tenant(kind: TaskKind, tenant: str | None) -> str:
     """`AND` the row belongs to a document of %(tenant)s (nothing without a tenant)."""
     if tenant is None:
         return ""
@@ -45,41 +55,62 @@ def _in_tenant(kind, tenant: str | None) -> str:
     return f" AND t.{kind.document_column} IN (SELECT id FROM documents WHERE tenant_id = %(tenant)s)"
 
 
-def _statistics_sql(tenant: str | None = None) -> str:
+# statuses a partial index covers on every kind's table (idx_*_status, idx_*_heartbeat): the tasks not completed
+_OPEN_STATUSES = (("'pending', 'failed'",), ("'processing'",))
+
+
+def _open_tasks_sql(k: TaskKind, select: str, group: str = "", tenant: str | None = None) -> str:
+    """`select` over the kind's tasks that are not completed, one branch per partial index so each is used."""
     return "\nUNION ALL ".join(
-        f"SELECT '{k.label}' AS task_type, CASE WHEN {k.blocked_sql('t')} THEN 'blocked' "
-        f"ELSE t.{k.status}::text END AS status, COUNT(*) AS count FROM {k.table} t "
-        f"WHERE {k.owns('t')}{_in_tenant(k, tenant)} GROUP BY 2" for k in ALL_KINDS) + "\nORDER BY 1, 2"
+        f"SELECT {select} FROM {k.table} t WHERE t.{k.status} IN ({statuses[0]}) AND ({k.owns('t')})"
+        f"{_in_tenant(k, tenant)}{group}"
+        for statuses in _OPEN_STATUSES)
 
 
-def _timings_sql(tenant: str | None = None) -> str:
-    """Queue wait = claim - ready (the dependency's completion); run = completion - claim; completed tasks only."""
-    samples = "\n    UNION ALL ".join(
-        f"SELECT '{k.label}' AS task_type, "
-        f"EXTRACT(EPOCH FROM t.{k.col('started_at')} - {k.ready_since_sql}) AS wait_s, "
-        f"EXTRACT(EPOCH FROM t.{k.col('completed_at')} - t.{k.col('started_at')}) AS run_s FROM {k.table} t "
-        f"WHERE (t.{k.status} = 'completed' OR NOT ({k.owns('t')})) "
-        f"AND t.{k.col('completed_at')} IS NOT NULL AND t.{k.col('started_at')} IS NOT NULL{_in_tenant(k, tenant)}"
-        for k in ALL_KINDS)
+def _statistics_sql(tenant: str | None = None) -> str:
+    """Per kind: the open tasks by status (blocked apart); per table and ownership rule, the total the completed
+    ones are derived from, counted once for the kinds sharing it (both chunk kinds own every chunk row). With a
+    tenant, the total is that tenant's rows (through the document id indexes): linear in the tenant's size."""
+    branches, totals = [], {}
+    for k in ALL_KINDS:
+        status = f"CASE WHEN {k.blocked_sql('t')} THEN 'blocked' ELSE t.{k.status}::text END"
+        branches.append(_open_tasks_sql(k, f"'{k.label}' AS task_type, {status} AS status, COUNT(*) AS count",
+                                        " GROUP BY 2", tenant))
+        totals.setdefault((k.table, f"({k.owns('t')}){_in_tenant(k, tenant)}"), []).append(k.label)
+    for (table, owns), labels in totals.items():
+        branches.append(f"SELECT '{','.join(labels)}', 'total', COUNT(*) FROM {table} t WHERE {owns}")
+    return "\nUNION ALL ".join(branches)
+
+
+def _timings_sql(k: TaskKind, percent: float | None, window: int, tenant: str | None = None) -> str:
+    """Queue wait = claim - ready (the dependency's completion); run = completion - claim; completed tasks only,
+    at most `window` of them, from a sample of `percent` of the table's blocks (None: the whole table)."""
+    sample = f" TABLESAMPLE SYSTEM ({percent:.6f})" if percent is not None else ""
     return f"""
 WITH samples AS (
-    {samples}
+    SELECT EXTRACT(EPOCH FROM t.{k.col('started_at')} - {k.ready_since_sql}) AS wait_s,
+           EXTRACT(EPOCH FROM t.{k.col('completed_at')} - t.{k.col('started_at')}) AS run_s
+    FROM {k.table} t{sample}
+    WHERE (t.{k.status} = 'completed' OR NOT ({k.owns('t')}))
+      AND t.{k.col('completed_at')} IS NOT NULL AND t.{k.col('started_at')} IS NOT NULL{_in_tenant(k, tenant)}
+    LIMIT {int(window)}
 )
-SELECT task_type, COUNT(*) AS completed,
+SELECT '{k.label}' AS task_type, COUNT(*) AS completed, {'TRUE' if sample else 'FALSE'} AS sampled,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_s) AS wait_median_s,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY wait_s) AS wait_p95_s,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY run_s) AS run_median_s,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY run_s) AS run_p95_s
-FROM samples GROUP BY task_type ORDER BY task_type
+FROM samples HAVING COUNT(*) > 0
 """
 
 
 def _error_classes_sql(tenant: str | None = None) -> str:
+    """Completion clears a task's error class, so only open tasks carry one."""
     return "\nUNION ALL ".join(
-        f"SELECT '{k.label}' AS task_type, t.{k.col('error_class')} AS error_class, COUNT(*) AS count "
-        f"FROM {k.table} t WHERE t.{k.col('error_class')} IS NOT NULL AND ({k.owns('t')}){_in_tenant(k, tenant)} "
-        "GROUP BY 2"
-        for k in ALL_KINDS) + "\nORDER BY 1, 2"
+        f"SELECT task_type, error_class, SUM(count)::bigint AS count FROM ("
+        + _open_tasks_sql(k, f"'{k.label}' AS task_type, t.{k.col('error_class')} AS error_class, COUNT(*) AS count",
+                          f" AND t.{k.col('error_class')} IS NOT NULL GROUP BY 2", tenant)
+        + ") o GROUP BY 1, 2" for k in ALL_KINDS) + "\nORDER BY 1, 2"
 
 
 def phase_progress(engine: sa.Engine) -> dict[str, dict[str, int]]:
@@ -93,18 +124,29 @@ def phase_progress(engine: sa.Engine) -> dict[str, dict[str, int]]:
                 for r in conn.exec_driver_sql(sql).all()}
 
 
-def _frame(engine: sa.Engine, sql: str, params: dict | None = None) -> pd.DataFrame:
+def _rows(engine: sa.Engine, sql: str, params: dict | None = None) -> tuple[list[dict], list[str]]:
     with engine.connect() as conn:
         result = conn.exec_driver_sql(sql, params or {})
-        return pd.DataFrame(result.mappings().all(), columns=list(result.keys()))
+        return [dict(r) for r in result.mappings().all()], list(result.keys())
 
 
-def document_progress(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
-                      after_key: str | None = None, tenant: str | None = None) -> pd.DataFrame:
+def _frame(rows: list[dict], columns: list[str]) -> "pd.DataFrame":
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=columns)
+
+
+def document_progress_rows(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
+                           after_key: str | None = None, tenant: str | None = None) -> list[dict]:
     """Per document: the three statuses, pages, OCR completed/failed pages, chunks, vector/GraphRAG completed.
     In registration order; `limit` documents after the one keyed `after_key` (a page of a long listing, read
     through idx_documents_listing, or idx_documents_tenant_listing for one `tenant`, so every page costs the
     same)."""
+    return _document_progress_query(engine, document_id, limit, after_key, tenant)[0]
+
+
+def _document_progress_query(engine: sa.Engine, document_id: str | None, limit: int | None,
+                             after_key: str | None, tenant: str | None = None) -> tuple[list[dict], list[str]]:
     clauses, params = [], {"tenant": tenant}
     if document_id is not None:
         clauses.append("id = %(id)s")
@@ -117,30 +159,87 @@ def document_progress(engine: sa.Engine, document_id: str | None = None, *, limi
     where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
     blocked = ", ".join(f"CASE WHEN {blocked_phase_sql(phase, 'd')} THEN '{phase.value}' END" for phase in Phase)
     sql = _PROGRESS_SQL.format(where=where, blocked=blocked, limit=f"LIMIT {int(limit)}" if limit else "")
-    frame = _frame(engine, sql, params)
-    if not frame.empty:
-        frame["id"] = frame["id"].astype(str)
-        frame["last_failed_at"] = [None if pd.isna(t) else t.isoformat(timespec="seconds")
-                                   for t in frame["last_failed_at"]]
-    return frame
+    return _document_progress(engine, sql, params)
 
 
-def queue_statistics(engine: sa.Engine, tenant: str | None = None) -> pd.DataFrame:
+def _document_progress(engine: sa.Engine, sql: str, params: dict) -> tuple[list[dict], list[str]]:
+    rows, columns = _rows(engine, sql, params)
+    for row in rows:
+        row["id"] = str(row["id"])
+        # SUM over integers comes back as Decimal: JSON wants a number
+        row["total_chunks"] = int(row["total_chunks"])
+        failed_at = row["last_failed_at"]
+        row["last_failed_at"] = None if failed_at is None else failed_at.isoformat(timespec="seconds")
+    return rows, columns
+
+
+def document_progress(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
+                      after_key: str | None = None, tenant: str | None = None) -> "pd.DataFrame":
+    return _frame(*_document_progress_query(engine, document_id, limit, after_key, tenant))
+
+
+def queue_statistics_rows(engine: sa.Engine, tenant: str | None = None) -> list[dict]:
     """task_type x status x count over every kind (the seed's query, plus documents and pages whose status is
-    still their own); of one tenant's documents when `tenant` is given."""
-    return _frame(engine, _statistics_sql(tenant), {"tenant": tenant})
+    still their own), sorted by type and status; of one tenant's documents when `tenant` is given."""
+    rows, _ = _rows(engine, _statistics_sql(tenant), {"tenant": tenant})
+    counts: dict[tuple[str, str], int] = {}
+    totals: dict[str, int] = {}
+    for row in rows:
+        if row["status"] == "total":
+            totals.update((label, int(row["count"])) for label in row["task_type"].split(","))
+        else:
+            counts[(row["task_type"], row["status"])] = int(row["count"])
+    for task_type, total in totals.items():
+        completed = total - sum(n for (t, _), n in counts.items() if t == task_type)
+        if completed > 0:
+            counts[(task_type, "completed")] = completed
+    return [{"task_type": t, "status": s, "count": n} for (t, s), n in sorted(counts.items())]
 
 
-def phase_timings(engine: sa.Engine, tenant: str | None = None) -> pd.DataFrame:
-    """Queue wait and processing time (median, p95) per task type, over completed tasks."""
-    return _frame(engine, _timings_sql(tenant), {"tenant": tenant})
+def queue_statistics(engine: sa.Engine, tenant: str | None = None) -> "pd.DataFrame":
+    return _frame(queue_statistics_rows(engine, tenant), ["task_type", "status", "count"])
 
 
-def error_classes(engine: sa.Engine, tenant: str | None = None) -> pd.DataFrame:
-    return _frame(engine, _error_classes_sql(tenant), {"tenant": tenant})
+def phase_timings_rows(engine: sa.Engine, window: int | None = None, tenant: str | None = None) -> list[dict]:
+    """Queue wait and processing time (median, p95) per task type, over at most `window` completed tasks of each
+    (DOCQUEUE_STATS_WINDOW): all of them while a table holds fewer rows, beyond that those of a random sample of
+    the table's blocks sized to hold about `window` rows, so the cost stays flat however long the history."""
+    if window is None:
+        from .config import QueueConfig, settings
+
+        window = settings(QueueConfig).stats_window
+    tables = sorted({k.table for k in ALL_KINDS})
+    with engine.connect() as conn:
+        # the planner's row estimate, kept by autovacuum's ANALYZE: -1 for a table never analyzed (a new, small one)
+        estimates = dict(conn.exec_driver_sql(
+            "SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%(t)s) AND relkind = 'r'",
+            {"t": tables}).all())
+    rows: list[dict] = []
+    for k in ALL_KINDS:
+        estimate = float(estimates.get(k.table) or -1)
+        # one tenant's rows may be too few for a block sample to find: they are read up to the window instead
+        percent = 100.0 * window / estimate if estimate > window and tenant is None else None
+        found, _ = _rows(engine, _timings_sql(k, percent, window, tenant), {"tenant": tenant})
+        rows.extend(found)
+    return rows
 
 
-def documents_ready(engine: sa.Engine, phase: Phase) -> pd.DataFrame:
+def phase_timings(engine: sa.Engine, window: int | None = None, tenant: str | None = None) -> "pd.DataFrame":
+    return _frame(phase_timings_rows(engine, window, tenant), ["task_type", "completed", "sampled", "wait_median_s",
+                                                       "wait_p95_s", "run_median_s", "run_p95_s"])
+
+
+def error_classes_rows(engine: sa.Engine, tenant: str | None = None) -> list[dict]:
+    """task_type x error_class x count, over the tasks not completed (completion clears the class)."""
+    rows, _ = _rows(engine, _error_classes_sql(tenant), {"tenant": tenant})
+    return [{**r, "count": int(r["count"])} for r in rows]
+
+
+def error_classes(engine: sa.Engine, tenant: str | None = None) -> "pd.DataFrame":
+    return _frame(error_classes_rows(engine, tenant), ["task_type", "error_class", "count"])
+
+
+def documents_ready(engine: sa.Engine, phase: Phase) -> "pd.DataFrame":
     """Documents whose previous phase completed and whose `phase` has not started (the seed's query)."""
     previous = phase.previous
     if previous is None:
@@ -148,7 +247,5 @@ def documents_ready(engine: sa.Engine, phase: Phase) -> pd.DataFrame:
     else:
         sql = (f"SELECT id, filename FROM documents WHERE {previous.document_status_column} = 'completed' "
                f"AND {phase.document_status_column} = 'pending' ORDER BY created_at")
-    frame = _frame(engine, sql)
-    if not frame.empty:
-        frame["id"] = frame["id"].astype(str)
-    return frame
+    rows, columns = _rows(engine, sql)
+    return _frame([{**r, "id": str(r["id"])} for r in rows], columns)

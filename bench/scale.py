@@ -1,0 +1,701 @@
+"""Corpus scale on one machine: every per-unit cost and the whole-corpus views at N completed chunks, side by side.
+
+For each N in --sizes (default 0, 100,000 and 1,000,000), a home of its own (DOCQUEUE_HOME: the embedded
+PostgreSQL, the Qdrant Edge shard, the Bolt server, Dagster's storage) is seeded set-based, without models:
+N completed chunks (documents of 40 pages x 5 chunks) in the queue, their points in the vector store (random unit
+vectors through the store's bulk write), their Chunk nodes in the graph (UNWIND batches), and their keys as Dagster
+dynamic partitions (direct INSERT, in the positions the queue records), plus 100,000 pending chunks beside them.
+Then, each in the seeded home:
+
+  claim_settle_tasks_per_s   4 worker processes x batch 50, TaskQueue.settle on vector_chunk, over --window s
+  vector_write64_s           one 64-point write with its open and close of the shard (median of 3)
+  search_p50_ms/_p95_ms      --searches random queries in one open session
+  ranged_run_fixed_s         the Dagster side of a ranged 1,000-chunk run: resolving its keys and creating the run
+                             record with its range tags (no launch, no model work)
+  sensor_tick_s              one vector_chunk_sensor tick as the daemon evaluates it (median of 3, after a first)
+  status_s / stats_s         `docqueue status --json` (first page) and `docqueue stats --json`, wall time of the
+                             command, start-up included
+  recovery_s                 one recovery run (orchestration.maintenance.recover, what the schedule's job calls)
+  checks_s                   the four asset checks, evaluated as functions
+  nightly_s / nightly_peak_rss_mb  `nightly()` in a child process (its optimize() included), time and peak RSS
+  partitions_page_s          the vector_chunk asset's partitions page in headless Chromium (dagster-webserver)
+
+Each N runs in a child process bounded by what is left of --deadline; a figure not measured (skipped, out of
+time, failed) is null and its reason is listed under "missing". Ends with one line `RESULT {json}`.
+
+  .venv/bin/python bench/scale.py [--sizes 0,100000,1000000] [--quick] [--skip name,...] [--deadline S] [--reuse]
+
+--quick is a smoke run: 2,000 pending chunks, a 1.5 s claim window, one write, one tick after the first, 20
+searches.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+PAGES, CHUNKS = 40, 5  # a document of 40 pages, 5 chunks a page: 200 chunks
+PENDING = 100_000
+BLOCK = 10_000  # orchestration.partitions.BLOCK_SIZE
+RANGE = 1_000
+MEASURES = ("claim_settle", "vector_write", "search", "ranged_run", "sensor_tick", "status", "stats", "recovery",
+            "checks", "nightly", "partitions_page")
+# figure -> True when it is a rate (its ratio is inverted so that above 1 always means slower)
+PER_UNIT = {"claim_settle_tasks_per_s": True, "vector_write64_s": False, "search_p95_ms": False,
+            "ranged_run_fixed_s": False, "sensor_tick_s": False, "recovery_s": False}
+FIGURES = ("seed_s", "claim_settle_tasks_per_s", "vector_write64_s", "search_p50_ms", "search_p95_ms",
+           "ranged_run_fixed_s", "sensor_tick_s", "status_s", "stats_s", "recovery_s", "checks_s", "nightly_s",
+           "nightly_peak_rss_mb", "partitions_page_s", "run_worker_peak_rss_mb")
+
+
+# ------------------------------------------------------------------------------------------------ seeding
+def chunk_id(doc: int, page: int, chunk: int) -> str:
+    """The same id the seeding SQL writes: md5('scale/doc/page/chunk')."""
+    return hashlib.md5(f"scale/{doc}/{page}/{chunk}".encode()).hexdigest()
+
+
+def seed_queue(engine, documents: int, pending_documents: int) -> None:
+    """Documents 1..documents completed, the next pending_documents with their chunks pending (pages OCR'd and
+    chunked), all registered: blocks of 10,000 positions in key order, as register_partitions leaves them."""
+    total = documents + pending_documents
+    args = {"docs": documents, "total": total, "pages": PAGES, "chunks": CHUNKS, "block": BLOCK}
+    with engine.begin() as conn:
+        conn.exec_driver_sql("SET LOCAL maintenance_work_mem = '256MB'")
+        conn.exec_driver_sql("SET LOCAL session_replication_role = replica")  # rows agree by construction
+        # the secondary indexes are built once afterwards (a sorted build beats 1M incremental inserts); the
+        # primary key and unique constraints stay, other tables' foreign keys hang on them
+        indexes = conn.exec_driver_sql(
+            """SELECT indexname, indexdef FROM pg_indexes i WHERE tablename = 'task_queue_chunk'
+               AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)""").all()
+        for name, _ in indexes:
+            conn.exec_driver_sql(f'DROP INDEX "{name}"')
+        first = conn.exec_driver_sql("SELECT nextval('docqueue_partition_block_seq')").scalar()
+        doc_blocks = -(-total // BLOCK)
+        page_blocks = -(-total * PAGES // BLOCK)
+        args.update(doc_first=first, page_first=first + doc_blocks, chunk_first=first + doc_blocks + page_blocks)
+        # documents one second apart, so registration order is document number; completed ones took 2-4 s a task
+        conn.exec_driver_sql(
+            """INSERT INTO documents (filename, document_key, content_hash, size_bytes, page_count, pages_created_at,
+                                      ocr_status, ocr_started_at, ocr_completed_at, vector_index_status,
+                                      graphrag_index_status, created_at, partition_block, partition_pos)
+               SELECT 'scale-' || n || '.pdf', 'scale-' || lpad(n::text, 6, '0'),
+                      encode(sha256(convert_to('scale' || n, 'UTF8')), 'hex'), 100000, %(pages)s,
+                      now() - make_interval(secs => %(total)s - n + 1), 'completed',
+                      now() - make_interval(secs => %(total)s - n + 2), now() - make_interval(secs => %(total)s - n + 1),
+                      CASE WHEN n <= %(docs)s THEN 'completed' ELSE 'pending' END::task_status,
+                      CASE WHEN n <= %(docs)s THEN 'completed' ELSE 'pending' END::task_status,
+                      now() - make_interval(secs => %(total)s - n + 3), %(doc_first)s + (n - 1) / %(block)s,
+                      (n - 1) %% %(block)s
+               FROM generate_series(1, %(total)s) n""", args)
+        conn.exec_driver_sql(
+            """INSERT INTO task_queue_page (document_id, page_number, page_file_path, ocr_status, ocr_started_at,
+                                            ocr_completed_at, chunked_at, chunk_count, vector_status, graphrag_status,
+                                            created_at, partition_block, partition_pos)
+               SELECT d.id, p, d.document_key || '/page_' || p || '_nohf.md', 'completed', d.ocr_started_at,
+                      d.ocr_completed_at, d.ocr_completed_at, %(chunks)s, d.vector_index_status,
+                      d.graphrag_index_status, d.created_at, %(page_first)s + s.i / %(block)s, s.i %% %(block)s
+               FROM documents d, generate_series(1, %(pages)s) p,
+                    LATERAL (SELECT (right(d.document_key, 6)::int - 1) * %(pages)s + p - 1 AS i) s
+               WHERE d.document_key LIKE 'scale-%%'""", args)
+        conn.exec_driver_sql(
+            """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
+                                             vector_status, vector_started_at, vector_completed_at, graphrag_status,
+                                             graphrag_started_at, graphrag_completed_at, created_at, partition_block,
+                                             partition_pos)
+               SELECT pg.id, pg.document_id, md5('scale/' || s.doc || '/' || pg.page_number || '/' || c), c,
+                      md5(c::text), pg.vector_status,
+                      CASE WHEN done THEN pg.created_at + make_interval(secs => 5 + random()) END,
+                      CASE WHEN done THEN pg.created_at + make_interval(secs => 6.5 + random()) END,
+                      pg.graphrag_status,
+                      CASE WHEN done THEN pg.created_at + make_interval(secs => 8 + random()) END,
+                      CASE WHEN done THEN pg.created_at + make_interval(secs => 8.2 + random()) END,
+                      pg.created_at, %(chunk_first)s + s.i / %(block)s, s.i %% %(block)s
+               FROM task_queue_page pg JOIN documents d ON d.id = pg.document_id, generate_series(0, %(chunks)s - 1) c,
+                    LATERAL (SELECT right(d.document_key, 6)::int AS doc,
+                                    ((right(d.document_key, 6)::int - 1) * %(pages)s + pg.page_number - 1) * %(chunks)s
+                                    + c AS i, pg.vector_status = 'completed' AS done) s
+               WHERE d.document_key LIKE 'scale-%%'""", args)
+        conn.exec_driver_sql(
+            """INSERT INTO task_queue_chunk_text (chunk_task_id, content)
+               SELECT id, 'pending chunk ' || chunk_index FROM task_queue_chunk WHERE vector_status = 'pending'""")
+        conn.exec_driver_sql("SELECT setval('docqueue_partition_block_seq', %(last)s)",
+                             {"last": args["chunk_first"] + -(-total * PAGES * CHUNKS // BLOCK)})
+        for _, definition in indexes:
+            conn.exec_driver_sql(definition)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("VACUUM ANALYZE")
+
+
+def seed_dagster_partitions(queue_engine, dagster_url: str) -> None:
+    """Every seeded key as a dynamic partition, in position order (Dagster's key order is insertion order)."""
+    import sqlalchemy as sa
+
+    from orchestration.partitions import chunks_partitions, documents_partitions, pages_partitions
+
+    selects = (
+        (documents_partitions.name, "SELECT document_key FROM documents ORDER BY partition_block, partition_pos"),
+        (pages_partitions.name, "SELECT d.document_key || '/p' || lpad(p.page_number::text, 4, '0') FROM "
+                                "task_queue_page p JOIN documents d ON d.id = p.document_id "
+                                "ORDER BY p.partition_block, p.partition_pos"),
+        (chunks_partitions.name, "SELECT d.document_key || '/p' || lpad(c_page.page_number::text, 4, '0') || '/c' || "
+                                 "lpad(c.chunk_index::text, 3, '0') FROM task_queue_chunk c "
+                                 "JOIN task_queue_page c_page ON c_page.id = c.page_id "
+                                 "JOIN documents d ON d.id = c.document_id ORDER BY c.partition_block, c.partition_pos"),
+    )
+    dagster = sa.create_engine(dagster_url)
+    try:
+        for name, select in selects:
+            with queue_engine.connect() as source, dagster.begin() as target:
+                result = source.execution_options(stream_results=True, yield_per=50_000).exec_driver_sql(select)
+                for rows in result.partitions(50_000):
+                    target.exec_driver_sql(
+                        "INSERT INTO dynamic_partitions (partitions_def_name, partition, create_timestamp) "
+                        "SELECT %(name)s, k, now() FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS v(k, o) ORDER BY o",
+                        {"name": name, "keys": [r[0] for r in rows]})
+        with dagster.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("VACUUM ANALYZE dynamic_partitions")
+    finally:
+        dagster.dispose()
+
+
+def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> None:
+    """Random unit vectors for every completed chunk, through the store's own batched write."""
+    import numpy as np
+
+    from resources.qdrant import PreparedPoint, point_id
+
+    dim = store.dim
+    batch: list[tuple[int, int, int]] = []
+
+    def flush() -> None:
+        vectors = rng.standard_normal((len(batch), dim), dtype=np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        points = []
+        for (doc, page, c), vector in zip(batch, vectors):
+            cid = chunk_id(doc, page, c)
+            points.append(PreparedPoint(point_id(cid), vector.tolist(), {
+                "document_id": document_ids[doc], "document_key": f"scale-{doc:06d}", "filename": f"scale-{doc}.pdf",
+                "page_number": page, "chunk_index": c, "text": f"chunk {c} of page {page}", "chunk_id": cid}))
+        store.write_prepared(points)
+        batch.clear()
+
+    store.ensure_collection()
+    with store.session():
+        for doc in range(1, documents + 1):
+            for page in range(1, PAGES + 1):
+                for c in range(CHUNKS):
+                    batch.append((doc, page, c))
+            if len(batch) >= 2000:
+                flush()
+        if batch:
+            flush()
+
+
+def seed_graph(graph, documents: int, document_ids: dict[int, str]) -> None:
+    """A Chunk node per completed chunk, 10,000 per UNWIND."""
+    rows: list[dict] = []
+    with graph._session() as session:  # the store has no bulk path for bare Chunk nodes
+        for doc in range(1, documents + 1):
+            rows.extend({"id": chunk_id(doc, page, c), "document_id": document_ids[doc]}
+                        for page in range(1, PAGES + 1) for c in range(CHUNKS))
+            if len(rows) >= 10_000 or doc == documents:
+                session.run("UNWIND $rows AS r CREATE (c:Chunk {id: r.id, document_id: r.document_id})",
+                            rows=rows).consume()
+                rows = []
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+def _settle_worker(url: str, batch: int, ready, stop, results) -> None:
+    from queue_db.config import QueueSettings
+    from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
+    from queue_db.tasks import VECTOR_CHUNK
+
+    queue = TaskQueue(create_queue_engine(url, pool_size=1, max_overflow=1), QueueSettings())
+    worker = make_worker_id("scale")
+    done, held = 0, []
+    try:
+        ready.wait(60)
+        while True:
+            stopping = stop.is_set()
+            result = queue.settle(VECTOR_CHUNK, worker, completed=held, claim=0 if stopping else batch)
+            done += len(result.completed.applied)
+            held = [row["id"] for row in result.claimed]
+            if stopping or not held:
+                break
+        results.put((done, None))
+    except BaseException as exc:  # the parent must hear of it rather than wait
+        results.put((done, f"{type(exc).__name__}: {exc}"[:300]))
+    finally:
+        queue.engine.dispose()
+
+
+def measure_claim_settle(url: str, window_s: float, workers: int = 4, batch: int = 50) -> float:
+    ctx = mp.get_context("spawn")
+    ready, stop, results = ctx.Barrier(workers + 1), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_settle_worker, args=(url, batch, ready, stop, results)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    ready.wait(120)
+    started = time.perf_counter()
+    time.sleep(window_s)
+    stop.set()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    elapsed = time.perf_counter() - started
+    for p in procs:
+        p.join(30)
+    errors = [e for _, e in outcomes if e]
+    if errors:
+        raise RuntimeError(errors[0])
+    return sum(done for done, _ in outcomes) / elapsed
+
+
+def measure_vector_write(make_store, rng, rounds: int = 3) -> float:
+    import numpy as np
+
+    from resources.qdrant import ChunkPoint
+
+    timings = []
+    for r in range(rounds):
+        vectors = rng.standard_normal((64, make_store().dim), dtype=np.float32)
+        points = [ChunkPoint(f"bench-write-{r}-{i}", v, {"document_id": "bench-write", "text": "x"})
+                  for i, v in enumerate(vectors)]
+        store = make_store()
+        started = time.perf_counter()
+        store.upsert(points)
+        store.close()
+        timings.append(time.perf_counter() - started)
+    store = make_store()
+    store.delete_document("bench-write")
+    store.close()
+    return statistics.median(timings)
+
+
+def measure_search(store, rng, searches: int) -> tuple[float, float]:
+    import numpy as np
+
+    timings = []
+    with store.session():
+        for _ in range(searches):
+            query = rng.standard_normal(store.dim, dtype=np.float32)
+            started = time.perf_counter()
+            store.search(query, limit=5)
+            timings.append((time.perf_counter() - started) * 1000)
+    timings.sort()
+    return timings[len(timings) // 2], timings[min(len(timings) - 1, int(len(timings) * 0.95))]
+
+
+def measure_ranged_run(instance, defs, documents: int) -> float:
+    """Resolve a 1,000-key range of vector_chunk keys and create its run record with the range tags."""
+    import dagster as dg
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    from orchestration.partitions import chunks_partitions
+    from orchestration.planning import RANGE_END_TAG, RANGE_START_TAG
+
+    # the range starts in the middle of the registered keys (the pending ones when N = 0)
+    doc = max(1, documents // 2)
+    start, end = f"scale-{doc:06d}/p0001/c000", None
+    per_doc = PAGES * CHUNKS
+    last = doc + RANGE // per_doc - 1
+    end = f"scale-{last:06d}/p{PAGES:04d}/c{CHUNKS - 1:03d}"
+    started = time.perf_counter()
+    with dg.partition_loading_context(dynamic_partitions_store=instance):
+        keys = chunks_partitions.get_partition_keys_in_range(dg.PartitionKeyRange(start, end))
+    assert len(keys) == RANGE, len(keys)
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="orchestration.definitions"),
+                                           location_name="docqueue")
+    run = instance.create_run_for_job(
+        job_def=defs.resolve_job_def("vector_chunk_job"), tags={RANGE_START_TAG: start, RANGE_END_TAG: end},
+        status=dg.DagsterRunStatus.QUEUED, asset_selection=None,
+        remote_job_origin=RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), "vector_chunk_job"))
+    elapsed = time.perf_counter() - started
+    instance.delete_run(run.run_id)
+    return elapsed
+
+
+def measure_sensor_tick(instance, defs, rounds: int = 3) -> float:
+    import dagster as dg
+
+    from orchestration.definitions import build_resources
+
+    sensor = defs.get_sensor_def("vector_chunk_sensor")
+    timings = []
+    for _ in range(rounds + 1):
+        with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor.name,
+                                     resources=build_resources()) as ctx:
+            started = time.perf_counter()
+            sensor.evaluate_tick(ctx)
+            timings.append(time.perf_counter() - started)
+    return statistics.median(timings[1:])
+
+
+def cli_seconds(*args: str) -> float:
+    started = time.perf_counter()
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), *args], capture_output=True, text=True,
+                          timeout=600)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"docqueue {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[:300]}")
+    json.loads(done.stdout)
+    return elapsed
+
+
+def measure_checks(queue, store, graph) -> float:
+    """The checks' own reads, as their functions do them (the Dagster wrappers only add metadata)."""
+    from queue_db.inspection import stuck_counts
+    from orchestration.verify import completed_chunks
+
+    started = time.perf_counter()
+    with queue.engine.connect() as conn:
+        stuck_counts(conn, queue.settings.stale_timeout_s)
+    queue.disagreeing_parents()
+    points = store.chunk_ids()
+    done = set(completed_chunks(queue, "vector"))
+    assert not (done - points)
+    written = graph.chunk_ids_with_writes()
+    graph.duplicate_entities()
+    done_graph = set(completed_chunks(queue, "graphrag"))
+    assert not (done_graph - written)
+    return time.perf_counter() - started
+
+
+NIGHTLY_CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, {repo!r})
+from orchestration.environment import dagster_instance
+from orchestration.maintenance import nightly
+from resources.database import get_queue
+from resources.neo4j import GraphStore, Neo4jResource
+from resources.qdrant import QdrantResource
+model_id, dim = {model!r}, {dim}
+queue, instance = get_queue(), dagster_instance()
+store, graph = QdrantResource().get_store(model_id, dim), GraphStore(*Neo4jResource().connection())
+started = time.perf_counter()
+report = nightly(queue, instance, store, graph)
+elapsed = time.perf_counter() - started
+print(json.dumps({{"s": elapsed, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "consistent": report["verification"].get("consistent")}}))
+"""
+
+
+def measure_nightly(model_id: str, dim: int, timeout_s: float) -> tuple[float, float]:
+    done = subprocess.run([sys.executable, "-c", NIGHTLY_CHILD.format(repo=str(REPO), model=model_id, dim=dim)],
+                          capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"nightly exited {done.returncode}: {done.stderr.strip()[-300:]}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures["s"], figures["rss_mb"]
+
+
+def measure_partitions_page(timeout_s: float) -> float:
+    """dagster-webserver on a free port; the vector_chunk asset's partitions page in headless Chromium (Debian's,
+    driven by Playwright as tests/acceptance/test_ui_browser.py does), timed from navigation until the page shows
+    its partition count ("N Partitions Selected")."""
+    import re
+    import socket
+    import urllib.request
+
+    from playwright.sync_api import expect, sync_playwright
+
+    chromium = Path(os.environ.get("DOCQUEUE_TEST_CHROMIUM", "/usr/bin/chromium"))
+    if not chromium.exists():
+        raise RuntimeError(f"no Chromium at {chromium} (apt-get install chromium)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tempfile.NamedTemporaryFile(prefix="scale-webserver-", suffix=".log", delete=False)
+    server = subprocess.Popen([str(REPO / ".venv" / "bin" / "dagster-webserver"), "-m", "orchestration.definitions",
+                               "-h", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + min(timeout_s, 240)
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"dagster-webserver did not start (log: {log.name})") from None
+                time.sleep(1)
+        wait_ms = int(min(max(timeout_s - 30, 10), 180) * 1000)
+        with sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
+            browser = playwright.chromium.launch_persistent_context(
+                profile, executable_path=str(chromium), headless=True, viewport={"width": 1600, "height": 1000},
+                args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"])
+            try:
+                page = browser.new_page()
+                page.set_default_timeout(wait_ms)
+                page.goto(f"http://127.0.0.1:{port}/asset-groups")  # the app's code, cached before the timing
+                expect(page.get_by_text("Global asset lineage")).to_be_visible(timeout=wait_ms)
+                started = time.perf_counter()
+                page.goto(f"http://127.0.0.1:{port}/assets/vector_chunk?view=partitions")
+                expect(page.get_by_text(re.compile(r"[\d,]+ Partitions Selected"))).to_be_visible(timeout=wait_ms)
+                return time.perf_counter() - started
+            finally:
+                browser.close()
+    finally:
+        os.killpg(server.pid, 15)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, 9)
+
+
+# ------------------------------------------------------------------------------------------------ one N (child)
+def child(n: int, home: Path, args) -> dict:
+    import numpy as np
+
+    import warnings
+
+    os.environ["DOCQUEUE_HOME"] = str(home)
+    # the beta/preview notes Dagster prints at import, as the CLI silences them (nothing the bench can act on)
+    warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview), and may have breaking changes")
+    os.environ.setdefault("DOCQUEUE_QDRANT_LINGER", "0")  # every write pays its own opening: the worst case
+    figures: dict[str, float | None] = {}
+    missing: dict[str, str] = {}
+    deadline = time.monotonic() + args.child_budget
+    skip = set(args.skip)
+    rng = np.random.default_rng(n)
+
+    subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), "db", "upgrade", "--json"], check=True,
+                   capture_output=True, timeout=600)
+    from orchestration.environment import dagster_instance, prepare_environment
+    from orchestration.cli import _embedding_model
+    from resources.database import get_queue
+    from resources.neo4j import GraphStore, Neo4jResource
+    from resources.qdrant import QdrantResource
+
+    prepare_environment()
+    queue = get_queue()
+    model_id, dim = _embedding_model()
+    documents = n // (PAGES * CHUNKS)
+    marker = home / "scale-seeded.json"
+    if not marker.exists():
+        started = time.perf_counter()
+        seed_queue(queue.engine, documents, args.pending // (PAGES * CHUNKS))
+        seed_dagster_partitions(queue.engine, os.environ["DOCQUEUE_DAGSTER_PG_URL"].replace(
+            "postgresql://", "postgresql+psycopg://", 1))
+        with queue.engine.connect() as conn:
+            ids = {int(k[-6:]): str(i) for k, i in conn.exec_driver_sql(
+                "SELECT document_key, id FROM documents WHERE document_key LIKE 'scale-%%'").all()}
+        print(f"  N={n:,}: queue and partitions seeded at {time.perf_counter() - started:.1f} s", file=sys.stderr,
+              flush=True)
+        store = QdrantResource().get_store(model_id, dim)
+        seed_vectors(store, documents, ids, rng)
+        store.close()
+        print(f"  N={n:,}: vectors seeded at {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+        graph = GraphStore(*Neo4jResource().connection())
+        seed_graph(graph, documents, ids)
+        graph.close()
+        figures["seed_s"] = round(time.perf_counter() - started, 1)
+        marker.write_text(json.dumps({"n": n, "seed_s": figures["seed_s"]}))
+    else:
+        figures["seed_s"] = json.loads(marker.read_text())["seed_s"]
+    print(f"  N={n:,}: seeded in {figures['seed_s']} s", file=sys.stderr, flush=True)
+
+    def attempt(name: str, fn, keys: tuple[str, ...]) -> None:
+        if name in skip:
+            for key in keys:
+                figures[key] = None
+                missing[key] = "skipped (--skip)"
+            return
+        left = deadline - time.monotonic()
+        if left < 5:
+            for key in keys:
+                figures[key] = None
+                missing[key] = "not measured: out of time (--deadline)"
+            return
+        try:
+            values = fn(left)
+            for key, value in zip(keys, values if isinstance(values, tuple) else (values,)):
+                figures[key] = round(float(value), 4)
+        except subprocess.TimeoutExpired:
+            for key in keys:
+                figures[key] = None
+                missing[key] = f"not measured: ran past the {left:.0f} s left of --deadline"
+        except Exception as exc:  # one failed figure must not cost the others
+            for key in keys:
+                figures[key] = None
+                missing[key] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
+        print(f"  N={n:,}: {name}: {[figures[k] for k in keys]}", file=sys.stderr, flush=True)
+
+    def make_store():
+        return QdrantResource().get_store(model_id, dim)
+
+    def search(_left):
+        store = make_store()
+        try:
+            return measure_search(store, rng, args.searches)
+        finally:
+            store.close()
+
+    def checks(_left):
+        store, graph = make_store(), GraphStore(*Neo4jResource().connection())
+        try:
+            return measure_checks(queue, store, graph)
+        finally:
+            store.close()
+            graph.close()
+
+    from orchestration.definitions import defs
+    from orchestration.maintenance import recover
+
+    instance = dagster_instance()
+    attempt("status", lambda _l: cli_seconds("status", "--json"), ("status_s",))
+    attempt("stats", lambda _l: cli_seconds("stats", "--json"), ("stats_s",))
+    rounds = 1 if args.quick else 3
+    attempt("vector_write", lambda _l: measure_vector_write(make_store, rng, rounds), ("vector_write64_s",))
+    attempt("search", search, ("search_p50_ms", "search_p95_ms"))
+    attempt("sensor_tick", lambda _l: measure_sensor_tick(instance, defs, rounds), ("sensor_tick_s",))
+    attempt("ranged_run", lambda _l: measure_ranged_run(instance, defs, documents), ("ranged_run_fixed_s",))
+    attempt("recovery", lambda _l: _timed(lambda: recover(queue)), ("recovery_s",))
+    attempt("checks", checks, ("checks_s",))
+    attempt("claim_settle", lambda _l: measure_claim_settle(os.environ["DOCQUEUE_DATABASE_URL"], args.window),
+            ("claim_settle_tasks_per_s",))
+    attempt("partitions_page", measure_partitions_page, ("partitions_page_s",))
+    attempt("nightly", lambda left: measure_nightly(model_id, dim, left), ("nightly_s", "nightly_peak_rss_mb"))
+    figures["run_worker_peak_rss_mb"] = None
+    missing["run_worker_peak_rss_mb"] = "not measured: this bench launches no run worker (no model work)"
+    instance.dispose()
+    return {"n": n, "figures": figures, "missing": missing}
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def stop_servers(home: Path) -> None:
+    subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), "db", "stop", "--json"], capture_output=True,
+                   timeout=120, env={**os.environ, "DOCQUEUE_HOME": str(home)})
+
+
+# ------------------------------------------------------------------------------------------------ parent
+def ratio(values: list, rate: bool) -> float | None:
+    base, top = values[0], values[-1]
+    if base in (None, 0) or top in (None, 0):
+        return None
+    return round(base / top if rate else top / base, 3)
+
+
+def parent(args) -> int:
+    started = time.monotonic()
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="docqueue-scale-"))
+    root.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    results = []
+    for index, n in enumerate(args.sizes):
+        home = root / f"n{n}"
+        if home.exists() and not args.reuse:
+            stop_servers(home)
+            shutil.rmtree(home)
+        home.mkdir(parents=True, exist_ok=True)
+        left = args.deadline - (time.monotonic() - started)
+        # what is left is shared among the sizes still to run, the larger ones weighing more
+        weights = [m + 100_000 for m in args.sizes[index:]]
+        budget = left * weights[0] / sum(weights)
+        out = root / f"n{n}.json"
+        out.unlink(missing_ok=True)
+        command = [sys.executable, __file__, "--child", str(n), "--home", str(home), "--out", str(out),
+                   "--child-budget", str(max(budget - 30, 10)), "--window", str(args.window), "--pending", str(args.pending),
+                   "--searches", str(args.searches), "--skip", ",".join(args.skip)]
+        print(f"N={n:,}: budget {budget:.0f} s", file=sys.stderr, flush=True)
+        reason = "not measured: the seeding or a measurement ran past --deadline"
+        try:
+            code = subprocess.run(command, timeout=budget + 60, check=False).returncode
+            if code:
+                reason = f"not measured: the bench's process for this N failed (exit {code}, see its output)"
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            stop_servers(home)
+        if out.exists():
+            results.append(json.loads(out.read_text()))
+        else:
+            results.append({"n": n, "figures": {}, "missing": {f: reason for f in FIGURES}})
+        if not args.reuse and not args.keep:
+            shutil.rmtree(home, ignore_errors=True)
+    figures = {name: [r["figures"].get(name) for r in results] for name in FIGURES}
+    missing = {f"{name}@{r['n']}": reason for r in results for name, reason in r.get("missing", {}).items()}
+    at_max = {name: values[-1] for name, values in figures.items()}
+    result = {
+        "n": args.sizes, "figures": figures,
+        "ratios_at_max": {name: ratio(figures[name], rate) for name, rate in PER_UNIT.items()},
+        "search_p95_ms_at_max": at_max["search_p95_ms"], "partitions_page_s_at_max": at_max["partitions_page_s"],
+        "nightly_peak_rss_mb_at_max": at_max["nightly_peak_rss_mb"], "nightly_s_at_max": at_max["nightly_s"],
+        "status_s_at_max": at_max["status_s"], "stats_s_at_max": at_max["stats_s"],
+        "run_worker_peak_rss_mb_at_max": at_max["run_worker_peak_rss_mb"],
+        "missing": missing, "quick": args.quick, "load_before": [round(x, 1) for x in load_before],
+        "load_after": [round(x, 1) for x in os.getloadavg()], "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    for name, values in figures.items():
+        print(f"{name:28} " + "  ".join("-" if v is None else f"{v:,.4g}" for v in values))
+    print("RESULT " + json.dumps(result, separators=(",", ":")))
+    return 0
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="0,100000,1000000",
+                        help="completed chunks per run, comma-separated (multiples of 200)")
+    parser.add_argument("--quick", action="store_true", help="short windows and few searches (a smoke run)")
+    parser.add_argument("--skip", default="", help=f"measurements to leave out: {','.join(MEASURES)}")
+    parser.add_argument("--deadline", type=float, default=3600.0, help="seconds for the whole bench")
+    parser.add_argument("--reuse", action="store_true", help="keep each N's seeded home and use it again")
+    parser.add_argument("--keep", action="store_true", help="keep the homes after the run (for a look)")
+    parser.add_argument("--root", help="folder of the homes (default: a new temporary folder)")
+    parser.add_argument("--window", type=float, default=None, help="seconds of the claim + settle window")
+    parser.add_argument("--searches", type=int, default=None, help="search queries per N")
+    parser.add_argument("--pending", type=int, default=None,
+                        help=f"pending chunks beside the N completed ones ({PENDING:,}; --quick: 2,000)")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--home", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--child-budget", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        parser.error(f"--sizes takes whole numbers separated by commas, not {args.sizes!r}")
+    if not args.sizes or any(n < 0 or n % (PAGES * CHUNKS) for n in [*args.sizes, args.pending or 0]):
+        parser.error(f"--sizes and --pending: each N must be a non-negative multiple of {PAGES * CHUNKS}")
+    args.skip = [s.strip() for s in args.skip.split(",") if s.strip()]
+    unknown = set(args.skip) - set(MEASURES)
+    if unknown:
+        parser.error(f"--skip: unknown measurement {sorted(unknown)[0]!r}; known: {', '.join(MEASURES)}")
+    if args.window is None:
+        args.window = 1.5 if args.quick else 10.0
+    if args.pending is None:
+        args.pending = 2_000 if args.quick else PENDING
+    if args.searches is None:
+        args.searches = 20 if args.quick else 200
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.child is not None:
+        result = child(args.child, Path(args.home), args)
+        Path(args.out).write_text(json.dumps(result))
+        return 0
+    return parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
