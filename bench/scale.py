@@ -356,21 +356,19 @@ def cli_seconds(*args: str) -> float:
 
 
 def measure_checks(queue, store, graph) -> float:
-    """The checks' own reads, as their functions do them (the Dagster wrappers only add metadata)."""
+    """The checks' own reads, as their functions do them (the Dagster wrappers only add metadata): the two
+    store checks stream both sides through verify_stores, DOCQUEUE_VERIFY_PAGE ids at a time."""
     from queue_db.inspection import stuck_counts
-    from orchestration.verify import completed_chunks
+    from orchestration.verify import verify_stores
 
     started = time.perf_counter()
     with queue.engine.connect() as conn:
         stuck_counts(conn, queue.settings.stale_timeout_s)
     queue.disagreeing_parents()
-    points = store.chunk_ids()
-    done = set(completed_chunks(queue, "vector"))
-    assert not (done - points)
-    written = graph.chunk_ids_with_writes()
-    graph.duplicate_entities()
-    done_graph = set(completed_chunks(queue, "graphrag"))
-    assert not (done_graph - written)
+    vectors = verify_stores(queue, vector_store=store)
+    assert not vectors.chunks_without_point
+    graphs = verify_stores(queue, graph_store=graph)
+    assert not graphs.chunks_without_graph
     return time.perf_counter() - started
 
 
