@@ -450,18 +450,40 @@ class VectorStore(abc.ABC):
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
         """Every stored chunk_id (of one document), read page by page; for verification."""
 
-    @abc.abstractmethod
     def chunk_id_pages(self, page_size: int) -> Iterator[list[str]]:
         """Every stored chunk_id, `page_size` at a time in point-id order (keyset pagination): verification
         streams the store without holding it in memory, and an embedded shard is taken for one page at a time."""
+        offset = None
+        while True:
+            records, offset = self._scroll_chunk_ids(offset, page_size)
+            page = [record.payload["chunk_id"] for record in records if record.payload]
+            if page:
+                yield page
+            if offset is None:
+                return
 
-    @abc.abstractmethod
     def present_chunk_ids(self, chunk_ids: Sequence[str]) -> set[str]:
         """Those of `chunk_ids` that have a point (one lookup by point id per call)."""
+        if not chunk_ids:
+            return set()
+        records = self._retrieve([point_id(c) for c in chunk_ids], ["chunk_id"], False)
+        return {record.payload["chunk_id"] for record in records if record.payload}
 
-    @abc.abstractmethod
     def vectors(self, chunk_ids: Sequence[str]) -> dict[str, "StoredVector"]:
         """The stored vectors and payloads of these chunks, in one call; a chunk without a point is absent."""
+        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        if not ids:
+            return {}
+        return stored_vectors(self._retrieve(ids, True, True))
+
+    @abc.abstractmethod
+    def _scroll_chunk_ids(self, offset, limit: int) -> tuple[list, object]:
+        """One page of points with their chunk_id payload, and the offset of the next (None after the last, or
+        when the collection does not exist)."""
+
+    @abc.abstractmethod
+    def _retrieve(self, ids: list[str], with_payload, with_vectors: bool) -> list:
+        """The points of these ids that exist (none when the collection does not)."""
 
     def search(self, vector=None, limit: int = 5, *, text: str | None = None, mode: str | None = None,
                document_id: str | None = None, exclude_document_ids: Sequence[str] = (),
@@ -765,38 +787,18 @@ class ClientVectorStore(VectorStore):
                 if offset is None:
                     return found
 
-    def chunk_id_pages(self, page_size: int) -> Iterator[list[str]]:
-        offset = None
-        while True:
-            with self._client() as client:
-                if not self._exists(client):
-                    return
-                records, offset = client.scroll(self.collection, limit=page_size, offset=offset,
-                                                with_payload=["chunk_id"], with_vectors=False)
-            page = [record.payload["chunk_id"] for record in records if record.payload]
-            if page:
-                yield page
-            if offset is None:
-                return
-
-    def present_chunk_ids(self, chunk_ids: Sequence[str]) -> set[str]:
-        if not chunk_ids:
-            return set()
+    def _scroll_chunk_ids(self, offset, limit: int) -> tuple[list, object]:
         with self._client() as client:
             if not self._exists(client):
-                return set()
-            records = client.retrieve(self.collection, ids=[point_id(c) for c in chunk_ids],
-                                      with_payload=["chunk_id"], with_vectors=False)
-        return {record.payload["chunk_id"] for record in records if record.payload}
+                return [], None
+            return client.scroll(self.collection, limit=limit, offset=offset, with_payload=["chunk_id"],
+                                 with_vectors=False)
 
-    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
-        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
-        if not ids:
-            return {}
+    def _retrieve(self, ids: list[str], with_payload, with_vectors: bool) -> list:
         with self._client() as client:
             if not self._exists(client):
-                return {}
-            return stored_vectors(client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=True))
+                return []
+            return client.retrieve(self.collection, ids=ids, with_payload=with_payload, with_vectors=with_vectors)
 
     def _search(self, request, document_id, exclude_document_ids, tenant=None) -> SearchHits:
         notice = None

@@ -47,7 +47,6 @@ from resources.qdrant import (
     open_waiting_for_outsiders,
     point_id,
     sparse_of,
-    stored_vectors,
 )
 
 EDGE_FOLDER = "edge"
@@ -262,38 +261,19 @@ class EdgeVectorStore(VectorStore):
                 if offset is None:
                     return found
 
-    def chunk_id_pages(self, page_size: int) -> Iterator[list[str]]:
-        offset = None
-        while True:
-            # the shard is taken per page, so runs waiting to write get their turn during a long verification
-            with self._existing() as shard:
-                if shard is None:
-                    return
-                records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=page_size,
-                                                                with_payload=["chunk_id"], with_vector=False))
-            page = [record.payload["chunk_id"] for record in records if record.payload]
-            if page:
-                yield page
-            if offset is None:
-                return
-
-    def present_chunk_ids(self, chunk_ids: Sequence[str]) -> set[str]:
-        if not chunk_ids:
-            return set()
+    def _scroll_chunk_ids(self, offset, limit: int) -> tuple[list, object]:
+        # the shard is taken per page, so runs waiting to write get their turn during a long verification
         with self._existing() as shard:
             if shard is None:
-                return set()
-            records = shard.retrieve([point_id(c) for c in chunk_ids], ["chunk_id"], False)
-        return {record.payload["chunk_id"] for record in records if record.payload}
+                return [], None
+            return shard.scroll(qe.ScrollRequest(offset=offset, limit=limit, with_payload=["chunk_id"],
+                                                 with_vector=False))
 
-    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
-        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
-        if not ids:
-            return {}
+    def _retrieve(self, ids: list[str], with_payload, with_vectors: bool) -> list:
         with self._existing() as shard:
             if shard is None:
-                return {}
-            return stored_vectors(shard.retrieve(ids, True, True))
+                return []
+            return shard.retrieve(ids, with_payload, with_vectors)
 
     def _search(self, request, document_id, exclude_document_ids, tenant=None) -> SearchHits:
         condition = _search_filter(document_id, exclude_document_ids, tenant)
