@@ -191,6 +191,9 @@ class VectorStoreConfig(SettingsGroup):
     hybrid_candidates: int = _var(50, "DOCQUEUE_QDRANT_HYBRID_CANDIDATES",
                                   "hits each of dense and sparse search hands to the fusion of a hybrid search",
                                   ge=1, le=1000)
+    hnsw_ef: int = _var(128, "DOCQUEUE_QDRANT_HNSW_EF",
+                        "candidates a dense search of the embedded store visits in its HNSW graph (higher: better "
+                        "recall, slower)", ge=4, le=4096)
 
 
 class GraphConfig(SettingsGroup):

@@ -29,6 +29,7 @@ from typing import Iterable, Iterator, Sequence
 
 import qdrant_edge as qe
 
+from queue_db.config import VectorStoreConfig, settings
 from queue_db.tenants import BASE_TENANT
 from resources.qdrant import (
     INDEXED_PAYLOAD,
@@ -63,10 +64,24 @@ def shard_exists(folder: Path) -> bool:
     return (folder / "edge_config.json").is_file()
 
 
-def _open_shard(config: qe.EdgeConfig):
+def _current_config(folder: Path, config: qe.EdgeConfig, dim: int) -> qe.EdgeConfig | None:
+    """`config` for a shard of today's shape whose index settings are older (the next optimize() rebuilds its
+    segments with them); None for a shard of another shape, which _check_shape or upgrade_shape deal with."""
+    persisted = json.loads((folder / "edge_config.json").read_text())
+    dense = (persisted.get("vectors") or {}).get("") or {}
+    if (dense.get("size") != dim or dense.get("distance") != "Cosine"
+            or SPARSE_VECTOR not in (persisted.get("sparse_vectors") or {})):
+        return None
+    current = {"hnsw_config": HNSW_CONFIG, "quantization_config": QUANTIZATION_CONFIG}
+    if all(persisted.get(key) == value for key, value in current.items()):
+        return None  # nothing to change: the config on disk is left as it is
+    return config
+
+
+def _open_shard(config: qe.EdgeConfig, dim: int):
     def opener(folder: Path, deadline: float, timeout_s: float):
         def open_once():
-            shard = (qe.EdgeShard.load(str(folder)) if shard_exists(folder)
+            shard = (qe.EdgeShard.load(str(folder), _current_config(folder, config, dim)) if shard_exists(folder)
                      else qe.EdgeShard.create(str(folder), config))
             # a shard created before tenants lacks the tenant_id index: it is built once, on the first opening
             indexed = shard.info().payload_schema
@@ -104,9 +119,31 @@ def _search_filter(document_id: str | None, exclude_document_ids: list[str], ten
     return qe.Filter(must=must or None, must_not=must_not) if (must or must_not) else None
 
 
+# How the nightly optimize() indexes a segment. Int8 scalar quantization (kept in RAM) with a graph of m=16 built
+# with ef_construct=64 builds about 5x faster than Qdrant's float default (m=16, ef_construct=100) and searches about
+# 4x faster at the same recall once a search visits DOCQUEUE_QDRANT_HNSW_EF candidates and rescores them on the
+# original vectors. The original vectors stay on disk (mapped, read only to rescore a search's few candidates), so a
+# million of them need not fit in memory; the quantized copy and the graph are mapped and kept cached.
+HNSW = {"m": 16, "ef_construct": 64, "full_scan_threshold": 10_000}
+QUANTILE = 0.99
+OVERSAMPLING = 2.0
+# the same settings as edge_config.json records them
+HNSW_CONFIG = {**HNSW, "max_indexing_threads": 0}
+QUANTIZATION_CONFIG = {"scalar": {"type": "int8", "quantile": QUANTILE, "memory": "cached"}}
+
+
 def edge_config(dim: int) -> qe.EdgeConfig:
-    return qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
-                         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)})
+    return qe.EdgeConfig(
+        vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=qe.Memory.Cold),
+        sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        hnsw_config=qe.HnswIndexConfig(**HNSW),
+        quantization_config=qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE,
+                                                        memory=qe.Memory.Cached))
+
+
+def dense_search_params() -> qe.SearchParams:
+    return qe.SearchParams(hnsw_ef=settings(VectorStoreConfig).hnsw_ef,
+                           quantization=qe.QuantizationSearchParams(rescore=True, oversampling=OVERSAMPLING))
 
 
 def _point(point: PreparedPoint, sparse: bool) -> qe.Point:
@@ -131,7 +168,7 @@ class EdgeVectorStore(VectorStore):
         self.location = str(self.root)
         self.folder = self.root / EDGE_FOLDER / self.collection
         self._sparse = True
-        self._gate = local_folder(self.folder, _open_shard(edge_config(dim)),
+        self._gate = local_folder(self.folder, _open_shard(edge_config(dim), dim),
                                   lock_path=self.folder.parent / f"{self.collection}.lock",
                                   linger_s=linger_from_env() if linger_s is None else linger_s)
 
@@ -286,9 +323,12 @@ class EdgeVectorStore(VectorStore):
             sparse = (qe.Query.Nearest(qe.SparseVector(*request.sparse), using=SPARSE_VECTOR)
                       if request.sparse is not None else None)
 
+            dense_params = dense_search_params()
+
             def nearest(query, limit):
+                params = None if query is sparse else dense_params
                 return hits_from(shard.query(qe.QueryRequest(limit=limit, query=query, filter=condition,
-                                                             with_payload=True, with_vector=False)))
+                                                             with_payload=True, with_vector=False, params=params)))
 
             if request.mode == "hybrid":
                 hits = self._fuse(nearest(sparse, request.candidates),

@@ -1,0 +1,84 @@
+"""The embedded store's index: quantized HNSW that finds what exact search finds, and older shards brought to it."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import qdrant_edge as qe
+
+from resources.qdrant import ChunkPoint
+from resources.qdrant_edge import HNSW_CONFIG, QUANTIZATION_CONFIG, EdgeVectorStore
+
+MODEL, DIM = "index-test", 384
+POINTS = 8_000  # 12 MB of vectors: above full_scan_threshold (10 MB), so searches go through the graph
+
+
+def clustered(rng, n: int) -> np.ndarray:
+    """Vectors around 200 centres, as embeddings of related texts lie, unit length."""
+    centres = rng.standard_normal((200, DIM), dtype=np.float32)
+    vectors = centres[rng.integers(0, 200, n)] + 0.5 * rng.standard_normal((n, DIM), dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def fill(store: EdgeVectorStore, vectors: np.ndarray) -> list[str]:
+    ids = [f"chunk-{i}" for i in range(len(vectors))]
+    store.upsert([ChunkPoint(cid, v, {"document_id": f"doc-{i // 100}", "text": f"passage {i}"})
+                  for i, (cid, v) in enumerate(zip(ids, vectors))])
+    return ids
+
+
+def test_quantized_index_finds_what_exact_search_finds(tmp_path):
+    rng = np.random.default_rng(3)
+    vectors = clustered(rng, POINTS)
+    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
+    ids = fill(store, vectors)
+    assert store.optimize() is True
+    info = store.info()
+    assert info["indexed_vectors"] >= POINTS, info  # dense and sparse both count
+
+    config = json.loads((store.folder / "edge_config.json").read_text())
+    assert config["hnsw_config"] == HNSW_CONFIG and config["quantization_config"] == QUANTIZATION_CONFIG
+
+    found = total = 0
+    for row in rng.integers(0, POINTS, 30):
+        query = vectors[row] + 0.2 * rng.standard_normal(DIM).astype(np.float32)
+        exact = {ids[i] for i in np.argsort(vectors @ query)[-5:]}
+        found += len({hit.chunk_id for hit in store.search(query, limit=5)} & exact)
+        total += 5
+    assert found / total >= 0.9, found / total
+    store.close()
+
+
+def test_a_shard_with_older_index_settings_gets_todays_and_is_rebuilt_by_optimize(tmp_path):
+    rng = np.random.default_rng(4)
+    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
+    store.ensure_collection()
+    store.close()
+    # the shard as docqueue made it before: Qdrant's default index settings, nothing quantized
+    config_file = store.folder / "edge_config.json"
+    config = json.loads(config_file.read_text())
+    for key in ("hnsw_config", "quantization_config"):
+        config.pop(key)
+    config["vectors"][""].pop("memory", None)
+    config_file.write_text(json.dumps(config))
+    shard = qe.EdgeShard.load(str(store.folder))
+    vectors = clustered(rng, POINTS)
+    shard.update(qe.UpdateOperation.upsert_points(
+        [qe.Point(i, v.tolist(), {"document_id": "old"}) for i, v in enumerate(vectors)]))
+    shard.optimize()
+    shard.close()
+    segments = sorted(store.folder.glob("segments/*/segment.json"))
+    assert all(json.loads(s.read_text())["config"]["vector_data"][""].get("quantization_config") is None
+               for s in segments)
+
+    assert store.count() == POINTS  # the first opening writes today's settings
+    config = json.loads(config_file.read_text())
+    assert config["hnsw_config"] == HNSW_CONFIG and config["quantization_config"] == QUANTIZATION_CONFIG
+    assert store.optimize() is True  # the segments built with the old settings are rebuilt
+    quantized = [json.loads(s.read_text())["config"]["vector_data"][""].get("quantization_config")
+                 for s in store.folder.glob("segments/*/segment.json")]
+    assert QUANTIZATION_CONFIG in quantized
+    assert store.optimize() is False  # and stay built
+    hits = store.search(vectors[7], limit=1)
+    assert hits and hits[0].score > 0.99
+    store.close()
