@@ -2,14 +2,21 @@
 
 For each N in --sizes (default 0, 100,000 and 1,000,000), a home of its own (DOCQUEUE_HOME: the embedded
 PostgreSQL, the Qdrant Edge shard, the Bolt server, Dagster's storage) is seeded set-based, without models:
-N completed chunks (documents of 40 pages x 5 chunks) in the queue, their points in the vector store (random unit
-vectors through the store's bulk write), their Chunk nodes in the graph (UNWIND batches), and their keys as Dagster
-dynamic partitions (direct INSERT, in the positions the queue records), plus 100,000 pending chunks beside them.
+N completed chunks (documents of 40 pages x 5 chunks) in the queue, their points in the vector store (unit vectors
+around 1,000 topics, through the store's own batched write), their Chunk nodes in the graph (UNWIND batches), and
+their keys as Dagster dynamic partitions (direct INSERT, in the positions the queue records), plus 100,000 pending
+chunks beside them; then the completed partitions are retired as the recovery schedule retires them (retire_s).
 Then, each in the seeded home:
 
+  nightly_s / nightly_peak_rss_mb / nightly_peak_anon_mb / nightly_under_1gib_cap
+                             the first night: `nightly()` in a child process, inside a 1 GiB memory cgroup where the
+                             machine allows one; its optimize() builds the whole HNSW index, which the searches use
   claim_settle_tasks_per_s   4 worker processes x batch 50, TaskQueue.settle on vector_chunk, over --window s
-  vector_write64_s           one 64-point write with its open and close of the shard (median of 3)
-  search_p50_ms/_p95_ms      --searches random queries in one open session
+  vector_write64_in_run_s    a 1,000-chunk run's writes: 64-point batches sharing one opening of the shard, per batch
+  vector_open_s              that opening alone
+  vector_write64_s           one 64-point write with its own open and close of the shard (median of 3): the worst case
+  search_p50_ms/_p95_ms      --searches dense queries near the seeded topics, in one open session
+  search_recall_at_5         20 of them against exact search
   ranged_run_fixed_s         the Dagster side of a ranged 1,000-chunk run: resolving its keys and creating the run
                              record with its range tags (no launch, no model work)
   sensor_tick_s              one vector_chunk_sensor tick as the daemon evaluates it (median of 3, after a first)
@@ -17,8 +24,9 @@ Then, each in the seeded home:
                              command, start-up included
   recovery_s                 one recovery run (orchestration.maintenance.recover, what the schedule's job calls)
   checks_s                   the four asset checks, evaluated as functions
-  nightly_s / nightly_peak_rss_mb  `nightly()` in a child process (its optimize() included), time and peak RSS
   partitions_page_s          the vector_chunk asset's partitions page in headless Chromium (dagster-webserver)
+  run_worker_peak_rss_mb / _anon_mb / run_worker_s
+                             `docqueue run --max-docs 1` on a seeded pending document (200 chunks, real models)
 
 Each N runs in a child process bounded by what is left of --deadline; a figure not measured (skipped, out of
 time, failed) is null and its reason is listed under "missing". Ends with one line `RESULT {json}`.
@@ -53,13 +61,15 @@ PENDING = 100_000
 BLOCK = 10_000  # orchestration.partitions.BLOCK_SIZE
 RANGE = 1_000
 MEASURES = ("claim_settle", "vector_write", "search", "ranged_run", "sensor_tick", "status", "stats", "recovery",
-            "checks", "nightly", "partitions_page")
+            "checks", "nightly", "partitions_page", "run_worker")
 # figure -> True when it is a rate (its ratio is inverted so that above 1 always means slower)
-PER_UNIT = {"claim_settle_tasks_per_s": True, "vector_write64_s": False, "search_p95_ms": False,
+PER_UNIT = {"claim_settle_tasks_per_s": True, "vector_write64_in_run_s": False, "search_p95_ms": False,
             "ranged_run_fixed_s": False, "sensor_tick_s": False, "recovery_s": False}
-FIGURES = ("seed_s", "claim_settle_tasks_per_s", "vector_write64_s", "search_p50_ms", "search_p95_ms",
-           "ranged_run_fixed_s", "sensor_tick_s", "status_s", "stats_s", "recovery_s", "checks_s", "nightly_s",
-           "nightly_peak_rss_mb", "partitions_page_s", "run_worker_peak_rss_mb")
+FIGURES = ("seed_s", "retire_s", "claim_settle_tasks_per_s", "vector_write64_in_run_s", "vector_open_s",
+           "vector_write64_s", "search_p50_ms", "search_p95_ms", "search_recall_at_5", "ranged_run_fixed_s",
+           "sensor_tick_s", "status_s", "stats_s", "recovery_s", "checks_s", "nightly_s", "nightly_peak_rss_mb",
+           "nightly_peak_anon_mb", "nightly_under_1gib_cap", "partitions_page_s", "run_worker_peak_rss_mb",
+           "run_worker_peak_anon_mb", "run_worker_s")
 
 
 # ------------------------------------------------------------------------------------------------ seeding
@@ -172,18 +182,32 @@ def seed_dagster_partitions(queue_engine, dagster_url: str) -> None:
         dagster.dispose()
 
 
-def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> None:
-    """Random unit vectors for every completed chunk, through the store's own batched write."""
+def centres(dim: int):
+    """The 1,000 topics the seeded vectors gather around (the same for every N and for the queries)."""
     import numpy as np
 
+    return np.random.default_rng(0).standard_normal((1_000, dim), dtype=np.float32)
+
+
+def clustered(rng, dim: int, n: int):
+    """Unit vectors near one of the centres each, as embeddings of related passages lie: uniform random vectors in
+    384 dimensions have no near neighbours at all, which no index (and no real corpus) is made for."""
+    import numpy as np
+
+    topics = centres(dim)
+    vectors = topics[rng.integers(0, len(topics), n)] + 0.6 * rng.standard_normal((n, dim), dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> None:
+    """Clustered unit vectors for every completed chunk, through the store's own batched write."""
     from resources.qdrant import PreparedPoint, point_id
 
     dim = store.dim
     batch: list[tuple[int, int, int]] = []
 
     def flush() -> None:
-        vectors = rng.standard_normal((len(batch), dim), dtype=np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = clustered(rng, dim, len(batch))
         points = []
         for (doc, page, c), vector in zip(batch, vectors):
             cid = chunk_id(doc, page, c)
@@ -284,18 +308,56 @@ def measure_vector_write(make_store, rng, rounds: int = 3) -> float:
     return statistics.median(timings)
 
 
-def measure_search(store, rng, searches: int) -> tuple[float, float]:
+def measure_vector_write_in_run(make_store, rng, run_chunks: int = RANGE) -> tuple[float, float]:
+    """A ranged run's vector writes as a run makes them: 64-point batches sharing one opening of the shard (the
+    store lingers between batches). Returns (seconds per 64-point write, the opening's share included; the
+    opening alone)."""
     import numpy as np
 
-    timings = []
+    from resources.qdrant import ChunkPoint
+
+    store = make_store()
+    started = time.perf_counter()
     with store.session():
-        for _ in range(searches):
-            query = rng.standard_normal(store.dim, dtype=np.float32)
+        opened = time.perf_counter() - started
+        for first in range(0, run_chunks, 64):
+            vectors = clustered(rng, store.dim, min(64, run_chunks - first))
+            store.upsert([ChunkPoint(f"bench-run-{first + i}", np.asarray(v), {"document_id": "bench-run", "text": "x"})
+                          for i, v in enumerate(vectors)])
+    elapsed = time.perf_counter() - started
+    store.close()
+    store = make_store()
+    store.delete_document("bench-run")
+    store.close()
+    return elapsed / -(-run_chunks // 64), opened
+
+
+def measure_search(store, rng, searches: int) -> tuple[float, float, float]:
+    """Dense searches near the seeded topics: p50, p95 (ms) and recall@5 against exact search on 20 of them."""
+    import numpy as np
+    import qdrant_edge as qe
+
+    timings, queries = [], clustered(rng, store.dim, searches)
+    with store.session():
+        for query in queries:
             started = time.perf_counter()
             store.search(query, limit=5)
             timings.append((time.perf_counter() - started) * 1000)
+        found = 0
+        checked = queries[:20]
+        with store._shard() as shard:
+            for query in checked:
+                exact = {p.id for p in shard.query(qe.QueryRequest(
+                    query=qe.Query.Nearest(query.tolist()), limit=5, params=qe.SearchParams(exact=True)))}
+                found += len({h.payload.get("chunk_id") for h in store.search(query, limit=5)}
+                             & {c for c in _chunk_ids_of(shard, exact)})
     timings.sort()
-    return timings[len(timings) // 2], timings[min(len(timings) - 1, int(len(timings) * 0.95))]
+    recall = found / (5 * len(checked)) if store.count() else None  # an empty store has nothing to recall
+    return timings[len(timings) // 2], timings[min(len(timings) - 1, int(len(timings) * 0.95))], recall
+
+
+def _chunk_ids_of(shard, point_ids) -> list[str]:
+    return [r.payload.get("chunk_id") for r in shard.retrieve(list(point_ids), with_payload=True, with_vector=False)]
 
 
 def measure_ranged_run(instance, defs, documents: int) -> float:
@@ -373,8 +435,16 @@ def measure_checks(queue, store, graph) -> float:
 
 
 NIGHTLY_CHILD = """
-import json, resource, sys, time
+import json, resource, sys, threading, time
 sys.path.insert(0, {repo!r})
+peak_anon = [0]
+def sample():
+    while True:
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon:"):
+                peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
+        time.sleep(0.2)
+threading.Thread(target=sample, daemon=True).start()
 from orchestration.environment import dagster_instance
 from orchestration.maintenance import nightly
 from resources.database import get_queue
@@ -386,18 +456,84 @@ store, graph = QdrantResource().get_store(model_id, dim), GraphStore(*Neo4jResou
 started = time.perf_counter()
 report = nightly(queue, instance, store, graph)
 elapsed = time.perf_counter() - started
+time.sleep(0.3)
 print(json.dumps({{"s": elapsed, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "consistent": report["verification"].get("consistent")}}))
+                  "anon_mb": peak_anon[0] / 1024, "consistent": report["verification"].get("consistent"),
+                  "index_built": report.get("vector_index_built")}}))
 """
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
+NIGHTLY_MEMORY_CAP = 1 << 30
 
 
-def measure_nightly(model_id: str, dim: int, timeout_s: float) -> tuple[float, float]:
-    done = subprocess.run([sys.executable, "-c", NIGHTLY_CHILD.format(repo=str(REPO), model=model_id, dim=dim)],
-                          capture_output=True, text=True, timeout=timeout_s)
+def measure_nightly(model_id: str, dim: int, timeout_s: float) -> tuple[float, float, float, float]:
+    """`nightly()` in a child process, inside a memory cgroup capped at 1 GiB when this machine allows one (root,
+    cgroup v1 memory controller): the cap counts its anonymous memory and the page cache it touches, and the kernel
+    reclaims cache to stay under it, so finishing inside it is what "runs in 1 GB" means. Peak RSS also counts the
+    mapped store files it read; peak anonymous memory is what cannot be reclaimed. Returns (seconds, peak RSS MB,
+    peak anonymous MB, 1.0 if it ran inside the capped cgroup else 0.0)."""
+    command = [sys.executable, "-c", NIGHTLY_CHILD.format(repo=str(REPO), model=model_id, dim=dim)]
+    group = CGROUP_V1 / f"docqueue-scale-nightly-{os.getpid()}"
+    capped = False
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(NIGHTLY_MEMORY_CAP))
+        command = ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "nightly", *command]
+        capped = True
+    except OSError:
+        pass  # no cgroup here: measured without the cap (the result says so)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    finally:
+        if capped:
+            try:
+                group.rmdir()
+            except OSError:
+                pass
     if done.returncode != 0:
-        raise RuntimeError(f"nightly exited {done.returncode}: {done.stderr.strip()[-300:]}")
+        raise RuntimeError(f"nightly exited {done.returncode}"
+                           f"{' (killed at the 1 GiB cap)' if capped and done.returncode in (-9, 137) else ''}: "
+                           f"{done.stderr.strip()[-300:]}")
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    return figures["s"], figures["rss_mb"]
+    return figures["s"], figures["rss_mb"], figures["anon_mb"], 1.0 if capped else 0.0
+
+
+def measure_run_worker(timeout_s: float) -> tuple[float, float, float]:
+    """`docqueue run --max-docs 1` on one of the seeded pending documents (200 chunks: embedded with the real model,
+    then through GraphRAG), its process tree sampled every 0.2 s. Returns (the largest peak RSS of one process in
+    MB, its peak anonymous MB, seconds)."""
+    import psutil
+
+    started = time.perf_counter()
+    # every chunk embedded: the seeded texts repeat, and reusing their vectors would spare the model its work
+    proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "docqueue"), "run", "--max-docs", "1", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "DOCQUEUE_EMBEDDING_DEDUP": "0"})
+    peak_rss, peak_anon = 0, 0
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        if time.perf_counter() - started > timeout_s:
+            os.killpg(proc.pid, 9)
+            raise subprocess.TimeoutExpired("docqueue run --max-docs 1", timeout_s)
+        try:
+            for p in [root, *root.children(recursive=True)]:
+                try:
+                    info = p.memory_info()  # shared: its resident mapped files
+                    peak_rss = max(peak_rss, info.rss)
+                    peak_anon = max(peak_anon, info.rss - info.shared)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+        except psutil.NoSuchProcess:
+            pass
+        time.sleep(0.2)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"docqueue run exited {proc.returncode}: {(err or out).strip()[-300:]}")
+    report = json.loads(out.strip().splitlines()[-1])
+    done = report["progress"]["vector"]["completed"]
+    if not report["runs"] or report["failed_runs"] or report.get("vectors_reused"):
+        raise RuntimeError(f"the run did not embed its document: {out.strip()[-300:]}")
+    print(f"    run worker: {report['runs']} runs, {done} chunks indexed in all, {report['seconds']} s", file=sys.stderr)
+    return peak_rss / 2**20, peak_anon / 2**20, time.perf_counter() - started
 
 
 def measure_partitions_page(timeout_s: float) -> float:
@@ -501,9 +637,15 @@ def child(n: int, home: Path, args) -> dict:
         seed_graph(graph, documents, ids)
         graph.close()
         figures["seed_s"] = round(time.perf_counter() - started, 1)
-        marker.write_text(json.dumps({"n": n, "seed_s": figures["seed_s"]}))
+        # what the recovery schedule has done by the time a corpus this size is complete: completed partitions
+        # beyond DOCQUEUE_PARTITION_MAX_COMPLETED retired, a batch per run
+        started = time.perf_counter()
+        retire_all(dagster_instance(), queue.engine)
+        figures["retire_s"] = round(time.perf_counter() - started, 1)
+        marker.write_text(json.dumps({"n": n, "seed_s": figures["seed_s"], "retire_s": figures["retire_s"]}))
     else:
-        figures["seed_s"] = json.loads(marker.read_text())["seed_s"]
+        seeded = json.loads(marker.read_text())
+        figures["seed_s"], figures["retire_s"] = seeded["seed_s"], seeded.get("retire_s")
     print(f"  N={n:,}: seeded in {figures['seed_s']} s", file=sys.stderr, flush=True)
 
     def attempt(name: str, fn, keys: tuple[str, ...]) -> None:
@@ -521,7 +663,7 @@ def child(n: int, home: Path, args) -> dict:
         try:
             values = fn(left)
             for key, value in zip(keys, values if isinstance(values, tuple) else (values,)):
-                figures[key] = round(float(value), 4)
+                figures[key] = None if value is None else round(float(value), 4)
         except subprocess.TimeoutExpired:
             for key in keys:
                 figures[key] = None
@@ -554,11 +696,16 @@ def child(n: int, home: Path, args) -> dict:
     from orchestration.maintenance import recover
 
     instance = dagster_instance()
+    # the first night after the corpus arrived: it builds the whole index, so the searches below use it
+    attempt("nightly", lambda left: measure_nightly(model_id, dim, left),
+            ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_under_1gib_cap"))
     attempt("status", lambda _l: cli_seconds("status", "--json"), ("status_s",))
     attempt("stats", lambda _l: cli_seconds("stats", "--json"), ("stats_s",))
     rounds = 1 if args.quick else 3
+    attempt("vector_write", lambda _l: measure_vector_write_in_run(make_store, rng, 128 if args.quick else RANGE),
+            ("vector_write64_in_run_s", "vector_open_s"))
     attempt("vector_write", lambda _l: measure_vector_write(make_store, rng, rounds), ("vector_write64_s",))
-    attempt("search", search, ("search_p50_ms", "search_p95_ms"))
+    attempt("search", search, ("search_p50_ms", "search_p95_ms", "search_recall_at_5"))
     attempt("sensor_tick", lambda _l: measure_sensor_tick(instance, defs, rounds), ("sensor_tick_s",))
     attempt("ranged_run", lambda _l: measure_ranged_run(instance, defs, documents), ("ranged_run_fixed_s",))
     attempt("recovery", lambda _l: _timed(lambda: recover(queue)), ("recovery_s",))
@@ -566,11 +713,16 @@ def child(n: int, home: Path, args) -> dict:
     attempt("claim_settle", lambda _l: measure_claim_settle(os.environ["DOCQUEUE_DATABASE_URL"], args.window),
             ("claim_settle_tasks_per_s",))
     attempt("partitions_page", measure_partitions_page, ("partitions_page_s",))
-    attempt("nightly", lambda left: measure_nightly(model_id, dim, left), ("nightly_s", "nightly_peak_rss_mb"))
-    figures["run_worker_peak_rss_mb"] = None
-    missing["run_worker_peak_rss_mb"] = "not measured: this bench launches no run worker (no model work)"
+    attempt("run_worker", measure_run_worker, ("run_worker_peak_rss_mb", "run_worker_peak_anon_mb", "run_worker_s"))
     instance.dispose()
     return {"n": n, "figures": figures, "missing": missing}
+
+
+def retire_all(instance, engine) -> None:
+    from orchestration.retention import retire_partitions
+
+    while any(retire_partitions(instance, engine).values()):
+        pass
 
 
 def _timed(fn) -> float:
@@ -639,6 +791,10 @@ def parent(args) -> int:
         "nightly_peak_rss_mb_at_max": at_max["nightly_peak_rss_mb"], "nightly_s_at_max": at_max["nightly_s"],
         "status_s_at_max": at_max["status_s"], "stats_s_at_max": at_max["stats_s"],
         "run_worker_peak_rss_mb_at_max": at_max["run_worker_peak_rss_mb"],
+        "run_worker_peak_anon_mb_at_max": at_max["run_worker_peak_anon_mb"],
+        "nightly_peak_anon_mb_at_max": at_max["nightly_peak_anon_mb"],
+        "nightly_under_1gib_cap_at_max": at_max["nightly_under_1gib_cap"],
+        "search_recall_at_5_at_max": at_max["search_recall_at_5"],
         "missing": missing, "quick": args.quick, "load_before": [round(x, 1) for x in load_before],
         "load_after": [round(x, 1) for x in os.getloadavg()], "elapsed_s": round(time.monotonic() - started, 1),
     }
