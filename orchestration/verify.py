@@ -3,14 +3,18 @@
 Both sides are streamed, DOCQUEUE_VERIFY_PAGE chunk ids at a time, so memory stays bounded at any corpus size
 (the problems found are kept, since they are what gets repaired):
 - queue -> store: completed chunks are read by keyset pagination on the primary key, and each page is looked up
-  in the store by id (`present_chunk_ids`, `chunks_with_writes_among`);
+  in the vector store by id (`present_chunk_ids`);
 - store -> queue: the store's chunk ids are read a page at a time (`chunk_id_pages`) into a temporary table,
   then matched against the queue in one hash join whose result is read through a server-side cursor (the chunk
   table has no index on chunk_id, so a lookup per page would scan it once per page).
+- the graph is read the second way only: its Chunk ids, a page at a time in id order, into a temporary table,
+  then one anti-join finds the completed chunks without a node. A lookup by id costs the embedded Bolt server about
+  0.8 ms, which at a million chunks would be 13 minutes a night; reading it in order costs a fifth of that.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from queue_db.config import DagsterConfig, settings
@@ -81,42 +85,66 @@ def verify_stores(queue: TaskQueue, vector_store=None, graph_store=None, page_si
         report.points_without_chunk, report.points_of_unfinished_chunks = sorted(unknown), unfinished
         report.chunks_without_point.sort()
     if graph_store is not None:
-        for page in completed_chunk_pages(queue, "graphrag", page_size):
-            written = graph_store.chunks_with_writes_among([chunk_id for chunk_id, _ in page])
-            report.completed_graph_chunks += len(page)
-            report.chunks_without_graph += [row for chunk_id, row in page if chunk_id not in written]
-        report.chunks_without_graph.sort()
+        report.completed_graph_chunks, report.chunks_without_graph = _graph_against_queue(
+            queue, graph_store.chunk_id_pages(page_size))
         report.duplicate_entities = list(graph_store.duplicate_entities())
     return report
+
+
+def _graph_against_queue(queue: TaskQueue, pages: Iterable[list[str]]) -> tuple[int, list[str]]:
+    """(chunks whose GraphRAG phase completed, the queue row ids of those without a Chunk node, sorted)."""
+    with _loaded("docqueue_verify_graph", queue, pages) as conn:
+        completed = conn.exec_driver_sql(
+            "SELECT count(*) FROM task_queue_chunk WHERE graphrag_status = 'completed'").scalar()
+        result = conn.exec_driver_sql(
+            """SELECT t.id::text FROM task_queue_chunk t WHERE t.graphrag_status = 'completed'
+               AND NOT EXISTS (SELECT 1 FROM docqueue_verify_graph g WHERE g.chunk_id = t.chunk_id)""",
+            execution_options={"stream_results": True, "yield_per": 1000})
+        missing = sorted(row[0] for row in result)
+        conn.commit()
+    return completed, missing
+
+
+@contextmanager
+def _loaded(table: str, queue: TaskQueue, pages: Iterable[list[str]]) -> Iterator:
+    """A connection holding a temporary table `table` (chunk_id text) filled from `pages`, committed page by page so
+    that no transaction stays open while the store is read; dropped afterwards."""
+    with queue.engine.connect() as conn:
+        conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {table} (chunk_id text)")
+        conn.exec_driver_sql(f"TRUNCATE {table}")
+        conn.commit()
+        try:
+            for page in pages:
+                conn.exec_driver_sql(f"INSERT INTO {table} SELECT unnest(%(ids)s::text[])", {"ids": page})
+                conn.commit()
+            conn.exec_driver_sql(f"ANALYZE {table}")
+            yield conn
+        finally:
+            conn.rollback()
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+            conn.commit()
 
 
 def _points_against_queue(queue: TaskQueue, pages: Iterable[list[str]]) -> tuple[int, list[str], int]:
     """(points read, chunk ids without a queue row, points whose chunk has not completed its vector phase)."""
     points, unknown, unfinished = 0, [], 0
-    with queue.engine.connect() as conn:
-        conn.exec_driver_sql("CREATE TEMPORARY TABLE IF NOT EXISTS docqueue_verify_points (chunk_id text)")
-        conn.exec_driver_sql("TRUNCATE docqueue_verify_points")
+
+    def counted(pages_):
+        nonlocal points
+        for page in pages_:
+            points += len(page)
+            yield page
+
+    with _loaded("docqueue_verify_points", queue, counted(pages)) as conn:
+        result = conn.exec_driver_sql(
+            """SELECT v.chunk_id, c.vector_status IS NOT NULL FROM docqueue_verify_points v
+               LEFT JOIN task_queue_chunk c ON c.chunk_id = v.chunk_id
+               WHERE c.vector_status IS DISTINCT FROM 'completed'""",
+            execution_options={"stream_results": True, "yield_per": 1000})
+        for chunk_id, known in result:
+            if known:
+                unfinished += 1
+            else:
+                unknown.append(chunk_id)
         conn.commit()
-        try:
-            for page in pages:
-                conn.exec_driver_sql("INSERT INTO docqueue_verify_points SELECT unnest(%(ids)s::text[])",
-                                     {"ids": page})
-                conn.commit()  # no transaction stays open while the store is read
-                points += len(page)
-            conn.exec_driver_sql("ANALYZE docqueue_verify_points")
-            result = conn.exec_driver_sql(
-                """SELECT v.chunk_id, c.vector_status IS NOT NULL FROM docqueue_verify_points v
-                   LEFT JOIN task_queue_chunk c ON c.chunk_id = v.chunk_id
-                   WHERE c.vector_status IS DISTINCT FROM 'completed'""",
-                execution_options={"stream_results": True, "yield_per": 1000})
-            for chunk_id, known in result:
-                if known:
-                    unfinished += 1
-                else:
-                    unknown.append(chunk_id)
-            conn.commit()
-        finally:
-            conn.rollback()
-            conn.exec_driver_sql("DROP TABLE IF EXISTS docqueue_verify_points")
-            conn.commit()
     return points, unknown, unfinished

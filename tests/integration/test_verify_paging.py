@@ -80,7 +80,7 @@ def test_the_nightly_run_repairs_with_a_tiny_page(queue, tmp_path, monkeypatch):
         store.close()
 
 
-def test_verify_reads_the_graph_a_page_of_chunks_at_a_time(queue, graph_store):
+def test_verify_reads_the_graph_once_a_page_at_a_time(queue, graph_store):
     document = build_document(queue, pages=1, chunks_per_page=5)
     vector = queue.claim(VECTOR_CHUNK, "verify-test", 5)
     queue.complete(VECTOR_CHUNK, "verify-test", [{"id": t["id"]} for t in vector])
@@ -90,15 +90,18 @@ def test_verify_reads_the_graph_a_page_of_chunks_at_a_time(queue, graph_store):
                                          Extraction(entities=[Entity("Acme Corp", "ORG")]))
                               for i, t in enumerate(written)])
     queue.complete(GRAPHRAG_CHUNK, "verify-test", [{"id": t["id"]} for t in tasks])
-    asked: list[int] = []
-    among = graph_store.chunks_with_writes_among
-    graph_store.chunks_with_writes_among = lambda ids: asked.append(len(ids)) or among(ids)
+    graph_store.write_chunks([ChunkGraph(str(document["id"]), "report.pdf", 1, "orphan-chunk", 9, Extraction())])
+    read: list[int] = []
+    pages = graph_store.chunk_id_pages
+    graph_store.chunk_id_pages = lambda size: (read.append(len(page)) or page for page in pages(size))
 
     report = verify_stores(queue, graph_store=graph_store, page_size=PAGE)
 
-    assert report.chunks_without_graph == sorted(tasks[i]["id"] for i in (1, 4))
+    assert report.chunks_without_graph == sorted(str(tasks[i]["id"]) for i in (1, 4))
     assert report.completed_graph_chunks == 5 and report.duplicate_entities == []
-    assert asked == [2, 2, 1]
+    assert read == [2, 2], "the graph is read a page at a time, in id order, once"
+    assert sorted(c for page in pages(PAGE) for c in page) == sorted([*(t["chunk_id"] for t in written), "orphan-chunk"])
+    assert verify_stores(queue, graph_store=graph_store, page_size=1000).as_dict() == report.as_dict()
 
 
 def test_the_store_checks_evaluate_streamed_in_their_job(docqueue_env, monkeypatch):
