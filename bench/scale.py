@@ -8,9 +8,9 @@ their keys as Dagster dynamic partitions (direct INSERT, in the positions the qu
 chunks beside them; then the completed partitions are retired as the recovery schedule retires them (retire_s).
 Then, each in the seeded home:
 
-  nightly_s / nightly_peak_rss_mb / nightly_peak_anon_mb / nightly_under_1gib_cap
-                             the first night: `nightly()` in a child process, inside a 1 GiB memory cgroup where the
-                             machine allows one; its optimize() builds the whole HNSW index, which the searches use
+  nightly_s / nightly_peak_rss_mb / nightly_peak_anon_mb / nightly_capped
+                             the first night: `nightly()` in a child process (inside a memory cgroup with
+                             --nightly-cap-mb); its optimize() builds the whole HNSW index, which the searches use
   claim_settle_tasks_per_s   4 worker processes x batch 50, TaskQueue.settle on vector_chunk, over --window s
   vector_write64_in_run_s    a 1,000-chunk run's writes: 64-point batches sharing one opening of the shard, per batch
   vector_open_s              that opening alone
@@ -33,7 +33,7 @@ time, failed) is null and its reason is listed under "missing". Ends with one li
 
   .venv/bin/python bench/scale.py [--sizes 0,100000,1000000] [--quick] [--skip name,...] [--deadline S] [--reuse]
 
---quick is a smoke run: 2,000 pending chunks, a 1.5 s claim window, one write, one tick after the first, 20
+--quick is a smoke run: 20,000 pending chunks, a 0.5 s claim window, one write, one tick after the first, 20
 searches.
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ PER_UNIT = {"claim_settle_tasks_per_s": True, "vector_write64_in_run_s": False, 
 FIGURES = ("seed_s", "retire_s", "claim_settle_tasks_per_s", "vector_write64_in_run_s", "vector_open_s",
            "vector_write64_s", "search_p50_ms", "search_p95_ms", "search_recall_at_5", "ranged_run_fixed_s",
            "sensor_tick_s", "status_s", "stats_s", "recovery_s", "checks_s", "nightly_s", "nightly_peak_rss_mb",
-           "nightly_peak_anon_mb", "nightly_under_1gib_cap", "partitions_page_s", "run_worker_peak_rss_mb",
+           "nightly_peak_anon_mb", "nightly_capped", "partitions_page_s", "run_worker_peak_rss_mb",
            "run_worker_peak_anon_mb", "run_worker_s")
 
 
@@ -269,7 +269,8 @@ def _settle_worker(url: str, batch: int, ready, stop, results) -> None:
         queue.engine.dispose()
 
 
-def measure_claim_settle(url: str, window_s: float, workers: int = 4, batch: int = 50) -> float:
+def measure_claim_settle(url: str, window_s: float, workers: int = 4, batch: int = 50,
+                         pending: int | None = None) -> float:
     ctx = mp.get_context("spawn")
     ready, stop, results = ctx.Barrier(workers + 1), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_settle_worker, args=(url, batch, ready, stop, results)) for _ in range(workers)]
@@ -286,7 +287,12 @@ def measure_claim_settle(url: str, window_s: float, workers: int = 4, batch: int
     errors = [e for _, e in outcomes if e]
     if errors:
         raise RuntimeError(errors[0])
-    return sum(done for done, _ in outcomes) / elapsed
+    done = sum(done for done, _ in outcomes)
+    if pending is not None and done >= pending:
+        # the rate would be the work available over the window, not the queue's
+        raise RuntimeError(f"the workers drained all {pending:,} pending tasks inside the {window_s} s window; "
+                           f"shorten --window or raise --pending")
+    return done / elapsed
 
 
 def measure_vector_write(make_store, rng, rounds: int = 3) -> float:
@@ -442,16 +448,8 @@ def measure_checks(queue, store, graph) -> float:
 
 
 NIGHTLY_CHILD = """
-import json, resource, sys, threading, time
+import json, resource, sys, time
 sys.path.insert(0, {repo!r})
-peak_anon = [0]
-def sample():
-    while True:
-        for line in open("/proc/self/status"):
-            if line.startswith("RssAnon:"):
-                peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
-        time.sleep(0.2)
-threading.Thread(target=sample, daemon=True).start()
 from orchestration.environment import dagster_instance
 from orchestration.maintenance import nightly
 from resources.database import get_queue
@@ -463,33 +461,33 @@ store, graph = QdrantResource().get_store(model_id, dim), GraphStore(*Neo4jResou
 started = time.perf_counter()
 report = nightly(queue, instance, store, graph)
 elapsed = time.perf_counter() - started
-time.sleep(0.3)
 print(json.dumps({{"s": elapsed, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "anon_mb": peak_anon[0] / 1024, "consistent": report["verification"].get("consistent"),
+                  "consistent": report["verification"].get("consistent"),
                   "index_built": report.get("vector_index_built")}}))
 """
 CGROUP_V1 = Path("/sys/fs/cgroup/memory")
-NIGHTLY_MEMORY_CAP = 1 << 30
 
 
-def measure_nightly(model_id: str, dim: int, timeout_s: float) -> tuple[float, float, float, float]:
-    """`nightly()` in a child process, inside a memory cgroup capped at 1 GiB when this machine allows one (root,
-    cgroup v1 memory controller): the cap counts its anonymous memory and the page cache it touches, and the kernel
-    reclaims cache to stay under it, so finishing inside it is what "runs in 1 GB" means. Peak RSS also counts the
-    mapped store files it read; peak anonymous memory is what cannot be reclaimed. Returns (seconds, peak RSS MB,
-    peak anonymous MB, 1.0 if it ran inside the capped cgroup else 0.0)."""
+def measure_nightly(model_id: str, dim: int, timeout_s: float, cap_mb: int) -> tuple[float, float, float, float]:
+    """`nightly()` in a child process; with --nightly-cap-mb, inside a memory cgroup capped there when this machine
+    allows one (root, cgroup v1 memory controller): the cap counts its anonymous memory and the page cache it
+    touches, and the kernel reclaims cache to stay under it, so finishing inside it is what "runs in that much
+    memory" means. Peak RSS also counts the mapped store files it read; peak anonymous memory is what cannot be
+    reclaimed. Returns (seconds, peak RSS MB, peak anonymous MB, 1.0 if it ran inside the capped cgroup else 0.0)."""
     command = [sys.executable, "-c", NIGHTLY_CHILD.format(repo=str(REPO), model=model_id, dim=dim)]
     group = CGROUP_V1 / f"docqueue-scale-nightly-{os.getpid()}"
     capped = False
     try:
-        group.mkdir()
-        (group / "memory.limit_in_bytes").write_text(str(NIGHTLY_MEMORY_CAP))
-        command = ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "nightly", *command]
-        capped = True
+        if cap_mb:
+            group.mkdir()
+            (group / "memory.limit_in_bytes").write_text(str(cap_mb << 20))
+            command = ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "nightly", *command]
+            capped = True
     except OSError:
         pass  # no cgroup here: measured without the cap (the result says so)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        # sampled from here: optimize() holds the child's GIL, so a thread in the child would miss its peak
+        done, peak_anon = _sampled(command, timeout_s)
     finally:
         if capped:
             try:
@@ -501,7 +499,37 @@ def measure_nightly(model_id: str, dim: int, timeout_s: float) -> tuple[float, f
                            f"{' (killed at the 1 GiB cap)' if capped and done.returncode in (-9, 137) else ''}: "
                            f"{done.stderr.strip()[-300:]}")
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    return figures["s"], figures["rss_mb"], figures["anon_mb"], 1.0 if capped else 0.0
+    return figures["s"], figures["rss_mb"], peak_anon / 2**20, 1.0 if capped else 0.0
+
+
+def _sampled(command: list[str], timeout_s: float) -> tuple[subprocess.CompletedProcess, int]:
+    """Run `command`, sampling its anonymous memory (RSS minus resident mapped files) every 0.2 s from outside."""
+    import psutil
+
+    started = time.monotonic()
+    peak = 0
+    # files, not pipes: a child writing more than a pipe holds would block while nobody reads
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        try:
+            watched = psutil.Process(proc.pid)
+            while proc.poll() is None:
+                if time.monotonic() - started > timeout_s:
+                    raise subprocess.TimeoutExpired(command, timeout_s)
+                try:
+                    for p in [watched, *watched.children(recursive=True)]:
+                        info = p.memory_info()
+                        peak = max(peak, info.rss - info.shared)
+                except psutil.NoSuchProcess:
+                    pass
+                time.sleep(0.2)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(command, proc.returncode, out.read(), err.read()), peak
 
 
 def measure_run_worker(timeout_s: float) -> tuple[float, float, float]:
@@ -705,8 +733,8 @@ def child(n: int, home: Path, args) -> dict:
 
     instance = dagster_instance()
     # the first night after the corpus arrived: it builds the whole index, so the searches below use it
-    attempt("nightly", lambda left: measure_nightly(model_id, dim, left),
-            ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_under_1gib_cap"))
+    attempt("nightly", lambda left: measure_nightly(model_id, dim, left, args.nightly_cap_mb),
+            ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_capped"))
     # the median of 3: the first after the nightly run above reads what its 1 GiB cap pushed out of the cache
     attempt("status", lambda _l: statistics.median(cli_seconds("status", "--json") for _ in range(3)), ("status_s",))
     attempt("stats", lambda _l: statistics.median(cli_seconds("stats", "--json") for _ in range(3)), ("stats_s",))
@@ -719,12 +747,18 @@ def child(n: int, home: Path, args) -> dict:
     attempt("ranged_run", lambda _l: measure_ranged_run(instance, defs, documents), ("ranged_run_fixed_s",))
     attempt("recovery", lambda _l: _timed(lambda: recover(queue)), ("recovery_s",))
     attempt("checks", checks, ("checks_s",))
-    attempt("claim_settle", lambda _l: measure_claim_settle(os.environ["DOCQUEUE_DATABASE_URL"], args.window),
+    attempt("claim_settle", lambda _l: measure_claim_settle(os.environ["DOCQUEUE_DATABASE_URL"], args.window,
+                                                            pending=_pending_vector_chunks(queue)),
             ("claim_settle_tasks_per_s",))
     attempt("partitions_page", measure_partitions_page, ("partitions_page_s",))
     attempt("run_worker", measure_run_worker, ("run_worker_peak_rss_mb", "run_worker_peak_anon_mb", "run_worker_s"))
     instance.dispose()
     return {"n": n, "figures": figures, "missing": missing}
+
+
+def _pending_vector_chunks(queue) -> int:
+    with queue.engine.connect() as conn:
+        return conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk WHERE vector_status = 'pending'").scalar()
 
 
 def retire_all(instance, engine) -> None:
@@ -773,7 +807,8 @@ def parent(args) -> int:
         out.unlink(missing_ok=True)
         command = [sys.executable, __file__, "--child", str(n), "--home", str(home), "--out", str(out),
                    "--child-budget", str(max(budget - 30, 10)), "--window", str(args.window), "--pending", str(args.pending),
-                   "--searches", str(args.searches), "--skip", ",".join(args.skip)]
+                   "--searches", str(args.searches), "--skip", ",".join(args.skip),
+                   "--nightly-cap-mb", str(args.nightly_cap_mb)]
         print(f"N={n:,}: budget {budget:.0f} s", file=sys.stderr, flush=True)
         reason = "not measured: the seeding or a measurement ran past --deadline"
         try:
@@ -802,7 +837,7 @@ def parent(args) -> int:
         "run_worker_peak_rss_mb_at_max": at_max["run_worker_peak_rss_mb"],
         "run_worker_peak_anon_mb_at_max": at_max["run_worker_peak_anon_mb"],
         "nightly_peak_anon_mb_at_max": at_max["nightly_peak_anon_mb"],
-        "nightly_under_1gib_cap_at_max": at_max["nightly_under_1gib_cap"],
+        "nightly_capped_at_max": at_max["nightly_capped"],
         "search_recall_at_5_at_max": at_max["search_recall_at_5"],
         "missing": missing, "quick": args.quick, "load_before": [round(x, 1) for x in load_before],
         "load_after": [round(x, 1) for x in os.getloadavg()], "elapsed_s": round(time.monotonic() - started, 1),
@@ -827,6 +862,8 @@ def parse_args(argv=None):
     parser.add_argument("--searches", type=int, default=None, help="search queries per N")
     parser.add_argument("--pending", type=int, default=None,
                         help=f"pending chunks beside the N completed ones ({PENDING:,}; --quick: 2,000)")
+    parser.add_argument("--nightly-cap-mb", type=int, default=0,
+                        help="run the nightly measurement inside a memory cgroup of this many MB (root, cgroup v1)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -843,9 +880,9 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"--skip: unknown measurement {sorted(unknown)[0]!r}; known: {', '.join(MEASURES)}")
     if args.window is None:
-        args.window = 1.5 if args.quick else 10.0
+        args.window = 0.5 if args.quick else 5.0
     if args.pending is None:
-        args.pending = 2_000 if args.quick else PENDING
+        args.pending = 20_000 if args.quick else PENDING
     if args.searches is None:
         args.searches = 20 if args.quick else 200
     return args

@@ -13,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [0, 2000]
 SKIPPED = {"partitions_page": ("partitions_page_s",),
-           "nightly": ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_under_1gib_cap"),
+           "nightly": ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_capped"),
            "run_worker": ("run_worker_peak_rss_mb", "run_worker_peak_anon_mb", "run_worker_s")}
 AT_MAX = ("search_p95_ms_at_max", "partitions_page_s_at_max", "nightly_peak_rss_mb_at_max", "nightly_s_at_max",
           "status_s_at_max", "stats_s_at_max", "run_worker_peak_rss_mb_at_max")
