@@ -3,14 +3,15 @@
 For each N in --sizes (default 0, 100,000 and 1,000,000), a home of its own (DOCQUEUE_HOME: the embedded
 PostgreSQL, the Qdrant Edge shard, the Bolt server, Dagster's storage) is seeded set-based, without models:
 N completed chunks (documents of 40 pages x 5 chunks) in the queue, their points in the vector store (unit vectors
-around 1,000 topics, through the store's own batched write), their Chunk nodes in the graph (UNWIND batches), and
+around 1,000 topics, through the store's own batched write, their index built every DOCQUEUE_QDRANT_INDEX_TAIL
+points as the recovery schedule builds it), their Chunk nodes in the graph (UNWIND batches), and
 their keys as Dagster dynamic partitions (direct INSERT, in the positions the queue records), plus 100,000 pending
 chunks beside them; then the completed partitions are retired as the recovery schedule retires them (retire_s).
 Then, each in the seeded home:
 
   nightly_s / nightly_peak_rss_mb / nightly_peak_anon_mb / nightly_capped
                              the first night: `nightly()` in a child process (inside a memory cgroup with
-                             --nightly-cap-mb); its optimize() builds the whole HNSW index, which the searches use
+                             --nightly-cap-mb); its optimize() indexes what the day left unindexed
   claim_settle_tasks_per_s   4 worker processes x batch 50, TaskQueue.settle on vector_chunk, over --window s
   vector_write64_in_run_s    a 1,000-chunk run's writes: 64-point batches sharing one opening of the shard, per batch
   vector_open_s              that opening alone
@@ -217,6 +218,9 @@ def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> No
         store.write_prepared(points)
         batch.clear()
 
+    from queue_db.config import VectorStoreConfig, settings
+
+    tail = settings(VectorStoreConfig).index_tail
     store.ensure_collection()
     with store.session():
         for doc in range(1, documents + 1):
@@ -225,6 +229,8 @@ def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> No
                     batch.append((doc, page, c))
             if len(batch) >= 2000:
                 flush()
+                # what the recovery schedule does while a corpus arrives: index each DOCQUEUE_QDRANT_INDEX_TAIL
+                store.index_tail(tail)
         if batch:
             flush()
 

@@ -34,6 +34,29 @@ def retire_completed_partitions(context: OpExecutionContext, database: DatabaseR
 
 
 @dg.op(pool="maintenance", tags=celery_queue_tags("maintenance"),
+       description="Build the vector index of the points written since the last build once "
+                   "DOCQUEUE_QDRANT_INDEX_TAIL of them wait (the embedded store; a Qdrant server indexes by itself).")
+def index_vector_tail(context: OpExecutionContext, embeddings: EmbeddingResource,
+                      qdrant: QdrantResource) -> dg.Output[dict]:
+    from queue_db.config import EmbeddingConfig, VectorStoreConfig
+    from resources.embeddings import MODELS
+
+    threshold = settings(VectorStoreConfig).index_tail
+    # the collection's name and size only: this op never loads the model
+    spec = MODELS.get(embeddings.model or settings(EmbeddingConfig).model)
+    if spec is None:
+        raise dg.Failure(f"unknown embedding model in DOCQUEUE_EMBEDDING_MODEL; known: {', '.join(MODELS)}")
+    store = qdrant.get_store(spec.model_id, spec.dim)
+    try:
+        waiting = store.unindexed() if hasattr(store, "unindexed") else 0
+        built = store.index_tail(threshold)
+    finally:
+        store.close()
+    context.log.info(f"vector index: {waiting} point(s) waiting, threshold {threshold}, built: {built}")
+    return dg.Output({"waiting": waiting, "built": built}, metadata={"waiting": waiting, "built": built})
+
+
+@dg.op(pool="maintenance", tags=celery_queue_tags("maintenance"),
        description="Recompute every parent status, release tasks of dead runs, verify Qdrant and the graph "
                    "against the queue and re-queue what is missing.")
 def reconcile_and_verify(context: OpExecutionContext, database: DatabaseResource, embeddings: EmbeddingResource,
@@ -60,6 +83,7 @@ def reconcile_and_verify(context: OpExecutionContext, database: DatabaseResource
 def recovery_job():
     recover_stale_tasks()
     retire_completed_partitions()
+    index_vector_tail()
 
 
 @dg.job(name="nightly_reconciliation_job", tags={"docqueue/phase": "maintenance"})

@@ -191,6 +191,12 @@ class VectorStoreConfig(SettingsGroup):
     hybrid_candidates: int = _var(50, "DOCQUEUE_QDRANT_HYBRID_CANDIDATES",
                                   "hits each of dense and sparse search hands to the fusion of a hybrid search",
                                   ge=1, le=1000)
+    segment_points: int = _var(200_000, "DOCQUEUE_QDRANT_SEGMENT_POINTS",
+                               "most points in one indexed segment of the embedded store: bounds the time and memory "
+                               "of one index build (about 30 s and 0.4 GB at 200,000 on 2 cores)", ge=10_000)
+    index_tail: int = _var(50_000, "DOCQUEUE_QDRANT_INDEX_TAIL",
+                           "points written since the last index build after which the recovery schedule builds their "
+                           "index; 0 = the nightly run only", ge=0)
     hnsw_ef: int = _var(128, "DOCQUEUE_QDRANT_HNSW_EF",
                         "candidates a dense search of the embedded store visits in its HNSW graph (higher: better "
                         "recall, slower)", ge=4, le=4096)

@@ -557,6 +557,11 @@ class VectorStore(abc.ABC):
         """Build pending indexes now; True when something was built. Servers index in the background."""
         return False
 
+    def index_tail(self, threshold: int) -> bool:
+        """Build the index of the points written since the last build once there are `threshold` of them (0: never);
+        True when something was built. Servers index in the background."""
+        return False
+
     def close(self) -> None:
         """Release network clients; embedded folders are released after every operation anyway."""
 

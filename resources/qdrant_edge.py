@@ -9,8 +9,11 @@ after it: a run's embedding batches share one opening, and a process that waits 
 asks the holder to let go, which it does within 50 ms or after its current operation.
 
 Writes land in an appendable segment that is searched by brute force until `optimize()` builds its
-HNSW index; no write triggers indexing by itself, so the nightly job builds the indexes (see
-orchestration/maintenance.py) and no embedding batch ever pays for it.
+HNSW index; no write triggers indexing by itself, so no embedding batch ever pays for it. Writers count the points
+they add in `<collection>.unindexed` (no opening needed to read it), and the recovery schedule builds their index once
+DOCQUEUE_QDRANT_INDEX_TAIL of them wait (`index_tail`), the nightly job whatever is left (see
+orchestration/maintenance.py). Segments stop growing at DOCQUEUE_QDRANT_SEGMENT_POINTS, so one build never takes more
+than that many points' time and memory, whatever the corpus holds.
 
 Every shard made now has the sparse vector `text` (with Qdrant's IDF modifier) beside the unnamed
 dense one; a shard cannot gain a vector once made, so `upgrade_shape()` copies an older shard's
@@ -73,7 +76,8 @@ def _current_config(folder: Path, config: qe.EdgeConfig, dim: int) -> qe.EdgeCon
             or SPARSE_VECTOR not in (persisted.get("sparse_vectors") or {})):
         return None
     current = {"hnsw_config": HNSW_CONFIG, "quantization_config": QUANTIZATION_CONFIG}
-    if all(persisted.get(key) == value for key, value in current.items()):
+    if (all(persisted.get(key) == value for key, value in current.items())
+            and (persisted.get("optimizers") or {}).get("max_segment_size") == max_segment_kb(dim)):
         return None  # nothing to change: the config on disk is left as it is
     return config
 
@@ -132,13 +136,19 @@ HNSW_CONFIG = {**HNSW, "max_indexing_threads": 0}
 QUANTIZATION_CONFIG = {"scalar": {"type": "int8", "quantile": QUANTILE, "memory": "cached"}}
 
 
+def max_segment_kb(dim: int) -> int:
+    """DOCQUEUE_QDRANT_SEGMENT_POINTS as Qdrant measures a segment: kilobytes of float32 vectors."""
+    return settings(VectorStoreConfig).segment_points * dim * 4 // 1024
+
+
 def edge_config(dim: int) -> qe.EdgeConfig:
     return qe.EdgeConfig(
         vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=qe.Memory.Cold),
         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         hnsw_config=qe.HnswIndexConfig(**HNSW),
         quantization_config=qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE,
-                                                        memory=qe.Memory.Cached))
+                                                        memory=qe.Memory.Cached),
+        optimizers=qe.EdgeOptimizersConfig(max_segment_size=max_segment_kb(dim)))
 
 
 def dense_search_params() -> qe.SearchParams:
@@ -221,6 +231,30 @@ class EdgeVectorStore(VectorStore):
             return
         with self._shard() as shard:
             _write(shard, points, self._sparse, self.upsert_batch)
+            # under the shard's lock, so writers never lose each other's counts
+            self._set_unindexed(self.unindexed() + len(points))
+
+    @property
+    def _unindexed_file(self) -> Path:
+        return self.folder.parent / f"{self.collection}.unindexed"
+
+    def unindexed(self) -> int:
+        """Points written since the last index build (retries count twice: an early build is harmless), read
+        without opening the shard."""
+        try:
+            return int(self._unindexed_file.read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _set_unindexed(self, n: int) -> None:
+        spare = self._unindexed_file.with_suffix(".tmp")
+        spare.write_text(str(n))
+        spare.replace(self._unindexed_file)
+
+    def index_tail(self, threshold: int) -> bool:
+        if threshold <= 0 or self.unindexed() < threshold:
+            return False
+        return self.optimize()
 
     def has_sparse(self) -> bool:
         with self._existing() as shard:
@@ -338,9 +372,14 @@ class EdgeVectorStore(VectorStore):
         return SearchHits(hits, mode=request.mode, notice=notice)
 
     def optimize(self) -> bool:
-        """Merge segments and build their HNSW indexes, holding the shard until done (the nightly job)."""
+        """Merge segments and build their HNSW indexes, holding the shard until done (the nightly job, and the
+        recovery schedule once DOCQUEUE_QDRANT_INDEX_TAIL points wait)."""
         with self._existing() as shard:
-            return bool(shard is not None and shard.optimize())
+            if shard is None:
+                return False
+            built = bool(shard.optimize())
+            self._set_unindexed(0)
+            return built
 
     def info(self) -> dict:
         with self._existing() as shard:

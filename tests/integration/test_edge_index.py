@@ -82,3 +82,49 @@ def test_a_shard_with_older_index_settings_gets_todays_and_is_rebuilt_by_optimiz
     hits = store.search(vectors[7], limit=1)
     assert hits and hits[0].score > 0.99
     store.close()
+
+
+def test_the_tail_is_indexed_once_enough_points_wait_and_segments_stop_growing(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCQUEUE_QDRANT_SEGMENT_POINTS", "10000")  # the smallest allowed: two builds never merge
+    rng = np.random.default_rng(5)
+    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
+    first = clustered(rng, POINTS)
+    fill(store, first)
+    assert store.unindexed() == POINTS  # counted by the writers, read without opening the shard
+    assert store.index_tail(POINTS + 1) is False and store.unindexed() == POINTS  # not enough wait yet
+    assert store.index_tail(0) is False  # 0: the nightly run only
+    assert store.index_tail(POINTS) is True and store.unindexed() == 0
+
+    second = clustered(rng, POINTS)
+    store.upsert([ChunkPoint(f"later-{i}", v, {"document_id": "later", "text": f"later passage {i}"})
+                  for i, v in enumerate(second)])
+    assert store.unindexed() == POINTS and store.index_tail(POINTS) is True
+    info = store.info()
+    # two builds of 8,000 points each: merged they would pass the 10,000-point cap, so they stay two segments
+    assert info["points"] == 2 * POINTS and info["segments"] >= 3, info
+    config = json.loads((store.folder / "edge_config.json").read_text())
+    assert config["optimizers"]["max_segment_size"] == 10_000 * DIM * 4 // 1024
+    assert {h.chunk_id for h in store.search(second[3], limit=1)} == {"later-3"}
+    store.close()
+
+
+def test_the_recovery_job_indexes_the_waiting_tail(docqueue_env, monkeypatch):
+    from orchestration.definitions import defs
+    from orchestration.environment import dagster_instance
+    from resources.embeddings import EmbeddingResource
+    from resources.qdrant import QdrantResource
+
+    embedder = EmbeddingResource().get_embedder()
+    store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+    fill(store, clustered(np.random.default_rng(6), POINTS))
+    store.close()
+    monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", str(POINTS))
+    instance = dagster_instance()
+    try:
+        result = defs.resolve_job_def("recovery_job").execute_in_process(instance=instance)
+    finally:
+        instance.dispose()
+    assert result.success
+    assert result.output_for_node("index_vector_tail") == {"waiting": POINTS, "built": True}
+    assert store.unindexed() == 0 and store.info()["indexed_vectors"] >= 2 * POINTS
+    store.close()
