@@ -156,6 +156,27 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun,
     return result.success
 
 
+def index_vector_tail() -> bool:
+    """What the recovery schedule does under the daemon, done here after each vector run, since `docqueue run` has
+    no schedules: build the index of the points written since the last build once DOCQUEUE_QDRANT_INDEX_TAIL
+    wait (a file read when they do not). A store that is busy or unusable is left for the next time."""
+    from queue_db.config import EmbeddingConfig, VectorStoreConfig
+    from resources.embeddings import MODELS
+    from resources.qdrant import QdrantResource, QdrantStorageBusy, VectorStoreError
+
+    spec = MODELS.get(settings(EmbeddingConfig).model)
+    if spec is None:
+        return False
+    store = QdrantResource().get_store(spec.model_id, spec.dim)
+    try:
+        return store.index_tail(settings(VectorStoreConfig).index_tail)
+    except (QdrantStorageBusy, VectorStoreError) as exc:
+        log.warning("vector index build left for later: %s", exc)
+        return False
+    finally:
+        store.close()
+
+
 class _Outage:
     """A database that stops answering (restart, failover) pauses the runner instead of ending it; only an
     outage longer than DOCQUEUE_DB_OUTAGE_MAX_S (default 300 s) is given up on."""
@@ -204,6 +225,8 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: Ta
                 report.runs_by_name[run.name] = report.runs_by_name.get(run.name, 0) + 1
                 if on_run:
                     on_run(run, ok)
+                if run.name == "vector_chunk":
+                    index_vector_tail()
             if planned:
                 continue
             waiting = waiting_work(queue.engine)

@@ -36,13 +36,19 @@ def test_the_most_urgent_unfinished_documents_come_from_the_index(queue):
         most_urgent_unfinished(queue.engine, 0)
 
 
-def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(docqueue_env, tmp_path, capfd):
+def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(docqueue_env, tmp_path, capfd,
+                                                                                monkeypatch):
     """The worker of `docqueue run --max-docs 1 --log-level info` (in-process: a CLI run costs two process starts):
-    the older of the two urgent notes is done, roll-ups included; the others are untouched."""
+    the older of the two urgent notes is done, roll-ups included; the others are untouched. Its vector runs are
+    followed by the tail indexing the recovery schedule does under the daemon."""
     from orchestration.intake import ingest_file
     from orchestration.workers import run_worker
     from resources.database import get_queue
+    from resources.embeddings import DEFAULT_MODEL, MODELS
+    from resources.qdrant import QdrantResource
     from resources.storage import StorageResource
+
+    monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", "1")
 
     queue, storage = get_queue(), StorageResource().get_storage()
     for n, priority in ((1, 0), (2, 7), (3, 7)):
@@ -64,6 +70,11 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(d
         assert (rows[other]["ocr_status"], rows[other]["graphrag_index_status"]) == ("pending", "pending")
     # the runs' Dagster console at INFO instead of silent
     assert "- dagster - INFO - graphrag_chunk_job" in logged and "note3" not in logged
+    store = QdrantResource().get_store(DEFAULT_MODEL, MODELS[DEFAULT_MODEL].dim)
+    try:
+        assert store.count() > 0 and store.unindexed() == 0  # written, then handed to optimize() by the runner
+    finally:
+        store.close()
 
 
 def test_log_level_sets_docqueue_and_dagster_loggers():
