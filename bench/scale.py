@@ -312,7 +312,7 @@ def measure_vector_write(make_store, rng, rounds: int = 3) -> float:
         points = [ChunkPoint(f"bench-write-{r}-{i}", v, {"document_id": "bench-write", "text": "x"})
                   for i, v in enumerate(vectors)]
         store = make_store()
-        gate = getattr(store, "_gate", None)
+        gate = store._gate
         linger, gate.linger_s = gate.linger_s, 0.0  # this write pays its own opening and closing: the worst case
         try:
             started = time.perf_counter()
@@ -493,7 +493,7 @@ def measure_nightly(model_id: str, dim: int, timeout_s: float, cap_mb: int) -> t
         pass  # no cgroup here: measured without the cap (the result says so)
     try:
         # sampled from here: optimize() holds the child's GIL, so a thread in the child would miss its peak
-        done, peak_anon = _sampled(command, timeout_s)
+        done, _, peak_anon = _sampled(command, timeout_s)
     finally:
         if capped:
             try:
@@ -502,78 +502,66 @@ def measure_nightly(model_id: str, dim: int, timeout_s: float, cap_mb: int) -> t
                 pass
     if done.returncode != 0:
         raise RuntimeError(f"nightly exited {done.returncode}"
-                           f"{' (killed at the 1 GiB cap)' if capped and done.returncode in (-9, 137) else ''}: "
+                           f"{f' (killed at the {cap_mb} MB cap)' if capped and done.returncode in (-9, 137) else ''}: "
                            f"{done.stderr.strip()[-300:]}")
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     return figures["s"], figures["rss_mb"], peak_anon / 2**20, 1.0 if capped else 0.0
 
 
-def _sampled(command: list[str], timeout_s: float) -> tuple[subprocess.CompletedProcess, int]:
-    """Run `command`, sampling its anonymous memory (RSS minus resident mapped files) every 0.2 s from outside. Its
-    own process only: an embedded server it happens to start (the Bolt server's JVM) is not the nightly run."""
+def _sampled(command: list[str], timeout_s: float, *, tree: bool = False,
+             env: dict | None = None) -> tuple[subprocess.CompletedProcess, int, int]:
+    """Run `command` (in a session of its own), sampling from outside every 0.2 s the largest RSS and anonymous
+    memory (RSS minus resident mapped files) of its process, or with `tree` of any process of its tree. Returns
+    (its completion, peak RSS bytes, peak anonymous bytes). Output goes to files, not pipes: a child writing more
+    than a pipe holds would block while nobody reads."""
     import psutil
 
     started = time.monotonic()
-    peak = 0
-    # files, not pipes: a child writing more than a pipe holds would block while nobody reads
+    peak_rss = peak_anon = 0
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True, start_new_session=True, env=env)
         try:
             watched = psutil.Process(proc.pid)
             while proc.poll() is None:
                 if time.monotonic() - started > timeout_s:
                     raise subprocess.TimeoutExpired(command, timeout_s)
                 try:
-                    info = watched.memory_info()
-                    peak = max(peak, info.rss - info.shared)
+                    for p in [watched, *(watched.children(recursive=True) if tree else ())]:
+                        try:
+                            info = p.memory_info()  # shared: its resident mapped files
+                            peak_rss = max(peak_rss, info.rss)
+                            peak_anon = max(peak_anon, info.rss - info.shared)
+                        except (psutil.NoSuchProcess, psutil.AccessDenied):
+                            pass
                 except psutil.NoSuchProcess:
                     pass
                 time.sleep(0.2)
         finally:
             if proc.poll() is None:
-                proc.kill()
+                os.killpg(proc.pid, 9)
             proc.wait()
         out.seek(0)
         err.seek(0)
-        return subprocess.CompletedProcess(command, proc.returncode, out.read(), err.read()), peak
+        return subprocess.CompletedProcess(command, proc.returncode, out.read(), err.read()), peak_rss, peak_anon
 
 
 def measure_run_worker(timeout_s: float) -> tuple[float, float, float]:
     """`docqueue run --max-docs 1` on one of the seeded pending documents (200 chunks: embedded with the real model,
     then through GraphRAG), its process tree sampled every 0.2 s. Returns (the largest peak RSS of one process in
     MB, its peak anonymous MB, seconds)."""
-    import psutil
-
     started = time.perf_counter()
     # every chunk embedded: the seeded texts repeat, and reusing their vectors would spare the model its work
-    proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "docqueue"), "run", "--max-docs", "1", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "DOCQUEUE_EMBEDDING_DEDUP": "0"})
-    peak_rss, peak_anon = 0, 0
-    root = psutil.Process(proc.pid)
-    while proc.poll() is None:
-        if time.perf_counter() - started > timeout_s:
-            os.killpg(proc.pid, 9)
-            raise subprocess.TimeoutExpired("docqueue run --max-docs 1", timeout_s)
-        try:
-            for p in [root, *root.children(recursive=True)]:
-                try:
-                    info = p.memory_info()  # shared: its resident mapped files
-                    peak_rss = max(peak_rss, info.rss)
-                    peak_anon = max(peak_anon, info.rss - info.shared)
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    pass
-        except psutil.NoSuchProcess:
-            pass
-        time.sleep(0.2)
-    out, err = proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"docqueue run exited {proc.returncode}: {(err or out).strip()[-300:]}")
+    done, peak_rss, peak_anon = _sampled([str(REPO / ".venv" / "bin" / "docqueue"), "run", "--max-docs", "1", "--json"],
+                                         timeout_s, tree=True, env={**os.environ, "DOCQUEUE_EMBEDDING_DEDUP": "0"})
+    if done.returncode != 0:
+        raise RuntimeError(f"docqueue run exited {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}")
+    out = done.stdout
     report = json.loads(out.strip().splitlines()[-1])
-    done = report["progress"]["vector"]["completed"]
+    indexed = report["progress"]["vector"]["completed"]
     if not report["runs"] or report["failed_runs"] or report.get("vectors_reused"):
         raise RuntimeError(f"the run did not embed its document: {out.strip()[-300:]}")
-    print(f"    run worker: {report['runs']} runs, {done} chunks indexed in all, {report['seconds']} s", file=sys.stderr)
+    print(f"    run worker: {report['runs']} runs, {indexed} chunks indexed in all, {report['seconds']} s",
+          file=sys.stderr)
     return peak_rss / 2**20, peak_anon / 2**20, time.perf_counter() - started
 
 

@@ -57,3 +57,25 @@ def nightly(queue: TaskQueue, instance: dg.DagsterInstance | None, vector_store=
         "orphan_points_deleted": len(report.points_without_chunk), "vector_index_built": indexed,
         "verification": report.as_dict(),
     }
+
+
+def index_vector_tail(qdrant=None, model: str | None = None) -> dict:
+    """Build the vector index of the points written since the last build once DOCQUEUE_QDRANT_INDEX_TAIL of them
+    wait: the recovery schedule's op, and `docqueue run` after each vector run (it has no schedules). Only the
+    collection's name and size are needed, so the model is never loaded; reading the waiting count opens nothing.
+    Returns {"waiting", "built"}."""
+    from queue_db.config import EmbeddingConfig, VectorStoreConfig, settings
+    from resources.embeddings import MODELS
+    from resources.qdrant import QdrantResource, VectorStoreError
+
+    model = model or settings(EmbeddingConfig).model
+    spec = MODELS.get(model)
+    if spec is None:
+        raise VectorStoreError(f"unknown embedding model {model!r} in DOCQUEUE_EMBEDDING_MODEL; "
+                               f"known: {', '.join(MODELS)}")
+    store = (qdrant or QdrantResource()).get_store(spec.model_id, spec.dim)
+    try:
+        waiting = store.unindexed()
+        return {"waiting": waiting, "built": store.index_tail(settings(VectorStoreConfig).index_tail)}
+    finally:
+        store.close()

@@ -158,23 +158,16 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun,
 
 def index_vector_tail() -> bool:
     """What the recovery schedule does under the daemon, done here after each vector run, since `docqueue run` has
-    no schedules: build the index of the points written since the last build once DOCQUEUE_QDRANT_INDEX_TAIL
-    wait (a file read when they do not). A store that is busy or unusable is left for the next time."""
-    from queue_db.config import EmbeddingConfig, VectorStoreConfig
-    from resources.embeddings import MODELS
-    from resources.qdrant import QdrantResource, QdrantStorageBusy, VectorStoreError
+    no schedules (orchestration.maintenance.index_vector_tail). A store that is busy or unusable is left for the
+    next time."""
+    from orchestration.maintenance import index_vector_tail as build_vector_tail
+    from resources.qdrant import QdrantStorageBusy, VectorStoreError
 
-    spec = MODELS.get(settings(EmbeddingConfig).model)
-    if spec is None:
-        return False
-    store = QdrantResource().get_store(spec.model_id, spec.dim)
     try:
-        return store.index_tail(settings(VectorStoreConfig).index_tail)
+        return build_vector_tail()["built"]
     except (QdrantStorageBusy, VectorStoreError) as exc:
         log.warning("vector index build left for later: %s", exc)
         return False
-    finally:
-        store.close()
 
 
 class _Outage:

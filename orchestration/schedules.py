@@ -7,7 +7,7 @@ from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationC
 from orchestration.checks import checks_job
 from queue_db.config import DagsterConfig, QueueConfig, settings
 from orchestration.cluster import celery_queue_tags
-from orchestration.maintenance import nightly, recover
+from orchestration.maintenance import index_vector_tail as build_vector_tail, nightly, recover
 from orchestration.retention import retire_partitions
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
@@ -38,22 +38,9 @@ def retire_completed_partitions(context: OpExecutionContext, database: DatabaseR
                    "DOCQUEUE_QDRANT_INDEX_TAIL of them wait (the embedded store; a Qdrant server indexes by itself).")
 def index_vector_tail(context: OpExecutionContext, embeddings: EmbeddingResource,
                       qdrant: QdrantResource) -> dg.Output[dict]:
-    from queue_db.config import EmbeddingConfig, VectorStoreConfig
-    from resources.embeddings import MODELS
-
-    threshold = settings(VectorStoreConfig).index_tail
-    # the collection's name and size only: this op never loads the model
-    spec = MODELS.get(embeddings.model or settings(EmbeddingConfig).model)
-    if spec is None:
-        raise dg.Failure(f"unknown embedding model in DOCQUEUE_EMBEDDING_MODEL; known: {', '.join(MODELS)}")
-    store = qdrant.get_store(spec.model_id, spec.dim)
-    try:
-        waiting = store.unindexed() if hasattr(store, "unindexed") else 0
-        built = store.index_tail(threshold)
-    finally:
-        store.close()
-    context.log.info(f"vector index: {waiting} point(s) waiting, threshold {threshold}, built: {built}")
-    return dg.Output({"waiting": waiting, "built": built}, metadata={"waiting": waiting, "built": built})
+    result = build_vector_tail(qdrant, embeddings.model)
+    context.log.info(f"vector index: {result['waiting']} point(s) waiting, built: {result['built']}")
+    return dg.Output(result, metadata=result)
 
 
 @dg.op(pool="maintenance", tags=celery_queue_tags("maintenance"),

@@ -193,7 +193,7 @@ class VectorStoreConfig(SettingsGroup):
                                   ge=1, le=1000)
     segment_points: int = _var(200_000, "DOCQUEUE_QDRANT_SEGMENT_POINTS",
                                "most points in one indexed segment of the embedded store: bounds the time and memory "
-                               "of one index build (about 30 s and 0.4 GB at 200,000 on 2 cores)", ge=10_000)
+                               "of one index build, whatever the corpus holds", ge=10_000)
     index_tail: int = _var(50_000, "DOCQUEUE_QDRANT_INDEX_TAIL",
                            "points written since the last index build after which the recovery schedule builds their "
                            "index; 0 = the nightly run only", ge=0)

@@ -557,6 +557,10 @@ class VectorStore(abc.ABC):
         """Build pending indexes now; True when something was built. Servers index in the background."""
         return False
 
+    def unindexed(self) -> int:
+        """Points written since the last index build; a server keeps no such count (it indexes by itself)."""
+        return 0
+
     def index_tail(self, threshold: int) -> bool:
         """Build the index of the points written since the last build once there are `threshold` of them (0: never);
         True when something was built. Servers index in the background."""

@@ -67,10 +67,15 @@ def shard_exists(folder: Path) -> bool:
     return (folder / "edge_config.json").is_file()
 
 
+def persisted_config(folder: Path) -> dict:
+    """The shard's edge_config.json, as the engine last wrote it."""
+    return json.loads((folder / "edge_config.json").read_text())
+
+
 def _current_config(folder: Path, config: qe.EdgeConfig, dim: int) -> qe.EdgeConfig | None:
     """`config` for a shard of today's shape whose index settings are older (the next optimize() rebuilds its
     segments with them); None for a shard of another shape, which _check_shape or upgrade_shape deal with."""
-    persisted = json.loads((folder / "edge_config.json").read_text())
+    persisted = persisted_config(folder)
     dense = (persisted.get("vectors") or {}).get("") or {}
     if (dense.get("size") != dim or dense.get("distance") != "Cosine"
             or SPARSE_VECTOR not in (persisted.get("sparse_vectors") or {})):
@@ -123,7 +128,7 @@ def _search_filter(document_id: str | None, exclude_document_ids: list[str], ten
     return qe.Filter(must=must or None, must_not=must_not) if (must or must_not) else None
 
 
-# How the nightly optimize() indexes a segment. Int8 scalar quantization (kept in RAM) with a graph of m=16 built
+# How optimize() indexes a segment. Int8 scalar quantization (mapped and cached) with a graph of m=16 built
 # with ef_construct=64 builds about 5x faster than Qdrant's float default (m=16, ef_construct=100) and searches about
 # 4x faster at the same recall once a search visits DOCQUEUE_QDRANT_HNSW_EF candidates and rescores them on the
 # original vectors. The original vectors stay on disk (mapped, read only to rescore a search's few candidates), so a
@@ -200,7 +205,7 @@ class EdgeVectorStore(VectorStore):
             yield shard
 
     def _check_shape(self) -> None:
-        config = json.loads((self.folder / "edge_config.json").read_text())
+        config = persisted_config(self.folder)
         vectors = config.get("vectors", {})
         self._sparse = SPARSE_VECTOR in (config.get("sparse_vectors") or {})
         if set(vectors) != {""}:
