@@ -312,7 +312,7 @@ def measure_vector_write(make_store, rng, rounds: int = 3) -> float:
         points = [ChunkPoint(f"bench-write-{r}-{i}", v, {"document_id": "bench-write", "text": "x"})
                   for i, v in enumerate(vectors)]
         store = make_store()
-        gate = store._gate
+        gate = store._tail_gate  # what a write opens
         linger, gate.linger_s = gate.linger_s, 0.0  # this write pays its own opening and closing: the worst case
         try:
             started = time.perf_counter()

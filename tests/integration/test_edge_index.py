@@ -52,7 +52,9 @@ def test_quantized_index_finds_what_exact_search_finds(tmp_path):
 def test_a_shard_with_older_index_settings_gets_todays_and_is_rebuilt_by_optimize(tmp_path):
     rng = np.random.default_rng(4)
     store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
-    store.ensure_collection()
+    fill(store, clustered(rng, 1))  # the main shard is made by the first merge of the tail
+    store.merge_tail()
+    store.delete_chunks(["chunk-0"])
     store.close()
     # the shard as docqueue made it before: Qdrant's default index settings, nothing quantized
     config_file = store.folder / "edge_config.json"
@@ -127,4 +129,42 @@ def test_the_recovery_job_indexes_the_waiting_tail(docqueue_env, monkeypatch):
     assert result.success
     assert result.output_for_node("index_vector_tail") == {"waiting": POINTS, "built": True}
     assert store.unindexed() == 0 and store.info()["indexed_vectors"] >= 2 * POINTS
+    store.close()
+
+
+def test_writes_go_to_the_tail_and_reads_see_both_shards_once(tmp_path):
+    rng = np.random.default_rng(7)
+    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0, lock_timeout_s=2)
+    vectors = clustered(rng, 300)
+    ids = fill(store, vectors)
+    assert store.merge_tail() == 300 and not store.tail_folder.exists() and store.unindexed() == 0
+
+    # a writer never opens the main shard: one held by a process that knows nothing of docqueue's locks
+    # would make it fail with `Can't init WAL: WouldBlock`
+    outsider = qe.EdgeShard.load(str(store.folder))
+    try:
+        again = [10, 11, 12]  # written again (a retried batch) before the tail is merged: in both shards now
+        store.upsert([ChunkPoint(ids[i], vectors[i], {"document_id": f"doc-{i // 100}", "text": f"passage {i}"})
+                      for i in again])
+        store.upsert([ChunkPoint(f"new-{i}", v, {"document_id": "doc-new", "text": f"new passage {i}"})
+                      for i, v in enumerate(clustered(rng, 20))])
+        assert store.unindexed() == 23
+    finally:
+        outsider.close()
+
+    assert store.count() == 320 and store.count("doc-0") == 100 and store.count("doc-new") == 20
+    assert len(store.chunk_ids()) == 320
+    paged = [chunk_id for page in store.chunk_id_pages(64) for chunk_id in page]
+    assert len(paged) == 320 and set(paged) == store.chunk_ids()
+    assert store.present_chunk_ids([ids[10], "new-3", "missing"]) == {ids[10], "new-3"}
+    hits = store.search(vectors[11], limit=5)
+    assert hits[0].chunk_id == ids[11] and len({h.chunk_id for h in hits}) == 5
+    assert {h.chunk_id for h in store.search(text="new passage 4", mode="sparse", limit=3)} >= {"new-4"}
+    assert store.info()["points"] == 320
+
+    store.delete_document("doc-0")  # from both shards
+    assert store.count() == 220 and not ({ids[10], ids[50]} & store.chunk_ids())
+    store.optimize()  # merges the tail (300 points are too few to need a graph)
+    assert store.count() == 220 and not store.tail_folder.exists() and store.unindexed() == 0
+    assert {h.chunk_id for h in store.search(vectors[150], limit=1)} == {ids[150]}
     store.close()

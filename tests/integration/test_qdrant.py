@@ -270,7 +270,7 @@ def test_a_lingering_edge_writer_hands_the_shard_over_when_another_process_asks(
     holder = _spawn(["-c", LINGERER, str(folder)])
     try:
         assert holder.stdout.readline().strip() == "written"
-        shard = folder / "edge" / collection_name(MODEL)
+        shard = folder / "edge" / (collection_name(MODEL) + ".tail")  # the shard writes go to
         with pytest.raises(Exception, match="WouldBlock"):  # the writer still holds it, idle, between "batches"
             qdrant_edge.EdgeShard.load(str(shard))
         started = time.monotonic()
@@ -288,7 +288,7 @@ def test_lock_timeout_comes_from_the_environment(backend, store_at, tmp_path, mo
     if backend == "edge":
         store.ensure_collection()
         release_lingering()
-        outsider = qdrant_edge.EdgeShard.load(str(store.folder))  # knows nothing of docqueue's lock
+        outsider = qdrant_edge.EdgeShard.load(str(store.tail_folder))  # knows nothing of docqueue's lock
     else:
         outsider = QdrantClient(path=str(tmp_path / "q"))
     try:

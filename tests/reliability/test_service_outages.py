@@ -76,8 +76,9 @@ def _hold_qdrant_lock(folder) -> subprocess.Popen:
     """Another process holding the embedded Qdrant shard (a long CLI command, a stuck run) until stdin closes."""
     from resources.embeddings import DEFAULT_MODEL
     from resources.qdrant import collection_name
+    from resources.qdrant_edge import TAIL_SUFFIX
 
-    lock = folder / "edge" / f"{collection_name(DEFAULT_MODEL)}.lock"
+    lock = folder / "edge" / f"{collection_name(DEFAULT_MODEL)}{TAIL_SUFFIX}.lock"  # the shard writes go to
     lock.parent.mkdir(parents=True, exist_ok=True)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import portalocker, sys; h = open(sys.argv[1], 'a+'); "
