@@ -245,8 +245,11 @@ class _LocalFolder:
                 f"embedded Qdrant storage {self.folder} stayed busy in this process for {timeout_s:g}s "
                 f"(DOCQUEUE_QDRANT_LOCK_TIMEOUT)")
         try:
-            if self._depth == 0 and self._handle is None:
-                self._connect(deadline, timeout_s)
+            if self._handle is None:
+                if self._lock_handle is None:
+                    self._connect(deadline, timeout_s)
+                else:  # closed under the lock (close_handle: its folder swapped or dropped) and wanted again
+                    self._handle = self._opener(self.folder, deadline, timeout_s)
             self._depth += 1
             try:
                 yield self._handle

@@ -168,3 +168,17 @@ def test_writes_go_to_the_tail_and_reads_see_both_shards_once(tmp_path):
     assert store.count() == 220 and not store.tail_folder.exists() and store.unindexed() == 0
     assert {h.chunk_id for h in store.search(vectors[150], limit=1)} == {ids[150]}
     store.close()
+
+
+def test_a_session_writes_on_after_its_tail_was_merged(tmp_path):
+    """Seeding and migrations write in one session and build the index as they go: the tail dropped by the merge is
+    made again under the lock the session still holds."""
+    rng = np.random.default_rng(8)
+    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
+    with store.session():
+        fill(store, clustered(rng, 50))
+        assert store.merge_tail() == 50 and not store.tail_folder.exists()
+        store.upsert([ChunkPoint("after", clustered(rng, 1)[0], {"document_id": "late", "text": "after the merge"})])
+        assert store.tail_folder.exists() and store.count() == 51
+    assert store.count("late") == 1
+    store.close()
