@@ -93,11 +93,30 @@ def _current_config(folder: Path, config: qe.EdgeConfig, dim: int) -> qe.EdgeCon
     return config
 
 
-def _open_shard(config: qe.EdgeConfig, dim: int):
+def _read_through(folder: Path) -> None:
+    """Read the segments' quantized vectors once, 4 MB at a time: a shard opened with them on disk otherwise reads
+    them piecemeal in its first searches (1.2 s for the first ten at a million points, p95 60-90 ms over 200; read
+    through first, 0.2-0.35 s and then p95 1.7-1.9 ms; a kernel read-ahead hint, POSIX_FADV_WILLNEED, did not
+    help). 384 bytes a point, never held by this process."""
+    for data in folder.glob("segments/*/vector_storage/quantized.data"):
+        try:
+            with open(data, "rb", buffering=0) as handle:
+                while handle.read(_READ_THROUGH_BYTES):
+                    pass
+        except OSError:  # a segment replaced meanwhile: searches read it as they go
+            continue
+
+
+_READ_THROUGH_BYTES = 4 << 20
+
+
+def _open_shard(config: qe.EdgeConfig, dim: int, read_through: bool = False):
     def opener(folder: Path, deadline: float, timeout_s: float):
         def open_once():
             shard = (qe.EdgeShard.load(str(folder), _current_config(folder, config, dim)) if shard_exists(folder)
                      else qe.EdgeShard.create(str(folder), config))
+            if read_through:
+                _read_through(folder)
             # a shard created before tenants lacks the tenant_id index: it is built once, on the first opening
             indexed = shard.info().payload_schema
             for field_name in INDEXED_PAYLOAD:
@@ -193,7 +212,7 @@ class EdgeVectorStore(VectorStore):
         self.tail_folder = self.folder.with_name(self.collection + TAIL_SUFFIX)
         self._sparse = True
         linger = linger_from_env() if linger_s is None else linger_s
-        self._gate = local_folder(self.folder, _open_shard(edge_config(dim), dim),
+        self._gate = local_folder(self.folder, _open_shard(edge_config(dim), dim, read_through=True),
                                   lock_path=self.folder.parent / f"{self.collection}.lock", linger_s=linger)
         self._tail_gate = local_folder(self.tail_folder, _open_shard(edge_config(dim), dim),
                                        lock_path=self.folder.parent / f"{self.collection}{TAIL_SUFFIX}.lock",
