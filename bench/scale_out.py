@@ -4,7 +4,12 @@
              process pinned to one core;
   celery-1   the cluster path: ranged runs through Dagster's Celery executor (DOCQUEUE_EXECUTOR=celery) on a
              private Redis broker, one `docqueue worker --concurrency 1` pinned to one core;
-  celery-2   the same with two workers, each pinned to a core of its own, two runs in flight.
+  celery-2   the same with two workers, each pinned to a core of its own.
+
+The Celery variants keep --runs-per-worker runs in flight per worker (2): while a worker runs one step, the next
+run's step already waits on the broker, so the worker never idles while the run it just finished is recorded and the
+next one is created (set the pools' limits the same way in a deployment: README, "Run limits across the cluster").
+--scanned makes every page a picture without a text layer, so every page goes through OCR.
 
 Every worker runs its models with one thread (OMP_NUM_THREADS=1 and friends), so a worker is one core's worth of
 work. The driver that plans and launches the runs (what the daemon does in a deployment) is not pinned: in the
@@ -20,7 +25,7 @@ comes from its log. From celery-1's figures, two workers on two cores can be at 
   celery_overhead_1w  celery-1 time / inproc-1 time (target <= 1.25)
 
   .venv/bin/python bench/scale_out.py [--documents 20] [--pages 10] [--page-keys 10] [--chunk-keys 40]
-        [--admin-url URL]
+        [--scanned] [--runs-per-worker 2] [--admin-url URL]
 
 Needs the cluster extra (`pip install -e .[cluster]`) and redis-server. Ends with one line `RESULT {json}`.
 """
@@ -50,6 +55,22 @@ ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", 
                                      "NUMEXPR_NUM_THREADS", "TOKENIZERS_PARALLELISM")}
 ONE_THREAD.update({"TOKENIZERS_PARALLELISM": "false", "DOCQUEUE_EMBED_THREADS": "1"})
 # ranges small enough that two workers always have a run each; the same for every variant (--page-keys, --chunk-keys)
+def scanned_copies(folder: Path, dpi: int = 150) -> None:
+    """Replace every PDF in `folder` by a scan of itself: each page a grey picture at `dpi`, no text layer, so that
+    every page goes through OCR (the phase that outgrows a machine first)."""
+    import pymupdf
+
+    for path in sorted(folder.glob("*.pdf")):
+        source, scan = pymupdf.open(path), pymupdf.open()
+        for page in source:
+            picture = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY).tobytes("png")
+            scan.new_page(width=page.rect.width, height=page.rect.height).insert_image(page.rect, stream=picture)
+        source.close()
+        scan.save(path.with_suffix(".scan"), garbage=1, deflate=True)
+        scan.close()
+        path.with_suffix(".scan").replace(path)
+
+
 def run_keys(page_keys: int, chunk_keys: int) -> dict[str, str]:
     return {"DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": str(page_keys), "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": str(page_keys),
             "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": str(chunk_keys),
@@ -159,7 +180,8 @@ def child_main(variant: str) -> None:
 
     warnings.filterwarnings("ignore")
     logging.getLogger("dagster").setLevel(logging.WARNING)
-    result = drive_in_process() if variant == "inproc" else drive_celery(int(variant.split("-")[1]))
+    result = drive_in_process() if variant == "inproc" else drive_celery(
+        int(variant.split("-")[1]) * int(os.environ["BENCH_RUNS_PER_WORKER"]))
     Path(os.environ["BENCH_RESULT"]).write_text(json.dumps(result))
 
 
@@ -348,7 +370,7 @@ def stop_worker(process: subprocess.Popen) -> None:
 
 
 def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, root: Path, redis: "Redis",
-                keys: dict[str, str]) -> dict:
+                keys: dict[str, str], runs_per_worker: int) -> dict:
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
 
@@ -365,7 +387,8 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
            "DOCQUEUE_QDRANT_URL": "", "DOCQUEUE_NEO4J_URI": bolt["uri"], "DOCQUEUE_NEO4J_USER": bolt["user"],
            "DOCQUEUE_NEO4J_PASSWORD": bolt["password"], "DOCQUEUE_NEO4J_DATABASE": bolt["database"] or "",
            "PYTHONUNBUFFERED": "1", "BENCH_CORPUS": str(corpus), "BENCH_CORE": "0",
-           "BENCH_RESULT": str(home / "result.json"), "BENCH_CLOCK": str(home / "clock-started")}
+           "BENCH_RESULT": str(home / "result.json"), "BENCH_CLOCK": str(home / "clock-started"),
+           "BENCH_RUNS_PER_WORKER": str(runs_per_worker)}
     workers = []
     roots = service_roots(root, redis.process.pid)
     if variant.startswith("celery"):
@@ -429,11 +452,13 @@ def parent_main(args) -> None:
     redis, results, load_before = Redis(), {}, os.getloadavg()
     corpus = root / "corpus"
     make_corpus(corpus, args.documents, args.pages)
+    if args.scanned:
+        scanned_copies(corpus)
     try:
         with services(root, args.admin_url) as (bolt, databases):
             for variant in ("celery-1", "inproc", "celery-2"):
                 results[variant] = r = run_variant(variant, corpus, databases, bolt, root, redis,
-                                                   run_keys(args.page_keys, args.chunk_keys))
+                                                   run_keys(args.page_keys, args.chunk_keys), args.runs_per_worker)
                 print(f"{variant:9s}: {r['seconds']:7.1f} s, {r['runs']} runs ({r['failed_runs']} failed), "
                       f"{r['outcome']}", flush=True)
                 print_cpu(variant, r)
@@ -454,7 +479,8 @@ def parent_main(args) -> None:
     print(f"machine load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     print("RESULT " + json.dumps({
         "documents": args.documents, "pages": args.pages, "chunks": chunks,
-        "page_keys": args.page_keys, "chunk_keys": args.chunk_keys, "same_outcome": same,
+        "page_keys": args.page_keys, "chunk_keys": args.chunk_keys, "scanned": args.scanned,
+        "runs_per_worker": args.runs_per_worker, "same_outcome": same,
         "celery_1w_s": round(one, 2), "celery_2w_s": round(two, 2), "inproc_1w_s": round(inproc, 2),
         "speedup_2_vs_1": round(one / two, 3), "celery_overhead_1w": round(one / inproc, 3),
         "runs": {v: r["runs"] for v, r in results.items()}, "cores": os.cpu_count(),
@@ -469,6 +495,11 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=10)
     parser.add_argument("--page-keys", type=int, default=10, help="pages per OCR and chunking run")
     parser.add_argument("--chunk-keys", type=int, default=40, help="chunks per embedding and extraction run")
+    parser.add_argument("--scanned", action="store_true",
+                        help="every page a scan without a text layer, so that every page is OCRed")
+    parser.add_argument("--runs-per-worker", type=int, default=2,
+                        help="runs in flight per worker: above 1, a worker's next step waits on the broker while "
+                             "the run it just finished is recorded")
     parser.add_argument("--admin-url", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
