@@ -364,19 +364,16 @@ def measure_search(store, rng, searches: int) -> tuple[float, float, float]:
             timings.append((time.perf_counter() - started) * 1000)
         found = 0
         checked = queries[:20]
-        with store._shard() as shard:
+        with store._both() as shards:  # the tail (points not yet indexed) and the main shard
             for query in checked:
-                exact = {p.id for p in shard.query(qe.QueryRequest(
-                    query=qe.Query.Nearest(query.tolist()), limit=5, params=qe.SearchParams(exact=True)))}
-                found += len({h.payload.get("chunk_id") for h in store.search(query, limit=5)}
-                             & {c for c in _chunk_ids_of(shard, exact)})
+                nearest = sorted((p for shard in shards if shard is not None for p in shard.query(qe.QueryRequest(
+                    query=qe.Query.Nearest(query.tolist()), limit=5, with_payload=["chunk_id"],
+                    params=qe.SearchParams(exact=True)))), key=lambda p: -p.score)
+                exact = {p.payload.get("chunk_id") for p in nearest[:5]}
+                found += len({h.payload.get("chunk_id") for h in store.search(query, limit=5)} & exact)
     timings.sort()
     recall = found / (5 * len(checked)) if store.count() else None  # an empty store has nothing to recall
     return timings[len(timings) // 2], timings[min(len(timings) - 1, int(len(timings) * 0.95))], recall
-
-
-def _chunk_ids_of(shard, point_ids) -> list[str]:
-    return [r.payload.get("chunk_id") for r in shard.retrieve(list(point_ids), with_payload=True, with_vector=False)]
 
 
 def measure_ranged_run(instance, defs, documents: int) -> float:
