@@ -398,6 +398,9 @@ def markdown_pages(draw) -> str:
 BUDGETS = st.tuples(st.integers(16, 80), st.integers(0, 11), st.integers(0, 60)).map(
     lambda t: (t[0], min(t[1], t[0] - 1), t[0] + t[2]))
 
+# The properties are about how a page is cut, at any size: the per-page cap (DOCQUEUE_MAX_CHUNKS_PER_PAGE, 200) has
+# tests of its own, and a generated table at a 16-token budget can need more chunks than that.
+UNCAPPED = 100_000
 PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -409,8 +412,10 @@ def _table_rows(markdown: str) -> set[str]:
 @given(markdown_pages(), BUDGETS)
 def test_chunking_is_deterministic(markdown, budget):
     target, overlap, maximum = budget
-    first = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum)
-    second = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum)
+    first = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
+                           max_chunks=UNCAPPED)
+    second = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
+                            max_chunks=UNCAPPED)
     assert first == second
     assert all(isinstance(c, Chunk) and c.text.strip() for c in first)
     assert [c.index for c in first] == list(range(len(first)))
@@ -430,7 +435,8 @@ def _words(text: str) -> list[str]:
 def test_every_word_is_kept_and_only_words_in_long_table_cells_are_cut(markdown, budget):
     target, overlap, maximum = budget
     assume("Col" not in markdown)  # synthetic header names are dropped on purpose
-    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum)
+    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
+                            max_chunks=UNCAPPED)
     assert not _content(markdown) - _content("".join(c.text for c in chunks)), "text of the input is missing"
     input_words = set(_words(markdown))
     for chunk in chunks:
@@ -443,7 +449,8 @@ def test_every_word_is_kept_and_only_words_in_long_table_cells_are_cut(markdown,
 @given(markdown_pages(), BUDGETS)
 def test_without_overlap_the_words_appear_once_in_order_apart_from_tables(markdown, budget):
     target, _, maximum = budget
-    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=0, max_tokens=maximum)
+    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=0, max_tokens=maximum,
+                            max_chunks=UNCAPPED)
     if not any(line.strip().startswith("|") for line in markdown.splitlines()):
         assert [w for c in chunks for w in words_of(c.text)] == words_of(markdown)
 
@@ -453,7 +460,8 @@ def test_without_overlap_the_words_appear_once_in_order_apart_from_tables(markdo
 def test_table_rows_that_fit_half_the_maximum_are_never_cut(markdown, budget):
     target, overlap, maximum = budget
     assume("Col" not in markdown)
-    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum)
+    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
+                            max_chunks=UNCAPPED)
     lines = [line.strip() for line in markdown.splitlines()]
     headers = {line for line, following in zip(lines, lines[1:]) if line.startswith("|") and following.startswith("|-")}
     output = {line.strip() for c in chunks for line in c.text.splitlines()}
@@ -466,7 +474,8 @@ def test_table_rows_that_fit_half_the_maximum_are_never_cut(markdown, budget):
 @given(markdown_pages(), BUDGETS)
 def test_every_chunk_respects_max_tokens(markdown, budget):
     target, overlap, maximum = budget
-    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum)
+    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
+                            max_chunks=UNCAPPED)
     assert all(chunk.token_count <= maximum for chunk in chunks)
 
 
