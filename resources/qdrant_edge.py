@@ -337,16 +337,12 @@ class EdgeVectorStore(VectorStore):
             try:
                 for field_name in INDEXED_PAYLOAD:
                     target.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
-                copied, offset = 0, None
-                while True:
-                    records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=self.scroll_page,
-                                                                    with_payload=True, with_vector=True))
+                copied = 0
+                for records in _pages(shard, None, self.scroll_page, True, with_vector=True):
                     points = [PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {}))
                               for r in records]
                     _write(target, points, True, self.upsert_batch)
                     copied += len(points)
-                    if offset is None:
-                        break
             finally:
                 target.close()
             # the open shard goes first, so the folder can be swapped while the lock is still held
@@ -500,9 +496,10 @@ class EdgeVectorStore(VectorStore):
         with self._both() as (tail, main):
             if tail is None and main is None:
                 return {"points": 0, "segments": 0, "indexed_vectors": 0}
-            parts = [shard.info() for shard in (tail, main) if shard is not None]
+            tail_info, main_info = (shard.info() if shard is not None else None for shard in (tail, main))
+            parts = [part for part in (tail_info, main_info) if part is not None]
             return {"points": self.count(), "segments": sum(part.segments_count for part in parts),
-                    "indexed_vectors": main.info().indexed_vectors_count if main is not None else 0}
+                    "indexed_vectors": main_info.indexed_vectors_count if main_info is not None else 0}
 
 
 def _pages(shard, condition, page_size: int, with_payload, with_vector: bool = False):
