@@ -415,8 +415,8 @@ def measure_sensor_tick(instance, defs, rounds: int = 3) -> float:
     sensor = defs.get_sensor_def("vector_chunk_sensor")
     timings = []
     # This process holds what seeding left (more at a larger N), which a daemon's sensor process never holds; a tick
-    # allocates 20,000 candidates, and the full collections they set off would scan that heap too (one tick in six
-    # took 0.51 s instead of 0.15 s beside a million held objects). So the heap as it is now is left out of them.
+    # allocates its candidates (up to 10,000), and the full collections they set off would scan that heap too (one
+    # tick in six took 0.51 s instead of 0.15 s beside a million held objects). So the heap as it is now is left out.
     gc.collect()
     gc.freeze()
     try:

@@ -11,7 +11,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from queue_db.config import DagsterConfig, settings
-from queue_db.partitions import Candidate, ready_candidates, rollup_candidates
+from queue_db.partitions import BlockShare, Candidate, ready_candidates, rollup_candidates
 from queue_db.tasks import TaskKind
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -75,27 +75,34 @@ def in_flight_positions(instance: dg.DagsterInstance, name: str) -> dict[int, li
     return ranges
 
 
+def candidate_limit(max_runs: int, max_keys: int, in_flight: dict[int, list[tuple[int, int]]] | None) -> int:
+    """Ready tasks a planning round reads: enough for `max_runs` full runs, plus the tasks that ranges in flight may
+    still cover (read, then skipped). Reading more than this cannot change which runs are planned first."""
+    covered = sum(end - start + 1 for ranges in (in_flight or {}).values() for start, end in ranges)
+    return max_runs * max_keys + covered
+
+
 def plan_runs(engine: sa.Engine, kind: TaskKind, *, in_flight: dict[int, list[tuple[int, int]]] | None = None,
-              max_keys: int | None = None, max_runs: int = 25, candidate_limit: int = 20_000,
-              block_filter=None, documents=None) -> list[PlannedRun]:
+              max_keys: int | None = None, max_runs: int = 25, share: BlockShare | None = None,
+              documents=None) -> list[PlannedRun]:
     """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first."""
-    return group_into_runs(ready_candidates(engine, kind, candidate_limit, documents), kind.name, kind.phase.value,
-                           max_keys=max_keys or max_keys_per_run(kind), in_flight=in_flight, max_runs=max_runs,
-                           block_filter=block_filter)
+    max_keys = max_keys or max_keys_per_run(kind)
+    candidates = ready_candidates(engine, kind, candidate_limit(max_runs, max_keys, in_flight), documents, share)
+    return group_into_runs(candidates, kind.name, kind.phase.value, max_keys=max_keys, in_flight=in_flight,
+                           max_runs=max_runs)
 
 
 def plan_rollup_runs(engine: sa.Engine, phase: str, *, in_flight=None, max_keys: int = 200, max_runs: int = 10,
-                     block_filter=None, documents=None) -> list[PlannedRun]:
-    return group_into_runs(rollup_candidates(engine, phase, 5_000, documents), f"rollup_{phase}", phase, max_keys=max_keys,
-                           in_flight=in_flight, max_runs=max_runs, block_filter=block_filter)
+                     share: BlockShare | None = None, documents=None) -> list[PlannedRun]:
+    candidates = rollup_candidates(engine, phase, candidate_limit(max_runs, max_keys, in_flight), documents, share)
+    return group_into_runs(candidates, f"rollup_{phase}", phase, max_keys=max_keys, in_flight=in_flight,
+                           max_runs=max_runs)
 
 
 def group_into_runs(candidates: list[Candidate], name: str, phase: str, *, max_keys: int,
-                    in_flight: dict[int, list[tuple[int, int]]] | None = None, max_runs: int = 25,
-                    block_filter=None) -> list[PlannedRun]:
+                    in_flight: dict[int, list[tuple[int, int]]] | None = None, max_runs: int = 25) -> list[PlannedRun]:
     in_flight = in_flight or {}
-    candidates = [c for c in candidates
-                  if not _covered(c, in_flight) and (block_filter is None or block_filter(c.block))]
+    candidates = [c for c in candidates if not _covered(c, in_flight)]
     urgency = {c.id: i for i, c in enumerate(candidates)}  # claim order: priority, failed first, oldest
     by_block: dict[int, list[Candidate]] = {}
     for candidate in candidates:

@@ -19,6 +19,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from queue_db.inspection import waiting_work
+from queue_db.partitions import BlockShare
 from queue_db.config import QueueConfig, settings
 from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished
@@ -131,7 +132,7 @@ def fail_abandoned_runs(instance: dg.DagsterInstance, between_runs: bool = False
     return failed
 
 
-def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, block_filter=None,
+def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, share: BlockShare | None = None,
               documents: Sequence[str] | None = None) -> list[PlannedRun]:
     """One planning round over every kind in phase order, then the roll-ups. Called between runs only.
     `documents`: only these documents' tasks and roll-ups are planned (`docqueue run --max-docs`)."""
@@ -141,10 +142,10 @@ def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, block_filter=None,
         register_partitions(instance, queue.engine, level)
     for kind in ALL_KINDS:
         planned += plan_runs(queue.engine, kind, in_flight=in_flight_positions(instance, kind.name), max_runs=4,
-                             block_filter=block_filter, documents=documents)
+                             share=share, documents=documents)
     for phase in ROLLUP_ASSET_BY_PHASE:
         planned += plan_rollup_runs(queue.engine, phase, in_flight=in_flight_positions(instance, f"rollup_{phase}"),
-                                    max_runs=4, block_filter=block_filter, documents=documents)
+                                    max_runs=4, share=share, documents=documents)
     return planned
 
 
@@ -204,13 +205,13 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: Ta
         return report
     poll_s = queue.settings.poll_interval_s if poll_s is None else poll_s
     started = time.monotonic()
-    block_filter = (lambda block: block % workers == worker_index) if workers > 1 else None
+    share = BlockShare(workers, worker_index) if workers > 1 else None
     outage = _Outage()
     while True:
         if max_seconds is not None and time.monotonic() - started > max_seconds:
             break
         try:
-            planned = plan_next(queue, instance, block_filter, documents)
+            planned = plan_next(queue, instance, share, documents)
             for run in planned:
                 ok = execute(defs, instance, run, log_level)
                 report.runs += 1

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import sqlalchemy as sa
 
@@ -46,13 +46,33 @@ def key_of(level: Level, row: dict) -> str:
     return chunk_partition_key(row["document_key"], row["page_number"], row["chunk_index"])
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
+    """A ready task (or a document due a roll-up) where its partition sits. A tuple, and its key formatted only when
+    asked for, because a tick reads thousands and planning needs the keys at the ends of its ranges only."""
     id: str
-    key: str
     block: int
     pos: int
     retries: int
+    document_key: str
+    page_number: int | None
+    chunk_index: int | None
+    level: Level
+
+    @property
+    def key(self) -> str:
+        return key_of(self.level, {"document_key": self.document_key, "page_number": self.page_number,
+                                   "chunk_index": self.chunk_index})
+
+
+@dataclass(frozen=True)
+class BlockShare:
+    """The registration blocks one of `of` cooperating runners plans (`docqueue run --workers`): block % of ==
+    index. Filtered in the query, so a runner's candidates are its own however the work is spread."""
+    of: int
+    index: int
+
+    def sql(self, alias: str = "t") -> str:
+        return f"AND {alias}.partition_block %% {int(self.of)} = {int(self.index)}"
 
 
 def unregistered(engine: sa.Engine, level: Level, limit: int = 10_000) -> list[dict]:
@@ -80,31 +100,44 @@ def record_block(engine: sa.Engine, level: Level, ids_in_order: Sequence[str]) -
     return int(block)
 
 
-def ready_candidates(engine: sa.Engine, kind: TaskKind, limit: int,
-                     documents: Sequence[str] | None = None) -> list[Candidate]:
-    """Claimable tasks of `kind` with registered partitions, in claim order (priority, failed first, oldest);
-    `documents`: of these documents only."""
+def ready_candidates_sql(kind: TaskKind, documents: bool = False,
+                         share: BlockShare | None = None) -> tuple[tuple[str, ...], str]:
+    """The planner settings and the statement of `ready_candidates` (parameters: n, documents)."""
     select, joins = _KEY_SELECT[kind.level]
-    only = "" if documents is None else f"AND t.{kind.document_column} = ANY(%(documents)s::uuid[])"
-    # The tasks are picked first, alone: joined in one query, the planner estimated tens of thousands of matches at a
-    # million chunks and hash-joined them to every page row (a sequential scan of task_queue_page each tick, 0.2 s);
-    # picked (only the columns the key and the order need, so that their sort stays in memory), at most `limit` rows
-    # are joined to their parents.
-    with engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            f"""WITH picked AS MATERIALIZED (
+    only = f"AND t.{kind.document_column} = ANY(%(documents)s::uuid[])" if documents else ""
+    # The tasks are picked first, alone, by walking the claim index in its order: the walk stops after `n` tasks, so
+    # its cost is the limit plus the tasks it steps over, whatever the table holds. Left to choose, the planner
+    # read every claimable task and sorted them instead once they were tens of thousands among a million rows
+    # (0.43 s per tick, against 0.04 s for the walk), so sorting is ruled out for this statement. A pick limited
+    # to some documents is small: there the planner's choice stands.
+    settings = () if documents else ("SET LOCAL enable_sort = off",)
+    # Only the columns the key and the order need are picked, and only the picked rows are joined to their parents.
+    return settings, f"""WITH picked AS MATERIALIZED (
                     SELECT t.id, t.partition_block, t.partition_pos, t.priority, t.{kind.status},
                            t.{kind.col('retry_count')}, t.created_at, {_PICKED[kind.level]}
                     FROM {kind.table} t
                     WHERE {kind.claimable_sql('t')} AND t.partition_block IS NOT NULL {only}
+                          {share.sql('t') if share else ''}
                     ORDER BY {kind.claim_order_sql('t')}
                     LIMIT %(n)s)
                 SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos,
                        COALESCE(t.{kind.col('retry_count')}, 0) AS retries, {select}
                 FROM picked t {joins}
-                ORDER BY {kind.claim_order_sql('t')}""",
-            {"n": limit, "documents": list(documents or ())}).mappings().all()
-    return [Candidate(r["id"], key_of(kind.level, r), int(r["block"]), int(r["pos"]), int(r["retries"])) for r in rows]
+                ORDER BY {kind.claim_order_sql('t')}"""
+
+
+def ready_candidates(engine: sa.Engine, kind: TaskKind, limit: int, documents: Sequence[str] | None = None,
+                     share: BlockShare | None = None) -> list[Candidate]:
+    """At most `limit` claimable tasks of `kind` with registered partitions, in claim order (priority, failed
+    first, oldest); `documents`: of these documents only; `share`: in these registration blocks only."""
+    settings, statement = ready_candidates_sql(kind, documents is not None, share)
+    level = kind.level
+    with engine.begin() as conn:
+        for setting in settings:
+            conn.exec_driver_sql(setting)
+        rows = conn.exec_driver_sql(statement, {"n": limit, "documents": list(documents or ())}).all()
+    # the statement's columns are the tuple's, in its order
+    return [Candidate(*row, level) for row in rows]
 
 
 def rows_for_keys(engine: sa.Engine, kind: TaskKind, keys: Sequence[str]) -> dict[str, dict]:
@@ -139,12 +172,12 @@ ROLLUP_COLUMNS = {"ocr": ("ocr_status", "ocr_completed_at", "ocr_rollup_at"),
                   "graphrag": ("graphrag_index_status", "graphrag_completed_at", "graphrag_rollup_at")}
 
 
-def rollup_candidates(engine: sa.Engine, phase: str, limit: int,
-                      documents: Sequence[str] | None = None) -> list[Candidate]:
+def rollup_candidates(engine: sa.Engine, phase: str, limit: int, documents: Sequence[str] | None = None,
+                      share: BlockShare | None = None) -> list[Candidate]:
     """Documents whose phase reached a final status (completed/failed) since their roll-up was last written;
-    `documents`: among these only."""
+    `documents`: among these only; `share`: in these registration blocks only."""
     status, completed_at, rollup_at = ROLLUP_COLUMNS[phase]
-    only = "" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])"
+    only = ("" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])") + (share.sql("t") if share else "")
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
             f"""SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos, t.document_key
@@ -153,7 +186,8 @@ def rollup_candidates(engine: sa.Engine, phase: str, limit: int,
                   AND (t.{rollup_at} IS NULL OR t.{rollup_at} < COALESCE(t.{completed_at}, t.updated_at)) {only}
                 ORDER BY t.priority DESC, t.updated_at
                 LIMIT %(n)s""", {"n": limit, "documents": list(documents or ())}).mappings().all()
-    return [Candidate(r["id"], r["document_key"], int(r["block"]), int(r["pos"]), 0) for r in rows]
+    return [Candidate(r["id"], int(r["block"]), int(r["pos"]), 0, r["document_key"], None, None, Level.DOCUMENT)
+            for r in rows]
 
 
 def document_rollup(engine: sa.Engine, phase: str, document_keys: Sequence[str]) -> dict[str, dict]:

@@ -124,3 +124,40 @@ def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
     print(f"\nseeded in {seeded:.1f} s; {len(captured.statements)} statements explained")
     assert not offenders, "sequential scans of queue tables:\n" + "\n".join(
         f"{tables}: {statement}" for statement, tables in offenders.items())
+
+
+def _limit_child(node: dict) -> dict | None:
+    """The node under the first Limit of a plan (the ready-task pick)."""
+    for found in _nodes(node):
+        if found["Node Type"] == "Limit":
+            return found["Plans"][0]
+    return None
+
+
+@pytest.mark.parametrize("kind_name", ["vector_chunk", "graphrag_chunk"])
+def test_ready_pick_walks_the_claim_index_and_stops_at_its_limit(env, kind_name):
+    """The ready-task pick of a tick must not read and sort every claimable task: it walks the claim index in its
+    order and stops after the limit. Here the limit (a tick's 10 runs of 1,000 keys) exceeds the 5,000 claimable
+    tasks, which is where the planner, left alone, reads and sorts them all."""
+    from orchestration.planning import candidate_limit
+    from queue_db.config import DagsterConfig, settings
+    from queue_db.partitions import ready_candidates_sql
+    from queue_db.tasks import ALL_KINDS
+
+    _, _, queue = env
+    _seed(queue.engine)
+    kind = next(k for k in ALL_KINDS if k.name == kind_name)
+    config = settings(DagsterConfig)
+    limit = candidate_limit(config.sensor_max_runs, config.max_keys_per_run(kind.name), {})
+    planner_settings, statement = ready_candidates_sql(kind)
+    with queue.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        with raw.cursor() as cursor:
+            for setting in planner_settings:
+                cursor.execute(setting)
+            cursor.execute("EXPLAIN (FORMAT JSON) " + statement, {"n": limit, "documents": []})
+            pick = _limit_child(cursor.fetchone()[0][0]["Plan"])
+            cursor.execute("EXPLAIN " + statement, {"n": limit, "documents": []})
+            readable = "\n".join(row[0] for row in cursor.fetchall())
+        conn.rollback()
+    assert pick is not None and pick["Node Type"] == "Index Scan" and "claim" in pick.get("Index Name", ""), readable

@@ -1,0 +1,58 @@
+"""Run planning against a real queue: a planning round reads only as many ready tasks as its runs can hold, yet
+ranges already in flight and other runners' blocks never crowd out the runs it should plan."""
+from __future__ import annotations
+
+from orchestration.planning import candidate_limit, plan_runs
+from queue_db.keys import chunk_partition_key
+from queue_db.partitions import BlockShare
+from queue_db.tasks import VECTOR_CHUNK
+from tests.queue_support import bulk_seed
+
+
+def _seed(engine) -> None:
+    """400 pending chunks of four one-page documents: documents 1-2 in registration block 10 (positions 0-199),
+    3-4 in block 11; block 10 is the more urgent, and within a block the claim order is the position order."""
+    bulk_seed(engine, 4, 1, 100)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            """UPDATE task_queue_chunk c
+               SET partition_block = CASE WHEN d.rn <= 2 THEN 10 ELSE 11 END,
+                   partition_pos = ((d.rn - 1) %% 2) * 100 + c.chunk_index,
+                   priority = CASE WHEN d.rn <= 2 THEN 5 ELSE 0 END,
+                   created_at = timestamp '2026-01-01' + (((d.rn - 1) %% 2) * 100 + c.chunk_index) * interval '1 s'
+               FROM (SELECT id, row_number() OVER (ORDER BY document_key) AS rn FROM documents) d
+               WHERE c.document_id = d.id""")
+
+
+def _key(engine, block: int, pos: int) -> str:
+    with engine.connect() as conn:
+        row = conn.exec_driver_sql(
+            """SELECT d.document_key, p.page_number, c.chunk_index FROM task_queue_chunk c
+               JOIN documents d ON d.id = c.document_id JOIN task_queue_page p ON p.id = c.page_id
+               WHERE c.partition_block = %(b)s AND c.partition_pos = %(p)s""", {"b": block, "p": pos}).one()
+    return chunk_partition_key(*row)
+
+
+def test_candidate_limit_is_full_runs_plus_what_ranges_in_flight_may_cover():
+    assert candidate_limit(10, 1000, None) == 10_000
+    assert candidate_limit(4, 50, {10: [(0, 149), (300, 309)], 11: [(5, 5)]}) == 200 + 150 + 10 + 1
+
+
+def test_each_runner_plans_its_own_blocks_though_another_runners_are_more_urgent(engine):
+    _seed(engine)
+    # one run of 50 reads 50 candidates: the 50 most urgent of all are block 10's, so the runner sharing the odd
+    # blocks finds its own only because the share is applied by the query
+    [odd] = plan_runs(engine, VECTOR_CHUNK, max_keys=50, max_runs=1, share=BlockShare(2, 1))
+    [even] = plan_runs(engine, VECTOR_CHUNK, max_keys=50, max_runs=1, share=BlockShare(2, 0))
+    assert (odd.block, odd.start_pos, odd.end_pos, odd.size) == (11, 0, 49, 50)
+    assert (even.block, even.start_pos, even.end_pos, even.size) == (10, 0, 49, 50)
+    assert (odd.start_key, odd.end_key) == (_key(engine, 11, 0), _key(engine, 11, 49))
+
+
+def test_ranges_in_flight_do_not_crowd_out_the_runs_a_tick_asks_for(engine):
+    _seed(engine)
+    in_flight = {10: [(0, 149)]}  # the 150 most urgent tasks are covered by a queued run
+    runs = plan_runs(engine, VECTOR_CHUNK, max_keys=50, max_runs=2, in_flight=in_flight)
+    assert [(r.block, r.start_pos, r.end_pos) for r in runs] == [(10, 150, 199), (11, 0, 49)]
+    assert [(r.start_key, r.end_key) for r in runs] == [(_key(engine, 10, 150), _key(engine, 10, 199)),
+                                                        (_key(engine, 11, 0), _key(engine, 11, 49))]
