@@ -498,6 +498,23 @@ def _progress(queue) -> dict:
     return phase_progress(queue.engine)
 
 
+PROGRESS_REFRESH_S = 0.5  # the bars' refresh on a small queue
+PROGRESS_COUNT_SHARE = 0.05  # of the database's time, at most, that counting for the bars may take
+
+
+def progress_refresh_s(count_s: float) -> float:
+    """Seconds until the bars are counted again, after a count that took `count_s`: the counts read whole tables,
+    so on a large queue they are taken less often rather than competing with the workers (at a million chunks, a
+    count of 0.3 s means a refresh every 6 s)."""
+    return max(PROGRESS_REFRESH_S, count_s / PROGRESS_COUNT_SHARE)
+
+
+def _wait_for_children(children, seconds: float) -> None:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until and any(child.poll() is None for child in children):
+        time.sleep(min(0.2, max(until - time.monotonic(), 0)))
+
+
 def _watch_progress(queue, children, show: bool) -> None:
     if not show:
         for child in children:
@@ -508,9 +525,10 @@ def _watch_progress(queue, children, show: bool) -> None:
     with Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bars:
         tasks = {phase: bars.add_task(phase, total=1) for phase in ("ocr", "vector", "graphrag")}
         while any(child.poll() is None for child in children):
+            counted = time.monotonic()
             for phase, p in _progress(queue).items():
                 bars.update(tasks[phase], total=max(p["total"], 1), completed=p["completed"] + p["failed"])
-            time.sleep(0.5)
+            _wait_for_children(children, progress_refresh_s(time.monotonic() - counted))
         for phase, p in _progress(queue).items():
             bars.update(tasks[phase], total=max(p["total"], 1), completed=p["completed"] + p["failed"])
 

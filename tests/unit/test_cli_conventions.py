@@ -3,6 +3,7 @@ without running a command)."""
 from __future__ import annotations
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from orchestration.cli import EXIT_FAILURE, EXIT_INCONSISTENT, EXIT_TASKS_FAILED, EXIT_USAGE, main
@@ -30,3 +31,25 @@ def test_help_lists_every_exit_code_and_version_answers():
         assert f"  {code}  " in text, text
     version = runner.invoke(main, ["--version"])
     assert version.exit_code == 0 and version.output.startswith("docqueue ")
+
+
+def test_progress_bars_count_less_often_as_counting_grows():
+    from orchestration.cli import PROGRESS_REFRESH_S, progress_refresh_s
+
+    assert progress_refresh_s(0.002) == PROGRESS_REFRESH_S  # a small queue: the usual refresh
+    assert progress_refresh_s(0.3) == pytest.approx(6.0)  # counting takes at most 5 % of the time
+    assert progress_refresh_s(0.6) == pytest.approx(2 * progress_refresh_s(0.3))
+
+
+def test_waiting_for_the_next_count_ends_when_the_workers_do():
+    import time
+
+    from orchestration.cli import _wait_for_children
+
+    class Finished:
+        def poll(self):
+            return 0
+
+    started = time.monotonic()
+    _wait_for_children([Finished()], 30)
+    assert time.monotonic() - started < 1
