@@ -163,9 +163,11 @@ def _search_filter(document_id: str | None, exclude_document_ids: list[str], ten
 HNSW = {"m": 16, "ef_construct": 64, "full_scan_threshold": 10_000}
 QUANTILE = 0.99
 OVERSAMPLING = 2.0
-# the same settings as edge_config.json records them
-HNSW_CONFIG = {**HNSW, "max_indexing_threads": 0, "memory": "cached"}
-QUANTIZATION_CONFIG = {"scalar": {"type": "int8", "quantile": QUANTILE, "memory": "cold"}}
+GRAPH_MEMORY, QUANTIZED_MEMORY, VECTOR_MEMORY = "cached", "cold", "cold"
+_MEMORY = {"cached": qe.Memory.Cached, "cold": qe.Memory.Cold}
+# the same settings as edge_config.json records them (what an opening compares to decide whether to re-index)
+HNSW_CONFIG = {**HNSW, "max_indexing_threads": 0, "memory": GRAPH_MEMORY}
+QUANTIZATION_CONFIG = {"scalar": {"type": "int8", "quantile": QUANTILE, "memory": QUANTIZED_MEMORY}}
 
 
 def max_segment_kb(dim: int) -> int:
@@ -175,11 +177,11 @@ def max_segment_kb(dim: int) -> int:
 
 def edge_config(dim: int) -> qe.EdgeConfig:
     return qe.EdgeConfig(
-        vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=qe.Memory.Cold),
+        vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=_MEMORY[VECTOR_MEMORY]),
         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-        hnsw_config=qe.HnswIndexConfig(**HNSW, memory=qe.Memory.Cached),
+        hnsw_config=qe.HnswIndexConfig(**HNSW, memory=_MEMORY[GRAPH_MEMORY]),
         quantization_config=qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE,
-                                                        memory=qe.Memory.Cold),
+                                                        memory=_MEMORY[QUANTIZED_MEMORY]),
         optimizers=qe.EdgeOptimizersConfig(max_segment_size=max_segment_kb(dim)))
 
 
