@@ -457,3 +457,21 @@ def test_workspace_yaml_loads_orchestration_definitions(tmp_path, instance, monk
         location = request.get_code_location("docqueue")
         repository = next(iter(location.get_repositories().values()))
         assert repository.get_asset_node_snap(AssetKey("workspace_probe")) is not None
+
+
+def test_dynamic_partition_keys_read_as_the_parent_reads_them(instance):
+    """get_dynamic_partitions reads through the driver's cursor: the same keys, in the order they were added, after
+    adds and a batch delete, and nothing of another definition."""
+    from dagster_postgres.event_log import PostgresEventLogStorage
+
+    storage = instance.event_log_storage
+    name, other = f"keys-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
+    assert storage.get_dynamic_partitions(name) == []
+    instance.add_dynamic_partitions(name, ["b", "a", "c/p0001/c000"])
+    instance.add_dynamic_partitions(other, ["z"])
+    instance.add_dynamic_partitions(name, ["d", "a"])  # "a" is there already
+    storage.delete_dynamic_partitions(name, ["b", "absent"])
+    expected = ["a", "c/p0001/c000", "d"]
+    assert storage.get_dynamic_partitions(name) == expected
+    assert PostgresEventLogStorage.get_dynamic_partitions(storage, name) == expected
+    assert instance.get_dynamic_partitions(other) == ["z"]
