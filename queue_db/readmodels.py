@@ -26,23 +26,27 @@ SELECT d.id, d.document_key, d.tenant_id, d.filename, d.priority,
        COALESCE(SUM(p.chunk_count), 0) AS total_chunks,
        -- phases skipped on purpose: pages with no text to embed; text not extracted again for a re-index
        COUNT(p.id) FILTER (WHERE p.embedding_skipped) AS pages_without_text, d.extraction_skipped,
-       (SELECT COUNT(*) FROM task_queue_chunk c WHERE c.document_id = d.id AND c.vector_status = 'completed')
-           AS vector_completed_chunks,
-       (SELECT COUNT(*) FROM task_queue_chunk c WHERE c.document_id = d.id AND c.graphrag_status = 'completed')
-           AS graphrag_completed_chunks,
+       c.vector_completed_chunks, c.graphrag_completed_chunks,
        d.ocr_error, d.vector_error, d.graphrag_error,
        -- when any task of the document last failed (GREATEST skips NULLs)
-       GREATEST(d.ocr_failed_at, MAX(p.ocr_failed_at), MAX(p.vector_failed_at),
-                (SELECT MAX(GREATEST(c.vector_failed_at, c.graphrag_failed_at)) FROM task_queue_chunk c
-                 WHERE c.document_id = d.id)) AS last_failed_at,
+       GREATEST(d.ocr_failed_at, MAX(p.ocr_failed_at), MAX(p.vector_failed_at), c.failed_at) AS last_failed_at,
        COALESCE(d.ocr_error_class, d.vector_error_class, d.graphrag_error_class) AS error_class,
        -- phases that wait on a task failed for good: a derived view, the stored status stays pending
        ARRAY_REMOVE(ARRAY[{blocked}], NULL) AS blocked_phases
 FROM (SELECT * FROM documents {where} ORDER BY created_at, id {limit}) d
+-- a document's chunks are read once, through idx_tqc_document, whatever the statistics say: with a condition on a
+-- status, the planner took a partial index of completed vectors while its statistics counted none, and filtered
+-- 35,000 rows per document (0.57 s for a page of 50 documents instead of 0.01 s)
+CROSS JOIN LATERAL (
+    SELECT COUNT(*) FILTER (WHERE c.vector_status = 'completed') AS vector_completed_chunks,
+           COUNT(*) FILTER (WHERE c.graphrag_status = 'completed') AS graphrag_completed_chunks,
+           MAX(GREATEST(c.vector_failed_at, c.graphrag_failed_at)) AS failed_at
+    FROM task_queue_chunk c WHERE c.document_id = d.id) c
 LEFT JOIN task_queue_page p ON d.id = p.document_id
 GROUP BY d.id, d.created_at, d.document_key, d.tenant_id, d.filename, d.priority, d.ocr_status, d.vector_index_status,
          d.graphrag_index_status, d.page_count, d.extraction_skipped, d.ocr_error, d.vector_error, d.graphrag_error,
-         d.ocr_failed_at, d.ocr_error_class, d.vector_error_class, d.graphrag_error_class
+         d.ocr_failed_at, d.ocr_error_class, d.vector_error_class, d.graphrag_error_class,
+         c.vector_completed_chunks, c.graphrag_completed_chunks, c.failed_at
 ORDER BY d.created_at, d.id
 """
 

@@ -161,3 +161,30 @@ def test_ready_pick_walks_the_claim_index_and_stops_at_its_limit(env, kind_name)
             readable = "\n".join(row[0] for row in cursor.fetchall())
         conn.rollback()
     assert pick is not None and pick["Node Type"] == "Index Scan" and "claim" in pick.get("Index Name", ""), readable
+
+
+def test_status_page_reads_each_documents_chunks_through_its_index(engine):
+    """`docqueue status` counts a page of documents' chunks through idx_tqc_document, even while the statistics
+    say no vector is completed yet (right after a first run): a condition on the status let the planner scan a
+    partial index of completed vectors instead and filter tens of thousands of rows per document."""
+    from queue_db import readmodels
+
+    bulk_seed(engine, 60, 2, 100)  # analyzed with every vector pending
+    with engine.begin() as conn:  # then most are embedded, before autovacuum analyzes again
+        conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_status = 'completed', vector_completed_at = now() "
+                             "WHERE chunk_index < 90")
+    captured = {}
+    original = readmodels._document_progress
+    readmodels._document_progress = lambda e, sql, params: captured.update(sql=sql, params=params) or original(
+        e, sql, params)
+    try:
+        rows = readmodels.document_progress_rows(engine, limit=50)
+    finally:
+        readmodels._document_progress = original
+    assert len(rows) == 50 and all(r["vector_completed_chunks"] == 180 for r in rows)
+    with engine.connect() as conn:
+        plan = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + captured["sql"], captured["params"]).scalar()
+    chunk_reads = [n for n in _nodes(plan[0]["Plan"]) if n.get("Relation Name") == "task_queue_chunk"]
+    by_document = [n for n in chunk_reads if "document_id" in (n.get("Index Cond") or n.get("Recheck Cond") or "")]
+    filtered = [n for n in chunk_reads if "document_id" in (n.get("Filter") or "")]
+    assert by_document and not filtered, plan
