@@ -419,6 +419,31 @@ def validate_settings() -> None:
         raise SettingsError(f"{problems[0]}{more}", invalid)
 
 
+@dataclass(frozen=True)
+class Settings:
+    """Every group, built once from the environment by an entry point (the CLI, the Dagster code location, a
+    Celery worker, a bench) and handed down: below the entry points nothing reads the environment."""
+
+    queue: QueueConfig
+    database: DatabaseConfig
+    storage: StorageConfig
+    embedding: EmbeddingConfig
+    vector: VectorStoreConfig
+    graph: GraphConfig
+    extraction: ExtractionConfig
+    dagster: DagsterConfig
+    intake: IntakeConfig
+    cluster: ClusterConfig
+    tenant: TenantConfig
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        """All groups from the current environment; the first bad value raises SettingsError (one sentence naming
+        the variable, with a count of any others)."""
+        validate_settings()
+        return cls(*(settings(group) for group in ALL_GROUPS))
+
+
 _EXPECTED = {"int_parsing": "must be a whole number", "int_from_float": "must be a whole number",
              "float_parsing": "must be a number", "bool_parsing": "must be true or false"}
 
@@ -476,7 +501,10 @@ class QueueSettings:
 
     @classmethod
     def from_env(cls) -> "QueueSettings":
-        queue = settings(QueueConfig)
+        return cls.from_config(settings(QueueConfig))
+
+    @classmethod
+    def from_config(cls, queue: QueueConfig) -> "QueueSettings":
         return cls(
             poll_interval_s=queue.poll_interval_s,
             heartbeat_interval_s=queue.heartbeat_interval_s,
