@@ -140,9 +140,9 @@ class DagsterProbe:
             finally:
                 self.planning_s += time.perf_counter() - started
 
-        def timed_execute(defs, inst, run):
+        def timed_execute(defs, inst, run, *args, **kwargs):
             started, work_before = time.perf_counter(), self.work_s
-            ok = execute(defs, inst, run)
+            ok = execute(defs, inst, run, *args, **kwargs)
             self.runs.append({"name": run.name, "keys": run.size, "seconds": time.perf_counter() - started,
                               "work_s": self.work_s - work_before, "ok": ok})
             return ok
