@@ -16,9 +16,9 @@ REFERENCE = ROOT / "docs" / "configuration.md"
 CONFIGURATION = REFERENCE.read_text(encoding="utf-8")
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SETTINGS = {name for group in ALL_GROUPS for name in group.variables()}
-# switches of the test suite and the benchmarks, listed at the end of docs/configuration.md
+# switches of the test suite, the benchmarks and the install scripts, listed at the end of docs/configuration.md
 NOT_SETTINGS = {"DOCQUEUE_CORPUS", "DOCQUEUE_SCALE_TESTS", "DOCQUEUE_TEST_NEO4J_URI", "DOCQUEUE_TEST_PG_ADMIN_URL",
-                "DOCQUEUE_TEST_OWN_PG_URL", "DOCQUEUE_TEST_CHROMIUM", "DOCQUEUE_BENCH_PG_ADMIN_URL"}
+                "DOCQUEUE_TEST_OWN_PG_URL", "DOCQUEUE_TEST_CHROMIUM", "DOCQUEUE_BENCH_PG_ADMIN_URL", "DOCQUEUE_PYTHON"}
 VARIABLE = re.compile(r"\b(?:DOCQUEUE_[A-Z0-9_]*[A-Z0-9]|TASK_QUEUE_[A-Z_]+|WORKER_POLL_INTERVAL|HEARTBEAT_INTERVAL|"
                       r"STALE_TASK_TIMEOUT|MAX_TASK_RETRIES)\b")
 
