@@ -1,4 +1,4 @@
-"""A new user's first hour, command by command, as the README tells it: one URL to an own PostgreSQL server, two
+"""A new user's first hour, command by command, as docs/operations.md tells it: one URL to an own PostgreSQL server, two
 projects side by side on the embedded defaults, a fresh embedded home.
 
 The own server is DOCQUEUE_TEST_OWN_PG_URL (default: the PostgreSQL on 127.0.0.1:5432 with a superuser
