@@ -85,7 +85,7 @@ def _ingest(queue, corpus: Path) -> int:
 
 def child_plain(corpus: Path) -> dict:
     from queue_db.queue import make_worker_id
-    from queue_db.tasks import ALL_KINDS
+    from queue_db.phases import ALL_KINDS
     from queue_db.heartbeat import Heartbeat
     from orchestration.assets.common import CLAIM_BATCH
     from orchestration.pipeline import Pipeline
@@ -194,7 +194,7 @@ class DagsterProbe:
 
 
 def child_dagster(corpus: Path) -> dict:
-    from queue_db.tasks import Level
+    from queue_db.phases import Level
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from orchestration.partitions import register_partitions

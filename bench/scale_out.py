@@ -107,7 +107,7 @@ def drive_celery(in_flight: int) -> dict:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from queue_db.tasks import Level
+    from queue_db.phases import Level
     from orchestration.environment import dagster_instance
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
@@ -154,7 +154,7 @@ def drive_celery(in_flight: int) -> dict:
 
 
 def drive_in_process() -> dict:
-    from queue_db.tasks import Level
+    from queue_db.phases import Level
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from orchestration.partitions import register_partitions

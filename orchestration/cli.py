@@ -395,7 +395,7 @@ def _rejections(results, shown: int = 3) -> str:
 
 
 def _register_document_partitions(queue) -> None:
-    from queue_db.tasks import Level
+    from queue_db.phases import Level
     from orchestration.environment import dagster_instance
     from orchestration.partitions import register_partitions
 
@@ -637,7 +637,7 @@ def recover(stale_after: float | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def retry(phase: str | None, document: str | None, as_json: bool) -> None:
     """Put failed tasks back to pending with their retries reset."""
-    from queue_db.tasks import Phase
+    from queue_db.phases import Phase
 
     queue = _queue()
     doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
@@ -852,7 +852,7 @@ def _delete_tenant(queue, tenant: str, as_json: bool) -> None:
 def reindex(phase: str, document: str | None, as_json: bool) -> None:
     """Re-run a phase and the ones after it, keeping OCR (e.g. after changing the embedding model)."""
     from queue_db.lifecycle import reset_phase
-    from queue_db.tasks import Phase
+    from queue_db.phases import Phase
 
     queue = _queue()
     doc_id = str(_document_or_fail(queue, document)["id"]) if document else None

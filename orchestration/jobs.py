@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from queue_db.tasks import ALL_KINDS
+from queue_db.phases import ALL_KINDS
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
 
 ASSET_OF_KIND = {kind.name: kind.name for kind in ALL_KINDS}  # each task kind's asset carries its name

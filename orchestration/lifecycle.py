@@ -8,7 +8,7 @@ import dagster as dg
 from queue_db import lifecycle
 from queue_db.queue import TaskQueue
 from orchestration.partitions import PARTITIONS_BY_LEVEL
-from queue_db.tasks import Level
+from queue_db.phases import Level
 
 log = logging.getLogger(__name__)
 PARTITION_DEFS = {"documents": PARTITIONS_BY_LEVEL[Level.DOCUMENT].name, "pages": PARTITIONS_BY_LEVEL[Level.PAGE].name,

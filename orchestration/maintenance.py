@@ -8,7 +8,7 @@ import dagster as dg
 from queue_db.inspection import holding_workers
 from queue_db.lifecycle import apply_reindex_requests
 from queue_db.queue import TaskQueue
-from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK
+from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
 from orchestration.verify import verify_stores
 
 _RUN_ID = re.compile(r"^run:([0-9a-f-]{36}):")

@@ -13,7 +13,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from queue_db.partitions import record_block, unregistered
-from queue_db.tasks import Level
+from queue_db.phases import Level
 
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")
 pages_partitions = dg.DynamicPartitionsDefinition(name="pages")

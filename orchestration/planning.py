@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from queue_db.config import DagsterConfig, settings
 from queue_db.partitions import BlockShare, Candidate, ready_candidates, rollup_candidates
-from queue_db.tasks import TaskKind
+from queue_db.phases import TaskKind
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"

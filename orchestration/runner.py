@@ -23,7 +23,7 @@ from queue_db.partitions import BlockShare
 from queue_db.config import QueueConfig, settings
 from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished
-from queue_db.tasks import ALL_KINDS, Level
+from queue_db.phases import ALL_KINDS, Level
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions

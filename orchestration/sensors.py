@@ -13,7 +13,7 @@ from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationC
 from queue_db.inbox import remember, unchanged
 from queue_db.config import DagsterConfig, IntakeConfig, QueueConfig, settings
 from queue_db.queue import source_path_text
-from queue_db.tasks import ALL_KINDS, Level, TaskKind
+from queue_db.phases import ALL_KINDS, Level, TaskKind
 from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
 from orchestration.intake import ingest_file, iter_files
 from orchestration.jobs import job_name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .tasks import ALL_KINDS, OCR_DOCUMENT, VECTOR_CHUNK, VECTOR_PAGE, Phase, TaskKind, kinds_of_phase
+from .phases import ALL_KINDS, OCR_DOCUMENT, VECTOR_CHUNK, VECTOR_PAGE, Phase, TaskKind, kinds_of_phase
 from .text import clean_text
 from .transitions import Correction, Transitions, apply_priority, check_priority, parent_columns
 

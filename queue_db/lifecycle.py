@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .inspection import document_held_counts, tenant_held_count
 from .queue import TaskQueue, source_path_text
-from .tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, Phase
+from .phases import GRAPHRAG_CHUNK, VECTOR_CHUNK, Phase
 from .tenants import BASE_TENANT
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .tasks import ALL_KINDS
+from .phases import ALL_KINDS
 from .tenants import BASE_TENANT
 from .transactions import QueueConnection
 

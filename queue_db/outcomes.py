@@ -2,7 +2,7 @@
 
 A task is completed, failed (by error class), blocked (pending behind a task that failed for good: a page whose OCR
 failed is never chunked, a chunk whose embedding failed never reaches GraphRAG) or open (pending or processing,
-work still to come). A document's phase is blocked the same way. The rules are the kinds' own (queue_db.tasks).
+work still to come). A document's phase is blocked the same way. The rules are the kinds' own (queue_db.phases).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from .tasks import ALL_KINDS, Phase, blocked_phase_sql
+from .phases import ALL_KINDS, Phase, blocked_phase_sql
 
 def _tasks_sql() -> str:
     """kind, outcome, error class, tasks: one group per outcome of each kind, from the kinds' own predicates. A

@@ -13,7 +13,7 @@ from typing import NamedTuple, Sequence
 import sqlalchemy as sa
 
 from .keys import chunk_partition_key, document_partition_key, page_partition_key, parse_partition_key
-from .tasks import Level, Phase, TaskKind, blocked_phase_sql
+from .phases import Level, Phase, TaskKind, blocked_phase_sql
 
 TABLE = {Level.DOCUMENT: "documents", Level.PAGE: "task_queue_page", Level.CHUNK: "task_queue_chunk"}
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from .tasks import ALL_KINDS, Level, Phase, TaskKind, blocked_phase_sql, leaf_kind
+from .phases import ALL_KINDS, Level, Phase, TaskKind, blocked_phase_sql, leaf_kind
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import sqlalchemy as sa
 
-from queue_db.tasks import Phase, blocked_phase_sql
+from queue_db.phases import Phase, blocked_phase_sql
 
 MAX_DOCS = 1000
 # not finished: its last phase can still run (a document waiting only on a task failed for good is not)

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from .idempotency import IdempotencyConflict, checked_key
 from .keys import chunk_id, document_key_for
 from .tenants import checked_tenant, tenant_document_key
-from .tasks import ALL_KINDS, NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, Phase, TaskKind
+from .phases import ALL_KINDS, NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, Phase, TaskKind
 from .text import clean_text, source_path_text
 from .transactions import QueueConnection, with_retries
 
@@ -139,7 +139,7 @@ class Transitions(QueueConnection):
                         "source_path": source_path_text(source_path) if source_path else None, "storage_key": storage_key,
                         "size": size_bytes, "hash": content_hash, "mime": mime_type, "priority": priority,
                         "password_ref": password_ref, "metadata": json.dumps(metadata or {}),
-                        "max_retries": self.settings.max_retries, "idempotency_key": idempotency_key,
+                        "max_retries": self.phases.default_retry.attempts, "idempotency_key": idempotency_key,
                         "tenant": tenant,
                     },
                 ).mappings().first()
@@ -437,15 +437,13 @@ class Transitions(QueueConnection):
         set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1, {kind.col('failed_at')} = now(),
                       {kind.col('error')} = v.err, {kind.col('error_class')} = v.cls,
                       {kind.col('next_attempt_at')} = CASE WHEN v.retryable
-                          THEN now() + make_interval(secs => LEAST(($1->>'backoff_max')::float8,
-                                          ($1->>'backoff_base')::float8 * power(2, COALESCE(t.{retries}, 0))))
+                          THEN {self.phases.retry_policy(kind).next_attempt_sql(f"COALESCE(t.{retries}, 0)")}
                           ELSE '{NEVER}'::timestamptz END"""
         values = [{"id": str(f["id"]), "err": clean_text(str(f.get("error") or "unknown error")),
                    "cls": str(f.get("error_class") or "error")[:32], "retryable": bool(f.get("retryable", True))}
                   for f in failures]
         sql = self._fenced_sql(kind, set_sql, {"err": "text", "cls": "text", "retryable": "boolean"})
-        return sql, {"worker": worker_id, "values": values, "backoff_base": self.settings.retry_backoff_base_s,
-                     "backoff_max": self.settings.retry_backoff_max_s}, ids
+        return sql, {"worker": worker_id, "values": values}, ids
 
     def _bubble(self, conn: sa.Connection, phase: Phase, page_ids: list[str] = (),
                 document_ids: list[str] = ()) -> list[Correction]:

@@ -20,7 +20,7 @@ import dagster as dg
 
 from queue_db.partitions import rows_for_keys
 from queue_db.queue import TaskQueue, make_worker_id
-from queue_db.tasks import TaskKind
+from queue_db.phases import TaskKind
 from queue_db.heartbeat import Heartbeat
 from orchestration.pipeline import Outcome, Pipeline
 

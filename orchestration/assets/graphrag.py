@@ -3,7 +3,7 @@
 import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
-from queue_db.tasks import GRAPHRAG_CHUNK
+from queue_db.phases import GRAPHRAG_CHUNK
 from orchestration.cluster import celery_queue_tags
 from orchestration.assets.common import materialize_range
 from orchestration.pipeline import Pipeline

@@ -12,7 +12,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from queue_db.tasks import Level
+from queue_db.phases import Level
 
 IMAGE_TEXTS = {
     "scan.png": "The harbour master counted seven fishing boats returning before the storm reached the coast.",

@@ -5,7 +5,7 @@ import dagster as dg
 import pytest
 
 from queue_db.lifecycle import hidden_from_search, reset_phase
-from queue_db.tasks import Level, Phase
+from queue_db.phases import Level, Phase
 from tests import pdf_factory as pf
 
 V1 = [["# Beekeeping Notes", "The queen bee lays eggs in the wax comb while workers gather nectar from clover."]]

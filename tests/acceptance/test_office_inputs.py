@@ -12,7 +12,7 @@ import docx
 import openpyxl
 import pytest
 
-from queue_db.tasks import Level
+from queue_db.phases import Level
 from tests.acceptance.test_input_types import TEXT_PAGE_CHARS as PAGE_CHARS, pipeline_env  # noqa: F401
 
 SHEET_PAGE_ROWS = 3

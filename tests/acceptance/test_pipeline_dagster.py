@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from queue_db.tasks import Level
+from queue_db.phases import Level
 from tests import pdf_factory as pf
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from queue_db.queue import TaskQueue, create_queue_engine
-from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
+from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
 from tests.queue_support import bulk_seed
 
 EXPECTED_INDEX = {

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from queue_db.keys import chunk_partition_key, page_partition_key, parse_partition_key
 from queue_db.queue import document_key_for
-from queue_db.tasks import ALL_KINDS
+from queue_db.phases import ALL_KINDS
 
 
 @pytest.fixture(scope="module")

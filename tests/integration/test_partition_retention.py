@@ -9,7 +9,7 @@ from orchestration.partitions import register_partitions
 from orchestration.retention import retire_partitions
 from queue_db.config import DagsterConfig, SettingsError, settings
 from queue_db.partition_retention import live_completed
-from queue_db.tasks import VECTOR_CHUNK, Level
+from queue_db.phases import VECTOR_CHUNK, Level
 from tests.queue_support import build_document
 
 DAY_S = 86400.0

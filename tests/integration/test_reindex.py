@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from queue_db.lifecycle import apply_reindex_requests, reset_phase
 from queue_db.queue import make_worker_id
-from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, VECTOR_PAGE, Phase
+from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK, VECTOR_PAGE, Phase
 from tests.queue_support import build_document
 
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from queue_db.config import QueueSettings
-from queue_db.tasks import ALL_KINDS
+from queue_db.phases import ALL_KINDS
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 NOTE = ("# Harbour report\n\nLawrence Lessig met Ada Lovelace in Copenhagen to discuss the lighthouse budget. "
@@ -172,7 +172,7 @@ def test_a_bad_tenant_name_is_one_sentence(tmp_path, monkeypatch, command):
 def test_delete_tenant_refuses_while_its_tasks_run_and_resumes_after_an_interruption(env, monkeypatch):
     _, queue, _ = env
     from orchestration import lifecycle
-    from queue_db.tasks import OCR_DOCUMENT
+    from queue_db.phases import OCR_DOCUMENT
 
     docs = [queue.register_document(filename=f"n{i}.md", content_hash=f"{i:02d}" * 32, size_bytes=1,
                                     tenant="acme", mime_type="text/markdown")[0] for i in range(5)]

@@ -142,7 +142,7 @@ def test_ready_pick_walks_the_claim_index_and_stops_at_its_limit(env, kind_name)
     from orchestration.planning import candidate_limit
     from queue_db.config import DagsterConfig, settings
     from queue_db.partitions import ready_candidates_sql
-    from queue_db.tasks import ALL_KINDS
+    from queue_db.phases import ALL_KINDS
 
     _, _, queue = env
     _seed(queue.engine)

@@ -40,7 +40,7 @@ class Pipeline:
     def ingest(self, paths, **kwargs):
         from orchestration.intake import ingest_paths
         from orchestration.partitions import register_partitions
-        from queue_db.tasks import Level
+        from queue_db.phases import Level
 
         results = ingest_paths(self.queue, self.storage, paths, **kwargs)
         register_partitions(self.instance, self.queue.engine, Level.DOCUMENT)
