@@ -779,7 +779,7 @@ def _pending_vector_chunks(queue) -> int:
 
 
 def retire_all(instance, engine) -> None:
-    from orchestration.retention import retire_partitions
+    from orchestration.partitions import retire_partitions
 
     while any(retire_partitions(instance, engine).values()):
         pass

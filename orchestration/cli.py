@@ -805,7 +805,7 @@ def delete(document: str | None, tenant: str | None, as_json: bool) -> None:
     """Remove a document (or a whole tenant): rows, files, Qdrant points, graph nodes and mentions, Dagster
     partitions."""
     from orchestration.environment import dagster_instance
-    from orchestration.lifecycle import delete_everywhere
+    from orchestration.store_cleanup import delete_everywhere
     from resources.storage import StorageResource
 
     if document is None and tenant is None:
@@ -830,7 +830,7 @@ def delete(document: str | None, tenant: str | None, as_json: bool) -> None:
 
 def _delete_tenant(queue, tenant: str, as_json: bool) -> None:
     from orchestration.environment import dagster_instance
-    from orchestration.lifecycle import delete_tenant
+    from orchestration.store_cleanup import delete_tenant
     from resources.storage import StorageResource
 
     with _stores() as (store, graph):
@@ -962,8 +962,9 @@ def _port_free(port: int) -> bool:
 @click.option("--name", default=None, help="the worker's name in Celery (default docqueue@<hostname>)")
 def worker(broker: str, queues: str, concurrency: int, name: str | None) -> None:
     """A cluster worker: runs the steps Dagster's Celery executor sends (DOCQUEUE_EXECUTOR=celery)."""
-    from orchestration.cluster import (ClusterConfigError, celery_app, check_broker, check_worker_environment,
-                                       parse_queues, preload_definitions, worker_argv)
+    from orchestration.celery_worker import celery_app, preload_definitions
+    from orchestration.cluster import (ClusterConfigError, check_broker, check_worker_environment, parse_queues,
+                                       worker_argv)
     from orchestration.environment import enable_event_batches
 
     if not broker.strip():

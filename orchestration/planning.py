@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import dagster as dg
 import sqlalchemy as sa
 
-from queue_db.config import DagsterConfig, settings
+from queue_db.config import DagsterConfig
 from queue_db.partitions import BlockShare, Candidate, ready_candidates, rollup_candidates
 from queue_db.phases import TaskKind
 
@@ -35,8 +35,15 @@ IN_FLIGHT_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTE
                       dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
-def max_keys_per_run(kind: TaskKind) -> int:
-    return settings(DagsterConfig).max_keys_per_run(kind.name)
+# keys per run of a kind without its own DOCQUEUE_RUN_MAX_KEYS_<KIND> setting (a phase added by its spec alone)
+DEFAULT_MAX_KEYS = 200
+
+
+def max_keys_per_run(dagster: DagsterConfig, kind: TaskKind) -> int:
+    """DOCQUEUE_RUN_MAX_KEYS_<KIND>: partitions per ranged run of `kind`."""
+    if f"max_keys_{kind.name.lower()}" not in DagsterConfig.model_fields:
+        return DEFAULT_MAX_KEYS
+    return dagster.max_keys_per_run(kind.name)
 
 
 @dataclass(frozen=True)
@@ -82,11 +89,11 @@ def candidate_limit(max_runs: int, max_keys: int, in_flight: dict[int, list[tupl
     return max_runs * max_keys + covered
 
 
-def plan_runs(engine: sa.Engine, kind: TaskKind, *, in_flight: dict[int, list[tuple[int, int]]] | None = None,
-              max_keys: int | None = None, max_runs: int = 25, share: BlockShare | None = None,
-              documents=None) -> list[PlannedRun]:
-    """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first."""
-    max_keys = max_keys or max_keys_per_run(kind)
+def plan_runs(engine: sa.Engine, kind: TaskKind, *, max_keys: int,
+              in_flight: dict[int, list[tuple[int, int]]] | None = None, max_runs: int = 25,
+              share: BlockShare | None = None, documents=None) -> list[PlannedRun]:
+    """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first; `max_keys` is
+    `max_keys_per_run` of the settings."""
     candidates = ready_candidates(engine, kind, candidate_limit(max_runs, max_keys, in_flight), documents, share)
     return group_into_runs(candidates, kind.name, kind.phase.value, max_keys=max_keys, in_flight=in_flight,
                            max_runs=max_runs)

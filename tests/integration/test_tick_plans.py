@@ -93,7 +93,7 @@ def _nodes(node: dict):
 
 def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
     from orchestration.maintenance import recover
-    from orchestration.retention import retire_partitions
+    from orchestration.partitions import retire_partitions
 
     defs, instance, queue = env
     started = time.perf_counter()

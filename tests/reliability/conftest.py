@@ -48,8 +48,9 @@ class Pipeline:
 
     def run_until_idle(self, max_seconds: float = 240.0, **kwargs):
         from orchestration.runner import run_until_idle
+        from queue_db.config import Settings
 
-        return run_until_idle(self.defs, self.instance, self.queue, until_idle=True, poll_s=0.3,
+        return run_until_idle(self.defs, self.instance, self.queue, settings=Settings.from_env(), until_idle=True, poll_s=0.3,
                               max_seconds=max_seconds, **kwargs)
 
 
