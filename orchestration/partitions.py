@@ -12,7 +12,7 @@ import zlib
 import dagster as dg
 import sqlalchemy as sa
 
-from queue_db.partitions import record_block, unregistered
+from queue_db.partition_keys import record_block, unregistered
 from queue_db.phases import Level
 
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")

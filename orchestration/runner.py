@@ -19,7 +19,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from queue_db.inspection import waiting_work
-from queue_db.partitions import BlockShare
+from queue_db.partition_keys import BlockShare
 from queue_db.config import QueueConfig, settings
 from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished

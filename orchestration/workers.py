@@ -128,7 +128,7 @@ def work_left(queue) -> dict:
     """What is still to do anywhere (not only in this worker's share); empty when the queue has settled.
     Ready rows are counted whether or not a run was already planned for them, so planned-but-unclaimed work
     is never mistaken for none."""
-    from queue_db.partitions import rollup_candidates
+    from queue_db.partition_keys import rollup_candidates
     from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
     from queue_db.inspection import waiting_work
 

@@ -6,7 +6,7 @@ first failing child's error. Roll-ups are written when the queue says the phase 
 import dagster as dg
 from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
-from queue_db.partitions import document_rollup, mark_rolled_up
+from queue_db.partition_keys import document_rollup, mark_rolled_up
 from orchestration.assets.common import is_manual_run, log_materializations
 from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import documents_partitions
