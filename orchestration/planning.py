@@ -11,7 +11,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from queue_db.config import DagsterConfig
-from queue_db.partitions import BlockShare, Candidate, ready_candidates, rollup_candidates
+from queue_db.partition_keys import BlockShare, Candidate, ready_candidates, rollup_candidates
 from queue_db.phases import TaskKind
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"

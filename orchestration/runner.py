@@ -26,7 +26,7 @@ from orchestration.planning import (IN_FLIGHT_STATUSES, PlannedRun, in_flight_po
                                     plan_rollup_runs, plan_runs)
 from queue_db.config import DagsterConfig, QueueConfig, Settings
 from queue_db.inspection import waiting_work
-from queue_db.partitions import BlockShare
+from queue_db.partition_keys import BlockShare
 from queue_db.phases import PHASES, Level, PhaseRegistry
 from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished

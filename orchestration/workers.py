@@ -15,7 +15,7 @@ from orchestration.environment import dagster_instance
 from orchestration.runner import run_until_idle
 from queue_db.config import Settings
 from queue_db.inspection import waiting_work
-from queue_db.partitions import rollup_candidates
+from queue_db.partition_keys import rollup_candidates
 from queue_db.phases import PHASES, PhaseRegistry
 from queue_db.run_scope import most_urgent_unfinished
 

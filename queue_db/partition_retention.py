@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
-from .partitions import _KEY_SELECT, TABLE, key_of
+from .partition_keys import _KEY_SELECT, TABLE, key_of
 from .phases import Level
 
 # the expression and predicate of each level's partial index, written exactly as in migration 0020

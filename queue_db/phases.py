@@ -19,7 +19,7 @@ predicates (`index_gate_sql`) so every claim reads an index in order.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterator, Mapping
 
@@ -233,8 +233,6 @@ object.__setattr__(OCR_DOCUMENT, "claim_index", "idx_documents_expand_claim")
 TABLE_OF_LEVEL = {Level.DOCUMENT: "documents", Level.PAGE: "task_queue_page", Level.CHUNK: "task_queue_chunk"}
 # over alias t: a parent row whose status of a phase is its children's roll-up (its children exist)
 EXPANDED_SQL = {Level.DOCUMENT: "t.pages_created_at IS NOT NULL", Level.PAGE: "t.chunked_at IS NOT NULL"}
-# how a roll-up's error names the child it comes from
-_CHILD_LABEL = {Level.PAGE: ("page", "page_number"), Level.CHUNK: ("chunk", "chunk_index")}
 _SHORT_TABLE = {"documents": "documents", "task_queue_page": "tqp", "task_queue_chunk": "tqc"}
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from queue_db.partitions import rows_for_keys
+from queue_db.partition_keys import rows_for_keys
 from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.phases import PHASES, TaskKind
 from queue_db.heartbeat import Heartbeat

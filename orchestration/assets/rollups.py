@@ -13,7 +13,7 @@ from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import documents_partitions
 from orchestration.store_cleanup import retire_superseded
 from queue_db.lifecycle import superseded_ready_for_removal
-from queue_db.partitions import document_rollup, mark_rolled_up
+from queue_db.partition_keys import document_rollup, mark_rolled_up
 from queue_db.phases import PhaseRegistry, PhaseSpec
 
 # the roll-up assets' names; a phase without an entry rolls up into `document_<phase>`

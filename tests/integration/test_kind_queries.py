@@ -174,7 +174,7 @@ def test_generated_queries_name_every_kind(build):
 
 def test_a_phase_waiting_on_a_task_failed_for_good_is_blocked(queue):
     """A derived view: the stored statuses stay `pending`; status, stats and the roll-up figures say `blocked`."""
-    from queue_db.partitions import document_rollup
+    from queue_db.partition_keys import document_rollup
     from tests.queue_support import build_document
 
     doc = build_document(queue, pages=1, chunks_per_page=2)

@@ -62,7 +62,7 @@ def test_a_graphrag_request_never_narrows_a_pending_vector_request(queue):
 
 
 def test_skipped_phases_are_told_apart_from_done_ones(queue):
-    from queue_db.partitions import document_rollup
+    from queue_db.partition_keys import document_rollup
     from queue_db.readmodels import document_progress
     from tests.queue_support import expand, ocr_all, register
 
