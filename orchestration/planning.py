@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from queue_db.config import DagsterConfig
 from queue_db.partition_keys import BlockShare, Candidate, ready_candidates, rollup_candidates
-from queue_db.phases import TaskKind
+from queue_db.phases import PHASES, PhaseRegistry, PhaseSpec, TaskKind
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -95,14 +95,17 @@ def plan_runs(engine: sa.Engine, kind: TaskKind, *, max_keys: int,
     """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first; `max_keys` is
     `max_keys_per_run` of the settings."""
     candidates = ready_candidates(engine, kind, candidate_limit(max_runs, max_keys, in_flight), documents, share)
-    return group_into_runs(candidates, kind.name, kind.phase.value, max_keys=max_keys, in_flight=in_flight,
+    return group_into_runs(candidates, kind.name, kind.phase.name, max_keys=max_keys, in_flight=in_flight,
                            max_runs=max_runs)
 
 
-def plan_rollup_runs(engine: sa.Engine, phase: str, *, in_flight=None, max_keys: int = 200, max_runs: int = 10,
-                     share: BlockShare | None = None, documents=None) -> list[PlannedRun]:
-    candidates = rollup_candidates(engine, phase, candidate_limit(max_runs, max_keys, in_flight), documents, share)
-    return group_into_runs(candidates, f"rollup_{phase}", phase, max_keys=max_keys, in_flight=in_flight,
+def plan_rollup_runs(engine: sa.Engine, phase: PhaseSpec, *, phases: PhaseRegistry = PHASES, in_flight=None,
+                     max_keys: int = 200, max_runs: int = 10, share: BlockShare | None = None,
+                     documents=None) -> list[PlannedRun]:
+    """Group the documents whose `phase` (of `phases`) reached a final status into roll-up runs."""
+    candidates = rollup_candidates(engine, phase, candidate_limit(max_runs, max_keys, in_flight), documents, share,
+                                   phases=phases)
+    return group_into_runs(candidates, f"rollup_{phase.name}", phase.name, max_keys=max_keys, in_flight=in_flight,
                            max_runs=max_runs)
 
 

@@ -151,7 +151,7 @@ def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, share: BlockShare 
                                  max_keys=max_keys_per_run(dagster, kind), max_runs=4, share=share,
                                  documents=documents)
     for spec in phases:
-        planned += plan_rollup_runs(queue.engine, spec.name,
+        planned += plan_rollup_runs(queue.engine, spec, phases=phases,
                                     in_flight=in_flight_positions(instance, rollup_run_name(spec)),
                                     max_runs=4, share=share, documents=documents)
     return planned

@@ -58,7 +58,7 @@ def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
     return sensor
 
 
-def _rollup_sensor(settings: Settings, spec: PhaseSpec) -> dg.SensorDefinition:
+def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -> dg.SensorDefinition:
     enabled, phase, run_name = settings.queue.enabled, spec.name, rollup_run_name(spec)
 
     @dg.sensor(name=f"{run_name}_sensor", job_name=job_name(run_name),
@@ -70,7 +70,8 @@ def _rollup_sensor(settings: Settings, spec: PhaseSpec) -> dg.SensorDefinition:
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
-        planned = plan_rollup_runs(queue.engine, phase, in_flight=in_flight_positions(context.instance, run_name))
+        planned = plan_rollup_runs(queue.engine, spec, phases=phases,
+                                   in_flight=in_flight_positions(context.instance, run_name))
         if not planned:
             return dg.SkipReason(f"no document finished its {phase} phase")
         return dg.SensorResult(run_requests=_requests(planned))
@@ -175,4 +176,4 @@ def intake_sensors(settings: Settings) -> list[dg.SensorDefinition]:
 def phase_sensors(settings: Settings, phases: PhaseRegistry) -> list[dg.SensorDefinition]:
     """A task sensor per kind, then a roll-up sensor per phase, in pipeline order."""
     return [*(_task_sensor(settings, kind) for spec in phases for kind in spec.kinds),
-            *(_rollup_sensor(settings, spec) for spec in phases)]
+            *(_rollup_sensor(settings, phases, spec) for spec in phases)]

@@ -138,7 +138,7 @@ def work_left(queue, phases: PhaseRegistry = PHASES) -> dict:
     is never mistaken for none."""
     waiting = waiting_work(queue.engine)
     left = {f"ready_{kind}": n for kind, n in queue.ready_counts().items() if n}
-    left.update({f"rollup_{spec.name}": 1 for spec in phases if rollup_candidates(queue.engine, spec.name, 1)})
+    left.update({f"rollup_{spec.name}": 1 for spec in phases if rollup_candidates(queue.engine, spec, 1, phases=phases)})
     if waiting["processing"]:
         left["processing"] = waiting["processing"]
     if waiting["next_retry_in_s"] is not None:

@@ -20,7 +20,7 @@ import dagster as dg
 
 from queue_db.partition_keys import rows_for_keys
 from queue_db.queue import TaskQueue, make_worker_id
-from queue_db.phases import PHASES, TaskKind
+from queue_db.phases import PHASES, PhaseRegistry, TaskKind
 from queue_db.heartbeat import Heartbeat
 from orchestration.pipeline import Outcome, Pipeline
 
@@ -41,6 +41,12 @@ class RangeReport:
     taken_elsewhere: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+
+def queue_of(database, phases: PhaseRegistry) -> TaskQueue:
+    """The queue a run works through: the database resource's, serving `phases` (the code location's registry)."""
+    queue = database.get_queue()
+    return queue if phases is PHASES else TaskQueue(queue.engine, queue.settings, phases=phases)
 
 
 def is_manual_run(tags: dict) -> bool:

@@ -8,7 +8,7 @@ fully indexed."""
 import dagster as dg
 from dagster import AssetExecutionContext
 
-from orchestration.assets.common import is_manual_run, log_materializations
+from orchestration.assets.common import is_manual_run, log_materializations, queue_of
 from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import documents_partitions
 from orchestration.store_cleanup import retire_superseded
@@ -35,9 +35,9 @@ def rollup_run_name(spec: PhaseSpec) -> str:
 BLOCKED_REASON = "blocked: it waits on an earlier task that failed for good (fix that one, then `docqueue retry`)"
 
 
-def _materialize_rollups(context: AssetExecutionContext, queue, phase: str) -> None:
+def _materialize_rollups(context: AssetExecutionContext, queue, phase: PhaseSpec, phases: PhaseRegistry) -> None:
     keys = list(context.partition_keys)
-    figures = document_rollup(queue.engine, phase, keys)
+    figures = document_rollup(queue.engine, phase, keys, phases=phases)
     completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
     # a blocked phase (pending, waiting on a task that failed for good) ends like a failed one: it cannot finish
     failed = {k: f for k, f in figures.items() if f["status"] in ("failed", "blocked")}
@@ -45,18 +45,18 @@ def _materialize_rollups(context: AssetExecutionContext, queue, phase: str) -> N
         asset_key=context.asset_key, partition=key,
         metadata={k: v for k, v in f.items() if k not in ("document_key", "id", "status", "error") and v is not None})
         for key, f in completed.items()])
-    mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())])
+    mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())], phases=phases)
     open_keys = [k for k in keys if k not in completed and k not in failed]
     if failed or (open_keys and is_manual_run(dict(context.run.tags))):
         lines = [f"- `{k}`: {f['error'] if f['status'] == 'failed' else BLOCKED_REASON}"
                  for k, f in list(failed.items())[:20]]
         lines += [f"- `{k}`: phase not finished ({figures.get(k, {}).get('status', 'unknown document')})"
                   for k in open_keys[:20]]
-        raise dg.Failure(description=f"{len(failed)} document(s) failed the {phase} phase",
+        raise dg.Failure(description=f"{len(failed)} document(s) failed the {phase.name} phase",
                          metadata={"errors": dg.MetadataValue.md("\n".join(lines))})
 
 
-def rollup_asset(spec: PhaseSpec, last: bool) -> dg.AssetsDefinition:
+def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.AssetsDefinition:
     """The phase's roll-up over its deepest kind; `last`: the last phase's, which also retires old versions."""
     phase = spec.name
 
@@ -74,9 +74,9 @@ def rollup_asset(spec: PhaseSpec, last: bool) -> dg.AssetsDefinition:
     )
     def rollup(context: AssetExecutionContext):
         resources = context.resources
-        queue = resources.database.get_queue()
+        queue = queue_of(resources.database, phases)
         try:
-            _materialize_rollups(context, queue, phase)
+            _materialize_rollups(context, queue, spec, phases)
         finally:
             if last:
                 _retire_old_versions(context, queue, resources.storage, resources.embeddings, resources.qdrant,
@@ -105,4 +105,4 @@ def _retire_old_versions(context, queue, storage, embeddings, qdrant, neo4j) -> 
 
 def rollup_assets(phases: PhaseRegistry) -> list[dg.AssetsDefinition]:
     last = phases.phases[-1]
-    return [rollup_asset(spec, spec is last) for spec in phases]
+    return [rollup_asset(phases, spec, spec is last) for spec in phases]

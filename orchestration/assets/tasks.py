@@ -13,7 +13,7 @@ from typing import Mapping
 
 import dagster as dg
 
-from orchestration.assets.common import materialize_range
+from orchestration.assets.common import materialize_range, queue_of
 from orchestration.assets.handlers import BASE_RESOURCES, HandledTasks, PhaseHandler, kind_work
 from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import PARTITIONS_BY_LEVEL, register_partitions
@@ -75,7 +75,7 @@ def _children_level(spec: PhaseSpec, kind: TaskKind) -> Level | None:
     return following.level if following is not None and following.level is not kind.level else None
 
 
-def task_asset(spec: PhaseSpec, kind: TaskKind, previous: TaskKind | None,
+def task_asset(phases: PhaseRegistry, spec: PhaseSpec, kind: TaskKind, previous: TaskKind | None,
                handlers: Mapping[str, PhaseHandler]) -> dg.AssetsDefinition:
     work = kind_work(handlers, spec, kind)
     text = asset_text(kind)
@@ -90,7 +90,7 @@ def task_asset(spec: PhaseSpec, kind: TaskKind, previous: TaskKind | None,
     )
     def task(context: dg.AssetExecutionContext):
         resources = context.resources
-        pipeline = Pipeline.from_resources(resources.database.get_queue(), resources.storage,
+        pipeline = Pipeline.from_resources(queue_of(resources.database, phases), resources.storage,
                                            **{name: getattr(resources, name) for name in work.resources})
         after = None
         if creates is not None:
@@ -110,6 +110,6 @@ def task_assets(phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler]) -> 
     assets, previous = [], None
     for spec in phases:
         for kind in spec.kinds:
-            assets.append(task_asset(spec, kind, previous, handlers))
+            assets.append(task_asset(phases, spec, kind, previous, handlers))
             previous = kind
     return assets
