@@ -44,7 +44,7 @@ def _retire_completed_partitions(settings: Settings) -> dg.OpDefinition:
 
 
 def _index_vector_tail(settings: Settings) -> dg.OpDefinition:
-    index_tail = settings.vector.index_tail
+    index_tail, default_model = settings.vector.index_tail, settings.embedding.model
 
     @dg.op(name="index_vector_tail", pool=MAINTENANCE_POOL, tags=celery_queue_tags(MAINTENANCE_QUEUE),
            description="Build the vector index of the points written since the last build once "
@@ -52,7 +52,8 @@ def _index_vector_tail(settings: Settings) -> dg.OpDefinition:
                        "itself).")
     def index_vector_tail(context: OpExecutionContext, embeddings: EmbeddingResource,
                           qdrant: QdrantResource) -> dg.Output[dict]:
-        result = build_vector_tail(qdrant, embeddings.model, index_tail)
+        # the resource's own model when its field is set, else DOCQUEUE_EMBEDDING_MODEL
+        result = build_vector_tail(qdrant, embeddings.model or default_model, index_tail)
         context.log.info(f"vector index: {result['waiting']} point(s) waiting, built: {result['built']}")
         return dg.Output(result, metadata=result)
 
