@@ -85,7 +85,7 @@ def _ingest(queue, corpus: Path) -> int:
 
 def child_plain(corpus: Path) -> dict:
     from queue_db.queue import make_worker_id
-    from queue_db.tasks import ALL_KINDS
+    from queue_db.phases import ALL_KINDS
     from queue_db.heartbeat import Heartbeat
     from orchestration.assets.common import CLAIM_BATCH
     from orchestration.pipeline import Pipeline
@@ -194,11 +194,12 @@ class DagsterProbe:
 
 
 def child_dagster(corpus: Path) -> dict:
-    from queue_db.tasks import Level
+    from queue_db.phases import Level
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
     from resources.database import get_queue
 
     instance = dagster_instance()
@@ -208,7 +209,7 @@ def child_dagster(corpus: Path) -> dict:
     probe.install(instance)
     started = time.perf_counter()
     register_partitions(instance, queue.engine, Level.DOCUMENT)
-    report = run_until_idle(defs, instance, queue, until_idle=True, poll_s=0.5)
+    report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, poll_s=0.5)
     seconds = time.perf_counter() - started
     instance.dispose()
     return {"documents": documents, "seconds": seconds, "failed_runs": report.failed_runs, **probe.summary()}

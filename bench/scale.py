@@ -256,7 +256,7 @@ def seed_graph(graph, documents: int, document_ids: dict[int, str]) -> None:
 def _settle_worker(url: str, batch: int, ready, stop, results) -> None:
     from queue_db.config import QueueSettings
     from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
-    from queue_db.tasks import VECTOR_CHUNK
+    from queue_db.phases import VECTOR_CHUNK
 
     queue = TaskQueue(create_queue_engine(url, pool_size=1, max_overflow=1), QueueSettings())
     worker = make_worker_id("scale")
@@ -779,7 +779,7 @@ def _pending_vector_chunks(queue) -> int:
 
 
 def retire_all(instance, engine) -> None:
-    from orchestration.retention import retire_partitions
+    from orchestration.partitions import retire_partitions
 
     while any(retire_partitions(instance, engine).values()):
         pass

@@ -107,11 +107,12 @@ def drive_celery(in_flight: int) -> dict:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from queue_db.tasks import Level
+    from queue_db.phases import Level
     from orchestration.environment import dagster_instance
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
     from orchestration.runner import plan_next, waiting_work
+    from queue_db.config import Settings
     from resources.database import get_queue
 
     instance = dagster_instance()
@@ -128,7 +129,7 @@ def drive_celery(in_flight: int) -> dict:
         while True:
             if len(running) < in_flight:
                 busy = set(running.values())
-                for run in plan_next(queue, instance):
+                for run in plan_next(queue, instance, dagster=Settings.from_env().dagster):
                     ident = (run.name, run.block, run.start_pos, run.end_pos)
                     if len(running) >= in_flight:
                         break
@@ -154,11 +155,12 @@ def drive_celery(in_flight: int) -> dict:
 
 
 def drive_in_process() -> dict:
-    from queue_db.tasks import Level
+    from queue_db.phases import Level
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
     from resources.database import get_queue
 
     os.sched_setaffinity(0, {int(os.environ["BENCH_CORE"])})
@@ -168,7 +170,7 @@ def drive_in_process() -> dict:
     started = time.perf_counter()
     Path(os.environ["BENCH_CLOCK"]).touch()
     register_partitions(instance, queue.engine, Level.DOCUMENT)
-    report = run_until_idle(defs, instance, queue, until_idle=True, poll_s=0.5)
+    report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, poll_s=0.5)
     seconds = time.perf_counter() - started
     instance.dispose()
     return {"documents": documents, "seconds": seconds, "runs": report.runs, "failed_runs": report.failed_runs}

@@ -395,7 +395,7 @@ def _rejections(results, shown: int = 3) -> str:
 
 
 def _register_document_partitions(queue) -> None:
-    from queue_db.tasks import Level
+    from queue_db.phases import Level
     from orchestration.environment import dagster_instance
     from orchestration.partitions import register_partitions
 
@@ -637,7 +637,7 @@ def recover(stale_after: float | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 def retry(phase: str | None, document: str | None, as_json: bool) -> None:
     """Put failed tasks back to pending with their retries reset."""
-    from queue_db.tasks import Phase
+    from queue_db.phases import Phase
 
     queue = _queue()
     doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
@@ -805,7 +805,7 @@ def delete(document: str | None, tenant: str | None, as_json: bool) -> None:
     """Remove a document (or a whole tenant): rows, files, Qdrant points, graph nodes and mentions, Dagster
     partitions."""
     from orchestration.environment import dagster_instance
-    from orchestration.lifecycle import delete_everywhere
+    from orchestration.store_cleanup import delete_everywhere
     from resources.storage import StorageResource
 
     if document is None and tenant is None:
@@ -830,7 +830,7 @@ def delete(document: str | None, tenant: str | None, as_json: bool) -> None:
 
 def _delete_tenant(queue, tenant: str, as_json: bool) -> None:
     from orchestration.environment import dagster_instance
-    from orchestration.lifecycle import delete_tenant
+    from orchestration.store_cleanup import delete_tenant
     from resources.storage import StorageResource
 
     with _stores() as (store, graph):
@@ -852,7 +852,7 @@ def _delete_tenant(queue, tenant: str, as_json: bool) -> None:
 def reindex(phase: str, document: str | None, as_json: bool) -> None:
     """Re-run a phase and the ones after it, keeping OCR (e.g. after changing the embedding model)."""
     from queue_db.lifecycle import reset_phase
-    from queue_db.tasks import Phase
+    from queue_db.phases import Phase
 
     queue = _queue()
     doc_id = str(_document_or_fail(queue, document)["id"]) if document else None
@@ -962,8 +962,9 @@ def _port_free(port: int) -> bool:
 @click.option("--name", default=None, help="the worker's name in Celery (default docqueue@<hostname>)")
 def worker(broker: str, queues: str, concurrency: int, name: str | None) -> None:
     """A cluster worker: runs the steps Dagster's Celery executor sends (DOCQUEUE_EXECUTOR=celery)."""
-    from orchestration.cluster import (ClusterConfigError, celery_app, check_broker, check_worker_environment,
-                                       parse_queues, preload_definitions, worker_argv)
+    from orchestration.celery_worker import celery_app, preload_definitions
+    from orchestration.cluster import (ClusterConfigError, check_broker, check_worker_environment, parse_queues,
+                                       worker_argv)
     from orchestration.environment import enable_event_batches
 
     if not broker.strip():

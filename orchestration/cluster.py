@@ -1,24 +1,25 @@
 """Cluster mode: Dagster's Celery executor runs every step of every run on Celery workers on other machines.
 
-Switched on by the environment, never by code: `DOCQUEUE_EXECUTOR=celery` with `DOCQUEUE_BROKER_URL` (Redis or
+Switched on by the settings, never by code: `DOCQUEUE_EXECUTOR=celery` with `DOCQUEUE_BROKER_URL` (Redis or
 RabbitMQ) in the environment of the Dagster processes (webserver, daemon, code server: `docqueue ui` passes its
 own). The daemon launches the sensors' ranged runs as usual; each run's one step is sent to the broker, on the
-Celery queue of its phase (`ocr`, `vector`, `graphrag`, `maintenance`), and a `docqueue worker` that serves that
+Celery queue its phase's spec names (`ocr`, `vector`, `graphrag`; `maintenance` for the schedules' jobs), and a `docqueue worker` that serves that
 queue executes it. The workers and the Dagster machine share nothing but PostgreSQL (queue and Dagster storage),
 the Bolt server, the vector store, the broker and the storage folder.
 """
 from __future__ import annotations
 
-import os
 import socket
 from typing import Iterable
 
-from queue_db.config import ClusterConfig, secret_value, settings
+from orchestration.environment import redact
+from queue_db.config import ClusterConfig, Settings, secret_value
 
 EXECUTOR_ENV, BROKER_ENV, BACKEND_ENV = "DOCQUEUE_EXECUTOR", "DOCQUEUE_BROKER_URL", "DOCQUEUE_CELERY_BACKEND"
 # dagster-celery routes a step to the Celery queue named by this op tag
 CELERY_QUEUE_TAG = "dagster-celery/queue"
-PHASE_QUEUES = ("ocr", "vector", "graphrag", "maintenance")
+# the recovery, reconciliation and checks steps; each phase's queue is named by its spec
+MAINTENANCE_QUEUE = "maintenance"
 # what a worker needs to reach; unset, each would quietly fall back to an embedded server on the worker itself
 WORKER_REQUIRED_ENV = {
     "DOCQUEUE_DATABASE_URL": "the queue's PostgreSQL",
@@ -32,21 +33,25 @@ class ClusterConfigError(ValueError):
     """A cluster setting that is missing or wrong, said in one sentence."""
 
 
-def celery_queue_tags(phase: str) -> dict[str, str]:
-    """Op tags of an asset or op of `phase`: its step goes to that phase's Celery queue (ignored in-process)."""
-    assert phase in PHASE_QUEUES, phase
-    return {CELERY_QUEUE_TAG: phase}
+def celery_queue_tags(queue: str) -> dict[str, str]:
+    """Op tags of an asset or op whose step goes to the Celery queue `queue` (ignored in-process)."""
+    return {CELERY_QUEUE_TAG: queue}
 
 
-def executor_name() -> str:
-    name = settings(ClusterConfig).executor.strip().lower() or "in_process"
+def worker_queues(phases) -> tuple[str, ...]:
+    """The Celery queues a worker may serve: each phase's, in phase order, then maintenance."""
+    return (*dict.fromkeys(spec.celery_queue for spec in phases), MAINTENANCE_QUEUE)
+
+
+def executor_name(cluster: ClusterConfig) -> str:
+    name = cluster.executor.strip().lower() or "in_process"
     if name not in ("in_process", "celery"):
         raise ClusterConfigError(f"{EXECUTOR_ENV} must be `celery` or unset, got {name!r}")
     return name
 
 
-def broker_url() -> str:
-    url = (secret_value(settings(ClusterConfig).broker_url) or "").strip()
+def broker_url(cluster: ClusterConfig) -> str:
+    url = (secret_value(cluster.broker_url) or "").strip()
     if not url:
         raise ClusterConfigError(f"{EXECUTOR_ENV}=celery needs {BROKER_ENV} (redis://host:6379/0 or amqp://user:pass@host//)")
     scheme = url.split("://", 1)[0].lower()
@@ -55,22 +60,22 @@ def broker_url() -> str:
     return url
 
 
-def backend_url(broker: str) -> str:
+def backend_url(cluster: ClusterConfig, broker: str) -> str:
     """Where step results travel back: the broker itself (Redis) or RabbitMQ's reply queues (rpc://)."""
-    configured = (secret_value(settings(ClusterConfig).celery_backend) or "").strip()
+    configured = (secret_value(cluster.celery_backend) or "").strip()
     if configured:
         return configured
     return broker if broker.lower().startswith(("redis://", "rediss://")) else "rpc://"
 
 
-def celery_settings() -> dict:
+def celery_settings(cluster: ClusterConfig) -> dict:
     """The Celery app settings the executor sends with and every worker consumes with (they must agree).
 
     A step is acknowledged only once it finished (acks_late): a worker machine that dies mid-step leaves its
     message unacknowledged, and the broker hands it to another worker (RabbitMQ when the connection drops,
     Redis after the visibility timeout). The step's queue tasks are fenced to their claimant, so the second
     delivery can never write over the first (see orchestration.assets.common)."""
-    visibility = settings(ClusterConfig).celery_visibility_timeout_s
+    visibility = cluster.celery_visibility_timeout_s
     return {
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
@@ -88,21 +93,21 @@ def celery_settings() -> dict:
     }
 
 
-def executor_from_env():
+def executor_for(cluster: ClusterConfig):
     """The executor every job of the code location uses: Dagster's default (in-process) unless cluster mode is on."""
-    if executor_name() != "celery":
+    if executor_name(cluster) != "celery":
         return None
     try:
         from dagster_celery import celery_executor
     except ImportError:
         raise ClusterConfigError(f"{EXECUTOR_ENV}=celery needs the cluster extra: pip install -e '.[cluster]'") from None
-    broker = broker_url()
-    poll_results_every(settings(ClusterConfig).celery_poll_interval_s)
+    broker = broker_url(cluster)
+    poll_results_every(cluster.celery_poll_interval_s)
     # the URLs stay environment references: a broker password never enters the definitions or a run's config
-    backend = {"env": BACKEND_ENV} if settings(ClusterConfig).celery_backend is not None else (
-        {"env": BROKER_ENV} if backend_url(broker) == broker else "rpc://")
+    backend = {"env": BACKEND_ENV} if cluster.celery_backend is not None else (
+        {"env": BROKER_ENV} if backend_url(cluster, broker) == broker else "rpc://")
     return celery_executor.configured({"broker": {"env": BROKER_ENV}, "backend": backend,
-                                       "config_source": celery_settings()}, name="docqueue_celery")
+                                       "config_source": celery_settings(cluster)}, name="docqueue_celery")
 
 
 def poll_results_every(seconds: float) -> None:
@@ -116,31 +121,15 @@ def poll_results_every(seconds: float) -> None:
     core_execution_loop.TICK_SECONDS = seconds
 
 
-def preload_definitions() -> None:
-    """Import the code location in the worker's parent, before Celery forks its pool, so that each prefork child
-    starts with dagster, the assets and the resources' modules loaded instead of importing them in its first
-    step (seconds of a 2-core machine, per child and per replacement of a child)."""
-    import orchestration.definitions  # noqa: F401
-
-
-def celery_app(broker: str):
-    """The Celery app of a worker: dagster-celery's, with the same settings the executor sends with."""
-    from dagster_celery.config import DEFAULT_CONFIG
-    from dagster_celery.make_app import make_app
-    from dagster_celery.tasks import create_task
-
-    app = make_app({"broker": broker, "backend": backend_url(broker), "include": [],
-                    "config_source": {**DEFAULT_CONFIG, **celery_settings()}})
-    # dagster-celery declares only its own queue; the phase queues are made on first use
-    app.conf.task_create_missing_queues = True
-    create_task(app)
-    return app
-
-
-def check_worker_environment(environ: dict | None = None) -> None:
-    environ = os.environ if environ is None else environ
-    missing = [f"{name} ({what})" for name, what in WORKER_REQUIRED_ENV.items() if not environ.get(name, "").strip()]
-    if not (environ.get("DOCQUEUE_QDRANT_URL", "").strip() or environ.get("DOCQUEUE_QDRANT_PATH", "").strip()):
+def check_worker_environment(settings: Settings) -> None:
+    """A worker's settings name every shared service (the settings the worker's steps are built with)."""
+    configured = {
+        "DOCQUEUE_DATABASE_URL": secret_value(settings.database.database_url),
+        "DOCQUEUE_DAGSTER_PG_URL": secret_value(settings.database.dagster_pg_url),
+        "DOCQUEUE_NEO4J_URI": settings.graph.uri, "DOCQUEUE_STORAGE_DIR": settings.storage.storage_dir,
+    }
+    missing = [f"{name} ({what})" for name, what in WORKER_REQUIRED_ENV.items() if not configured[name].strip()]
+    if not (secret_value(settings.vector.url).strip() or settings.vector.path.strip()):
         missing.append("DOCQUEUE_QDRANT_URL or DOCQUEUE_QDRANT_PATH (the vector store)")
     if missing:
         raise ClusterConfigError("a worker uses the cluster's shared services, never embedded ones: set "
@@ -158,11 +147,13 @@ def check_broker(url: str, timeout_s: float = 10.0) -> None:
                                  f"check {BROKER_ENV} / --broker") from None
 
 
-def parse_queues(raw: str) -> list[str]:
+def parse_queues(raw: str, known: Iterable[str]) -> list[str]:
+    """`--queues`: a comma-separated list of `known` (worker_queues of the phases)."""
+    known = tuple(known)
     queues = [q.strip() for q in raw.split(",") if q.strip()]
-    unknown = [q for q in queues if q not in PHASE_QUEUES]
+    unknown = [q for q in queues if q not in known]
     if unknown or not queues:
-        raise ClusterConfigError(f"--queues takes a comma-separated list of {', '.join(PHASE_QUEUES)}; "
+        raise ClusterConfigError(f"--queues takes a comma-separated list of {', '.join(known)}; "
                                  f"got {raw!r}")
     return queues
 
@@ -175,8 +166,6 @@ def worker_argv(queues: Iterable[str], concurrency: int, name: str | None, logle
 
 
 def _redact(url: str) -> str:
-    from orchestration.environment import redact
-
     return redact(url)
 
 

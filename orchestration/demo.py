@@ -5,7 +5,7 @@ import time
 
 from queue_db.config import docqueue_home
 from queue_db.migrate import upgrade
-from queue_db.tasks import Level
+from queue_db.phases import Level
 
 DEMO_QUERY = "How many containers did the harbour handle?"
 
@@ -39,7 +39,7 @@ def summarise(queue, document_ids: list[str]) -> dict:
     from orchestration.cli import _stores  # the CLI's store opener: one way to reach Qdrant and the graph
     from resources.embeddings import EmbeddingResource
 
-    from queue_db.tasks import Phase, blocked_phase_sql
+    from queue_db.phases import Phase, blocked_phase_sql
 
     # a phase waiting on a task that failed for good shows as blocked (its stored status stays pending)
     shown = {phase: f"CASE WHEN {blocked_phase_sql(phase, 'd')} THEN 'blocked' ELSE d.{phase.document_status_column}::text END"

@@ -1,13 +1,11 @@
-"""One asset job per task asset and roll-up: sensors and `docqueue run` launch ranged runs of these."""
+"""One asset job per task asset and roll-up, made from the phase specs: sensors and `docqueue run` launch ranged
+runs of these."""
 from __future__ import annotations
 
 import dagster as dg
 
-from queue_db.tasks import ALL_KINDS
-from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
-
-ASSET_OF_KIND = {kind.name: kind.name for kind in ALL_KINDS}  # each task kind's asset carries its name
-PHASE_OF_KIND = {kind.name: kind.phase.value for kind in ALL_KINDS}
+from orchestration.assets.rollups import rollup_asset_name, rollup_run_name
+from queue_db.phases import PhaseRegistry
 
 
 def job_name(run_name: str) -> str:
@@ -21,6 +19,8 @@ def _job(run_name: str, asset_name: str, phase: str) -> dg.UnresolvedAssetJobDef
                                description=f"Ranged runs of `{asset_name}` launched by the docqueue sensors and CLI.")
 
 
-task_jobs = [_job(kind.name, kind.name, kind.phase.value) for kind in ALL_KINDS]
-rollup_jobs = [_job(f"rollup_{phase}", asset, phase) for phase, asset in ROLLUP_ASSET_BY_PHASE.items()]
-all_jobs = [*task_jobs, *rollup_jobs]
+def phase_jobs(phases: PhaseRegistry) -> list[dg.UnresolvedAssetJobDefinition]:
+    """Each kind's job (named after the kind, which is its asset's name), then each phase's roll-up job."""
+    task_jobs = [_job(kind.name, kind.name, spec.name) for spec in phases for kind in spec.kinds]
+    rollup_jobs = [_job(rollup_run_name(spec), rollup_asset_name(spec), spec.name) for spec in phases]
+    return [*task_jobs, *rollup_jobs]

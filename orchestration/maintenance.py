@@ -5,11 +5,14 @@ import re
 
 import dagster as dg
 
+from queue_db.config import DagsterConfig, default
 from queue_db.inspection import holding_workers
 from queue_db.lifecycle import apply_reindex_requests
 from queue_db.queue import TaskQueue
-from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK
+from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
 from orchestration.verify import verify_stores
+from resources.embeddings import MODELS
+from resources.qdrant import VectorStoreError
 
 _RUN_ID = re.compile(r"^run:([0-9a-f-]{36}):")
 FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
@@ -35,12 +38,14 @@ def dead_run_workers(queue: TaskQueue, instance: dg.DagsterInstance) -> list[str
     return dead
 
 
-def nightly(queue: TaskQueue, instance: dg.DagsterInstance | None, vector_store=None, graph_store=None) -> dict:
-    """Reconcile parents, release tasks of dead runs, verify the stores and re-queue what is missing."""
+def nightly(queue: TaskQueue, instance: dg.DagsterInstance | None, vector_store=None, graph_store=None, *,
+            page_size: int = default(DagsterConfig, "verify_page")) -> dict:
+    """Reconcile parents, release tasks of dead runs, verify the stores (DOCQUEUE_VERIFY_PAGE ids at a time) and
+    re-queue what is missing."""
     corrections = queue.reconcile()
     dead = dead_run_workers(queue, instance) if instance is not None else []
     released = queue.release_workers(dead, "worker lost: its Dagster run is no longer alive") if dead else {}
-    report = verify_stores(queue, vector_store, graph_store)
+    report = verify_stores(queue, vector_store, graph_store, page_size)
     requeued_vector = queue.requeue(VECTOR_CHUNK, report.chunks_without_point,
                                     "repair: completed chunk had no Qdrant point") if report.chunks_without_point else 0
     requeued_graph = queue.requeue(GRAPHRAG_CHUNK, report.chunks_without_graph,
@@ -59,23 +64,18 @@ def nightly(queue: TaskQueue, instance: dg.DagsterInstance | None, vector_store=
     }
 
 
-def index_vector_tail(qdrant=None, model: str | None = None) -> dict:
-    """Build the vector index of the points written since the last build once DOCQUEUE_QDRANT_INDEX_TAIL of them
-    wait: the recovery schedule's op, and `docqueue run` after each vector run (it has no schedules). Only the
-    collection's name and size are needed, so the model is never loaded; reading the waiting count opens nothing.
-    Returns {"waiting", "built"}."""
-    from queue_db.config import EmbeddingConfig, VectorStoreConfig, settings
-    from resources.embeddings import MODELS
-    from resources.qdrant import QdrantResource, VectorStoreError
-
-    model = model or settings(EmbeddingConfig).model
+def index_vector_tail(qdrant, model: str, index_tail: int) -> dict:
+    """Build the vector index of the points written since the last build once `index_tail`
+    (DOCQUEUE_QDRANT_INDEX_TAIL) of them wait: the recovery schedule's op, and `docqueue run` after each vector run
+    (it has no schedules). Only the collection's name and size are needed, so the model (DOCQUEUE_EMBEDDING_MODEL)
+    is never loaded; reading the waiting count opens nothing. Returns {"waiting", "built"}."""
     spec = MODELS.get(model)
     if spec is None:
         raise VectorStoreError(f"unknown embedding model {model!r} in DOCQUEUE_EMBEDDING_MODEL; "
                                f"known: {', '.join(MODELS)}")
-    store = (qdrant or QdrantResource()).get_store(spec.model_id, spec.dim)
+    store = qdrant.get_store(spec.model_id, spec.dim)
     try:
         waiting = store.unindexed()
-        return {"waiting": waiting, "built": store.index_tail(settings(VectorStoreConfig).index_tail)}
+        return {"waiting": waiting, "built": store.index_tail(index_tail)}
     finally:
         store.close()

@@ -1,9 +1,17 @@
-"""The three dynamic partition definitions, and the one place partition keys are registered.
+"""Dagster's dynamic partitions of the queue: one definition per level, registering the keys of new rows and
+retiring those of completed pages and chunks.
 
-Keys are registered in blocks under a PostgreSQL advisory lock, one `add_dynamic_partitions` call per block with
-keys in (document, page, chunk) order; each row records its block and position. Positions that are consecutive
-within a block are therefore adjacent in Dagster's own key order, which is what makes a run over
+Registering: keys are registered in blocks under a PostgreSQL advisory lock, one `add_dynamic_partitions` call per
+block with keys in (document, page, chunk) order; each row records its block and position. Positions that are
+consecutive within a block are therefore adjacent in Dagster's own key order, which is what makes a run over
 positions [a, b] exactly the Dagster partition range [key(a), key(b)].
+
+Retiring: Dagster resolves a ranged run's keys by loading every key of its dynamic partitions definition
+(`get_partition_keys_in_range` calls `get_partition_keys()`), so a run's fixed cost, and the UI's partition
+pages, grow with the partitions ever registered. Retiring completed ones keeps the live set near
+DOCQUEUE_PARTITION_MAX_COMPLETED plus the unfinished work. The recovery job calls `retire_partitions` every run,
+a batch of DOCQUEUE_PARTITION_RETIRE_BATCH per definition, so a backlog drains within minutes and a run stays
+short. Which rows are retirable, and how a requeued one comes back, is queue_db.partition_retention's rule.
 """
 from __future__ import annotations
 
@@ -12,8 +20,11 @@ import zlib
 import dagster as dg
 import sqlalchemy as sa
 
-from queue_db.partitions import record_block, unregistered
-from queue_db.tasks import Level
+from orchestration.instance import delete_dynamic_partitions
+from queue_db.config import DagsterConfig
+from queue_db.partition_retention import RETIRABLE_LEVELS, retire_batch
+from queue_db.partition_keys import record_block, unregistered
+from queue_db.phases import Level
 
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")
 pages_partitions = dg.DynamicPartitionsDefinition(name="pages")
@@ -44,3 +55,21 @@ def register_partitions(instance: dg.DagsterInstance, engine: sa.Engine, level: 
             lock_conn.exec_driver_sql("SELECT pg_advisory_unlock(%(k)s)", {"k": lock_key})
             lock_conn.commit()
     return registered
+
+
+def retire_partitions(instance: dg.DagsterInstance, engine: sa.Engine, *, retention_s: float, max_completed: int,
+                      batch: int) -> dict[str, int]:
+    """Retire one batch of completed partitions per definition (pages, chunks); returns how many each."""
+    retired = {}
+    for level in RETIRABLE_LEVELS:
+        name = PARTITIONS_BY_LEVEL[level].name
+        retired[name] = retire_batch(engine, level, retention_s, max_completed, batch,
+                                     lambda keys, name=name: delete_dynamic_partitions(instance, name, keys))
+    return retired
+
+
+def retire_partitions_as_configured(instance: dg.DagsterInstance, engine: sa.Engine,
+                                    dagster: DagsterConfig) -> dict[str, int]:
+    """`retire_partitions` with DOCQUEUE_PARTITION_RETENTION, _MAX_COMPLETED and _RETIRE_BATCH."""
+    return retire_partitions(instance, engine, retention_s=dagster.partition_retention_s,
+                             max_completed=dagster.partition_max_completed, batch=dagster.partition_retire_batch)

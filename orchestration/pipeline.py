@@ -21,7 +21,7 @@ from queue_db.config import EmbeddingConfig, ExtractionConfig, settings
 from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
-from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
+from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from processing.content_types import PYMUPDF_TYPES
 from processing.office_pages import OFFICE_TYPES, OfficeLimits, office_pages
 from processing.text_pages import TEXT_TYPES, TextLimits, UnreadableMarkup, document_pages

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import dagster as dg
 import sqlalchemy as sa
 
-from queue_db.config import DagsterConfig, settings
-from queue_db.partitions import BlockShare, Candidate, ready_candidates, rollup_candidates
-from queue_db.tasks import TaskKind
+from queue_db.config import DagsterConfig
+from queue_db.partition_keys import BlockShare, Candidate, ready_candidates, rollup_candidates
+from queue_db.phases import PHASES, PhaseRegistry, PhaseSpec, TaskKind
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -35,8 +35,15 @@ IN_FLIGHT_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTE
                       dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
-def max_keys_per_run(kind: TaskKind) -> int:
-    return settings(DagsterConfig).max_keys_per_run(kind.name)
+# keys per run of a kind without its own DOCQUEUE_RUN_MAX_KEYS_<KIND> setting (a phase added by its spec alone)
+DEFAULT_MAX_KEYS = 200
+
+
+def max_keys_per_run(dagster: DagsterConfig, kind: TaskKind) -> int:
+    """DOCQUEUE_RUN_MAX_KEYS_<KIND>: partitions per ranged run of `kind`."""
+    if f"max_keys_{kind.name.lower()}" not in DagsterConfig.model_fields:
+        return DEFAULT_MAX_KEYS
+    return dagster.max_keys_per_run(kind.name)
 
 
 @dataclass(frozen=True)
@@ -82,20 +89,23 @@ def candidate_limit(max_runs: int, max_keys: int, in_flight: dict[int, list[tupl
     return max_runs * max_keys + covered
 
 
-def plan_runs(engine: sa.Engine, kind: TaskKind, *, in_flight: dict[int, list[tuple[int, int]]] | None = None,
-              max_keys: int | None = None, max_runs: int = 25, share: BlockShare | None = None,
-              documents=None) -> list[PlannedRun]:
-    """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first."""
-    max_keys = max_keys or max_keys_per_run(kind)
+def plan_runs(engine: sa.Engine, kind: TaskKind, *, max_keys: int,
+              in_flight: dict[int, list[tuple[int, int]]] | None = None, max_runs: int = 25,
+              share: BlockShare | None = None, documents=None) -> list[PlannedRun]:
+    """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first; `max_keys` is
+    `max_keys_per_run` of the settings."""
     candidates = ready_candidates(engine, kind, candidate_limit(max_runs, max_keys, in_flight), documents, share)
-    return group_into_runs(candidates, kind.name, kind.phase.value, max_keys=max_keys, in_flight=in_flight,
+    return group_into_runs(candidates, kind.name, kind.phase.name, max_keys=max_keys, in_flight=in_flight,
                            max_runs=max_runs)
 
 
-def plan_rollup_runs(engine: sa.Engine, phase: str, *, in_flight=None, max_keys: int = 200, max_runs: int = 10,
-                     share: BlockShare | None = None, documents=None) -> list[PlannedRun]:
-    candidates = rollup_candidates(engine, phase, candidate_limit(max_runs, max_keys, in_flight), documents, share)
-    return group_into_runs(candidates, f"rollup_{phase}", phase, max_keys=max_keys, in_flight=in_flight,
+def plan_rollup_runs(engine: sa.Engine, phase: PhaseSpec, *, phases: PhaseRegistry = PHASES, in_flight=None,
+                     max_keys: int = 200, max_runs: int = 10, share: BlockShare | None = None,
+                     documents=None) -> list[PlannedRun]:
+    """Group the documents whose `phase` (of `phases`) reached a final status into roll-up runs."""
+    candidates = rollup_candidates(engine, phase, candidate_limit(max_runs, max_keys, in_flight), documents, share,
+                                   phases=phases)
+    return group_into_runs(candidates, f"rollup_{phase.name}", phase.name, max_keys=max_keys, in_flight=in_flight,
                            max_runs=max_runs)
 
 

@@ -18,16 +18,19 @@ from typing import Callable, Sequence
 import dagster as dg
 import sqlalchemy as sa
 
+from orchestration.assets.rollups import rollup_run_name
+from orchestration.jobs import job_name
+from orchestration.maintenance import index_vector_tail as build_vector_tail
+from orchestration.partitions import register_partitions
+from orchestration.planning import (IN_FLIGHT_STATUSES, PlannedRun, in_flight_positions, max_keys_per_run,
+                                    plan_rollup_runs, plan_runs)
+from queue_db.config import DagsterConfig, QueueConfig, Settings
 from queue_db.inspection import waiting_work
-from queue_db.partitions import BlockShare
-from queue_db.config import QueueConfig, settings
+from queue_db.partition_keys import BlockShare
+from queue_db.phases import PHASES, Level, PhaseRegistry
 from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished
-from queue_db.tasks import ALL_KINDS, Level
-from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
-from orchestration.jobs import job_name
-from orchestration.partitions import register_partitions
-from orchestration.planning import IN_FLIGHT_STATUSES, PlannedRun, in_flight_positions, plan_rollup_runs, plan_runs
+from resources.qdrant import QdrantResource, QdrantStorageBusy, VectorStoreError
 
 
 log = logging.getLogger(__name__)
@@ -133,18 +136,23 @@ def fail_abandoned_runs(instance: dg.DagsterInstance, between_runs: bool = False
 
 
 def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, share: BlockShare | None = None,
-              documents: Sequence[str] | None = None) -> list[PlannedRun]:
+              documents: Sequence[str] | None = None, *, dagster: DagsterConfig,
+              phases: PhaseRegistry = PHASES) -> list[PlannedRun]:
     """One planning round over every kind in phase order, then the roll-ups. Called between runs only.
-    `documents`: only these documents' tasks and roll-ups are planned (`docqueue run --max-docs`)."""
+    `documents`: only these documents' tasks and roll-ups are planned (`docqueue run --max-docs`); `dagster`: the
+    settings of the runs' sizes (DOCQUEUE_RUN_MAX_KEYS_<KIND>)."""
     fail_abandoned_runs(instance, between_runs=True)
     planned: list[PlannedRun] = []
     for level in Level:
         register_partitions(instance, queue.engine, level)
-    for kind in ALL_KINDS:
-        planned += plan_runs(queue.engine, kind, in_flight=in_flight_positions(instance, kind.name), max_runs=4,
-                             share=share, documents=documents)
-    for phase in ROLLUP_ASSET_BY_PHASE:
-        planned += plan_rollup_runs(queue.engine, phase, in_flight=in_flight_positions(instance, f"rollup_{phase}"),
+    for spec in phases:
+        for kind in spec.kinds:
+            planned += plan_runs(queue.engine, kind, in_flight=in_flight_positions(instance, kind.name),
+                                 max_keys=max_keys_per_run(dagster, kind), max_runs=4, share=share,
+                                 documents=documents)
+    for spec in phases:
+        planned += plan_rollup_runs(queue.engine, spec, phases=phases,
+                                    in_flight=in_flight_positions(instance, rollup_run_name(spec)),
                                     max_runs=4, share=share, documents=documents)
     return planned
 
@@ -157,15 +165,16 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun,
     return result.success
 
 
-def index_vector_tail() -> bool:
+# the handler whose deepest kind writes the vector store: its runs are followed by an index build of the tail
+VECTOR_HANDLER = "vector"
+
+
+def index_vector_tail(settings: Settings) -> bool:
     """What the recovery schedule does under the daemon, done here after each vector run, since `docqueue run` has
     no schedules (orchestration.maintenance.index_vector_tail). A store that is busy or unusable is left for the
     next time."""
-    from orchestration.maintenance import index_vector_tail as build_vector_tail
-    from resources.qdrant import QdrantStorageBusy, VectorStoreError
-
     try:
-        return build_vector_tail()["built"]
+        return build_vector_tail(QdrantResource(), settings.embedding.model, settings.vector.index_tail)["built"]
     except (QdrantStorageBusy, VectorStoreError) as exc:
         log.warning("vector index build left for later: %s", exc)
         return False
@@ -175,9 +184,9 @@ class _Outage:
     """A database that stops answering (restart, failover) pauses the runner instead of ending it; only an
     outage longer than DOCQUEUE_DB_OUTAGE_MAX_S (default 300 s) is given up on."""
 
-    def __init__(self):
+    def __init__(self, limit_s: float):
         self.since: float | None = None
-        self.limit_s = settings(QueueConfig).db_outage_max_s
+        self.limit_s = limit_s
 
     def wait_or_raise(self, exc: Exception) -> None:
         transient = isinstance(exc, sa.exc.OperationalError) or getattr(exc, "connection_invalidated", False)
@@ -191,27 +200,30 @@ class _Outage:
         self.since = None
 
 
-def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: TaskQueue, *, until_idle: bool = True,
+def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: TaskQueue, *, settings: Settings,
+                   phases: PhaseRegistry = PHASES, until_idle: bool = True,
                    worker_index: int = 0, workers: int = 1, poll_s: float | None = None,
                    max_seconds: float | None = None,
                    on_run: Callable[[PlannedRun, bool], None] | None = None,
                    documents: Sequence[str] | None = None, log_level: str | None = None) -> RunnerReport:
     """Plan and execute runs until idle (or forever); `poll_s` (default WORKER_POLL_INTERVAL) is the wait when
     nothing is ready and no retry is due. With TASK_QUEUE_ENABLED=false it returns at once, touching nothing.
-    `documents`: work on these documents only, and return once none of them can make progress."""
+    `documents`: work on these documents only, and return once none of them can make progress. `defs` are the
+    definitions built from `settings` and `phases` (code_location.build_definitions)."""
     report = RunnerReport()
-    if not settings(QueueConfig).enabled:
+    if not settings.queue.enabled:
         log.warning(QueueConfig.disabled_reason)
         return report
     poll_s = queue.settings.poll_interval_s if poll_s is None else poll_s
     started = time.monotonic()
     share = BlockShare(workers, worker_index) if workers > 1 else None
-    outage = _Outage()
+    outage = _Outage(settings.queue.db_outage_max_s)
+    vector_kinds = {spec.leaf.name for spec in phases if spec.handler == VECTOR_HANDLER}
     while True:
         if max_seconds is not None and time.monotonic() - started > max_seconds:
             break
         try:
-            planned = plan_next(queue, instance, share, documents)
+            planned = plan_next(queue, instance, share, documents, dagster=settings.dagster, phases=phases)
             for run in planned:
                 ok = execute(defs, instance, run, log_level)
                 report.runs += 1
@@ -219,8 +231,8 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: Ta
                 report.runs_by_name[run.name] = report.runs_by_name.get(run.name, 0) + 1
                 if on_run:
                     on_run(run, ok)
-                if run.name == "vector_chunk":
-                    index_vector_tail()
+                if run.name in vector_kinds:
+                    index_vector_tail(settings)
             if planned:
                 continue
             waiting = waiting_work(queue.engine)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from queue_db.config import IntakeConfig, default, docqueue_home, settings
+from queue_db.config import IntakeConfig, default
 from queue_db.queue import TaskQueue
 from orchestration.intake import IngestResult, ingest_file, too_large
 from resources.ocr import PdfLimits
@@ -58,9 +58,10 @@ class S3Source:
         return f"s3://{self.bucket}/{self.prefix}"
 
     @classmethod
-    def from_env(cls, bucket: str | None = None, prefix: str | None = None) -> "S3Source | None":
+    def from_config(cls, intake: IntakeConfig, bucket: str | None = None,
+                    prefix: str | None = None) -> "S3Source | None":
         """The configured source, or None when DOCQUEUE_S3_BUCKET is not set (and no bucket is given)."""
-        env = settings(IntakeConfig)
+        env = intake
         bucket = (bucket if bucket is not None else env.s3_bucket).strip()
         if not bucket:
             return None
@@ -75,14 +76,14 @@ class S3Source:
         )
 
     @classmethod
-    def from_url(cls, url: str) -> "S3Source":
-        """`s3://bucket/prefix`, with the endpoint, region and bounds from the environment."""
+    def from_url(cls, url: str, intake: IntakeConfig) -> "S3Source":
+        """`s3://bucket/prefix`, with the endpoint and bounds of the intake settings (the region the AWS SDK's)."""
         if not url.startswith("s3://"):
             raise S3ConfigError(f"not an s3:// address: {url!r}")
         bucket, _, prefix = url[len("s3://"):].partition("/")
         if not bucket:
             raise S3ConfigError(f"no bucket in {url!r}")
-        source = cls.from_env(bucket=bucket, prefix=prefix)
+        source = cls.from_config(intake, bucket=bucket, prefix=prefix)
         assert source is not None
         return source
 
@@ -204,9 +205,10 @@ def list_objects(client, source: S3Source) -> list[S3Object]:
 
 # ------------------------------------------------------------------------------------------------ intake
 def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor: IntakeCursor | None = None, *,
-              client=None, priority: int = 0, limits: PdfLimits | None = None) -> S3IntakeReport:
+              scratch: Path, client=None, priority: int = 0, limits: PdfLimits | None = None) -> S3IntakeReport:
     """One bounded pass: list, then download and register at most `source.max_objects` new objects. Returns
-    the advanced cursor in the report (the caller stores it). A listing failure raises S3Unavailable; a
+    the advanced cursor in the report (the caller stores it). Downloads go to temporary files under `scratch`
+    (`<DOCQUEUE_HOME>/tmp`). A listing failure raises S3Unavailable; a
     download failure stops the pass there, with what was done kept in the cursor."""
     cursor = IntakeCursor(cursor.watermark, dict(cursor.handled)) if cursor else IntakeCursor()
     limits = limits or PdfLimits.from_env()
@@ -217,7 +219,8 @@ def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor:
     done = 0
     for obj in pending[:source.max_objects]:
         try:
-            result = _ingest_object(queue, storage, source, client, obj, priority=priority, limits=limits)
+            result = _ingest_object(queue, storage, source, client, obj, priority=priority, limits=limits,
+                                    scratch=scratch)
         except S3Unavailable as exc:
             report.error = str(exc)
             break
@@ -232,14 +235,14 @@ def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor:
     return report
 
 
-def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, priority: int = 0,
+def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, scratch: Path, priority: int = 0,
                   max_passes: int = 10_000) -> S3IntakeReport:
     """Everything under the prefix now, pass after pass (for the command line; sensors use one pass a tick)."""
     client = source.client()
     total = S3IntakeReport(source.url)
     cursor = IntakeCursor()
     for _ in range(max_passes):
-        report = ingest_s3(queue, storage, source, cursor, client=client, priority=priority)
+        report = ingest_s3(queue, storage, source, cursor, scratch=scratch, client=client, priority=priority)
         cursor = report.cursor
         total.listed = report.listed
         total.results += report.results
@@ -251,14 +254,13 @@ def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, 
 
 
 def _ingest_object(queue: TaskQueue, storage: LocalStorage, source: S3Source, client, obj: S3Object, *,
-                   priority: int, limits: PdfLimits) -> IngestResult | None:
+                   priority: int, limits: PdfLimits, scratch: Path) -> IngestResult | None:
     """The object registered (or rejected), or None when it changed or vanished since it was listed (the next
     listing shows its new state)."""
     address = f"s3://{source.bucket}/{obj.key}"
     if obj.size > limits.max_file_bytes:
         return IngestResult(address, "rejected", reason=too_large(limits.max_file_bytes))
     name = PurePosixPath(obj.key).name or "object"
-    scratch = docqueue_home() / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="s3-", dir=scratch) as folder:
         path = Path(folder) / "object"

@@ -2,30 +2,30 @@
 
 Each tick is bounded (candidates read through the claim index with a LIMIT, at most `max_runs` requests) and
 idempotent: ranges already covered by a queued or running run are skipped. With TASK_QUEUE_ENABLED=false every
-sensor skips its tick without touching the queue."""
+sensor skips its tick without touching the queue.
+
+Every sensor is made from the settings the code location was built with (`phase_sensors`, `intake_sensors`): one
+task sensor per task kind and one roll-up sensor per phase of the phase specs."""
 
 import os
 from pathlib import Path
 
 import dagster as dg
-from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
+from dagster import SensorEvaluationContext
 
-from queue_db.inbox import remember, unchanged
-from queue_db.config import DagsterConfig, IntakeConfig, QueueConfig, settings
-from queue_db.queue import source_path_text
-from queue_db.tasks import ALL_KINDS, Level, TaskKind
-from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
+from orchestration.assets.rollups import rollup_asset_name, rollup_run_name
 from orchestration.intake import ingest_file, iter_files
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
-from orchestration.planning import in_flight_positions, plan_rollup_runs, plan_runs
+from orchestration.planning import in_flight_positions, max_keys_per_run, plan_rollup_runs, plan_runs
 from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
+from queue_db.config import QueueConfig, Settings
+from queue_db.inbox import remember, unchanged
+from queue_db.phases import Level, PhaseRegistry, PhaseSpec, TaskKind
+from queue_db.queue import source_path_text
 from resources.database import DatabaseResource
 from resources.ocr import PdfLimits
 from resources.storage import StorageResource
-
-# fixed when the code location loads (a sensor's interval is part of its definition); the rest is read per tick
-SENSOR_INTERVAL_S = settings(DagsterConfig).sensor_interval_s
 
 
 def _requests(planned) -> list[dg.RunRequest]:
@@ -35,18 +35,22 @@ def _requests(planned) -> list[dg.RunRequest]:
     return [dg.RunRequest(tags=run.tags) for run in planned]
 
 
-def _task_sensor(kind: TaskKind) -> dg.SensorDefinition:
-    @dg.sensor(name=f"{kind.name}_sensor", job_name=job_name(kind.name), minimum_interval_seconds=SENSOR_INTERVAL_S,
+def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
+    enabled, max_runs = settings.queue.enabled, settings.dagster.sensor_max_runs
+    max_keys = max_keys_per_run(settings.dagster, kind)
+
+    @dg.sensor(name=f"{kind.name}_sensor", job_name=job_name(kind.name),
+               minimum_interval_seconds=settings.dagster.sensor_interval_s,
                default_status=dg.DefaultSensorStatus.RUNNING,
                description=f"Requests ranged runs of `{kind.name}` for ready tasks (pending, or failed with retries "
                            "left and back-off elapsed, dependency met).")
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
-        if not settings(QueueConfig).enabled:
+        if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
         registered = register_partitions(context.instance, queue.engine, kind.level)
         planned = plan_runs(queue.engine, kind, in_flight=in_flight_positions(context.instance, kind.name),
-                            max_runs=settings(DagsterConfig).sensor_max_runs)
+                            max_keys=max_keys, max_runs=max_runs)
         if not planned:
             return dg.SkipReason(f"no ready {kind.name} tasks" + (f" ({registered} partitions registered)" if registered else ""))
         return dg.SensorResult(run_requests=_requests(planned))
@@ -54,17 +58,20 @@ def _task_sensor(kind: TaskKind) -> dg.SensorDefinition:
     return sensor
 
 
-def _rollup_sensor(phase: str) -> dg.SensorDefinition:
-    @dg.sensor(name=f"rollup_{phase}_sensor", job_name=job_name(f"rollup_{phase}"),
-               minimum_interval_seconds=SENSOR_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,
-               description=f"Materializes `{ROLLUP_ASSET_BY_PHASE[phase]}` for documents whose {phase} phase "
+def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -> dg.SensorDefinition:
+    enabled, phase, run_name = settings.queue.enabled, spec.name, rollup_run_name(spec)
+
+    @dg.sensor(name=f"{run_name}_sensor", job_name=job_name(run_name),
+               minimum_interval_seconds=settings.dagster.sensor_interval_s,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description=f"Materializes `{rollup_asset_name(spec)}` for documents whose {phase} phase "
                            "reached a final status.")
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
-        if not settings(QueueConfig).enabled:
+        if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
-        planned = plan_rollup_runs(queue.engine, phase,
-                                   in_flight=in_flight_positions(context.instance, f"rollup_{phase}"))
+        planned = plan_rollup_runs(queue.engine, spec, phases=phases,
+                                   in_flight=in_flight_positions(context.instance, run_name))
         if not planned:
             return dg.SkipReason(f"no document finished its {phase} phase")
         return dg.SensorResult(run_requests=_requests(planned))
@@ -72,13 +79,23 @@ def _rollup_sensor(phase: str) -> dg.SensorDefinition:
     return sensor
 
 
-@dg.sensor(name="inbox_sensor", minimum_interval_seconds=SENSOR_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Registers new files dropped into DOCQUEUE_INBOX (the same bytes twice are one document) and "
-                       "adds their `documents` partitions.")
-def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
-    if not settings(QueueConfig).enabled:
-        return dg.SkipReason(QueueConfig.disabled_reason)
-    intake = settings(IntakeConfig)
+def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
+    enabled, intake = settings.queue.enabled, settings.intake
+
+    @dg.sensor(name="inbox_sensor", minimum_interval_seconds=settings.dagster.sensor_interval_s,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description="Registers new files dropped into DOCQUEUE_INBOX (the same bytes twice are one document) "
+                           "and adds their `documents` partitions.")
+    def sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
+        if not enabled:
+            return dg.SkipReason(QueueConfig.disabled_reason)
+        return _read_inbox(context, intake, database, storage)
+
+    return sensor
+
+
+def _read_inbox(context: SensorEvaluationContext, intake, database: DatabaseResource,
+                storage: StorageResource) -> dg.SkipReason:
     inbox = intake.inbox
     if not inbox:
         return dg.SkipReason("DOCQUEUE_INBOX is not set")
@@ -114,19 +131,34 @@ def inbox_sensor(context: SensorEvaluationContext, database: DatabaseResource, s
                          f"{counts['rejected']} rejected; {registered} partition(s) registered")
 
 
-@dg.sensor(name="s3_intake_sensor", minimum_interval_seconds=SENSOR_INTERVAL_S,
-           default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Registers new objects of DOCQUEUE_S3_BUCKET under DOCQUEUE_S3_PREFIX (endpoint DOCQUEUE_S3_URL) "
-                       "as documents, at most DOCQUEUE_S3_MAX_OBJECTS a tick; a changed object is a new version. "
-                       "The cursor remembers what was handled.")
-def s3_intake_sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
-    if not settings(QueueConfig).enabled:
-        return dg.SkipReason(QueueConfig.disabled_reason)
-    source = S3Source.from_env()
-    if source is None:
-        return dg.SkipReason("DOCQUEUE_S3_BUCKET is not set")
+def s3_intake_sensor(settings: Settings) -> dg.SensorDefinition:
+    enabled, source, scratch = settings.queue.enabled, S3Source.from_config(settings.intake), scratch_folder(settings)
+
+    @dg.sensor(name="s3_intake_sensor", minimum_interval_seconds=settings.dagster.sensor_interval_s,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description="Registers new objects of DOCQUEUE_S3_BUCKET under DOCQUEUE_S3_PREFIX (endpoint "
+                           "DOCQUEUE_S3_URL) as documents, at most DOCQUEUE_S3_MAX_OBJECTS a tick; a changed object "
+                           "is a new version. The cursor remembers what was handled.")
+    def sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
+        if not enabled:
+            return dg.SkipReason(QueueConfig.disabled_reason)
+        if source is None:
+            return dg.SkipReason("DOCQUEUE_S3_BUCKET is not set")
+        return _read_s3(context, source, scratch, database, storage)
+
+    return sensor
+
+
+def scratch_folder(settings: Settings) -> Path:
+    """Where downloads wait to be registered: `tmp` in DOCQUEUE_HOME."""
+    return Path(settings.database.home).expanduser().resolve() / "tmp"
+
+
+def _read_s3(context: SensorEvaluationContext, source: S3Source, scratch: Path, database: DatabaseResource,
+             storage: StorageResource) -> dg.SkipReason:
     queue = database.get_queue()
-    report = ingest_s3(queue, storage.get_storage(), source, IntakeCursor.from_json(context.cursor))
+    report = ingest_s3(queue, storage.get_storage(), source, IntakeCursor.from_json(context.cursor),
+                       scratch=scratch)
     context.update_cursor(report.cursor.to_json())
     registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
     for r in report.results:
@@ -137,6 +169,11 @@ def s3_intake_sensor(context: SensorEvaluationContext, database: DatabaseResourc
     return dg.SkipReason(f"{report.summary()}; {registered} partition(s) registered")
 
 
-task_sensors = [_task_sensor(kind) for kind in ALL_KINDS]
-rollup_sensors = [_rollup_sensor(phase) for phase in ROLLUP_ASSET_BY_PHASE]
-all_sensors = [inbox_sensor, s3_intake_sensor, *task_sensors, *rollup_sensors]
+def intake_sensors(settings: Settings) -> list[dg.SensorDefinition]:
+    return [inbox_sensor(settings), s3_intake_sensor(settings)]
+
+
+def phase_sensors(settings: Settings, phases: PhaseRegistry) -> list[dg.SensorDefinition]:
+    """A task sensor per kind, then a roll-up sensor per phase, in pipeline order."""
+    return [*(_task_sensor(settings, kind) for spec in phases for kind in spec.kinds),
+            *(_rollup_sensor(settings, phases, spec) for spec in phases)]

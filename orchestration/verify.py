@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from queue_db.config import DagsterConfig, settings
+from queue_db.config import DagsterConfig, default
 from queue_db.queue import TaskQueue
 
 _FIRST_ID = "00000000-0000-0000-0000-000000000000"
@@ -73,8 +73,9 @@ def completed_chunk_pages(queue: TaskQueue, phase: str, page_size: int) -> Itera
         after = page[-1][1]
 
 
-def verify_stores(queue: TaskQueue, vector_store=None, graph_store=None, page_size: int | None = None) -> VerifyReport:
-    page_size = page_size or settings(DagsterConfig).verify_page
+def verify_stores(queue: TaskQueue, vector_store=None, graph_store=None,
+                  page_size: int = default(DagsterConfig, "verify_page")) -> VerifyReport:
+    """`page_size`: DOCQUEUE_VERIFY_PAGE, which callers pass from their settings."""
     report = VerifyReport()
     if vector_store is not None:
         for page in completed_chunk_pages(queue, "vector", page_size):

@@ -10,6 +10,15 @@ import time
 from contextlib import contextmanager
 from typing import Sequence
 
+from orchestration.code_location import build_definitions
+from orchestration.environment import dagster_instance
+from orchestration.runner import run_until_idle
+from queue_db.config import Settings
+from queue_db.inspection import waiting_work
+from queue_db.partition_keys import rollup_candidates
+from queue_db.phases import PHASES, PhaseRegistry
+from queue_db.run_scope import most_urgent_unfinished
+
 
 def start_workers(workers: int, *, until_idle: bool, max_seconds: float | None,
                   extra_args: Sequence[str] = (), show_logs: bool = False) -> list[subprocess.Popen]:
@@ -42,15 +51,13 @@ STUCK_CHECKS = 15  # idle checks in a row with the same work left and no sibling
 
 
 def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: float | None, group: int,
-               max_docs: int | None = None, log_level: str | None = None) -> dict:
+               max_docs: int | None = None, log_level: str | None = None, *, settings: Settings,
+               phases: PhaseRegistry = PHASES) -> dict:
     """One of `run --workers N`. The workers split the registration blocks, so a worker whose share is idle may
     not leave while a sibling can still create work in that share (the sibling's chunks, pages and roll-ups
-    land in any block): with --until-idle it leaves only once no sibling is busy and nothing is left anywhere."""
-    from orchestration.definitions import defs
-    from orchestration.environment import dagster_instance
-    from orchestration.runner import run_until_idle
-    from queue_db.run_scope import most_urgent_unfinished
-
+    land in any block): with --until-idle it leaves only once no sibling is busy and nothing is left anywhere.
+    The runs execute the definitions built from `settings` and `phases`."""
+    defs = build_definitions(settings, phases)
     instance = dagster_instance()
     started = time.monotonic()
     totals = {"runs": 0, "failed_runs": 0}
@@ -63,8 +70,9 @@ def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: f
         return None if max_seconds is None else max_seconds - (time.monotonic() - started)
 
     def one_pass() -> None:
-        report = run_until_idle(defs, instance, queue, until_idle=until_idle, worker_index=index, workers=workers,
-                                max_seconds=remaining(), documents=documents, log_level=log_level)
+        report = run_until_idle(defs, instance, queue, settings=settings, phases=phases, until_idle=until_idle,
+                                worker_index=index, workers=workers, max_seconds=remaining(), documents=documents,
+                                log_level=log_level)
         totals["runs"] += report.runs
         totals["failed_runs"] += report.failed_runs
 
@@ -79,7 +87,7 @@ def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: f
                 if siblings.any_busy():
                     last_left, unchanged = None, 0
                 else:
-                    left = work_left(queue)
+                    left = work_left(queue, phases)
                     waiting = "processing" in left or "retry_waiting" in left
                     unchanged = unchanged + 1 if left == last_left and not waiting else 0
                     if not left or unchanged >= STUCK_CHECKS:
@@ -124,17 +132,13 @@ class Siblings:
         return False
 
 
-def work_left(queue) -> dict:
+def work_left(queue, phases: PhaseRegistry = PHASES) -> dict:
     """What is still to do anywhere (not only in this worker's share); empty when the queue has settled.
     Ready rows are counted whether or not a run was already planned for them, so planned-but-unclaimed work
     is never mistaken for none."""
-    from queue_db.partitions import rollup_candidates
-    from orchestration.assets.rollups import ROLLUP_ASSET_BY_PHASE
-    from queue_db.inspection import waiting_work
-
     waiting = waiting_work(queue.engine)
     left = {f"ready_{kind}": n for kind, n in queue.ready_counts().items() if n}
-    left.update({f"rollup_{phase}": 1 for phase in ROLLUP_ASSET_BY_PHASE if rollup_candidates(queue.engine, phase, 1)})
+    left.update({f"rollup_{spec.name}": 1 for spec in phases if rollup_candidates(queue.engine, spec, 1, phases=phases)})
     if waiting["processing"]:
         left["processing"] = waiting["processing"]
     if waiting["next_retry_in_s"] is not None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .tasks import ALL_KINDS, OCR_DOCUMENT, VECTOR_CHUNK, VECTOR_PAGE, Phase, TaskKind, kinds_of_phase
+from .phases import EXPANDED_SQL, TABLE_OF_LEVEL, Level, PhaseSpec, TaskKind
+from .rollup_sql import child_column
 from .text import clean_text
 from .transitions import Correction, Transitions, apply_priority, check_priority, parent_columns
 
@@ -17,16 +18,16 @@ class Administration(Transitions):
         where = "{hb} < now() - make_interval(secs => ($1->>'stale')::float8)"
         reason = ("'worker lost: heartbeat stale since ' || to_char({hb} AT TIME ZONE 'UTC', "
                   "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') || ' (worker ' || COALESCE({worker}, '?') || ')'")
-        return {kind.name: self._release(kind, where, reason, {"stale": stale_after_s}) for kind in ALL_KINDS}
+        return {kind.name: self._release(kind, where, reason, {"stale": stale_after_s}) for kind in self.phases.kinds}
 
     def release_workers(self, worker_ids: Iterable[str], reason: str = "worker lost: its run is no longer alive") -> dict[str, int]:
         """Release tasks held by workers known to be dead (e.g. their Dagster run ended), counting the attempt."""
         worker_ids = list(worker_ids)
         if not worker_ids:
-            return {kind.name: 0 for kind in ALL_KINDS}
+            return {kind.name: 0 for kind in self.phases.kinds}
         return {kind.name: self._release(kind, "{worker} = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'workers')))",
                                          "$1->>'reason'", {"workers": worker_ids, "reason": clean_text(reason)})
-                for kind in ALL_KINDS}
+                for kind in self.phases.kinds}
 
     def _release(self, kind: TaskKind, where_template: str, reason_template: str, args: dict) -> int:
         names = {"hb": f"t.{kind.col('last_heartbeat')}", "worker": f"t.{kind.col('worker_id')}"}
@@ -49,10 +50,10 @@ class Administration(Transitions):
             RETURNING t.id{parent_columns(kind)}"""
         return len(self._run(kind, sql, args))
 
-    def retry_failed(self, phase: Phase | None = None, document_id: str | None = None) -> dict[str, int]:
+    def retry_failed(self, phase: PhaseSpec | None = None, document_id: str | None = None) -> dict[str, int]:
         """Operator retry: failed tasks go back to pending with their retry counts reset."""
         counts = {}
-        for kind in ALL_KINDS if phase is None else kinds_of_phase(phase):
+        for kind in self.phases.kinds if phase is None else self.phases.phase(phase.name).kinds:
             doc_filter = f"AND t.{kind.document_column} = ($1->>'doc')::uuid" if document_id is not None else ""
             sql = f"""
                 WITH failed AS (
@@ -73,9 +74,10 @@ class Administration(Transitions):
         ids = [str(i) for i in ids]
         if not ids:
             return 0
-        cascade = ""
-        if kind is VECTOR_CHUNK:
-            cascade = ", graphrag_status = 'pending', graphrag_retry_count = 0, graphrag_next_attempt_at = NULL"
+        # the kinds of the same row that wait on this one, directly or through each other, start again too
+        later = self._dependents(kind)
+        cascade = "".join(f", {k.status} = 'pending', {k.col('retry_count')} = 0, {k.col('next_attempt_at')} = NULL"
+                          for k in later)
         sql = f"""
             WITH target AS (
                 SELECT t.id FROM {kind.table} t
@@ -89,30 +91,43 @@ class Administration(Transitions):
             WHERE t.id = ANY(ARRAY(SELECT id FROM target))
             RETURNING t.id{parent_columns(kind)}"""
         rows = self._run(kind, sql, {"ids": ids, "reason": clean_text(reason)})
-        if kind is VECTOR_CHUNK and rows:
-            self._transaction(lambda conn: self._bubble(
-                conn, Phase.GRAPHRAG, sorted({r["page_id"] for r in rows}), sorted({r["document_id"] for r in rows})))
+        if rows:
+            for phase in dict.fromkeys(k.phase for k in later):
+                self._transaction(lambda conn, ph=phase: self._bubble(
+                    conn, ph, sorted({r["page_id"] for r in rows if r.get("page_id")}),
+                    sorted({r["document_id"] for r in rows if r.get("document_id")})))
         return len(rows)
 
-    def _parents_out_of_line(self) -> dict[tuple[str, Phase], list[str]]:
+    def _dependents(self, kind: TaskKind) -> list[TaskKind]:
+        """The chunk kinds whose tasks on the same row wait on `kind`'s, directly or through each other. A page's
+        later task is left alone: once it has chunked, its status is its chunks' roll-up, not a task's."""
+        later: list[TaskKind] = []
+        for other in self.phases.kinds:
+            if other.level is Level.CHUNK and other.depends_on is not None and (
+                    other.depends_on is kind or other.depends_on in later):
+                later.append(other)
+        return later
+
+    def _parents_out_of_line(self) -> dict[tuple[str, PhaseSpec], list[str]]:
         """Read-only: (level, phase) -> ids of parents whose status differs from the rule over their children."""
-        found: dict[tuple[str, Phase], list[str]] = {}
+        found: dict[tuple[str, PhaseSpec], list[str]] = {}
         with self.engine.connect() as conn:
-            for phase in (Phase.VECTOR, Phase.GRAPHRAG):
-                col = f"{phase.value}_status"
-                found[("page", phase)] = [str(r[0]) for r in conn.exec_driver_sql(
-                    f"""SELECT p.id FROM task_queue_page p WHERE NOT ({VECTOR_PAGE.owns('p')})
-                        AND p.{col} IS DISTINCT FROM COALESCE(
-                            (SELECT docqueue_rollup(c.{col}) FROM task_queue_chunk c WHERE c.page_id = p.id), 'completed')
-                        ORDER BY p.id""").all()]
-            for phase in Phase:
-                doc_col, page_col = phase.document_status_column, f"{phase.value}_status"
-                found[("document", phase)] = [str(r[0]) for r in conn.exec_driver_sql(
-                    f"""SELECT d.id FROM documents d WHERE NOT ({OCR_DOCUMENT.owns('d')})
-                        AND EXISTS (SELECT 1 FROM task_queue_page pg WHERE pg.document_id = d.id)
-                        AND d.{doc_col} IS DISTINCT FROM
-                            (SELECT docqueue_rollup(pg.{page_col}) FROM task_queue_page pg WHERE pg.document_id = d.id)
-                        ORDER BY d.id""").all()]
+            for level in (Level.PAGE, Level.DOCUMENT):
+                table, child = TABLE_OF_LEVEL[level], {Level.PAGE: Level.CHUNK, Level.DOCUMENT: Level.PAGE}[level]
+                fk = "page_id" if level is Level.PAGE else "document_id"
+                expanded = EXPANDED_SQL[level].replace("t.", "p.")
+                for phase in self.phases:
+                    if level not in phase.rollup_levels:
+                        continue
+                    col, child_col = phase.rollup_column(level, "status"), child_column(phase, child, "status")
+                    rollup = f"(SELECT docqueue_rollup(c.{child_col}) FROM {TABLE_OF_LEVEL[child]} c WHERE c.{fk} = p.id)"
+                    # a page with no chunks is complete; a document with no pages keeps its expansion's status
+                    expected = (f"COALESCE({rollup}, 'completed')" if level is Level.PAGE else rollup)
+                    present = ("" if level is Level.PAGE else
+                               f"AND EXISTS (SELECT 1 FROM {TABLE_OF_LEVEL[child]} c WHERE c.{fk} = p.id)")
+                    found[(level.value, phase)] = [str(r[0]) for r in conn.exec_driver_sql(
+                        f"""SELECT p.id FROM {table} p WHERE {expanded} {present}
+                            AND p.{col} IS DISTINCT FROM {expected} ORDER BY p.id""").all()]
         return found
 
     def disagreeing_parents(self) -> dict[str, int]:
@@ -141,4 +156,4 @@ class Administration(Transitions):
         """Give a document and its unfinished pages and chunks a new priority (0-10): claims take higher first.
         Finished tasks keep theirs; returns how many rows of each level changed."""
         check_priority(priority)
-        return self._transaction(lambda conn: apply_priority(conn, str(document_id), priority))
+        return self._transaction(lambda conn: apply_priority(conn, str(document_id), priority, self.phases.kinds))

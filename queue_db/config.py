@@ -493,7 +493,7 @@ class QueueSettings:
     heartbeat_interval_s: float = default(QueueConfig, "heartbeat_interval_s")
     stale_timeout_s: float = default(QueueConfig, "stale_timeout_s")
     max_retries: int = default(QueueConfig, "max_retries")
-    # back-off before a failed task may be claimed again: base * 2**(attempt-1), capped
+    # back-off before a failed task may be claimed again (the default queue_db.phases.RetryPolicy)
     retry_backoff_base_s: float = default(QueueConfig, "retry_backoff_base_s")
     retry_backoff_max_s: float = default(QueueConfig, "retry_backoff_max_s")
     claim_batch_size: int = 50  # no variable: ranged runs claim per task kind (assets.common.CLAIM_BATCH)
@@ -513,7 +513,3 @@ class QueueSettings:
             retry_backoff_base_s=queue.retry_backoff_base_s,
             retry_backoff_max_s=queue.retry_backoff_max_s,
         )
-
-    def backoff_seconds(self, attempt: int) -> float:
-        """Delay before attempt `attempt + 1` may start (attempt counts failures so far, >= 1)."""
-        return min(self.retry_backoff_max_s, self.retry_backoff_base_s * (2 ** max(0, attempt - 1)))

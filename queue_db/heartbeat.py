@@ -11,7 +11,7 @@ import threading
 from typing import Iterable
 
 from .queue import TaskQueue
-from .tasks import TaskKind
+from .phases import TaskKind
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What the queue holds right now, per kind of task: tasks held by workers, stuck ones, failed ones backing off,
 the workers holding tasks, and a document's running tasks. Every query is built from `ALL_KINDS` and the kinds'
-own predicates (queue_db.tasks), so none of them can forget a kind or spell a kind's rule differently.
+own predicates (queue_db.phases), so none of them can forget a kind or spell a kind's rule differently.
 
 Each reads the `processing` rows through the kinds' partial heartbeat indexes, or one document's rows through its
 foreign-key index: the cost follows the work in flight, not the size of the corpus.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from .tasks import ALL_KINDS, TaskKind
+from .phases import ALL_KINDS, TaskKind
 
 
 def _union(parts: list[str]) -> str:

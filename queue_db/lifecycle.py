@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .inspection import document_held_counts, tenant_held_count
 from .queue import TaskQueue, source_path_text
-from .tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, Phase
+from .phases import Level, PhaseRegistry, PhaseSpec
 from .tenants import BASE_TENANT
 
 
@@ -36,12 +36,12 @@ def move_source(queue: TaskQueue, document_id: str, source_path: str) -> None:
 
 def superseded_ready_for_removal(queue: TaskQueue) -> list[dict]:
     """Old versions whose successor completed every phase: safe to remove (search switches over atomically)."""
+    completed = " AND ".join(f"new.{p.document_status_column} = 'completed'" for p in queue.phases)
     with queue.engine.connect() as conn:
         return [dict(r) for r in conn.exec_driver_sql(
-            """SELECT old.id::text AS id, old.document_key, new.id::text AS replaced_by
+            f"""SELECT old.id::text AS id, old.document_key, new.id::text AS replaced_by
                FROM documents new JOIN documents old ON old.id = new.supersedes
-               WHERE new.ocr_status = 'completed' AND new.vector_index_status = 'completed'
-                 AND new.graphrag_index_status = 'completed'""").mappings()]
+               WHERE {completed}""").mappings()]
 
 
 def hidden_from_search(queue: TaskQueue) -> list[str]:
@@ -95,48 +95,62 @@ def delete_rows(queue: TaskQueue, document_id: str) -> bool:
         return conn.exec_driver_sql("DELETE FROM documents WHERE id = %(d)s", {"d": document_id}).rowcount > 0
 
 
-def _phases_from(phase: Phase) -> tuple[Phase, ...]:
-    if phase is Phase.OCR:
-        raise ValueError("re-indexing starts at the vector or graphrag phase; OCR is kept")
-    return (Phase.VECTOR, Phase.GRAPHRAG) if phase is Phase.VECTOR else (Phase.GRAPHRAG,)
+def _chunk_phases(phases: PhaseRegistry) -> tuple[PhaseSpec, ...]:
+    """The phases that work on chunks: the ones a re-index runs again (the text they read is kept)."""
+    return tuple(p for p in phases if p.leaf.level is Level.CHUNK)
 
 
-def _chunk_resets(phase: Phase) -> list[str]:
+def _phases_from(phases: PhaseRegistry, phase: PhaseSpec) -> tuple[PhaseSpec, ...]:
+    chunk_phases = _chunk_phases(phases)
+    if phase not in chunk_phases:
+        names = " or ".join(p.name for p in chunk_phases)
+        raise ValueError(f"re-indexing starts at the {names} phase; {phase.name} is kept")
+    return chunk_phases[chunk_phases.index(phase):]
+
+
+def _idle_sql(phases: PhaseRegistry) -> str:
+    """Over chunks c: none of its tasks is running."""
+    return " AND ".join(f"c.{p.leaf.status} <> 'processing'" for p in _chunk_phases(phases))
+
+
+def _chunk_resets(phases: PhaseRegistry, phase: PhaseSpec) -> list[str]:
     """A chunk's columns as they are before its `phase` and the later ones ever ran (timings included)."""
     sets = []
-    for kind in (VECTOR_CHUNK, GRAPHRAG_CHUNK):
-        if kind.phase in _phases_from(phase):
+    for kind in (p.leaf for p in _chunk_phases(phases)):
+        if kind.phase in _phases_from(phases, phase):
             sets += [f"{kind.status} = 'pending'", f"{kind.col('retry_count')} = 0",
                      *(f"{kind.col(c)} = NULL" for c in ("next_attempt_at", "error", "error_class", "started_at",
                                                          "completed_at", "worker_id", "last_heartbeat"))]
     return sets + ["entities_extracted = 0", "relationships_extracted = 0"]
 
 
-def _reset_chunks(queue: TaskQueue, conn, phase: Phase, where: str, params: dict) -> tuple[list[tuple], int]:
+def _reset_chunks(queue: TaskQueue, conn, phase: PhaseSpec, where: str, params: dict) -> tuple[list[tuple], int]:
     """Reset the chunks `where` selects (alias c) whose tasks are not running; ask again for the running ones.
     Returns (page, document) of each chunk reset, and how many were running."""
-    idle = "c.vector_status <> 'processing' AND c.graphrag_status <> 'processing'"
+    idle = _idle_sql(queue.phases)
+    # two requests for one chunk keep the earlier phase (it re-runs the later ones too)
+    earliest = " ".join(f"WHEN '{p.name}' IN (reindex_requests.phase, EXCLUDED.phase) THEN '{p.name}'"
+                        for p in _chunk_phases(queue.phases))
     rows = conn.exec_driver_sql(
-        f"""UPDATE task_queue_chunk c SET {', '.join(_chunk_resets(phase))}, updated_at = now()
+        f"""UPDATE task_queue_chunk c SET {', '.join(_chunk_resets(queue.phases, phase))}, updated_at = now()
             WHERE {idle} AND {where} RETURNING c.page_id::text, c.document_id::text""", params).all()
     running = conn.exec_driver_sql(
         f"""INSERT INTO reindex_requests (chunk_task_id, phase)
             SELECT c.id, %(phase)s FROM task_queue_chunk c WHERE NOT ({idle}) AND {where}
             ON CONFLICT (chunk_task_id) DO UPDATE
-                SET phase = CASE WHEN 'vector' IN (reindex_requests.phase, EXCLUDED.phase) THEN 'vector'
-                                 ELSE 'graphrag' END,
+                SET phase = CASE {earliest} ELSE EXCLUDED.phase END,
                     requested_at = now()""",
         {**params, "phase": phase.value}).rowcount
     pages, documents = sorted({r[0] for r in rows}), sorted({r[1] for r in rows})
-    for rerun in _phases_from(phase):
+    for rerun in _phases_from(queue.phases, phase):
         # the parents' phase starts afresh: their started_at is kept by bubble-up while set, which would time the
         # re-index from the first indexing
         for table, ids in (("task_queue_page", pages), ("documents", documents)):
             conn.exec_driver_sql(
-                f"UPDATE {table} SET {rerun.value}_started_at = NULL, {rerun.value}_completed_at = NULL "
+                f"UPDATE {table} SET {rerun.column_prefix}_started_at = NULL, {rerun.column_prefix}_completed_at = NULL "
                 f"WHERE id = ANY(%(ids)s::uuid[])", {"ids": ids})
         queue._bubble(conn, rerun, pages, documents)
-        conn.exec_driver_sql(f"UPDATE documents SET {rerun.value}_rollup_at = NULL WHERE id = ANY(%(ids)s::uuid[])",
+        conn.exec_driver_sql(f"UPDATE documents SET {rerun.column_prefix}_rollup_at = NULL WHERE id = ANY(%(ids)s::uuid[])",
                              {"ids": documents})
     # the later phases run again on the text extracted before: extraction is skipped this time
     conn.exec_driver_sql("UPDATE documents SET extraction_skipped = true WHERE id = ANY(%(ids)s::uuid[])",
@@ -144,12 +158,13 @@ def _reset_chunks(queue: TaskQueue, conn, phase: Phase, where: str, params: dict
     return rows, running
 
 
-def reset_phase(queue: TaskQueue, phase: Phase, document_id: str | None = None) -> dict[str, int]:
+def reset_phase(queue: TaskQueue, phase: PhaseSpec, document_id: str | None = None) -> dict[str, int]:
     """Re-run `phase` and the phases after it, keeping the earlier phases' results (a new embedding model or
     extractor). Vector: chunks keep their identity and text, their vector and GraphRAG tasks go back to pending.
     GraphRAG: chunks' GraphRAG tasks go back to pending. A chunk whose task is running is re-indexed once it has
     settled (`apply_reindex_requests`, called by the recovery job); `running` counts those."""
-    _phases_from(phase)
+    phase = queue.phases.phase(phase.name)
+    _phases_from(queue.phases, phase)
     where, params = ("c.document_id = %(d)s", {"d": document_id}) if document_id else ("TRUE", {})
     rows, running = queue._transaction(lambda conn: _reset_chunks(queue, conn, phase, where, params))
     return {"chunks": len(rows), "pages": len({r[0] for r in rows}), "documents": len({r[1] for r in rows}),
@@ -159,14 +174,13 @@ def reset_phase(queue: TaskQueue, phase: Phase, document_id: str | None = None) 
 def apply_reindex_requests(queue: TaskQueue, limit: int = 1000) -> int:
     """Re-index the requested chunks whose tasks have settled since; the others keep waiting."""
     applied = 0
-    for phase in (Phase.VECTOR, Phase.GRAPHRAG):
+    for phase in _chunk_phases(queue.phases):
         def work(conn, phase=phase):
             ids = [r[0] for r in conn.exec_driver_sql(
-                """DELETE FROM reindex_requests r WHERE r.chunk_task_id IN (
+                f"""DELETE FROM reindex_requests r WHERE r.chunk_task_id IN (
                        SELECT r2.chunk_task_id FROM reindex_requests r2
                        JOIN task_queue_chunk c ON c.id = r2.chunk_task_id
-                       WHERE r2.phase = %(phase)s AND c.vector_status <> 'processing'
-                         AND c.graphrag_status <> 'processing'
+                       WHERE r2.phase = %(phase)s AND {_idle_sql(queue.phases)}
                        ORDER BY r2.chunk_task_id LIMIT %(limit)s FOR UPDATE OF r2 SKIP LOCKED)
                    RETURNING r.chunk_task_id::text""", {"phase": phase.value, "limit": limit}).all()]
             if not ids:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .tasks import ALL_KINDS
 from .tenants import BASE_TENANT
 from .transactions import QueueConnection
 
@@ -63,4 +62,4 @@ class Lookups(QueueConnection):
         with self.engine.connect() as conn:
             return {kind.name: int(conn.exec_driver_sql(
                 f"SELECT count(*) FROM {kind.table} t WHERE {kind.claimable_sql('t')}").scalar())
-                for kind in ALL_KINDS}
+                for kind in self.phases.kinds}

@@ -13,6 +13,9 @@ from importlib import resources as importlib_resources
 
 import sqlalchemy as sa
 
+from .phases import PHASES, PhaseRegistry
+from .rollup_sql import missing_phase_ddl
+
 VERSION_TABLE = "docqueue_schema_version"
 # arbitrary constant: identifies "docqueue schema upgrade" among advisory locks
 _UPGRADE_LOCK_KEY = 0x646F6371
@@ -95,8 +98,10 @@ def pending_migrations(engine: sa.Engine) -> list[Migration]:
     return [m for m in available_migrations() if m.version not in done]
 
 
-def upgrade(engine: sa.Engine, target: int | None = None) -> list[Migration]:
-    """Apply every migration not yet applied (up to `target`), each in its own transaction. Returns them."""
+def upgrade(engine: sa.Engine, target: int | None = None, phases: PhaseRegistry = PHASES) -> list[Migration]:
+    """Apply every migration not yet applied (up to `target`), each in its own transaction, then (without a
+    `target`) the columns and indexes of `phases` that do not exist yet (rollup_sql.phase_ddl). Returns the
+    migrations applied."""
     applied: list[Migration] = []
     with engine.connect() as conn:
         conn.exec_driver_sql("SELECT pg_advisory_lock(%(k)s)", {"k": _UPGRADE_LOCK_KEY})
@@ -124,6 +129,10 @@ def upgrade(engine: sa.Engine, target: int | None = None) -> list[Migration]:
                         {"v": migration.version, "n": migration.name, "c": migration.checksum},
                     )
                 applied.append(migration)
+            if target is None:
+                with conn.begin():
+                    for statement in missing_phase_ddl(conn, phases):
+                        conn.exec_driver_sql(statement)
         finally:
             conn.exec_driver_sql("SELECT pg_advisory_unlock(%(k)s)", {"k": _UPGRADE_LOCK_KEY})
             conn.commit()

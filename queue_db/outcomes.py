@@ -2,7 +2,7 @@
 
 A task is completed, failed (by error class), blocked (pending behind a task that failed for good: a page whose OCR
 failed is never chunked, a chunk whose embedding failed never reaches GraphRAG) or open (pending or processing,
-work still to come). A document's phase is blocked the same way. The rules are the kinds' own (queue_db.tasks).
+work still to come). A document's phase is blocked the same way. The rules are the kinds' own (queue_db.phases).
 """
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from .tasks import ALL_KINDS, Phase, blocked_phase_sql
+from .phases import PHASES, PhaseRegistry
 
-def _tasks_sql() -> str:
+def _tasks_sql(phases: PhaseRegistry = PHASES) -> str:
     """kind, outcome, error class, tasks: one group per outcome of each kind, from the kinds' own predicates. A
     document's expansion and a page's chunking are completed once their status is their children's roll-up."""
     parts = []
-    for k in ALL_KINDS:
+    for k in phases.kinds:
         outcome = (f"CASE WHEN NOT ({k.owns('t')}) THEN 'completed' WHEN t.{k.status} = 'failed' THEN 'failed' "
                    f"WHEN t.{k.status} = 'completed' THEN 'completed' WHEN {k.blocked_sql('t')} THEN 'blocked' "
                    f"ELSE 'open' END")
@@ -26,8 +26,9 @@ def _tasks_sql() -> str:
     return "\nUNION ALL ".join(parts)
 
 
-def _blocked_documents_sql() -> str:
-    return "SELECT count(*) FROM documents d WHERE " + " OR ".join(blocked_phase_sql(phase, "d") for phase in Phase)
+def _blocked_documents_sql(phases: PhaseRegistry = PHASES) -> str:
+    return "SELECT count(*) FROM documents d WHERE " + " OR ".join(phases.blocked_phase_sql(phase, "d")
+                                                                   for phase in phases)
 
 
 @dataclass
@@ -60,11 +61,11 @@ class Outcomes:
                   f"blocked), {self.open} open")
 
 
-def task_outcomes(engine: sa.Engine) -> Outcomes:
+def task_outcomes(engine: sa.Engine, phases: PhaseRegistry = PHASES) -> Outcomes:
     outcomes = Outcomes()
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql(_tasks_sql()).all()
-        outcomes.blocked_documents = int(conn.exec_driver_sql(_blocked_documents_sql()).scalar())
+        rows = conn.exec_driver_sql(_tasks_sql(phases)).all()
+        outcomes.blocked_documents = int(conn.exec_driver_sql(_blocked_documents_sql(phases)).scalar())
     for kind, outcome, error_class, n in rows:
         n = int(n)
         per_kind = outcomes.by_kind.setdefault(kind, {})

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
-from .partitions import _KEY_SELECT, TABLE, key_of
-from .tasks import Level
+from .partition_keys import _KEY_SELECT, TABLE, key_of
+from .phases import Level
 
 # the expression and predicate of each level's partial index, written exactly as in migration 0020
 DONE_AT = {Level.PAGE: "GREATEST(t.ocr_completed_at, t.vector_completed_at, t.graphrag_completed_at)",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from .administration import Administration, Correction
 from .keys import document_key_for
 from .lookups import Lookups
-from .tasks import NEVER
+from .phases import NEVER
 from .text import MAX_ERROR_CHARS, clean_text, source_path_text
 from .transactions import create_queue_engine
 from .transitions import Settlement, Transition, make_worker_id

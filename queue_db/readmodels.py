@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from .tasks import ALL_KINDS, Level, Phase, TaskKind, blocked_phase_sql, leaf_kind
+from .config import QueueConfig, default
+from .phases import PHASES, Level, PhaseRegistry, PhaseSpec, TaskKind
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,12 +72,12 @@ def _open_tasks_sql(k: TaskKind, select: str, group: str = "", tenant: str | Non
         for statuses in _OPEN_STATUSES)
 
 
-def _statistics_sql(tenant: str | None = None) -> str:
+def _statistics_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -> str:
     """Per kind: the open tasks by status (blocked apart); per table and ownership rule, the total the completed
     ones are derived from, counted once for the kinds sharing it (both chunk kinds own every chunk row). With a
     tenant, the total is that tenant's rows (through the document id indexes): linear in the tenant's size."""
     branches, totals = [], {}
-    for k in ALL_KINDS:
+    for k in phases.kinds:
         status = f"CASE WHEN {k.blocked_sql('t')} THEN 'blocked' ELSE t.{k.status}::text END"
         branches.append(_open_tasks_sql(k, f"'{k.label}' AS task_type, {status} AS status, COUNT(*) AS count",
                                         " GROUP BY 2", tenant))
@@ -108,21 +109,21 @@ FROM samples HAVING COUNT(*) > 0
 """
 
 
-def _error_classes_sql(tenant: str | None = None) -> str:
+def _error_classes_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -> str:
     """Completion clears a task's error class, so only open tasks carry one."""
     return "\nUNION ALL ".join(
-        f"SELECT task_type, error_class, SUM(count)::bigint AS count FROM ("
+        "SELECT task_type, error_class, SUM(count)::bigint AS count FROM ("
         + _open_tasks_sql(k, f"'{k.label}' AS task_type, t.{k.col('error_class')} AS error_class, COUNT(*) AS count",
                           f" AND t.{k.col('error_class')} IS NOT NULL GROUP BY 2", tenant)
-        + ") o GROUP BY 1, 2" for k in ALL_KINDS) + "\nORDER BY 1, 2"
+        + ") o GROUP BY 1, 2" for k in phases.kinds) + "\nORDER BY 1, 2"
 
 
-def phase_progress(engine: sa.Engine) -> dict[str, dict[str, int]]:
+def phase_progress(engine: sa.Engine, phases: PhaseRegistry = PHASES) -> dict[str, dict[str, int]]:
     """Per phase, its units of work (the phase's deepest kind): total, completed, failed."""
     sql = "\nUNION ALL ".join(
         f"SELECT '{phase.value}', count(*), count(*) FILTER (WHERE t.{k.status} = 'completed'), "
         f"count(*) FILTER (WHERE t.{k.status} = 'failed') FROM {k.table} t"
-        for phase in Phase for k in (leaf_kind(phase),))
+        for phase in phases for k in (phase.leaf,))
     with engine.connect() as conn:
         return {r[0]: {"total": int(r[1]), "completed": int(r[2]), "failed": int(r[3])}
                 for r in conn.exec_driver_sql(sql).all()}
@@ -141,16 +142,18 @@ def _frame(rows: list[dict], columns: list[str]) -> "pd.DataFrame":
 
 
 def document_progress_rows(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
-                           after_key: str | None = None, tenant: str | None = None) -> list[dict]:
+                           after_key: str | None = None, tenant: str | None = None,
+                           phases: PhaseRegistry = PHASES) -> list[dict]:
     """Per document: the three statuses, pages, OCR completed/failed pages, chunks, vector/GraphRAG completed.
     In registration order; `limit` documents after the one keyed `after_key` (a page of a long listing, read
     through idx_documents_listing, or idx_documents_tenant_listing for one `tenant`, so every page costs the
     same)."""
-    return _document_progress_query(engine, document_id, limit, after_key, tenant)[0]
+    return _document_progress_query(engine, document_id, limit, after_key, tenant, phases)[0]
 
 
 def _document_progress_query(engine: sa.Engine, document_id: str | None, limit: int | None,
-                             after_key: str | None, tenant: str | None = None) -> tuple[list[dict], list[str]]:
+                             after_key: str | None, tenant: str | None = None,
+                             phases: PhaseRegistry = PHASES) -> tuple[list[dict], list[str]]:
     clauses, params = [], {"tenant": tenant}
     if document_id is not None:
         clauses.append("id = %(id)s")
@@ -161,7 +164,8 @@ def _document_progress_query(engine: sa.Engine, document_id: str | None, limit: 
     if tenant is not None:
         clauses.append("tenant_id = %(tenant)s")
     where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
-    blocked = ", ".join(f"CASE WHEN {blocked_phase_sql(phase, 'd')} THEN '{phase.value}' END" for phase in Phase)
+    blocked = ", ".join(f"CASE WHEN {phases.blocked_phase_sql(phase, 'd')} THEN '{phase.value}' END"
+                        for phase in phases)
     sql = _PROGRESS_SQL.format(where=where, blocked=blocked, limit=f"LIMIT {int(limit)}" if limit else "")
     return _document_progress(engine, sql, params)
 
@@ -182,10 +186,11 @@ def document_progress(engine: sa.Engine, document_id: str | None = None, *, limi
     return _frame(*_document_progress_query(engine, document_id, limit, after_key, tenant))
 
 
-def queue_statistics_rows(engine: sa.Engine, tenant: str | None = None) -> list[dict]:
+def queue_statistics_rows(engine: sa.Engine, tenant: str | None = None,
+                          phases: PhaseRegistry = PHASES) -> list[dict]:
     """task_type x status x count over every kind (the seed's query, plus documents and pages whose status is
     still their own), sorted by type and status; of one tenant's documents when `tenant` is given."""
-    rows, _ = _rows(engine, _statistics_sql(tenant), {"tenant": tenant})
+    rows, _ = _rows(engine, _statistics_sql(tenant, phases), {"tenant": tenant})
     counts: dict[tuple[str, str], int] = {}
     totals: dict[str, int] = {}
     for row in rows:
@@ -204,22 +209,21 @@ def queue_statistics(engine: sa.Engine, tenant: str | None = None) -> "pd.DataFr
     return _frame(queue_statistics_rows(engine, tenant), ["task_type", "status", "count"])
 
 
-def phase_timings_rows(engine: sa.Engine, window: int | None = None, tenant: str | None = None) -> list[dict]:
+def phase_timings_rows(engine: sa.Engine, window: int | None = None, tenant: str | None = None,
+                       phases: PhaseRegistry = PHASES) -> list[dict]:
     """Queue wait and processing time (median, p95) per task type, over at most `window` completed tasks of each
-    (DOCQUEUE_STATS_WINDOW): all of them while a table holds fewer rows, beyond that those of a random sample of
+    (DOCQUEUE_STATS_WINDOW, which the entry point hands in; None: its default): all of them while a table holds fewer rows, beyond that those of a random sample of
     the table's blocks sized to hold about `window` rows, so the cost stays flat however long the history."""
     if window is None:
-        from .config import QueueConfig, settings
-
-        window = settings(QueueConfig).stats_window
-    tables = sorted({k.table for k in ALL_KINDS})
+        window = default(QueueConfig, "stats_window")
+    tables = sorted({k.table for k in phases.kinds})
     with engine.connect() as conn:
         # the planner's row estimate, kept by autovacuum's ANALYZE: -1 for a table never analyzed (a new, small one)
         estimates = dict(conn.exec_driver_sql(
             "SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%(t)s) AND relkind = 'r'",
             {"t": tables}).all())
     rows: list[dict] = []
-    for k in ALL_KINDS:
+    for k in phases.kinds:
         estimate = float(estimates.get(k.table) or -1)
         # one tenant's rows may be too few for a block sample to find: they are read up to the window instead
         percent = 100.0 * window / estimate if estimate > window and tenant is None else None
@@ -233,9 +237,9 @@ def phase_timings(engine: sa.Engine, window: int | None = None, tenant: str | No
                                                        "wait_p95_s", "run_median_s", "run_p95_s"])
 
 
-def error_classes_rows(engine: sa.Engine, tenant: str | None = None) -> list[dict]:
+def error_classes_rows(engine: sa.Engine, tenant: str | None = None, phases: PhaseRegistry = PHASES) -> list[dict]:
     """task_type x error_class x count, over the tasks not completed (completion clears the class)."""
-    rows, _ = _rows(engine, _error_classes_sql(tenant), {"tenant": tenant})
+    rows, _ = _rows(engine, _error_classes_sql(tenant, phases), {"tenant": tenant})
     return [{**r, "count": int(r["count"])} for r in rows]
 
 
@@ -243,11 +247,11 @@ def error_classes(engine: sa.Engine, tenant: str | None = None) -> "pd.DataFrame
     return _frame(error_classes_rows(engine, tenant), ["task_type", "error_class", "count"])
 
 
-def documents_ready(engine: sa.Engine, phase: Phase) -> "pd.DataFrame":
+def documents_ready(engine: sa.Engine, phase: PhaseSpec, phases: PhaseRegistry = PHASES) -> "pd.DataFrame":
     """Documents whose previous phase completed and whose `phase` has not started (the seed's query)."""
-    previous = phase.previous
+    previous = phases.previous(phase)
     if previous is None:
-        sql = "SELECT id, filename FROM documents WHERE ocr_status = 'pending' ORDER BY created_at"
+        sql = f"SELECT id, filename FROM documents WHERE {phase.document_status_column} = 'pending' ORDER BY created_at"
     else:
         sql = (f"SELECT id, filename FROM documents WHERE {previous.document_status_column} = 'completed' "
                f"AND {phase.document_status_column} = 'pending' ORDER BY created_at")

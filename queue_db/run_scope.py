@@ -6,29 +6,40 @@ from typing import Sequence
 
 import sqlalchemy as sa
 
-from queue_db.tasks import Phase, blocked_phase_sql
+from .phases import PHASES, PhaseRegistry
 
 MAX_DOCS = 1000
-# not finished: its last phase can still run (a document waiting only on a task failed for good is not)
-_UNFINISHED = (f"d.graphrag_index_status IN ('pending', 'processing') "
-               f"AND NOT {blocked_phase_sql(Phase.GRAPHRAG, 'd')}")
-MOST_URGENT_SQL = (f"SELECT d.id::text FROM documents d WHERE {_UNFINISHED} "
-                   "ORDER BY d.priority DESC, d.created_at, d.id LIMIT %(n)s")
 
 
-def most_urgent_unfinished(engine: sa.Engine, count: int) -> list[str]:
+def unfinished_sql(phases: PhaseRegistry = PHASES) -> str:
+    """Over documents d: not finished, its last phase can still run (a document waiting only on a task failed for
+    good is not). For the default phases this is idx_documents_unfinished's predicate."""
+    last = phases.phases[-1]
+    return (f"d.{last.document_status_column} IN ('pending', 'processing') "
+            f"AND NOT {phases.blocked_phase_sql(last, 'd')}")
+
+
+def most_urgent_sql(phases: PhaseRegistry = PHASES) -> str:
+    return (f"SELECT d.id::text FROM documents d WHERE {unfinished_sql(phases)} "
+            "ORDER BY d.priority DESC, d.created_at, d.id LIMIT %(n)s")
+
+
+MOST_URGENT_SQL = most_urgent_sql()
+
+
+def most_urgent_unfinished(engine: sa.Engine, count: int, phases: PhaseRegistry = PHASES) -> list[str]:
     """Ids of at most `count` unfinished documents, highest priority first, then oldest."""
     if not 1 <= count <= MAX_DOCS:
         raise ValueError(f"the number of documents must be between 1 and {MAX_DOCS}, got {count}")
     with engine.connect() as conn:
-        return [r[0] for r in conn.exec_driver_sql(MOST_URGENT_SQL, {"n": count})]
+        return [r[0] for r in conn.exec_driver_sql(most_urgent_sql(phases), {"n": count})]
 
 
-def still_unfinished(engine: sa.Engine, document_ids: Sequence[str]) -> int:
+def still_unfinished(engine: sa.Engine, document_ids: Sequence[str], phases: PhaseRegistry = PHASES) -> int:
     """How many of these documents can still make progress."""
     if not document_ids:
         return 0
     with engine.connect() as conn:
         return int(conn.exec_driver_sql(
-            f"SELECT count(*) FROM documents d WHERE d.id = ANY(%(ids)s::uuid[]) AND {_UNFINISHED}",
+            f"SELECT count(*) FROM documents d WHERE d.id = ANY(%(ids)s::uuid[]) AND {unfinished_sql(phases)}",
             {"ids": list(document_ids)}).scalar())

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .config import QueueSettings
+from .phases import PHASES, PhaseRegistry, RetryPolicy
 
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
 ATTEMPTS = 6
@@ -55,14 +56,19 @@ def with_retries(attempt: Callable[[], T], attempts: int = ATTEMPTS) -> T:
 
 
 class QueueConnection:
-    """The queue's engine and settings, and the two ways it runs statements: in one transaction, or one
-    statement per transaction (autocommit). Both retry transient failures."""
+    """The queue's engine, settings and phases, and the two ways it runs statements: in one transaction, or one
+    statement per transaction (autocommit). Both retry transient failures.
 
-    def __init__(self, engine: sa.Engine | str, settings: QueueSettings | None = None):
+    `settings` come from the entry point (None: the defaults); `phases` is the registry of phases the queue
+    serves (None: PHASES), its default retry policy the one `settings` give (max_retries, back-off base and cap)."""
+
+    def __init__(self, engine: sa.Engine | str, settings: QueueSettings | None = None,
+                 phases: PhaseRegistry | None = None):
         if isinstance(engine, str):
             engine = create_queue_engine(engine)
         self.engine = engine
-        self.settings = settings or QueueSettings.from_env()
+        self.settings = settings or QueueSettings()
+        self.phases = (phases or PHASES).with_default_retry(default_retry_policy(self.settings))
 
     def _transaction(self, work: Callable[[sa.Connection], Any], attempts: int = ATTEMPTS) -> Any:
         def attempt() -> Any:
@@ -77,3 +83,8 @@ class QueueConnection:
                 return work(conn.execution_options(isolation_level="AUTOCOMMIT"))
 
         return with_retries(attempt, attempts)
+
+
+def default_retry_policy(settings: QueueSettings) -> RetryPolicy:
+    """The retry policy of every kind without its own: the queue settings' retries and back-off."""
+    return RetryPolicy.from_settings(settings.max_retries, settings.retry_backoff_base_s, settings.retry_backoff_max_s)

@@ -19,7 +19,8 @@ import sqlalchemy as sa
 from .idempotency import IdempotencyConflict, checked_key
 from .keys import chunk_id, document_key_for
 from .tenants import checked_tenant, tenant_document_key
-from .tasks import ALL_KINDS, NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, Phase, TaskKind
+from .phases import NEVER, PHASES, OCR_DOCUMENT, VECTOR_PAGE, Level, PhaseSpec, TaskKind
+from .rollup_sql import after_transition, lock_sql, recount_sql
 from .text import clean_text, source_path_text
 from .transactions import QueueConnection, with_retries
 
@@ -62,12 +63,13 @@ def check_priority(priority: int) -> None:
         raise ValueError(f"priority must be between 0 and 10, got {priority}")
 
 
-def apply_priority(conn: sa.Connection, document_id: str, priority: int) -> dict[str, int]:
-    """Set the priority of a document and of its pages and chunks with a phase still to finish, locking in the
-    queue's order (chunks, pages, document)."""
+def apply_priority(conn: sa.Connection, document_id: str, priority: int,
+                   kinds: Sequence[TaskKind] = PHASES.kinds) -> dict[str, int]:
+    """Set the priority of a document and of its pages and chunks with a phase (of `kinds`) still to finish,
+    locking in the queue's order (chunks, pages, document)."""
     counts = {}
     for level, table in (("chunks", "task_queue_chunk"), ("pages", "task_queue_page")):
-        unfinished = " OR ".join(f"t.{k.status} <> 'completed'" for k in ALL_KINDS if k.table == table)
+        unfinished = " OR ".join(f"t.{k.status} <> 'completed'" for k in kinds if k.table == table)
         counts[level] = conn.exec_driver_sql(
             f"UPDATE {table} t SET priority = %(p)s, updated_at = now() WHERE t.document_id = %(d)s "
             f"AND t.priority <> %(p)s AND ({unfinished})", {"p": priority, "d": document_id}).rowcount
@@ -118,7 +120,7 @@ class Transitions(QueueConnection):
 
         def known(conn: sa.Connection, existing: dict) -> tuple[dict, bool]:
             if priority > existing["priority"]:  # asked for again, more urgently
-                apply_priority(conn, str(existing["id"]), priority)
+                apply_priority(conn, str(existing["id"]), priority, self.phases.kinds)
                 existing = {**existing, "priority": priority}
             return existing, False
 
@@ -139,7 +141,7 @@ class Transitions(QueueConnection):
                         "source_path": source_path_text(source_path) if source_path else None, "storage_key": storage_key,
                         "size": size_bytes, "hash": content_hash, "mime": mime_type, "priority": priority,
                         "password_ref": password_ref, "metadata": json.dumps(metadata or {}),
-                        "max_retries": self.settings.max_retries, "idempotency_key": idempotency_key,
+                        "max_retries": self.phases.default_retry.attempts, "idempotency_key": idempotency_key,
                         "tenant": tenant,
                     },
                 ).mappings().first()
@@ -175,22 +177,33 @@ class Transitions(QueueConnection):
 
     def _run(self, kind: TaskKind | None, statement: str, args: dict, *, bubble: bool = True,
              conn: sa.Connection | None = None) -> list[dict]:
-        """Run one data-modifying statement ($1 = `args` as jsonb) and bubble its parents up, atomically and in
-        one round trip (docqueue_transition, migrations/0002). Inside `conn` when given, else autocommit."""
-        phase = kind.phase.value if (bubble and kind is not None and kind.level is not Level.DOCUMENT) else None
-        call = "SELECT docqueue_transition(%(sql)s, %(phase)s, %(args)s::jsonb)"
-        params = {"sql": statement, "phase": phase, "args": json.dumps(args)}
-        if conn is not None:
-            return list(conn.exec_driver_sql(call, params).scalar())
-        return self._autocommit(lambda c: list(c.exec_driver_sql(call, params).scalar()))
+        """Run one data-modifying statement ($1 = `args` as jsonb) and bubble the parents it returns (page_id,
+        document_id) up, in one transaction: inside `conn` when given, else a transaction of its own."""
+        phase = kind.phase if (bubble and kind is not None and kind.level is not Level.DOCUMENT) else None
+        sql = statement.replace("%", "%%").replace("$1", "%(args)s::jsonb")
+
+        def work(c: sa.Connection) -> list[dict]:
+            rows = [dict(r) for r in c.exec_driver_sql(sql, {"args": json.dumps(args)}).mappings()]
+            for row in rows:
+                for column in ("id", "page_id", "document_id"):
+                    if row.get(column) is not None:
+                        row[column] = str(row[column])
+            if phase is not None and rows:
+                self._bubble(c, phase, sorted({r["page_id"] for r in rows if r.get("page_id")}),
+                             sorted({r["document_id"] for r in rows if r.get("document_id")}))
+            return rows
+
+        return work(conn) if conn is not None else self._transaction(work)
 
     def _pipelined(self, kind: TaskKind, worker_id: str, statements: Sequence[tuple[str, dict]],
                    settled: Sequence[str] | None) -> list[list[dict]]:
         """The hot path (claim, complete, fail, settle): BEGIN, each transition as a prepared statement (its plan is
-        cached, unlike dynamic SQL), one docqueue_bubble_after() for all of them, COMMIT, sent as one pipelined
-        batch: one round trip. `settled` are the rows completed or failed; rows claimed are found by the function
-        (worker and heartbeat = now()). Returns each statement's rows."""
+        cached, unlike dynamic SQL), one bubble-up pass for all of them (rollup_sql.after_transition, prepared
+        too), COMMIT, sent as one pipelined batch: one round trip. `settled` are the rows completed or failed; rows
+        claimed are found by the bubble-up (worker and heartbeat = now()). Returns each statement's rows."""
         prepared = [(sql.replace("%", "%%").replace("$1", "%(args)s::jsonb"), args) for sql, args in statements]
+        bubble_args = {"worker": worker_id, "ids": list(settled) if settled else None}
+        bubble = [(sql, bubble_args if "%(" in sql else None) for sql in after_transition(kind)]
 
         def attempt() -> list[list[dict]]:
             raw = self.engine.raw_connection()
@@ -205,8 +218,8 @@ class Transitions(QueueConnection):
                             cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
                             cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
                             cursors.append(cursor)
-                        pg.execute("SELECT docqueue_bubble_after(%s, %s, %s::uuid[])",
-                                   (kind.name, worker_id, list(settled) if settled else None), prepare=True)
+                        for sql, args in bubble:
+                            pg.execute(sql, args, prepare=True)
                     results = [cursor.fetchall() for cursor in cursors]
             except psycopg.Error as exc:
                 # a broken connection must not go back to the pool
@@ -362,7 +375,7 @@ class Transitions(QueueConnection):
                    WHERE d.id = %(id)s
                    ON CONFLICT (document_id, page_number) DO NOTHING""",
                 {"id": str(document_id), "n": page_count})
-            for phase in Phase:
+            for phase in self.phases:
                 self._bubble(conn, phase, document_ids=[str(document_id)])
             return True
 
@@ -414,7 +427,7 @@ class Transitions(QueueConnection):
                      "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
                      "tokens": [c.get("token_count") for c in chunks]})
             document_ids = [str(rows[0]["document_id"])]
-            for phase in (Phase.VECTOR, Phase.GRAPHRAG):
+            for phase in self.phases:  # the phases with a roll-up on pages (_bubble skips the others)
                 self._bubble(conn, phase, [str(page_id)], document_ids)
             return True
 
@@ -437,26 +450,28 @@ class Transitions(QueueConnection):
         set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1, {kind.col('failed_at')} = now(),
                       {kind.col('error')} = v.err, {kind.col('error_class')} = v.cls,
                       {kind.col('next_attempt_at')} = CASE WHEN v.retryable
-                          THEN now() + make_interval(secs => LEAST(($1->>'backoff_max')::float8,
-                                          ($1->>'backoff_base')::float8 * power(2, COALESCE(t.{retries}, 0))))
+                          THEN {self.phases.retry_policy(kind).next_attempt_sql(f"COALESCE(t.{retries}, 0)")}
                           ELSE '{NEVER}'::timestamptz END"""
         values = [{"id": str(f["id"]), "err": clean_text(str(f.get("error") or "unknown error")),
                    "cls": str(f.get("error_class") or "error")[:32], "retryable": bool(f.get("retryable", True))}
                   for f in failures]
         sql = self._fenced_sql(kind, set_sql, {"err": "text", "cls": "text", "retryable": "boolean"})
-        return sql, {"worker": worker_id, "values": values, "backoff_base": self.settings.retry_backoff_base_s,
-                     "backoff_max": self.settings.retry_backoff_max_s}, ids
+        return sql, {"worker": worker_id, "values": values}, ids
 
-    def _bubble(self, conn: sa.Connection, phase: Phase, page_ids: list[str] = (),
-                document_ids: list[str] = ()) -> list[Correction]:
-        """Recompute parents through docqueue_bubble() (migrations/0002): the one implementation of the rule's
-        application, locking parents before reading their children."""
-        if not page_ids and not document_ids:
-            return []
-        rows = conn.exec_driver_sql(
-            "SELECT level, id, old_status, new_status FROM docqueue_bubble(%(phase)s, %(pages)s::uuid[], %(docs)s::uuid[])",
-            {"phase": phase.value, "pages": sorted(page_ids), "docs": sorted(document_ids)}).all()
-        return [Correction(r[0], str(r[1]), phase.value, r[2], r[3]) for r in rows]
+    def _bubble(self, conn: sa.Connection, phase: PhaseSpec, page_ids: Sequence[str] = (),
+                document_ids: Sequence[str] = ()) -> list[Correction]:
+        """Recompute the roll-ups of `phase` on these pages, then on these documents (rollup_sql.recount_sql: the
+        one implementation of the rule's application), locking each level's parents in id order before reading
+        their children."""
+        corrections = []
+        for level, ids in ((Level.PAGE, page_ids), (Level.DOCUMENT, document_ids)):
+            if not ids or level not in phase.rollup_levels:
+                continue
+            params = {"ids": sorted(str(i) for i in ids)}
+            conn.exec_driver_sql(lock_sql(level, "%(ids)s::uuid[]"), params)
+            rows = conn.exec_driver_sql(recount_sql(phase, level, "%(ids)s::uuid[]"), params).all()
+            corrections += [Correction(r[0], str(r[1]), phase.value, r[2], r[3]) for r in rows]
+        return corrections
 
 
 def _derived_chunk_ids(document_key: str, page_number: int, chunks: Sequence[dict]) -> list[str]:

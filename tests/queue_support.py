@@ -5,7 +5,7 @@ import hashlib
 import uuid
 
 from queue_db.queue import TaskQueue, make_worker_id
-from queue_db.tasks import OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE
+from queue_db.phases import OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE
 
 
 def new_hash(seed: str | None = None) -> str:

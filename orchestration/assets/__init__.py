@@ -1,6 +1,15 @@
-from .graphrag import graphrag_assets
-from .ocr import ocr_assets
-from .rollups import rollup_assets
-from .vector import vector_assets
+"""The assets of the code location, made from the phase specs: one per task kind, one roll-up per phase."""
+from __future__ import annotations
 
-all_assets = [*ocr_assets, *vector_assets, *graphrag_assets, *rollup_assets]
+from typing import Mapping
+
+import dagster as dg
+
+from orchestration.assets.handlers import PhaseHandler
+from orchestration.assets.rollups import rollup_assets
+from orchestration.assets.tasks import task_assets
+from queue_db.phases import PhaseRegistry
+
+
+def phase_assets(phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler]) -> list[dg.AssetsDefinition]:
+    return [*task_assets(phases, handlers), *rollup_assets(phases)]

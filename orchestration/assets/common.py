@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from queue_db.partitions import rows_for_keys
+from queue_db.partition_keys import rows_for_keys
 from queue_db.queue import TaskQueue, make_worker_id
-from queue_db.tasks import TaskKind
+from queue_db.phases import PHASES, PhaseRegistry, TaskKind
 from queue_db.heartbeat import Heartbeat
 from orchestration.pipeline import Outcome, Pipeline
 
 CLAIM_BATCH = {"ocr_document": 4, "ocr_page": 4, "vector_page": 25, "vector_chunk": 64, "graphrag_chunk": 64}
+# tasks per claim of a kind the table above does not name (a phase added by its spec and handler alone)
+DEFAULT_CLAIM_BATCH = 64
 AUTOMATED_RUN_TAGS = ("dagster/sensor_name", "docqueue/runner", "dagster/schedule_name")
 
 
@@ -39,6 +41,12 @@ class RangeReport:
     taken_elsewhere: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+
+def queue_of(database, phases: PhaseRegistry) -> TaskQueue:
+    """The queue a run works through: the database resource's, serving `phases` (the code location's registry)."""
+    queue = database.get_queue()
+    return queue if phases is PHASES else TaskQueue(queue.engine, queue.settings, phases=phases)
 
 
 def is_manual_run(tags: dict) -> bool:
@@ -86,7 +94,7 @@ def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: lis
     earlier = EarlierAttempt(queue, kind, key_of_id, run_prefix, worker_id) if run_prefix else None
     remaining = [row["id"] for row in rows.values() if row["status"] != "completed"]
     report.already_completed = [key for key, row in rows.items() if row["status"] == "completed"]
-    batch = CLAIM_BATCH[kind.name]
+    batch = CLAIM_BATCH.get(kind.name, DEFAULT_CLAIM_BATCH)
     # a task whose last attempt died with its worker may be what kills workers (poison input): it is claimed
     # alone, first, so it cannot take a batch of good tasks down with it again and again
     suspects = [row["id"] for row in rows.values() if row["status"] != "completed"
@@ -148,8 +156,16 @@ def _why_not_ready(kind: TaskKind, row: dict) -> str:
         return f"failed {row['retries']} times (out of retries): {row['error']}"
     if row["status"] == "failed":
         return f"waiting for its retry back-off after: {row['error']}"
-    previous = kind.phase.previous
+    previous = _previous_phase(kind)
     return f"waiting for its {previous.value if previous else 'parent'} phase to complete"
+
+
+def _previous_phase(kind: TaskKind):
+    """The phase a ready-gated task waits for: the one before its own in the default registry, else the phase of
+    the kind it depends on."""
+    if kind.phase in PHASES.phases:
+        return PHASES.previous(kind.phase)
+    return kind.depends_on.phase if kind.depends_on is not None else None
 
 
 def log_materializations(context: dg.AssetExecutionContext, materializations: list[dg.AssetMaterialization]) -> None:
@@ -178,9 +194,10 @@ def log_materializations(context: dg.AssetExecutionContext, materializations: li
             step_context, materialization, DagsterEventBatchMetadata(batch_id, index == last)))
 
 
-def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: TaskQueue, pipeline: Pipeline,
-                      after=None):
-    """The body every task asset shares. `after(report)` runs once the tasks are settled (register children)."""
+def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: TaskQueue, pipeline, after=None):
+    """The body every task asset shares. `pipeline` processes claimed tasks (`process(kind, worker_id, tasks)`:
+    a Pipeline, or assets.handlers.HandledTasks); `after(report)` runs once the tasks are settled (register
+    children)."""
     keys = list(context.partition_keys)
     manual = is_manual_run(dict(context.run.tags))
     run_prefix = f"run:{context.run.run_id}:"

@@ -1,32 +1,43 @@
 """Document-level roll-ups per phase: a document's phase is materialized once all its pages/chunks settled.
 
 A completed phase is a materialization with the document's figures; a failed phase fails the partition with the
-first failing child's error. Roll-ups are written when the queue says the phase reached a final status."""
+first failing child's error. Roll-ups are written when the queue says the phase reached a final status. One
+roll-up asset per phase spec; the last phase's also removes old versions of a document once their replacement is
+fully indexed."""
 
 import dagster as dg
-from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
+from dagster import AssetExecutionContext
 
-from queue_db.partitions import document_rollup, mark_rolled_up
-from orchestration.assets.common import is_manual_run, log_materializations
+from orchestration.assets.common import is_manual_run, log_materializations, queue_of
 from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import documents_partitions
-from resources.database import DatabaseResource
-from resources.embeddings import EmbeddingResource
-from resources.neo4j import Neo4jResource
-from resources.qdrant import QdrantResource
-from resources.storage import StorageResource
+from orchestration.store_cleanup import retire_superseded
+from queue_db.lifecycle import superseded_ready_for_removal
+from queue_db.partition_keys import document_rollup, mark_rolled_up
+from queue_db.phases import PhaseRegistry, PhaseSpec
 
-PHASE_ASSETS = {"ocr": ("document_ocr", "ocr_page"), "vector": ("document_vector_index", "vector_chunk"),
-                "graphrag": ("document_graphrag_index", "graphrag_chunk")}
-ROLLUP_ASSET_BY_PHASE = {phase: name for phase, (name, _) in PHASE_ASSETS.items()}
+# the roll-up assets' names; a phase without an entry rolls up into `document_<phase>`
+ROLLUP_ASSET_NAMES = {"ocr": "document_ocr", "vector": "document_vector_index",
+                      "graphrag": "document_graphrag_index"}
+# what the last phase's roll-up opens to remove old versions everywhere
+RETIRING_RESOURCES = ("storage", "embeddings", "qdrant", "neo4j")
+
+
+def rollup_asset_name(spec: PhaseSpec) -> str:
+    return ROLLUP_ASSET_NAMES.get(spec.name, f"document_{spec.name}")
+
+
+def rollup_run_name(spec: PhaseSpec) -> str:
+    """What the roll-up's job, sensor and planned runs are named after."""
+    return f"rollup_{spec.name}"
 
 
 BLOCKED_REASON = "blocked: it waits on an earlier task that failed for good (fix that one, then `docqueue retry`)"
 
 
-def _materialize_rollups(context: AssetExecutionContext, queue, phase: str) -> None:
+def _materialize_rollups(context: AssetExecutionContext, queue, phase: PhaseSpec, phases: PhaseRegistry) -> None:
     keys = list(context.partition_keys)
-    figures = document_rollup(queue.engine, phase, keys)
+    figures = document_rollup(queue.engine, phase, keys, phases=phases)
     completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
     # a blocked phase (pending, waiting on a task that failed for good) ends like a failed one: it cannot finish
     failed = {k: f for k, f in figures.items() if f["status"] in ("failed", "blocked")}
@@ -34,54 +45,49 @@ def _materialize_rollups(context: AssetExecutionContext, queue, phase: str) -> N
         asset_key=context.asset_key, partition=key,
         metadata={k: v for k, v in f.items() if k not in ("document_key", "id", "status", "error") and v is not None})
         for key, f in completed.items()])
-    mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())])
+    mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())], phases=phases)
     open_keys = [k for k in keys if k not in completed and k not in failed]
     if failed or (open_keys and is_manual_run(dict(context.run.tags))):
         lines = [f"- `{k}`: {f['error'] if f['status'] == 'failed' else BLOCKED_REASON}"
                  for k, f in list(failed.items())[:20]]
         lines += [f"- `{k}`: phase not finished ({figures.get(k, {}).get('status', 'unknown document')})"
                   for k in open_keys[:20]]
-        raise dg.Failure(description=f"{len(failed)} document(s) failed the {phase} phase",
+        raise dg.Failure(description=f"{len(failed)} document(s) failed the {phase.name} phase",
                          metadata={"errors": dg.MetadataValue.md("\n".join(lines))})
 
 
-def _rollup_asset(phase: str, name: str, upstream: str):
-    spec = dict(
-        name=name, group_name=phase, partitions_def=documents_partitions,
+def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.AssetsDefinition:
+    """The phase's roll-up over its deepest kind; `last`: the last phase's, which also retires old versions."""
+    phase = spec.name
+
+    @dg.asset(
+        name=rollup_asset_name(spec), group_name=phase, partitions_def=documents_partitions,
         backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, kinds={"postgres"},
         owners=["team:docqueue"], tags={"docqueue/phase": phase},
-        pool=phase, op_tags=celery_queue_tags(phase),
-        deps=[dg.AssetDep(upstream, partition_mapping=dg.AllPartitionMapping())],
+        pool=spec.pool, op_tags=celery_queue_tags(spec.celery_queue),
+        deps=[dg.AssetDep(spec.leaf.name, partition_mapping=dg.AllPartitionMapping())],
         description=f"Per document: the {phase} phase rolled up from its children (seed bubble-up rule), with the "
                     "document's figures. Materialized when the phase completed; failed when it failed."
                     + (" Old versions of a document are removed here once their replacement is fully indexed."
-                       if phase == "graphrag" else ""),
+                       if last else ""),
+        required_resource_keys={"database", *(RETIRING_RESOURCES if last else ())},
     )
-    if phase != "graphrag":
-        @dg.asset(**spec)
-        def rollup(context: AssetExecutionContext, database: DatabaseResource):
-            _materialize_rollups(context, database.get_queue(), phase)
-            if False:  # pragma: no cover - generator, so output_required=False applies
-                yield
-        return rollup
-
-    @dg.asset(**spec)
-    def graphrag_rollup(context: AssetExecutionContext, database: DatabaseResource, storage: StorageResource,
-                        embeddings: EmbeddingResource, qdrant: QdrantResource, neo4j: Neo4jResource):
-        queue = database.get_queue()
+    def rollup(context: AssetExecutionContext):
+        resources = context.resources
+        queue = queue_of(resources.database, phases)
         try:
-            _materialize_rollups(context, queue, phase)
+            _materialize_rollups(context, queue, spec, phases)
         finally:
-            _retire_old_versions(context, queue, storage, embeddings, qdrant, neo4j)
-        if False:  # pragma: no cover
+            if last:
+                _retire_old_versions(context, queue, resources.storage, resources.embeddings, resources.qdrant,
+                                     resources.neo4j)
+        if False:  # pragma: no cover - generator, so output_required=False applies
             yield
-    return graphrag_rollup
+
+    return rollup
 
 
 def _retire_old_versions(context, queue, storage, embeddings, qdrant, neo4j) -> None:
-    from queue_db.lifecycle import superseded_ready_for_removal
-    from orchestration.lifecycle import retire_superseded
-
     if not superseded_ready_for_removal(queue):
         return
     embedder = embeddings.get_embedder()
@@ -97,4 +103,6 @@ def _retire_old_versions(context, queue, storage, embeddings, qdrant, neo4j) -> 
         context.log.info(f"retired {len(retired)} old version(s): {[r['document_key'] for r in retired]}")
 
 
-rollup_assets = [_rollup_asset(phase, name, upstream) for phase, (name, upstream) in PHASE_ASSETS.items()]
+def rollup_assets(phases: PhaseRegistry) -> list[dg.AssetsDefinition]:
+    last = phases.phases[-1]
+    return [rollup_asset(phases, spec, spec is last) for spec in phases]

@@ -296,7 +296,7 @@ def _write_files(tmp: Path) -> dict[str, Path]:
 
 
 def _tell(story: Story) -> Story:
-    from queue_db.tasks import OCR_DOCUMENT
+    from queue_db.phases import OCR_DOCUMENT
     from resources.database import get_queue
 
     files = story.files

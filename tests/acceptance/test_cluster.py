@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 from queue_db.keys import chunk_partition_key, page_partition_key
-from queue_db.tasks import ALL_KINDS, GRAPHRAG_CHUNK
+from queue_db.phases import ALL_KINDS, GRAPHRAG_CHUNK
 from tests.acceptance.test_daemon_backfill import (BACKFILL_STATUS, DOCQUEUE, LAUNCH_BACKFILL, BoltGate, Ui, _rows,
                                                    chunk_rows, documents_done, wait_for)
 from tests.conftest import CORPUS_DIR

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from queue_db.keys import chunk_partition_key, page_partition_key
-from queue_db.tasks import GRAPHRAG_CHUNK
+from queue_db.phases import GRAPHRAG_CHUNK
 from tests import pdf_factory as pf
 from tests.integration.bolt_fixture import free_port
 

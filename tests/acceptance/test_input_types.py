@@ -12,7 +12,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from queue_db.tasks import Level
+from queue_db.phases import Level
 
 IMAGE_TEXTS = {
     "scan.png": "The harbour master counted seven fishing boats returning before the storm reached the coast.",
@@ -189,6 +189,7 @@ def test_every_input_type_goes_through_the_pipeline(pipeline_env):
     from orchestration.intake import ingest_paths
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
 
     defs, instance, queue, storage, tmp = pipeline_env
     files = _supported_inputs(tmp / "in")
@@ -204,7 +205,7 @@ def test_every_input_type_goes_through_the_pipeline(pipeline_env):
         "page.html": "text/html"}
     assert documents["disguised.pdf"]["filename"] == "disguised.pdf"
 
-    run_until_idle(defs, instance, queue, until_idle=True, max_seconds=300)
+    run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, max_seconds=300)
 
     pages: dict[str, list[tuple[str, str]]] = {}
     for name, document in documents.items():

@@ -5,7 +5,7 @@ import dagster as dg
 import pytest
 
 from queue_db.lifecycle import hidden_from_search, reset_phase
-from queue_db.tasks import Level, Phase
+from queue_db.phases import Level, Phase
 from tests import pdf_factory as pf
 
 V1 = [["# Beekeeping Notes", "The queen bee lays eggs in the wax comb while workers gather nectar from clover."]]
@@ -42,8 +42,9 @@ def ingest(env, paths):
 
 def run(env):
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
 
-    return run_until_idle(env["defs"], env["instance"], env["queue"], until_idle=True, max_seconds=600)
+    return run_until_idle(env["defs"], env["instance"], env["queue"], settings=Settings.from_env(), until_idle=True, max_seconds=600)
 
 
 def search_documents(env, text: str) -> list[str]:
@@ -89,7 +90,7 @@ def test_a_changed_file_is_a_new_version_that_replaces_the_old_once_indexed(env)
 
 
 def test_delete_removes_everything_but_shared_entities(env):
-    from orchestration.lifecycle import delete_everywhere
+    from orchestration.store_cleanup import delete_everywhere
 
     shared = "Marie Curie worked in Paris."
     a = pf.text_pdf(env["tmp"], "a.pdf", [["# A", shared + " She studied radium with Pierre Curie."]])

@@ -12,7 +12,7 @@ import docx
 import openpyxl
 import pytest
 
-from queue_db.tasks import Level
+from queue_db.phases import Level
 from tests.acceptance.test_input_types import TEXT_PAGE_CHARS as PAGE_CHARS, pipeline_env  # noqa: F401
 
 SHEET_PAGE_ROWS = 3
@@ -124,6 +124,7 @@ def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_s
     from orchestration.intake import ingest_paths
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
 
     defs, instance, queue, storage, tmp = office_env
     folder = tmp / "in"
@@ -141,7 +142,7 @@ def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_s
         "huge.xlsx": XLSX_MIME}
     register_partitions(instance, queue.engine, Level.DOCUMENT)
 
-    run_until_idle(defs, instance, queue, until_idle=True, max_seconds=300)
+    run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, max_seconds=300)
 
     documents = {name: queue.document(str(d["id"])) for name, d in documents.items()}
     failed = {name: d["ocr_error"] for name, d in documents.items() if d["ocr_status"] == "failed"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from queue_db.tasks import VECTOR_CHUNK, Level
+from queue_db.phases import VECTOR_CHUNK, Level
 from tests.queue_support import bulk_seed
 
 PAGES, CHUNKS_PER_PAGE = 5, 100

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from queue_db.tasks import Level
+from queue_db.phases import Level
 from tests import pdf_factory as pf
 
 
@@ -42,6 +42,7 @@ def _status(instance, asset: str, partitions_def_name: str) -> dict[str, str]:
 
 def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeline_env):
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
     from orchestration.verify import verify_stores
     from resources.neo4j import Neo4jResource
 
@@ -52,7 +53,7 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
     results = _ingest(queue, storage, instance, [good, broken])
     assert {r.status for r in results} == {"new"}
 
-    report = run_until_idle(defs, instance, queue, until_idle=True, max_seconds=600)
+    report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, max_seconds=600)
     assert report.runs >= 5
     # what the UI shows of a CLI run: who launched it, and the tags a person reads (range, kind, phase), plus one
     # internal tag each for planning and for the runner

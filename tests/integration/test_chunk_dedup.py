@@ -12,7 +12,7 @@ import pytest
 from orchestration.pipeline import Pipeline
 from queue_db.embedding_reuse import vectors_reused_since
 from queue_db.queue import make_worker_id
-from queue_db.tasks import VECTOR_CHUNK, VECTOR_PAGE
+from queue_db.phases import VECTOR_CHUNK, VECTOR_PAGE
 from resources.embeddings import get_embedder
 from tests.integration.test_qdrant import BACKENDS, build_store
 from tests.queue_support import expand, ocr_all, register

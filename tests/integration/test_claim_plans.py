@@ -6,7 +6,8 @@ import json
 import pytest
 
 from queue_db.queue import TaskQueue, create_queue_engine
-from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
+from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
+from queue_db.rollup_sql import after_transition
 from tests.queue_support import bulk_seed
 
 EXPECTED_INDEX = {
@@ -85,8 +86,8 @@ SETUP = " /* plan-test setup */"
 
 @pytest.mark.parametrize("kind", [OCR_PAGE, VECTOR_CHUNK, GRAPHRAG_CHUNK], ids=lambda k: k.name)
 def test_bubble_up_after_claim_and_complete_reads_parents_by_index(big_queue, kind):
-    """The bubble-up functions run on generic plans (migration 0009); none of their statements may scan a whole
-    queue table, whatever ids they are given. auto_explain shows the plans of the statements inside them."""
+    """The bubble-up statements (queue_db.rollup_sql.after_transition) run prepared on generic plans; none of them
+    may scan a whole queue table, whatever ids they are given. auto_explain shows their plans."""
     queue = TaskQueue(big_queue)
     raw = big_queue.raw_connection()
     pg = raw.driver_connection
@@ -106,14 +107,20 @@ def test_bubble_up_after_claim_and_complete_reads_parents_by_index(big_queue, ki
         claim = queue.claim_sql(kind).replace("%", "%%").replace("$1", "%(args)s::jsonb") + SETUP
         claimed = [r[0] for r in pg.execute(claim, {"args": json.dumps({"worker": "plan-test", "limit": 50})})]
         assert claimed, f"nothing to claim for {kind.name}"
-        pg.execute("SELECT docqueue_bubble_after(%s, %s, NULL)", (kind.name, "plan-test"))
+        _bubble_up(pg, kind, None)
         pg.execute(f"UPDATE {kind.table} SET {kind.status} = 'completed' WHERE id = ANY(%s) {SETUP}", (claimed,))
-        pg.execute("SELECT docqueue_bubble_after(%s, %s, %s::uuid[])", (kind.name, "plan-test", claimed))
+        _bubble_up(pg, kind, claimed)
     finally:
         pg.rollback()
         raw.close()
-    plans = [n for n in notices if "docqueue_bubble" in n or "task_queue_page p" in n or "documents d" in n]
+    plans = [n for n in notices if "docqueue." in n or "task_queue_page p" in n or "documents p" in n]
     assert plans, "auto_explain showed no bubble-up statement"
     scans = [n for n in notices if SETUP not in n
              and any(f"Seq Scan on {t}" in n for t in ("task_queue_chunk", "task_queue_page", "documents"))]
     assert not scans, "a bubble-up statement scans a whole table:\n" + "\n----\n".join(scans)
+
+
+def _bubble_up(pg, kind, settled) -> None:
+    """What the hot path sends after a transition of `kind`: its bubble-up statements, prepared."""
+    for sql in after_transition(kind):
+        pg.execute(sql, {"worker": "plan-test", "ids": settled} if "%(" in sql else None, prepare=True)

@@ -53,7 +53,11 @@ def test_phase_run_limits_scale_the_instance_config(monkeypatch):
 
 
 def test_the_executor_follows_the_environment(monkeypatch):
-    from orchestration.cluster import ClusterConfigError, celery_settings, executor_from_env
+    from orchestration.cluster import ClusterConfigError, celery_settings, executor_for
+    from queue_db.config import Settings
+
+    def executor_from_env():
+        return executor_for(Settings.from_env().cluster)
 
     monkeypatch.delenv("DOCQUEUE_EXECUTOR", raising=False)
     assert executor_from_env() is None
@@ -65,7 +69,8 @@ def test_the_executor_follows_the_environment(monkeypatch):
     executor = executor_from_env()
     assert executor.name == "docqueue_celery"
     # a step is acknowledged only when it finished, so a dead worker's step goes to another worker
-    assert celery_settings()["task_acks_late"] and celery_settings()["task_reject_on_worker_lost"]
+    cluster = Settings.from_env().cluster
+    assert celery_settings(cluster)["task_acks_late"] and celery_settings(cluster)["task_reject_on_worker_lost"]
     monkeypatch.setenv("DOCQUEUE_EXECUTOR", "kubernetes")
     with pytest.raises(ClusterConfigError, match="must be `celery` or unset"):
         executor_from_env()
@@ -74,8 +79,11 @@ def test_the_executor_follows_the_environment(monkeypatch):
 def test_a_run_checks_its_steps_result_as_often_as_configured(monkeypatch):
     from dagster_celery import core_execution_loop
 
-    from orchestration.cluster import executor_from_env
-    from queue_db.config import SettingsError
+    from orchestration.cluster import executor_for
+    from queue_db.config import Settings, SettingsError
+
+    def executor_from_env():
+        return executor_for(Settings.from_env().cluster)
 
     monkeypatch.setattr(core_execution_loop, "TICK_SECONDS", core_execution_loop.TICK_SECONDS)  # restored after
     monkeypatch.setenv("DOCQUEUE_EXECUTOR", "celery")

@@ -179,13 +179,16 @@ def test_dagster_yaml_queues_runs_with_one_run_per_pool(instance):
 
 def test_every_asset_and_maintenance_op_declares_its_phase_as_pool():
     from orchestration.definitions import defs
-    from orchestration.schedules import reconcile_and_verify, recover_stale_tasks
 
     pools = {key.path[-1]: (assets_def.op.pool, assets_def.tags_by_key[key]["docqueue/phase"])
              for assets_def in defs.assets for key in assets_def.keys}
     assert pools and all(pool == phase for pool, phase in pools.values()), pools
     assert {p for p, _ in pools.values()} == {"ocr", "vector", "graphrag"}
-    assert recover_stale_tasks.pool == reconcile_and_verify.pool == "maintenance"
+    maintenance = [node for job in ("recovery_job", "nightly_reconciliation_job")
+                   for node in defs.resolve_job_def(job).graph.node_defs]
+    assert {node.name for node in maintenance} == {"recover_stale_tasks", "retire_completed_partitions",
+                                                   "index_vector_tail", "reconcile_and_verify"}
+    assert {node.pool for node in maintenance} == {"maintenance"}
 
 
 @pytest.mark.parametrize("selection, pools", [

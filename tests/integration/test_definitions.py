@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from queue_db.keys import chunk_partition_key, page_partition_key, parse_partition_key
 from queue_db.queue import document_key_for
-from queue_db.tasks import ALL_KINDS
+from queue_db.phases import ALL_KINDS
 
 
 @pytest.fixture(scope="module")
@@ -134,10 +134,11 @@ def test_asset_checks(repo):
 
 def test_checks_run_in_their_own_job_not_in_the_task_jobs(defs):
     """A task run plans no check (it would only skip it); the checks job runs every check and no asset."""
-    from orchestration.jobs import all_jobs
+    from orchestration.jobs import phase_jobs
+    from queue_db.phases import PHASES
 
     check_nodes = {f"{key.asset_key.to_user_string()}_{key.name}" for key in defs.resolve_asset_graph().asset_check_keys}
-    for job in all_jobs:
+    for job in phase_jobs(PHASES):
         nodes = {node.name for node in defs.resolve_job_def(job.name).graph.node_defs}
         assert nodes and not nodes & check_nodes, (job.name, nodes)
     checks_job = defs.resolve_job_def("asset_checks_job")

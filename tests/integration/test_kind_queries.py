@@ -13,7 +13,7 @@ from queue_db import inspection, lifecycle
 from queue_db.config import QueueSettings
 from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.readmodels import document_progress, error_classes, queue_statistics
-from queue_db.tasks import ALL_KINDS, GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
+from queue_db.phases import ALL_KINDS, GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from tests.queue_support import chunk_all, expand, ocr_all, register
 
 BACKOFF_S = 300.0
@@ -174,7 +174,7 @@ def test_generated_queries_name_every_kind(build):
 
 def test_a_phase_waiting_on_a_task_failed_for_good_is_blocked(queue):
     """A derived view: the stored statuses stay `pending`; status, stats and the roll-up figures say `blocked`."""
-    from queue_db.partitions import document_rollup
+    from queue_db.partition_keys import document_rollup
     from tests.queue_support import build_document
 
     doc = build_document(queue, pages=1, chunks_per_page=2)

@@ -8,7 +8,7 @@ import pytest
 
 from queue_db.migrate import upgrade
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
-from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, VECTOR_CHUNK
+from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, VECTOR_CHUNK
 from tests.integration.test_migrations import LEGACY_SCHEMA
 
 PAGES = {"pages": [{"page_number": 1, "page_file_path": "indexed/page_0001_nohf.md"}]}

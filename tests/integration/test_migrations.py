@@ -156,7 +156,7 @@ def test_chunk_text_moves_off_the_queue_row(create_database, from_schema_file):
     """Migration 0012: chunk text written by an earlier version moves to task_queue_chunk_text, and the claim
     still hands it to the worker."""
     from queue_db.queue import TaskQueue
-    from queue_db.tasks import VECTOR_CHUNK
+    from queue_db.phases import VECTOR_CHUNK
 
     engine = create_queue_engine(create_database())
     upgrade(engine, target=11)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.partitions import register_partitions
-from orchestration.retention import retire_partitions
+from orchestration.partitions import register_partitions, retire_partitions
 from queue_db.config import DagsterConfig, SettingsError, settings
 from queue_db.partition_retention import live_completed
-from queue_db.tasks import VECTOR_CHUNK, Level
+from queue_db.phases import VECTOR_CHUNK, Level
 from tests.queue_support import build_document
 
 DAY_S = 86400.0
@@ -149,7 +148,8 @@ def test_a_bad_retention_is_one_sentence(monkeypatch, value):
 
 def test_the_recovery_job_retires_with_the_settings(env, monkeypatch):
     """The recovery job's own op, run as its schedule runs it, reads the three settings and reports per definition."""
-    from orchestration.definitions import defs
+    from orchestration.code_location import build_definitions
+    from queue_db.config import Settings
 
     instance, queue = env
     build_document(queue, pages=1, chunks_per_page=3)
@@ -158,6 +158,7 @@ def test_the_recovery_job_retires_with_the_settings(env, monkeypatch):
     monkeypatch.setenv("DOCQUEUE_PARTITION_RETENTION", "1d")
     monkeypatch.setenv("DOCQUEUE_PARTITION_RETIRE_BATCH", "2")
 
+    defs = build_definitions(Settings.from_env())  # the code location as it loads with these settings
     result = defs.resolve_job_def("recovery_job").execute_in_process(instance=instance)
 
     assert result.success

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from queue_db.queue import make_worker_id
-from queue_db.tasks import KINDS_BY_NAME, VECTOR_PAGE
+from queue_db.phases import KINDS_BY_NAME, VECTOR_PAGE
 from tests.queue_support import build_document, chunk_all, expand, new_hash, ocr_all, register
 
 STATUSES = ["pending", "processing", "completed", "failed"]
@@ -50,7 +50,7 @@ def test_parent_always_equals_the_rule_of_its_children(queue, engine, pages):
 @given(outcomes=st.lists(st.sampled_from(["complete", "fail", "hold"]), min_size=1, max_size=6))
 def test_live_transitions_keep_parents_equal_to_the_rule(queue, outcomes):
     """Without reconcile: the incremental bubble-up alone keeps every parent right."""
-    from queue_db.tasks import VECTOR_CHUNK
+    from queue_db.phases import VECTOR_CHUNK
 
     doc = build_document(queue, pages=1, chunks_per_page=len(outcomes), name=f"{uuid.uuid4().hex}.pdf")
     worker = make_worker_id()

@@ -8,7 +8,7 @@ import threading
 import time
 
 from queue_db.queue import make_worker_id
-from queue_db.tasks import VECTOR_CHUNK
+from queue_db.phases import VECTOR_CHUNK
 from orchestration.assets.common import process_keys
 from orchestration.pipeline import Outcome
 from tests.acceptance.test_daemon_backfill import chunk_rows

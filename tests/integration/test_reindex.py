@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from queue_db.lifecycle import apply_reindex_requests, reset_phase
 from queue_db.queue import make_worker_id
-from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK, VECTOR_PAGE, Phase
+from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK, VECTOR_PAGE, Phase
 from tests.queue_support import build_document
 
 
@@ -62,7 +62,7 @@ def test_a_graphrag_request_never_narrows_a_pending_vector_request(queue):
 
 
 def test_skipped_phases_are_told_apart_from_done_ones(queue):
-    from queue_db.partitions import document_rollup
+    from queue_db.partition_keys import document_rollup
     from queue_db.readmodels import document_progress
     from tests.queue_support import expand, ocr_all, register
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from orchestration.planning import candidate_limit, plan_runs
 from queue_db.keys import chunk_partition_key
-from queue_db.partitions import BlockShare
-from queue_db.tasks import VECTOR_CHUNK
+from queue_db.partition_keys import BlockShare
+from queue_db.phases import VECTOR_CHUNK
 from tests.queue_support import bulk_seed
 
 

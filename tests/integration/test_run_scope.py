@@ -43,6 +43,7 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(d
     followed by the tail indexing the recovery schedule does under the daemon."""
     from orchestration.intake import ingest_file
     from orchestration.workers import run_worker
+    from queue_db.config import Settings
     from resources.database import get_queue
     from resources.embeddings import DEFAULT_MODEL, MODELS
     from resources.qdrant import QdrantResource
@@ -57,7 +58,7 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(d
         ingest_file(queue, storage, path, priority=priority)
     capfd.readouterr()
     report = run_worker(queue, until_idle=True, index=0, workers=1, max_seconds=240, group=0, max_docs=1,
-                        log_level="info")
+                        log_level="info", settings=Settings.from_env())
     logged = capfd.readouterr().err
     with queue.engine.connect() as conn:
         rows = {r["filename"]: r for r in conn.exec_driver_sql(

@@ -66,12 +66,14 @@ def _tick(defs, instance, cursor: str | None):
 
 def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(docqueue_env, bucket, tmp_path,
                                                                               monkeypatch):
-    from orchestration.definitions import defs
+    from orchestration.code_location import build_definitions
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
 
     name, client = bucket
     monkeypatch.setenv("DOCQUEUE_S3_MAX_OBJECTS", "2")
+    defs = build_definitions(Settings.from_env())  # the code location as it loads with this environment
     report = pf.text_pdf(tmp_path, "report.pdf", [["# Harbour Report", "Seven ships returned before the storm."]])
     _put(client, name, "inbox/report.pdf", report.read_bytes())
     _put(client, name, "inbox/zz-copy.pdf", report.read_bytes())  # the same bytes under another key
@@ -113,6 +115,7 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
         assert "0 new, 0 new version(s)" in _tick(defs, instance, fourth.cursor).skip_message
 
         monkeypatch.delenv("DOCQUEUE_S3_BUCKET")
+        defs = build_definitions(Settings.from_env())
         assert _tick(defs, instance, fourth.cursor).skip_message == "DOCQUEUE_S3_BUCKET is not set"
     finally:
         instance.dispose()
@@ -120,20 +123,21 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
 
 def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucket, tmp_path, monkeypatch):
     from orchestration.s3_intake import IntakeCursor, S3Object, S3Source, S3Unavailable, _ingest_object, ingest_s3
+    from queue_db.config import Settings
     from resources.ocr import PdfLimits
     from resources.storage import LocalStorage
 
     name, client = bucket
-    monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path / "home"))
+    scratch = tmp_path / "home" / "tmp"
     storage = LocalStorage(tmp_path / "store")
     _put(client, name, "inbox/archive.pdf", b"PK\x05\x06" + bytes(18))  # an empty ZIP named .pdf
     _put(client, name, "inbox/big.txt", b"word " * 4000)  # 20 KB
     _put(client, name, "inbox/empty.txt", b"")
-    source = S3Source.from_env()
+    source = S3Source.from_config(Settings.from_env().intake)
     assert source is not None and source.url == f"s3://{name}/inbox/"
 
     limits = PdfLimits(max_file_bytes=10_000)
-    report = ingest_s3(queue, storage, source, None, limits=limits)
+    report = ingest_s3(queue, storage, source, None, scratch=scratch, limits=limits)
     reasons = {r.path.rsplit("/", 1)[1]: r.reason for r in report.results}
     assert reasons == {
         "archive.pdf": "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) "
@@ -142,7 +146,7 @@ def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucke
         "empty.txt": "empty: zero-byte file"}
     assert {r.status for r in report.results} == {"rejected"} and report.remaining == 0
     # a rejected object is remembered: not downloaded again on the next pass
-    assert ingest_s3(queue, storage, source, report.cursor, limits=limits).results == []
+    assert ingest_s3(queue, storage, source, report.cursor, scratch=scratch, limits=limits).results == []
     with queue.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM documents").scalar() == 0
 
@@ -151,9 +155,10 @@ def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucke
     listed = client.head_object(Bucket=name, Key="inbox/moving.txt")
     stale = S3Object("inbox/moving.txt", listed["ETag"], listed["ContentLength"], listed["LastModified"].timestamp())
     _put(client, name, "inbox/moving.txt", b"second words of a note")
-    assert _ingest_object(queue, storage, source, client, stale, priority=0, limits=PdfLimits()) is None
+    assert _ingest_object(queue, storage, source, client, stale, priority=0, limits=PdfLimits(),
+                          scratch=scratch) is None
 
     missing = S3Source(bucket=f"missing-{uuid.uuid4().hex[:8]}", endpoint_url=source.endpoint_url)
     with pytest.raises(S3Unavailable) as failure:
-        ingest_s3(queue, storage, missing, IntakeCursor())
+        ingest_s3(queue, storage, missing, IntakeCursor(), scratch=scratch)
     assert "NoSuchBucket" in str(failure.value) and SECRET not in str(failure.value)

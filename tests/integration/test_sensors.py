@@ -12,8 +12,8 @@ import dagster as dg
 import pytest
 
 from queue_db.keys import chunk_partition_key
-from queue_db.partitions import rows_for_keys
-from queue_db.tasks import VECTOR_CHUNK, Level
+from queue_db.partition_keys import rows_for_keys
+from queue_db.phases import VECTOR_CHUNK, Level
 from orchestration.planning import (KIND_TAG, PHASE_TAG, RANGE_END_TAG, RANGE_START_TAG, SPAN_TAG, in_flight_positions,
                                    parse_span)
 from tests import pdf_factory as pf
@@ -24,13 +24,20 @@ RUN_KEY_TAG = "dagster/run_key"
 
 @pytest.fixture
 def env(docqueue_env):
-    from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from resources.database import get_queue
 
     instance = dagster_instance()
-    yield defs, instance, get_queue()
+    yield loaded(), instance, get_queue()
     instance.dispose()
+
+
+def loaded() -> dg.Definitions:
+    """The code location as it loads with the environment of the moment (its settings are built once, at load)."""
+    from orchestration.code_location import build_definitions
+    from queue_db.config import Settings
+
+    return build_definitions(Settings.from_env())
 
 
 def tick(defs, instance, sensor_name: str):
@@ -87,6 +94,7 @@ def block(request: dg.RunRequest) -> int:
 def test_ready_chunks_are_registered_and_requested_as_batched_ranges(env, monkeypatch):
     defs, instance, queue = env
     monkeypatch.setenv("DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK", "5")
+    defs = loaded()  # the code location as it loads with this environment
     for name in ("alpha.pdf", "beta.pdf"):
         build_document(queue, pages=2, chunks_per_page=3, name=name)
     expected = chunk_keys(queue)
@@ -210,6 +218,7 @@ def test_inbox_registers_new_files_once_and_never_follows_links_out(env, tmp_pat
     (inbox / "linked-dir").symlink_to(outside, target_is_directory=True)
     pf.zero_byte_pdf(inbox)
     monkeypatch.setenv("DOCQUEUE_INBOX", str(inbox))
+    defs = loaded()  # the code location as it loads with this environment
 
     message = tick(defs, instance, "inbox_sensor").skip_message
     assert "0 unchanged, 1 new, 0 new version(s), 1 duplicate, 1 rejected" in message
@@ -237,6 +246,7 @@ def test_inbox_sees_an_edit_that_keeps_the_size_and_follows_a_rename(env, tmp_pa
     note = inbox / "note.txt"
     note.write_text("alpha bravo charlie\n")
     monkeypatch.setenv("DOCQUEUE_INBOX", str(inbox))
+    defs = loaded()  # the code location as it loads with this environment
     assert "1 new," in tick(defs, instance, "inbox_sensor").skip_message
 
     note.write_text("delta bravo charlie\n")  # same size, other bytes
@@ -258,8 +268,10 @@ def test_inbox_sees_an_edit_that_keeps_the_size_and_follows_a_rename(env, tmp_pa
 def test_inbox_sensor_skips_without_an_inbox(env, monkeypatch, tmp_path):
     defs, instance, _ = env
     monkeypatch.delenv("DOCQUEUE_INBOX", raising=False)
+    defs = loaded()  # the code location as it loads with this environment
     assert "not set" in tick(defs, instance, "inbox_sensor").skip_message
     monkeypatch.setenv("DOCQUEUE_INBOX", str(tmp_path / "missing"))
+    defs = loaded()  # the code location as it loads with this environment
     assert "does not exist" in tick(defs, instance, "inbox_sensor").skip_message
 
 
@@ -273,8 +285,10 @@ def test_a_disabled_queue_is_left_alone_by_every_sensor_and_schedule(env, monkey
     (inbox / "note.txt").write_text("a new document in the inbox")
     monkeypatch.setenv("DOCQUEUE_INBOX", str(inbox))
     monkeypatch.setenv("DOCQUEUE_S3_BUCKET", "never-contacted")
+    defs = loaded()  # the code location as it loads with this environment
     partitions, documents = instance.get_dynamic_partitions("chunks"), _documents(queue)
     monkeypatch.setenv("TASK_QUEUE_ENABLED", "false")
+    defs = loaded()
     for sensor in defs.sensors:
         result = tick(defs, instance, sensor.name)
         assert not result.run_requests, sensor.name
@@ -285,6 +299,7 @@ def test_a_disabled_queue_is_left_alone_by_every_sensor_and_schedule(env, monkey
             data = schedule.evaluate_tick(ctx)
         assert not data.run_requests and "TASK_QUEUE_ENABLED is false" in data.skip_message, schedule.name
     monkeypatch.setenv("TASK_QUEUE_ENABLED", "true")
+    defs = loaded()  # the code location as it loads with this environment
     assert tick(defs, instance, "vector_chunk_sensor").run_requests
     assert "1 new" in tick(defs, instance, "inbox_sensor").skip_message
     assert _documents(queue) == documents + 1

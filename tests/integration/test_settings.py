@@ -71,12 +71,13 @@ def _chunk_statuses(queue) -> list[str]:
 
 def test_a_disabled_queue_is_left_alone_by_the_runner_and_docqueue_run(runner_env, monkeypatch):
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
 
     defs, instance, queue = runner_env
     build_document(queue, pages=1, chunks_per_page=2)
     before = _chunk_statuses(queue)
     monkeypatch.setenv("TASK_QUEUE_ENABLED", "false")
-    report = run_until_idle(defs, instance, queue, until_idle=True, max_seconds=60)
+    report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, max_seconds=60)
     assert report.runs == 0 and not instance.get_runs()
     proc = subprocess.run([DOCQUEUE, "run", "--until-idle"], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
@@ -87,6 +88,7 @@ def test_a_disabled_queue_is_left_alone_by_the_runner_and_docqueue_run(runner_en
 def test_the_runner_polls_every_worker_poll_interval(runner_env, monkeypatch):
     """With nothing to do and not `--until-idle`, each planning round is followed by a WORKER_POLL_INTERVAL wait."""
     import orchestration.runner as runner
+    from queue_db.config import Settings
 
     defs, instance, queue = runner_env
     rounds = []
@@ -99,7 +101,7 @@ def test_the_runner_polls_every_worker_poll_interval(runner_env, monkeypatch):
         rounds.clear()
         monkeypatch.setenv("WORKER_POLL_INTERVAL", poll)
         queue.settings = QueueSettings.from_env()
-        runner.run_until_idle(defs, instance, queue, until_idle=False, max_seconds=seconds)
+        runner.run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=False, max_seconds=seconds)
         return len(rounds)
 
     assert planning_rounds("3", seconds=1.0) == 1  # one round, then a 3 s wait outlasts the budget

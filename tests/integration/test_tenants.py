@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from queue_db.config import QueueSettings
-from queue_db.tasks import ALL_KINDS
+from queue_db.phases import ALL_KINDS
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 NOTE = ("# Harbour report\n\nLawrence Lessig met Ada Lovelace in Copenhagen to discuss the lighthouse budget. "
@@ -110,7 +110,7 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
 
     # delete --tenant: every store loses acme, the default tenant keeps everything
     from orchestration.environment import dagster_instance
-    from orchestration.lifecycle import PARTITION_DEFS
+    from orchestration.store_cleanup import PARTITION_DEFS
     from resources.neo4j import Neo4jResource
     from resources.storage import StorageResource
 
@@ -171,8 +171,8 @@ def test_a_bad_tenant_name_is_one_sentence(tmp_path, monkeypatch, command):
 
 def test_delete_tenant_refuses_while_its_tasks_run_and_resumes_after_an_interruption(env, monkeypatch):
     _, queue, _ = env
-    from orchestration import lifecycle
-    from queue_db.tasks import OCR_DOCUMENT
+    from orchestration import store_cleanup
+    from queue_db.phases import OCR_DOCUMENT
 
     docs = [queue.register_document(filename=f"n{i}.md", content_hash=f"{i:02d}" * 32, size_bytes=1,
                                     tenant="acme", mime_type="text/markdown")[0] for i in range(5)]
@@ -188,7 +188,7 @@ def test_delete_tenant_refuses_while_its_tasks_run_and_resumes_after_an_interrup
 
     # batches of 2; the process dies while deleting the third document
     monkeypatch.setenv("DOCQUEUE_DELETE_BATCH", "2")
-    real, calls = lifecycle.delete_everywhere, []
+    real, calls = store_cleanup.delete_everywhere, []
 
     def dies_on_the_third(*args, **kwargs):
         calls.append(args[1]["document_key"])
@@ -196,10 +196,10 @@ def test_delete_tenant_refuses_while_its_tasks_run_and_resumes_after_an_interrup
             raise RuntimeError("storage went away")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(lifecycle, "delete_everywhere", dies_on_the_third)
+    monkeypatch.setattr(store_cleanup, "delete_everywhere", dies_on_the_third)
     assert "storage went away" in cli("delete", "--tenant", "acme", ok=False)
     assert len(cli("status", "--tenant", "acme")["documents"]) == 3, "whole documents only"
-    monkeypatch.setattr(lifecycle, "delete_everywhere", real)
+    monkeypatch.setattr(store_cleanup, "delete_everywhere", real)
     assert cli("delete", "--tenant", "acme")["documents"] == 3
     assert cli("status", "--tenant", "acme")["documents"] == []
     assert [d["document_key"] for d in cli("status")["documents"]] == [kept["document_key"]]

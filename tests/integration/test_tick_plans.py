@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from queue_db.partitions import document_rollup, mark_rolled_up
+from queue_db.partition_keys import document_rollup, mark_rolled_up
 from tests.queue_support import bulk_seed
 
 QUEUE_TABLES = {"documents", "task_queue_page", "task_queue_chunk", "task_queue_chunk_text", "reindex_requests",
@@ -93,7 +93,7 @@ def _nodes(node: dict):
 
 def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
     from orchestration.maintenance import recover
-    from orchestration.retention import retire_partitions
+    from orchestration.partitions import retire_partitions
 
     defs, instance, queue = env
     started = time.perf_counter()
@@ -141,8 +141,8 @@ def test_ready_pick_walks_the_claim_index_and_stops_at_its_limit(env, kind_name)
     tasks, which is where the planner, left alone, reads and sorts them all."""
     from orchestration.planning import candidate_limit
     from queue_db.config import DagsterConfig, settings
-    from queue_db.partitions import ready_candidates_sql
-    from queue_db.tasks import ALL_KINDS
+    from queue_db.partition_keys import ready_candidates_sql
+    from queue_db.phases import ALL_KINDS
 
     _, _, queue = env
     _seed(queue.engine)

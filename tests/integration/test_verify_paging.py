@@ -7,7 +7,7 @@ import pytest
 
 from orchestration.maintenance import nightly
 from orchestration.verify import verify_stores
-from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK
+from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
 from resources.neo4j import ChunkGraph, Entity, Extraction
 from resources.qdrant import ChunkPoint
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
@@ -66,15 +66,14 @@ def test_verify_finds_what_is_missing_on_either_side_of_page_boundaries(queue, t
         store.close()
 
 
-def test_the_nightly_run_repairs_with_a_tiny_page(queue, tmp_path, monkeypatch):
-    monkeypatch.setenv("DOCQUEUE_VERIFY_PAGE", str(PAGE))
+def test_the_nightly_run_repairs_with_a_tiny_page(queue, tmp_path):
     store = build_store("edge", tmp_path / "q")
     try:
         tasks, orphans = _seed_vectors(queue, store, missing={2, 5})
-        result = nightly(queue, None, vector_store=store)
+        result = nightly(queue, None, vector_store=store, page_size=PAGE)
         assert (result["requeued_vector_chunks"], result["orphan_points_deleted"]) == (2, 3)
         assert store.present_chunk_ids(orphans) == set()
-        again = nightly(queue, None, vector_store=store)["verification"]
+        again = nightly(queue, None, vector_store=store, page_size=PAGE)["verification"]
         assert (again["chunks_without_point"], again["points_without_chunk"], again["points"]) == (0, 0, 5)
     finally:
         store.close()
@@ -109,13 +108,15 @@ def test_verify_reads_the_graph_once_a_page_at_a_time(queue, graph_store):
 def test_the_store_checks_evaluate_streamed_in_their_job(docqueue_env, monkeypatch):
     """The checks job, run as its schedule runs it: the vector check reports the chunk without a point that the
     paged verification finds, the graph check passes on an empty graph with no GraphRAG work completed."""
-    from orchestration.definitions import defs
+    from orchestration.code_location import build_definitions
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
     from resources.embeddings import EmbeddingResource
     from resources.qdrant import QdrantResource
 
     monkeypatch.setenv("DOCQUEUE_VERIFY_PAGE", str(PAGE))
+    defs = build_definitions(Settings.from_env())  # the code location as it loads with this environment
     queue = get_queue()
     embedder = EmbeddingResource().get_embedder()
     store = QdrantResource().get_store(embedder.model_id, embedder.dim)

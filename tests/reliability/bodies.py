@@ -54,7 +54,7 @@ def late_finisher(spec: dict) -> None:
     process the batch through the real Pipeline, counting what this worker writes to Qdrant / the graph."""
     from orchestration.pipeline import Pipeline
     from queue_db.queue import make_worker_id
-    from queue_db.tasks import KINDS_BY_NAME, VECTOR_CHUNK
+    from queue_db.phases import KINDS_BY_NAME, VECTOR_CHUNK
     from queue_db.heartbeat import Heartbeat
     from resources.database import get_queue
 
@@ -101,7 +101,7 @@ def busy_holder(spec: dict) -> None:
     """Claim OCR page tasks, keep them with the Heartbeat thread while the main thread computes in pure Python
     for `busy_s` seconds, then complete them. Reports beats, what the completion applied and what it refused."""
     from queue_db.queue import make_worker_id
-    from queue_db.tasks import OCR_PAGE
+    from queue_db.phases import OCR_PAGE
     from queue_db.heartbeat import Heartbeat
     from resources.database import get_queue
 

@@ -40,7 +40,7 @@ class Pipeline:
     def ingest(self, paths, **kwargs):
         from orchestration.intake import ingest_paths
         from orchestration.partitions import register_partitions
-        from queue_db.tasks import Level
+        from queue_db.phases import Level
 
         results = ingest_paths(self.queue, self.storage, paths, **kwargs)
         register_partitions(self.instance, self.queue.engine, Level.DOCUMENT)
@@ -48,8 +48,9 @@ class Pipeline:
 
     def run_until_idle(self, max_seconds: float = 240.0, **kwargs):
         from orchestration.runner import run_until_idle
+        from queue_db.config import Settings
 
-        return run_until_idle(self.defs, self.instance, self.queue, until_idle=True, poll_s=0.3,
+        return run_until_idle(self.defs, self.instance, self.queue, settings=Settings.from_env(), until_idle=True, poll_s=0.3,
                               max_seconds=max_seconds, **kwargs)
 
 

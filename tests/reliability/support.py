@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from queue_db.queue import TaskQueue
-from queue_db.tasks import TaskKind
+from queue_db.phases import TaskKind
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 
-from queue_db.tasks import ALL_KINDS
+from queue_db.phases import ALL_KINDS
 from tests import pdf_factory as pf
 from tests.reliability.support import Stores, document_statuses, figures_line, store_figures
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from queue_db.queue import make_worker_id
-from queue_db.tasks import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
+from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
 from tests import pdf_factory as pf
 from tests.reliability.support import Stores, figures_line, graph_duplicates, status_of, wait_for
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from queue_db.tasks import ALL_KINDS
+from queue_db.phases import ALL_KINDS
 from tests import pdf_factory as pf
 from tests.reliability.support import Stores, document_statuses, figures_line, processing_ids, store_figures, wait_for
 

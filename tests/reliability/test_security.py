@@ -19,7 +19,7 @@ import pymupdf
 import pytest
 
 from queue_db.queue import make_worker_id
-from queue_db.tasks import OCR_DOCUMENT
+from queue_db.phases import OCR_DOCUMENT
 from tests import pdf_factory as pf
 from tests.reliability.support import REPO_ROOT, wait_for
 
@@ -63,7 +63,7 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
     results += pipeline.ingest(paths[2:], password_ref=bad_ref)
     assert [r.status for r in results] == ["new", "new", "new"], results
     from orchestration.pipeline import Pipeline as Work
-    from queue_db.tasks import OCR_PAGE
+    from queue_db.phases import OCR_PAGE
     from resources.ocr import OcrResource
 
     worker = make_worker_id("hostile")

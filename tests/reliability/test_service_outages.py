@@ -141,7 +141,7 @@ def test_a_back_off_ending_during_planning_does_not_end_the_run(pipeline, tmp_pa
     import orchestration.runner as runner
     from queue_db.config import QueueSettings
     from queue_db.queue import TaskQueue, make_worker_id
-    from queue_db.tasks import OCR_DOCUMENT
+    from queue_db.phases import OCR_DOCUMENT
 
     queue = pipeline.queue
     pipeline.ingest([pf.text_pdf(tmp_path, "memo.pdf", [pf.TWO_TOPICS["beekeeping"]])])

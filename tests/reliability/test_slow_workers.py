@@ -13,7 +13,7 @@ import time
 
 from queue_db.config import QueueSettings
 from queue_db.queue import TaskQueue, make_worker_id
-from queue_db.tasks import OCR_DOCUMENT, OCR_PAGE
+from queue_db.phases import OCR_DOCUMENT, OCR_PAGE
 from tests import pdf_factory as pf
 from tests.reliability.support import figures_line, status_of, wait_for
 

@@ -5,10 +5,12 @@ import logging
 
 import dagster as dg
 
-from queue_db import lifecycle
-from queue_db.queue import TaskQueue
 from orchestration.partitions import PARTITIONS_BY_LEVEL
-from queue_db.tasks import Level
+from queue_db import lifecycle
+from queue_db.config import TenantConfig, default
+from queue_db.queue import TaskQueue
+from queue_db.phases import Level
+from queue_db.tenants import checked_tenant
 
 log = logging.getLogger(__name__)
 PARTITION_DEFS = {"documents": PARTITIONS_BY_LEVEL[Level.DOCUMENT].name, "pages": PARTITIONS_BY_LEVEL[Level.PAGE].name,
@@ -46,15 +48,11 @@ class TenantBusy(RuntimeError):
 
 
 def delete_tenant(queue: TaskQueue, tenant: str, *, instance: dg.DagsterInstance | None, storage, vector_store=None,
-                  graph_store=None, batch: int | None = None) -> dict:
+                  graph_store=None, batch: int = default(TenantConfig, "delete_batch")) -> dict:
     """Remove every document of `tenant` everywhere (delete_everywhere, each), `batch` documents at a time
-    (DOCQUEUE_DELETE_BATCH). Refused while any of its tasks runs. Each document's rows go last, so an interrupted
+    (DOCQUEUE_DELETE_BATCH: the caller passes its setting). Refused while any of its tasks runs. Each document's rows go last, so an interrupted
     delete leaves only whole documents and running it again finishes the job; a tenant with nothing left is done."""
-    from queue_db.config import TenantConfig, settings
-    from queue_db.tenants import checked_tenant
-
     tenant = checked_tenant(tenant)
-    batch = batch or settings(TenantConfig).delete_batch
     removed = {"documents": 0, "points": 0, "files": 0, "partitions": 0}
     while True:
         running = lifecycle.tenant_running_tasks(queue, tenant)

@@ -13,9 +13,9 @@ from typing import NamedTuple, Sequence
 import sqlalchemy as sa
 
 from .keys import chunk_partition_key, document_partition_key, page_partition_key, parse_partition_key
-from .tasks import Level, Phase, TaskKind, blocked_phase_sql
+from .phases import PHASES, TABLE_OF_LEVEL, Level, PhaseRegistry, PhaseSpec, TaskKind
 
-TABLE = {Level.DOCUMENT: "documents", Level.PAGE: "task_queue_page", Level.CHUNK: "task_queue_chunk"}
+TABLE = TABLE_OF_LEVEL
 
 # columns giving (document_key, page_number, chunk_index) for rows of a level, aliased t
 _KEY_SELECT = {
@@ -167,16 +167,17 @@ def rows_for_keys(engine: sa.Engine, kind: TaskKind, keys: Sequence[str]) -> dic
     return {r["key"]: dict(r) for r in rows}
 
 
-ROLLUP_COLUMNS = {"ocr": ("ocr_status", "ocr_completed_at", "ocr_rollup_at"),
-                  "vector": ("vector_index_status", "vector_completed_at", "vector_rollup_at"),
-                  "graphrag": ("graphrag_index_status", "graphrag_completed_at", "graphrag_rollup_at")}
+def rollup_columns(phase: str | PhaseSpec, phases: PhaseRegistry = PHASES) -> tuple[str, str, str]:
+    """A phase's document status, completion time and roll-up time columns."""
+    spec = phases.phase(phase)
+    return tuple(spec.rollup_column(Level.DOCUMENT, w) for w in ("status", "completed_at", "rollup_at"))
 
 
-def rollup_candidates(engine: sa.Engine, phase: str, limit: int, documents: Sequence[str] | None = None,
-                      share: BlockShare | None = None) -> list[Candidate]:
+def rollup_candidates(engine: sa.Engine, phase: str | PhaseSpec, limit: int, documents: Sequence[str] | None = None,
+                      share: BlockShare | None = None, phases: PhaseRegistry = PHASES) -> list[Candidate]:
     """Documents whose phase reached a final status (completed/failed) since their roll-up was last written;
     `documents`: among these only; `share`: in these registration blocks only."""
-    status, completed_at, rollup_at = ROLLUP_COLUMNS[phase]
+    status, completed_at, rollup_at = rollup_columns(phase, phases)
     only = ("" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])") + (share.sql("t") if share else "")
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
@@ -190,11 +191,18 @@ def rollup_candidates(engine: sa.Engine, phase: str, limit: int, documents: Sequ
             for r in rows]
 
 
-def document_rollup(engine: sa.Engine, phase: str, document_keys: Sequence[str]) -> dict[str, dict]:
-    """Per document: its phase status and the figures a roll-up materialization shows."""
+def document_rollup(engine: sa.Engine, phase: str | PhaseSpec, document_keys: Sequence[str],
+                    phases: PhaseRegistry = PHASES) -> dict[str, dict]:
+    """Per document: its phase status and the figures a roll-up materialization shows (a phase without figures
+    of its own: its units of work, completed and failed)."""
     if not document_keys:
         return {}
-    status, _, _ = ROLLUP_COLUMNS[phase]
+    spec = phases.phase(phase)
+    status, _, _ = rollup_columns(spec, phases)
+    leaf = spec.leaf
+    unit = "p" if leaf.level is Level.PAGE else "c"
+    generic = (f"count({unit}.id) AS units, count({unit}.id) FILTER (WHERE {unit}.{leaf.status} = 'completed') "
+               f"AS units_completed, count({unit}.id) FILTER (WHERE {unit}.{leaf.status} = 'failed') AS units_failed")
     figures = {
         "ocr": """count(p.id) AS pages, count(p.id) FILTER (WHERE p.ocr_status = 'completed') AS pages_completed,
                   count(p.id) FILTER (WHERE p.ocr_status = 'failed') AS pages_failed,
@@ -214,14 +222,14 @@ def document_rollup(engine: sa.Engine, phase: str, document_keys: Sequence[str])
                        COALESCE(sum(c.entities_extracted), 0) AS entities,
                        COALESCE(sum(c.relationships_extracted), 0) AS relationships,
                        round(COALESCE(sum(c.graphrag_seconds), 0)::numeric, 2)::float AS seconds""",
-    }[phase]
-    source = ("LEFT JOIN task_queue_page p ON p.document_id = d.id" if phase == "ocr"
+    }.get(spec.name, generic)
+    source = ("LEFT JOIN task_queue_page p ON p.document_id = d.id" if leaf.level is Level.PAGE
               else "LEFT JOIN task_queue_chunk c ON c.document_id = d.id")
-    error_col = {"ocr": "ocr_error", "vector": "vector_error", "graphrag": "graphrag_error"}[phase]
+    error_col = spec.rollup_column(Level.DOCUMENT, "error")
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
             f"""SELECT d.document_key, d.id::text AS id, d.filename,
-                       CASE WHEN {blocked_phase_sql(Phase(phase), "d")} THEN 'blocked' ELSE d.{status}::text END
+                       CASE WHEN {phases.blocked_phase_sql(spec, "d")} THEN 'blocked' ELSE d.{status}::text END
                            AS status, d.{error_col} AS error,
                        {figures}
                 FROM documents d {source}
@@ -230,8 +238,9 @@ def document_rollup(engine: sa.Engine, phase: str, document_keys: Sequence[str])
     return {r["document_key"]: dict(r) for r in rows}
 
 
-def mark_rolled_up(engine: sa.Engine, phase: str, document_ids: Sequence[str]) -> None:
-    _, _, rollup_at = ROLLUP_COLUMNS[phase]
+def mark_rolled_up(engine: sa.Engine, phase: str | PhaseSpec, document_ids: Sequence[str],
+                   phases: PhaseRegistry = PHASES) -> None:
+    _, _, rollup_at = rollup_columns(phase, phases)
     if document_ids:
         with engine.begin() as conn:
             conn.exec_driver_sql(f"UPDATE documents SET {rollup_at} = now() WHERE id = ANY(%(ids)s::uuid[])",

@@ -1,0 +1,57 @@
+"""The Dagster definitions of docqueue, made from the settings and the phase specs.
+
+`build_definitions(settings, phases, handlers)` makes everything: per task kind of every phase its asset, job and
+sensor; per phase its roll-up asset, job and sensor; the checks on the phases' assets; the intake sensors, the
+maintenance jobs and schedules, the resources and the executor. Each phase's pool, Celery queue, group and tags
+come from its spec; the work of its kinds from the handler its spec names (assets.handlers.HANDLERS).
+orchestration.definitions builds the code location's own from the environment; `docqueue run`, the benches and
+the tests build theirs with their settings.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import dagster as dg
+
+from orchestration.assets import phase_assets
+from orchestration.assets.handlers import HANDLERS, PhaseHandler
+from orchestration.checks import checks_job, phase_checks
+from orchestration.cluster import executor_for
+from orchestration.jobs import phase_jobs
+from orchestration.schedules import maintenance_jobs, maintenance_schedules
+from orchestration.sensors import intake_sensors, phase_sensors
+from queue_db.config import Settings
+from queue_db.phases import PHASES, PhaseRegistry
+from resources.database import DatabaseResource
+from resources.embeddings import EmbeddingResource
+from resources.extraction import ExtractionResource
+from resources.neo4j import Neo4jResource
+from resources.ocr import OcrResource
+from resources.qdrant import QdrantResource
+from resources.storage import StorageResource
+
+
+def build_resources() -> dict:
+    # every field left empty reads its DOCQUEUE_* environment variable at run time: no secret enters run config
+    return {
+        "database": DatabaseResource(), "storage": StorageResource(), "ocr": OcrResource(),
+        "embeddings": EmbeddingResource(), "qdrant": QdrantResource(), "neo4j": Neo4jResource(),
+        "extraction": ExtractionResource(),
+    }
+
+
+def build_definitions(settings: Settings, phases: PhaseRegistry = PHASES,
+                      handlers: Mapping[str, PhaseHandler] = HANDLERS) -> dg.Definitions:
+    maintenance = maintenance_jobs(settings)
+    checks = checks_job()
+    return dg.Definitions(
+        assets=phase_assets(phases, handlers),
+        asset_checks=phase_checks(settings, phases),
+        jobs=[*phase_jobs(phases), maintenance.recovery, maintenance.reconciliation, checks],
+        sensors=[*intake_sensors(settings), *phase_sensors(settings, phases)],
+        schedules=maintenance_schedules(settings, maintenance, checks),
+        resources=build_resources(),
+        # DOCQUEUE_EXECUTOR=celery: every job's steps (the sensors' ranged runs, UI backfills of the implicit asset
+        # job, maintenance) run on Celery workers; unset, Dagster's default executor runs them in the run's process
+        executor=executor_for(settings.cluster),
+    )
