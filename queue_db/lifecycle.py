@@ -83,13 +83,13 @@ def tenant_documents(queue: TaskQueue, tenant: str, limit: int) -> list[dict]:
 def tenant_running_tasks(queue: TaskQueue, tenant: str) -> int:
     """How many tasks of `tenant`'s documents workers hold right now."""
     with queue.engine.connect() as conn:
-        return tenant_held_count(conn, tenant)
+        return tenant_held_count(conn, tenant, queue.phases.kinds)
 
 
 def delete_rows(queue: TaskQueue, document_id: str) -> bool:
     """Remove the document and (by cascade) its pages and chunks. Refused while any of its tasks is running."""
     with queue.engine.begin() as conn:
-        busy = sum(document_held_counts(conn, document_id).values())
+        busy = sum(document_held_counts(conn, document_id, queue.phases.kinds).values())
         if busy:
             raise RuntimeError(f"document has {busy} task(s) running; wait for them or recover them first")
         return conn.exec_driver_sql("DELETE FROM documents WHERE id = %(d)s", {"d": document_id}).rowcount > 0
