@@ -1,6 +1,7 @@
 """What the queue holds right now, per kind of task: tasks held by workers, stuck ones, failed ones backing off,
-the workers holding tasks, and a document's running tasks. Every query is built from the kinds given (default: PHASES' kinds) and the kinds'
-own predicates (queue_db.phases), so none of them can forget a kind or spell a kind's rule differently.
+the workers holding tasks, and a document's running tasks. Every query is built from the kinds given (default:
+PHASES' kinds) and the kinds' own predicates (queue_db.phases), so none of them can forget a kind or spell a
+kind's rule differently.
 
 Each reads the `processing` rows through the kinds' partial heartbeat indexes, or one document's rows through its
 foreign-key index: the cost follows the work in flight, not the size of the corpus.

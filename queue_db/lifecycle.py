@@ -147,10 +147,12 @@ def _reset_chunks(queue: TaskQueue, conn, phase: PhaseSpec, where: str, params: 
         # re-index from the first indexing
         for table, ids in (("task_queue_page", pages), ("documents", documents)):
             conn.exec_driver_sql(
-                f"UPDATE {table} SET {rerun.column_prefix}_started_at = NULL, {rerun.column_prefix}_completed_at = NULL "
+                f"UPDATE {table} SET {rerun.column_prefix}_started_at = NULL, "
+                f"{rerun.column_prefix}_completed_at = NULL "
                 f"WHERE id = ANY(%(ids)s::uuid[])", {"ids": ids})
         queue._bubble(conn, rerun, pages, documents)
-        conn.exec_driver_sql(f"UPDATE documents SET {rerun.column_prefix}_rollup_at = NULL WHERE id = ANY(%(ids)s::uuid[])",
+        conn.exec_driver_sql(f"UPDATE documents SET {rerun.column_prefix}_rollup_at = NULL "
+                             "WHERE id = ANY(%(ids)s::uuid[])",
                              {"ids": documents})
     # the later phases run again on the text extracted before: extraction is skipped this time
     conn.exec_driver_sql("UPDATE documents SET extraction_skipped = true WHERE id = ANY(%(ids)s::uuid[])",
