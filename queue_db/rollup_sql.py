@@ -20,6 +20,7 @@ plan per call cost more than running it.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from .phases import (EXPANDED_SQL, TABLE_OF_LEVEL, Level, PhaseRegistry, PhaseSpec, TaskKind, claim_index_name,
@@ -149,6 +150,7 @@ def _update_level(phase: PhaseSpec, level: Level) -> str:
         FROM (SELECT next_id FROM claimed UNION ALL SELECT next_id FROM recounted) x"""
 
 
+@functools.cache  # the hot path asks on every transition; a kind's statements never change
 def after_transition(kind: TaskKind) -> tuple[str, ...]:
     """The statements that bubble a transition of `kind` up (%(worker)s: its worker, %(ids)s: the rows it settled),
     in order; empty for a document's own task (its expansion writes the document's status itself)."""

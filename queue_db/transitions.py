@@ -221,8 +221,8 @@ class Transitions(QueueConnection):
                             cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
                             cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
                             cursors.append(cursor)
-                        for sql, args in bubble:
-                            pg.execute(sql, args, prepare=True)
+                        for sql, params in bubble:
+                            pg.execute(sql, params, prepare=True)
                     results = [cursor.fetchall() for cursor in cursors]
             except psycopg.Error as exc:
                 # a broken connection must not go back to the pool
