@@ -132,7 +132,7 @@ def _known_failure(exc: BaseException) -> CliError | None:
     import sqlalchemy as sa
     from qdrant_client.http.exceptions import ResponseHandlingException
 
-    from queue_db.ports import PortInUseError
+    from queue_db.server_ports import PortInUseError
     from queue_db.embedded_postgres import EmbeddedPostgresError
     from orchestration.dagster_storage import DagsterStorageError
     from resources.bolt_server import BoltServerError

