@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
-from queue_db.config import StorageConfig, settings
+from queue_db.config import StorageConfig, TenantConfig, settings
 from queue_db.idempotency import IdempotencyConflict, checked_key
 from queue_db.lifecycle import mark_supersedes, move_source, previous_version
 from queue_db.queue import TaskQueue, source_path_text
@@ -137,7 +137,7 @@ def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str
     limits = limits or PdfLimits.from_env()
     try:
         checked_key(idempotency_key)
-        tenant = checked_tenant(tenant)
+        tenant = checked_tenant(tenant, settings(TenantConfig).default_tenant)
         content_hash, size, head = _hash_file(path, limits.max_file_bytes)
     except (IntakeError, ValueError) as exc:
         return IngestResult(shown, "rejected", reason=str(exc))

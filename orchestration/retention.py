@@ -12,7 +12,7 @@ from __future__ import annotations
 import dagster as dg
 import sqlalchemy as sa
 
-from orchestration.instance import delete_dynamic_partitions
+from orchestration.dagster_pooled_storage import delete_dynamic_partitions
 from orchestration.partitions import PARTITIONS_BY_LEVEL
 from queue_db.config import DagsterConfig, settings
 from queue_db.partition_retention import RETIRABLE_LEVELS, retire_batch

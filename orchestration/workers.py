@@ -48,10 +48,11 @@ def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: f
     land in any block): with --until-idle it leaves only once no sibling is busy and nothing is left anywhere."""
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.runner import run_until_idle
     from queue_db.run_scope import most_urgent_unfinished
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     started = time.monotonic()
     totals = {"runs": 0, "failed_runs": 0}
     # --max-docs runs in one worker, which chooses the documents as it starts
