@@ -6,6 +6,9 @@ unreachable database for 15 s, logging each attempt, before it gives up with a t
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import psycopg
 import psycopg.conninfo
 import psycopg.errors
@@ -92,7 +95,7 @@ def ensure_dagster_database(url: str, queue_url: str) -> bool:
     return True
 
 
-def dagster_storage_status(url: str, open_instance) -> dict:
+def dagster_storage_status(url: str, open_instance: Callable[[], Any]) -> dict:
     """Whether Dagster's storage exists and each of its three storages (runs, event log, schedules) is at the
     schema the installed Dagster expects: {"database": "ok" | sentence, "storages": {name: {"at", "head"}}}.
     `open_instance()` opens the Dagster instance, once the database answers."""

@@ -72,7 +72,8 @@ def environment_reads(tree: ast.AST) -> set[str]:
                 function.attr if isinstance(function, ast.Attribute) else None
             if name == "settings":
                 found.add("settings()")
-            elif name == "from_env" and isinstance(function.value, ast.Name) and function.value.id == "Settings":
+            elif name == "from_env" and isinstance(function, ast.Attribute) \
+                    and isinstance(function.value, ast.Name) and function.value.id == "Settings":
                 found.add("Settings.from_env()")
     return found
 
