@@ -31,11 +31,6 @@ class PreparedEnvironment:
         return {"DOCQUEUE_HOME": str(self.home), "DOCQUEUE_DATABASE_URL": self.queue_url,
                 "DOCQUEUE_DAGSTER_PG_URL": self.dagster_url, "DAGSTER_HOME": str(self.dagster_home)}
 
-    def shown(self) -> dict[str, str]:
-        """The variables with the URLs' passwords redacted, for a person."""
-        return {"DOCQUEUE_HOME": str(self.home), "DAGSTER_HOME": str(self.dagster_home),
-                "DOCQUEUE_DATABASE_URL": redact(self.queue_url), "DOCQUEUE_DAGSTER_PG_URL": redact(self.dagster_url)}
-
 
 def prepare_environment(settings: Settings) -> PreparedEnvironment:
     """Set DOCQUEUE_DATABASE_URL, DOCQUEUE_DAGSTER_PG_URL and DAGSTER_HOME (with its instance config written) for
