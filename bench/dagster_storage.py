@@ -1,10 +1,10 @@
-"""Stock dagster-postgres storage vs orchestration.instance's pooled storage, side by side.
+"""Stock dagster-postgres storage vs orchestration.dagster_pooled_storage's pooled storage, side by side.
 
 Each variant gets its own fresh database on the same PostgreSQL server and materializes the same
 dynamic-partitioned asset for N keys in ONE ranged run, in-process (the shape of a docqueue phase run):
 
   stock          dagster_postgres.Postgres*Storage (NullPool: a new connection per storage call)
-  pooled         the repo's dagster.yaml (orchestration.instance.PooledPostgres*Storage)
+  pooled         the repo's dagster.yaml (orchestration.dagster_pooled_storage.PooledPostgres*Storage)
   pooled+batch   pooled, plus Dagster's DAGSTER_EVENT_BATCH_SIZE (batches materialization events)
 
 All variants use the psycopg2 driver, so only the pooling differs. Prints ms per key, connections
@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # dagster.yaml names orchestration.instance by module path
+if str(REPO) not in sys.path:  # dagster.yaml names orchestration.dagster_pooled_storage by module path
     sys.path.insert(0, str(REPO))
 
 import sqlalchemy as sa  # noqa: E402
@@ -46,7 +46,7 @@ from dagster._core.storage.tags import (  # noqa: E402
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
-from orchestration.instance import psycopg2_url  # noqa: E402
+from orchestration.dagster_pooled_storage import psycopg2_url  # noqa: E402
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_URL_ENV = "DOCQUEUE_DAGSTER_PG_URL"

@@ -197,12 +197,13 @@ def child_dagster(corpus: Path) -> dict:
     from queue_db.phases import Level
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings
     from resources.database import get_queue
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     queue = get_queue()
     documents = _ingest(queue, corpus)
     probe = DagsterProbe()

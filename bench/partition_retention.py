@@ -2,13 +2,13 @@
 
 Dagster resolves a ranged run over a dynamic partitions definition by loading every key of the definition
 (`get_partition_keys_in_range` calls `get_partition_keys()`, dagster 1.13.27), so the fixed cost of every run
-grows with the partitions ever registered. orchestration/retention.py retires completed ones. This bench, on one
+grows with the partitions ever registered. orchestration/partitions.py retires completed ones. This bench, on one
 throwaway Dagster database with the repository's pooled storage (dagster.yaml):
 
   all_live     N chunk keys registered (seeded set-based: one INSERT into Dagster's dynamic_partitions table);
                resolve a 1,000-key range (the default DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK) --repeats times
   retained     the same database after the oldest keys are deleted in batches of DOCQUEUE_PARTITION_RETIRE_BATCH
-               through orchestration.instance.delete_dynamic_partitions (what the retention job calls), down to
+               through orchestration.dagster_pooled_storage.delete_dynamic_partitions (what the retention job calls), down to
                --live keys (DOCQUEUE_PARTITION_MAX_COMPLETED's default); the same resolution, same repeats
 
 Prints medians and ends with exactly one line `RESULT {json}`.
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # dagster.yaml names orchestration.instance by module path
+if str(REPO) not in sys.path:  # dagster.yaml names orchestration.dagster_pooled_storage by module path
     sys.path.insert(0, str(REPO))
 
 import sqlalchemy as sa  # noqa: E402
@@ -38,7 +38,7 @@ from dagster import DagsterInstance, PartitionKeyRange  # noqa: E402
 from dagster._core.definitions.partitions.context import partition_loading_context  # noqa: E402
 
 from bench.dagster_storage import env, throwaway_database  # noqa: E402
-from orchestration.instance import delete_dynamic_partitions, psycopg2_url  # noqa: E402
+from orchestration.dagster_pooled_storage import delete_dynamic_partitions, psycopg2_url  # noqa: E402
 from orchestration.partitions import chunks_partitions  # noqa: E402
 from queue_db.config import DagsterConfig, default  # noqa: E402
 

@@ -470,12 +470,13 @@ NIGHTLY_CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {repo!r})
 from orchestration.environment import dagster_instance
+from queue_db.config import Settings
 from orchestration.maintenance import nightly
 from resources.database import get_queue
 from resources.neo4j import GraphStore, Neo4jResource
 from resources.qdrant import QdrantResource
 model_id, dim = {model!r}, {dim}
-queue, instance = get_queue(), dagster_instance()
+queue, instance = get_queue(), dagster_instance(Settings.from_env())
 store, graph = QdrantResource().get_store(model_id, dim), GraphStore(*Neo4jResource().connection())
 started = time.perf_counter()
 report = nightly(queue, instance, store, graph)
@@ -660,12 +661,13 @@ def child(n: int, home: Path, args) -> dict:
     subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), "db", "upgrade", "--json"], check=True,
                    capture_output=True, timeout=600)
     from orchestration.environment import dagster_instance, prepare_environment
+    from queue_db.config import Settings
     from orchestration.cli import _embedding_model
     from resources.database import get_queue
     from resources.neo4j import GraphStore, Neo4jResource
     from resources.qdrant import QdrantResource
 
-    prepare_environment()
+    prepare_environment(Settings.from_env())
     queue = get_queue()
     model_id, dim = _embedding_model()
     documents = n // (PAGES * CHUNKS)
@@ -691,7 +693,7 @@ def child(n: int, home: Path, args) -> dict:
         # what the recovery schedule has done by the time a corpus this size is complete: completed partitions
         # beyond DOCQUEUE_PARTITION_MAX_COMPLETED retired, a batch per run
         started = time.perf_counter()
-        retire_all(dagster_instance(), queue.engine)
+        retire_all(dagster_instance(Settings.from_env()), queue.engine)
         figures["retire_s"] = round(time.perf_counter() - started, 3)
         marker.write_text(json.dumps({"n": n, "seed_s": figures["seed_s"], "retire_s": figures["retire_s"]}))
     else:
@@ -748,7 +750,7 @@ def child(n: int, home: Path, args) -> dict:
     from orchestration.definitions import defs
     from orchestration.maintenance import recover
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     # the first night after the corpus arrived: it builds the whole index, so the searches below use it
     attempt("nightly", lambda left: measure_nightly(model_id, dim, left, args.nightly_cap_mb),
             ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_capped"))

@@ -109,13 +109,14 @@ def drive_celery(in_flight: int) -> dict:
 
     from queue_db.phases import Level
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
     from orchestration.runner import plan_next, waiting_work
     from queue_db.config import Settings
     from resources.database import get_queue
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     queue = get_queue()
     documents = _ingest(queue, Path(os.environ["BENCH_CORPUS"]))
     runs = failed = 0
@@ -158,13 +159,14 @@ def drive_in_process() -> dict:
     from queue_db.phases import Level
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings
     from resources.database import get_queue
 
     os.sched_setaffinity(0, {int(os.environ["BENCH_CORE"])})
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     queue = get_queue()
     documents = _ingest(queue, Path(os.environ["BENCH_CORPUS"]))
     started = time.perf_counter()

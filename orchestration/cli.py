@@ -103,11 +103,10 @@ def _queue():
 
 def _engine():
     from queue_db.queue import create_queue_engine
-    from queue_db.database_urls import database_url
     from orchestration.environment import prepare_environment
+    from queue_db.config import Settings
 
-    prepare_environment()
-    return create_queue_engine(database_url())
+    return create_queue_engine(prepare_environment(Settings.from_env()).queue_url)
 
 
 @contextmanager
@@ -132,9 +131,9 @@ def _known_failure(exc: BaseException) -> CliError | None:
     import sqlalchemy as sa
     from qdrant_client.http.exceptions import ResponseHandlingException
 
-    from queue_db.ports import PortInUseError
+    from queue_db.server_ports import PortInUseError
     from queue_db.embedded_postgres import EmbeddedPostgresError
-    from orchestration.dagster_storage import DagsterStorageError
+    from orchestration.dagster_database import DagsterStorageError
     from resources.bolt_server import BoltServerError
     from resources.qdrant import VectorStoreError
 
@@ -178,12 +177,13 @@ def _tenant_option(what: str):
 
 def _tenant(name: str | None, *, default: bool = True) -> str | None:
     """The checked tenant; without --tenant, DOCQUEUE_DEFAULT_TENANT (or None when `default` is False)."""
+    from queue_db.config import TenantConfig, settings
     from queue_db.tenants import checked_tenant
 
     if name is None and not default:
         return None
     try:
-        return checked_tenant(name)
+        return checked_tenant(name, settings(TenantConfig).default_tenant)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
@@ -244,20 +244,23 @@ def db_upgrade(print_sql: bool, from_version: int, as_json: bool) -> None:
     if print_sql:
         click.echo(upgrade_script(from_version), nl=False)
         return
+    from queue_db.config import Settings
     from queue_db.database_urls import database_url
-    from orchestration.dagster_storage import dagster_database_url
-    from orchestration.dagster_storage import ensure_dagster_database, upgrade_dagster_storage
-    from orchestration.environment import redact
+    from orchestration.dagster_database import dagster_database_url
+    from orchestration.dagster_database import ensure_dagster_database
+    from orchestration.environment import dagster_instance, redact
 
     with _service_failures():
         applied = upgrade(_engine())
-        dagster_url = dagster_database_url()
-        created = ensure_dagster_database(dagster_url, database_url())
-        upgrade_dagster_storage()
+        settings = Settings.from_env()
+        queue_url = database_url(settings.database)
+        dagster_url = dagster_database_url(settings.database, queue_url)
+        created = ensure_dagster_database(dagster_url, queue_url)
+        dagster_instance(settings).upgrade()
     vectors = _migrate_embedded_vectors()
     payload = {"applied": [f"{m.version:04d}_{m.name}" for m in applied],
                "version": max(m.version for m in available_migrations()),
-               "database": redact(database_url()),
+               "database": redact(queue_url),
                "dagster_database": redact(dagster_url), "dagster_database_created": created,
                "vector_store_migrated": vectors}
     _emit(as_json, payload, lambda: click.echo(
@@ -285,12 +288,17 @@ def db_status(as_json: bool) -> None:
     """Pending migrations of the queue's schema and of Dagster's storage (exit 1 when some are pending: `docqueue
     db upgrade` applies them). Applies none; Dagster itself creates its tables in an empty storage database."""
     from queue_db.migrate import available_migrations, pending_migrations
-    from orchestration.dagster_storage import dagster_database_url
-    from orchestration.dagster_storage import dagster_storage_status
+    from queue_db.config import Settings
+    from queue_db.database_urls import database_url
+    from orchestration.dagster_database import dagster_database_url
+    from orchestration.dagster_database import dagster_storage_status
+    from orchestration.environment import dagster_instance
 
     with _service_failures():
         pending = pending_migrations(_engine())
-        dagster = dagster_storage_status(dagster_database_url())
+        settings = Settings.from_env()
+        dagster = dagster_storage_status(dagster_database_url(settings.database, database_url(settings.database)),
+                                         lambda: dagster_instance(settings))
     payload = {"queue": {"version": max(m.version for m in available_migrations()),
                          "pending": [f"{m.version:04d}_{m.name}" for m in pending]},
                "dagster": dagster}
@@ -317,7 +325,7 @@ def db_stop(as_json: bool) -> None:
     from resources.bolt_server import BoltServer
     from queue_db.config import docqueue_home
 
-    stopped_pg = EmbeddedPostgres().stop()
+    stopped_pg = EmbeddedPostgres(docqueue_home() / "postgres").stop()
     bolt = BoltServer(docqueue_home() / "bolt")
     stopped_bolt = bolt.is_running() and (bolt.stop() or True)
     _emit(as_json, {"postgres_stopped": stopped_pg, "bolt_stopped": bool(stopped_bolt)},
@@ -397,9 +405,10 @@ def _rejections(results, shown: int = 3) -> str:
 def _register_document_partitions(queue) -> None:
     from queue_db.phases import Level
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.partitions import register_partitions
 
-    register_partitions(dagster_instance(), queue.engine, Level.DOCUMENT)
+    register_partitions(dagster_instance(Settings.from_env()), queue.engine, Level.DOCUMENT)
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -445,9 +454,10 @@ def run(until_idle: bool, workers: int, max_seconds: float | None, max_docs: int
         return
     from queue_db.outcomes import task_outcomes
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.workers import collect_workers, start_workers
 
-    dagster_instance()
+    dagster_instance(Settings.from_env())
     _check_stores()
     from queue_db.embedding_reuse import vectors_reused_since
 
@@ -805,6 +815,7 @@ def delete(document: str | None, tenant: str | None, as_json: bool) -> None:
     """Remove a document (or a whole tenant): rows, files, Qdrant points, graph nodes and mentions, Dagster
     partitions."""
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.store_cleanup import delete_everywhere
     from resources.storage import StorageResource
 
@@ -818,7 +829,7 @@ def delete(document: str | None, tenant: str | None, as_json: bool) -> None:
     found = _document_or_fail(queue, document, tenant)
     with _stores() as (store, graph):
         try:
-            removed = delete_everywhere(queue, found, instance=dagster_instance(), storage=StorageResource().get_storage(),
+            removed = delete_everywhere(queue, found, instance=dagster_instance(Settings.from_env()), storage=StorageResource().get_storage(),
                                         vector_store=store, graph_store=graph)
         except RuntimeError as exc:
             raise CliError(f"cannot delete {found['document_key']} now: {exc}") from None
@@ -830,12 +841,13 @@ def delete(document: str | None, tenant: str | None, as_json: bool) -> None:
 
 def _delete_tenant(queue, tenant: str, as_json: bool) -> None:
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.store_cleanup import delete_tenant
     from resources.storage import StorageResource
 
     with _stores() as (store, graph):
         try:
-            removed = delete_tenant(queue, tenant, instance=dagster_instance(),
+            removed = delete_tenant(queue, tenant, instance=dagster_instance(Settings.from_env()),
                                     storage=StorageResource().get_storage(), vector_store=store, graph_store=graph)
         except RuntimeError as exc:
             raise CliError(f"cannot delete tenant {tenant!r} now: {exc}") from None
@@ -890,7 +902,7 @@ def ui(port: int, as_json: bool) -> None:
     import shutil
     import subprocess
 
-    from orchestration.dagster_storage import check_dagster_storage
+    from orchestration.dagster_database import check_dagster_storage
 
     _queue()  # also exports DAGSTER_HOME and the database URLs the webserver and daemon inherit
     check_dagster_storage(os.environ["DOCQUEUE_DAGSTER_PG_URL"])

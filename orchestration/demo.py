@@ -14,6 +14,7 @@ def run_demo() -> dict:
     started = time.monotonic()
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance, prepare_environment
+    from queue_db.config import Settings
     from orchestration.intake import ingest_paths
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
@@ -21,12 +22,12 @@ def run_demo() -> dict:
     from resources.database import get_queue, shared_engine
     from resources.storage import StorageResource
 
-    prepare_environment()
+    prepare_environment(Settings.from_env())
     upgrade(shared_engine())
     queue = get_queue()
     samples = write_samples(docqueue_home() / "samples")
     ingested = ingest_paths(queue, StorageResource().get_storage(), samples)
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     register_partitions(instance, queue.engine, Level.DOCUMENT)
     report = run_until_idle(defs, instance, queue, until_idle=True, max_seconds=1800)
     summary = summarise(queue, [r.document_id for r in ingested if r.document_id])

@@ -1,56 +1,73 @@
 """The environment every docqueue process shares: where the queue and Dagster's storage live, and DAGSTER_HOME.
 
-With nothing configured this starts the embedded PostgreSQL once and exports its URLs, so the webserver, daemon,
-run workers and CLI all agree without each probing for the server."""
+An entry point builds its Settings once and hands them to prepare_environment: with nothing configured that starts
+the embedded PostgreSQL and works out its URLs. The variables it sets are the ones Dagster reads itself (DAGSTER_HOME
+for the instance, and dagster.yaml's `env:` storage URL) and the ones the webserver, daemon and run workers started
+from here inherit, so they all agree without each probing for the server."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from queue_db.config import ClusterConfig, docqueue_home, settings
+from queue_db.config import ClusterConfig, Settings
 from queue_db.database_urls import database_url
-from orchestration.dagster_storage import dagster_database_url
+from orchestration.dagster_database import check_dagster_storage, dagster_database_url
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INSTANCE_TEMPLATE = REPO_ROOT / "dagster.yaml"
 
 
-def prepare_environment() -> dict[str, str]:
-    """Export DOCQUEUE_DATABASE_URL, DOCQUEUE_DAGSTER_PG_URL and DAGSTER_HOME; returns them (URLs redacted)."""
-    # exported, not only read: the webserver, daemon and run workers started from here inherit them
-    queue_url, dagster_url = database_url(), dagster_database_url()
-    os.environ.update({"DOCQUEUE_HOME": str(docqueue_home()), "DOCQUEUE_DATABASE_URL": queue_url,
-                       "DOCQUEUE_DAGSTER_PG_URL": dagster_url})
+@dataclass(frozen=True)
+class PreparedEnvironment:
+    """Where this process's queue and Dagster storage are; `variables()` is what Dagster and children read."""
+
+    home: Path
+    dagster_home: Path
+    queue_url: str
+    dagster_url: str
+
+    def variables(self) -> dict[str, str]:
+        return {"DOCQUEUE_HOME": str(self.home), "DOCQUEUE_DATABASE_URL": self.queue_url,
+                "DOCQUEUE_DAGSTER_PG_URL": self.dagster_url, "DAGSTER_HOME": str(self.dagster_home)}
+
+
+def prepare_environment(settings: Settings) -> PreparedEnvironment:
+    """Set DOCQUEUE_DATABASE_URL, DOCQUEUE_DAGSTER_PG_URL and DAGSTER_HOME (with its instance config written) for
+    Dagster and the children of this process; returns them."""
+    home = settings.database.home_path()
+    queue_url = database_url(settings.database)
+    dagster_url = dagster_database_url(settings.database, queue_url)
     # Dagster's own variable: where its instance lives
-    home = Path(os.environ.get("DAGSTER_HOME") or docqueue_home() / "dagster")
-    home.mkdir(parents=True, exist_ok=True)
-    target = home / "dagster.yaml"
-    wanted = instance_yaml()
+    dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    target = dagster_home / "dagster.yaml"
+    wanted = instance_yaml(settings.cluster)
     if wanted is not None and (not target.exists() or target.read_text() != wanted):
         target.write_text(wanted)
-    os.environ["DAGSTER_HOME"] = str(home)
+    prepared = PreparedEnvironment(home, dagster_home, queue_url, dagster_url)
+    os.environ.update(prepared.variables())
     enable_event_batches()
-    return {"DOCQUEUE_HOME": str(docqueue_home()), "DAGSTER_HOME": str(home),
-            "DOCQUEUE_DATABASE_URL": redact(queue_url), "DOCQUEUE_DAGSTER_PG_URL": redact(dagster_url)}
+    return prepared
 
 
 INSTANCE_TEMPLATE_ENV, PHASE_LIMITS_ENV = "DOCQUEUE_DAGSTER_YAML", "DOCQUEUE_PHASE_RUN_LIMITS"
 
 
-def instance_yaml() -> str | None:
+def instance_yaml(cluster: ClusterConfig) -> str | None:
     """The instance config written to DAGSTER_HOME: dagster.yaml (or DOCQUEUE_DAGSTER_YAML), its overall run cap
     raised to the sum of DOCQUEUE_PHASE_RUN_LIMITS (`ocr=3,vector=2,graphrag=2`) when set. The per-phase limits
     themselves are the phases' pool limits, kept in Dagster's storage (apply_phase_limits) and so shared by every
     machine of a cluster; in cluster mode a run is one step on one Celery worker slot, so a phase's limit is the
     number of worker slots it may hold at once."""
-    configured = settings(ClusterConfig).dagster_yaml.strip()
+    configured = cluster.dagster_yaml.strip()
     template = Path(configured or INSTANCE_TEMPLATE)
     if not template.is_file():
         if configured:
             raise ValueError(f"{INSTANCE_TEMPLATE_ENV} names {template}, which is not a file")
         return None
     text = template.read_text()
-    limits = phase_run_limits()
+    limits = phase_run_limits(cluster)
     if not limits:
         return text
     import yaml
@@ -62,8 +79,8 @@ def instance_yaml() -> str | None:
     return f"# written by docqueue from {template} with {PHASE_LIMITS_ENV}\n" + yaml.safe_dump(config, sort_keys=False)
 
 
-def phase_run_limits() -> dict[str, int]:
-    raw = settings(ClusterConfig).phase_run_limits.strip()
+def phase_run_limits(cluster: ClusterConfig) -> dict[str, int]:
+    raw = cluster.phase_run_limits.strip()
     limits: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         phase, _, value = item.partition("=")
@@ -96,24 +113,23 @@ def redact(url: str) -> str:
     return f"{scheme}://{credentials}@{host}"
 
 
-def dagster_instance():
+def dagster_instance(settings: Settings):
     """The Dagster instance; DagsterStorageError (one sentence) when its database is missing or unreachable."""
     import dagster as dg
 
-    from orchestration.dagster_storage import check_dagster_storage
-
-    prepare_environment()
-    check_dagster_storage(os.environ["DOCQUEUE_DAGSTER_PG_URL"])
+    prepared = prepare_environment(settings)
+    check_dagster_storage(prepared.dagster_url)
     instance = dg.DagsterInstance.get()
-    apply_phase_limits(instance)
+    apply_phase_limits(instance, phase_run_limits(settings.cluster))
     return instance
 
 
-def apply_phase_limits(instance) -> dict[str, int]:
-    """Set each phase's pool limit from DOCQUEUE_PHASE_RUN_LIMITS in Dagster's storage (where `dagster instance
-    concurrency set` puts it); a pool left out keeps dagster.yaml's default of one. Returns what changed."""
+def apply_phase_limits(instance, limits: dict[str, int]) -> dict[str, int]:
+    """Set each phase's pool limit (DOCQUEUE_PHASE_RUN_LIMITS, parsed by phase_run_limits) in Dagster's storage
+    (where `dagster instance concurrency set` puts it); a pool left out keeps dagster.yaml's default of one.
+    Returns what changed."""
     changed = {}
-    for pool, limit in phase_run_limits().items():
+    for pool, limit in limits.items():
         if instance.event_log_storage.get_concurrency_info(pool).slot_count != limit:
             instance.event_log_storage.set_concurrency_slots(pool, limit)
             changed[pool] = limit

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
+from queue_db.config import StorageConfig, TenantConfig, settings
 from queue_db.idempotency import IdempotencyConflict, checked_key
 from queue_db.lifecycle import mark_supersedes, move_source, previous_version
 from queue_db.queue import TaskQueue, source_path_text
@@ -136,7 +137,7 @@ def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str
     limits = limits or PdfLimits.from_env()
     try:
         checked_key(idempotency_key)
-        tenant = checked_tenant(tenant)
+        tenant = checked_tenant(tenant, settings(TenantConfig).default_tenant)
         content_hash, size, head = _hash_file(path, limits.max_file_bytes)
     except (IntakeError, ValueError) as exc:
         return IngestResult(shown, "rejected", reason=str(exc))
@@ -179,11 +180,11 @@ def _moved_from(known: str | None, source_path: str) -> bool:
     return not os.path.lexists(known)
 def _content_problem(path: Path, mime: str, size: int) -> str | None:
     """Why a file of a supported type is refused before it is stored (past a size bound), or None."""
-    text_limit = TextLimits.from_env().max_bytes
+    text_limit = TextLimits.from_config(settings(StorageConfig)).max_bytes
     if (mime in TEXT_TYPES or mime == CSV_MIME) and size > text_limit:
         return f"too large: text of more than {text_limit / (1 << 20):g} MB (DOCQUEUE_MAX_TEXT_MB)"
     if mime in ZIPPED_TYPES:
-        return archive_problem(path, OfficeLimits.from_env())
+        return archive_problem(path, OfficeLimits.from_config(settings(StorageConfig)))
     return None
 
 

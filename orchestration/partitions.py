@@ -20,7 +20,7 @@ import zlib
 import dagster as dg
 import sqlalchemy as sa
 
-from orchestration.instance import delete_dynamic_partitions
+from orchestration.dagster_pooled_storage import delete_dynamic_partitions
 from queue_db.config import DagsterConfig
 from queue_db.partition_retention import RETIRABLE_LEVELS, retire_batch
 from queue_db.partition_keys import record_block, unregistered

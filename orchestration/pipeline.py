@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
-from queue_db.config import EmbeddingConfig, ExtractionConfig, settings
+from queue_db.config import EmbeddingConfig, ExtractionConfig, StorageConfig, settings
 from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
@@ -299,7 +299,7 @@ class Pipeline:
     def _text_pages(self, document: dict) -> list[str]:
         """The pages of a text or office document. The file is content-addressed, so its pages never change: the
         last document's are kept for the next page tasks of the batch instead of being read again for each."""
-        limits, office = TextLimits.from_env(), OfficeLimits.from_env()
+        limits, office = TextLimits.from_config(settings(StorageConfig)), OfficeLimits.from_config(settings(StorageConfig))
         key = f"{document['storage_key']}@{limits.page_chars}@{office.sheet_page_rows}"
         if self._text_cache is not None and self._text_cache[0] == key:
             return self._text_cache[1]
@@ -333,7 +333,8 @@ class Pipeline:
                 document = documents.get(task["document_id"]) or self.queue.document(task["document_id"])
                 documents[task["document_id"]] = document
                 markdown = self.storage.get_text(task["page_file_path"]) if task.get("page_file_path") else ""
-                chunks = chunk_markdown(markdown, page_key=page_partition_key(document["document_key"], task["page_number"]))
+                chunks = chunk_markdown(markdown, page_key=page_partition_key(document["document_key"], task["page_number"]),
+                                        max_chunks=settings(StorageConfig).max_chunks_per_page)
                 accepted = self.queue.complete_chunking(worker_id, task["id"], [
                     {"chunk_id": c.chunk_id, "chunk_index": c.index, "content_hash": c.content_hash,
                      "content": c.text, "token_count": c.token_count} for c in chunks])

@@ -58,7 +58,7 @@ def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: f
     land in any block): with --until-idle it leaves only once no sibling is busy and nothing is left anywhere.
     The runs execute the definitions built from `settings` and `phases`."""
     defs = build_definitions(settings, phases)
-    instance = dagster_instance()
+    instance = dagster_instance(settings)
     started = time.monotonic()
     totals = {"runs": 0, "failed_runs": 0}
     # --max-docs runs in one worker, which chooses the documents as it starts

@@ -40,7 +40,7 @@ from typing import Iterator, Sequence
 
 from tokenizers import Tokenizer
 
-from queue_db.config import StorageConfig, settings
+from queue_db.config import StorageConfig, default
 from queue_db.keys import chunk_id_for
 
 TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "tokenizer.json"
@@ -68,8 +68,8 @@ class Chunk:
     heading: str  # nearest heading path, "" before the first heading
 
 
-def max_chunks_per_page() -> int:
-    return settings(StorageConfig).max_chunks_per_page
+# DOCQUEUE_MAX_CHUNKS_PER_PAGE's default; the caller passes the configured value
+MAX_CHUNKS_PER_PAGE: int = default(StorageConfig, "max_chunks_per_page")
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -593,19 +593,19 @@ def break_long_runs(text: str) -> str:
 
 
 def chunk_markdown(markdown: str, *, page_key: str, target_tokens: int = 256, overlap_tokens: int = 32,
-                   max_tokens: int = 400, max_chunks: int | None = None) -> list[Chunk]:
+                   max_tokens: int = 400, max_chunks: int = MAX_CHUNKS_PER_PAGE) -> list[Chunk]:
     """Split one page's markdown into chunks (see the module docstring for the rules).
 
     `page_key` identifies the page (e.g. "<document_id>:<page_number>") and seeds the chunk ids.
-    `max_chunks` defaults to DOCQUEUE_MAX_CHUNKS_PER_PAGE; exceeding it raises TooManyChunksError
-    rather than silently dropping text.
+    `max_chunks` is DOCQUEUE_MAX_CHUNKS_PER_PAGE as the caller's settings hold it; exceeding it raises
+    TooManyChunksError rather than silently dropping text.
     """
     if not page_key:
         raise ValueError("page_key must be a non-empty string")
     budget = _validate(target_tokens, overlap_tokens, max_tokens)
     if not markdown or not markdown.strip():
         return []
-    limit = max_chunks if max_chunks is not None else max_chunks_per_page()
+    limit = max_chunks
     if len(markdown) > limit * max_tokens * MAX_CHARS_PER_TOKEN:
         raise TooManyChunksError(
             f"page has {len(markdown)} characters, more than {limit} chunks (DOCQUEUE_MAX_CHUNKS_PER_PAGE) of "

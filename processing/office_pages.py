@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from processing.text_pages import MB, TextLimits, decode_text, split_pages
-from queue_db.config import StorageConfig, default, settings
+from queue_db.config import StorageConfig, default
 from processing.errors import DocumentError
 
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -65,10 +65,10 @@ class OfficeLimits:
                 raise ValueError(f"{name} must be greater than 0, got {value}")
 
     @classmethod
-    def from_env(cls) -> "OfficeLimits":
-        env = settings(StorageConfig)
-        return cls(sheet_page_rows=env.sheet_page_rows, max_rows=env.max_sheet_rows, max_sheets=env.max_sheets,
-                   max_unzipped_bytes=int(env.max_unzipped_mb * MB), timeout_s=env.office_timeout_s)
+    def from_config(cls, storage: StorageConfig) -> "OfficeLimits":
+        return cls(sheet_page_rows=storage.sheet_page_rows, max_rows=storage.max_sheet_rows,
+                   max_sheets=storage.max_sheets, max_unzipped_bytes=int(storage.max_unzipped_mb * MB),
+                   timeout_s=storage.office_timeout_s)
 
 
 _WHOLE_TABLES = OfficeLimits(sheet_page_rows=1 << 30)  # a Word table is cut by page length, not row count

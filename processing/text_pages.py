@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import html_to_markdown as html_to_markdown_lib
 
-from queue_db.config import StorageConfig, default, settings
+from queue_db.config import StorageConfig, default
 
 MB = 1024 * 1024
 TEXT_TYPES = {"text/plain": "text", "text/markdown": "text", "text/html": "html"}  # mime -> page method
@@ -39,9 +39,8 @@ class TextLimits:
             raise ValueError("DOCQUEUE_MAX_TEXT_MB must be greater than 0")
 
     @classmethod
-    def from_env(cls) -> "TextLimits":
-        env = settings(StorageConfig)
-        return cls(page_chars=env.text_page_chars, max_bytes=int(env.max_text_mb * MB))
+    def from_config(cls, storage: StorageConfig) -> "TextLimits":
+        return cls(page_chars=storage.text_page_chars, max_bytes=int(storage.max_text_mb * MB))
 
 
 # ------------------------------------------------------------------------------------------------ decoding

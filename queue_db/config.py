@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Optional, TypeVar
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from queue_db.tenants import TENANT_RULE, tenant_problem
+
 
 class SettingsError(ValueError):
     """An environment variable holds a value its setting cannot take; the message is one sentence naming it."""
@@ -117,6 +119,12 @@ class DatabaseConfig(SettingsGroup):
                                        "seconds before a pooled Dagster connection is replaced", ge=1)
     dagster_pool_timeout_s: int = _var(30, "DOCQUEUE_DAGSTER_PG_POOL_TIMEOUT_S",
                                        "seconds a Dagster storage call waits for a free connection", ge=1)
+
+    def home_path(self) -> Path:
+        """Root of everything the embedded setup keeps on disk (DOCQUEUE_HOME), resolved and created."""
+        home = Path(self.home).expanduser().resolve()
+        home.mkdir(parents=True, exist_ok=True)
+        return home
 
 
 class StorageConfig(SettingsGroup):
@@ -373,8 +381,6 @@ class TenantConfig(SettingsGroup):
     @field_validator("default_tenant")
     @classmethod
     def _tenant_name(cls, value: str) -> str:
-        from queue_db.tenants import TENANT_RULE, tenant_problem
-
         if tenant_problem(value):
             raise ValueError(f"must be {TENANT_RULE}, got {value!r}")
         return value
@@ -472,9 +478,7 @@ def _sentence(group: type[SettingsGroup], exc: ValidationError) -> str:
 
 def docqueue_home() -> Path:
     """Root of everything the embedded setup keeps on disk (DOCQUEUE_HOME, default ./.docqueue)."""
-    home = Path(settings(DatabaseConfig).home).expanduser().resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    return home
+    return settings(DatabaseConfig).home_path()
 
 
 def secret_value(value: Optional[SecretStr]) -> str:

@@ -1,7 +1,7 @@
 """Where the queue's database is: DOCQUEUE_DATABASE_URL, or the embedded server (started when needed)."""
 from __future__ import annotations
 
-from .config import DatabaseConfig, secret_value, settings
+from .config import DatabaseConfig, secret_value
 from .embedded_postgres import EmbeddedPostgres
 
 
@@ -13,9 +13,14 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def database_url() -> str:
+def embedded_postgres(database: DatabaseConfig) -> EmbeddedPostgres:
+    """The embedded server of the home `database` names (DOCQUEUE_HOME, DOCQUEUE_PG_PORT)."""
+    return EmbeddedPostgres(database.home_path() / "postgres", database.pg_port or None)
+
+
+def database_url(database: DatabaseConfig) -> str:
     """DOCQUEUE_DATABASE_URL when set, otherwise the embedded server (started if needed)."""
-    configured = secret_value(settings(DatabaseConfig).database_url)
+    configured = secret_value(database.database_url)
     if configured:
         return normalize_url(configured)
-    return EmbeddedPostgres().ensure_running()
+    return embedded_postgres(database).ensure_running()

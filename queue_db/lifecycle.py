@@ -1,5 +1,5 @@
 """Operations beyond the task flow (the other queue designs' update / delete / rescan): versions, deletion and
-re-indexing a phase. Only the queue's side; the caller removes outputs from the stores (orchestration.lifecycle)."""
+re-indexing a phase. Only the queue's side; the caller removes outputs from the stores (orchestration.store_cleanup)."""
 from __future__ import annotations
 
 from .inspection import document_held_counts, tenant_held_count

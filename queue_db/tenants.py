@@ -10,7 +10,8 @@ document key   <tenant>--<stem>-<hash8>       (`--` never occurs in a key of `de
 storage key    tenants/<tenant>/documents/<hh>/<hash><ext>
 entity key     <tenant>:<normalised name>     (normalised names hold no `:`)
 
-DOCQUEUE_DEFAULT_TENANT names the tenant a command without --tenant means.
+DOCQUEUE_DEFAULT_TENANT names the tenant a command without --tenant means; the entry points read it and pass it
+in, so this module reads no settings.
 """
 from __future__ import annotations
 
@@ -28,20 +29,15 @@ def tenant_problem(name: object) -> str | None:
     return None
 
 
-def checked_tenant(name: str | None) -> str:
-    """The tenant itself (None: DOCQUEUE_DEFAULT_TENANT), or ValueError with one sentence."""
+def checked_tenant(name: str | None, default: str = BASE_TENANT) -> str:
+    """The tenant itself (None: `default`, the caller's DOCQUEUE_DEFAULT_TENANT), or ValueError with one
+    sentence."""
     if name is None:
-        return default_tenant()
+        return default
     problem = tenant_problem(name)
     if problem:
         raise ValueError(problem)
     return name
-
-
-def default_tenant() -> str:
-    from .config import TenantConfig, settings
-
-    return settings(TenantConfig).default_tenant
 
 
 def tenant_document_key(tenant: str, key: str) -> str:

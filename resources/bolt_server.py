@@ -9,7 +9,7 @@ Everything lives under one directory (default `docqueue_home()/bolt`):
     root_password   0600, generated on first start; ArcadeDB reads it by path, so it never appears in `ps`
     server.json     pid, port and home of the running server (how another process finds and verifies it)
     server.log      the JVM's stdout/stderr of the latest start
-    port            the home's Bolt port: chosen free on the first start, reused later (queue_db.ports)
+    port            the home's Bolt port: chosen free on the first start, reused later (queue_db.server_ports)
     databases/      the data
 
 Environment: DOCQUEUE_BOLT_PORT (unset: the home's own port), DOCQUEUE_BOLT_HEAP_MB (512, the JVM's -Xmx),
@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from queue_db.config import GraphConfig, docqueue_home, settings
-from queue_db.ports import accepts_connections, port_for_start, recorded_port
+from queue_db.server_ports import accepts_connections, port_for_start, recorded_port
 
 DATABASE = "docqueue"
 USER = "root"

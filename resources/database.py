@@ -7,7 +7,7 @@ import dagster as dg
 import sqlalchemy as sa
 from pydantic import Field
 
-from queue_db.config import QueueSettings
+from queue_db.config import DatabaseConfig, QueueSettings, settings
 from queue_db.migrate import pending_migrations
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.database_urls import database_url, normalize_url
@@ -18,7 +18,7 @@ _lock = threading.Lock()
 
 def shared_engine(url: str | None = None) -> sa.Engine:
     """One pooled engine per database per process."""
-    url = normalize_url(url) if url else database_url()
+    url = normalize_url(url) if url else database_url(settings(DatabaseConfig))
     with _lock:
         if url not in _engines:
             _engines[url] = create_queue_engine(url)

@@ -140,6 +140,7 @@ def docqueue_env(tmp_path, monkeypatch, create_database, migrated_template, bolt
     graph on the session's Bolt server. Subprocesses started by the test inherit it through the environment."""
     from tests.integration.bolt_fixture import clean_graph
     from orchestration.environment import prepare_environment
+    from queue_db.config import Settings
 
     home = tmp_path / "home"
     queue_url = create_database(template=migrated_template)
@@ -154,5 +155,5 @@ def docqueue_env(tmp_path, monkeypatch, create_database, migrated_template, bolt
     if bolt_server.database:
         monkeypatch.setenv("DOCQUEUE_NEO4J_DATABASE", bolt_server.database)
     clean_graph(bolt_server)
-    prepare_environment()
+    prepare_environment(Settings.from_env())
     yield DocqueueEnv(home, queue_url, dagster_url, bolt_server)

@@ -261,6 +261,7 @@ def story(tmp_path_factory, create_database, migrated_template, bolt_server):
     taken through ingest, a crashed worker's recovery and one full run with two workers."""
     from tests.integration.bolt_fixture import clean_graph
     from orchestration.environment import prepare_environment
+    from queue_db.config import Settings
 
     tmp = tmp_path_factory.mktemp("cli")
     home = tmp / "home"
@@ -275,7 +276,7 @@ def story(tmp_path_factory, create_database, migrated_template, bolt_server):
         for name, value in env.items():
             patch.setenv(name, value)
         clean_graph(bolt_server)
-        prepare_environment()
+        prepare_environment(Settings.from_env())
         engine = queue_engine(env["DOCQUEUE_DATABASE_URL"])
         try:
             yield _tell(Story(tmp, env, engine, _write_files(tmp)))

@@ -209,6 +209,7 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
     if reason:
         pytest.skip(f"cluster test skipped: {reason}")
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
 
     machines = Machines(WORKERS)
@@ -264,7 +265,7 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
                   "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": "8", "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": "8"}
         ui = Ui(ui_env, tmp_path / "docqueue-ui.log")
         started.append(ui.stop)
-        instance = dagster_instance()
+        instance = dagster_instance(Settings.from_env())
         started.append(instance.dispose)
         yield ui, workers, bolt_relay, inbox, get_queue(), instance, tmp_path
     finally:

@@ -218,6 +218,7 @@ def graphrag_runs_in_flight(instance) -> int:
 @pytest.fixture
 def deployment(docqueue_env, tmp_path):
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
 
     upstream = docqueue_env.bolt.uri.rsplit("//", 1)[1].rsplit(":", 1)
@@ -231,7 +232,7 @@ def deployment(docqueue_env, tmp_path):
            "DOCQUEUE_GRAPH_TX_TIMEOUT_S": "5",  # how long a graph write keeps retrying an unreachable server
            "PYTHONUNBUFFERED": "1"}
     ui = Ui(env, tmp_path / "docqueue-ui.log")
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     try:
         yield ui, gate, inbox, get_queue(), instance, tmp_path
     finally:

@@ -176,11 +176,12 @@ def test_unsupported_content_is_refused_at_intake_with_its_type(queue, tmp_path,
 def pipeline_env(docqueue_env, tmp_path, monkeypatch):
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
     from resources.storage import StorageResource
 
     monkeypatch.setenv("DOCQUEUE_TEXT_PAGE_CHARS", str(TEXT_PAGE_CHARS))
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     yield defs, instance, get_queue(), StorageResource().get_storage(), tmp_path
     instance.dispose()
 

@@ -16,13 +16,14 @@ V2 = [["# Volcano Notes", "Molten lava erupted from the summit crater and ash dr
 def env(docqueue_env, tmp_path):
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
     from resources.embeddings import EmbeddingResource
     from resources.neo4j import Neo4jResource
     from resources.qdrant import QdrantResource
     from resources.storage import StorageResource
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     embedder = EmbeddingResource().get_embedder()
     stores = {"queue": get_queue(), "storage": StorageResource().get_storage(), "instance": instance, "defs": defs,
               "embedder": embedder, "qdrant": lambda: QdrantResource().get_store(embedder.model_id, embedder.dim),

@@ -16,9 +16,10 @@ PAGES, CHUNKS_PER_PAGE = 5, 100
 def truth_env(docqueue_env):
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     yield defs, instance, get_queue()
     instance.dispose()
 

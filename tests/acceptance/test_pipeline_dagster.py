@@ -13,10 +13,11 @@ from tests import pdf_factory as pf
 def pipeline_env(docqueue_env, tmp_path):
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
     from resources.storage import StorageResource
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     yield defs, instance, get_queue(), StorageResource().get_storage(), tmp_path
     instance.dispose()
 

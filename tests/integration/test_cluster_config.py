@@ -24,8 +24,9 @@ def test_the_kubernetes_instance_config_passes_dagster_and_dagster_k8s_schemas(t
     monkeypatch.setenv("DOCQUEUE_DAGSTER_YAML", str(K8S_INSTANCE))
     monkeypatch.delenv("DOCQUEUE_PHASE_RUN_LIMITS", raising=False)
     from orchestration.environment import instance_yaml
+    from queue_db.config import Settings
 
-    (tmp_path / "dagster.yaml").write_text(instance_yaml())
+    (tmp_path / "dagster.yaml").write_text(instance_yaml(Settings.from_env().cluster))
     config, _ = dagster_instance_config(str(tmp_path))  # raises on anything Dagster's schema refuses
     launcher = config["run_launcher"]
     assert (launcher["module"], launcher["class"]) == ("dagster_k8s", "K8sRunLauncher")
@@ -40,16 +41,17 @@ def test_the_kubernetes_instance_config_passes_dagster_and_dagster_k8s_schemas(t
 
 def test_phase_run_limits_scale_the_instance_config(monkeypatch):
     from orchestration.environment import instance_yaml
+    from queue_db.config import Settings
 
     monkeypatch.delenv("DOCQUEUE_DAGSTER_YAML", raising=False)
     monkeypatch.setenv("DOCQUEUE_PHASE_RUN_LIMITS", "ocr=6, vector=4,graphrag=2")
-    config = yaml.safe_load(instance_yaml())
+    config = yaml.safe_load(instance_yaml(Settings.from_env().cluster))
     runs = config["concurrency"]["runs"]
     assert runs["max_concurrent_runs"] >= 6 + 4 + 2
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
     monkeypatch.setenv("DOCQUEUE_PHASE_RUN_LIMITS", "ocr=lots")
     with pytest.raises(ValueError, match="DOCQUEUE_PHASE_RUN_LIMITS takes phase=limit pairs"):
-        instance_yaml()
+        instance_yaml(Settings.from_env().cluster)
 
 
 def test_the_executor_follows_the_environment(monkeypatch):

@@ -2,7 +2,7 @@
 
 Each test module run gets a throwaway database (created here, dropped at the end) on the server at
 ``pg_admin_url``. The stock dagster-postgres storages open a connection per storage call, so the
-connection counts asserted below would be in the thousands without orchestration.instance.
+connection counts asserted below would be in the thousands without orchestration.dagster_pooled_storage.
 """
 import logging
 import multiprocessing
@@ -36,7 +36,7 @@ from dagster._core.storage.tags import (
 )
 from dagster._serdes import serialize_value
 
-from orchestration.instance import (
+from orchestration.dagster_pooled_storage import (
     MAX_OVERFLOW_ENV,
     POOL_SIZE_ENV,
     PooledPostgresEventLogStorage,
@@ -446,7 +446,7 @@ def test_workspace_yaml_loads_orchestration_definitions(tmp_path, instance, monk
     shutil.copy(REPO / "workspace.yaml", tmp_path / "workspace.yaml")
     package = tmp_path / "orchestration"
     package.mkdir()
-    # The code server imports orchestration.instance (for the instance) before the definitions, so
+    # The code server imports orchestration.dagster_pooled_storage (for the instance) before the definitions, so
     # it must find this throwaway package first (its cwd is ours) and, through it, the real modules.
     (package / "__init__.py").write_text(f"__path__.append({str(REPO / 'orchestration')!r})\n")
     (package / "definitions.py").write_text(THROWAWAY_DEFINITIONS)

@@ -47,7 +47,7 @@ def summary_env(docqueue_env):
     upgrade(base.engine, phases=REGISTRY)
     queue = TaskQueue(base.engine, base.settings, phases=REGISTRY)
     defs = build_definitions(Settings.from_env(), phases=REGISTRY, handlers=SUMMARY_HANDLERS)
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     yield defs, instance, queue
     instance.dispose()
 

@@ -17,9 +17,10 @@ DAY_S = 86400.0
 @pytest.fixture
 def env(docqueue_env):
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     yield instance, get_queue()
     instance.dispose()
 

@@ -82,7 +82,7 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
     _put(client, name, "inbox/folder/", b"")  # a console-made "folder": not a document
     _put(client, name, "elsewhere/other.pdf", report.read_bytes())  # outside the prefix
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     queue = get_queue()
     try:
         first = _tick(defs, instance, None)

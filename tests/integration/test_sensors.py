@@ -25,9 +25,10 @@ RUN_KEY_TAG = "dagster/run_key"
 @pytest.fixture
 def env(docqueue_env):
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     yield loaded(), instance, get_queue()
     instance.dispose()
 

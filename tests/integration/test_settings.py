@@ -58,9 +58,10 @@ def test_the_code_location_fails_to_load_with_the_sentence(tmp_path):
 def runner_env(docqueue_env):
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     yield defs, instance, get_queue()
     instance.dispose()
 

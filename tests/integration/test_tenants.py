@@ -110,6 +110,7 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
 
     # delete --tenant: every store loses acme, the default tenant keeps everything
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.store_cleanup import PARTITION_DEFS
     from resources.neo4j import Neo4jResource
     from resources.storage import StorageResource
@@ -119,7 +120,7 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
             return graph._read("MATCH (n) WHERE n.tenant_id = 'acme' OR n.key STARTS WITH 'acme:' "
                                "RETURN count(n) AS n")[0]["n"]
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     assert acme[0]["document_key"] in instance.get_dynamic_partitions(PARTITION_DEFS["documents"])
     storage = StorageResource().get_storage()
     stored = {key: queue.document(key)["storage_key"] for key in (acme[0]["document_key"], plain[0]["document_key"])}

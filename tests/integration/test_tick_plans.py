@@ -22,9 +22,10 @@ EXPLAINABLE = ("select", "with", "update", "insert", "delete")
 def env(docqueue_env):
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from resources.database import get_queue
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     yield defs, instance, get_queue()
     instance.dispose()
 

@@ -128,7 +128,7 @@ def test_the_store_checks_evaluate_streamed_in_their_job(docqueue_env, monkeypat
     store.close()
     queue.complete(VECTOR_CHUNK, "check-test", [{"id": t["id"]} for t in tasks])
 
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     try:
         result = defs.resolve_job_def("asset_checks_job").execute_in_process(instance=instance)
     finally:

@@ -24,10 +24,11 @@ class Pipeline:
     def __init__(self, tmp_path):
         from orchestration.definitions import defs
         from orchestration.environment import dagster_instance
+        from queue_db.config import Settings
         from resources.database import get_queue
         from resources.storage import StorageResource
 
-        self.defs, self.instance, self.queue = defs, dagster_instance(), get_queue()
+        self.defs, self.instance, self.queue = defs, dagster_instance(Settings.from_env()), get_queue()
         self.storage = StorageResource().get_storage()
         self.tmp = tmp_path
 
@@ -78,6 +79,7 @@ def module_env(tmp_path_factory, create_database, migrated_template, bolt_server
     """docqueue_env for a whole module (an expensive run processed once, then checked by several tests): its own
     queue and Dagster databases, DOCQUEUE_HOME and DAGSTER_HOME, an emptied graph, and FAST_SETTINGS."""
     from orchestration.environment import prepare_environment
+    from queue_db.config import Settings
     from tests.conftest import DocqueueEnv
     from tests.integration.bolt_fixture import clean_graph
 
@@ -95,7 +97,7 @@ def module_env(tmp_path_factory, create_database, migrated_template, bolt_server
         if bolt_server.database:
             patch.setenv("DOCQUEUE_NEO4J_DATABASE", bolt_server.database)
         clean_graph(bolt_server)
-        prepare_environment()
+        prepare_environment(Settings.from_env())
         yield DocqueueEnv(home, queue_url, dagster_url, bolt_server), patch
 
 

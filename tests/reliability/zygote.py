@@ -46,6 +46,7 @@ def _child(name: str, spec: dict) -> None:
         os.dup2(log, 2)
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings
     from resources.database import get_queue
@@ -64,7 +65,7 @@ def _child(name: str, spec: dict) -> None:
         from tests.reliability.bodies import inject_crash
 
         inject_crash(spec["crash_on"])
-    instance = dagster_instance()
+    instance = dagster_instance(Settings.from_env())
     queue = get_queue()
     report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, poll_s=spec.get("poll", 0.3),
                             max_seconds=spec.get("max_seconds", 300))

@@ -16,8 +16,8 @@ from processing.chunking import (
     TooManyChunksError,
     chunk_markdown,
     count_tokens,
+    MAX_CHUNKS_PER_PAGE,
     load_tokenizer,
-    max_chunks_per_page,
 )
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank."
@@ -315,14 +315,10 @@ def test_unspaced_run_longer_than_max_is_cut_to_stay_bounded():
 # --------------------------------------------------------------------------- limits and validation
 
 
-def test_too_many_chunks_raises_instead_of_dropping_text(monkeypatch):
+def test_too_many_chunks_raises_instead_of_dropping_text():
     markdown = paragraph(60)
     with pytest.raises(TooManyChunksError, match="more than 3 chunks"):
         chunk_markdown(markdown, page_key="p", target_tokens=50, overlap_tokens=0, max_tokens=60, max_chunks=3)
-    monkeypatch.setenv("DOCQUEUE_MAX_CHUNKS_PER_PAGE", "2")
-    assert max_chunks_per_page() == 2
-    with pytest.raises(TooManyChunksError):
-        chunk_markdown(markdown, page_key="p", target_tokens=50, overlap_tokens=0, max_tokens=60)
 
 
 def test_runaway_page_is_refused_before_tokenizing_it():
@@ -330,12 +326,12 @@ def test_runaway_page_is_refused_before_tokenizing_it():
         chunk_markdown("word " * 100_000, page_key="p", max_tokens=400, max_chunks=200)
 
 
-def test_max_chunks_default_and_bad_env(monkeypatch):
-    monkeypatch.delenv("DOCQUEUE_MAX_CHUNKS_PER_PAGE", raising=False)
-    assert max_chunks_per_page() == 200
-    monkeypatch.setenv("DOCQUEUE_MAX_CHUNKS_PER_PAGE", "lots")
-    with pytest.raises(ValueError, match="DOCQUEUE_MAX_CHUNKS_PER_PAGE"):
-        max_chunks_per_page()
+def test_max_chunks_default_is_the_settings_default():
+    """The chunker reads no environment: its default is DOCQUEUE_MAX_CHUNKS_PER_PAGE's, the caller passes the
+    configured value (the variable's parsing is tests/unit/test_settings.py's)."""
+    from queue_db.config import StorageConfig
+
+    assert MAX_CHUNKS_PER_PAGE == 200 == StorageConfig.model_fields["max_chunks_per_page"].default
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -6,12 +6,14 @@ unreachable database for 15 s, logging each attempt, before it gives up with a t
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import psycopg
 import psycopg.conninfo
 import psycopg.errors
 
-from queue_db.config import DatabaseConfig, secret_value, settings
-from queue_db.database_urls import database_url
+from queue_db.config import DatabaseConfig, secret_value
 
 CONNECT_TIMEOUT_S = 5
 _INVALID_CATALOG_NAME = "3D000"  # SQLSTATE: the database does not exist
@@ -93,23 +95,15 @@ def ensure_dagster_database(url: str, queue_url: str) -> bool:
     return True
 
 
-def upgrade_dagster_storage() -> None:
-    """Create Dagster's tables, or migrate them after a Dagster upgrade (`dagster instance migrate`)."""
-    from orchestration.environment import dagster_instance
-
-    dagster_instance().upgrade()
-
-
-def dagster_storage_status(url: str) -> dict:
+def dagster_storage_status(url: str, open_instance: Callable[[], Any]) -> dict:
     """Whether Dagster's storage exists and each of its three storages (runs, event log, schedules) is at the
-    schema the installed Dagster expects: {"database": "ok" | sentence, "storages": {name: {"at", "head"}}}."""
-    from orchestration.environment import dagster_instance
-
+    schema the installed Dagster expects: {"database": "ok" | sentence, "storages": {name: {"at", "head"}}}.
+    `open_instance()` opens the Dagster instance, once the database answers."""
     try:
         check_dagster_storage(url)
     except DagsterStorageError as exc:
         return {"database": str(exc), "storages": {}, "pending": True}
-    instance = dagster_instance()
+    instance = open_instance()
     storages = {}
     for name, storage in (("runs", instance.run_storage), ("event_log", instance.event_log_storage),
                           ("schedules", instance.schedule_storage)):
@@ -119,14 +113,13 @@ def dagster_storage_status(url: str) -> dict:
             "pending": any(s["at"] != s["head"] for s in storages.values())}
 
 
-def dagster_database_url() -> str:
-    """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else a database beside the queue's: `dagster` beside
-    `docqueue` (the embedded server's names), `<queue database>_dagster` beside any other, so two projects whose
-    queues share a server never share Dagster's runs and partitions."""
-    configured = secret_value(settings(DatabaseConfig).dagster_pg_url)
+def dagster_database_url(database: DatabaseConfig, queue_url: str) -> str:
+    """Dagster's own storage: DOCQUEUE_DAGSTER_PG_URL, else a database beside the queue's (at `queue_url`):
+    `dagster` beside `docqueue` (the embedded server's names), `<queue database>_dagster` beside any other, so two
+    projects whose queues share a server never share Dagster's runs and partitions."""
+    configured = secret_value(database.dagster_pg_url)
     if configured:
         return configured
-    queue_url = database_url()
     base, _, rest = queue_url.rpartition("/")
     queue_database, query = rest.split("?", 1) if "?" in rest else (rest, "")
     name = "dagster" if queue_database == "docqueue" else f"{queue_database}_dagster"

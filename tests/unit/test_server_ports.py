@@ -1,11 +1,11 @@
-"""Each home's embedded servers keep ports of their own (queue_db.ports)."""
+"""Each home's embedded servers keep ports of their own (queue_db.server_ports)."""
 from __future__ import annotations
 
 import socket
 
 import pytest
 
-from queue_db.ports import PortInUseError, port_for_start, port_is_free, recorded_port
+from queue_db.server_ports import PortInUseError, port_for_start, port_is_free, recorded_port
 
 HOST = "127.0.0.1"
 

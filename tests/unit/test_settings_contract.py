@@ -1,0 +1,114 @@
+"""Settings are built at the entry points and handed down, never looked up from below.
+
+No module under queue_db/, processing/ or resources/ reads the process environment (`os.environ`, `os.getenv`),
+calls the `settings(Group)` look-up or builds `Settings.from_env()`; in orchestration/ only the entry points do: the
+CLI (with `docqueue worker`, the Celery worker's entry), the Dagster code location (definitions.py) and the
+settings module itself. Found with `ast`, so a mention in a comment or docstring is not a
+read, and a read inside a function is one.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("queue_db", "processing", "resources", "orchestration")
+ENTRY_POINTS = ("orchestration/definitions.py", "orchestration/cli.py", "orchestration/cli/",
+                "orchestration/settings.py")
+
+# Modules that still read the environment or look settings up while their callers are being reworked. It must be
+# empty: a module leaves this list when it is fixed (the test fails while a listed module no longer reads, so the
+# list never goes stale), and nothing new may join it.
+KNOWN_OFFENDERS: dict[str, set[str]] = {
+    # the settings themselves, until they move to orchestration/settings.py
+    "queue_db/config.py": {"os.environ", "settings()"},
+    "queue_db/readmodels.py": {"settings()"},
+    "resources/_pdf_worker.py": {"os.environ"},
+    "resources/bolt_server.py": {"settings()"},
+    "resources/database.py": {"settings()"},
+    "resources/embeddings.py": {"settings()"},
+    "resources/extraction.py": {"settings()"},
+    "resources/neo4j.py": {"settings()"},
+    "resources/ocr.py": {"os.environ", "settings()"},
+    "resources/qdrant.py": {"settings()"},
+    "resources/qdrant_edge.py": {"settings()"},
+    "resources/qdrant_migrate.py": {"settings()"},
+    "resources/storage.py": {"settings()"},
+    "orchestration/cluster.py": {"os.environ", "settings()"},
+    # the pool bounds of the storages Dagster builds from dagster.yaml
+    "orchestration/dagster_pooled_storage.py": {"settings()"},
+    "orchestration/demo.py": {"Settings.from_env()"},
+    # DAGSTER_HOME, and the variables Dagster's `env:` config and the child processes read
+    "orchestration/environment.py": {"os.environ"},
+    "orchestration/intake.py": {"settings()"},
+    "orchestration/lifecycle.py": {"settings()"},
+    "orchestration/maintenance.py": {"settings()"},
+    "orchestration/pipeline.py": {"os.environ", "settings()"},
+    "orchestration/planning.py": {"settings()"},
+    "orchestration/retention.py": {"settings()"},
+    "orchestration/runner.py": {"settings()"},
+    "orchestration/s3_intake.py": {"os.environ", "settings()"},
+    "orchestration/schedules.py": {"settings()"},
+    "orchestration/sensors.py": {"settings()"},
+    "orchestration/verify.py": {"settings()"},
+    "orchestration/workers.py": {"Settings.from_env()"},
+}
+
+
+def environment_reads(tree: ast.AST) -> set[str]:
+    """What a module's code does of the forbidden: "os.environ" (os.environ, os.getenv, getenv, environ imported
+    from os), "settings()" (a call of a name or attribute `settings`) and "Settings.from_env()"."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb", "putenv") \
+                and isinstance(node.value, ast.Name) and node.value.id == "os":
+            found.add("os.environ")
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" \
+                and any(alias.name in ("environ", "getenv", "environb") for alias in node.names):
+            found.add("os.environ")
+        elif isinstance(node, ast.Call):
+            function = node.func
+            name = function.id if isinstance(function, ast.Name) else \
+                function.attr if isinstance(function, ast.Attribute) else None
+            if name == "settings":
+                found.add("settings()")
+            elif name == "from_env" and isinstance(function, ast.Attribute) \
+                    and isinstance(function.value, ast.Name) and function.value.id == "Settings":
+                found.add("Settings.from_env()")
+    return found
+
+
+def offenders() -> dict[str, set[str]]:
+    result = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            relative = path.relative_to(REPO).as_posix()
+            if any(relative == entry or (entry.endswith("/") and relative.startswith(entry))
+                   for entry in ENTRY_POINTS):
+                continue
+            reads = environment_reads(ast.parse(path.read_text(encoding="utf-8"), relative))
+            if reads:
+                result[relative] = reads
+    return result
+
+
+def test_below_the_entry_points_nothing_reads_the_environment():
+    new = {path: sorted(reads - KNOWN_OFFENDERS.get(path, set())) for path, reads in offenders().items()}
+    new = {path: reads for path, reads in new.items() if reads}
+    assert not new, ("read the environment below the entry points (take the value as a parameter, built by the "
+                     f"entry point from Settings): {new}")
+
+
+def test_known_offenders_still_offend():
+    """A fixed module leaves KNOWN_OFFENDERS, so the list only shrinks and ends empty."""
+    found = offenders()
+    stale = {path: sorted(reads - found.get(path, set())) for path, reads in KNOWN_OFFENDERS.items()}
+    stale = {path: reads for path, reads in stale.items() if reads}
+    assert not stale, f"no longer read the environment this way, remove them from KNOWN_OFFENDERS: {stale}"
+
+
+def test_the_scan_finds_each_kind_of_read():
+    source = ("import os\nfrom os import getenv\ndef f():\n    a = os.environ.get('X')\n"
+              "    return settings(G), Settings.from_env()\n'''os.environ in a docstring is no read'''\n")
+    assert environment_reads(ast.parse(source)) == {"os.environ", "settings()", "Settings.from_env()"}
+    assert environment_reads(ast.parse("'''settings(G) and os.environ, only mentioned'''\n")) == set()
