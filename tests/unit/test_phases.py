@@ -30,7 +30,8 @@ def test_the_back_off_doubles_up_to_its_cap_and_jitter_only_shortens_it():
     policy = RetryPolicy(base_s=10, cap_s=600, attempts=3)
     assert [policy.delay_seconds(n) for n in range(8)] == [10, 20, 40, 80, 160, 320, 600, 600]
     jittered = RetryPolicy(base_s=10, cap_s=600, jitter=0.5)
-    assert jittered.delay_seconds(1, draw=0.0) == 20 and jittered.delay_seconds(1, draw=0.999) == pytest.approx(10, 0.01)
+    assert jittered.delay_seconds(1, draw=0.0) == 20
+    assert jittered.delay_seconds(1, draw=0.999) == pytest.approx(10, 0.01)
     assert "random()" in jittered.delay_sql("r") and "random()" not in policy.delay_sql("r")
     with pytest.raises(ValueError):
         RetryPolicy(jitter=2)
