@@ -40,7 +40,7 @@ class Administration(Transitions):
             )
             UPDATE {kind.table} t
             SET {retries} = COALESCE(t.{retries}, 0) + 1,
-                {kind.status} = (CASE WHEN COALESCE(t.{retries}, 0) + 1 >= t.max_retries THEN 'failed'
+                {kind.status} = (CASE WHEN COALESCE(t.{retries}, 0) + 1 >= {kind.max_retries_sql('t')} THEN 'failed'
                                       ELSE 'pending' END)::task_status,
                 {kind.col('error')} = {reason_template.format(**names)},
                 {kind.col('error_class')} = 'worker_lost', {kind.col('failed_at')} = now(),
@@ -120,7 +120,8 @@ class Administration(Transitions):
                     if level not in phase.rollup_levels:
                         continue
                     col, child_col = phase.rollup_column(level, "status"), child_column(phase, child, "status")
-                    rollup = f"(SELECT docqueue_rollup(c.{child_col}) FROM {TABLE_OF_LEVEL[child]} c WHERE c.{fk} = p.id)"
+                    rollup = (f"(SELECT docqueue_rollup(c.{child_col}) FROM {TABLE_OF_LEVEL[child]} c "
+                              f"WHERE c.{fk} = p.id)")
                     # a page with no chunks is complete; a document with no pages keeps its expansion's status
                     expected = (f"COALESCE({rollup}, 'completed')" if level is Level.PAGE else rollup)
                     present = ("" if level is Level.PAGE else

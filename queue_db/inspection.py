@@ -1,6 +1,7 @@
 """What the queue holds right now, per kind of task: tasks held by workers, stuck ones, failed ones backing off,
-the workers holding tasks, and a document's running tasks. Every query is built from `ALL_KINDS` and the kinds'
-own predicates (queue_db.phases), so none of them can forget a kind or spell a kind's rule differently.
+the workers holding tasks, and a document's running tasks. Every query is built from the kinds given (default:
+PHASES' kinds) and the kinds' own predicates (queue_db.phases), so none of them can forget a kind or spell a
+kind's rule differently.
 
 Each reads the `processing` rows through the kinds' partial heartbeat indexes, or one document's rows through its
 foreign-key index: the cost follows the work in flight, not the size of the corpus.
@@ -54,8 +55,8 @@ def tenant_held_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
                    f"WHERE d.tenant_id = %(tenant)s AND {k.held_sql('t')}" for k in kinds])
 
 
-def tenant_held_count(conn: sa.Connection, tenant: str) -> int:
-    return sum(int(r[1]) for r in conn.exec_driver_sql(tenant_held_sql(), {"tenant": tenant}).all())
+def tenant_held_count(conn: sa.Connection, tenant: str, kinds: tuple[TaskKind, ...] = ALL_KINDS) -> int:
+    return sum(int(r[1]) for r in conn.exec_driver_sql(tenant_held_sql(kinds), {"tenant": tenant}).all())
 
 
 def held_counts(conn: sa.Connection) -> dict[str, int]:
@@ -81,5 +82,7 @@ def holding_workers(engine: sa.Engine) -> set[str]:
         return {r[1] for r in conn.exec_driver_sql(holders_sql()).all() if r[1]}
 
 
-def document_held_counts(conn: sa.Connection, document_id: str) -> dict[str, int]:
-    return {r[0]: int(r[1]) for r in conn.exec_driver_sql(document_held_sql(), {"document_id": str(document_id)}).all()}
+def document_held_counts(conn: sa.Connection, document_id: str,
+                         kinds: tuple[TaskKind, ...] = ALL_KINDS) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in conn.exec_driver_sql(document_held_sql(kinds),
+                                                          {"document_id": str(document_id)}).all()}

@@ -83,13 +83,13 @@ def tenant_documents(queue: TaskQueue, tenant: str, limit: int) -> list[dict]:
 def tenant_running_tasks(queue: TaskQueue, tenant: str) -> int:
     """How many tasks of `tenant`'s documents workers hold right now."""
     with queue.engine.connect() as conn:
-        return tenant_held_count(conn, tenant)
+        return tenant_held_count(conn, tenant, queue.phases.kinds)
 
 
 def delete_rows(queue: TaskQueue, document_id: str) -> bool:
     """Remove the document and (by cascade) its pages and chunks. Refused while any of its tasks is running."""
     with queue.engine.begin() as conn:
-        busy = sum(document_held_counts(conn, document_id).values())
+        busy = sum(document_held_counts(conn, document_id, queue.phases.kinds).values())
         if busy:
             raise RuntimeError(f"document has {busy} task(s) running; wait for them or recover them first")
         return conn.exec_driver_sql("DELETE FROM documents WHERE id = %(d)s", {"d": document_id}).rowcount > 0
@@ -147,10 +147,12 @@ def _reset_chunks(queue: TaskQueue, conn, phase: PhaseSpec, where: str, params: 
         # re-index from the first indexing
         for table, ids in (("task_queue_page", pages), ("documents", documents)):
             conn.exec_driver_sql(
-                f"UPDATE {table} SET {rerun.column_prefix}_started_at = NULL, {rerun.column_prefix}_completed_at = NULL "
+                f"UPDATE {table} SET {rerun.column_prefix}_started_at = NULL, "
+                f"{rerun.column_prefix}_completed_at = NULL "
                 f"WHERE id = ANY(%(ids)s::uuid[])", {"ids": ids})
         queue._bubble(conn, rerun, pages, documents)
-        conn.exec_driver_sql(f"UPDATE documents SET {rerun.column_prefix}_rollup_at = NULL WHERE id = ANY(%(ids)s::uuid[])",
+        conn.exec_driver_sql(f"UPDATE documents SET {rerun.column_prefix}_rollup_at = NULL "
+                             "WHERE id = ANY(%(ids)s::uuid[])",
                              {"ids": documents})
     # the later phases run again on the text extracted before: extraction is skipped this time
     conn.exec_driver_sql("UPDATE documents SET extraction_skipped = true WHERE id = ANY(%(ids)s::uuid[])",

@@ -27,7 +27,9 @@ from typing import Iterator, Mapping
 @dataclass(frozen=True)
 class RetryPolicy:
     """When a failed task may run again: `base_s * 2**retries` seconds after its failure, at most `cap_s`, less a
-    random share of up to `jitter` (0..1) of that delay; `attempts` failures at most (the rows' max_retries).
+    random share of up to `jitter` (0..1) of that delay; `attempts` failed attempts at most: the registry's
+    default policy gives new rows their max_retries (an operator may change a row's), a kind's own policy is the
+    limit of that kind's tasks whatever their rows say.
     The one place the back-off rule lives: the fail statement's SQL and `delay_seconds` are both made here."""
 
     base_s: float = 10.0
@@ -114,6 +116,10 @@ class TaskKind:
         """The column naming the row's document."""
         return "id" if self.level is Level.DOCUMENT else "document_id"
 
+    def max_retries_sql(self, alias: str = "t") -> str:
+        """The failed attempts a task of this kind may have: its own policy's, else its row's max_retries."""
+        return str(int(self.retry.attempts)) if self.retry is not None else f"{alias}.max_retries"
+
     def owns(self, alias: str = "t") -> str:
         return _aliased(self.owns_sql, alias)
 
@@ -125,13 +131,13 @@ class TaskKind:
         """Failed rows that will be claimable once their back-off ends (not those failed for good)."""
         attempt = f"{alias}.{self.col('next_attempt_at')}"
         return (f"{alias}.{self.status} = 'failed' AND ({self.owns(alias)}) "
-                f"AND {alias}.{self.col('retry_count')} < {alias}.max_retries "
+                f"AND {alias}.{self.col('retry_count')} < {self.max_retries_sql(alias)} "
                 f"AND {attempt} > now() AND {attempt} < '{NEVER}'::timestamptz")
 
     def failed_for_good_sql(self, alias: str = "t") -> str:
         """Failed rows no automatic retry will take again: out of retries, or failed as not retryable."""
         return (f"{alias}.{self.status} = 'failed' AND ({self.owns(alias)}) "
-                f"AND ({alias}.{self.col('retry_count')} >= {alias}.max_retries "
+                f"AND ({alias}.{self.col('retry_count')} >= {self.max_retries_sql(alias)} "
                 f"OR {alias}.{self.col('next_attempt_at')} >= '{NEVER}'::timestamptz)")
 
     def blocked_sql(self, alias: str = "t") -> str:
@@ -150,7 +156,7 @@ class TaskKind:
         status, retries = f"{alias}.{self.status}", f"{alias}.{self.col('retry_count')}"
         return (
             f"({_aliased(self.ready_sql, alias)}) "
-            f"AND ({status} = 'pending' OR ({status} = 'failed' AND {retries} < {alias}.max_retries)) "
+            f"AND ({status} = 'pending' OR ({status} = 'failed' AND {retries} < {self.max_retries_sql(alias)})) "
             f"AND ({alias}.{self.col('next_attempt_at')} IS NULL OR {alias}.{self.col('next_attempt_at')} <= now())"
         )
 

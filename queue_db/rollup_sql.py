@@ -20,9 +20,11 @@ plan per call cost more than running it.
 """
 from __future__ import annotations
 
+import functools
 import re
 
-from .phases import EXPANDED_SQL, TABLE_OF_LEVEL, Level, PhaseRegistry, PhaseSpec, TaskKind, claim_index_name, short_table
+from .phases import (EXPANDED_SQL, TABLE_OF_LEVEL, Level, PhaseRegistry, PhaseSpec, TaskKind, claim_index_name,
+                     short_table)
 
 # a statement that makes the rest of the transaction's statements use generic plans
 GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
@@ -148,6 +150,7 @@ def _update_level(phase: PhaseSpec, level: Level) -> str:
         FROM (SELECT next_id FROM claimed UNION ALL SELECT next_id FROM recounted) x"""
 
 
+@functools.cache  # the hot path asks on every transition; a kind's statements never change
 def after_transition(kind: TaskKind) -> tuple[str, ...]:
     """The statements that bubble a transition of `kind` up (%(worker)s: its worker, %(ids)s: the rows it settled),
     in order; empty for a document's own task (its expansion writes the document's status itself)."""
@@ -192,7 +195,8 @@ def phase_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str]]:
         for kind in phase.kinds:
             status, retries = kind.status, kind.col("retry_count")
             gate = kind.index_gate_sql if kind.index_gate_sql is not None else kind.ready_sql
-            claimable = f"({status} = 'pending' OR ({status} = 'failed' AND {retries} < max_retries))"
+            claimable = (f"({status} = 'pending' OR ({status} = 'failed' AND {retries} < "
+                         f"{_UNALIASED.sub('', kind.max_retries_sql('t'))}))")
             where = claimable if gate == "TRUE" else f"({_UNALIASED.sub('', gate)}) AND {claimable}"
             index(claim_index_name(kind),
                   f"{kind.table} (priority DESC, (CASE WHEN {status} = 'failed' THEN 0 ELSE 1 END), {retries}, "

@@ -193,7 +193,10 @@ class Transitions(QueueConnection):
                              sorted({r["document_id"] for r in rows if r.get("document_id")}))
             return rows
 
-        return work(conn) if conn is not None else self._transaction(work)
+        if conn is not None:
+            return work(conn)
+        # one statement without a bubble-up is a transaction by itself
+        return self._transaction(work) if phase is not None else self._autocommit(work)
 
     def _pipelined(self, kind: TaskKind, worker_id: str, statements: Sequence[tuple[str, dict]],
                    settled: Sequence[str] | None) -> list[list[dict]]:
@@ -218,8 +221,8 @@ class Transitions(QueueConnection):
                             cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
                             cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
                             cursors.append(cursor)
-                        for sql, args in bubble:
-                            pg.execute(sql, args, prepare=True)
+                        for sql, params in bubble:
+                            pg.execute(sql, params, prepare=True)
                     results = [cursor.fetchall() for cursor in cursors]
             except psycopg.Error as exc:
                 # a broken connection must not go back to the pool
@@ -375,8 +378,7 @@ class Transitions(QueueConnection):
                    WHERE d.id = %(id)s
                    ON CONFLICT (document_id, page_number) DO NOTHING""",
                 {"id": str(document_id), "n": page_count})
-            for phase in self.phases:
-                self._bubble(conn, phase, document_ids=[str(document_id)])
+            self._bubble(conn, self.phases.phases, document_ids=[str(document_id)])
             return True
 
         return self._transaction(work)
@@ -427,8 +429,7 @@ class Transitions(QueueConnection):
                      "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
                      "tokens": [c.get("token_count") for c in chunks]})
             document_ids = [str(rows[0]["document_id"])]
-            for phase in self.phases:  # the phases with a roll-up on pages (_bubble skips the others)
-                self._bubble(conn, phase, [str(page_id)], document_ids)
+            self._bubble(conn, self.phases.phases, [str(page_id)], document_ids)
             return True
 
         return self._transaction(work)
@@ -458,19 +459,22 @@ class Transitions(QueueConnection):
         sql = self._fenced_sql(kind, set_sql, {"err": "text", "cls": "text", "retryable": "boolean"})
         return sql, {"worker": worker_id, "values": values}, ids
 
-    def _bubble(self, conn: sa.Connection, phase: PhaseSpec, page_ids: Sequence[str] = (),
+    def _bubble(self, conn: sa.Connection, phases: PhaseSpec | Sequence[PhaseSpec], page_ids: Sequence[str] = (),
                 document_ids: Sequence[str] = ()) -> list[Correction]:
-        """Recompute the roll-ups of `phase` on these pages, then on these documents (rollup_sql.recount_sql: the
-        one implementation of the rule's application), locking each level's parents in id order before reading
-        their children."""
+        """Recompute the roll-ups of `phases` on these pages, then on these documents (rollup_sql.recount_sql: the
+        one implementation of the rule's application), locking each level's parents in id order, once for all
+        the phases, before reading their children."""
+        phases = (phases,) if isinstance(phases, PhaseSpec) else tuple(phases)
         corrections = []
         for level, ids in ((Level.PAGE, page_ids), (Level.DOCUMENT, document_ids)):
-            if not ids or level not in phase.rollup_levels:
+            rolled_up = [phase for phase in phases if level in phase.rollup_levels]
+            if not ids or not rolled_up:
                 continue
             params = {"ids": sorted(str(i) for i in ids)}
             conn.exec_driver_sql(lock_sql(level, "%(ids)s::uuid[]"), params)
-            rows = conn.exec_driver_sql(recount_sql(phase, level, "%(ids)s::uuid[]"), params).all()
-            corrections += [Correction(r[0], str(r[1]), phase.value, r[2], r[3]) for r in rows]
+            for phase in rolled_up:
+                rows = conn.exec_driver_sql(recount_sql(phase, level, "%(ids)s::uuid[]"), params).all()
+                corrections += [Correction(r[0], str(r[1]), phase.value, r[2], r[3]) for r in rows]
         return corrections
 
 

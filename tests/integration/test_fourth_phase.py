@@ -19,7 +19,7 @@ from queue_db.readmodels import phase_progress, queue_statistics_rows
 from queue_db.rollup_sql import missing_phase_ddl
 from tests.queue_support import build_document
 
-SUMMARY_RETRY = RetryPolicy(base_s=7.0, cap_s=20.0, attempts=3)
+SUMMARY_RETRY = RetryPolicy(base_s=7.0, cap_s=20.0, attempts=2)
 SUMMARY_CHUNK = TaskKind(
     name="summary_chunk", level=Level.CHUNK, table="task_queue_chunk", prefix="summary",
     # the gate: the same chunk's GraphRAG task completed
@@ -83,8 +83,10 @@ def _statuses(queue: TaskQueue, doc: dict) -> tuple[str, list[str]]:
 def test_the_spec_alone_adds_the_phase_columns_and_claim_index(summary_queue, create_database, migrated_template):
     with summary_queue.engine.connect() as conn:
         columns = {r[0] for r in conn.exec_driver_sql(
-            "SELECT table_name || '.' || column_name FROM information_schema.columns WHERE column_name LIKE 'summary%%'")}
-        indexes = {r[0] for r in conn.exec_driver_sql("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%%summary%%'")}
+            "SELECT table_name || '.' || column_name FROM information_schema.columns "
+            "WHERE column_name LIKE 'summary%%'")}
+        indexes = {r[0] for r in conn.exec_driver_sql(
+            "SELECT indexname FROM pg_indexes WHERE indexname LIKE '%%summary%%'")}
         assert not missing_phase_ddl(conn, REGISTRY), "a second upgrade would change something"
     three = create_queue_engine(create_database(template=migrated_template))
     with three.connect() as conn:  # a database of the three phases: their generated DDL names what exists
@@ -131,8 +133,9 @@ def test_claim_and_completion_bubble_up_to_pages_and_documents(summary_queue):
     assert summary_queue.settle(SUMMARY_CHUNK, worker, completed=[handler(t) for t in rest]).completed.applied
     assert _statuses(summary_queue, doc) == ("completed", ["completed", "completed"])
     with summary_queue.engine.connect() as conn:
-        row = conn.exec_driver_sql("SELECT ocr_status, vector_index_status, graphrag_index_status, summary_completed_at "
-                                   "FROM documents WHERE id = %(d)s", {"d": str(doc["id"])}).one()
+        row = conn.exec_driver_sql(
+            "SELECT ocr_status, vector_index_status, graphrag_index_status, summary_completed_at "
+            "FROM documents WHERE id = %(d)s", {"d": str(doc["id"])}).one()
         texts = conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk WHERE summary_text IS NOT NULL").scalar()
     assert row[:3] == ("completed", "completed", "completed") and row[3] is not None and texts == 4
     assert phase_progress(summary_queue.engine, REGISTRY)["summary"] == {"total": 4, "completed": 4, "failed": 0}
@@ -161,8 +164,15 @@ def test_a_failure_retries_after_its_own_back_off(summary_queue):
     assert again["summary_retry_count"] == 1 and _statuses(summary_queue, doc)[0] == "processing"
     summary_queue.fail(SUMMARY_CHUNK, worker, [{"id": task["id"], "error": "model overloaded"}])
     assert delay() == pytest.approx(SUMMARY_RETRY.delay_seconds(1)) == pytest.approx(14.0)
+    # two failed attempts are the policy's limit, though the row's max_retries (the settings') allows three
+    with summary_queue.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE task_queue_chunk SET summary_next_attempt_at = now() - interval '1 second'")
+        assert conn.exec_driver_sql("SELECT max(max_retries) FROM task_queue_chunk").scalar() == 3
+    assert summary_queue.claim(SUMMARY_CHUNK, worker, 1) == []
+    assert summary_queue.ready_counts()["summary_chunk"] == 0
 
-    # the other phases keep the queue's default policy (zero back-off here): a failed vector task is claimable at once
+    # the other phases keep the queue's default policy (zero back-off here): a failed vector task is claimable
+    # at once
     other = build_document(summary_queue, pages=1, chunks_per_page=1)
     vector = make_worker_id("vector")
     [chunk] = summary_queue.claim(VECTOR_CHUNK, vector, 1)

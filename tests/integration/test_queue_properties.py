@@ -66,7 +66,7 @@ def test_live_transitions_keep_parents_equal_to_the_rule(queue, outcomes):
     assert queue.document(str(doc["id"]))["vector_index_status"] == seed_rule([page["vector_status"]])
 
 
-# -- docqueue_bubble_after: random transitions through the queue, every parent checked after each one ----------------
+# -- the bubble-up (queue_db.rollup_sql): random transitions through the queue, every parent checked after each one
 
 TASK_KINDS = ["ocr_page", "vector_page", "vector_chunk", "graphrag_chunk"]
 DOCUMENT_STATUS = {"ocr": "ocr_status", "vector": "vector_index_status", "graphrag": "graphrag_index_status"}
@@ -119,7 +119,7 @@ def _parents_against_the_rule(engine, document_ids: list[str]) -> list[str]:
 
 class BubbleAfterTransitions(RuleBasedStateMachine):
     """Two workers claim, complete and fail pages and chunks of every phase in any order through the queue (claim,
-    complete, complete_chunking, fail, settle: every path that ends in docqueue_bubble_after); after each
+    complete, complete_chunking, fail, settle: every path that ends in the bubble-up); after each
     transaction every page and document equals the rule over its children, with no reconcile."""
 
     def __init__(self, queue, engine):
