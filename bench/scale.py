@@ -472,7 +472,7 @@ sys.path.insert(0, {repo!r})
 from orchestration.environment import dagster_instance
 from orchestration.maintenance import nightly
 from resources.database import get_queue
-from resources.neo4j import GraphStore, Neo4jResource
+from resources.bolt_graph import GraphStore, Neo4jResource
 from resources.qdrant import QdrantResource
 model_id, dim = {model!r}, {dim}
 queue, instance = get_queue(), dagster_instance()
@@ -662,7 +662,7 @@ def child(n: int, home: Path, args) -> dict:
     from orchestration.environment import dagster_instance, prepare_environment
     from orchestration.cli import _embedding_model
     from resources.database import get_queue
-    from resources.neo4j import GraphStore, Neo4jResource
+    from resources.bolt_graph import GraphStore, Neo4jResource
     from resources.qdrant import QdrantResource
 
     prepare_environment()

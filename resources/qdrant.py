@@ -8,7 +8,7 @@ Every point carries two vectors: the embedding model's dense vector (the collect
 default vector) and a sparse BM25-style vector named `text`, computed from the payload's text by
 processing/sparse.py, whose IDF Qdrant applies (`Modifier.IDF`). `search()` is hybrid by default:
 both rankings, DOCQUEUE_QDRANT_HYBRID_CANDIDATES deep each, fused by reciprocal rank (Qdrant's RRF
-fusion, done here by processing/sparse.fuse_rrf because neither backend weighs or orders ties the
+fusion, done by processing/fusion.py because neither backend weighs or orders ties the
 same way). A collection made before sparse vectors existed is still read
 (dense only, with a notice) until `docqueue reindex --phase vector` upgrades it.
 
@@ -48,7 +48,8 @@ from qdrant_client import QdrantClient
 from qdrant_client.http import models as qm
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from processing.sparse import document_vector, fuse_rrf, query_vector
+from processing.fusion import fuse_hybrid
+from processing.sparse import document_vector, query_vector
 from queue_db.config import VectorStoreConfig, docqueue_home, secret_value, settings
 from queue_db.tenants import BASE_TENANT
 
@@ -62,7 +63,6 @@ MAX_SEARCH_LIMIT = 1000
 REQUIRED_PAYLOAD = ("document_id",)
 SPARSE_VECTOR = "text"  # the sparse vector's name; the dense one stays the unnamed default
 SEARCH_MODES = ("hybrid", "dense", "sparse")
-RRF_K = 60
 OLD_SHAPE_NOTICE = ("collection {collection} predates hybrid search, so this search used dense vectors only; run "
                     "`docqueue reindex --phase vector` to upgrade it")
 # keyword payload indexes: deleting a document filters on document_id, a tenant's search on tenant_id
@@ -538,13 +538,12 @@ class VectorStore(abc.ABC):
 
     @staticmethod
     def _fuse(sparse_hits: list[SearchHit], dense_hits: list[SearchHit], limit: int) -> list[SearchHit]:
-        """Hybrid hits: RRF over both candidate lists. The sparse ranking goes first, so a tie (first in one list,
-        second in the other) goes to the chunk whose words match: near-duplicates are a tie for the embedding."""
+        """Hybrid hits: processing/fusion.py's rule over both candidate lists."""
         by_id = {hit.chunk_id: hit for hit in dense_hits}
         by_id.update((hit.chunk_id, hit) for hit in sparse_hits)
-        fused = fuse_rrf([[h.chunk_id for h in sparse_hits], [h.chunk_id for h in dense_hits]], k=RRF_K)
+        fused = fuse_hybrid([h.chunk_id for h in sparse_hits], [h.chunk_id for h in dense_hits], limit)
         return [SearchHit(score=score, chunk_id=chunk_id, payload=by_id[chunk_id].payload)
-                for chunk_id, score in fused[:limit]]
+                for chunk_id, score in fused]
 
     def _dense_only(self, request: SearchQuery) -> tuple[SearchQuery, str | None]:
         """The request a collection without the sparse vector can run, and the notice saying so."""

@@ -529,7 +529,7 @@ def test_run_until_idle_processes_new_work_and_fails_the_retried_file_again(stor
 
 def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
     from resources.embeddings import DEFAULT_MODEL, MODELS
-    from resources.neo4j import Neo4jResource
+    from resources.bolt_graph import Neo4jResource
     from resources.qdrant import QdrantResource
 
     chunk_ids = [r["chunk_id"] for r in rows(story.engine, "SELECT chunk_id FROM task_queue_chunk ORDER BY chunk_id")]

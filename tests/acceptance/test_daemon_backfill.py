@@ -315,7 +315,7 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
         "a UI backfill needs its phase's pool slot"
     _assert_one_run_per_pool_at_a_time(instance)
 
-    from resources.neo4j import Neo4jResource
+    from resources.bolt_graph import Neo4jResource
 
     with Neo4jResource().get_store() as graph:  # straight to the server, not through the gate
         assert {r[0] for r in _rows(queue, "SELECT chunk_id FROM task_queue_chunk")} <= graph.chunk_ids_with_writes()

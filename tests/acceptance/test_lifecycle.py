@@ -18,7 +18,7 @@ def env(docqueue_env, tmp_path):
     from orchestration.environment import dagster_instance
     from resources.database import get_queue
     from resources.embeddings import EmbeddingResource
-    from resources.neo4j import Neo4jResource
+    from resources.bolt_graph import Neo4jResource
     from resources.qdrant import QdrantResource
     from resources.storage import StorageResource
 

@@ -43,7 +43,7 @@ def _status(instance, asset: str, partitions_def_name: str) -> dict[str, str]:
 def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeline_env):
     from orchestration.runner import run_until_idle
     from orchestration.verify import verify_stores
-    from resources.neo4j import Neo4jResource
+    from resources.bolt_graph import Neo4jResource
 
     defs, instance, queue, storage, tmp = pipeline_env
     good = pf.text_pdf(tmp, "report.pdf", [["# Annual Report", "Ada Lovelace founded the Analytical Society in London."],

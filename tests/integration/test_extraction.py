@@ -23,7 +23,7 @@ from resources.extraction import (
     SpacyExtractor,
     plain_text,
 )
-from resources.neo4j import ChunkGraph, Extraction
+from processing.entities import ChunkGraph, Extraction
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]

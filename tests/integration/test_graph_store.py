@@ -15,15 +15,8 @@ from pathlib import Path
 import pytest
 
 from resources.bolt_server import BoltServer
-from resources.neo4j import (
-    ChunkGraph,
-    Entity,
-    Extraction,
-    GraphStore,
-    Neo4jResource,
-    Relation,
-    normalize_entity_name,
-)
+from processing.entities import ChunkGraph, Entity, Extraction, Relation, normalize_entity_name
+from resources.bolt_graph import GraphStore, Neo4jResource
 from tests.integration.bolt_fixture import bolt_server, free_port, graph_store  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]

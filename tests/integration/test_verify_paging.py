@@ -8,7 +8,7 @@ import pytest
 from orchestration.maintenance import nightly
 from orchestration.verify import verify_stores
 from queue_db.tasks import GRAPHRAG_CHUNK, VECTOR_CHUNK
-from resources.neo4j import ChunkGraph, Entity, Extraction
+from processing.entities import ChunkGraph, Entity, Extraction
 from resources.qdrant import ChunkPoint
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 from tests.integration.test_qdrant import BACKENDS, build_store, random_points

@@ -71,7 +71,7 @@ class Stores:
     @classmethod
     def open(cls) -> "Stores":
         from resources.embeddings import DEFAULT_MODEL, MODELS
-        from resources.neo4j import Neo4jResource
+        from resources.bolt_graph import Neo4jResource
         from resources.qdrant import QdrantResource
 
         spec = MODELS[DEFAULT_MODEL]

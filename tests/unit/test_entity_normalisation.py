@@ -6,20 +6,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resources.extraction import ExtractionLimits, _Collector, type_rule_violation
-from resources.neo4j import (
+from processing.entities import (
     ChunkGraph,
-    DocumentAliases,
     Entity,
     Extraction,
     Relation,
-    _Batch,
-    _chunk_content,
-    _last_write_wins,
+    entity_type,
     is_short_form,
     normalize_entity_name,
+    relation_type,
     resolve_aliases,
+    type_rule_violation,
 )
+from resources.bolt_graph import DocumentAliases, _Batch, _chunk_content, _last_write_wins
+from resources.extraction import ExtractionLimits, _Collector
 
 
 @pytest.mark.parametrize("variant", [
@@ -218,3 +218,11 @@ def test_chunk_content_writes_a_short_form_as_its_full_name_with_the_alias():
                                  [("lessig", "lawrence lessig", "CO_OCCURS")]), aliases)
     assert list(both.entities) == ["lawrence lessig"] and both.entities["lawrence lessig"].name == "LAWRENCE LESSIG"
     assert both.relations == set()
+
+
+def test_types_are_upper_snake_and_bounded():
+    assert relation_type("works for") == "WORKS_FOR"
+    assert relation_type("--") == ""
+    assert entity_type("--") == "OTHER"
+    assert entity_type("work of art") == "WORK_OF_ART"
+    assert len(relation_type("x" * 80)) == 50
