@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
-from queue_db.config import EmbeddingConfig, ExtractionConfig, settings
+from queue_db.config import EmbeddingConfig, ExtractionConfig, Settings, default
 from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
@@ -28,8 +28,9 @@ from processing.text_pages import TEXT_TYPES, TextLimits, UnreadableMarkup, docu
 from processing.chunking import ChunkingError, chunk_markdown
 from processing.entities import ChunkGraph
 from resources.ocr import DocumentError, DocumentInfo, PageResult, PdfLimits
-from resources.qdrant import ChunkPoint
+from resources.ports import ChunkPoint
 from resources.storage import page_file_key
+from resources.vector_payload import chunk_payload
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +134,12 @@ class Pipeline:
     """Plain clients for every external system, created lazily (a worker that only embeds never loads spaCy)."""
 
     def __init__(self, queue: TaskQueue, *, storage=None, pdf=None, embedder=None, vector_store_factory=None,
-                 graph_store=None, extractor=None):
+                 graph_store=None, extractor=None, embed_dedup: bool = default(EmbeddingConfig, "dedup"),
+                 embed_timeout_s: float = default(EmbeddingConfig, "timeout_s"),
+                 extract_timeout_s: float = default(ExtractionConfig, "timeout_s")):
         self.queue = queue
+        # DOCQUEUE_EMBEDDING_DEDUP, DOCQUEUE_EMBED_TIMEOUT and DOCQUEUE_EXTRACT_TIMEOUT, as the resources carry them
+        self.embed_dedup, self.embed_timeout_s, self.extract_timeout_s = embed_dedup, embed_timeout_s, extract_timeout_s
         self._storage, self._pdf, self._embedder = storage, pdf, embedder
         self._vector_store_factory, self._graph, self._extractor = vector_store_factory, graph_store, extractor
         self._text_cache: tuple[str, list[str]] | None = None  # (storage key@page bounds, pages) of the last one
@@ -152,20 +157,25 @@ class Pipeline:
             vector_store_factory=(lambda model_id, dim: qdrant.get_store(model_id, dim)) if qdrant is not None else None,
             graph_store=_Lazy(neo4j.get_store) if neo4j is not None else None,
             extractor=_Lazy(extraction.get_extractor) if extraction is not None else None,
+            **({"embed_dedup": embeddings.dedup, "embed_timeout_s": embeddings.timeout_s} if embeddings is not None
+               else {}),
+            **({"extract_timeout_s": extraction.timeout_s} if extraction is not None else {}),
         )
 
     @classmethod
-    def from_env(cls, queue: TaskQueue) -> "Pipeline":
-        """Every phase, with resources configured from the environment (the plain loop outside Dagster)."""
+    def from_settings(cls, queue: TaskQueue, settings: Settings) -> "Pipeline":
+        """Every phase, with resources built from an entry point's settings (the plain loop outside Dagster)."""
         from resources.embeddings import EmbeddingResource
         from resources.extraction import ExtractionResource
         from resources.bolt_graph import Neo4jResource
         from resources.ocr import OcrResource
-        from resources.qdrant import QdrantResource
+        from resources.vector_stores import QdrantResource
         from resources.storage import StorageResource
 
-        return cls.from_resources(queue, StorageResource(), ocr=OcrResource(), embeddings=EmbeddingResource(),
-                                  qdrant=QdrantResource(), neo4j=Neo4jResource(), extraction=ExtractionResource())
+        return cls.from_resources(
+            queue, StorageResource.from_settings(settings), ocr=OcrResource.from_settings(settings),
+            embeddings=EmbeddingResource.from_settings(settings), qdrant=QdrantResource.from_settings(settings),
+            neo4j=Neo4jResource.from_settings(settings), extraction=ExtractionResource.from_settings(settings))
 
     @property
     def storage(self):
@@ -316,7 +326,7 @@ class Pipeline:
                 raise DocumentError(f"corrupt: {exc}", "corrupt") from None
         if not pages:
             raise DocumentError("empty: the text has no words", "empty")
-        max_pages = (getattr(self.pdf, "limits", None) or PdfLimits.from_env()).max_pages
+        max_pages = (getattr(self.pdf, "limits", None) or PdfLimits()).max_pages
         if len(pages) > max_pages:
             raise DocumentError(f"too many pages: {len(pages)} > limit {max_pages} "
                                 f"(pages of {limits.page_chars} characters)", "too_large")
@@ -352,9 +362,9 @@ class Pipeline:
     def _embed_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
         context = self.queue.chunk_context([t["id"] for t in tasks])
-        copies = self._reusable_vectors(tasks) if settings(EmbeddingConfig).dedup else {}
+        copies = self._reusable_vectors(tasks) if self.embed_dedup else {}
         fresh = [i for i in range(len(tasks)) if i not in copies]
-        embedded = (within(settings(EmbeddingConfig).timeout_s, "embedding",
+        embedded = (within(self.embed_timeout_s, "embedding",
                            lambda: self.embedder.embed_covered([tasks[i].get("content") or "" for i in fresh]))
                     if fresh else None)
         vectors, tokens, covered = [None] * len(tasks), [0] * len(tasks), [0] * len(tasks)
@@ -364,15 +374,12 @@ class Pipeline:
             if copy.batch_index is not None:
                 copy = copy.of(vectors[copy.batch_index], tokens[copy.batch_index], covered[copy.batch_index])
             vectors[i], tokens[i], covered[i] = copy.vector, copy.tokens, copy.embedded_tokens
-        # a vector that covers only the start of its chunk (DOCQUEUE_EMBED_MAX_WINDOWS) says so in its payload
-        points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
-            "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
-            "tenant_id": context[t["id"]]["tenant_id"], "filename": context[t["id"]]["filename"],
-            "page_number": context[t["id"]]["page_number"],
-            "chunk_index": t["chunk_index"], "text": t.get("content") or "", "content_hash": t["chunk_content_hash"],
-            "tokens": tokens[i], "embedded_tokens": covered[i],
-            **({"vector_reused_from": copies[i].source} if i in copies else {}),
-        }) for i, t in enumerate(tasks)]
+        points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload=chunk_payload(
+            document_id=context[t["id"]]["document_id"], document_key=context[t["id"]]["document_key"],
+            tenant_id=context[t["id"]]["tenant_id"], filename=context[t["id"]]["filename"],
+            page_number=context[t["id"]]["page_number"], chunk_index=t["chunk_index"], text=t.get("content") or "",
+            content_hash=t["chunk_content_hash"], tokens=tokens[i], embedded_tokens=covered[i],
+            vector_reused_from=copies[i].source if i in copies else None)) for i, t in enumerate(tasks)]
         lost = self._taken_from_us(VECTOR_CHUNK, worker_id, tasks)
         self.vector_store.upsert([p for p, t in zip(points, tasks) if str(t["id"]) not in lost])
         seconds = (time.perf_counter() - started) / len(tasks)
@@ -416,7 +423,7 @@ class Pipeline:
     def _extract_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
         context = self.queue.chunk_context([t["id"] for t in tasks])
-        extractions = within(settings(ExtractionConfig).timeout_s, "extraction",
+        extractions = within(self.extract_timeout_s, "extraction",
                              lambda: self.extractor.extract([t.get("content") or "" for t in tasks]))
         lost = self._taken_from_us(GRAPHRAG_CHUNK, worker_id, tasks)
         self.graph.write_chunks([ChunkGraph(

@@ -27,15 +27,21 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Iterator
 
 import dagster
 import neo4j
 from neo4j.exceptions import ConstraintError
-from queue_db.config import GraphConfig, secret_value, settings
+from queue_db.config import GraphConfig, Settings, default
 from processing.entities import ChunkGraph, Entity, normalize_entity_name, resolve_aliases
 from queue_db.tenants import BASE_TENANT, bare_entity_key, tenant_entity_key
+from resources.bolt_server import BoltServer, bolt_home
 
+
+BATCH_SIZE = default(GraphConfig, "batch_size")
+TX_TIMEOUT_S = default(GraphConfig, "tx_timeout_s")
+CONFLICT_RETRIES = default(GraphConfig, "conflict_retries")
 
 # keys are whitespace-collapsed, so a newline can never occur inside one: safe as a separator in relation signatures
 _SIG_SEP = "\n"
@@ -436,13 +442,12 @@ def _delete_chunk_batch(tx, chunk_ids: list[str]) -> None:
 # -- the store -----------------------------------------------------------------------------------------------------------
 class GraphStore:
     def __init__(self, uri: str, user: str, password: str, database: str | None = None, *,
-                 batch_size: int | None = None, tx_timeout_s: float | None = None,
-                 conflict_retries: int | None = None):
+                 batch_size: int = BATCH_SIZE, tx_timeout_s: float = TX_TIMEOUT_S,
+                 conflict_retries: int = CONFLICT_RETRIES):
         self.database = database or None
-        env = settings(GraphConfig)
-        self.batch_size = batch_size or env.batch_size
-        self.conflict_retries = conflict_retries if conflict_retries is not None else env.conflict_retries
-        timeout = tx_timeout_s or env.tx_timeout_s
+        self.batch_size = batch_size or BATCH_SIZE
+        self.conflict_retries = conflict_retries
+        timeout = tx_timeout_s or TX_TIMEOUT_S
         self._driver = neo4j.GraphDatabase.driver(
             uri, auth=(user, password), max_transaction_retry_time=timeout, connection_timeout=min(timeout, 15.0),
         )
@@ -615,29 +620,43 @@ class GraphStore:
 
 # -- Dagster -----------------------------------------------------------------------------------------------------------
 class Neo4jResource(dagster.ConfigurableResource):
-    """The graph store.  Empty `uri` (and DOCQUEUE_NEO4J_URI unset) starts or reuses the embedded Bolt server."""
+    """The graph store; the entry point fills the fields (`Neo4jResource.from_settings`). An empty `uri` starts or
+    reuses the embedded Bolt server in `bolt_home`. The password goes in as `dg.EnvVar(...)`, never a literal."""
 
     uri: str = ""        # DOCQUEUE_NEO4J_URI
-    user: str = ""       # DOCQUEUE_NEO4J_USER (default neo4j)
+    user: str = default(GraphConfig, "user")  # DOCQUEUE_NEO4J_USER
     password: str = ""   # DOCQUEUE_NEO4J_PASSWORD
     database: str = ""   # DOCQUEUE_NEO4J_DATABASE; empty = the server's default database
-    batch_size: int = 0  # chunks per transaction; 0 = DOCQUEUE_GRAPH_BATCH_SIZE (default 100)
+    batch_size: int = BATCH_SIZE  # DOCQUEUE_GRAPH_BATCH_SIZE: chunks per transaction
+    tx_timeout_s: float = TX_TIMEOUT_S  # DOCQUEUE_GRAPH_TX_TIMEOUT_S
+    conflict_retries: int = CONFLICT_RETRIES  # DOCQUEUE_GRAPH_CONFLICT_RETRIES
+    bolt_home: str = ""  # the embedded server's folder, <DOCQUEUE_HOME>/bolt
+    bolt_port: int = 0   # DOCQUEUE_BOLT_PORT; 0 = the home's own port
+    bolt_heap_mb: int = default(GraphConfig, "bolt_heap_mb")  # DOCQUEUE_BOLT_HEAP_MB
+    bolt_java_opts: str = ""  # DOCQUEUE_BOLT_JAVA_OPTS
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Neo4jResource":
+        graph = settings.graph
+        return cls(uri=graph.uri, user=graph.user,
+                   password=dagster.EnvVar("DOCQUEUE_NEO4J_PASSWORD") if graph.password is not None else "",
+                   database=graph.database, batch_size=graph.batch_size, tx_timeout_s=graph.tx_timeout_s,
+                   conflict_retries=graph.conflict_retries, bolt_home=str(bolt_home(settings)),
+                   bolt_port=graph.bolt_port, bolt_heap_mb=graph.bolt_heap_mb, bolt_java_opts=graph.bolt_java_opts)
 
     def connection(self) -> tuple[str, str, str, str | None]:
-        env = settings(GraphConfig)
-        uri = self.uri or env.uri
-        if uri:
-            user = self.user or env.user
-            password = self.password or secret_value(env.password)
-            database = self.database or env.database or None
-            return uri, user, password, database
-        from .bolt_server import BoltServer
-
-        server = BoltServer()
+        if self.uri:
+            password = self.password.get_value() if isinstance(self.password, dagster.EnvVar) else self.password
+            return self.uri, self.user, password or "", self.database or None
+        if not self.bolt_home:
+            raise ValueError("Neo4jResource has neither a uri nor a bolt_home: build it with "
+                             "Neo4jResource.from_settings(settings)")
+        server = BoltServer(Path(self.bolt_home), port=self.bolt_port or None, heap_mb=self.bolt_heap_mb,
+                            java_opts=self.bolt_java_opts)
         return server.ensure_running(), server.user, server.password, server.database
 
     def get_store(self) -> GraphStore:
         """A new store (its own driver); the caller closes it (it is a context manager)."""
         uri, user, password, database = self.connection()
-        store = GraphStore(uri, user, password, database, batch_size=self.batch_size or None)
-        return store
+        return GraphStore(uri, user, password, database, batch_size=self.batch_size, tx_timeout_s=self.tx_timeout_s,
+                          conflict_retries=self.conflict_retries)

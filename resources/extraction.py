@@ -14,7 +14,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Any, Iterable
 
 import dagster
 
@@ -28,7 +28,8 @@ from processing.entities import (
     relation_type,
     type_rule_violation,
 )
-from queue_db.config import ExtractionConfig, default, secret_value, settings
+from queue_db.config import ExtractionConfig, Settings, default, secret_value
+from resources.ports import Extractor
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +51,9 @@ class ExtractionLimits:
     max_sentence_entities: int = default(ExtractionConfig, "max_sentence_entities")
 
     @classmethod
-    def from_env(cls) -> "ExtractionLimits":
-        env = settings(ExtractionConfig)
+    def from_config(cls, env: ExtractionConfig) -> "ExtractionLimits":
         return cls(max_chars=env.max_chars, batch_size=env.batch_size, max_entities=env.max_entities,
                    max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities)
-
-
-@runtime_checkable
-class Extractor(Protocol):
-    name: str
-
-    def extract(self, texts: list[str]) -> list[Extraction]:
-        """One Extraction per text, in order."""
 
 
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
@@ -166,7 +158,7 @@ class SpacyExtractor:
     """
 
     def __init__(self, model: str = DEFAULT_SPACY_MODEL, limits: ExtractionLimits | None = None):
-        self.limits = limits or ExtractionLimits.from_env()
+        self.limits = limits or ExtractionLimits()
         self.nlp = _load_spacy_model(model)
         # our own bound is far below spaCy's, but keep spaCy's consistent with it
         self.nlp.max_length = max(self.nlp.max_length, self.limits.max_chars + 1)
@@ -352,8 +344,7 @@ class LlmSettings:
         return f"LlmSettings(base_url={self.base_url!r}, model={self.model!r}, api_key={'***' if self.api_key else ''!r})"
 
     @classmethod
-    def from_env(cls) -> "LlmSettings":
-        env = settings(ExtractionConfig)
+    def from_config(cls, env: ExtractionConfig) -> "LlmSettings":
         return cls(base_url=env.llm_base_url, model=env.llm_model, api_key=secret_value(env.llm_api_key),
                    timeout_s=env.llm_timeout_s, max_tokens=env.llm_max_tokens, max_retries=env.llm_max_retries,
                    concurrency=env.llm_concurrency)
@@ -372,7 +363,7 @@ class LlmExtractor:
         import httpx
 
         self.settings = settings
-        self.limits = limits or ExtractionLimits.from_env()
+        self.limits = limits or ExtractionLimits()
         self.name = f"llm:{settings.model}"
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
@@ -503,30 +494,47 @@ def _cached_extractor(backend: str, llm: LlmSettings | None, limits: ExtractionL
 
 
 class ExtractionResource(dagster.ConfigurableResource):
-    """Which extractor the GraphRAG phase uses.  Empty/zero fields fall back to the DOCQUEUE_* environment."""
+    """Which extractor the GraphRAG phase uses; the entry point fills the fields (`ExtractionResource.from_settings`).
+    The API key goes in as `dg.EnvVar("DOCQUEUE_LLM_API_KEY")`, never a literal."""
 
-    backend: str = ""           # DOCQUEUE_EXTRACTOR: "spacy" (default) | "llm"
+    backend: str = default(ExtractionConfig, "extractor")  # DOCQUEUE_EXTRACTOR: "spacy" | "llm"
     llm_base_url: str = ""      # DOCQUEUE_LLM_BASE_URL, e.g. http://127.0.0.1:8000/v1
     llm_model: str = ""         # DOCQUEUE_LLM_MODEL
     llm_api_key: str = ""       # DOCQUEUE_LLM_API_KEY
-    llm_timeout_s: float = 0.0  # DOCQUEUE_LLM_TIMEOUT_S (60)
-    llm_max_tokens: int = 0     # DOCQUEUE_LLM_MAX_TOKENS (2048)
-    max_chars: int = 0          # DOCQUEUE_EXTRACT_MAX_CHARS (20000)
+    llm_timeout_s: float = default(ExtractionConfig, "llm_timeout_s")  # DOCQUEUE_LLM_TIMEOUT_S
+    llm_max_tokens: int = default(ExtractionConfig, "llm_max_tokens")  # DOCQUEUE_LLM_MAX_TOKENS
+    llm_max_retries: int = default(ExtractionConfig, "llm_max_retries")  # DOCQUEUE_LLM_MAX_RETRIES
+    llm_concurrency: int = default(ExtractionConfig, "llm_concurrency")  # DOCQUEUE_LLM_CONCURRENCY
+    max_chars: int = default(ExtractionConfig, "max_chars")  # DOCQUEUE_EXTRACT_MAX_CHARS
+    batch_size: int = default(ExtractionConfig, "batch_size")  # DOCQUEUE_EXTRACT_BATCH_SIZE
+    max_entities: int = default(ExtractionConfig, "max_entities")  # DOCQUEUE_EXTRACT_MAX_ENTITIES
+    max_relations: int = default(ExtractionConfig, "max_relations")  # DOCQUEUE_EXTRACT_MAX_RELATIONS
+    max_sentence_entities: int = default(ExtractionConfig, "max_sentence_entities")
+    timeout_s: float = default(ExtractionConfig, "timeout_s")  # DOCQUEUE_EXTRACT_TIMEOUT: seconds per batch
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "ExtractionResource":
+        env = settings.extraction
+        return cls(backend=env.extractor, llm_base_url=env.llm_base_url, llm_model=env.llm_model,
+                   llm_api_key=dagster.EnvVar("DOCQUEUE_LLM_API_KEY") if secret_value(env.llm_api_key) else "",
+                   llm_timeout_s=env.llm_timeout_s, llm_max_tokens=env.llm_max_tokens,
+                   llm_max_retries=env.llm_max_retries, llm_concurrency=env.llm_concurrency,
+                   max_chars=env.max_chars, batch_size=env.batch_size, max_entities=env.max_entities,
+                   max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities,
+                   timeout_s=env.timeout_s)
 
     def settings(self) -> tuple[str, LlmSettings | None, ExtractionLimits]:
-        backend = (self.backend or settings(ExtractionConfig).extractor).strip().lower()
-        limits = ExtractionLimits.from_env()
-        if self.max_chars:
-            limits = ExtractionLimits(**{**limits.__dict__, "max_chars": self.max_chars})
+        backend = self.backend.strip().lower()
+        limits = ExtractionLimits(max_chars=self.max_chars, batch_size=self.batch_size,
+                                  max_entities=self.max_entities, max_relations=self.max_relations,
+                                  max_sentence_entities=self.max_sentence_entities)
         llm = None
         if backend == "llm":
-            env = LlmSettings.from_env()
-            llm = LlmSettings(
-                base_url=self.llm_base_url or env.base_url, model=self.llm_model or env.model,
-                api_key=self.llm_api_key or env.api_key, timeout_s=self.llm_timeout_s or env.timeout_s,
-                max_tokens=self.llm_max_tokens or env.max_tokens, max_retries=env.max_retries,
-                concurrency=env.concurrency,
-            )
+            api_key = (self.llm_api_key.get_value() if isinstance(self.llm_api_key, dagster.EnvVar)
+                       else self.llm_api_key)
+            llm = LlmSettings(base_url=self.llm_base_url, model=self.llm_model, api_key=api_key or "",
+                              timeout_s=self.llm_timeout_s, max_tokens=self.llm_max_tokens,
+                              max_retries=self.llm_max_retries, concurrency=self.llm_concurrency)
         return backend, llm, limits
 
     def get_extractor(self) -> Extractor:

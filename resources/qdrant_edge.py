@@ -33,31 +33,29 @@ import json
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 import qdrant_edge as qe
 
-from queue_db.config import VectorStoreConfig, settings
-from queue_db.tenants import BASE_TENANT
-from resources.qdrant import (
-    INDEXED_PAYLOAD,
+from queue_db.config import VectorStoreConfig, default
+from resources.folder_lock import QdrantStorageBusy, local_folder, open_waiting_for_outsiders
+from resources.ports import SearchHits, VectorStoreError, VectorStoreSettings
+from resources.qdrant_base import (
+    HYBRID_CANDIDATES,
+    LOCK_TIMEOUT_S,
     SPARSE_VECTOR,
+    UPSERT_BATCH,
     PreparedPoint,
-    QdrantStorageBusy,
-    SearchHits,
-    StoredVector,
-    VectorStore,
-    VectorStoreError,
-    default_local_path,
+    QdrantStore,
     dense_of,
     hits_from,
-    linger_from_env,
-    local_folder,
-    open_waiting_for_outsiders,
-    point_id,
     sparse_of,
 )
+from resources.vector_payload import INDEXED_PAYLOAD, PointFilter, document_filter, point_id
 
+LINGER_S = default(VectorStoreConfig, "linger_s")
+SEGMENT_POINTS = default(VectorStoreConfig, "segment_points")
+HNSW_EF = default(VectorStoreConfig, "hnsw_ef")
 EDGE_FOLDER = "edge"
 TAIL_SUFFIX = ".tail"
 LOCAL_MODE_MARKER = "meta.json"
@@ -78,7 +76,7 @@ def persisted_config(folder: Path) -> dict:
     return json.loads((folder / "edge_config.json").read_text())
 
 
-def _current_config(folder: Path, config: qe.EdgeConfig, dim: int) -> qe.EdgeConfig | None:
+def _current_config(folder: Path, config: qe.EdgeConfig, dim: int, segment_points: int) -> qe.EdgeConfig | None:
     """`config` for a shard of today's shape whose index settings are older (the next optimize() rebuilds its
     segments with them); None for a shard of another shape, which _check_shape or upgrade_shape deal with."""
     persisted = persisted_config(folder)
@@ -88,7 +86,7 @@ def _current_config(folder: Path, config: qe.EdgeConfig, dim: int) -> qe.EdgeCon
         return None
     current = {"hnsw_config": HNSW_CONFIG, "quantization_config": QUANTIZATION_CONFIG}
     if (all(persisted.get(key) == value for key, value in current.items())
-            and (persisted.get("optimizers") or {}).get("max_segment_size") == max_segment_kb(dim)):
+            and (persisted.get("optimizers") or {}).get("max_segment_size") == max_segment_kb(dim, segment_points)):
         return None  # nothing to change: the config on disk is left as it is
     return config
 
@@ -110,10 +108,10 @@ def _read_through(folder: Path) -> None:
 _READ_THROUGH_BYTES = 4 << 20
 
 
-def _open_shard(config: qe.EdgeConfig, dim: int, read_through: bool = False):
+def _open_shard(config: qe.EdgeConfig, dim: int, segment_points: int, read_through: bool = False):
     def opener(folder: Path, deadline: float, timeout_s: float):
         def open_once():
-            shard = (qe.EdgeShard.load(str(folder), _current_config(folder, config, dim)) if shard_exists(folder)
+            shard = (qe.EdgeShard.load(str(folder), _current_config(folder, config, dim, segment_points)) if shard_exists(folder)
                      else qe.EdgeShard.create(str(folder), config))
             if read_through:
                 _read_through(folder)
@@ -135,21 +133,18 @@ def _open_shard(config: qe.EdgeConfig, dim: int, read_through: bool = False):
     return opener
 
 
-def _document_filter(document_id: str) -> qe.Filter:
-    return qe.Filter(must=[qe.FieldCondition(key="document_id", match=qe.MatchValue(document_id))])
-
-
-def _search_filter(document_id: str | None, exclude_document_ids: list[str], tenant: str | None) -> qe.Filter | None:
-    """What a search keeps: one document's points, never the excluded documents', only one tenant's."""
-    must: list = [qe.FieldCondition(key="document_id", match=qe.MatchValue(document_id))] if document_id else []
-    if tenant is not None:
-        same_tenant = qe.FieldCondition(key="tenant_id", match=qe.MatchValue(tenant))
-        # points written before tenants carry no tenant_id: they are the base tenant's
+def _condition(keep: PointFilter | None) -> qe.Filter | None:
+    """resources/vector_payload.PointFilter in Qdrant Edge's terms."""
+    if keep is None:
+        return None
+    must: list = ([qe.FieldCondition(key="document_id", match=qe.MatchValue(keep.document_id))]
+                  if keep.document_id is not None else [])
+    if keep.tenant is not None:
+        same_tenant = qe.FieldCondition(key="tenant_id", match=qe.MatchValue(keep.tenant))
         must.append(qe.Filter(should=[same_tenant, qe.IsEmptyCondition("tenant_id")])
-                    if tenant == BASE_TENANT else same_tenant)
-    # versions being replaced (or not yet complete) stay out of the results
-    must_not = ([qe.FieldCondition(key="document_id", match=qe.MatchAny(exclude_document_ids))]
-                if exclude_document_ids else None)
+                    if keep.untagged_are_tenants else same_tenant)
+    must_not = ([qe.FieldCondition(key="document_id", match=qe.MatchAny(list(keep.exclude_document_ids)))]
+                if keep.exclude_document_ids else None)
     return qe.Filter(must=must or None, must_not=must_not) if (must or must_not) else None
 
 
@@ -170,23 +165,24 @@ HNSW_CONFIG = {**HNSW, "max_indexing_threads": 0, "memory": GRAPH_MEMORY}
 QUANTIZATION_CONFIG = {"scalar": {"type": "int8", "quantile": QUANTILE, "memory": QUANTIZED_MEMORY}}
 
 
-def max_segment_kb(dim: int) -> int:
-    """DOCQUEUE_QDRANT_SEGMENT_POINTS as Qdrant measures a segment: kilobytes of float32 vectors."""
-    return settings(VectorStoreConfig).segment_points * dim * 4 // 1024
+def max_segment_kb(dim: int, segment_points: int) -> int:
+    """`segment_points` (DOCQUEUE_QDRANT_SEGMENT_POINTS) as Qdrant measures a segment: kilobytes of float32
+    vectors."""
+    return segment_points * dim * 4 // 1024
 
 
-def edge_config(dim: int) -> qe.EdgeConfig:
+def edge_config(dim: int, segment_points: int) -> qe.EdgeConfig:
     return qe.EdgeConfig(
         vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=_MEMORY[VECTOR_MEMORY]),
         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         hnsw_config=qe.HnswIndexConfig(**HNSW, memory=_MEMORY[GRAPH_MEMORY]),
         quantization_config=qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE,
                                                         memory=_MEMORY[QUANTIZED_MEMORY]),
-        optimizers=qe.EdgeOptimizersConfig(max_segment_size=max_segment_kb(dim)))
+        optimizers=qe.EdgeOptimizersConfig(max_segment_size=max_segment_kb(dim, segment_points)))
 
 
-def dense_search_params() -> qe.SearchParams:
-    return qe.SearchParams(hnsw_ef=settings(VectorStoreConfig).hnsw_ef,
+def dense_search_params(hnsw_ef: int) -> qe.SearchParams:
+    return qe.SearchParams(hnsw_ef=hnsw_ef,
                            quantization=qe.QuantizationSearchParams(rescore=True, oversampling=OVERSAMPLING))
 
 
@@ -200,25 +196,38 @@ def _point(point: PreparedPoint, sparse: bool) -> qe.Point:
     return qe.Point(point.id, vectors, point.payload)
 
 
-class EdgeVectorStore(VectorStore):
+class EdgeVectorStore(QdrantStore):
     is_embedded = True
 
-    def __init__(self, *, path: str | None, model_id: str, dim: int, lock_timeout_s: float | None = None,
-                 upsert_batch: int | None = None, allow_local_mode_files: bool = False,
-                 linger_s: float | None = None):
-        super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch)
+    def __init__(self, *, path: str | Path, model_id: str, dim: int, lock_timeout_s: float = LOCK_TIMEOUT_S,
+                 upsert_batch: int = UPSERT_BATCH, hybrid_candidates: int = HYBRID_CANDIDATES,
+                 linger_s: float = LINGER_S, segment_points: int = SEGMENT_POINTS, hnsw_ef: int = HNSW_EF,
+                 allow_local_mode_files: bool = False):
+        super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch,
+                         hybrid_candidates=hybrid_candidates)
+        if not path:
+            raise ValueError("the embedded Qdrant store needs its folder (DOCQUEUE_QDRANT_PATH)")
         self._refuse_local_mode = not allow_local_mode_files  # only the migration writes beside them
-        self.root = (Path(path).expanduser() if path else default_local_path()).resolve()
+        self.root = Path(path).expanduser().resolve()
         self.location = str(self.root)
         self.folder = self.root / EDGE_FOLDER / self.collection
         self.tail_folder = self.folder.with_name(self.collection + TAIL_SUFFIX)
         self._sparse = True
-        linger = linger_from_env() if linger_s is None else linger_s
-        self._gate = local_folder(self.folder, _open_shard(edge_config(dim), dim, read_through=True),
-                                  lock_path=self.folder.parent / f"{self.collection}.lock", linger_s=linger)
-        self._tail_gate = local_folder(self.tail_folder, _open_shard(edge_config(dim), dim),
+        self.segment_points = segment_points
+        self.hnsw_ef = hnsw_ef
+        config = edge_config(dim, segment_points)
+        self._gate = local_folder(self.folder, _open_shard(config, dim, segment_points, read_through=True),
+                                  lock_path=self.folder.parent / f"{self.collection}.lock", linger_s=linger_s)
+        self._tail_gate = local_folder(self.tail_folder, _open_shard(config, dim, segment_points),
                                        lock_path=self.folder.parent / f"{self.collection}{TAIL_SUFFIX}.lock",
-                                       linger_s=linger)
+                                       linger_s=linger_s)
+
+    @classmethod
+    def from_settings(cls, settings: VectorStoreSettings, model_id: str, dim: int) -> "EdgeVectorStore":
+        """The embedded store in `settings.path`."""
+        return cls(path=settings.path, model_id=model_id, dim=dim, lock_timeout_s=settings.lock_timeout_s,
+                   upsert_batch=settings.upsert_batch, hybrid_candidates=settings.hybrid_candidates,
+                   linger_s=settings.linger_s, segment_points=settings.segment_points, hnsw_ef=settings.hnsw_ef)
 
     # ----------------------------------------------------------------- connections
 
@@ -335,7 +344,7 @@ class EdgeVectorStore(VectorStore):
             if shard is None or self._sparse:
                 return 0
             shutil.rmtree(spare, ignore_errors=True)
-            target = qe.EdgeShard.create(str(spare), edge_config(self.dim))
+            target = qe.EdgeShard.create(str(spare), edge_config(self.dim, self.segment_points))
             try:
                 for field_name in INDEXED_PAYLOAD:
                     target.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
@@ -370,13 +379,13 @@ class EdgeVectorStore(VectorStore):
         with self._both() as shards:
             for shard in shards:
                 if shard is not None:
-                    shard.update(qe.UpdateOperation.delete_points_by_filter(_document_filter(str(document_id))))
+                    shard.update(qe.UpdateOperation.delete_points_by_filter(_condition(document_filter(document_id))))
 
     # ----------------------------------------------------------------- reads
 
     def count(self, document_id: str | None = None) -> int:
         """Exact: a point in both shards (a chunk written again before its tail was merged) counts once."""
-        condition = _document_filter(str(document_id)) if document_id is not None else None
+        condition = _condition(document_filter(document_id)) if document_id is not None else None
         with self._both() as (tail, main):
             stored = main.count(qe.CountRequest(exact=True, filter=condition)) if main is not None else 0
             if tail is None:
@@ -388,7 +397,7 @@ class EdgeVectorStore(VectorStore):
 
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
         found: set[str] = set()
-        condition = _document_filter(str(document_id)) if document_id is not None else None
+        condition = _condition(document_filter(document_id)) if document_id is not None else None
         with self._both() as shards:
             for shard in shards:
                 if shard is not None:
@@ -427,8 +436,8 @@ class EdgeVectorStore(VectorStore):
                 found = found + (main.retrieve(rest, with_payload, with_vectors) if rest else [])
             return found
 
-    def _search(self, request, document_id, exclude_document_ids, tenant=None) -> SearchHits:
-        condition = _search_filter(document_id, exclude_document_ids, tenant)
+    def _search(self, request, keep) -> SearchHits:
+        condition = _condition(keep)
         notice = None
         with self._both() as (tail, main):
             if tail is None and main is None:
@@ -438,7 +447,7 @@ class EdgeVectorStore(VectorStore):
             sparse = (qe.Query.Nearest(qe.SparseVector(*request.sparse), using=SPARSE_VECTOR)
                       if request.sparse is not None else None)
 
-            dense_params = dense_search_params()
+            dense_params = dense_search_params(self.hnsw_ef)
 
             def nearest(query, limit):
                 params = None if query is sparse else dense_params

@@ -210,6 +210,7 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
         pytest.skip(f"cluster test skipped: {reason}")
     from orchestration.environment import dagster_instance
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
     machines = Machines(WORKERS)
     started: list = []
@@ -266,7 +267,7 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
         started.append(ui.stop)
         instance = dagster_instance()
         started.append(instance.dispose)
-        yield ui, workers, bolt_relay, inbox, get_queue(), instance, tmp_path
+        yield ui, workers, bolt_relay, inbox, get_queue(QueueSettings.from_config(Settings.from_env().queue)), instance, tmp_path
     finally:
         for stop in reversed(started):
             try:

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import qdrant_edge as qe
 
-from resources.qdrant import ChunkPoint
+from resources.ports import ChunkPoint
 from resources.qdrant_edge import HNSW_CONFIG, QUANTIZATION_CONFIG, EdgeVectorStore
 
 MODEL, DIM = "index-test", 384
@@ -114,10 +114,11 @@ def test_the_recovery_job_indexes_the_waiting_tail(docqueue_env, monkeypatch):
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from resources.embeddings import EmbeddingResource
-    from resources.qdrant import QdrantResource
+    from queue_db.config import Settings
+    from resources.vector_stores import QdrantResource
 
-    embedder = EmbeddingResource().get_embedder()
-    store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+    embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
+    store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)
     fill(store, clustered(np.random.default_rng(6), POINTS))
     store.close()
     monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", str(POINTS))

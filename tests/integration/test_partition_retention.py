@@ -19,9 +19,10 @@ DAY_S = 86400.0
 def env(docqueue_env):
     from orchestration.environment import dagster_instance
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
     instance = dagster_instance()
-    yield instance, get_queue()
+    yield instance, get_queue(QueueSettings.from_config(Settings.from_env().queue))
     instance.dispose()
 
 

@@ -69,6 +69,7 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
     name, client = bucket
     monkeypatch.setenv("DOCQUEUE_S3_MAX_OBJECTS", "2")
@@ -81,7 +82,7 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
     _put(client, name, "elsewhere/other.pdf", report.read_bytes())  # outside the prefix
 
     instance = dagster_instance()
-    queue = get_queue()
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
     try:
         first = _tick(defs, instance, None)
         assert "5 object(s) listed" in first.skip_message and "2 left for the next tick" in first.skip_message

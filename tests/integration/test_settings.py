@@ -59,9 +59,10 @@ def runner_env(docqueue_env):
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
     instance = dagster_instance()
-    yield defs, instance, get_queue()
+    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue))
     instance.dispose()
 
 

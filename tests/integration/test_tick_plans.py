@@ -23,9 +23,10 @@ def env(docqueue_env):
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
     instance = dagster_instance()
-    yield defs, instance, get_queue()
+    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue))
     instance.dispose()
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from orchestration.maintenance import nightly
 from queue_db.tasks import VECTOR_CHUNK
-from resources.qdrant import ChunkPoint
+from resources.ports import ChunkPoint
 from resources.qdrant_edge import EdgeVectorStore
 from tests.integration.test_qdrant import DIM, MODEL, random_points
 from tests.queue_support import build_document
