@@ -474,7 +474,8 @@ from orchestration.environment import dagster_instance
 from orchestration.maintenance import nightly
 from resources.database import get_queue
 from queue_db.config import QueueSettings, Settings
-from resources.bolt_graph import GraphStore, Neo4jResource
+from resources.bolt_graph import GraphStore
+from resources.graph_stores import Neo4jResource
 from resources.vector_stores import QdrantResource
 model_id, dim = {model!r}, {dim}
 queue, instance = get_queue(QueueSettings.from_config(Settings.from_env().queue)), dagster_instance()
@@ -665,7 +666,8 @@ def child(n: int, home: Path, args) -> dict:
     from orchestration.cli import _embedding_model
     from resources.database import get_queue
     from queue_db.config import QueueSettings, Settings
-    from resources.bolt_graph import GraphStore, Neo4jResource
+    from resources.bolt_graph import GraphStore
+    from resources.graph_stores import Neo4jResource
     from resources.vector_stores import QdrantResource
 
     prepare_environment()

@@ -167,7 +167,7 @@ class Pipeline:
         """Every phase, with resources built from an entry point's settings (the plain loop outside Dagster)."""
         from resources.embeddings import EmbeddingResource
         from resources.extraction import ExtractionResource
-        from resources.bolt_graph import Neo4jResource
+        from resources.graph_stores import Neo4jResource
         from resources.ocr import OcrResource
         from resources.vector_stores import QdrantResource
         from resources.storage import StorageResource

@@ -5,6 +5,7 @@ whitespace collapsed); across documents that exact key is the only identity. Wit
 fuller name of the same type ("Lessig" after "Lawrence Lessig", "Microsoft" after "Microsoft Corporation"; see
 `SHORT_FORM_RULE`) is that entity (`resolve_aliases`). A name the tagger produced is kept only when its type's rules
 allow it (`type_rule_violation`); types and relation types are UPPER_SNAKE (`entity_type`, `relation_type`).
+`EntityCollector` gathers one chunk's entities and relations under `ExtractionLimits`, whichever extractor read it.
 
 The value types here (`Entity`, `Relation`, `Extraction`, `ChunkGraph`) are what an extractor produces and what the
 graph store writes (resources/ports.GraphStore).
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
+from queue_db.config import ExtractionConfig, default
 from queue_db.tenants import BASE_TENANT, bare_entity_key, split_entity_key
 
 MAX_NAME_CHARS = 200
 MAX_TYPE_CHARS = 50
+CO_OCCURS = "CO_OCCURS"  # the undirected relation of two entities of one sentence
 
 
 # -- entity names ----------------------------------------------------------------------------------------------------
@@ -202,3 +205,70 @@ def type_rule_violation(name: str, type_: str) -> str | None:
     if not any(sum(ch.isalpha() for ch in word) >= 2 for word in words):
         return "no word of two letters"
     return None
+
+
+# -- one chunk's extraction ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExtractionLimits:
+    max_chars: int = default(ExtractionConfig, "max_chars")  # text per chunk fed to the model; the rest is ignored
+    batch_size: int = default(ExtractionConfig, "batch_size")  # texts per nlp.pipe batch
+    max_entities: int = default(ExtractionConfig, "max_entities")  # per chunk
+    # per chunk (typed relations first, then co-occurrences)
+    max_relations: int = default(ExtractionConfig, "max_relations")
+    # co-occurrence pairs are quadratic: only the first N entities of a sentence
+    max_sentence_entities: int = default(ExtractionConfig, "max_sentence_entities")
+
+    @classmethod
+    def from_config(cls, env: ExtractionConfig) -> ExtractionLimits:
+        return cls(max_chars=env.max_chars, batch_size=env.batch_size, max_entities=env.max_entities,
+                   max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities)
+
+
+class EntityCollector:
+    """Accumulates one chunk's entities and relations under the limits, deduplicated by key / signature."""
+
+    def __init__(self, limits: ExtractionLimits):
+        self.limits = limits
+        self.entities: dict[str, Entity] = {}
+        self.rejected: dict[str, int] = {}  # entity type -> distinct names the type rules turned down
+        self._rejected_keys: set[str] = set()
+        self.typed: dict[tuple[str, str, str], None] = {}
+        self.cooccurs: dict[tuple[str, str, str], None] = {}
+
+    def add_entity(self, name: str, type_: str) -> str | None:
+        """Returns the entity's key, or None when the name is unusable or the chunk is full."""
+        name = " ".join(name.split())
+        if not name or len(name) > MAX_NAME_CHARS or not any(ch.isalpha() for ch in name):
+            return None
+        key = normalize_entity_name(name)
+        if not key:
+            return None
+        if key not in self.entities:
+            type_ = entity_type(type_)
+            if type_rule_violation(name, type_):
+                if key not in self._rejected_keys:
+                    self._rejected_keys.add(key)
+                    self.rejected[type_] = self.rejected.get(type_, 0) + 1
+                return None
+            if len(self.entities) >= self.limits.max_entities:
+                return None
+            self.entities[key] = Entity(name=name, type=type_, key=key)
+        return key
+
+    def add_relation(self, source: str | None, target: str | None, type_: str) -> None:
+        type_ = relation_type(type_)
+        if not source or not target or source == target or not type_:
+            return
+        if source not in self.entities or target not in self.entities:
+            return
+        if type_ == CO_OCCURS:
+            # undirected: one edge per pair, whichever order the entities came in
+            source, target = sorted((source, target))
+            self.cooccurs.setdefault((source, target, type_), None)
+        else:
+            self.typed.setdefault((source, target, type_), None)
+
+    def result(self) -> Extraction:
+        signatures = list(self.typed) + [sig for sig in self.cooccurs if sig not in self.typed]
+        relations = [Relation(s, t, ty) for s, t, ty in signatures[: self.limits.max_relations]]
+        return Extraction(entities=list(self.entities.values()), relations=relations, rejected=dict(self.rejected))

@@ -5,7 +5,8 @@ same way; one rule, applied to both rankings' chunk ids, gives the same hits on 
 """
 from __future__ import annotations
 
-from typing import Hashable, Sequence, TypeVar
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)
 

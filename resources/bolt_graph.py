@@ -1,4 +1,5 @@
-"""The knowledge graph, through the official `neo4j` driver (Neo4j 5 or any Bolt server speaking its Cypher).
+"""The graph adapter (resources/ports.GraphStore), through the official `neo4j` driver: Neo4j 5 or any Bolt server
+speaking its Cypher (resources/bolt_cypher.py).
 
 Graph model:
     (:Document {id, filename, tenant_id})-[:HAS_PAGE]->(:Page {id, document_id, number, tenant_id})
@@ -6,37 +7,31 @@ Graph model:
         -[:MENTIONS {aliases, tenant_id}]->(:Entity {key, name, type, tenant_id})
     (:Entity)-[:RELATED_TO {type, weight, chunk_ids}]->(:Entity)
 
-One real-world entity is one node: its `key` is the normalised name (NFKC, case-folded, punctuation dropped,
-whitespace collapsed) and carries a uniqueness constraint.  Across documents that exact key is the only identity.
-Outside the tenant `default` the key is prefixed `<tenant>:` (queue_db/tenants.py), so two tenants never share an
-entity node; nodes written before tenants carry no tenant_id and are `default`'s.
-Within one document a short form of a fuller name of the same type ("Lessig" after "Lawrence Lessig", "Microsoft"
-after "Microsoft Corporation"; see processing/entities.py) is that entity: the chunk MENTIONS the full name's node and the edge's `aliases`
-lists the short keys it used (see `resolve_aliases`).  A RELATED_TO edge is one per (source, target, type); its
-`chunk_ids` is the set of chunks that state it and `weight` is the size of that set.
+One real-world entity is one node: its `key` is the normalised name (processing/entities.py) under a uniqueness
+constraint. Outside the tenant `default` the key is prefixed `<tenant>:` (queue_db/tenants.py), so two tenants never
+share an entity node; nodes written before tenants carry no tenant_id and are `default`'s. Within one document a short
+form of a fuller name is that entity: the chunk MENTIONS the full name's node and the edge's `aliases` lists the short
+keys it used. A RELATED_TO edge is one per (source, target, type); its `chunk_ids` is the set of chunks that state it
+and `weight` is the size of that set.
 
-Every write is a MERGE batched with UNWIND inside a managed transaction (`session.execute_write`, which retries
-transient errors), so writing the same chunks again changes nothing.  Writing a chunk that already exists *replaces*
-its contribution: mentions and relation chunk ids it no longer has are removed first, in the same transaction, so a
-retried (possibly non-deterministic, e.g. LLM) extraction never leaves stale entities behind.
-
-The Cypher is portable: the same statements run unchanged against Neo4j 5 and ArcadeDB's Bolt plugin.
+Every write runs inside a managed transaction (`session.execute_write`, which retries transient errors). Writing a
+chunk that already exists *replaces* its contribution: mentions and relation chunk ids it no longer has are removed
+first, in the same transaction, so a retried (possibly non-deterministic, e.g. LLM) extraction never leaves stale
+entities behind.
 """
 from __future__ import annotations
 
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Iterator
 
-import dagster
 import neo4j
 from neo4j.exceptions import ConstraintError
-from queue_db.config import GraphConfig, Settings, default
+from queue_db.config import GraphConfig, default
 from processing.entities import ChunkGraph, Entity, normalize_entity_name, resolve_aliases
 from queue_db.tenants import BASE_TENANT, bare_entity_key, tenant_entity_key
-from resources.bolt_server import BoltServer, bolt_home
+from resources import bolt_cypher as cypher
 
 
 BATCH_SIZE = default(GraphConfig, "batch_size")
@@ -58,163 +53,8 @@ class DocumentAliases:
     entities: dict[str, Entity] = field(default_factory=dict)  # full key -> the entity written for it
 
 
-# -- Cypher ------------------------------------------------------------------------------------------------------------
-SCHEMA_STATEMENTS = (
-    "CREATE CONSTRAINT document_id IF NOT EXISTS FOR (d:Document) REQUIRE d.id IS UNIQUE",
-    "CREATE CONSTRAINT page_id IF NOT EXISTS FOR (p:Page) REQUIRE p.id IS UNIQUE",
-    "CREATE CONSTRAINT chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.id IS UNIQUE",
-    "CREATE CONSTRAINT entity_key IF NOT EXISTS FOR (e:Entity) REQUIRE e.key IS UNIQUE",
-    "CREATE INDEX chunk_document IF NOT EXISTS FOR (c:Chunk) ON (c.document_id)",
-    "CREATE INDEX page_document IF NOT EXISTS FOR (p:Page) ON (p.document_id)",
-)
-
 # chunk ids are 32 hex digits (queue_db.keys.chunk_id): the space chunk_id_pages cuts into ranges
 _ID_SPACE = 16 ** 32
-_EXISTING_CHUNKS = "MATCH (c:Chunk) WHERE c.id IN $ids RETURN c.id AS id"
-
-# Taken first in every write: the counter write locks each Document node (Neo4j) or makes concurrent transactions on
-# one document conflict and retry (ArcadeDB), so writers of one document run one after the other and each resolves
-# its short forms against everything the others wrote.
-_MERGE_DOCUMENTS = """
-UNWIND $rows AS row
-MERGE (d:Document {id: row.id})
-SET d.filename = row.filename, d.tenant_id = row.tenant_id, d.writes = coalesce(d.writes, 0) + 1
-"""
-
-# bounded by the documents: the entities their other chunks mention and the short forms they used for them
-_DOCUMENT_ENTITIES = """
-UNWIND $document_ids AS document_id
-MATCH (c:Chunk {document_id: document_id})-[m:MENTIONS]->(e:Entity)
-WHERE NOT c.id IN $rewritten
-RETURN DISTINCT document_id, e.key AS key, e.name AS name, e.type AS type, m.aliases AS aliases
-"""
-
-# one short form's mentions within one document move to the full name's node, keeping the short key as an alias
-_REPOINT_MENTIONS = """
-MATCH (c:Chunk {document_id: $document_id})-[m:MENTIONS]->(:Entity {key: $short})
-MATCH (f:Entity {key: $full})
-MERGE (c)-[n:MENTIONS]->(f)
-SET n.aliases = coalesce(n.aliases, [])
-    + [a IN coalesce(m.aliases, []) + [$short] WHERE NOT a IN coalesce(n.aliases, [])]
-DELETE m
-RETURN c.id AS chunk_id
-"""
-
-_RELATIONS_OUT_OF = """
-MATCH (:Entity {key: $key})-[r:RELATED_TO]->(o:Entity)
-WHERE any(cid IN r.chunk_ids WHERE cid IN $chunk_ids)
-RETURN o.key AS other, r.type AS type, [cid IN r.chunk_ids WHERE cid IN $chunk_ids] AS chunk_ids
-"""
-
-_RELATIONS_INTO = """
-MATCH (o:Entity)-[r:RELATED_TO]->(:Entity {key: $key})
-WHERE any(cid IN r.chunk_ids WHERE cid IN $chunk_ids)
-RETURN o.key AS other, r.type AS type, [cid IN r.chunk_ids WHERE cid IN $chunk_ids] AS chunk_ids
-"""
-
-_REMOVE_RELATION_CHUNKS = """
-UNWIND $rows AS row
-MATCH (:Entity {key: row.source})-[r:RELATED_TO {type: row.type}]->(:Entity {key: row.target})
-SET r.chunk_ids = [cid IN r.chunk_ids WHERE NOT cid IN row.chunk_ids]
-SET r.weight = size(r.chunk_ids)
-"""
-
-_MERGE_PAGES = """
-UNWIND $rows AS row
-MATCH (d:Document {id: row.document_id})
-MERGE (p:Page {id: row.id})
-SET p.document_id = row.document_id, p.number = row.number, p.tenant_id = row.tenant_id
-MERGE (d)-[:HAS_PAGE]->(p)
-"""
-
-_MERGE_CHUNKS = """
-UNWIND $rows AS row
-MATCH (p:Page {id: row.page_id})
-MERGE (c:Chunk {id: row.id})
-SET c.document_id = row.document_id, c.page_number = row.page_number, c.`index` = row.`index`,
-    c.tenant_id = row.tenant_id
-MERGE (p)-[:HAS_CHUNK]->(c)
-"""
-
-_MERGE_ENTITIES = """
-UNWIND $rows AS row
-MERGE (e:Entity {key: row.key})
-ON CREATE SET e.name = row.name, e.type = row.type, e.tenant_id = row.tenant_id
-"""
-
-_MERGE_MENTIONS = """
-UNWIND $rows AS row
-MATCH (c:Chunk {id: row.chunk_id})
-MATCH (e:Entity {key: row.key})
-MERGE (c)-[m:MENTIONS]->(e)
-SET m.aliases = row.aliases, m.tenant_id = row.tenant_id
-"""
-
-# chunk_ids is a set: append only the ids not already present; weight follows from it
-_MERGE_RELATIONS = """
-UNWIND $rows AS row
-MATCH (a:Entity {key: row.source})
-MATCH (b:Entity {key: row.target})
-MERGE (a)-[r:RELATED_TO {type: row.type}]->(b)
-ON CREATE SET r.chunk_ids = []
-SET r.chunk_ids = r.chunk_ids + [cid IN row.chunk_ids WHERE NOT cid IN r.chunk_ids]
-SET r.weight = size(r.chunk_ids)
-"""
-
-# A relation's source is always mentioned by the chunk that states it, so the chunk's mentions anchor the search.
-_DETACH_RELATIONS = """
-UNWIND $rows AS row
-MATCH (c:Chunk {id: row.chunk_id})-[:MENTIONS]->(a:Entity)-[r:RELATED_TO]->(b:Entity)
-WHERE row.chunk_id IN r.chunk_ids AND NOT (a.key + $sep + b.key + $sep + r.type) IN row.keep
-SET r.chunk_ids = [cid IN r.chunk_ids WHERE cid <> row.chunk_id]
-SET r.weight = size(r.chunk_ids)
-RETURN DISTINCT a.key AS entity_key
-"""
-
-_DELETE_EMPTY_RELATIONS = """
-UNWIND $keys AS k
-MATCH (:Entity {key: k})-[r:RELATED_TO]->(:Entity)
-WHERE size(r.chunk_ids) = 0
-DELETE r
-"""
-
-_DETACH_MENTIONS = """
-UNWIND $rows AS row
-MATCH (c:Chunk {id: row.chunk_id})-[m:MENTIONS]->(e:Entity)
-WHERE NOT e.key IN row.keep
-DELETE m
-RETURN DISTINCT e.key AS entity_key
-"""
-
-_DELETE_ORPHAN_ENTITIES = """
-UNWIND $keys AS k
-MATCH (e:Entity {key: k})
-WHERE NOT EXISTS { (e)<-[:MENTIONS]-(:Chunk) }
-DETACH DELETE e
-"""
-
-_DELETE_CHUNKS = """
-MATCH (c:Chunk) WHERE c.id IN $ids
-OPTIONAL MATCH (p:Page)-[:HAS_CHUNK]->(c)
-DETACH DELETE c
-RETURN DISTINCT p.id AS page_id
-"""
-
-_DELETE_EMPTY_PAGES = """
-UNWIND $ids AS pid
-MATCH (p:Page {id: pid})
-WHERE NOT EXISTS { (p)-[:HAS_CHUNK]->(:Chunk) }
-OPTIONAL MATCH (d:Document)-[:HAS_PAGE]->(p)
-DETACH DELETE p
-RETURN DISTINCT d.id AS document_id
-"""
-
-_DELETE_EMPTY_DOCUMENTS = """
-UNWIND $ids AS did
-MATCH (d:Document {id: did})
-WHERE NOT EXISTS { (d)-[:HAS_PAGE]->(:Page) }
-DETACH DELETE d
-"""
 
 
 # -- batching ----------------------------------------------------------------------------------------------------------
@@ -335,16 +175,16 @@ def _document_rows(chunks: list[ChunkGraph]) -> list[dict]:
 def _detach_chunks(tx, keep: list[dict]) -> set[str]:
     """Remove what these chunks no longer state; returns the keys of entities that lost a mention or relation."""
     relation_rows = [{"chunk_id": row["chunk_id"], "keep": row["keep_relations"]} for row in keep]
-    touched = {rec["entity_key"] for rec in tx.run(_DETACH_RELATIONS, rows=relation_rows, sep=_SIG_SEP)}
+    touched = {rec["entity_key"] for rec in tx.run(cypher.DETACH_RELATIONS, rows=relation_rows, sep=_SIG_SEP)}
     if touched:
-        tx.run(_DELETE_EMPTY_RELATIONS, keys=sorted(touched)).consume()
+        tx.run(cypher.DELETE_EMPTY_RELATIONS, keys=sorted(touched)).consume()
     mention_rows = [{"chunk_id": row["chunk_id"], "keep": row["keep_keys"]} for row in keep]
-    return touched | {rec["entity_key"] for rec in tx.run(_DETACH_MENTIONS, rows=mention_rows)}
+    return touched | {rec["entity_key"] for rec in tx.run(cypher.DETACH_MENTIONS, rows=mention_rows)}
 
 
 def _document_aliases(written_rows: list[dict], chunks: list[ChunkGraph]) -> tuple[DocumentAliases, set[str]]:
     """One document's alias resolution over what its other chunks already mention (`written_rows`, from
-    _DOCUMENT_ENTITIES) plus these chunks, and the keys of entities its other chunks mention that now resolve to a
+    cypher.DOCUMENT_ENTITIES) plus these chunks, and the keys of entities its other chunks mention that now resolve to a
     fuller name (their mentions must move)."""
     known: dict[str, Entity] = {}
     pairs: set[tuple[str, str]] = set()
@@ -371,12 +211,12 @@ def _document_aliases(written_rows: list[dict], chunks: list[ChunkGraph]) -> tup
 def _repoint(tx, document_id: str, short: str, full: str) -> set[str]:
     """Moves one document's mentions of `short`, and the relations its chunks state with it, to `full`; returns the
     entity keys that lost a relation or a mention."""
-    chunk_ids = sorted({rec["chunk_id"] for rec in tx.run(_REPOINT_MENTIONS, document_id=document_id, short=short,
+    chunk_ids = sorted({rec["chunk_id"] for rec in tx.run(cypher.REPOINT_MENTIONS, document_id=document_id, short=short,
                                                           full=full)})
     if not chunk_ids:
         return set()
     moved, removed = [], []
-    for query, outgoing in ((_RELATIONS_OUT_OF, True), (_RELATIONS_INTO, False)):
+    for query, outgoing in ((cypher.RELATIONS_OUT_OF, True), (cypher.RELATIONS_INTO, False)):
         for rec in list(tx.run(query, key=short, chunk_ids=chunk_ids)):
             source, target = (short, rec["other"]) if outgoing else (rec["other"], short)
             removed.append({"source": source, "target": target, "type": rec["type"], "chunk_ids": rec["chunk_ids"]})
@@ -386,18 +226,18 @@ def _repoint(tx, document_id: str, short: str, full: str) -> set[str]:
                               "chunk_ids": sorted(rec["chunk_ids"])})
     touched = {short} | {row["source"] for row in removed} | {row["target"] for row in removed}
     if removed:
-        tx.run(_REMOVE_RELATION_CHUNKS, rows=removed).consume()
-        tx.run(_DELETE_EMPTY_RELATIONS, keys=sorted(touched)).consume()
+        tx.run(cypher.REMOVE_RELATION_CHUNKS, rows=removed).consume()
+        tx.run(cypher.DELETE_EMPTY_RELATIONS, keys=sorted(touched)).consume()
     if moved:
-        tx.run(_MERGE_RELATIONS, rows=moved).consume()
+        tx.run(cypher.MERGE_RELATIONS, rows=moved).consume()
     return touched
 
 
 def _write_batch(tx, chunks: list[ChunkGraph]) -> _Batch:
     documents = _document_rows(chunks)
-    tx.run(_MERGE_DOCUMENTS, rows=documents).consume()
+    tx.run(cypher.MERGE_DOCUMENTS, rows=documents).consume()
     written: dict[str, list[dict]] = {row["id"]: [] for row in documents}
-    for rec in tx.run(_DOCUMENT_ENTITIES, document_ids=list(written),
+    for rec in tx.run(cypher.DOCUMENT_ENTITIES, document_ids=list(written),
                       rewritten=sorted(chunk.chunk_id for chunk in chunks)):
         written[rec["document_id"]].append(rec.data())
     aliases: dict[str, DocumentAliases] = {}
@@ -407,36 +247,36 @@ def _write_batch(tx, chunks: list[ChunkGraph]) -> _Batch:
             rows, [chunk for chunk in chunks if chunk.document_id == document_id])
         repoints.extend((document_id, short, aliases[document_id].canonical[short]) for short in sorted(moving))
     batch = _Batch.of(chunks, aliases)
-    existing = [rec["id"] for rec in tx.run(_EXISTING_CHUNKS, ids=batch.chunk_ids)]
+    existing = [rec["id"] for rec in tx.run(cypher.EXISTING_CHUNKS, ids=batch.chunk_ids)]
     released: set[str] = set()
     if existing:
         existing_set = set(existing)
         released = _detach_chunks(tx, [row for row in batch.keep if row["chunk_id"] in existing_set])
-    tx.run(_MERGE_PAGES, rows=batch.pages).consume()
-    tx.run(_MERGE_CHUNKS, rows=batch.chunks).consume()
+    tx.run(cypher.MERGE_PAGES, rows=batch.pages).consume()
+    tx.run(cypher.MERGE_CHUNKS, rows=batch.chunks).consume()
     if batch.entities:
-        tx.run(_MERGE_ENTITIES, rows=batch.entities).consume()
-        tx.run(_MERGE_MENTIONS, rows=batch.mentions).consume()
+        tx.run(cypher.MERGE_ENTITIES, rows=batch.entities).consume()
+        tx.run(cypher.MERGE_MENTIONS, rows=batch.mentions).consume()
     if batch.relations:
-        tx.run(_MERGE_RELATIONS, rows=batch.relations).consume()
+        tx.run(cypher.MERGE_RELATIONS, rows=batch.relations).consume()
     for document_id, short, full in repoints:
         released |= _repoint(tx, document_id, short, full)
     if released:
-        tx.run(_DELETE_ORPHAN_ENTITIES, keys=sorted(released)).consume()
+        tx.run(cypher.DELETE_ORPHAN_ENTITIES, keys=sorted(released)).consume()
     return batch
 
 
 def _delete_chunk_batch(tx, chunk_ids: list[str]) -> None:
     keep_nothing = [{"chunk_id": cid, "keep_keys": [], "keep_relations": []} for cid in chunk_ids]
     released = _detach_chunks(tx, keep_nothing)
-    page_ids = [rec["page_id"] for rec in tx.run(_DELETE_CHUNKS, ids=chunk_ids) if rec["page_id"] is not None]
+    page_ids = [rec["page_id"] for rec in tx.run(cypher.DELETE_CHUNKS, ids=chunk_ids) if rec["page_id"] is not None]
     if released:
-        tx.run(_DELETE_ORPHAN_ENTITIES, keys=sorted(released)).consume()
+        tx.run(cypher.DELETE_ORPHAN_ENTITIES, keys=sorted(released)).consume()
     if page_ids:
-        doc_ids = [rec["document_id"] for rec in tx.run(_DELETE_EMPTY_PAGES, ids=sorted(set(page_ids)))
+        doc_ids = [rec["document_id"] for rec in tx.run(cypher.DELETE_EMPTY_PAGES, ids=sorted(set(page_ids)))
                    if rec["document_id"] is not None]
         if doc_ids:
-            tx.run(_DELETE_EMPTY_DOCUMENTS, ids=sorted(set(doc_ids))).consume()
+            tx.run(cypher.DELETE_EMPTY_DOCUMENTS, ids=sorted(set(doc_ids))).consume()
 
 
 # -- the store -----------------------------------------------------------------------------------------------------------
@@ -484,7 +324,7 @@ class GraphStore:
     def ensure_schema(self) -> None:
         """Constraints and indexes (idempotent).  The uniqueness constraints are what make concurrent MERGEs safe."""
         # schema statements cannot share a transaction with each other on Neo4j: one each
-        for statement in SCHEMA_STATEMENTS:
+        for statement in cypher.SCHEMA_STATEMENTS:
             with self._session() as session:
                 session.execute_write(lambda tx, q=statement: tx.run(q).consume())
         self._schema_ready = True
@@ -616,47 +456,3 @@ class GraphStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# -- Dagster -----------------------------------------------------------------------------------------------------------
-class Neo4jResource(dagster.ConfigurableResource):
-    """The graph store; the entry point fills the fields (`Neo4jResource.from_settings`). An empty `uri` starts or
-    reuses the embedded Bolt server in `bolt_home`. The password goes in as `dg.EnvVar(...)`, never a literal."""
-
-    uri: str = ""        # DOCQUEUE_NEO4J_URI
-    user: str = default(GraphConfig, "user")  # DOCQUEUE_NEO4J_USER
-    password: str = ""   # DOCQUEUE_NEO4J_PASSWORD
-    database: str = ""   # DOCQUEUE_NEO4J_DATABASE; empty = the server's default database
-    batch_size: int = BATCH_SIZE  # DOCQUEUE_GRAPH_BATCH_SIZE: chunks per transaction
-    tx_timeout_s: float = TX_TIMEOUT_S  # DOCQUEUE_GRAPH_TX_TIMEOUT_S
-    conflict_retries: int = CONFLICT_RETRIES  # DOCQUEUE_GRAPH_CONFLICT_RETRIES
-    bolt_home: str = ""  # the embedded server's folder, <DOCQUEUE_HOME>/bolt
-    bolt_port: int = 0   # DOCQUEUE_BOLT_PORT; 0 = the home's own port
-    bolt_heap_mb: int = default(GraphConfig, "bolt_heap_mb")  # DOCQUEUE_BOLT_HEAP_MB
-    bolt_java_opts: str = ""  # DOCQUEUE_BOLT_JAVA_OPTS
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> "Neo4jResource":
-        graph = settings.graph
-        return cls(uri=graph.uri, user=graph.user,
-                   password=dagster.EnvVar("DOCQUEUE_NEO4J_PASSWORD") if graph.password is not None else "",
-                   database=graph.database, batch_size=graph.batch_size, tx_timeout_s=graph.tx_timeout_s,
-                   conflict_retries=graph.conflict_retries, bolt_home=str(bolt_home(settings)),
-                   bolt_port=graph.bolt_port, bolt_heap_mb=graph.bolt_heap_mb, bolt_java_opts=graph.bolt_java_opts)
-
-    def connection(self) -> tuple[str, str, str, str | None]:
-        if self.uri:
-            password = self.password.get_value() if isinstance(self.password, dagster.EnvVar) else self.password
-            return self.uri, self.user, password or "", self.database or None
-        if not self.bolt_home:
-            raise ValueError("Neo4jResource has neither a uri nor a bolt_home: build it with "
-                             "Neo4jResource.from_settings(settings)")
-        server = BoltServer(Path(self.bolt_home), port=self.bolt_port or None, heap_mb=self.bolt_heap_mb,
-                            java_opts=self.bolt_java_opts)
-        return server.ensure_running(), server.user, server.password, server.database
-
-    def get_store(self) -> GraphStore:
-        """A new store (its own driver); the caller closes it (it is a context manager)."""
-        uri, user, password, database = self.connection()
-        return GraphStore(uri, user, password, database, batch_size=self.batch_size, tx_timeout_s=self.tx_timeout_s,
-                          conflict_retries=self.conflict_retries)

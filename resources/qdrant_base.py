@@ -15,6 +15,7 @@ import abc
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 
@@ -30,7 +31,12 @@ from resources.ports import (
     StoredVector,
     VectorStoreError,
 )
-from resources.vector_payload import PointFilter, point_id, search_filter, stored_payload
+from resources.vector_payload import (
+    PointFilter,
+    point_id,
+    search_filter,
+    stored_payload,
+)
 
 COLLECTION_PREFIX = "docqueue_chunks__"
 SCROLL_PAGE = 1000
@@ -104,7 +110,7 @@ class QdrantStore(abc.ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(collection={self.collection!r}, location={self.location!r})"
 
-    def __enter__(self) -> "QdrantStore":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -170,7 +176,7 @@ class QdrantStore(abc.ABC):
         records = self._retrieve([point_id(c) for c in chunk_ids], ["chunk_id"], False)
         return {record.payload["chunk_id"] for record in records if record.payload}
 
-    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, "StoredVector"]:
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
         """The stored vectors and payloads of these chunks, in one call; a chunk without a point is absent."""
         ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
         if not ids:

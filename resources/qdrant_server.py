@@ -31,7 +31,12 @@ from resources.qdrant_base import (
     hits_from,
     sparse_of,
 )
-from resources.vector_payload import INDEXED_PAYLOAD, PointFilter, document_filter, point_id
+from resources.vector_payload import (
+    INDEXED_PAYLOAD,
+    PointFilter,
+    document_filter,
+    point_id,
+)
 
 REQUEST_TIMEOUT_S = default(VectorStoreConfig, "request_timeout_s")
 
@@ -77,7 +82,7 @@ class ClientVectorStore(QdrantStore):
             raise ValueError("a Qdrant client store needs a server url or a local-mode folder path")
 
     @classmethod
-    def from_settings(cls, settings: VectorStoreSettings, model_id: str, dim: int) -> "ClientVectorStore":
+    def from_settings(cls, settings: VectorStoreSettings, model_id: str, dim: int) -> ClientVectorStore:
         """The store on the server at `settings.url`."""
         return cls(url=settings.url, api_key=settings.api_key or None, model_id=model_id, dim=dim,
                    lock_timeout_s=settings.lock_timeout_s, request_timeout_s=settings.request_timeout_s,
@@ -88,7 +93,7 @@ class ClientVectorStore(QdrantStore):
         return self._local is not None
 
     @contextmanager
-    def session(self) -> Iterator["ClientVectorStore"]:
+    def session(self) -> Iterator[ClientVectorStore]:
         if self._local is None:
             yield self
             return

@@ -72,7 +72,7 @@ class QdrantResource(dg.ConfigurableResource):
     hnsw_ef: int = default(VectorStoreConfig, "hnsw_ef")
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "QdrantResource":
+    def from_settings(cls, settings: Settings) -> QdrantResource:
         """The resource an entry point builds once from its settings; secrets go in as `dg.EnvVar`s."""
         built = vector_store_settings(settings)
         return cls(url=dg.EnvVar("DOCQUEUE_QDRANT_URL") if built.url else None,

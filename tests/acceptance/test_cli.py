@@ -531,7 +531,7 @@ def test_run_until_idle_processes_new_work_and_fails_the_retried_file_again(stor
 
 def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
     from resources.embeddings import DEFAULT_MODEL, MODELS
-    from resources.bolt_graph import Neo4jResource
+    from resources.graph_stores import Neo4jResource
     from queue_db.config import Settings
     from resources.vector_stores import QdrantResource
     from queue_db.config import Settings

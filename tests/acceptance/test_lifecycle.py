@@ -19,7 +19,7 @@ def env(docqueue_env, tmp_path):
     from resources.database import get_queue
     from queue_db.config import QueueSettings, Settings
     from resources.embeddings import EmbeddingResource
-    from resources.bolt_graph import Neo4jResource
+    from resources.graph_stores import Neo4jResource
     from resources.vector_stores import QdrantResource
     from resources.storage import StorageResource
 

@@ -44,7 +44,7 @@ def _status(instance, asset: str, partitions_def_name: str) -> dict[str, str]:
 def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeline_env):
     from orchestration.runner import run_until_idle
     from orchestration.verify import verify_stores
-    from resources.bolt_graph import Neo4jResource
+    from resources.graph_stores import Neo4jResource
     from queue_db.config import Settings
 
     defs, instance, queue, storage, tmp = pipeline_env

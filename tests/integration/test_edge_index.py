@@ -7,7 +7,8 @@ import numpy as np
 import qdrant_edge as qe
 
 from resources.ports import ChunkPoint
-from resources.qdrant_edge import HNSW_CONFIG, QUANTIZATION_CONFIG, EdgeVectorStore
+from resources.qdrant_edge import EdgeVectorStore
+from resources.qdrant_edge_shard import HNSW_CONFIG, QUANTIZATION_CONFIG
 
 MODEL, DIM = "index-test", 384
 POINTS = 8_000  # 12 MB of vectors: above full_scan_threshold (10 MB), so searches go through the graph

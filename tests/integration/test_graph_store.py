@@ -16,7 +16,8 @@ import pytest
 
 from resources.bolt_server import BoltServer
 from processing.entities import ChunkGraph, Entity, Extraction, Relation, normalize_entity_name
-from resources.bolt_graph import GraphStore, Neo4jResource
+from resources.bolt_graph import GraphStore
+from resources.graph_stores import Neo4jResource
 from queue_db.config import Settings
 from tests.integration.bolt_fixture import bolt_server, free_port, graph_store  # noqa: F401  (fixtures)
 

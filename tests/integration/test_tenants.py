@@ -111,7 +111,7 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
     # delete --tenant: every store loses acme, the default tenant keeps everything
     from orchestration.environment import dagster_instance
     from orchestration.lifecycle import PARTITION_DEFS
-    from resources.bolt_graph import Neo4jResource
+    from resources.graph_stores import Neo4jResource
     from queue_db.config import Settings
     from resources.storage import StorageResource
 

@@ -71,7 +71,7 @@ class Stores:
     @classmethod
     def open(cls) -> "Stores":
         from resources.embeddings import DEFAULT_MODEL, MODELS
-        from resources.bolt_graph import Neo4jResource
+        from resources.graph_stores import Neo4jResource
         from queue_db.config import Settings
         from resources.vector_stores import QdrantResource
 

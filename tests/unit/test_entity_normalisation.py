@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from processing.entities import (
     ChunkGraph,
     Entity,
+    EntityCollector,
     Extraction,
+    ExtractionLimits,
     Relation,
     entity_type,
     is_short_form,
@@ -19,7 +21,6 @@ from processing.entities import (
     type_rule_violation,
 )
 from resources.bolt_graph import DocumentAliases, _Batch, _chunk_content, _last_write_wins
-from resources.extraction import ExtractionLimits, _Collector
 
 
 @pytest.mark.parametrize("variant", [
@@ -149,7 +150,7 @@ def test_type_rules_accept(name, type_):
 
 
 def test_collector_drops_and_counts_names_its_type_rules_turn_down():
-    collector = _Collector(ExtractionLimits())
+    collector = EntityCollector(ExtractionLimits())
     assert collector.add_entity("205–7 Clark", "PERSON") is None
     assert collector.add_entity("205–7  Clark", "PERSON") is None  # the same name again counts once
     assert collector.add_entity("Clark", "PERSON") == "clark"
