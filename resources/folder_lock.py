@@ -74,7 +74,7 @@ def _asked_since(lock_path: Path, since_ns: int) -> bool:
         return False
 
 
-class _LocalFolder:
+class LocalFolder:
     """Per-process gate to one embedded storage folder, shared by every store that uses it.
 
     The RLock serialises threads (and lets a session nest operations); the lock file
@@ -194,17 +194,17 @@ class _LocalFolder:
                 self._lock_handle = None
 
 
-_FOLDERS: dict[str, _LocalFolder] = {}
+_FOLDERS: dict[str, LocalFolder] = {}
 _FOLDERS_LOCK = threading.Lock()
 
 
-def local_folder(folder: Path, opener, lock_path: Path | None = None, linger_s: float = 0.0) -> _LocalFolder:
+def local_folder(folder: Path, opener, lock_path: Path | None = None, linger_s: float = 0.0) -> LocalFolder:
     """The process-wide gate of one embedded folder; the lock file sits in it unless `lock_path` says otherwise."""
     folder = Path(folder).expanduser().resolve()
     lock = Path(lock_path).expanduser().resolve() if lock_path else folder / LOCK_FILE_NAME
     with _FOLDERS_LOCK:
         if str(lock) not in _FOLDERS:
-            _FOLDERS[str(lock)] = _LocalFolder(folder, lock, opener, linger_s)
+            _FOLDERS[str(lock)] = LocalFolder(folder, lock, opener, linger_s)
         return _FOLDERS[str(lock)]
 
 

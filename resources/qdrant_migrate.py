@@ -18,7 +18,7 @@ from resources.folder_lock import local_folder
 from resources.ports import VectorStoreError
 from resources.qdrant_base import COLLECTION_PREFIX, LOCK_TIMEOUT_S, PreparedPoint, dense_of
 from resources.qdrant_edge import LOCAL_MODE_MARKER, EdgeVectorStore, local_mode_files
-from resources.qdrant_server import _open_local_client
+from resources.qdrant_server import open_local_client
 
 MIGRATE_BATCH = default(VectorStoreConfig, "migrate_batch")
 MIGRATED_FOLDER = "local-mode-migrated"
@@ -33,7 +33,7 @@ def migrate_local_mode(path: str | Path, batch: int = MIGRATE_BATCH, lock_timeou
     if batch < 1:
         raise ValueError(f"DOCQUEUE_QDRANT_MIGRATE_BATCH must be at least 1, got {batch}")
     copied: dict[str, int] = {}
-    with local_folder(root, _open_local_client).open(lock_timeout_s) as client:
+    with local_folder(root, open_local_client).open(lock_timeout_s) as client:
         for description in client.get_collections().collections:
             name = description.name
             if not name.startswith(COLLECTION_PREFIX):

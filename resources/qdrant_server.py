@@ -18,7 +18,7 @@ from qdrant_client.http import models as qm
 from qdrant_client.http.exceptions import UnexpectedResponse
 
 from queue_db.config import VectorStoreConfig, default
-from resources.folder_lock import _LocalFolder, local_folder, open_waiting_for_outsiders
+from resources.folder_lock import LocalFolder, local_folder, open_waiting_for_outsiders
 from resources.ports import SearchHits, VectorStoreError, VectorStoreSettings
 from resources.qdrant_base import (
     HYBRID_CANDIDATES,
@@ -49,7 +49,7 @@ def _safe_location(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else "<qdrant url>"
 
 
-def _open_local_client(folder: Path, deadline: float, timeout_s: float) -> QdrantClient:
+def open_local_client(folder: Path, deadline: float, timeout_s: float) -> QdrantClient:
     folder.mkdir(parents=True, exist_ok=True)
     return open_waiting_for_outsiders(
         lambda: QdrantClient(path=str(folder)),
@@ -65,7 +65,7 @@ class ClientVectorStore(QdrantStore):
         super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch,
                          hybrid_candidates=hybrid_candidates)
         self._remote: QdrantClient | None = None
-        self._local: _LocalFolder | None = None
+        self._local: LocalFolder | None = None
         self._ensured = False
         self._sparse: bool | None = None  # whether the collection has the sparse vector, once looked at
         if url:
@@ -77,7 +77,7 @@ class ClientVectorStore(QdrantStore):
         elif path:
             folder = Path(path).expanduser()
             self.location = str(folder)
-            self._local = local_folder(folder, _open_local_client)
+            self._local = local_folder(folder, open_local_client)
         else:
             raise ValueError("a Qdrant client store needs a server url or a local-mode folder path")
 

@@ -87,10 +87,10 @@ def test_a_shard_with_older_index_settings_gets_todays_and_is_rebuilt_by_optimiz
     store.close()
 
 
-def test_the_tail_is_indexed_once_enough_points_wait_and_segments_stop_growing(tmp_path, monkeypatch):
-    monkeypatch.setenv("DOCQUEUE_QDRANT_SEGMENT_POINTS", "10000")  # the smallest allowed: two builds never merge
+def test_the_tail_is_indexed_once_enough_points_wait_and_segments_stop_growing(tmp_path):
     rng = np.random.default_rng(5)
-    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
+    # the smallest DOCQUEUE_QDRANT_SEGMENT_POINTS allowed: two builds never merge
+    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0, segment_points=10_000)
     first = clustered(rng, POINTS)
     fill(store, first)
     assert store.unindexed() == POINTS  # counted by the writers, read without opening the shard
