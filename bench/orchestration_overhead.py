@@ -77,8 +77,9 @@ def make_corpus(folder: Path, documents: int, pages: int) -> list[Path]:
 def _ingest(queue, corpus: Path) -> int:
     from orchestration.intake import ingest_paths
     from resources.storage import StorageResource
+    from queue_db.config import Settings
 
-    results = ingest_paths(queue, StorageResource().get_storage(), [corpus])
+    results = ingest_paths(queue, StorageResource.from_settings(Settings.from_env()).get_storage(), [corpus])
     assert all(r.status == "new" for r in results), [r.as_dict() for r in results if r.status != "new"]
     return len(results)
 
@@ -90,11 +91,12 @@ def child_plain(corpus: Path) -> dict:
     from orchestration.assets.common import CLAIM_BATCH
     from orchestration.pipeline import Pipeline
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
-    queue = get_queue()
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
     documents = _ingest(queue, corpus)
     started = time.perf_counter()
-    pipeline = Pipeline.from_env(queue)
+    pipeline = Pipeline.from_settings(queue, Settings.from_env())
     worker = make_worker_id("bench-plain")
     batches, by_kind = 0, defaultdict(float)
     try:
@@ -200,11 +202,11 @@ def child_dagster(corpus: Path) -> dict:
     from queue_db.config import Settings
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
-    from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
 
     instance = dagster_instance(Settings.from_env())
-    queue = get_queue()
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
     documents = _ingest(queue, corpus)
     probe = DagsterProbe()
     probe.install(instance)

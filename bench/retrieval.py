@@ -124,10 +124,11 @@ def indexed_pages() -> tuple[list[Page], dict]:
     from queue_db.lifecycle import hidden_from_search
     from processing.chunking import count_tokens_batch
     from resources.storage import StorageResource
+    from queue_db.config import Settings
 
     queue = _queue()
     hidden = set(hidden_from_search(queue))
-    storage = StorageResource().get_storage()
+    storage = StorageResource.from_settings(Settings.from_env()).get_storage()
     with queue.engine.connect() as conn:
         rows = conn.exec_driver_sql(
             """SELECT d.id, d.document_key, p.page_number, p.page_file_path

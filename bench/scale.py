@@ -46,7 +46,6 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -204,7 +203,8 @@ def clustered(rng, dim: int, n: int):
 
 def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> None:
     """Clustered unit vectors for every completed chunk, through the store's own batched write."""
-    from resources.qdrant import PreparedPoint, point_id
+    from resources.qdrant_base import PreparedPoint
+    from resources.vector_payload import point_id
 
     dim = store.dim
     batch: list[tuple[int, int, int]] = []
@@ -306,7 +306,7 @@ def measure_claim_settle(url: str, window_s: float, workers: int = 4, batch: int
 def measure_vector_write(make_store, rng, rounds: int = 3) -> float:
     import numpy as np
 
-    from resources.qdrant import ChunkPoint
+    from resources.ports import ChunkPoint
 
     timings = []
     for r in range(rounds):
@@ -335,7 +335,7 @@ def measure_vector_write_in_run(make_store, rng, run_chunks: int = RANGE) -> tup
     opening alone)."""
     import numpy as np
 
-    from resources.qdrant import ChunkPoint
+    from resources.ports import ChunkPoint
 
     store = make_store()
     started = time.perf_counter()
@@ -355,7 +355,6 @@ def measure_vector_write_in_run(make_store, rng, run_chunks: int = RANGE) -> tup
 
 def measure_search(store, rng, searches: int) -> tuple[float, float, float]:
     """Dense searches near the seeded topics: p50, p95 (ms) and recall@5 against exact search on 20 of them."""
-    import numpy as np
     import qdrant_edge as qe
 
     timings, queries = [], clustered(rng, store.dim, searches)
@@ -417,7 +416,8 @@ def measure_ranged_run(instance, defs, documents: int) -> float:
 def measure_sensor_tick(instance, defs, rounds: int = 3) -> float:
     import dagster as dg
 
-    from orchestration.definitions import build_resources
+    from orchestration.code_location import build_resources
+    from queue_db.config import Settings
 
     sensor = defs.get_sensor_def("vector_chunk_sensor")
     timings = []
@@ -429,7 +429,7 @@ def measure_sensor_tick(instance, defs, rounds: int = 3) -> float:
     try:
         for _ in range(rounds + 1):
             with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor.name,
-                                         resources=build_resources()) as ctx:
+                                         resources=build_resources(Settings.from_env())) as ctx:
                 started = time.perf_counter()
                 sensor.evaluate_tick(ctx)
                 timings.append(time.perf_counter() - started)
@@ -473,11 +473,13 @@ from orchestration.environment import dagster_instance
 from queue_db.config import Settings
 from orchestration.maintenance import nightly
 from resources.database import get_queue
-from resources.neo4j import GraphStore, Neo4jResource
-from resources.qdrant import QdrantResource
+from queue_db.config import QueueSettings, Settings
+from resources.bolt_graph import GraphStore
+from resources.graph_stores import Neo4jResource
+from resources.vector_stores import QdrantResource
 model_id, dim = {model!r}, {dim}
-queue, instance = get_queue(), dagster_instance(Settings.from_env())
-store, graph = QdrantResource().get_store(model_id, dim), GraphStore(*Neo4jResource().connection())
+queue, instance = get_queue(QueueSettings.from_config(Settings.from_env().queue)), dagster_instance(Settings.from_env())
+store, graph = QdrantResource.from_settings(Settings.from_env()).get_store(model_id, dim), GraphStore(*Neo4jResource.from_settings(Settings.from_env()).connection())
 started = time.perf_counter()
 report = nightly(queue, instance, store, graph)
 elapsed = time.perf_counter() - started
@@ -664,11 +666,13 @@ def child(n: int, home: Path, args) -> dict:
     from queue_db.config import Settings
     from orchestration.cli import _embedding_model
     from resources.database import get_queue
-    from resources.neo4j import GraphStore, Neo4jResource
-    from resources.qdrant import QdrantResource
+    from queue_db.config import QueueSettings
+    from resources.bolt_graph import GraphStore
+    from resources.graph_stores import Neo4jResource
+    from resources.vector_stores import QdrantResource
 
     prepare_environment(Settings.from_env())
-    queue = get_queue()
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
     model_id, dim = _embedding_model()
     documents = n // (PAGES * CHUNKS)
     marker = home / "scale-seeded.json"
@@ -682,11 +686,11 @@ def child(n: int, home: Path, args) -> dict:
                 "SELECT document_key, id FROM documents WHERE document_key LIKE 'scale-%%'").all()}
         print(f"  N={n:,}: queue and partitions seeded at {time.perf_counter() - started:.1f} s", file=sys.stderr,
               flush=True)
-        store = QdrantResource().get_store(model_id, dim)
+        store = QdrantResource.from_settings(Settings.from_env()).get_store(model_id, dim)
         seed_vectors(store, documents, ids, rng)
         store.close()
         print(f"  N={n:,}: vectors seeded at {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
-        graph = GraphStore(*Neo4jResource().connection())
+        graph = GraphStore(*Neo4jResource.from_settings(Settings.from_env()).connection())
         seed_graph(graph, documents, ids)
         graph.close()
         figures["seed_s"] = round(time.perf_counter() - started, 1)
@@ -730,7 +734,7 @@ def child(n: int, home: Path, args) -> dict:
         print(f"  N={n:,}: {name}: {[figures[k] for k in keys]}", file=sys.stderr, flush=True)
 
     def make_store():
-        return QdrantResource().get_store(model_id, dim)
+        return QdrantResource.from_settings(Settings.from_env()).get_store(model_id, dim)
 
     def search(_left):
         store = make_store()
@@ -740,7 +744,7 @@ def child(n: int, home: Path, args) -> dict:
             store.close()
 
     def checks(_left):
-        store, graph = make_store(), GraphStore(*Neo4jResource().connection())
+        store, graph = make_store(), GraphStore(*Neo4jResource.from_settings(Settings.from_env()).connection())
         try:
             return measure_checks(queue, store, graph)
         finally:

@@ -3,9 +3,9 @@
 One Qdrant Edge shard per variant, seeded alike (N random 384-d points, payloads like docqueue's): a large tenant
 holds --big-share of the points, a small one --small-share, the rest spread over other tenants. Both shards have
 the document_id index; `indexed` also has the tenant_id keyword index docqueue creates, `unindexed` does not
-(a shard as it was before tenants). Each search goes through resources.qdrant_edge._search_filter, the filter
-docqueue's search builds. Points stay in the appendable segment (brute force), the state between two nightly
-index builds; --optimize builds HNSW first.
+(a shard as it was before tenants). Each search goes through resources.vector_payload.search_filter and
+resources.qdrant_edge_shard.edge_filter, the filter docqueue's search builds. Points stay in the appendable segment
+(brute force), the state between two nightly index builds; --optimize builds HNSW first.
 
 Measured per variant: p50 / p95 of --searches queries, unfiltered, tenant=small and tenant=big.
 Prints one line per variant and filter and ends with exactly one line `RESULT {json}`.
@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from resources.qdrant import point_id  # noqa: E402
-from resources.qdrant_edge import _search_filter  # noqa: E402
+from resources.qdrant_edge_shard import edge_filter  # noqa: E402
+from resources.vector_payload import point_id, search_filter  # noqa: E402
 
 DIM = 384
 SEED_BATCH = 2000
@@ -62,7 +62,7 @@ def build(folder: Path, n: int, indexed: bool, rng: np.random.Generator, shares:
 
 
 def timed_searches(shard: qe.EdgeShard, queries: np.ndarray, tenant: str | None) -> tuple[dict, int]:
-    condition = _search_filter(None, [], tenant)
+    condition = edge_filter(search_filter(tenant=tenant))
     times, hits = [], 0
     for query in queries:
         started = time.perf_counter()

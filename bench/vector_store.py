@@ -2,7 +2,7 @@
 
 For each N (default 0, 20,000 and 100,000 seeded points: random 384-d vectors, payloads like docqueue's,
 written in bulk batches, no model), both stores are seeded in fresh folders and measured the way docqueue
-uses them, through resources.qdrant's contract:
+uses them, through resources/ports.VectorStore:
 
   open      one operation's lock + open + close of the folder (a count on a fresh store)
   write64   one 64-point upsert with its lock, open and close (median of --writes); Edge runs with
@@ -36,7 +36,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from resources.qdrant import ChunkPoint, ClientVectorStore, PreparedPoint, point_id  # noqa: E402
+from resources.ports import ChunkPoint  # noqa: E402
+from resources.qdrant_base import PreparedPoint  # noqa: E402
+from resources.qdrant_server import ClientVectorStore  # noqa: E402
+from resources.vector_payload import point_id  # noqa: E402
 from resources.qdrant_edge import EdgeVectorStore  # noqa: E402
 
 DIM = 384

@@ -50,7 +50,8 @@ def seed(queue_url: str, store_path: str, n: int) -> float:
 
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
-    from resources.qdrant import PreparedPoint, point_id
+    from resources.qdrant_base import PreparedPoint
+    from resources.vector_payload import point_id
     from tests.queue_support import bulk_seed
 
     started = time.perf_counter()

@@ -18,6 +18,7 @@ from orchestration.assets.handlers import HANDLERS, PhaseHandler
 from orchestration.checks import checks_job, phase_checks
 from orchestration.cluster import executor_for
 from orchestration.jobs import phase_jobs
+from orchestration.pipeline import PageLimits
 from orchestration.schedules import maintenance_jobs, maintenance_schedules
 from orchestration.sensors import intake_sensors, phase_sensors
 from queue_db.config import Settings
@@ -25,18 +26,20 @@ from queue_db.phases import PHASES, PhaseRegistry
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
 from resources.extraction import ExtractionResource
-from resources.neo4j import Neo4jResource
+from resources.graph_stores import Neo4jResource
 from resources.ocr import OcrResource
-from resources.qdrant import QdrantResource
+from resources.vector_stores import QdrantResource
 from resources.storage import StorageResource
 
 
-def build_resources() -> dict:
-    # every field left empty reads its DOCQUEUE_* environment variable at run time: no secret enters run config
+def build_resources(settings: Settings) -> dict:
+    """Every resource with its fields from `settings`; secrets stay `dg.EnvVar` fields, so no secret enters code or
+    run config."""
     return {
-        "database": DatabaseResource(), "storage": StorageResource(), "ocr": OcrResource(),
-        "embeddings": EmbeddingResource(), "qdrant": QdrantResource(), "neo4j": Neo4jResource(),
-        "extraction": ExtractionResource(),
+        "database": DatabaseResource.from_settings(settings), "storage": StorageResource.from_settings(settings),
+        "ocr": OcrResource.from_settings(settings), "embeddings": EmbeddingResource.from_settings(settings),
+        "qdrant": QdrantResource.from_settings(settings), "neo4j": Neo4jResource.from_settings(settings),
+        "extraction": ExtractionResource.from_settings(settings),
     }
 
 
@@ -45,12 +48,12 @@ def build_definitions(settings: Settings, phases: PhaseRegistry = PHASES,
     maintenance = maintenance_jobs(settings)
     checks = checks_job()
     return dg.Definitions(
-        assets=phase_assets(phases, handlers),
+        assets=phase_assets(phases, handlers, PageLimits.from_config(settings.storage)),
         asset_checks=phase_checks(settings, phases),
         jobs=[*phase_jobs(phases), maintenance.recovery, maintenance.reconciliation, checks],
         sensors=[*intake_sensors(settings), *phase_sensors(settings, phases)],
         schedules=maintenance_schedules(settings, maintenance, checks),
-        resources=build_resources(),
+        resources=build_resources(settings),
         # DOCQUEUE_EXECUTOR=celery: every job's steps (the sensors' ranged runs, UI backfills of the implicit asset
         # job, maintenance) run on Celery workers; unset, Dagster's default executor runs them in the run's process
         executor=executor_for(settings.cluster),

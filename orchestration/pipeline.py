@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
-from queue_db.config import EmbeddingConfig, ExtractionConfig, StorageConfig, settings
+from queue_db.config import EmbeddingConfig, ExtractionConfig, Settings, StorageConfig, default
 from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
@@ -25,11 +25,12 @@ from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK
 from processing.content_types import PYMUPDF_TYPES
 from processing.office_pages import OFFICE_TYPES, OfficeLimits, office_pages
 from processing.text_pages import TEXT_TYPES, TextLimits, UnreadableMarkup, document_pages
-from processing.chunking import ChunkingError, chunk_markdown
-from resources.neo4j import ChunkGraph
+from processing.chunking import MAX_CHUNKS_PER_PAGE, ChunkingError, chunk_markdown
+from processing.entities import ChunkGraph
 from resources.ocr import DocumentError, DocumentInfo, PageResult, PdfLimits
-from resources.qdrant import ChunkPoint
+from resources.ports import ChunkPoint
 from resources.storage import page_file_key
+from resources.vector_payload import chunk_payload
 
 log = logging.getLogger(__name__)
 
@@ -129,19 +130,39 @@ def classify(exc: BaseException) -> tuple[str, str, bool]:
     return f"{name}: {exc}", "internal", True
 
 
+@dataclass(frozen=True)
+class PageLimits:
+    """The bounds of reading a text or office file into pages and of cutting a page into chunks, as the entry point's
+    settings give them (DOCQUEUE_TEXT_PAGE_CHARS, DOCQUEUE_SHEET_PAGE_ROWS, DOCQUEUE_MAX_CHUNKS_PER_PAGE, ...)."""
+
+    text: TextLimits = field(default_factory=TextLimits)
+    office: OfficeLimits = field(default_factory=OfficeLimits)
+    max_chunks_per_page: int = MAX_CHUNKS_PER_PAGE
+
+    @classmethod
+    def from_config(cls, storage: StorageConfig) -> "PageLimits":
+        return cls(TextLimits.from_config(storage), OfficeLimits.from_config(storage), storage.max_chunks_per_page)
+
+
 class Pipeline:
     """Plain clients for every external system, created lazily (a worker that only embeds never loads spaCy)."""
 
     def __init__(self, queue: TaskQueue, *, storage=None, pdf=None, embedder=None, vector_store_factory=None,
-                 graph_store=None, extractor=None):
+                 graph_store=None, extractor=None, embed_dedup: bool = default(EmbeddingConfig, "dedup"),
+                 embed_timeout_s: float = default(EmbeddingConfig, "timeout_s"),
+                 extract_timeout_s: float = default(ExtractionConfig, "timeout_s"),
+                 limits: PageLimits = PageLimits()):
         self.queue = queue
+        self.limits = limits
+        # DOCQUEUE_EMBEDDING_DEDUP, DOCQUEUE_EMBED_TIMEOUT and DOCQUEUE_EXTRACT_TIMEOUT, as the resources carry them
+        self.embed_dedup, self.embed_timeout_s, self.extract_timeout_s = embed_dedup, embed_timeout_s, extract_timeout_s
         self._storage, self._pdf, self._embedder = storage, pdf, embedder
         self._vector_store_factory, self._graph, self._extractor = vector_store_factory, graph_store, extractor
         self._text_cache: tuple[str, list[str]] | None = None  # (storage key@page bounds, pages) of the last one
 
     @classmethod
     def from_resources(cls, queue: TaskQueue, storage, ocr=None, embeddings=None, qdrant=None, neo4j=None,
-                       extraction=None) -> "Pipeline":
+                       extraction=None, limits: PageLimits = PageLimits()) -> "Pipeline":
         """A pipeline over a run's Dagster resources. Only the phases whose resources are given can run; models and
         stores are opened on first use, so a run that never needs one never pays for it."""
         return cls(
@@ -152,20 +173,27 @@ class Pipeline:
             vector_store_factory=(lambda model_id, dim: qdrant.get_store(model_id, dim)) if qdrant is not None else None,
             graph_store=_Lazy(neo4j.get_store) if neo4j is not None else None,
             extractor=_Lazy(extraction.get_extractor) if extraction is not None else None,
+            **({"embed_dedup": embeddings.dedup, "embed_timeout_s": embeddings.timeout_s} if embeddings is not None
+               else {}),
+            **({"extract_timeout_s": extraction.timeout_s} if extraction is not None else {}),
+            limits=limits,
         )
 
     @classmethod
-    def from_env(cls, queue: TaskQueue) -> "Pipeline":
-        """Every phase, with resources configured from the environment (the plain loop outside Dagster)."""
+    def from_settings(cls, queue: TaskQueue, settings: Settings) -> "Pipeline":
+        """Every phase, with resources built from an entry point's settings (the plain loop outside Dagster)."""
         from resources.embeddings import EmbeddingResource
         from resources.extraction import ExtractionResource
-        from resources.neo4j import Neo4jResource
+        from resources.graph_stores import Neo4jResource
         from resources.ocr import OcrResource
-        from resources.qdrant import QdrantResource
+        from resources.vector_stores import QdrantResource
         from resources.storage import StorageResource
 
-        return cls.from_resources(queue, StorageResource(), ocr=OcrResource(), embeddings=EmbeddingResource(),
-                                  qdrant=QdrantResource(), neo4j=Neo4jResource(), extraction=ExtractionResource())
+        return cls.from_resources(
+            queue, StorageResource.from_settings(settings), ocr=OcrResource.from_settings(settings),
+            embeddings=EmbeddingResource.from_settings(settings), qdrant=QdrantResource.from_settings(settings),
+            neo4j=Neo4jResource.from_settings(settings), extraction=ExtractionResource.from_settings(settings),
+            limits=PageLimits.from_config(settings.storage))
 
     @property
     def storage(self):
@@ -299,7 +327,7 @@ class Pipeline:
     def _text_pages(self, document: dict) -> list[str]:
         """The pages of a text or office document. The file is content-addressed, so its pages never change: the
         last document's are kept for the next page tasks of the batch instead of being read again for each."""
-        limits, office = TextLimits.from_config(settings(StorageConfig)), OfficeLimits.from_config(settings(StorageConfig))
+        limits, office = self.limits.text, self.limits.office
         key = f"{document['storage_key']}@{limits.page_chars}@{office.sheet_page_rows}"
         if self._text_cache is not None and self._text_cache[0] == key:
             return self._text_cache[1]
@@ -316,7 +344,7 @@ class Pipeline:
                 raise DocumentError(f"corrupt: {exc}", "corrupt") from None
         if not pages:
             raise DocumentError("empty: the text has no words", "empty")
-        max_pages = (getattr(self.pdf, "limits", None) or PdfLimits.from_env()).max_pages
+        max_pages = (getattr(self.pdf, "limits", None) or PdfLimits()).max_pages
         if len(pages) > max_pages:
             raise DocumentError(f"too many pages: {len(pages)} > limit {max_pages} "
                                 f"(pages of {limits.page_chars} characters)", "too_large")
@@ -334,7 +362,7 @@ class Pipeline:
                 documents[task["document_id"]] = document
                 markdown = self.storage.get_text(task["page_file_path"]) if task.get("page_file_path") else ""
                 chunks = chunk_markdown(markdown, page_key=page_partition_key(document["document_key"], task["page_number"]),
-                                        max_chunks=settings(StorageConfig).max_chunks_per_page)
+                                        max_chunks=self.limits.max_chunks_per_page)
                 accepted = self.queue.complete_chunking(worker_id, task["id"], [
                     {"chunk_id": c.chunk_id, "chunk_index": c.index, "content_hash": c.content_hash,
                      "content": c.text, "token_count": c.token_count} for c in chunks])
@@ -353,9 +381,9 @@ class Pipeline:
     def _embed_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
         context = self.queue.chunk_context([t["id"] for t in tasks])
-        copies = self._reusable_vectors(tasks) if settings(EmbeddingConfig).dedup else {}
+        copies = self._reusable_vectors(tasks) if self.embed_dedup else {}
         fresh = [i for i in range(len(tasks)) if i not in copies]
-        embedded = (within(settings(EmbeddingConfig).timeout_s, "embedding",
+        embedded = (within(self.embed_timeout_s, "embedding",
                            lambda: self.embedder.embed_covered([tasks[i].get("content") or "" for i in fresh]))
                     if fresh else None)
         vectors, tokens, covered = [None] * len(tasks), [0] * len(tasks), [0] * len(tasks)
@@ -365,15 +393,12 @@ class Pipeline:
             if copy.batch_index is not None:
                 copy = copy.of(vectors[copy.batch_index], tokens[copy.batch_index], covered[copy.batch_index])
             vectors[i], tokens[i], covered[i] = copy.vector, copy.tokens, copy.embedded_tokens
-        # a vector that covers only the start of its chunk (DOCQUEUE_EMBED_MAX_WINDOWS) says so in its payload
-        points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload={
-            "document_id": context[t["id"]]["document_id"], "document_key": context[t["id"]]["document_key"],
-            "tenant_id": context[t["id"]]["tenant_id"], "filename": context[t["id"]]["filename"],
-            "page_number": context[t["id"]]["page_number"],
-            "chunk_index": t["chunk_index"], "text": t.get("content") or "", "content_hash": t["chunk_content_hash"],
-            "tokens": tokens[i], "embedded_tokens": covered[i],
-            **({"vector_reused_from": copies[i].source} if i in copies else {}),
-        }) for i, t in enumerate(tasks)]
+        points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload=chunk_payload(
+            document_id=context[t["id"]]["document_id"], document_key=context[t["id"]]["document_key"],
+            tenant_id=context[t["id"]]["tenant_id"], filename=context[t["id"]]["filename"],
+            page_number=context[t["id"]]["page_number"], chunk_index=t["chunk_index"], text=t.get("content") or "",
+            content_hash=t["chunk_content_hash"], tokens=tokens[i], embedded_tokens=covered[i],
+            vector_reused_from=copies[i].source if i in copies else None)) for i, t in enumerate(tasks)]
         lost = self._taken_from_us(VECTOR_CHUNK, worker_id, tasks)
         self.vector_store.upsert([p for p, t in zip(points, tasks) if str(t["id"]) not in lost])
         seconds = (time.perf_counter() - started) / len(tasks)
@@ -417,7 +442,7 @@ class Pipeline:
     def _extract_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
         context = self.queue.chunk_context([t["id"] for t in tasks])
-        extractions = within(settings(ExtractionConfig).timeout_s, "extraction",
+        extractions = within(self.extract_timeout_s, "extraction",
                              lambda: self.extractor.extract([t.get("content") or "" for t in tasks]))
         lost = self._taken_from_us(GRAPHRAG_CHUNK, worker_id, tasks)
         self.graph.write_chunks([ChunkGraph(

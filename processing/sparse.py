@@ -59,20 +59,3 @@ def query_vector(text: str) -> tuple[list[int], list[float]]:
     """(indices, values) of a query: 1 per distinct term; empty when it has no words."""
     return _vector({term_id(term): 1.0 for term in set(tokens(text))})
 
-
-def fuse_rrf(rankings: list[list[str]], k: int = 60, weights: list[float] | None = None) -> list[tuple[str, float]]:
-    """Reciprocal rank fusion: each key scores sum(weight / (k + rank)) over the rankings it is in (rank from 1).
-
-    Best first; equal scores keep the order of the heavier ranking, then of the earlier one, so the result is the
-    same on every backend and every run.
-    """
-    weights = weights or [1.0] * len(rankings)
-    if len(weights) != len(rankings):
-        raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")
-    scores: dict[str, float] = {}
-    first_seen: dict[str, tuple[float, int, int]] = {}
-    for r, (ranking, weight) in enumerate(zip(rankings, weights)):
-        for rank, key in enumerate(ranking, start=1):
-            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
-            first_seen[key] = min(first_seen.get(key, (0.0, len(rankings), rank)), (-weight, r, rank))
-    return sorted(scores.items(), key=lambda item: (-item[1], first_seen[item[0]]))

@@ -37,11 +37,12 @@ THREAD_ENV_VARS = {"OMP_NUM_THREADS": None, "OPENBLAS_NUM_THREADS": "1", "MKL_NU
 
 
 def main(argv: list[str]) -> None:
+    """`argv`: [program, the pipe's file descriptor, the limits as JSON], both from the parent."""
+    import json
     from multiprocessing.connection import Connection
 
     conn = Connection(int(argv[1]))
-    settings = conn.recv()
-    serve(conn, settings)
+    serve(conn, json.loads(argv[2]))
 
 
 def serve(conn, settings: dict) -> None:

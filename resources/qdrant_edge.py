@@ -29,39 +29,44 @@ until `docqueue db upgrade` has migrated it (resources/qdrant_migrate.py).
 """
 from __future__ import annotations
 
-import json
 import shutil
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import qdrant_edge as qe
 
-from queue_db.config import VectorStoreConfig, settings
-from queue_db.tenants import BASE_TENANT
-from resources.qdrant import (
-    INDEXED_PAYLOAD,
+from queue_db.config import VectorStoreConfig, default
+from resources.folder_lock import local_folder
+from resources.ports import SearchHits, VectorStoreError, VectorStoreSettings
+from resources.qdrant_base import (
+    HYBRID_CANDIDATES,
+    LOCK_TIMEOUT_S,
     SPARSE_VECTOR,
+    UPSERT_BATCH,
     PreparedPoint,
-    QdrantStorageBusy,
-    SearchHits,
-    StoredVector,
-    VectorStore,
-    VectorStoreError,
-    default_local_path,
+    QdrantStore,
     dense_of,
     hits_from,
-    linger_from_env,
-    local_folder,
-    open_waiting_for_outsiders,
-    point_id,
-    sparse_of,
 )
+from resources.qdrant_edge_shard import (
+    dense_search_params,
+    edge_config,
+    edge_filter,
+    open_shard,
+    pages,
+    persisted_config,
+    shard_exists,
+    write_points,
+)
+from resources.vector_payload import INDEXED_PAYLOAD, document_filter, point_id
 
+LINGER_S = default(VectorStoreConfig, "linger_s")
+SEGMENT_POINTS = default(VectorStoreConfig, "segment_points")
+HNSW_EF = default(VectorStoreConfig, "hnsw_ef")
 EDGE_FOLDER = "edge"
 TAIL_SUFFIX = ".tail"
 LOCAL_MODE_MARKER = "meta.json"
-_WAL_BUSY = "WouldBlock"
 
 
 def local_mode_files(path: Path) -> bool:
@@ -69,161 +74,43 @@ def local_mode_files(path: Path) -> bool:
     return (path / LOCAL_MODE_MARKER).is_file()
 
 
-def shard_exists(folder: Path) -> bool:
-    return (folder / "edge_config.json").is_file()
-
-
-def persisted_config(folder: Path) -> dict:
-    """The shard's edge_config.json, as the engine last wrote it."""
-    return json.loads((folder / "edge_config.json").read_text())
-
-
-def _current_config(folder: Path, config: qe.EdgeConfig, dim: int) -> qe.EdgeConfig | None:
-    """`config` for a shard of today's shape whose index settings are older (the next optimize() rebuilds its
-    segments with them); None for a shard of another shape, which _check_shape or upgrade_shape deal with."""
-    persisted = persisted_config(folder)
-    dense = (persisted.get("vectors") or {}).get("") or {}
-    if (dense.get("size") != dim or dense.get("distance") != "Cosine"
-            or SPARSE_VECTOR not in (persisted.get("sparse_vectors") or {})):
-        return None
-    current = {"hnsw_config": HNSW_CONFIG, "quantization_config": QUANTIZATION_CONFIG}
-    if (all(persisted.get(key) == value for key, value in current.items())
-            and (persisted.get("optimizers") or {}).get("max_segment_size") == max_segment_kb(dim)):
-        return None  # nothing to change: the config on disk is left as it is
-    return config
-
-
-def _read_through(folder: Path) -> None:
-    """Read the segments' quantized vectors once, 4 MB at a time: a shard opened with them on disk otherwise reads
-    them piecemeal in its first searches (1.2 s for the first ten at a million points, p95 60-90 ms over 200; read
-    through first, 0.2-0.35 s and then p95 1.7-1.9 ms; a kernel read-ahead hint, POSIX_FADV_WILLNEED, did not
-    help). 384 bytes a point, never held by this process."""
-    for data in folder.glob("segments/*/vector_storage/quantized.data"):
-        try:
-            with open(data, "rb", buffering=0) as handle:
-                while handle.read(_READ_THROUGH_BYTES):
-                    pass
-        except OSError:  # a segment replaced meanwhile: searches read it as they go
-            continue
-
-
-_READ_THROUGH_BYTES = 4 << 20
-
-
-def _open_shard(config: qe.EdgeConfig, dim: int, read_through: bool = False):
-    def opener(folder: Path, deadline: float, timeout_s: float):
-        def open_once():
-            shard = (qe.EdgeShard.load(str(folder), _current_config(folder, config, dim)) if shard_exists(folder)
-                     else qe.EdgeShard.create(str(folder), config))
-            if read_through:
-                _read_through(folder)
-            # a shard created before tenants lacks the tenant_id index: it is built once, on the first opening
-            indexed = shard.info().payload_schema
-            for field_name in INDEXED_PAYLOAD:
-                if field_name not in indexed:
-                    shard.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
-            return shard
-
-        try:
-            return open_waiting_for_outsiders(open_once, lambda exc: _WAL_BUSY in str(exc), folder, deadline,
-                                              timeout_s)
-        except QdrantStorageBusy:
-            raise
-        except Exception as exc:  # the bindings raise plain Exception with the engine's message
-            raise VectorStoreError(f"cannot open the Qdrant Edge shard {folder}: "
-                                   f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
-    return opener
-
-
-def _document_filter(document_id: str) -> qe.Filter:
-    return qe.Filter(must=[qe.FieldCondition(key="document_id", match=qe.MatchValue(document_id))])
-
-
-def _search_filter(document_id: str | None, exclude_document_ids: list[str], tenant: str | None) -> qe.Filter | None:
-    """What a search keeps: one document's points, never the excluded documents', only one tenant's."""
-    must: list = [qe.FieldCondition(key="document_id", match=qe.MatchValue(document_id))] if document_id else []
-    if tenant is not None:
-        same_tenant = qe.FieldCondition(key="tenant_id", match=qe.MatchValue(tenant))
-        # points written before tenants carry no tenant_id: they are the base tenant's
-        must.append(qe.Filter(should=[same_tenant, qe.IsEmptyCondition("tenant_id")])
-                    if tenant == BASE_TENANT else same_tenant)
-    # versions being replaced (or not yet complete) stay out of the results
-    must_not = ([qe.FieldCondition(key="document_id", match=qe.MatchAny(exclude_document_ids))]
-                if exclude_document_ids else None)
-    return qe.Filter(must=must or None, must_not=must_not) if (must or must_not) else None
-
-
-# How optimize() indexes a segment. Int8 scalar quantization with a graph of m=16 built with ef_construct=64 builds
-# about 5x faster than Qdrant's float default (m=16, ef_construct=100) and searches about 4x faster at the same recall
-# once a search visits DOCQUEUE_QDRANT_HNSW_EF candidates and rescores them on the original vectors.
-# What an opening reads decides what every writer pays, since a run opens the shard once: the graph is read and
-# cached (about 0.07 s a 100,000-point segment), the quantized copy and the original vectors stay on disk and are
-# read as searches touch them. A cached quantized copy costs 0.6 s a segment at every opening (2.4 s against 0.25 s
-# for 400,000 points on this machine) and saves a fresh opening's first few searches (p50 2.5 ms against 0.8 ms).
-HNSW = {"m": 16, "ef_construct": 64, "full_scan_threshold": 10_000}
-QUANTILE = 0.99
-OVERSAMPLING = 2.0
-GRAPH_MEMORY, QUANTIZED_MEMORY, VECTOR_MEMORY = "cached", "cold", "cold"
-_MEMORY = {"cached": qe.Memory.Cached, "cold": qe.Memory.Cold}
-# the same settings as edge_config.json records them (what an opening compares to decide whether to re-index)
-HNSW_CONFIG = {**HNSW, "max_indexing_threads": 0, "memory": GRAPH_MEMORY}
-QUANTIZATION_CONFIG = {"scalar": {"type": "int8", "quantile": QUANTILE, "memory": QUANTIZED_MEMORY}}
-
-
-def max_segment_kb(dim: int) -> int:
-    """DOCQUEUE_QDRANT_SEGMENT_POINTS as Qdrant measures a segment: kilobytes of float32 vectors."""
-    return settings(VectorStoreConfig).segment_points * dim * 4 // 1024
-
-
-def edge_config(dim: int) -> qe.EdgeConfig:
-    return qe.EdgeConfig(
-        vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=_MEMORY[VECTOR_MEMORY]),
-        sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-        hnsw_config=qe.HnswIndexConfig(**HNSW, memory=_MEMORY[GRAPH_MEMORY]),
-        quantization_config=qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE,
-                                                        memory=_MEMORY[QUANTIZED_MEMORY]),
-        optimizers=qe.EdgeOptimizersConfig(max_segment_size=max_segment_kb(dim)))
-
-
-def dense_search_params() -> qe.SearchParams:
-    return qe.SearchParams(hnsw_ef=settings(VectorStoreConfig).hnsw_ef,
-                           quantization=qe.QuantizationSearchParams(rescore=True, oversampling=OVERSAMPLING))
-
-
-def _point(point: PreparedPoint, sparse: bool) -> qe.Point:
-    if not sparse:
-        return qe.Point(point.id, point.vector, point.payload)
-    indices, values = sparse_of(point)
-    vectors: dict = {"": point.vector}
-    if indices:  # a text without words gets no sparse vector
-        vectors[SPARSE_VECTOR] = qe.SparseVector(indices, values)
-    return qe.Point(point.id, vectors, point.payload)
-
-
-class EdgeVectorStore(VectorStore):
+class EdgeVectorStore(QdrantStore):
     is_embedded = True
 
-    def __init__(self, *, path: str | None, model_id: str, dim: int, lock_timeout_s: float | None = None,
-                 upsert_batch: int | None = None, allow_local_mode_files: bool = False,
-                 linger_s: float | None = None):
-        super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch)
+    def __init__(self, *, path: str | Path, model_id: str, dim: int, lock_timeout_s: float = LOCK_TIMEOUT_S,
+                 upsert_batch: int = UPSERT_BATCH, hybrid_candidates: int = HYBRID_CANDIDATES,
+                 linger_s: float = LINGER_S, segment_points: int = SEGMENT_POINTS, hnsw_ef: int = HNSW_EF,
+                 allow_local_mode_files: bool = False):
+        super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch,
+                         hybrid_candidates=hybrid_candidates)
+        if not path:
+            raise ValueError("the embedded Qdrant store needs its folder (DOCQUEUE_QDRANT_PATH)")
         self._refuse_local_mode = not allow_local_mode_files  # only the migration writes beside them
-        self.root = (Path(path).expanduser() if path else default_local_path()).resolve()
+        self.root = Path(path).expanduser().resolve()
         self.location = str(self.root)
         self.folder = self.root / EDGE_FOLDER / self.collection
         self.tail_folder = self.folder.with_name(self.collection + TAIL_SUFFIX)
         self._sparse = True
-        linger = linger_from_env() if linger_s is None else linger_s
-        self._gate = local_folder(self.folder, _open_shard(edge_config(dim), dim, read_through=True),
-                                  lock_path=self.folder.parent / f"{self.collection}.lock", linger_s=linger)
-        self._tail_gate = local_folder(self.tail_folder, _open_shard(edge_config(dim), dim),
+        self.segment_points = segment_points
+        self.hnsw_ef = hnsw_ef
+        config = edge_config(dim, segment_points)
+        self._gate = local_folder(self.folder, open_shard(config, dim, segment_points, read_through=True),
+                                  lock_path=self.folder.parent / f"{self.collection}.lock", linger_s=linger_s)
+        self._tail_gate = local_folder(self.tail_folder, open_shard(config, dim, segment_points),
                                        lock_path=self.folder.parent / f"{self.collection}{TAIL_SUFFIX}.lock",
-                                       linger_s=linger)
+                                       linger_s=linger_s)
+
+    @classmethod
+    def from_settings(cls, settings: VectorStoreSettings, model_id: str, dim: int) -> EdgeVectorStore:
+        """The embedded store in `settings.path`."""
+        return cls(path=settings.path, model_id=model_id, dim=dim, lock_timeout_s=settings.lock_timeout_s,
+                   upsert_batch=settings.upsert_batch, hybrid_candidates=settings.hybrid_candidates,
+                   linger_s=settings.linger_s, segment_points=settings.segment_points, hnsw_ef=settings.hnsw_ef)
 
     # ----------------------------------------------------------------- connections
 
     @contextmanager
-    def session(self) -> Iterator["EdgeVectorStore"]:
+    def session(self) -> Iterator[EdgeVectorStore]:
         """Hold the shard writes go to (the tail) for a block of writes; reads in it open the main shard too."""
         with self._tail():
             yield self
@@ -297,7 +184,7 @@ class EdgeVectorStore(VectorStore):
         if not points:
             return
         with self._tail() as tail:
-            _write(tail, points, True, self.upsert_batch)
+            write_points(tail, points, True, self.upsert_batch)
             # under the tail's lock, so writers never lose each other's counts
             self._set_unindexed(self.unindexed() + len(points))
 
@@ -335,15 +222,15 @@ class EdgeVectorStore(VectorStore):
             if shard is None or self._sparse:
                 return 0
             shutil.rmtree(spare, ignore_errors=True)
-            target = qe.EdgeShard.create(str(spare), edge_config(self.dim))
+            target = qe.EdgeShard.create(str(spare), edge_config(self.dim, self.segment_points))
             try:
                 for field_name in INDEXED_PAYLOAD:
                     target.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
                 copied = 0
-                for records in _pages(shard, None, self.scroll_page, True, with_vector=True):
+                for records in pages(shard, None, self.scroll_page, True, with_vector=True):
                     points = [PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {}))
                               for r in records]
-                    _write(target, points, True, self.upsert_batch)
+                    write_points(target, points, True, self.upsert_batch)
                     copied += len(points)
             finally:
                 target.close()
@@ -370,29 +257,29 @@ class EdgeVectorStore(VectorStore):
         with self._both() as shards:
             for shard in shards:
                 if shard is not None:
-                    shard.update(qe.UpdateOperation.delete_points_by_filter(_document_filter(str(document_id))))
+                    shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter(document_filter(document_id))))
 
     # ----------------------------------------------------------------- reads
 
     def count(self, document_id: str | None = None) -> int:
         """Exact: a point in both shards (a chunk written again before its tail was merged) counts once."""
-        condition = _document_filter(str(document_id)) if document_id is not None else None
+        condition = edge_filter(document_filter(document_id)) if document_id is not None else None
         with self._both() as (tail, main):
             stored = main.count(qe.CountRequest(exact=True, filter=condition)) if main is not None else 0
             if tail is None:
                 return stored
-            for records in _pages(tail, condition, self.scroll_page, ["chunk_id"]):
+            for records in pages(tail, condition, self.scroll_page, ["chunk_id"]):
                 stored += len(records) - (len(main.retrieve([r.id for r in records], False, False))
                                           if main is not None else 0)
             return stored
 
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
         found: set[str] = set()
-        condition = _document_filter(str(document_id)) if document_id is not None else None
+        condition = edge_filter(document_filter(document_id)) if document_id is not None else None
         with self._both() as shards:
             for shard in shards:
                 if shard is not None:
-                    for records in _pages(shard, condition, self.scroll_page, ["chunk_id"]):
+                    for records in pages(shard, condition, self.scroll_page, ["chunk_id"]):
                         found.update(record.payload["chunk_id"] for record in records if record.payload)
         return found
 
@@ -427,8 +314,8 @@ class EdgeVectorStore(VectorStore):
                 found = found + (main.retrieve(rest, with_payload, with_vectors) if rest else [])
             return found
 
-    def _search(self, request, document_id, exclude_document_ids, tenant=None) -> SearchHits:
-        condition = _search_filter(document_id, exclude_document_ids, tenant)
+    def _search(self, request, keep) -> SearchHits:
+        condition = edge_filter(keep)
         notice = None
         with self._both() as (tail, main):
             if tail is None and main is None:
@@ -438,7 +325,7 @@ class EdgeVectorStore(VectorStore):
             sparse = (qe.Query.Nearest(qe.SparseVector(*request.sparse), using=SPARSE_VECTOR)
                       if request.sparse is not None else None)
 
-            dense_params = dense_search_params()
+            dense_params = dense_search_params(self.hnsw_ef)
 
             def nearest(query, limit):
                 params = None if query is sparse else dense_params
@@ -470,7 +357,7 @@ class EdgeVectorStore(VectorStore):
                 return 0
             copied = 0
             with self._shard() as main:
-                for records in _pages(tail, None, self.upsert_batch, True, with_vector=True):
+                for records in pages(tail, None, self.upsert_batch, True, with_vector=True):
                     # the stored vectors as they are (a main shard of the older shape takes the dense one alone)
                     main.update(qe.UpdateOperation.upsert_points(
                         [qe.Point(r.id, r.vector if self._sparse else dense_of(r.vector), r.payload) for r in records]))
@@ -502,24 +389,6 @@ class EdgeVectorStore(VectorStore):
             parts = [part for part in (tail_info, main_info) if part is not None]
             return {"points": self.count(), "segments": sum(part.segments_count for part in parts),
                     "indexed_vectors": main_info.indexed_vectors_count if main_info is not None else 0}
-
-
-def _pages(shard, condition, page_size: int, with_payload, with_vector: bool = False):
-    """A shard's points, page by page, in id order."""
-    offset = None
-    while True:
-        records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=page_size, filter=condition,
-                                                        with_payload=with_payload, with_vector=with_vector))
-        if records:
-            yield records
-        if offset is None:
-            return
-
-
-def _write(shard, points: list[PreparedPoint], sparse: bool, batch: int) -> None:
-    for start in range(0, len(points), batch):
-        shard.update(qe.UpdateOperation.upsert_points([_point(p, sparse) for p in points[start:start + batch]]))
-
 
 class _Nothing:
     def __enter__(self):

@@ -13,32 +13,27 @@ from pathlib import Path
 
 from qdrant_client.http import models as qm
 
-from resources.qdrant import (
-    COLLECTION_PREFIX,
-    PreparedPoint,
-    dense_of,
-    VectorStoreError,
-    _open_local_client,
-    default_local_path,
-    local_folder,
-    lock_timeout_from_env,
-)
+from queue_db.config import VectorStoreConfig, default
+from resources.folder_lock import local_folder
+from resources.ports import VectorStoreError
+from resources.qdrant_base import COLLECTION_PREFIX, LOCK_TIMEOUT_S, PreparedPoint, dense_of
 from resources.qdrant_edge import LOCAL_MODE_MARKER, EdgeVectorStore, local_mode_files
-from queue_db.config import VectorStoreConfig, settings
+from resources.qdrant_server import open_local_client
 
+MIGRATE_BATCH = default(VectorStoreConfig, "migrate_batch")
 MIGRATED_FOLDER = "local-mode-migrated"
 
 
-def migrate_local_mode(path: str | Path | None = None, batch: int | None = None) -> dict:
-    """Copy local-mode collections into Edge shards; {} when there is nothing to migrate."""
-    root = (Path(path).expanduser() if path else default_local_path()).resolve()
+def migrate_local_mode(path: str | Path, batch: int = MIGRATE_BATCH, lock_timeout_s: float = LOCK_TIMEOUT_S) -> dict:
+    """Copy the local-mode collections in the folder `path` (DOCQUEUE_QDRANT_PATH) into Edge shards, `batch`
+    points at a time (DOCQUEUE_QDRANT_MIGRATE_BATCH); {} when there is nothing to migrate."""
+    root = Path(path).expanduser().resolve()
     if not local_mode_files(root):
         return {}
-    batch = batch or settings(VectorStoreConfig).migrate_batch
     if batch < 1:
         raise ValueError(f"DOCQUEUE_QDRANT_MIGRATE_BATCH must be at least 1, got {batch}")
     copied: dict[str, int] = {}
-    with local_folder(root, _open_local_client).open(lock_timeout_from_env()) as client:
+    with local_folder(root, open_local_client).open(lock_timeout_s) as client:
         for description in client.get_collections().collections:
             name = description.name
             if not name.startswith(COLLECTION_PREFIX):
@@ -47,7 +42,7 @@ def migrate_local_mode(path: str | Path | None = None, batch: int | None = None)
             if not isinstance(vectors, qm.VectorParams):
                 raise VectorStoreError(f"collection {name} uses named vectors; docqueue expects one vector")
             store = EdgeVectorStore(path=str(root), model_id=name[len(COLLECTION_PREFIX):], dim=vectors.size,
-                                    allow_local_mode_files=True)
+                                    lock_timeout_s=lock_timeout_s, allow_local_mode_files=True)
             copied[store.collection] = _copy(client, name, store, batch)
     _move_aside(root)
     return {"collections": copied, "points": sum(copied.values())}

@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 import dagster as dg
 from pydantic import Field
 
-from queue_db.config import StorageConfig, docqueue_home, settings
+from queue_db.config import Settings
 
 _TEMP_PREFIX = ".tmp-"
 _COPY_CHUNK = 1024 * 1024
@@ -198,18 +198,23 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def default_storage_root() -> Path:
-    configured = settings(StorageConfig).storage_dir
-    return Path(configured).expanduser() if configured else docqueue_home() / "storage"
+def storage_root(settings: Settings) -> Path:
+    """The storage folder: DOCQUEUE_STORAGE_DIR, else `<DOCQUEUE_HOME>/storage`."""
+    configured = settings.storage.storage_dir
+    return Path(configured).expanduser() if configured else Path(settings.database.home).expanduser().resolve() / "storage"
 
 
 class StorageResource(dg.ConfigurableResource):
-    """Where page markdown and other artefacts are kept."""
+    """Where page markdown and other artefacts are kept; the entry point fills `root`
+    (`StorageResource.from_settings`)."""
 
-    root: str = Field(
-        default="",
-        description="Storage folder; empty means DOCQUEUE_STORAGE_DIR or <DOCQUEUE_HOME>/storage.",
-    )
+    root: str = Field(default="", description="Storage folder: DOCQUEUE_STORAGE_DIR or <DOCQUEUE_HOME>/storage.")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "StorageResource":
+        return cls(root=str(storage_root(settings)))
 
     def get_storage(self) -> LocalStorage:
-        return LocalStorage(Path(self.root).expanduser() if self.root else default_storage_root())
+        if not self.root:
+            raise ValueError("StorageResource has no root: build it with StorageResource.from_settings(settings)")
+        return LocalStorage(Path(self.root).expanduser())

@@ -8,8 +8,10 @@ import dagster as dg
 from orchestration.assets.handlers import PhaseHandler
 from orchestration.assets.rollups import rollup_assets
 from orchestration.assets.tasks import task_assets
+from orchestration.pipeline import PageLimits
 from queue_db.phases import PhaseRegistry
 
 
-def phase_assets(phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler]) -> list[dg.AssetsDefinition]:
-    return [*task_assets(phases, handlers), *rollup_assets(phases)]
+def phase_assets(phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler],
+                 limits: PageLimits = PageLimits()) -> list[dg.AssetsDefinition]:
+    return [*task_assets(phases, handlers, limits), *rollup_assets(phases)]

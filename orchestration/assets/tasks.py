@@ -17,6 +17,7 @@ from orchestration.assets.common import materialize_range, queue_of
 from orchestration.assets.handlers import BASE_RESOURCES, HandledTasks, PhaseHandler, kind_work
 from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import PARTITIONS_BY_LEVEL, register_partitions
+from orchestration.pipeline import PageLimits
 from orchestration.pipeline import Pipeline
 from queue_db.phases import Level, PhaseRegistry, PhaseSpec, TaskKind
 
@@ -76,7 +77,7 @@ def _children_level(spec: PhaseSpec, kind: TaskKind) -> Level | None:
 
 
 def task_asset(phases: PhaseRegistry, spec: PhaseSpec, kind: TaskKind, previous: TaskKind | None,
-               handlers: Mapping[str, PhaseHandler]) -> dg.AssetsDefinition:
+               handlers: Mapping[str, PhaseHandler], limits: PageLimits) -> dg.AssetsDefinition:
     work = kind_work(handlers, spec, kind)
     text = asset_text(kind)
     creates = _children_level(spec, kind)
@@ -91,6 +92,7 @@ def task_asset(phases: PhaseRegistry, spec: PhaseSpec, kind: TaskKind, previous:
     def task(context: dg.AssetExecutionContext):
         resources = context.resources
         pipeline = Pipeline.from_resources(queue_of(resources.database, phases), resources.storage,
+                                           limits=limits,
                                            **{name: getattr(resources, name) for name in work.resources})
         after = None
         if creates is not None:
@@ -105,11 +107,12 @@ def task_asset(phases: PhaseRegistry, spec: PhaseSpec, kind: TaskKind, previous:
     return task
 
 
-def task_assets(phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler]) -> list[dg.AssetsDefinition]:
+def task_assets(phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler],
+                limits: PageLimits = PageLimits()) -> list[dg.AssetsDefinition]:
     """Every kind's asset, in pipeline order."""
     assets, previous = [], None
     for spec in phases:
         for kind in spec.kinds:
-            assets.append(task_asset(phases, spec, kind, previous, handlers))
+            assets.append(task_asset(phases, spec, kind, previous, handlers, limits))
             previous = kind
     return assets

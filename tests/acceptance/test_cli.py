@@ -299,6 +299,7 @@ def _write_files(tmp: Path) -> dict[str, Path]:
 def _tell(story: Story) -> Story:
     from queue_db.phases import OCR_DOCUMENT
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
     files = story.files
     ok("db", "upgrade")
@@ -307,7 +308,7 @@ def _tell(story: Story) -> Story:
     story.secret_ingest = ok("ingest", str(files["secret"]), "--password-file", str(files["password"]))
 
     # a worker that claimed the report and died an hour ago, and one that is alive and well
-    queue = get_queue()
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
     report, volcanoes = document(story.engine, "report.pdf"), document(story.engine, "volcanoes.pdf")
     assert queue.claim(OCR_DOCUMENT, "crashed-worker", only_ids=[str(report["id"])])
     assert queue.claim(OCR_DOCUMENT, "live-worker", only_ids=[str(volcanoes["id"])])
@@ -358,6 +359,7 @@ def test_priority_sets_a_documents_priority(story):
 
 def test_password_file_opens_the_encrypted_pdf_and_only_its_path_is_stored(story):
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
     out = story.secret_ingest.out
     assert "secret.pdf" in out and "new" in out
@@ -365,7 +367,7 @@ def test_password_file_opens_the_encrypted_pdf_and_only_its_path_is_stored(story
     assert secret["password_ref"] == f"file:{story.files['password'].resolve()}"
     assert PASSWORD not in json.dumps(secret, default=str)
     assert all_phases(secret) == COMPLETED
-    text = " ".join(c["content"] for c in get_queue().chunks(document_id=str(secret["id"])))
+    text = " ".join(c["content"] for c in get_queue(QueueSettings.from_config(Settings.from_env().queue)).chunks(document_id=str(secret["id"])))
     assert "salary review" in text
 
 
@@ -530,13 +532,14 @@ def test_run_until_idle_processes_new_work_and_fails_the_retried_file_again(stor
 
 def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
     from resources.embeddings import DEFAULT_MODEL, MODELS
-    from resources.neo4j import Neo4jResource
-    from resources.qdrant import QdrantResource
+    from resources.graph_stores import Neo4jResource
+    from queue_db.config import Settings
+    from resources.vector_stores import QdrantResource
 
     chunk_ids = [r["chunk_id"] for r in rows(story.engine, "SELECT chunk_id FROM task_queue_chunk ORDER BY chunk_id")]
-    with QdrantResource().get_store(DEFAULT_MODEL, MODELS[DEFAULT_MODEL].dim) as vectors:
+    with QdrantResource.from_settings(Settings.from_env()).get_store(DEFAULT_MODEL, MODELS[DEFAULT_MODEL].dim) as vectors:
         vectors.delete_chunks([chunk_ids[0]])
-    with Neo4jResource().get_store() as graph:
+    with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:
         graph.delete_chunks([chunk_ids[-1]])
 
     as_json, as_table = together(("verify", "--json"), ("verify",))

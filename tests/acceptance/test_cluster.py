@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from queue_db.keys import chunk_partition_key, page_partition_key
+from queue_db.keys import page_partition_key
 from queue_db.phases import ALL_KINDS, GRAPHRAG_CHUNK
 from tests.acceptance.test_daemon_backfill import (BACKFILL_STATUS, DOCQUEUE, LAUNCH_BACKFILL, BoltGate, Ui, _rows,
                                                    chunk_rows, documents_done, wait_for)
@@ -211,6 +211,7 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
 
     machines = Machines(WORKERS)
     started: list = []
@@ -267,7 +268,7 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
         started.append(ui.stop)
         instance = dagster_instance(Settings.from_env())
         started.append(instance.dispose)
-        yield ui, workers, bolt_relay, inbox, get_queue(), instance, tmp_path
+        yield ui, workers, bolt_relay, inbox, get_queue(QueueSettings.from_config(Settings.from_env().queue)), instance, tmp_path
     finally:
         for stop in reversed(started):
             try:

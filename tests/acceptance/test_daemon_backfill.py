@@ -220,6 +220,7 @@ def deployment(docqueue_env, tmp_path):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
 
     upstream = docqueue_env.bolt.uri.rsplit("//", 1)[1].rsplit(":", 1)
     gate = BoltGate((upstream[0], int(upstream[1])))
@@ -234,7 +235,7 @@ def deployment(docqueue_env, tmp_path):
     ui = Ui(env, tmp_path / "docqueue-ui.log")
     instance = dagster_instance(Settings.from_env())
     try:
-        yield ui, gate, inbox, get_queue(), instance, tmp_path
+        yield ui, gate, inbox, get_queue(QueueSettings.from_config(Settings.from_env().queue)), instance, tmp_path
     finally:
         ui.stop()
         gate.close()
@@ -316,9 +317,10 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
         "a UI backfill needs its phase's pool slot"
     _assert_one_run_per_pool_at_a_time(instance)
 
-    from resources.neo4j import Neo4jResource
+    from resources.graph_stores import Neo4jResource
+    from queue_db.config import Settings
 
-    with Neo4jResource().get_store() as graph:  # straight to the server, not through the gate
+    with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:  # straight to the server, not through the gate
         assert {r[0] for r in _rows(queue, "SELECT chunk_id FROM task_queue_chunk")} <= graph.chunk_ids_with_writes()
     _print_timeline(instance)
     print(f"\ndaemon e2e: webserver up in {serving - started:.0f} s, 2 PDFs through 3 phases in "

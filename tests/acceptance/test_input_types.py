@@ -178,11 +178,12 @@ def pipeline_env(docqueue_env, tmp_path, monkeypatch):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
     from resources.storage import StorageResource
 
     monkeypatch.setenv("DOCQUEUE_TEXT_PAGE_CHARS", str(TEXT_PAGE_CHARS))
     instance = dagster_instance(Settings.from_env())
-    yield defs, instance, get_queue(), StorageResource().get_storage(), tmp_path
+    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue)), StorageResource.from_settings(Settings.from_env()).get_storage(), tmp_path
     instance.dispose()
 
 

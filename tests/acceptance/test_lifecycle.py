@@ -18,16 +18,17 @@ def env(docqueue_env, tmp_path):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
     from resources.embeddings import EmbeddingResource
-    from resources.neo4j import Neo4jResource
-    from resources.qdrant import QdrantResource
+    from resources.graph_stores import Neo4jResource
+    from resources.vector_stores import QdrantResource
     from resources.storage import StorageResource
 
     instance = dagster_instance(Settings.from_env())
-    embedder = EmbeddingResource().get_embedder()
-    stores = {"queue": get_queue(), "storage": StorageResource().get_storage(), "instance": instance, "defs": defs,
-              "embedder": embedder, "qdrant": lambda: QdrantResource().get_store(embedder.model_id, embedder.dim),
-              "graph": lambda: Neo4jResource().get_store(), "tmp": tmp_path}
+    embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
+    stores = {"queue": get_queue(QueueSettings.from_config(Settings.from_env().queue)), "storage": StorageResource.from_settings(Settings.from_env()).get_storage(), "instance": instance, "defs": defs,
+              "embedder": embedder, "qdrant": lambda: QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim),
+              "graph": lambda: Neo4jResource.from_settings(Settings.from_env()).get_store(), "tmp": tmp_path}
     yield stores
     instance.dispose()
 

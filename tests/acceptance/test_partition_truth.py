@@ -18,9 +18,10 @@ def truth_env(docqueue_env):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
 
     instance = dagster_instance(Settings.from_env())
-    yield defs, instance, get_queue()
+    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue))
     instance.dispose()
 
 
@@ -84,10 +85,11 @@ def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_en
     assert all(r[2] == 0 for r in by_status["completed"]), "no innocent chunk spent a retry"
 
     from resources.embeddings import EmbeddingResource
-    from resources.qdrant import QdrantResource
+    from queue_db.config import Settings
+    from resources.vector_stores import QdrantResource
 
-    embedder = EmbeddingResource().get_embedder()
-    store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+    embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
+    store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)
     try:
         assert len(store.chunk_ids()) == len(keys) - 1
     finally:

@@ -15,10 +15,11 @@ def pipeline_env(docqueue_env, tmp_path):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
     from resources.storage import StorageResource
 
     instance = dagster_instance(Settings.from_env())
-    yield defs, instance, get_queue(), StorageResource().get_storage(), tmp_path
+    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue)), StorageResource.from_settings(Settings.from_env()).get_storage(), tmp_path
     instance.dispose()
 
 
@@ -45,7 +46,7 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings
     from orchestration.verify import verify_stores
-    from resources.neo4j import Neo4jResource
+    from resources.graph_stores import Neo4jResource
 
     defs, instance, queue, storage, tmp = pipeline_env
     good = pf.text_pdf(tmp, "report.pdf", [["# Annual Report", "Ada Lovelace founded the Analytical Society in London."],
@@ -86,13 +87,15 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
     else:
         assert _status(instance, "ocr_document", "documents")[broken_doc["document_key"]] == "failed"
 
-    graph = Neo4jResource().get_store()
+    graph = Neo4jResource.from_settings(Settings.from_env()).get_store()
     try:
         from resources.embeddings import EmbeddingResource
-        from resources.qdrant import QdrantResource
+        from queue_db.config import Settings
+        from resources.vector_stores import QdrantResource
+        from queue_db.config import Settings
 
-        embedder = EmbeddingResource().get_embedder()
-        store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+        embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
+        store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)
         try:
             verification = verify_stores(queue, store, graph)
         finally:

@@ -64,10 +64,11 @@ def _assert_vectors_cover_their_chunks(query: str) -> None:
     """The vector phase writes each chunk's length and the part its vector covers into the point's payload."""
     from processing.chunking import count_tokens
     from resources.embeddings import EmbeddingResource
-    from resources.qdrant import QdrantResource
+    from queue_db.config import Settings
+    from resources.vector_stores import QdrantResource
 
-    embedder = EmbeddingResource().get_embedder()
-    with QdrantResource().get_store(embedder.model_id, embedder.dim) as store:
+    embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
+    with QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim) as store:
         hits = store.search(embedder.embed_one(query), limit=3)
     assert hits
     for hit in hits:

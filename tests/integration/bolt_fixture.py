@@ -19,7 +19,7 @@ import neo4j
 import pytest
 
 from resources.bolt_server import BoltServer
-from resources.neo4j import GraphStore
+from resources.bolt_graph import GraphStore
 
 _DELETE_BATCH = 5000
 

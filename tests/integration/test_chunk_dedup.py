@@ -13,7 +13,8 @@ from orchestration.pipeline import Pipeline
 from queue_db.embedding_reuse import vectors_reused_since
 from queue_db.queue import make_worker_id
 from queue_db.phases import VECTOR_CHUNK, VECTOR_PAGE
-from resources.embeddings import get_embedder
+from queue_db.config import Settings
+from resources.embeddings import EmbeddingResource, get_embedder
 from tests.integration.test_qdrant import BACKENDS, build_store
 from tests.queue_support import expand, ocr_all, register
 
@@ -106,6 +107,7 @@ def test_identical_chunks_are_embedded_once_and_share_the_vector(queue, setup):
 def test_with_dedup_off_every_chunk_is_embedded(queue, setup, monkeypatch):
     pipeline, store, embedder = setup
     monkeypatch.setenv("DOCQUEUE_EMBEDDING_DEDUP", "false")
+    pipeline.embed_dedup = EmbeddingResource.from_settings(Settings.from_env()).dedup  # as an entry point passes it
     first = chunked_document(queue, "v1.md", [BOILERPLATE, SUMMARY, BOILERPLATE])
     second = chunked_document(queue, "v2.md", [BOILERPLATE])
     embed(queue, pipeline, first)

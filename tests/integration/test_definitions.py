@@ -12,6 +12,8 @@ import dagster as dg
 import pytest
 from dagster._core.definitions.partitions.utils.base import INVALID_PARTITION_SUBSTRINGS
 from hypothesis import HealthCheck, given, settings
+
+from queue_db.config import Settings
 from hypothesis import strategies as st
 
 from queue_db.keys import chunk_partition_key, page_partition_key, parse_partition_key
@@ -146,13 +148,26 @@ def test_checks_run_in_their_own_job_not_in_the_task_jobs(defs):
     assert not checks_job.asset_layer.selected_asset_keys
 
 
-def test_resources_read_the_environment_not_run_config(defs):
-    """No secret in run config: every resource field is empty so it reads its DOCQUEUE_* variable at run time."""
-    from orchestration.definitions import build_resources
+def test_resources_keep_secrets_out_of_run_config(monkeypatch):
+    """Resources are built from the settings, and every secret goes in as a `dg.EnvVar`: its value is never a
+    literal field that code, run config or the UI's resource page could show."""
+    from orchestration.code_location import build_resources
 
-    for name, resource in build_resources().items():
-        assert all(value in ("", None) for value in resource.model_dump().values()
-                   if isinstance(value, (str, type(None)))), name
+    secrets = {"DOCQUEUE_DATABASE_URL": "postgresql://u:db-secret@127.0.0.1:1/x",
+               "DOCQUEUE_QDRANT_URL": "http://u:qdrant-secret@127.0.0.1:1", "DOCQUEUE_QDRANT_API_KEY": "key-secret",
+               "DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1", "DOCQUEUE_NEO4J_PASSWORD": "graph-secret",
+               "DOCQUEUE_LLM_API_KEY": "llm-secret"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    resources = build_resources(Settings.from_env())
+    for name, resource in resources.items():
+        for field, value in resource.model_dump().items():
+            if isinstance(value, str) and not isinstance(getattr(resource, field, None), dg.EnvVar):
+                assert not any(word in value for word in ("secret",)), (name, field)
+    env_vars = {str(getattr(r, f)) for r in resources.values() for f in type(r).model_fields
+                if isinstance(getattr(r, f, None), dg.EnvVar)}
+    assert {"DOCQUEUE_DATABASE_URL", "DOCQUEUE_QDRANT_URL", "DOCQUEUE_QDRANT_API_KEY", "DOCQUEUE_NEO4J_PASSWORD",
+            "DOCQUEUE_LLM_API_KEY"} <= env_vars
 
 
 # ------------------------------------------------------------------------------------------------ partition keys

@@ -6,8 +6,9 @@ import json
 import numpy as np
 import qdrant_edge as qe
 
-from resources.qdrant import ChunkPoint
-from resources.qdrant_edge import HNSW_CONFIG, QUANTIZATION_CONFIG, EdgeVectorStore
+from resources.ports import ChunkPoint
+from resources.qdrant_edge import EdgeVectorStore
+from resources.qdrant_edge_shard import HNSW_CONFIG, QUANTIZATION_CONFIG
 
 MODEL, DIM = "index-test", 384
 POINTS = 8_000  # 12 MB of vectors: above full_scan_threshold (10 MB), so searches go through the graph
@@ -86,10 +87,10 @@ def test_a_shard_with_older_index_settings_gets_todays_and_is_rebuilt_by_optimiz
     store.close()
 
 
-def test_the_tail_is_indexed_once_enough_points_wait_and_segments_stop_growing(tmp_path, monkeypatch):
-    monkeypatch.setenv("DOCQUEUE_QDRANT_SEGMENT_POINTS", "10000")  # the smallest allowed: two builds never merge
+def test_the_tail_is_indexed_once_enough_points_wait_and_segments_stop_growing(tmp_path):
     rng = np.random.default_rng(5)
-    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
+    # the smallest DOCQUEUE_QDRANT_SEGMENT_POINTS allowed: two builds never merge
+    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0, segment_points=10_000)
     first = clustered(rng, POINTS)
     fill(store, first)
     assert store.unindexed() == POINTS  # counted by the writers, read without opening the shard
@@ -115,10 +116,10 @@ def test_the_recovery_job_indexes_the_waiting_tail(docqueue_env, monkeypatch):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.embeddings import EmbeddingResource
-    from resources.qdrant import QdrantResource
+    from resources.vector_stores import QdrantResource
 
-    embedder = EmbeddingResource().get_embedder()
-    store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+    embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
+    store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)
     fill(store, clustered(np.random.default_rng(6), POINTS))
     store.close()
     monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", str(POINTS))

@@ -8,6 +8,7 @@ import pytest
 
 from resources import embeddings
 from processing.chunking import count_tokens
+from queue_db.config import Settings
 from resources.embeddings import (
     MODELS,
     EmbeddingError,
@@ -138,19 +139,19 @@ def test_unknown_model_and_bad_settings_are_rejected():
         Embedder(max_windows=0)
 
 
-def test_resource_reads_the_environment_and_caches_per_process(monkeypatch):
+def test_resource_takes_the_settings_and_caches_per_process(monkeypatch):
     monkeypatch.setenv("DOCQUEUE_EMBED_BATCH", "5")
     monkeypatch.setenv("DOCQUEUE_EMBED_THREADS", "1")
     monkeypatch.delenv("DOCQUEUE_EMBEDDING_MODEL", raising=False)
-    resource = EmbeddingResource()
+    resource = EmbeddingResource.from_settings(Settings.from_env())
     embedder = resource.get_embedder()
     assert (embedder.model_id, embedder.batch_size) == ("all-MiniLM-L6-v2-int8", 5)
     assert resource.get_embedder() is embedder
-    assert EmbeddingResource(batch_size=5).get_embedder() is embedder
-    assert EmbeddingResource(batch_size=6).get_embedder() is not embedder
+    assert EmbeddingResource(batch_size=5, threads=1).get_embedder() is embedder
+    assert EmbeddingResource(batch_size=6, threads=1).get_embedder() is not embedder
     monkeypatch.setenv("DOCQUEUE_EMBEDDING_MODEL", "no-such-model")
     with pytest.raises(EmbeddingError):
-        EmbeddingResource().get_embedder()
+        EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
 
 
 def test_model_runs_in_batches_bounded_by_count_and_tokens():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-import resources.neo4j as graph_module
-from resources.neo4j import GraphStore
+import resources.bolt_graph as graph_module
+from resources.bolt_graph import GraphStore
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 from tests.integration.test_graph_store import chunk, relationship_weights
 

@@ -23,7 +23,8 @@ from resources.extraction import (
     SpacyExtractor,
     plain_text,
 )
-from resources.neo4j import ChunkGraph, Extraction
+from processing.entities import ChunkGraph, Extraction
+from queue_db.config import Settings
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -301,7 +302,7 @@ def test_llm_unreachable_endpoint_fails_after_bounded_retries():
 # -- the resource ------------------------------------------------------------------------------------------------------
 def test_resource_builds_one_extractor_per_configuration(monkeypatch, llm_endpoint):
     monkeypatch.delenv("DOCQUEUE_EXTRACTOR", raising=False)
-    default = ExtractionResource()
+    default = ExtractionResource.from_settings(Settings.from_env())
     assert isinstance(default.get_extractor(), SpacyExtractor)
     assert default.get_extractor() is ExtractionResource().get_extractor()
 
@@ -309,11 +310,12 @@ def test_resource_builds_one_extractor_per_configuration(monkeypatch, llm_endpoi
     monkeypatch.setenv("DOCQUEUE_LLM_BASE_URL", llm_endpoint)
     monkeypatch.setenv("DOCQUEUE_LLM_MODEL", "stand-in")
     monkeypatch.setenv("DOCQUEUE_LLM_API_KEY", API_KEY)
-    from_env = ExtractionResource().get_extractor()
-    assert isinstance(from_env, LlmExtractor) and from_env.name == "llm:stand-in"
-    assert from_env is ExtractionResource().get_extractor()
-    assert len(from_env.extract(["plain"])[0].entities) == 3
+    resource = ExtractionResource.from_settings(Settings.from_env())
+    assert API_KEY not in repr(resource)  # the key reaches the resource as its variable's name, never in run config
+    from_settings = resource.get_extractor()
+    assert isinstance(from_settings, LlmExtractor) and from_settings.name == "llm:stand-in"
+    assert from_settings is ExtractionResource.from_settings(Settings.from_env()).get_extractor()
+    assert len(from_settings.extract(["plain"])[0].entities) == 3
 
-    monkeypatch.setenv("DOCQUEUE_EXTRACTOR", "nonsense")
     with pytest.raises(ValueError, match="unknown extractor"):
-        ExtractionResource().get_extractor()
+        ExtractionResource(backend="nonsense").get_extractor()

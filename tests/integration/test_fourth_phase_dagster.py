@@ -55,7 +55,7 @@ def summary_env(docqueue_env):
 def _tick(defs, instance, sensor_name: str):
     sensor = defs.get_sensor_def(sensor_name)
     with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor_name,
-                                 resources=build_resources()) as context:
+                                 resources=build_resources(Settings.from_env())) as context:
         return sensor.evaluate_tick(context)
 
 

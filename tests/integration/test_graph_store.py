@@ -15,15 +15,10 @@ from pathlib import Path
 import pytest
 
 from resources.bolt_server import BoltServer
-from resources.neo4j import (
-    ChunkGraph,
-    Entity,
-    Extraction,
-    GraphStore,
-    Neo4jResource,
-    Relation,
-    normalize_entity_name,
-)
+from processing.entities import ChunkGraph, Entity, Extraction, Relation, normalize_entity_name
+from resources.bolt_graph import GraphStore
+from resources.graph_stores import Neo4jResource
+from queue_db.config import Settings
 from tests.integration.bolt_fixture import bolt_server, free_port, graph_store  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -302,7 +297,7 @@ def test_racing_starters_share_one_detached_server_that_keeps_data_across_restar
         monkeypatch.delenv("DOCQUEUE_NEO4J_URI", raising=False)
         monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path))
         monkeypatch.setenv("DOCQUEUE_BOLT_PORT", str(port))
-        with Neo4jResource().get_store() as store:
+        with Neo4jResource.from_settings(Settings.from_env()).get_store() as store:
             store.ensure_schema()
             store.write_chunks([chunk("kept", 1, 0, [("Durable Entity", "ORG")])])
 
@@ -310,7 +305,7 @@ def test_racing_starters_share_one_detached_server_that_keeps_data_across_restar
         assert not server.is_running() and _java_processes_for(home) == []
         assert server.ensure_running(timeout_s=120) == f"bolt://127.0.0.1:{port}"
         print(f"Bolt server restart (warm data): {server.last_start_seconds:.2f}s")
-        with Neo4jResource().get_store() as store:
+        with Neo4jResource.from_settings(Settings.from_env()).get_store() as store:
             assert store.entity("durable entity")["mentions"][0]["document_id"] == "kept"
     finally:
         server.stop()
@@ -341,7 +336,7 @@ def test_resource_uses_the_configured_server_when_uri_is_set(graph_store, bolt_s
     monkeypatch.setenv("DOCQUEUE_NEO4J_DATABASE", bolt_server.database or "")
     monkeypatch.setenv("DOCQUEUE_HOME", "/nonexistent-home-must-not-be-used")
     graph_store.write_chunks([chunk("d", 1, 0, [("Shared Entity", "ORG")])])
-    with Neo4jResource().get_store() as store:
+    with Neo4jResource.from_settings(Settings.from_env()).get_store() as store:
         assert store.entity("shared entity")["mentions"][0]["document_id"] == "d"
     # explicit fields win over the environment
     resource = Neo4jResource(uri=bolt_server.uri, user=bolt_server.user, password="wrong-password",

@@ -12,7 +12,8 @@ import qdrant_edge as qe
 from click.testing import CliRunner
 
 from resources.embeddings import get_embedder
-from resources.qdrant import OLD_SHAPE_NOTICE, ChunkPoint, PreparedPoint, SearchHits
+from resources.ports import ChunkPoint, SearchHits
+from resources.qdrant_base import OLD_SHAPE_NOTICE, PreparedPoint
 from tests.integration.test_qdrant import MODEL, backend, build_store, store_at  # noqa: F401 (fixtures)
 
 # a chunk each; every target has near-duplicates that differ in a word or a number only
@@ -136,7 +137,7 @@ def test_search_command_is_hybrid_by_default_with_dense_and_sparse_for_compariso
     monkeypatch.setattr(cli, "_queue", lambda: None)
     monkeypatch.setattr("queue_db.lifecycle.hidden_from_search", lambda queue: [])
     monkeypatch.setattr("resources.embeddings.EmbeddingResource.get_embedder", lambda self: Embedder())
-    monkeypatch.setattr("resources.qdrant.QdrantResource.get_store", lambda self, model_id, dim: Store())
+    monkeypatch.setattr("resources.vector_stores.QdrantResource.get_store", lambda self, model_id, dim: Store())
     runner = CliRunner()
     for flags, mode in (([], "hybrid"), (["--dense"], "dense"), (["--sparse"], "sparse")):
         result = runner.invoke(cli.main, ["search", "ferry", "--json", *flags])

@@ -36,14 +36,15 @@ def pipeline(legacy, tmp_path):
     from orchestration.pipeline import Pipeline
     from resources.embeddings import get_embedder
     from resources.extraction import ExtractionResource
+    from queue_db.config import Settings
     from resources.ocr import OcrResource
-    from resources.qdrant import open_vector_store
+    from resources.qdrant_edge import EdgeVectorStore
     from resources.storage import LocalStorage
 
-    pipeline = Pipeline(legacy, storage=LocalStorage(tmp_path / "storage"), pdf=OcrResource().get_processor(),
-                        embedder=get_embedder(), extractor=ExtractionResource().get_extractor(),
-                        vector_store_factory=lambda model_id, dim: open_vector_store(
-                            url=None, path=str(tmp_path / "qdrant"), api_key=None, model_id=model_id, dim=dim))
+    pipeline = Pipeline(legacy, storage=LocalStorage(tmp_path / "storage"), pdf=OcrResource.from_settings(Settings.from_env()).get_processor(),
+                        embedder=get_embedder(), extractor=ExtractionResource.from_settings(Settings.from_env()).get_extractor(),
+                        vector_store_factory=lambda model_id, dim: EdgeVectorStore(
+                            path=str(tmp_path / "qdrant"), model_id=model_id, dim=dim))
     yield pipeline
     pipeline.close()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from queue_db.config import Settings
 from resources.ocr import DocumentError, OcrResource, PdfLimits, PdfProcessor
 from tests import pdf_factory as factory
 
@@ -330,21 +331,21 @@ def test_document_error_survives_pickling():
         DocumentError("x", "bogus")
 
 
-def test_limits_come_from_the_environment(monkeypatch):
+def test_limits_come_from_the_settings(monkeypatch):
     monkeypatch.setenv("DOCQUEUE_MAX_FILE_MB", "5")
     monkeypatch.setenv("DOCQUEUE_MAX_PAGES", "40")
     monkeypatch.setenv("DOCQUEUE_PAGE_TIMEOUT", "7.5")
     monkeypatch.setenv("DOCQUEUE_OCR_DPI", "150")
-    limits = PdfLimits.from_env()
+    limits = PdfLimits.from_config(Settings.from_env().storage)
     assert (limits.max_file_bytes, limits.max_pages, limits.page_timeout_s, limits.ocr_dpi) == (5 * 2**20, 40, 7.5, 150)
+    assert OcrResource.from_settings(Settings.from_env()).limits() == limits
     monkeypatch.setenv("DOCQUEUE_MAX_PAGES", "lots")
     with pytest.raises(ValueError, match="DOCQUEUE_MAX_PAGES"):
-        PdfLimits.from_env()
+        Settings.from_env()
 
 
 def test_ocr_resource_builds_one_processor_with_overrides(monkeypatch, report_pdf: Path):
-    monkeypatch.setenv("DOCQUEUE_OCR_DPI", "150")
-    resource = OcrResource(max_pages=3)
+    resource = OcrResource(max_pages=3, ocr_dpi=150)
     limits = resource.limits()
     assert (limits.max_pages, limits.ocr_dpi) == (3, 150)
     processor = resource.get_processor()

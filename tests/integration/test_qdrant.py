@@ -21,19 +21,15 @@ import qdrant_edge
 from qdrant_client import QdrantClient
 
 from processing.chunking import chunk_markdown
+from queue_db.config import Settings
 from resources.embeddings import get_embedder
-from resources.qdrant import (
-    ChunkPoint,
-    ClientVectorStore,
-    QdrantResource,
-    QdrantStorageBusy,
-    VectorStore,
-    VectorStoreError,
-    collection_name,
-    point_id,
-    release_lingering,
-)
+from resources.folder_lock import QdrantStorageBusy, release_lingering
+from resources.ports import ChunkPoint, VectorStore, VectorStoreError
+from resources.qdrant_base import collection_name
 from resources.qdrant_edge import EdgeVectorStore
+from resources.qdrant_server import ClientVectorStore
+from resources.vector_payload import point_id
+from resources.vector_stores import QdrantResource, vector_store_settings
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "all-MiniLM-L6-v2-int8"
@@ -176,7 +172,7 @@ def test_threads_of_one_process_share_the_folder(store_at, tmp_path):
 WRITER = textwrap.dedent("""
     import os, sys, time
     import numpy as np
-    from resources.qdrant import ChunkPoint
+    from resources.ports import ChunkPoint
     from tests.integration.test_qdrant import build_store
 
     path, name, go_file, batches, backend = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
@@ -281,9 +277,9 @@ def test_a_lingering_edge_writer_hands_the_shard_over_when_another_process_asks(
         holder.communicate()
 
 
-def test_lock_timeout_comes_from_the_environment(backend, store_at, tmp_path, monkeypatch):
+def test_lock_timeout_comes_from_the_settings(backend, store_at, tmp_path, monkeypatch):
     monkeypatch.setenv("DOCQUEUE_QDRANT_LOCK_TIMEOUT", "0.3")
-    store = store_at(tmp_path / "q")
+    store = store_at(tmp_path / "q", lock_timeout_s=vector_store_settings(Settings.from_env()).lock_timeout_s)
     assert store.lock_timeout_s == 0.3
     if backend == "edge":
         store.ensure_collection()
@@ -301,16 +297,21 @@ def test_lock_timeout_comes_from_the_environment(backend, store_at, tmp_path, mo
     assert store.count() == 0
 
 
-def test_resource_builds_stores_from_the_environment(tmp_path, monkeypatch):
+def test_resource_builds_stores_from_the_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCQUEUE_QDRANT_URL", "")
     monkeypatch.setenv("DOCQUEUE_QDRANT_PATH", str(tmp_path / "from-env"))
-    store = QdrantResource().get_store(MODEL, DIM)
+    monkeypatch.setenv("DOCQUEUE_QDRANT_LOCK_TIMEOUT", "7")
+    store = QdrantResource.from_settings(Settings.from_env()).get_store(MODEL, DIM)
+    assert store.lock_timeout_s == 7
     assert isinstance(store, EdgeVectorStore)
     assert store.is_embedded and store.location == str((tmp_path / "from-env").resolve())
     assert store.collection == "docqueue_chunks__all_minilm_l6_v2_int8"
     monkeypatch.setenv("DOCQUEUE_QDRANT_URL", "https://user:hunter2@127.0.0.1:6333/")
     monkeypatch.setenv("DOCQUEUE_QDRANT_API_KEY", "sekrit-key")
-    remote = QdrantResource().get_store(MODEL, DIM)
+    resource = QdrantResource.from_settings(Settings.from_env())
+    # the secrets reach the resource as the names of their variables, so run config never shows them
+    assert "hunter2" not in repr(resource) and "sekrit-key" not in repr(resource)
+    remote = resource.get_store(MODEL, DIM)
     assert isinstance(remote, ClientVectorStore) and not remote.is_embedded
     assert "hunter2" not in repr(remote) and "sekrit-key" not in repr(remote)
     assert remote.location == "https://127.0.0.1:6333/"

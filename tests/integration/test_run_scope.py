@@ -45,13 +45,14 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(d
     from orchestration.workers import run_worker
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
     from resources.embeddings import DEFAULT_MODEL, MODELS
-    from resources.qdrant import QdrantResource
+    from resources.vector_stores import QdrantResource
     from resources.storage import StorageResource
 
     monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", "1")
 
-    queue, storage = get_queue(), StorageResource().get_storage()
+    queue, storage = get_queue(QueueSettings.from_config(Settings.from_env().queue)), StorageResource.from_settings(Settings.from_env()).get_storage()
     for n, priority in ((1, 0), (2, 7), (3, 7)):
         path = tmp_path / f"note{n}.md"
         path.write_text(NOTE.format(n=n))
@@ -71,7 +72,7 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(d
         assert (rows[other]["ocr_status"], rows[other]["graphrag_index_status"]) == ("pending", "pending")
     # the runs' Dagster console at INFO instead of silent
     assert "- dagster - INFO - graphrag_chunk_job" in logged and "note3" not in logged
-    store = QdrantResource().get_store(DEFAULT_MODEL, MODELS[DEFAULT_MODEL].dim)
+    store = QdrantResource.from_settings(Settings.from_env()).get_store(DEFAULT_MODEL, MODELS[DEFAULT_MODEL].dim)
     try:
         assert store.count() > 0 and store.unindexed() == 0  # written, then handed to optimize() by the runner
     finally:

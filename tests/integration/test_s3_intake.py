@@ -60,7 +60,7 @@ def _tick(defs, instance, cursor: str | None):
 
     sensor = defs.resolve_sensor_def("s3_intake_sensor")
     with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor.name,
-                                 resources=build_resources(), cursor=cursor) as context:
+                                 resources=build_resources(Settings.from_env()), cursor=cursor) as context:
         return sensor.evaluate_tick(context)
 
 
@@ -70,6 +70,7 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
 
     name, client = bucket
     monkeypatch.setenv("DOCQUEUE_S3_MAX_OBJECTS", "2")
@@ -83,7 +84,7 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
     _put(client, name, "elsewhere/other.pdf", report.read_bytes())  # outside the prefix
 
     instance = dagster_instance(Settings.from_env())
-    queue = get_queue()
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
     try:
         first = _tick(defs, instance, None)
         assert "5 object(s) listed" in first.skip_message and "2 left for the next tick" in first.skip_message

@@ -27,9 +27,10 @@ def env(docqueue_env):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
 
     instance = dagster_instance(Settings.from_env())
-    yield loaded(), instance, get_queue()
+    yield loaded(), instance, get_queue(QueueSettings.from_config(Settings.from_env().queue))
     instance.dispose()
 
 
@@ -48,7 +49,7 @@ def tick(defs, instance, sensor_name: str):
 
     sensor = defs.get_sensor_def(sensor_name)
     with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor_name,
-                                 resources=build_resources()) as ctx:
+                                 resources=build_resources(Settings.from_env())) as ctx:
         return sensor.evaluate_tick(ctx)
 
 

@@ -60,9 +60,10 @@ def runner_env(docqueue_env):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
 
     instance = dagster_instance(Settings.from_env())
-    yield defs, instance, get_queue()
+    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue))
     instance.dispose()
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from queue_db.config import Settings
 from resources.storage import InvalidKeyError, LocalStorage, StorageResource, page_file_key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,11 +165,12 @@ def test_killed_writer_leaves_old_or_new_content(tmp_path: Path):
 
 def test_storage_resource_default_root(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("DOCQUEUE_STORAGE_DIR", str(tmp_path / "from-env"))
-    assert StorageResource().get_storage().root == tmp_path / "from-env"
+    assert StorageResource.from_settings(Settings.from_env()).get_storage().root == tmp_path / "from-env"
 
     monkeypatch.delenv("DOCQUEUE_STORAGE_DIR")
     monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path / "home"))
-    assert StorageResource().get_storage().root == (tmp_path / "home").resolve() / "storage"
+    settings = Settings.from_env()
+    assert StorageResource.from_settings(settings).get_storage().root == (tmp_path / "home").resolve() / "storage"
 
     explicit = StorageResource(root=str(tmp_path / "explicit")).get_storage()
     explicit.put_text("k/v.md", "x")

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
-from queue_db.config import QueueSettings
+from queue_db.config import QueueSettings, Settings
 from queue_db.phases import ALL_KINDS
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
@@ -44,7 +44,7 @@ def _process(queue: TaskQueue) -> None:
     """Every phase of every ready task, in the pipeline the workers run (no Dagster run needed here)."""
     from orchestration.pipeline import Pipeline
 
-    pipeline = Pipeline.from_env(queue)
+    pipeline = Pipeline.from_settings(queue, Settings.from_env())
     worker = make_worker_id()
     try:
         for _ in range(20):
@@ -110,19 +110,20 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
 
     # delete --tenant: every store loses acme, the default tenant keeps everything
     from orchestration.environment import dagster_instance
-    from queue_db.config import Settings
     from orchestration.store_cleanup import PARTITION_DEFS
+    from resources.graph_stores import Neo4jResource
+    from queue_db.config import Settings
     from resources.neo4j import Neo4jResource
     from resources.storage import StorageResource
 
     def acme_in_graph() -> int:
-        with Neo4jResource().get_store() as graph:
+        with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:
             return graph._read("MATCH (n) WHERE n.tenant_id = 'acme' OR n.key STARTS WITH 'acme:' "
                                "RETURN count(n) AS n")[0]["n"]
 
     instance = dagster_instance(Settings.from_env())
     assert acme[0]["document_key"] in instance.get_dynamic_partitions(PARTITION_DEFS["documents"])
-    storage = StorageResource().get_storage()
+    storage = StorageResource.from_settings(Settings.from_env()).get_storage()
     stored = {key: queue.document(key)["storage_key"] for key in (acme[0]["document_key"], plain[0]["document_key"])}
     assert stored[acme[0]["document_key"]].startswith("tenants/acme/documents/")
     assert all(map(storage.exists, stored.values())) and acme_in_graph() > 0

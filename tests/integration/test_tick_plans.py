@@ -24,9 +24,10 @@ def env(docqueue_env):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
 
     instance = dagster_instance(Settings.from_env())
-    yield defs, instance, get_queue()
+    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue))
     instance.dispose()
 
 
@@ -65,7 +66,7 @@ def _tick(defs, instance, name: str):
     from orchestration.definitions import build_resources
 
     with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=name,
-                                 resources=build_resources()) as ctx:
+                                 resources=build_resources(Settings.from_env())) as ctx:
         return defs.get_sensor_def(name).evaluate_tick(ctx)
 
 

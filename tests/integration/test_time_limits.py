@@ -10,6 +10,13 @@ from queue_db.phases import VECTOR_CHUNK, VECTOR_PAGE
 from tests.queue_support import build_document
 
 
+def embed_timeout() -> float:
+    from queue_db.config import Settings
+    from resources.embeddings import EmbeddingResource
+
+    return EmbeddingResource.from_settings(Settings.from_env()).timeout_s
+
+
 @pytest.fixture
 def pipeline(queue, tmp_path):
     from orchestration.pipeline import Pipeline
@@ -26,6 +33,7 @@ def pipeline(queue, tmp_path):
 def test_an_embedding_batch_over_its_time_limit_fails_as_timeout_and_is_retried(queue, pipeline, monkeypatch, engine):
     build_document(queue, pages=1, chunks_per_page=3)
     monkeypatch.setenv("DOCQUEUE_EMBED_TIMEOUT", "0.0005")  # absurdly low
+    pipeline.embed_timeout_s = embed_timeout()  # as an entry point hands it down
     worker = make_worker_id()
     outcomes = pipeline.embed_chunks(worker, queue.claim(VECTOR_CHUNK, worker, 3))
     assert [o.error_class for o in outcomes] == ["timeout"] * 3
@@ -36,6 +44,7 @@ def test_an_embedding_batch_over_its_time_limit_fails_as_timeout_and_is_retried(
     assert counts[("vector_chunks", "timeout")] == 3
     # back-off is 0 in the test settings: the next claim takes them again, and with a sane limit they complete
     monkeypatch.setenv("DOCQUEUE_EMBED_TIMEOUT", "300")
+    pipeline.embed_timeout_s = embed_timeout()
     outcomes = pipeline.embed_chunks(worker, queue.claim(VECTOR_CHUNK, worker, 3))
     assert all(o.ok for o in outcomes) and {r["vector_status"] for r in queue.chunks()} == {"completed"}
 

@@ -8,6 +8,8 @@ import pytest
 from orchestration.maintenance import nightly
 from orchestration.verify import verify_stores
 from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
+from processing.entities import ChunkGraph, Entity, Extraction
+from resources.ports import ChunkPoint
 from resources.neo4j import ChunkGraph, Entity, Extraction
 from resources.qdrant import ChunkPoint
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
@@ -112,14 +114,15 @@ def test_the_store_checks_evaluate_streamed_in_their_job(docqueue_env, monkeypat
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue
+    from queue_db.config import QueueSettings
     from resources.embeddings import EmbeddingResource
-    from resources.qdrant import QdrantResource
+    from resources.vector_stores import QdrantResource
 
     monkeypatch.setenv("DOCQUEUE_VERIFY_PAGE", str(PAGE))
     defs = build_definitions(Settings.from_env())  # the code location as it loads with this environment
-    queue = get_queue()
-    embedder = EmbeddingResource().get_embedder()
-    store = QdrantResource().get_store(embedder.model_id, embedder.dim)
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
+    store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)
     document = build_document(queue, pages=1, chunks_per_page=5)
     tasks = queue.claim(VECTOR_CHUNK, "check-test", 5)
     store.upsert([ChunkPoint(t["chunk_id"], [1.0] * embedder.dim,

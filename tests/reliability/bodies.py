@@ -57,10 +57,11 @@ def late_finisher(spec: dict) -> None:
     from queue_db.phases import KINDS_BY_NAME, VECTOR_CHUNK
     from queue_db.heartbeat import Heartbeat
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
     kind = KINDS_BY_NAME[spec["kind"]]
-    queue = get_queue()
-    pipeline = Pipeline.from_env(queue)
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    pipeline = Pipeline.from_settings(queue, Settings.from_env())
     writes = {"points": 0, "graph_chunks": 0}
     if kind is VECTOR_CHUNK:
         pipeline.embedder.embed(["warm up"])
@@ -104,8 +105,9 @@ def busy_holder(spec: dict) -> None:
     from queue_db.phases import OCR_PAGE
     from queue_db.heartbeat import Heartbeat
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
-    queue = get_queue()
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
     worker_id = make_worker_id("busy")
     ids = [str(t["id"]) for t in queue.claim(OCR_PAGE, worker_id, 100)]
     Path(spec["claimed"]).write_text(json.dumps({"worker": worker_id, "ids": ids}))

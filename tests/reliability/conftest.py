@@ -26,17 +26,19 @@ class Pipeline:
         from orchestration.environment import dagster_instance
         from queue_db.config import Settings
         from resources.database import get_queue
+        from queue_db.config import QueueSettings
         from resources.storage import StorageResource
 
-        self.defs, self.instance, self.queue = defs, dagster_instance(Settings.from_env()), get_queue()
-        self.storage = StorageResource().get_storage()
+        self.defs, self.instance, self.queue = defs, dagster_instance(Settings.from_env()), get_queue(QueueSettings.from_config(Settings.from_env().queue))
+        self.storage = StorageResource.from_settings(Settings.from_env()).get_storage()
         self.tmp = tmp_path
 
     def reload_settings(self) -> None:
         """A new queue handle that reads the (monkeypatched) queue settings again."""
         from resources.database import get_queue
+        from queue_db.config import QueueSettings, Settings
 
-        self.queue = get_queue()
+        self.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
 
     def ingest(self, paths, **kwargs):
         from orchestration.intake import ingest_paths

@@ -71,12 +71,13 @@ class Stores:
     @classmethod
     def open(cls) -> "Stores":
         from resources.embeddings import DEFAULT_MODEL, MODELS
-        from resources.neo4j import Neo4jResource
-        from resources.qdrant import QdrantResource
+        from resources.graph_stores import Neo4jResource
+        from queue_db.config import Settings
+        from resources.vector_stores import QdrantResource
 
         spec = MODELS[DEFAULT_MODEL]
-        vector = QdrantResource().get_store(spec.model_id, spec.dim)
-        graph = Neo4jResource().get_store()
+        vector = QdrantResource.from_settings(Settings.from_env()).get_store(spec.model_id, spec.dim)
+        graph = Neo4jResource.from_settings(Settings.from_env()).get_store()
         return cls(vector, graph, [vector.close, graph.close])
 
     def close(self) -> None:

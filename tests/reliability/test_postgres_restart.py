@@ -56,10 +56,11 @@ def own_postgres(rel_env, monkeypatch):
 def _inbox_tick(pipeline, inbox: Path) -> str:
     from orchestration.sensors import inbox_sensor
     from resources.database import DatabaseResource
+    from queue_db.config import Settings
     from resources.storage import StorageResource
 
     context = dg.build_sensor_context(instance=pipeline.instance,
-                                      resources={"database": DatabaseResource(), "storage": StorageResource()})
+                                      resources={"database": DatabaseResource.from_settings(Settings.from_env()), "storage": StorageResource.from_settings(Settings.from_env())})
     return inbox_sensor.evaluate_tick(context).skip_message or ""
 
 

@@ -75,7 +75,7 @@ def _ocr_pages(queue) -> dict:
 def _hold_qdrant_lock(folder) -> subprocess.Popen:
     """Another process holding the embedded Qdrant shard (a long CLI command, a stuck run) until stdin closes."""
     from resources.embeddings import DEFAULT_MODEL
-    from resources.qdrant import collection_name
+    from resources.qdrant_base import collection_name
     from resources.qdrant_edge import TAIL_SUFFIX
 
     lock = folder / "edge" / f"{collection_name(DEFAULT_MODEL)}{TAIL_SUFFIX}.lock"  # the shard writes go to
@@ -95,8 +95,9 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
                         "DOCQUEUE_RETRY_BACKOFF_BASE": "0.2", "DOCQUEUE_RETRY_BACKOFF_MAX": "1"}.items():
         monkeypatch.setenv(name, value)
     from resources.database import get_queue
+    from queue_db.config import QueueSettings, Settings
 
-    queue = pipeline.queue = get_queue()  # the queue settings above (retries, back-off)
+    queue = pipeline.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))  # the queue settings above (retries, back-off)
     pipeline.ingest([pf.text_pdf(tmp_path, "report.pdf", [pf.DEMO_PAGE, pf.TWO_TOPICS["volcanoes"]])])
     holder = _hold_qdrant_lock(rel_env.home / "qdrant")
     try:

@@ -89,6 +89,7 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
     from orchestration.assets.common import process_keys
     from orchestration.pipeline import Pipeline as Work
     from resources.ocr import OcrResource
+    from queue_db.config import Settings
 
     # one batch of twelve scanned pages (OCR model start-up included; claimed as one batch, not the usual four) must
     # outlast the stale timeout twice over even on a fast idle machine (0.4-1.2 s/page measured: one batch of four
@@ -98,7 +99,7 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
     queue = TaskQueue(pipeline.queue.engine, settings)
     scans = [pf.scanned_pdf(tmp_path, f"scan-{i}.pdf", pf.SCANNED_TEXT + f" Log entry {i}.")[0] for i in range(12)]
     ingested = pipeline.ingest(scans)
-    work = Work(queue, storage=pipeline.storage, pdf=OcrResource().get_processor())
+    work = Work(queue, storage=pipeline.storage, pdf=OcrResource.from_settings(Settings.from_env()).get_processor())
     stop = threading.Event()
     passes = [0]
 

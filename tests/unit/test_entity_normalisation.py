@@ -6,20 +6,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resources.extraction import ExtractionLimits, _Collector, type_rule_violation
-from resources.neo4j import (
+from processing.entities import (
     ChunkGraph,
-    DocumentAliases,
     Entity,
+    EntityCollector,
     Extraction,
+    ExtractionLimits,
     Relation,
-    _Batch,
-    _chunk_content,
-    _last_write_wins,
+    entity_type,
     is_short_form,
     normalize_entity_name,
+    relation_type,
     resolve_aliases,
+    type_rule_violation,
 )
+from resources.bolt_graph import DocumentAliases, _Batch, _chunk_content, _last_write_wins
 
 
 @pytest.mark.parametrize("variant", [
@@ -149,7 +150,7 @@ def test_type_rules_accept(name, type_):
 
 
 def test_collector_drops_and_counts_names_its_type_rules_turn_down():
-    collector = _Collector(ExtractionLimits())
+    collector = EntityCollector(ExtractionLimits())
     assert collector.add_entity("205–7 Clark", "PERSON") is None
     assert collector.add_entity("205–7  Clark", "PERSON") is None  # the same name again counts once
     assert collector.add_entity("Clark", "PERSON") == "clark"
@@ -218,3 +219,11 @@ def test_chunk_content_writes_a_short_form_as_its_full_name_with_the_alias():
                                  [("lessig", "lawrence lessig", "CO_OCCURS")]), aliases)
     assert list(both.entities) == ["lawrence lessig"] and both.entities["lawrence lessig"].name == "LAWRENCE LESSIG"
     assert both.relations == set()
+
+
+def test_types_are_upper_snake_and_bounded():
+    assert relation_type("works for") == "WORKS_FOR"
+    assert relation_type("--") == ""
+    assert entity_type("--") == "OTHER"
+    assert entity_type("work of art") == "WORK_OF_ART"
+    assert len(relation_type("x" * 80)) == 50

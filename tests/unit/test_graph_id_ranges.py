@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 
-from resources.neo4j import GraphStore
+from resources.bolt_graph import GraphStore
 
 
 def store_over(ids: list[str]) -> tuple[GraphStore, list[tuple[str, str | None]]]:

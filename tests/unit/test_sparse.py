@@ -33,15 +33,3 @@ def test_query_vector_counts_each_term_once():
     assert indices == [term_id("law")] and values == [1.0]
     assert query_vector("the and") == ([], [])
 
-
-def test_fuse_rrf_sums_weighted_reciprocal_ranks_and_breaks_ties_stably():
-    from processing.sparse import fuse_rrf
-
-    fused = fuse_rrf([["a", "b", "c"], ["b", "c", "d"]], k=60)
-    assert [key for key, _ in fused] == ["b", "c", "a", "d"]
-    assert dict(fused)["b"] == 1 / 62 + 1 / 61 and dict(fused)["d"] == 1 / 63
-    # a tie (first in one ranking, second in the other) goes to the heavier ranking's first
-    tie = fuse_rrf([["x", "y"], ["y", "x"]], k=60, weights=[1.0, 1.0])
-    assert tie[0][1] == tie[1][1] and tie[0][0] == "x"
-    assert fuse_rrf([["x", "y"], ["y", "x"]], k=60, weights=[1.0, 2.0])[0][0] == "y"
-    assert fuse_rrf([[], []]) == []

@@ -1,0 +1,157 @@
+"""The Cypher the graph adapter (resources/bolt_graph.py) runs: portable, the same statements against Neo4j 5 and
+ArcadeDB's Bolt plugin. Every write is a MERGE batched with UNWIND, so writing the same rows again changes nothing."""
+
+SCHEMA_STATEMENTS = (
+    "CREATE CONSTRAINT document_id IF NOT EXISTS FOR (d:Document) REQUIRE d.id IS UNIQUE",
+    "CREATE CONSTRAINT page_id IF NOT EXISTS FOR (p:Page) REQUIRE p.id IS UNIQUE",
+    "CREATE CONSTRAINT chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.id IS UNIQUE",
+    "CREATE CONSTRAINT entity_key IF NOT EXISTS FOR (e:Entity) REQUIRE e.key IS UNIQUE",
+    "CREATE INDEX chunk_document IF NOT EXISTS FOR (c:Chunk) ON (c.document_id)",
+    "CREATE INDEX page_document IF NOT EXISTS FOR (p:Page) ON (p.document_id)",
+)
+
+EXISTING_CHUNKS = "MATCH (c:Chunk) WHERE c.id IN $ids RETURN c.id AS id"
+
+# Taken first in every write: the counter write locks each Document node (Neo4j) or makes concurrent transactions on
+# one document conflict and retry (ArcadeDB), so writers of one document run one after the other and each resolves
+# its short forms against everything the others wrote.
+MERGE_DOCUMENTS = """
+UNWIND $rows AS row
+MERGE (d:Document {id: row.id})
+SET d.filename = row.filename, d.tenant_id = row.tenant_id, d.writes = coalesce(d.writes, 0) + 1
+"""
+
+# bounded by the documents: the entities their other chunks mention and the short forms they used for them
+DOCUMENT_ENTITIES = """
+UNWIND $document_ids AS document_id
+MATCH (c:Chunk {document_id: document_id})-[m:MENTIONS]->(e:Entity)
+WHERE NOT c.id IN $rewritten
+RETURN DISTINCT document_id, e.key AS key, e.name AS name, e.type AS type, m.aliases AS aliases
+"""
+
+# one short form's mentions within one document move to the full name's node, keeping the short key as an alias
+REPOINT_MENTIONS = """
+MATCH (c:Chunk {document_id: $document_id})-[m:MENTIONS]->(:Entity {key: $short})
+MATCH (f:Entity {key: $full})
+MERGE (c)-[n:MENTIONS]->(f)
+SET n.aliases = coalesce(n.aliases, [])
+    + [a IN coalesce(m.aliases, []) + [$short] WHERE NOT a IN coalesce(n.aliases, [])]
+DELETE m
+RETURN c.id AS chunk_id
+"""
+
+RELATIONS_OUT_OF = """
+MATCH (:Entity {key: $key})-[r:RELATED_TO]->(o:Entity)
+WHERE any(cid IN r.chunk_ids WHERE cid IN $chunk_ids)
+RETURN o.key AS other, r.type AS type, [cid IN r.chunk_ids WHERE cid IN $chunk_ids] AS chunk_ids
+"""
+
+RELATIONS_INTO = """
+MATCH (o:Entity)-[r:RELATED_TO]->(:Entity {key: $key})
+WHERE any(cid IN r.chunk_ids WHERE cid IN $chunk_ids)
+RETURN o.key AS other, r.type AS type, [cid IN r.chunk_ids WHERE cid IN $chunk_ids] AS chunk_ids
+"""
+
+REMOVE_RELATION_CHUNKS = """
+UNWIND $rows AS row
+MATCH (:Entity {key: row.source})-[r:RELATED_TO {type: row.type}]->(:Entity {key: row.target})
+SET r.chunk_ids = [cid IN r.chunk_ids WHERE NOT cid IN row.chunk_ids]
+SET r.weight = size(r.chunk_ids)
+"""
+
+MERGE_PAGES = """
+UNWIND $rows AS row
+MATCH (d:Document {id: row.document_id})
+MERGE (p:Page {id: row.id})
+SET p.document_id = row.document_id, p.number = row.number, p.tenant_id = row.tenant_id
+MERGE (d)-[:HAS_PAGE]->(p)
+"""
+
+MERGE_CHUNKS = """
+UNWIND $rows AS row
+MATCH (p:Page {id: row.page_id})
+MERGE (c:Chunk {id: row.id})
+SET c.document_id = row.document_id, c.page_number = row.page_number, c.`index` = row.`index`,
+    c.tenant_id = row.tenant_id
+MERGE (p)-[:HAS_CHUNK]->(c)
+"""
+
+MERGE_ENTITIES = """
+UNWIND $rows AS row
+MERGE (e:Entity {key: row.key})
+ON CREATE SET e.name = row.name, e.type = row.type, e.tenant_id = row.tenant_id
+"""
+
+MERGE_MENTIONS = """
+UNWIND $rows AS row
+MATCH (c:Chunk {id: row.chunk_id})
+MATCH (e:Entity {key: row.key})
+MERGE (c)-[m:MENTIONS]->(e)
+SET m.aliases = row.aliases, m.tenant_id = row.tenant_id
+"""
+
+# chunk_ids is a set: append only the ids not already present; weight follows from it
+MERGE_RELATIONS = """
+UNWIND $rows AS row
+MATCH (a:Entity {key: row.source})
+MATCH (b:Entity {key: row.target})
+MERGE (a)-[r:RELATED_TO {type: row.type}]->(b)
+ON CREATE SET r.chunk_ids = []
+SET r.chunk_ids = r.chunk_ids + [cid IN row.chunk_ids WHERE NOT cid IN r.chunk_ids]
+SET r.weight = size(r.chunk_ids)
+"""
+
+# A relation's source is always mentioned by the chunk that states it, so the chunk's mentions anchor the search.
+DETACH_RELATIONS = """
+UNWIND $rows AS row
+MATCH (c:Chunk {id: row.chunk_id})-[:MENTIONS]->(a:Entity)-[r:RELATED_TO]->(b:Entity)
+WHERE row.chunk_id IN r.chunk_ids AND NOT (a.key + $sep + b.key + $sep + r.type) IN row.keep
+SET r.chunk_ids = [cid IN r.chunk_ids WHERE cid <> row.chunk_id]
+SET r.weight = size(r.chunk_ids)
+RETURN DISTINCT a.key AS entity_key
+"""
+
+DELETE_EMPTY_RELATIONS = """
+UNWIND $keys AS k
+MATCH (:Entity {key: k})-[r:RELATED_TO]->(:Entity)
+WHERE size(r.chunk_ids) = 0
+DELETE r
+"""
+
+DETACH_MENTIONS = """
+UNWIND $rows AS row
+MATCH (c:Chunk {id: row.chunk_id})-[m:MENTIONS]->(e:Entity)
+WHERE NOT e.key IN row.keep
+DELETE m
+RETURN DISTINCT e.key AS entity_key
+"""
+
+DELETE_ORPHAN_ENTITIES = """
+UNWIND $keys AS k
+MATCH (e:Entity {key: k})
+WHERE NOT EXISTS { (e)<-[:MENTIONS]-(:Chunk) }
+DETACH DELETE e
+"""
+
+DELETE_CHUNKS = """
+MATCH (c:Chunk) WHERE c.id IN $ids
+OPTIONAL MATCH (p:Page)-[:HAS_CHUNK]->(c)
+DETACH DELETE c
+RETURN DISTINCT p.id AS page_id
+"""
+
+DELETE_EMPTY_PAGES = """
+UNWIND $ids AS pid
+MATCH (p:Page {id: pid})
+WHERE NOT EXISTS { (p)-[:HAS_CHUNK]->(:Chunk) }
+OPTIONAL MATCH (d:Document)-[:HAS_PAGE]->(p)
+DETACH DELETE p
+RETURN DISTINCT d.id AS document_id
+"""
+
+DELETE_EMPTY_DOCUMENTS = """
+UNWIND $ids AS did
+MATCH (d:Document {id: did})
+WHERE NOT EXISTS { (d)-[:HAS_PAGE]->(:Page) }
+DETACH DELETE d
+"""
