@@ -660,14 +660,15 @@ def child(n: int, home: Path, args) -> dict:
     subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), "db", "upgrade", "--json"], check=True,
                    capture_output=True, timeout=600)
     from orchestration.environment import dagster_instance, prepare_environment
-    from orchestration.cli import _embedding_model
+    from orchestration.stores import embedding_model
+    from queue_db.config import Settings
     from resources.database import get_queue
     from resources.neo4j import GraphStore, Neo4jResource
     from resources.qdrant import QdrantResource
 
     prepare_environment()
     queue = get_queue()
-    model_id, dim = _embedding_model()
+    model_id, dim = embedding_model(Settings.from_env().embedding)
     documents = n // (PAGES * CHUNKS)
     marker = home / "scale-seeded.json"
     if not marker.exists():

@@ -3,44 +3,39 @@ from __future__ import annotations
 
 import time
 
-from queue_db.config import docqueue_home
+from orchestration.definitions import defs
+from orchestration.environment import dagster_instance, prepare_environment
+from orchestration.intake import ingest_paths
+from orchestration.partitions import register_partitions
+from orchestration.runner import run_until_idle
+from orchestration.samples import write_samples
+from orchestration.stores import open_embedder, opened_stores
+from queue_db.config import QueueSettings, Settings, docqueue_home
 from queue_db.migrate import upgrade
-from queue_db.tasks import Level
+from queue_db.tasks import Level, Phase, blocked_phase_sql
+from resources.database import get_queue, shared_engine
+from resources.storage import StorageResource
 
 DEMO_QUERY = "How many containers did the harbour handle?"
 
 
-def run_demo() -> dict:
+def run_demo(settings: Settings) -> dict:
     started = time.monotonic()
-    from orchestration.definitions import defs
-    from orchestration.environment import dagster_instance, prepare_environment
-    from orchestration.intake import ingest_paths
-    from orchestration.partitions import register_partitions
-    from orchestration.runner import run_until_idle
-    from orchestration.samples import write_samples
-    from resources.database import get_queue, shared_engine
-    from resources.storage import StorageResource
-
     prepare_environment()
     upgrade(shared_engine())
-    queue = get_queue()
+    queue = get_queue(settings=QueueSettings.from_config(settings.queue))
     samples = write_samples(docqueue_home() / "samples")
-    ingested = ingest_paths(queue, StorageResource().get_storage(), samples)
+    ingested = ingest_paths(queue, StorageResource(root=settings.storage.storage_dir).get_storage(), samples)
     instance = dagster_instance()
     register_partitions(instance, queue.engine, Level.DOCUMENT)
     report = run_until_idle(defs, instance, queue, until_idle=True, max_seconds=1800)
-    summary = summarise(queue, [r.document_id for r in ingested if r.document_id])
+    summary = summarise(queue, [r.document_id for r in ingested if r.document_id], settings)
     summary.update({"runs": report.runs, "failed_runs": report.failed_runs,
                     "ingested": [r.as_dict() for r in ingested], "seconds": round(time.monotonic() - started, 1)})
     return summary
 
 
-def summarise(queue, document_ids: list[str]) -> dict:
-    from orchestration.cli import _stores  # the CLI's store opener: one way to reach Qdrant and the graph
-    from resources.embeddings import EmbeddingResource
-
-    from queue_db.tasks import Phase, blocked_phase_sql
-
+def summarise(queue, document_ids: list[str], settings: Settings) -> dict:
     # a phase waiting on a task that failed for good shows as blocked (its stored status stays pending)
     shown = {phase: f"CASE WHEN {blocked_phase_sql(phase, 'd')} THEN 'blocked' ELSE d.{phase.document_status_column}::text END"
              for phase in Phase}
@@ -59,10 +54,10 @@ def summarise(queue, document_ids: list[str]) -> dict:
               for phase in ("ocr", "vector", "graphrag")}
     broken = [{"filename": d["filename"], "error": d["ocr_error"]} for d in docs if d["ocr"] == "failed"]
     good = [d for d in docs if d["ocr"] != "failed"]
-    with _stores() as (store, graph):
+    with opened_stores(settings) as (store, graph):
         vectors = store.count()
         counts = graph.counts()
-        embedder = EmbeddingResource().get_embedder()
+        embedder = open_embedder(settings.embedding)
         hits = store.search(embedder.embed_one(DEMO_QUERY), limit=3, text=DEMO_QUERY)
     return {
         "documents": docs, "phases": phases, "chunks": int(chunks), "vectors": int(vectors),
