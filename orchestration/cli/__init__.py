@@ -11,14 +11,8 @@ import warnings
 
 import click
 
-from orchestration.cli.errors import (
-    EXIT_FAILURE,
-    EXIT_INCONSISTENT,
-    EXIT_TASKS_FAILED,
-    EXIT_USAGE,
-    CliError,
-    unexpected_failure,
-)
+from orchestration.cli.errors import (EXIT_FAILURE, EXIT_INCONSISTENT, EXIT_TASKS_FAILED, EXIT_USAGE, CliError,
+                                      unexpected_failure)
 
 __all__ = ["COMMANDS", "EXIT_FAILURE", "EXIT_INCONSISTENT", "EXIT_TASKS_FAILED", "EXIT_USAGE", "CliError", "main"]
 
@@ -51,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                    "waited for them, and reconcile parents.")),
     "reindex": ("administration", ("Re-run a phase and the ones after it, keeping OCR (e.g. after changing the "
                                    "embedding model).")),
-                                   "retry": ("administration", "Put failed tasks back to pending with their retries reset."),
+    "retry": ("administration", "Put failed tasks back to pending with their retries reset."),
     "run": ("running", ("Process ready work through the Dagster definitions (recorded in the Dagster instance), then "
                         "summarise every task: completed, failed by error class, blocked behind a failed earlier "
                         "phase, open.")),
@@ -62,8 +56,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                              "is longer).")),
     "status": ("inspection", ("Per document: the three phase statuses, pages, chunks, progress and last errors, a "
                               "page at a time.")),
-                              "ui": ("ui", "Start the Dagster webserver and daemon (`dg dev`) on 127.0.0.1 with this project loaded."),
-                              "verify": ("inspection", "Cross-check queue, Qdrant and graph; exit 3 when anything is inconsistent."),
+    "ui": ("ui", "Start the Dagster webserver and daemon (`dg dev`) on 127.0.0.1 with this project loaded."),
+    "verify": ("inspection", "Cross-check queue, Qdrant and graph; exit 3 when anything is inconsistent."),
     "worker": ("running", ("A cluster worker: runs the steps Dagster's Celery executor sends "
                            "(DOCQUEUE_EXECUTOR=celery).")),
 }

@@ -3,13 +3,7 @@ from __future__ import annotations
 
 import click
 
-from orchestration.cli.context import (
-    document_or_fail,
-    open_queue,
-    phase_names,
-    tenant_filter,
-    tenant_option,
-)
+from orchestration.cli.context import document_or_fail, open_queue, phase_names, tenant_filter, tenant_option
 from orchestration.cli.errors import EXIT_USAGE, CliError, service_errors
 from orchestration.cli.output import emit
 from orchestration.environment import dagster_instance

@@ -6,20 +6,11 @@ import click
 from orchestration.cli.context import open_engine, prepared_environment
 from orchestration.cli.errors import EXIT_FAILURE, service_errors, service_failures
 from orchestration.cli.output import emit
-from orchestration.dagster_storage import (
-    dagster_storage_status,
-    ensure_dagster_database,
-    upgrade_dagster_storage,
-)
+from orchestration.dagster_storage import dagster_storage_status, ensure_dagster_database, upgrade_dagster_storage
 from orchestration.environment import redact
 from queue_db.config import Settings, VectorStoreConfig, docqueue_home
 from queue_db.embedded_postgres import EmbeddedPostgres
-from queue_db.migrate import (
-    available_migrations,
-    pending_migrations,
-    upgrade,
-    upgrade_script,
-)
+from queue_db.migrate import available_migrations, pending_migrations, upgrade, upgrade_script
 from resources.bolt_server import BoltServer
 
 

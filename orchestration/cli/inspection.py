@@ -4,26 +4,12 @@ from __future__ import annotations
 
 import click
 
-from orchestration.cli.context import (
-    document_or_fail,
-    open_queue,
-    tenant_filter,
-    tenant_option,
-)
-from orchestration.cli.errors import (
-    EXIT_INCONSISTENT,
-    EXIT_USAGE,
-    CliError,
-    service_errors,
-)
+from orchestration.cli.context import document_or_fail, open_queue, tenant_filter, tenant_option
+from orchestration.cli.errors import EXIT_INCONSISTENT, EXIT_USAGE, CliError, service_errors
 from orchestration.cli.output import console, emit, table
+from orchestration.verify import verify_stores
 from queue_db.config import Settings
-from queue_db.readmodels import (
-    document_progress_rows,
-    error_classes_rows,
-    phase_timings_rows,
-    queue_statistics_rows,
-)
+from queue_db.readmodels import document_progress_rows, error_classes_rows, phase_timings_rows, queue_statistics_rows
 
 
 @click.command()
@@ -108,7 +94,6 @@ def verify(settings: Settings, as_json: bool) -> None:
     # imported here: the stores bring Dagster, qdrant-client and the Bolt driver, seconds `status` and `stats`
     # (this module's other commands) do not need
     from orchestration.stores import opened_stores
-    from orchestration.verify import verify_stores
 
     queue = open_queue(settings)
     with service_errors(), opened_stores(settings) as (store, graph):

@@ -9,23 +9,10 @@ import time
 import click
 
 from orchestration.cli.context import open_queue, phase_names
-from orchestration.cli.errors import (
-    EXIT_FAILURE,
-    EXIT_TASKS_FAILED,
-    EXIT_USAGE,
-    CliError,
-    service_errors,
-)
+from orchestration.cli.errors import EXIT_FAILURE, EXIT_TASKS_FAILED, EXIT_USAGE, CliError, service_errors
 from orchestration.cli.output import emit
-from orchestration.cluster import (
-    ClusterConfigError,
-    celery_app,
-    check_broker,
-    check_worker_environment,
-    parse_queues,
-    preload_definitions,
-    worker_argv,
-)
+from orchestration.cluster import (ClusterConfigError, celery_app, check_broker, check_worker_environment, parse_queues,
+                                   preload_definitions, worker_argv)
 from orchestration.environment import dagster_instance, enable_event_batches
 from orchestration.stores import opened_stores
 from orchestration.workers import collect_workers, run_worker, start_workers
@@ -139,13 +126,7 @@ def _watch_progress(queue, children, show: bool) -> None:
             child.wait()
         return
     # rich's progress bars are imported here: only a terminal without --json shows them
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bars:
         tasks = {phase: bars.add_task(phase, total=1) for phase in phase_names()}

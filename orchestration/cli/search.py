@@ -4,12 +4,7 @@ from __future__ import annotations
 import click
 
 from orchestration.cli.context import open_queue, tenant_option, tenant_or_default
-from orchestration.cli.errors import (
-    EXIT_USAGE,
-    CliError,
-    service_errors,
-    service_failures,
-)
+from orchestration.cli.errors import EXIT_USAGE, CliError, service_errors, service_failures
 from orchestration.cli.output import console, emit, table
 from orchestration.stores import open_embedder, open_graph, open_vectors
 from queue_db.config import Settings
