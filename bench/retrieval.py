@@ -120,13 +120,13 @@ def process(files: list[Path], workers: int, timeout: float) -> float:
 # ------------------------------------------------------------------------------------------------ queries
 def indexed_pages() -> tuple[list[Page], dict]:
     """Pages of documents whose vectors are complete and visible to search, with their markdown; chunk figures."""
-    from orchestration.cli import _queue
+    from orchestration.cli.context import open_queue
+    from queue_db.config import Settings
     from queue_db.lifecycle import hidden_from_search
     from processing.chunking import count_tokens_batch
     from resources.storage import StorageResource
-    from queue_db.config import Settings
 
-    queue = _queue()
+    queue = open_queue(Settings.from_env())
     hidden = set(hidden_from_search(queue))
     storage = StorageResource.from_settings(Settings.from_env()).get_storage()
     with queue.engine.connect() as conn:

@@ -663,8 +663,8 @@ def child(n: int, home: Path, args) -> dict:
     subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), "db", "upgrade", "--json"], check=True,
                    capture_output=True, timeout=600)
     from orchestration.environment import dagster_instance, prepare_environment
+    from orchestration.stores import embedding_model
     from queue_db.config import Settings
-    from orchestration.cli import _embedding_model
     from resources.database import get_queue
     from queue_db.config import QueueSettings
     from resources.bolt_graph import GraphStore
@@ -673,7 +673,7 @@ def child(n: int, home: Path, args) -> dict:
 
     prepare_environment(Settings.from_env())
     queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
-    model_id, dim = _embedding_model()
+    model_id, dim = embedding_model(Settings.from_env().embedding)
     documents = n // (PAGES * CHUNKS)
     marker = home / "scale-seeded.json"
     if not marker.exists():

@@ -117,6 +117,7 @@ def test_an_old_collection_says_so_until_upgraded_then_searches_hybrid(backend, 
 
 def test_search_command_is_hybrid_by_default_with_dense_and_sparse_for_comparison(monkeypatch):
     from orchestration import cli
+    from orchestration.cli import search
 
     calls = []
 
@@ -134,10 +135,10 @@ def test_search_command_is_hybrid_by_default_with_dense_and_sparse_for_compariso
         def embed_one(self, text):
             return [1.0, 0.0, 0.0]
 
-    monkeypatch.setattr(cli, "_queue", lambda: None)
-    monkeypatch.setattr("queue_db.lifecycle.hidden_from_search", lambda queue: [])
-    monkeypatch.setattr("resources.embeddings.EmbeddingResource.get_embedder", lambda self: Embedder())
-    monkeypatch.setattr("resources.vector_stores.QdrantResource.get_store", lambda self, model_id, dim: Store())
+    monkeypatch.setattr(search, "open_queue", lambda settings: None)
+    monkeypatch.setattr(search, "hidden_from_search", lambda queue: [])
+    monkeypatch.setattr(search, "open_embedder", lambda embedding: Embedder())
+    monkeypatch.setattr(search, "open_vectors", lambda settings, model_id, dim: Store())
     runner = CliRunner()
     for flags, mode in (([], "hybrid"), (["--dense"], "dense"), (["--sparse"], "sparse")):
         result = runner.invoke(cli.main, ["search", "ferry", "--json", *flags])

@@ -57,6 +57,7 @@ def _counts(message: str) -> list[int]:
 
 def _tick(defs, instance, cursor: str | None):
     from orchestration.definitions import build_resources
+    from queue_db.config import Settings
 
     sensor = defs.resolve_sensor_def("s3_intake_sensor")
     with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor.name,

@@ -46,6 +46,7 @@ def tick(defs, instance, sensor_name: str):
     """One evaluation of a sensor as the daemon does it (the context is built from the instance's ref: a context
     built with `instance=` cannot load dynamic partitions)."""
     from orchestration.definitions import build_resources
+    from queue_db.config import Settings
 
     sensor = defs.get_sensor_def(sensor_name)
     with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor_name,

@@ -64,6 +64,7 @@ class Captured:
 
 def _tick(defs, instance, name: str):
     from orchestration.definitions import build_resources
+    from queue_db.config import Settings
 
     with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=name,
                                  resources=build_resources(Settings.from_env())) as ctx:

@@ -1,16 +1,29 @@
 """CLI conventions: a version, help on every option, the exit codes in --help (checked on the click objects,
-without running a command)."""
+without running a command), commands loaded only when named, and one error mapping."""
 from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 
-from orchestration.cli import EXIT_FAILURE, EXIT_INCONSISTENT, EXIT_TASKS_FAILED, EXIT_USAGE, main
+from orchestration.cli import COMMANDS, EXIT_FAILURE, EXIT_INCONSISTENT, EXIT_TASKS_FAILED, EXIT_USAGE, main
+from orchestration.cli.errors import SERVICE_FAILURES, CliError, known_failure
+from orchestration.cli.running import PROGRESS_REFRESH_S, progress_refresh_s, wait_for_children
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _commands(group: click.Group, prefix: str = ""):
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, f"docqueue {prefix}{name} is listed but does not load"
         yield f"{prefix}{name}", command
         if isinstance(command, click.Group):
             yield from _commands(command, f"{prefix}{name} ")
@@ -24,32 +37,64 @@ def test_every_visible_option_and_command_says_what_it_does():
     assert all((command.help or "").strip() for _, command in _commands(main))
 
 
+def test_the_lazy_table_names_each_command_with_its_own_help():
+    ctx = click.Context(main)
+    for name, (module, short) in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None and command.name in (name, name.replace("-", "_")), name
+        assert command.callback.__module__ == f"orchestration.cli.{module}", name
+        first_paragraph = " ".join((command.help or "").split("\n\n")[0].split())
+        assert short == first_paragraph, f"COMMANDS[{name!r}] says {short!r}, the command {first_paragraph!r}"
+
+
 def test_help_lists_every_exit_code_and_version_answers():
     runner = CliRunner()
     text = runner.invoke(main, ["--help"]).output
     for code in (0, EXIT_FAILURE, EXIT_USAGE, EXIT_INCONSISTENT, EXIT_TASKS_FAILED):
         assert f"  {code}  " in text, text
+    for name in COMMANDS:
+        assert f"  {name} " in text, text
     version = runner.invoke(main, ["--version"])
     assert version.exit_code == 0 and version.output.startswith("docqueue ")
 
 
-def test_progress_bars_count_less_often_as_counting_grows():
-    from orchestration.cli import PROGRESS_REFRESH_S, progress_refresh_s
+def test_help_and_version_load_no_command_and_no_settings():
+    # a fresh interpreter: this one has loaded the commands already
+    probe = ("import sys; from orchestration.cli import main\n"
+             "for args in (['--help'], ['--version']):\n"
+             "    try:\n"
+             "        main(args)\n"
+             "    except SystemExit:\n"
+             "        pass\n"
+             "heavy = sorted(m for m in sys.modules if m.startswith(('orchestration.cli.', 'queue_db', 'sqlalchemy',\n"
+             "               'pydantic', 'dagster', 'rich')) and m not in ('orchestration.cli.errors',))\n"
+             "print(heavy, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
 
+
+def test_a_service_failure_is_one_sentence_and_every_mapped_class_exists():
+    for kind, classes in SERVICE_FAILURES.items():
+        for module, name in classes:
+            assert isinstance(getattr(importlib.import_module(module), name), type), f"{kind}: {module}.{name}"
+    from orchestration.dagster_storage import DagsterStorageError
+
+    mapped = known_failure(DagsterStorageError("Dagster's storage is out of reach"))
+    assert isinstance(mapped, CliError) and mapped.message == "Dagster's storage is out of reach"
+    assert known_failure(ValueError("anything else")) is None
+
+
+def test_progress_bars_count_less_often_as_counting_grows():
     assert progress_refresh_s(0.002) == PROGRESS_REFRESH_S  # a small queue: the usual refresh
     assert progress_refresh_s(0.3) == pytest.approx(6.0)  # counting takes at most 5 % of the time
     assert progress_refresh_s(0.6) == pytest.approx(2 * progress_refresh_s(0.3))
 
 
 def test_waiting_for_the_next_count_ends_when_the_workers_do():
-    import time
-
-    from orchestration.cli import _wait_for_children
-
     class Finished:
         def poll(self):
             return 0
 
     started = time.monotonic()
-    _wait_for_children([Finished()], 30)
+    wait_for_children([Finished()], 30)
     assert time.monotonic() - started < 1

@@ -1,0 +1,4 @@
+"""`python -m orchestration.cli`: the worker processes of `docqueue run --workers N` start so."""
+from orchestration.cli import main
+
+main()

@@ -1,0 +1,149 @@
+"""Acting on the queue: `docqueue recover`, `retry`, `priority`, `delete` and `reindex`."""
+from __future__ import annotations
+
+import click
+
+from orchestration.cli.context import document_or_fail, open_queue, phase_names, tenant_filter, tenant_option
+from orchestration.cli.errors import EXIT_USAGE, CliError, service_errors
+from orchestration.cli.output import emit
+from orchestration.environment import dagster_instance
+from queue_db.config import Settings
+from queue_db.lifecycle import apply_reindex_requests, reset_phase
+from queue_db.phases import Phase
+
+
+@click.command()
+@click.option("--stale-after", type=float, default=None, help="seconds without heartbeat (default STALE_TASK_TIMEOUT)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
+@click.pass_obj
+def recover(settings: Settings, stale_after: float | None, as_json: bool) -> None:
+    """Release stale tasks (counting the attempt), re-index chunks whose re-index waited for them, and reconcile
+    parents."""
+    queue = open_queue(settings)
+    by_kind = queue.recover_stale(stale_after)
+    released = {"released": by_kind, "released_total": sum(by_kind.values())}
+    reindexed = apply_reindex_requests(queue)
+    corrections = queue.reconcile()
+    payload = {**released, "reindexed_after_running": reindexed, "parents_corrected": len(corrections)}
+    emit(as_json, payload, lambda: click.echo(
+        f"released {released['released_total']} stale task(s) "
+        f"({', '.join(f'{k}: {v}' for k, v in by_kind.items() if v) or 'none'}); "
+        f"re-indexed {reindexed} chunk(s) that were running; corrected {len(corrections)} parent status(es)"))
+
+
+@click.command()
+@click.option("--phase", type=click.Choice(phase_names()), default=None,
+              help="only this phase's failed tasks (default: every phase)")
+@click.argument("document", required=False)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
+@click.pass_obj
+def retry(settings: Settings, phase: str | None, document: str | None, as_json: bool) -> None:
+    """Put failed tasks back to pending with their retries reset."""
+    queue = open_queue(settings)
+    doc_id = str(document_or_fail(queue, document)["id"]) if document else None
+    counts = queue.retry_failed(Phase(phase) if phase else None, doc_id)
+    emit(as_json, {"retried": counts, "total": sum(counts.values())}, lambda: click.echo(
+        f"{sum(counts.values())} failed task(s) back to pending"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in counts.items() if v)})" if sum(counts.values()) else "")))
+
+
+@click.command()
+@click.argument("document")
+@click.argument("priority", type=click.IntRange(0, 10))
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document")
+@click.pass_obj
+def priority(settings: Settings, document: str, priority: int, as_json: bool) -> None:
+    """Set DOCUMENT's PRIORITY (0-10, higher is claimed first) and its unfinished pages' and chunks'."""
+    queue = open_queue(settings)
+    row = document_or_fail(queue, document)
+    counts = queue.set_priority(str(row["id"]), priority)
+    emit(as_json, {"document": row["document_key"], "priority": priority, **counts}, lambda: click.echo(
+        f"{row['document_key']}: priority {row['priority']} -> {priority} "
+        f"({counts['pages']} unfinished page(s), {counts['chunks']} unfinished chunk(s))"))
+
+
+@click.command()
+@click.argument("document", required=False)
+@tenant_option("without DOCUMENT: delete every document of this tenant, DOCQUEUE_DELETE_BATCH at a time")
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
+@click.pass_obj
+def delete(settings: Settings, document: str | None, tenant: str | None, as_json: bool) -> None:
+    """Remove a document (or a whole tenant): rows, files, Qdrant points, graph nodes and mentions, Dagster
+    partitions."""
+    if document is None and tenant is None:
+        raise CliError("give a DOCUMENT to delete, or --tenant T to delete every document of tenant T", EXIT_USAGE)
+    tenant = tenant_filter(settings, tenant)
+    queue = open_queue(settings)
+    # imported here: deleting reaches Dagster's partitions and the stores (Dagster, qdrant-client, the Bolt driver),
+    # seconds that this module's queue-only commands (recover, retry, priority) do not need
+    from orchestration.store_cleanup import delete_everywhere, delete_tenant
+    from orchestration.stores import opened_stores
+
+    if document is None:
+        with service_errors(), opened_stores(settings) as (store, graph):
+            try:
+                removed = delete_tenant(queue, tenant, instance=dagster_instance(settings), storage=_storage(settings),
+                                        vector_store=store, graph_store=graph, batch=settings.tenant.delete_batch)
+            except RuntimeError as exc:
+                raise CliError(f"cannot delete tenant {tenant!r} now: {exc}") from None
+        emit(as_json, {"tenant": tenant, **removed}, lambda: click.echo(
+            f"deleted tenant {tenant}: {removed['documents']} document(s), {removed['points']} point(s), "
+            f"{removed['files']} file(s), {removed['partitions']} partition(s)"))
+        return
+    found = document_or_fail(queue, document, tenant)
+    with service_errors(), opened_stores(settings) as (store, graph):
+        try:
+            removed = delete_everywhere(queue, found, instance=dagster_instance(settings), storage=_storage(settings),
+                                        vector_store=store, graph_store=graph)
+        except RuntimeError as exc:
+            raise CliError(f"cannot delete {found['document_key']} now: {exc}") from None
+    payload = {"document": found["document_key"], "id": str(found["id"]), **removed}
+    emit(as_json, payload, lambda: click.echo(
+        f"deleted {found['document_key']}: {removed['points']} point(s), {removed['files']} file(s), "
+        f"{removed['partitions']} partition(s)"))
+
+
+def _storage(settings: Settings):
+    # imported here, as in delete: the resources bring Dagster
+    from resources.storage import StorageResource
+
+    return StorageResource.from_settings(settings).get_storage()
+
+
+@click.command()
+@click.option("--phase", type=click.Choice(phase_names(rerunnable=True)), required=True,
+              help="the first phase to run again; the later ones run again too")
+@click.argument("document", required=False)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
+@click.pass_obj
+def reindex(settings: Settings, phase: str, document: str | None, as_json: bool) -> None:
+    """Re-run a phase and the ones after it, keeping OCR (e.g. after changing the embedding model)."""
+    queue = open_queue(settings)
+    doc_id = str(document_or_fail(queue, document)["id"]) if document else None
+    upgraded = _upgrade_vector_shape(settings) if Phase(phase) is Phase.VECTOR else 0
+    counts = reset_phase(queue, Phase(phase), doc_id)
+    counts["points_upgraded"] = upgraded
+    upgrade = (f"; the vector collection now has sparse vectors ({upgraded} point(s) rewritten)" if upgraded
+               else "")
+    running = (f"; {counts['running']} chunk(s) still running will be re-indexed once they finish (by the recovery "
+               "job, or `docqueue recover`)") if counts["running"] else ""
+    emit(as_json, {"phase": phase, **counts}, lambda: click.echo(
+        f"{counts['chunks']} chunk(s) of {counts['documents']} document(s) will be re-indexed from the {phase} phase"
+        f"{upgrade}{running}; run `docqueue run --until-idle`"))
+
+
+def _upgrade_vector_shape(settings: Settings) -> int:
+    """A collection made before hybrid search gets its sparse vector now, with every point (not only this
+    document's) rewritten from its stored text, so search is hybrid before the re-embedding is done."""
+    # imported here, as in delete: the vector store brings qdrant-client and Dagster
+    from orchestration.stores import embedding_model, open_vectors
+
+    model_id, dim = embedding_model(settings.embedding)
+    with service_errors():
+        store = open_vectors(settings, model_id, dim)
+        try:
+            # a shape upgrade is the Qdrant adapters' own: another vector store has nothing to upgrade
+            upgrade_shape = getattr(store, "upgrade_shape", None)
+            return upgrade_shape() if upgrade_shape is not None else 0
+        finally:
+            store.close()

@@ -1,0 +1,87 @@
+"""What the commands start from besides the settings the group builds: the prepared environment (the
+databases' URLs and DAGSTER_HOME), the queue, and the checked arguments every command shares."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from orchestration.cli.errors import EXIT_USAGE, CliError, service_failures
+from orchestration.environment import prepare_environment
+from queue_db.config import QueueSettings, Settings
+from queue_db.migrate import pending_migrations, upgrade
+from queue_db.queue import TaskQueue, create_queue_engine
+from queue_db.phases import Phase
+from queue_db.tenants import checked_tenant
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where the queue and Dagster's storage are once the embedded server (if any) runs, and DAGSTER_HOME."""
+
+    queue_url: str
+    dagster_url: str
+    dagster_home: Path
+
+
+def prepared_environment(settings: Settings) -> Environment:
+    """Start the embedded PostgreSQL when nothing else is configured and export the URLs and DAGSTER_HOME for the
+    processes started from here (webserver, daemon, run workers); the URLs come back as values."""
+    prepared = prepare_environment(settings)
+    return Environment(prepared.queue_url, prepared.dagster_url, Path(prepared.dagster_home))
+
+
+def open_engine(environment: Environment):
+    return create_queue_engine(environment.queue_url)
+
+
+def open_queue(settings: Settings, environment: Environment | None = None) -> TaskQueue:
+    """The queue, with failures to reach the database turned into one actionable sentence. Built from queue_db
+    alone: resources.database imports Dagster, a second of start-up that `status` and friends do not need.
+    A server's database (DOCQUEUE_DATABASE_URL) is migrated by `docqueue db upgrade` only, when its owner decides."""
+    embedded = settings.database.database_url is None
+    with service_failures():
+        engine = open_engine(environment or prepared_environment(settings))
+        missing = pending_migrations(engine)
+        if missing and embedded:
+            # the embedded database is docqueue's own: its first command creates the schema
+            upgrade(engine)
+            missing = []
+    if missing:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
+        raise CliError(f"the queue database needs migrations ({names}): run `docqueue db upgrade`")
+    return TaskQueue(engine, QueueSettings.from_config(settings.queue))
+
+
+def document_or_fail(queue: TaskQueue, ref: str, tenant: str | None = None) -> dict:
+    document = queue.document(ref, tenant)
+    if document is None:
+        within = f" in tenant {tenant!r}" if tenant else ""
+        raise CliError(f"no document {ref!r}{within}: use an id, a document key or a content hash from "
+                       "`docqueue status`")
+    return document
+
+
+def tenant_option(what: str):
+    return click.option("--tenant", metavar="T", default=None, help=f"{what} (queue_db/tenants.py)")
+
+
+def tenant_or_default(settings: Settings, name: str | None) -> str:
+    """The checked tenant; without --tenant, DOCQUEUE_DEFAULT_TENANT."""
+    try:
+        return checked_tenant(name, settings.tenant.default_tenant)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def tenant_filter(settings: Settings, name: str | None) -> str | None:
+    """The checked tenant; None (every tenant) without --tenant."""
+    return None if name is None else tenant_or_default(settings, name)
+
+
+def phase_names(*, rerunnable: bool = False) -> list[str]:
+    """The phases, in order, for --phase and the progress bars; `rerunnable`: those `reindex` may run again while
+    keeping the first phase's output (OCR)."""
+    phases = list(Phase)
+    return [phase.value for phase in (phases[1:] if rerunnable else phases)]

@@ -1,0 +1,106 @@
+"""Looking at the queue: `docqueue status` (per document), `stats` (per task kind) and `verify` (queue against
+the stores)."""
+from __future__ import annotations
+
+import click
+
+from orchestration.cli.context import document_or_fail, open_queue, tenant_filter, tenant_option
+from orchestration.cli.errors import EXIT_INCONSISTENT, EXIT_USAGE, CliError, service_errors
+from orchestration.cli.output import console, emit, table
+from orchestration.verify import verify_stores
+from queue_db.config import Settings
+from queue_db.readmodels import document_progress_rows, error_classes_rows, phase_timings_rows, queue_statistics_rows
+
+
+@click.command()
+@click.argument("document", required=False)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True,
+              help="documents per page, in registration order")
+@click.option("--after", "after_key", metavar="KEY", help="the page after the document with this key")
+@tenant_option("only this tenant's documents (default: every tenant's)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document (its next_after names the next page)")
+@click.pass_obj
+def status(settings: Settings, document: str | None, limit: int, after_key: str | None, tenant: str | None,
+           as_json: bool) -> None:
+    """Per document: the three phase statuses, pages, chunks, progress and last errors, a page at a time."""
+    tenant = tenant_filter(settings, tenant)
+    queue = open_queue(settings)
+    doc_id = str(document_or_fail(queue, document, tenant)["id"]) if document else None
+    if after_key and queue.document(after_key) is None:
+        raise CliError(f"no document with key {after_key!r} to continue after", EXIT_USAGE)
+    records = document_progress_rows(queue.engine, doc_id, limit=None if doc_id else limit, after_key=after_key,
+                                     tenant=tenant)
+    next_after = records[-1]["document_key"] if not doc_id and len(records) == limit else None
+
+    def human() -> None:
+        _print_status(records)
+        if next_after:
+            click.echo(f"more: docqueue status --after {next_after}" + (f" --tenant {tenant}" if tenant else ""))
+
+    emit(as_json, {"documents": records, "next_after": next_after}, human)
+
+
+def _print_status(records: list[dict]) -> None:
+    console().print(table(
+        "documents", ["document", "ocr", "vector", "graphrag", "pages ok/failed/total", "chunks vec/graph/total",
+                      "last error", "failed at"],
+        [[r["document_key"], *("blocked" if phase in r["blocked_phases"] else r[column]
+                                for phase, column in (("ocr", "ocr_status"), ("vector", "vector_index_status"),
+                                                      ("graphrag", "graphrag_index_status"))),
+          f"{r['ocr_completed_pages']}/{r['ocr_failed_pages']}/{r['total_pages']}"
+          + (f" ({r['pages_without_text']} without text: embedding skipped)" if r["pages_without_text"] else ""),
+          f"{r['vector_completed_chunks']}/{r['graphrag_completed_chunks']}/{r['total_chunks']}"
+          + (" (re-indexed on the text extracted before)" if r["extraction_skipped"] else ""),
+          r["ocr_error"] or r["vector_error"] or r["graphrag_error"] or "", r["last_failed_at"] or ""]
+         for r in records]))
+
+
+@click.command()
+@tenant_option("only this tenant's tasks (default: the whole queue)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
+@click.pass_obj
+def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
+    """Queue statistics (task type x status x count), queue wait and per-phase durations (over at most
+    DOCQUEUE_STATS_WINDOW completed tasks per type: a sample once the history is longer)."""
+    tenant = tenant_filter(settings, tenant)
+    queue = open_queue(settings)
+    window = settings.queue.stats_window
+    counts, timings, errors = (queue_statistics_rows(queue.engine, tenant),
+                               phase_timings_rows(queue.engine, window, tenant),
+                               error_classes_rows(queue.engine, tenant))
+
+    def human() -> None:
+        shown = console()
+        shown.print(table("queue", ["task type", "status", "count"], [[r["task_type"], r["status"], r["count"]] for r in counts]))
+        shown.print(table("timings (seconds)", ["task type", "completed", "wait median", "wait p95", "run median", "run p95"],
+                          [[r["task_type"], f"{r['completed']}{' (sample)' if r['sampled'] else ''}",
+                            *(f"{r[k]:.3f}" if r[k] is not None else "" for k in
+                              ("wait_median_s", "wait_p95_s", "run_median_s", "run_p95_s"))] for r in timings]))
+        if any(r["sampled"] for r in timings):
+            shown.print(f"timings over at most {window:,} completed tasks per type, from a random sample of the "
+                        "table's blocks (DOCQUEUE_STATS_WINDOW)")
+        if errors:
+            shown.print(table("error classes", ["task type", "class", "count"],
+                              [[r["task_type"], r["error_class"], r["count"]] for r in errors]))
+
+    emit(as_json, {"counts": counts, "timings": timings, "timings_window": window, "error_classes": errors}, human)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
+@click.pass_obj
+def verify(settings: Settings, as_json: bool) -> None:
+    """Cross-check queue, Qdrant and graph; exit 3 when anything is inconsistent."""
+    # imported here: the stores bring Dagster, qdrant-client and the Bolt driver, seconds `status` and `stats`
+    # (this module's other commands) do not need
+    from orchestration.stores import opened_stores
+
+    queue = open_queue(settings)
+    with service_errors(), opened_stores(settings) as (store, graph):
+        report = verify_stores(queue, store, graph, page_size=settings.dagster.verify_page)
+    payload = report.as_dict()
+    emit(as_json, payload, lambda: console().print(table(
+        "verify", ["check", "value"], [[k, v] for k, v in payload.items() if k != "examples"])))
+    if not report.consistent:
+        raise CliError("inconsistent: see the counts above; `docqueue recover` and the nightly reconciliation "
+                       "re-queue missing vectors and graph writes", EXIT_INCONSISTENT)
