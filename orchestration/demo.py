@@ -14,6 +14,7 @@ from queue_db.config import QueueSettings, Settings
 from queue_db.migrate import upgrade
 from queue_db.phases import PHASES, Level
 from resources.database import get_queue, shared_engine
+from resources.ocr import PdfLimits
 from resources.storage import StorageResource
 
 DEMO_QUERY = "How many containers did the harbour handle?"
@@ -25,7 +26,8 @@ def run_demo(settings: Settings) -> dict:
     upgrade(shared_engine(prepared.queue_url))
     queue = get_queue(QueueSettings.from_config(settings.queue), prepared.queue_url)
     samples = write_samples(settings.database.home_path() / "samples")
-    ingested = ingest_paths(queue, StorageResource.from_settings(settings).get_storage(), samples)
+    ingested = ingest_paths(queue, StorageResource.from_settings(settings).get_storage(), samples,
+                            limits=PdfLimits.from_config(settings.storage))
     instance = dagster_instance(settings)
     register_partitions(instance, queue.engine, Level.DOCUMENT)
     report = run_until_idle(build_definitions(settings), instance, queue, settings=settings, until_idle=True,

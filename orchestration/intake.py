@@ -108,11 +108,12 @@ def ingest_file(queue: TaskQueue, storage: LocalStorage, path: Path, *, priority
 
 
 def ingest_stream(queue: TaskQueue, storage: LocalStorage, stream: BinaryIO, name: str, *, scratch: Path,
-                  priority: int = 0, idempotency_key: str | None = None, tenant: str | None = None) -> IngestResult:
+                  priority: int = 0, idempotency_key: str | None = None, tenant: str | None = None,
+                  limits: PdfLimits | None = None) -> IngestResult:
     """Register content read from a stream (standard input) under `name`, bounded by DOCQUEUE_MAX_FILE_MB while
     it is read. It has no source path, so it is never a new version of anything: the bytes (or the idempotency
     key) identify it."""
-    limits = PdfLimits.from_env()
+    limits = limits or PdfLimits()
     shown = f"-:{name}"
     if not name.strip() or "/" in name or "\\" in name or name in (".", ".."):
         return IngestResult(shown, "rejected", reason=f"invalid name {name!r}: give a file name such as note.md")
@@ -134,7 +135,7 @@ def ingest_stream(queue: TaskQueue, storage: LocalStorage, stream: BinaryIO, nam
 def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str, name: str,
               source_path: str | None, priority: int, password_ref: str | None, limits: PdfLimits | None,
               metadata: dict | None, idempotency_key: str | None, tenant: str | None = None) -> IngestResult:
-    limits = limits or PdfLimits.from_env()
+    limits = limits or PdfLimits()
     try:
         checked_key(idempotency_key)
         tenant = checked_tenant(tenant, settings(TenantConfig).default_tenant)
@@ -190,8 +191,11 @@ def _content_problem(path: Path, mime: str, size: int) -> str | None:
 
 def ingest_paths(queue: TaskQueue, storage: LocalStorage, paths: Iterable[str | Path], *, priority: int = 0,
                  password_ref: str | None = None, root: Path | None = None,
-                 idempotency_key: str | None = None, tenant: str | None = None) -> list[IngestResult]:
-    limits = PdfLimits.from_env()
+                 idempotency_key: str | None = None, tenant: str | None = None,
+                 limits: PdfLimits | None = None) -> list[IngestResult]:
+    """Register every readable file under `paths`; `limits` are the entry point's (DOCQUEUE_MAX_FILE_MB, ...),
+    PdfLimits' defaults when not given."""
+    limits = limits or PdfLimits()
     return [ingest_file(queue, storage, p, priority=priority, password_ref=password_ref, limits=limits,
                         idempotency_key=idempotency_key, tenant=tenant)
             for p in iter_files(paths, root)]

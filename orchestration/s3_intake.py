@@ -211,7 +211,7 @@ def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor:
     (`<DOCQUEUE_HOME>/tmp`). A listing failure raises S3Unavailable; a
     download failure stops the pass there, with what was done kept in the cursor."""
     cursor = IntakeCursor(cursor.watermark, dict(cursor.handled)) if cursor else IntakeCursor()
-    limits = limits or PdfLimits.from_env()
+    limits = limits or PdfLimits()
     client = client or source.client()
     objects = list_objects(client, source)
     pending = pending_objects(objects, cursor, source.lookback_s)

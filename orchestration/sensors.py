@@ -80,7 +80,7 @@ def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -
 
 
 def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
-    enabled, intake = settings.queue.enabled, settings.intake
+    enabled, intake, limits = settings.queue.enabled, settings.intake, PdfLimits.from_config(settings.storage)
 
     @dg.sensor(name="inbox_sensor", minimum_interval_seconds=settings.dagster.sensor_interval_s,
                default_status=dg.DefaultSensorStatus.RUNNING,
@@ -89,12 +89,12 @@ def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
     def sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        return _read_inbox(context, intake, database, storage)
+        return _read_inbox(context, intake, limits, database, storage)
 
     return sensor
 
 
-def _read_inbox(context: SensorEvaluationContext, intake, database: DatabaseResource,
+def _read_inbox(context: SensorEvaluationContext, intake, limits: PdfLimits, database: DatabaseResource,
                 storage: StorageResource) -> dg.SkipReason:
     inbox = intake.inbox
     if not inbox:
@@ -116,7 +116,7 @@ def _read_inbox(context: SensorEvaluationContext, intake, database: DatabaseReso
         observed[source_path_text(os.fsdecode(f.resolve()))] = (f, st.st_size, st.st_mtime_ns)
     same = unchanged(queue.engine, {p: (size, mtime) for p, (_, size, mtime) in observed.items()})
     fresh = [(p, *seen) for p, seen in observed.items() if p not in same][:intake.inbox_max_files]
-    store, limits = storage.get_storage(), PdfLimits.from_env()
+    store = storage.get_storage()
     results = [ingest_file(queue, store, f, limits=limits) for _, f, _, _ in fresh]
     remember(queue.engine, [(p, size, mtime, r.document_id, r.status)
                             for (p, _, size, mtime), r in zip(fresh, results)])
@@ -133,6 +133,7 @@ def _read_inbox(context: SensorEvaluationContext, intake, database: DatabaseReso
 
 def s3_intake_sensor(settings: Settings) -> dg.SensorDefinition:
     enabled, source, scratch = settings.queue.enabled, S3Source.from_config(settings.intake), scratch_folder(settings)
+    limits = PdfLimits.from_config(settings.storage)
 
     @dg.sensor(name="s3_intake_sensor", minimum_interval_seconds=settings.dagster.sensor_interval_s,
                default_status=dg.DefaultSensorStatus.RUNNING,
@@ -144,7 +145,7 @@ def s3_intake_sensor(settings: Settings) -> dg.SensorDefinition:
             return dg.SkipReason(QueueConfig.disabled_reason)
         if source is None:
             return dg.SkipReason("DOCQUEUE_S3_BUCKET is not set")
-        return _read_s3(context, source, scratch, database, storage)
+        return _read_s3(context, source, scratch, limits, database, storage)
 
     return sensor
 
@@ -154,11 +155,11 @@ def scratch_folder(settings: Settings) -> Path:
     return Path(settings.database.home).expanduser().resolve() / "tmp"
 
 
-def _read_s3(context: SensorEvaluationContext, source: S3Source, scratch: Path, database: DatabaseResource,
-             storage: StorageResource) -> dg.SkipReason:
+def _read_s3(context: SensorEvaluationContext, source: S3Source, scratch: Path, limits: PdfLimits,
+             database: DatabaseResource, storage: StorageResource) -> dg.SkipReason:
     queue = database.get_queue()
     report = ingest_s3(queue, storage.get_storage(), source, IntakeCursor.from_json(context.cursor),
-                       scratch=scratch)
+                       scratch=scratch, limits=limits)
     context.update_cursor(report.cursor.to_json())
     registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
     for r in report.results:

@@ -454,7 +454,7 @@ class ExtractionResource(dagster.ConfigurableResource):
                    max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities,
                    timeout_s=env.timeout_s)
 
-    def settings(self) -> tuple[str, LlmSettings | None, ExtractionLimits]:
+    def extractor_config(self) -> tuple[str, LlmSettings | None, ExtractionLimits]:
         backend = self.backend.strip().lower()
         limits = ExtractionLimits(max_chars=self.max_chars, batch_size=self.batch_size,
                                   max_entities=self.max_entities, max_relations=self.max_relations,
@@ -470,4 +470,4 @@ class ExtractionResource(dagster.ConfigurableResource):
 
     def get_extractor(self) -> Extractor:
         """Built once per process for a given configuration (loading a model takes seconds)."""
-        return _cached_extractor(*self.settings())
+        return _cached_extractor(*self.extractor_config())

@@ -77,7 +77,7 @@ def test_a_service_failure_is_one_sentence_and_every_mapped_class_exists():
     for kind, classes in SERVICE_FAILURES.items():
         for module, name in classes:
             assert isinstance(getattr(importlib.import_module(module), name), type), f"{kind}: {module}.{name}"
-    from orchestration.dagster_storage import DagsterStorageError
+    from orchestration.dagster_database import DagsterStorageError
 
     mapped = known_failure(DagsterStorageError("Dagster's storage is out of reach"))
     assert isinstance(mapped, CliError) and mapped.message == "Dagster's storage is out of reach"

@@ -14,18 +14,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("queue_db", "processing", "resources", "orchestration")
 
-# Cycles still present while their modules are being reworked. It must be empty: a cycle leaves this list when it
-# is broken (the test fails while a listed cycle no longer exists, so the list never goes stale), and nothing new
-# may join it.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    frozenset({"resources.qdrant", "resources.qdrant_edge"}),
-    frozenset({"orchestration.cli", "orchestration.demo"}),
-    frozenset({"orchestration.assets", "orchestration.assets.graphrag", "orchestration.assets.ocr",
-               "orchestration.assets.rollups", "orchestration.assets.vector", "orchestration.cluster",
-               "orchestration.definitions", "orchestration.jobs", "orchestration.schedules", "orchestration.sensors"}),
-]
-
-
 def module_files() -> dict[str, Path]:
     modules = {}
     for package in PACKAGES:
@@ -144,24 +132,16 @@ def cycle_path(graph: dict[str, set[str]], component: frozenset[str]) -> str:
 
 def test_no_import_cycles_beyond_the_known_ones():
     graph = import_graph()
-    found = set(import_cycles())
-    new = [cycle_path(graph, c) for c in found - set(KNOWN_CYCLES)]
-    assert not new, "import cycles (function-local imports count):\n" + "\n".join(new)
-
-
-def test_known_cycles_still_exist():
-    """A broken cycle leaves KNOWN_CYCLES, so the list only shrinks and ends empty."""
-    found = set(import_cycles())
-    stale = [sorted(c) for c in KNOWN_CYCLES if c not in found]
-    assert not stale, f"no longer cycles, remove them from KNOWN_CYCLES: {stale}"
+    found = [cycle_path(graph, c) for c in import_cycles()]
+    assert not found, "import cycles (function-local imports count):\n" + "\n".join(found)
 
 
 def test_the_graph_sees_function_local_and_relative_imports():
     graph = import_graph()
     # queue_db/database_urls.py: `from .embedded_postgres import EmbeddedPostgres` (relative)
     assert "queue_db.embedded_postgres" in graph["queue_db.database_urls"]
-    # orchestration/cli.py imports most of its commands' modules inside the commands
-    assert "orchestration.environment" in graph["orchestration.cli"]
+    # orchestration/cli/administration.py imports the store cleanup inside `delete` (function-local)
+    assert "orchestration.store_cleanup" in graph["orchestration.cli.administration"]
     cyclic = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     [component] = strongly_connected(cyclic)
     assert component == {"a", "b", "c"}
