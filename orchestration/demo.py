@@ -5,7 +5,7 @@ import time
 
 from orchestration.code_location import build_definitions
 from orchestration.environment import dagster_instance, prepare_environment
-from orchestration.intake import ingest_paths
+from orchestration.intake import IntakeRules, ingest_paths
 from orchestration.partitions import register_partitions
 from orchestration.runner import run_until_idle
 from orchestration.samples import write_samples
@@ -14,7 +14,6 @@ from queue_db.config import QueueSettings, Settings
 from queue_db.migrate import upgrade
 from queue_db.phases import PHASES, Level
 from resources.database import get_queue, shared_engine
-from resources.ocr import PdfLimits
 from resources.storage import StorageResource
 
 DEMO_QUERY = "How many containers did the harbour handle?"
@@ -27,7 +26,7 @@ def run_demo(settings: Settings) -> dict:
     queue = get_queue(QueueSettings.from_config(settings.queue), prepared.queue_url)
     samples = write_samples(settings.database.home_path() / "samples")
     ingested = ingest_paths(queue, StorageResource.from_settings(settings).get_storage(), samples,
-                            limits=PdfLimits.from_config(settings.storage))
+                            rules=IntakeRules.from_settings(settings))
     instance = dagster_instance(settings)
     register_partitions(instance, queue.engine, Level.DOCUMENT)
     report = run_until_idle(build_definitions(settings), instance, queue, settings=settings, until_idle=True,

@@ -13,15 +13,15 @@ import hashlib
 import os
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
-from queue_db.config import StorageConfig, TenantConfig, settings
+from queue_db.config import Settings
 from queue_db.idempotency import IdempotencyConflict, checked_key
 from queue_db.lifecycle import mark_supersedes, move_source, previous_version
 from queue_db.queue import TaskQueue, source_path_text
-from queue_db.tenants import checked_tenant, tenant_storage_prefix
+from queue_db.tenants import BASE_TENANT, checked_tenant, tenant_storage_prefix
 from resources.ocr import PdfLimits
 from resources.storage import LocalStorage
 from processing.content_types import EXTENSIONS, detect_type, rejection_reason
@@ -43,6 +43,24 @@ class IngestResult:
 
 class IntakeError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class IntakeRules:
+    """What intake holds a file to, as the entry point's settings give them: the file bounds (DOCQUEUE_MAX_FILE_MB,
+    DOCQUEUE_MAX_PAGES, ...), the text and office bounds (DOCQUEUE_MAX_TEXT_MB, DOCQUEUE_MAX_UNZIPPED_MB, ...) and
+    the tenant of a file registered without one (DOCQUEUE_DEFAULT_TENANT). Unset: the defaults."""
+
+    pdf: PdfLimits = field(default_factory=PdfLimits)
+    text: TextLimits = field(default_factory=TextLimits)
+    office: OfficeLimits = field(default_factory=OfficeLimits)
+    default_tenant: str = BASE_TENANT
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "IntakeRules":
+        storage = settings.storage
+        return cls(PdfLimits.from_config(storage), TextLimits.from_config(storage), OfficeLimits.from_config(storage),
+                   settings.tenant.default_tenant)
 
 
 def iter_files(paths: Iterable[str | Path], root: Path | None = None) -> Iterator[Path]:
@@ -94,7 +112,7 @@ def _hash_file(path: Path, limit: int) -> tuple[str, int, bytes]:
 
 
 def ingest_file(queue: TaskQueue, storage: LocalStorage, path: Path, *, priority: int = 0,
-                password_ref: str | None = None, limits: PdfLimits | None = None,
+                password_ref: str | None = None, rules: IntakeRules | None = None,
                 source_path: str | None = None, name: str | None = None,
                 metadata: dict | None = None, idempotency_key: str | None = None,
                 tenant: str | None = None) -> IngestResult:
@@ -103,17 +121,18 @@ def ingest_file(queue: TaskQueue, storage: LocalStorage, path: Path, *, priority
     names the document: the same key again is a duplicate, the key with other bytes is rejected."""
     return _register(queue, storage, path, shown=source_path or os.fsdecode(path), name=name or path.name,
                      source_path=source_path or os.fsdecode(path.resolve()), priority=priority,
-                     password_ref=password_ref, limits=limits, metadata=metadata, idempotency_key=idempotency_key,
+                     password_ref=password_ref, rules=rules, metadata=metadata, idempotency_key=idempotency_key,
                      tenant=tenant)
 
 
 def ingest_stream(queue: TaskQueue, storage: LocalStorage, stream: BinaryIO, name: str, *, scratch: Path,
                   priority: int = 0, idempotency_key: str | None = None, tenant: str | None = None,
-                  limits: PdfLimits | None = None) -> IngestResult:
+                  rules: IntakeRules | None = None) -> IngestResult:
     """Register content read from a stream (standard input) under `name`, bounded by DOCQUEUE_MAX_FILE_MB while
     it is read. It has no source path, so it is never a new version of anything: the bytes (or the idempotency
     key) identify it."""
-    limits = limits or PdfLimits()
+    rules = rules or IntakeRules()
+    limits = rules.pdf
     shown = f"-:{name}"
     if not name.strip() or "/" in name or "\\" in name or name in (".", ".."):
         return IngestResult(shown, "rejected", reason=f"invalid name {name!r}: give a file name such as note.md")
@@ -128,18 +147,18 @@ def ingest_stream(queue: TaskQueue, storage: LocalStorage, stream: BinaryIO, nam
                     return IngestResult(shown, "rejected", reason=too_large(limits.max_file_bytes))
                 handle.write(chunk)
         return _register(queue, storage, path, shown=shown, name=name, source_path=None, priority=priority,
-                         password_ref=None, limits=limits, metadata=None, idempotency_key=idempotency_key,
+                         password_ref=None, rules=rules, metadata=None, idempotency_key=idempotency_key,
                          tenant=tenant)
 
 
 def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str, name: str,
-              source_path: str | None, priority: int, password_ref: str | None, limits: PdfLimits | None,
+              source_path: str | None, priority: int, password_ref: str | None, rules: IntakeRules | None,
               metadata: dict | None, idempotency_key: str | None, tenant: str | None = None) -> IngestResult:
-    limits = limits or PdfLimits()
+    rules = rules or IntakeRules()
     try:
         checked_key(idempotency_key)
-        tenant = checked_tenant(tenant, settings(TenantConfig).default_tenant)
-        content_hash, size, head = _hash_file(path, limits.max_file_bytes)
+        tenant = checked_tenant(tenant, rules.default_tenant)
+        content_hash, size, head = _hash_file(path, rules.pdf.max_file_bytes)
     except (IntakeError, ValueError) as exc:
         return IngestResult(shown, "rejected", reason=str(exc))
     except OSError as exc:
@@ -147,7 +166,7 @@ def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str
     if size == 0:
         return IngestResult(shown, "rejected", reason="empty: zero-byte file")
     mime = detect_type(head, path)
-    refused = rejection_reason(mime) or _content_problem(path, mime, size)
+    refused = rejection_reason(mime) or _content_problem(path, mime, size, rules)
     if refused:
         return IngestResult(shown, "rejected", reason=refused)
     # per tenant, so deleting one tenant's file never takes another's copy of the same bytes
@@ -179,23 +198,23 @@ def _moved_from(known: str | None, source_path: str) -> bool:
     if not known or known == source_path_text(source_path) or "://" in known:
         return False  # an object store's old key cannot be checked from here
     return not os.path.lexists(known)
-def _content_problem(path: Path, mime: str, size: int) -> str | None:
+def _content_problem(path: Path, mime: str, size: int, rules: IntakeRules) -> str | None:
     """Why a file of a supported type is refused before it is stored (past a size bound), or None."""
-    text_limit = TextLimits.from_config(settings(StorageConfig)).max_bytes
+    text_limit = rules.text.max_bytes
     if (mime in TEXT_TYPES or mime == CSV_MIME) and size > text_limit:
         return f"too large: text of more than {text_limit / (1 << 20):g} MB (DOCQUEUE_MAX_TEXT_MB)"
     if mime in ZIPPED_TYPES:
-        return archive_problem(path, OfficeLimits.from_config(settings(StorageConfig)))
+        return archive_problem(path, rules.office)
     return None
 
 
 def ingest_paths(queue: TaskQueue, storage: LocalStorage, paths: Iterable[str | Path], *, priority: int = 0,
                  password_ref: str | None = None, root: Path | None = None,
                  idempotency_key: str | None = None, tenant: str | None = None,
-                 limits: PdfLimits | None = None) -> list[IngestResult]:
-    """Register every readable file under `paths`; `limits` are the entry point's (DOCQUEUE_MAX_FILE_MB, ...),
-    PdfLimits' defaults when not given."""
-    limits = limits or PdfLimits()
-    return [ingest_file(queue, storage, p, priority=priority, password_ref=password_ref, limits=limits,
+                 rules: IntakeRules | None = None) -> list[IngestResult]:
+    """Register every readable file under `paths`, held to the entry point's `rules` (the defaults when not
+    given)."""
+    rules = rules or IntakeRules()
+    return [ingest_file(queue, storage, p, priority=priority, password_ref=password_ref, rules=rules,
                         idempotency_key=idempotency_key, tenant=tenant)
             for p in iter_files(paths, root)]

@@ -27,8 +27,7 @@ from typing import Iterable
 
 from queue_db.config import IntakeConfig, default
 from queue_db.queue import TaskQueue
-from orchestration.intake import IngestResult, ingest_file, too_large
-from resources.ocr import PdfLimits
+from orchestration.intake import IngestResult, IntakeRules, ingest_file, too_large
 from resources.storage import LocalStorage
 
 _CHUNK = 1 << 20
@@ -205,13 +204,13 @@ def list_objects(client, source: S3Source) -> list[S3Object]:
 
 # ------------------------------------------------------------------------------------------------ intake
 def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor: IntakeCursor | None = None, *,
-              scratch: Path, client=None, priority: int = 0, limits: PdfLimits | None = None) -> S3IntakeReport:
+              scratch: Path, client=None, priority: int = 0, rules: IntakeRules | None = None) -> S3IntakeReport:
     """One bounded pass: list, then download and register at most `source.max_objects` new objects. Returns
     the advanced cursor in the report (the caller stores it). Downloads go to temporary files under `scratch`
     (`<DOCQUEUE_HOME>/tmp`). A listing failure raises S3Unavailable; a
     download failure stops the pass there, with what was done kept in the cursor."""
     cursor = IntakeCursor(cursor.watermark, dict(cursor.handled)) if cursor else IntakeCursor()
-    limits = limits or PdfLimits()
+    rules = rules or IntakeRules()
     client = client or source.client()
     objects = list_objects(client, source)
     pending = pending_objects(objects, cursor, source.lookback_s)
@@ -219,7 +218,7 @@ def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor:
     done = 0
     for obj in pending[:source.max_objects]:
         try:
-            result = _ingest_object(queue, storage, source, client, obj, priority=priority, limits=limits,
+            result = _ingest_object(queue, storage, source, client, obj, priority=priority, rules=rules,
                                     scratch=scratch)
         except S3Unavailable as exc:
             report.error = str(exc)
@@ -236,13 +235,14 @@ def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor:
 
 
 def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, scratch: Path, priority: int = 0,
-                  max_passes: int = 10_000) -> S3IntakeReport:
+                  max_passes: int = 10_000, rules: IntakeRules | None = None) -> S3IntakeReport:
     """Everything under the prefix now, pass after pass (for the command line; sensors use one pass a tick)."""
     client = source.client()
     total = S3IntakeReport(source.url)
     cursor = IntakeCursor()
     for _ in range(max_passes):
-        report = ingest_s3(queue, storage, source, cursor, scratch=scratch, client=client, priority=priority)
+        report = ingest_s3(queue, storage, source, cursor, scratch=scratch, client=client, priority=priority,
+                           rules=rules)
         cursor = report.cursor
         total.listed = report.listed
         total.results += report.results
@@ -254,20 +254,20 @@ def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, 
 
 
 def _ingest_object(queue: TaskQueue, storage: LocalStorage, source: S3Source, client, obj: S3Object, *,
-                   priority: int, limits: PdfLimits, scratch: Path) -> IngestResult | None:
+                   priority: int, rules: IntakeRules, scratch: Path) -> IngestResult | None:
     """The object registered (or rejected), or None when it changed or vanished since it was listed (the next
     listing shows its new state)."""
     address = f"s3://{source.bucket}/{obj.key}"
-    if obj.size > limits.max_file_bytes:
-        return IngestResult(address, "rejected", reason=too_large(limits.max_file_bytes))
+    if obj.size > rules.pdf.max_file_bytes:
+        return IngestResult(address, "rejected", reason=too_large(rules.pdf.max_file_bytes))
     name = PurePosixPath(obj.key).name or "object"
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="s3-", dir=scratch) as folder:
         path = Path(folder) / "object"
-        outcome = _download(client, source, obj, path, limits.max_file_bytes)
+        outcome = _download(client, source, obj, path, rules.pdf.max_file_bytes)
         if outcome != "ok":
             return None if outcome == "gone" else IngestResult(address, "rejected", reason=outcome)
-        return ingest_file(queue, storage, path, priority=priority, limits=limits, source_path=address, name=name,
+        return ingest_file(queue, storage, path, priority=priority, rules=rules, source_path=address, name=name,
                            metadata={"source": {"s3_etag": obj.etag, "s3_last_modified": obj.last_modified}})
 
 

@@ -14,7 +14,7 @@ import dagster as dg
 from dagster import SensorEvaluationContext
 
 from orchestration.assets.rollups import rollup_asset_name, rollup_run_name
-from orchestration.intake import ingest_file, iter_files
+from orchestration.intake import IntakeRules, ingest_file, iter_files
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
 from orchestration.planning import in_flight_positions, max_keys_per_run, plan_rollup_runs, plan_runs
@@ -24,7 +24,6 @@ from queue_db.inbox import remember, unchanged
 from queue_db.phases import Level, PhaseRegistry, PhaseSpec, TaskKind
 from queue_db.queue import source_path_text
 from resources.database import DatabaseResource
-from resources.ocr import PdfLimits
 from resources.storage import StorageResource
 
 
@@ -80,7 +79,7 @@ def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -
 
 
 def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
-    enabled, intake, limits = settings.queue.enabled, settings.intake, PdfLimits.from_config(settings.storage)
+    enabled, intake, rules = settings.queue.enabled, settings.intake, IntakeRules.from_settings(settings)
 
     @dg.sensor(name="inbox_sensor", minimum_interval_seconds=settings.dagster.sensor_interval_s,
                default_status=dg.DefaultSensorStatus.RUNNING,
@@ -89,12 +88,12 @@ def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
     def sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        return _read_inbox(context, intake, limits, database, storage)
+        return _read_inbox(context, intake, rules, database, storage)
 
     return sensor
 
 
-def _read_inbox(context: SensorEvaluationContext, intake, limits: PdfLimits, database: DatabaseResource,
+def _read_inbox(context: SensorEvaluationContext, intake, rules: IntakeRules, database: DatabaseResource,
                 storage: StorageResource) -> dg.SkipReason:
     inbox = intake.inbox
     if not inbox:
@@ -117,7 +116,7 @@ def _read_inbox(context: SensorEvaluationContext, intake, limits: PdfLimits, dat
     same = unchanged(queue.engine, {p: (size, mtime) for p, (_, size, mtime) in observed.items()})
     fresh = [(p, *seen) for p, seen in observed.items() if p not in same][:intake.inbox_max_files]
     store = storage.get_storage()
-    results = [ingest_file(queue, store, f, limits=limits) for _, f, _, _ in fresh]
+    results = [ingest_file(queue, store, f, rules=rules) for _, f, _, _ in fresh]
     remember(queue.engine, [(p, size, mtime, r.document_id, r.status)
                             for (p, _, size, mtime), r in zip(fresh, results)])
     registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
@@ -133,7 +132,7 @@ def _read_inbox(context: SensorEvaluationContext, intake, limits: PdfLimits, dat
 
 def s3_intake_sensor(settings: Settings) -> dg.SensorDefinition:
     enabled, source, scratch = settings.queue.enabled, S3Source.from_config(settings.intake), scratch_folder(settings)
-    limits = PdfLimits.from_config(settings.storage)
+    rules = IntakeRules.from_settings(settings)
 
     @dg.sensor(name="s3_intake_sensor", minimum_interval_seconds=settings.dagster.sensor_interval_s,
                default_status=dg.DefaultSensorStatus.RUNNING,
@@ -145,7 +144,7 @@ def s3_intake_sensor(settings: Settings) -> dg.SensorDefinition:
             return dg.SkipReason(QueueConfig.disabled_reason)
         if source is None:
             return dg.SkipReason("DOCQUEUE_S3_BUCKET is not set")
-        return _read_s3(context, source, scratch, limits, database, storage)
+        return _read_s3(context, source, scratch, rules, database, storage)
 
     return sensor
 
@@ -155,11 +154,11 @@ def scratch_folder(settings: Settings) -> Path:
     return Path(settings.database.home).expanduser().resolve() / "tmp"
 
 
-def _read_s3(context: SensorEvaluationContext, source: S3Source, scratch: Path, limits: PdfLimits,
+def _read_s3(context: SensorEvaluationContext, source: S3Source, scratch: Path, rules: IntakeRules,
              database: DatabaseResource, storage: StorageResource) -> dg.SkipReason:
     queue = database.get_queue()
     report = ingest_s3(queue, storage.get_storage(), source, IntakeCursor.from_json(context.cursor),
-                       scratch=scratch, limits=limits)
+                       scratch=scratch, rules=rules)
     context.update_cursor(report.cursor.to_json())
     registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
     for r in report.results:

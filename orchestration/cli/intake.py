@@ -10,11 +10,10 @@ from orchestration.cli.context import open_queue, tenant_option, tenant_or_defau
 from orchestration.cli.errors import EXIT_USAGE, CliError
 from orchestration.cli.output import console, emit, table
 from orchestration.environment import dagster_instance
-from orchestration.intake import ingest_paths, ingest_stream, iter_files
+from orchestration.intake import IntakeRules, ingest_paths, ingest_stream, iter_files
 from orchestration.partitions import register_partitions
 from queue_db.config import Settings
 from queue_db.phases import Level
-from resources.ocr import PdfLimits
 from resources.storage import StorageResource
 
 READABLE = "PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML, DOCX, XLSX or CSV files"
@@ -62,12 +61,12 @@ def ingest(settings: Settings, paths: tuple[Path, ...], priority: int, password_
     if stdin:
         results = [ingest_stream(queue, storage, click.get_binary_stream("stdin"), name, priority=priority,
                                  scratch=settings.database.home_path() / "tmp", idempotency_key=idempotency_key, tenant=tenant,
-                                 limits=PdfLimits.from_config(settings.storage))]
+                                 rules=IntakeRules.from_settings(settings))]
     else:
         password_ref = f"file:{password_file.resolve()}" if password_file else None
         results = ingest_paths(queue, storage, paths, priority=priority, password_ref=password_ref,
                                idempotency_key=idempotency_key, tenant=tenant,
-                               limits=PdfLimits.from_config(settings.storage))
+                               rules=IntakeRules.from_settings(settings))
     register_partitions(dagster_instance(settings), queue.engine, Level.DOCUMENT)
     payload = {"tenant": tenant, "results": [r.as_dict() for r in results],
                "counts": {s: sum(1 for r in results if r.status == s) for s in ("new", "duplicate", "rejected")}}

@@ -126,6 +126,7 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
 def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucket, tmp_path, monkeypatch):
     from orchestration.s3_intake import IntakeCursor, S3Object, S3Source, S3Unavailable, _ingest_object, ingest_s3
     from queue_db.config import Settings
+    from orchestration.intake import IntakeRules
     from resources.ocr import PdfLimits
     from resources.storage import LocalStorage
 
@@ -138,8 +139,8 @@ def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucke
     source = S3Source.from_config(Settings.from_env().intake)
     assert source is not None and source.url == f"s3://{name}/inbox/"
 
-    limits = PdfLimits(max_file_bytes=10_000)
-    report = ingest_s3(queue, storage, source, None, scratch=scratch, limits=limits)
+    rules = IntakeRules(pdf=PdfLimits(max_file_bytes=10_000))
+    report = ingest_s3(queue, storage, source, None, scratch=scratch, rules=rules)
     reasons = {r.path.rsplit("/", 1)[1]: r.reason for r in report.results}
     assert reasons == {
         "archive.pdf": "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) "
@@ -148,7 +149,7 @@ def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucke
         "empty.txt": "empty: zero-byte file"}
     assert {r.status for r in report.results} == {"rejected"} and report.remaining == 0
     # a rejected object is remembered: not downloaded again on the next pass
-    assert ingest_s3(queue, storage, source, report.cursor, scratch=scratch, limits=limits).results == []
+    assert ingest_s3(queue, storage, source, report.cursor, scratch=scratch, rules=rules).results == []
     with queue.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM documents").scalar() == 0
 
@@ -157,7 +158,7 @@ def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucke
     listed = client.head_object(Bucket=name, Key="inbox/moving.txt")
     stale = S3Object("inbox/moving.txt", listed["ETag"], listed["ContentLength"], listed["LastModified"].timestamp())
     _put(client, name, "inbox/moving.txt", b"second words of a note")
-    assert _ingest_object(queue, storage, source, client, stale, priority=0, limits=PdfLimits(),
+    assert _ingest_object(queue, storage, source, client, stale, priority=0, rules=IntakeRules(),
                           scratch=scratch) is None
 
     missing = S3Source(bucket=f"missing-{uuid.uuid4().hex[:8]}", endpoint_url=source.endpoint_url)

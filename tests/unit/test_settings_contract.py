@@ -31,9 +31,8 @@ KNOWN_OFFENDERS: dict[str, set[str]] = {
     "orchestration/environment.py": {"os.environ"},
     # Dagster builds these storages from dagster.yaml, not from our code: their pool bounds fall back to settings
     "orchestration/dagster_pooled_storage.py": {"settings()"},
-    # still to hand down: the queue URL's embedded fallback, the intake's default tenant and office limits
+    # still to hand down: a queue opened without a URL falls back to the embedded server of the environment's home
     "resources/database.py": {"settings()"},
-    "orchestration/intake.py": {"settings()"},
 }
 
 
