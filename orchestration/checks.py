@@ -15,8 +15,8 @@ from queue_db.inspection import stuck_counts
 from queue_db.phases import PhaseRegistry
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
-from resources.neo4j import Neo4jResource
-from resources.qdrant import QdrantResource
+from resources.graph_stores import Neo4jResource
+from resources.vector_stores import QdrantResource
 
 POOL = "maintenance"
 

@@ -12,7 +12,7 @@ from queue_db.queue import TaskQueue
 from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
 from orchestration.verify import verify_stores
 from resources.embeddings import MODELS
-from resources.qdrant import VectorStoreError
+from resources.ports import VectorStoreError
 
 _RUN_ID = re.compile(r"^run:([0-9a-f-]{36}):")
 FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}

@@ -30,7 +30,9 @@ from queue_db.partition_keys import BlockShare
 from queue_db.phases import PHASES, Level, PhaseRegistry
 from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished
-from resources.qdrant import QdrantResource, QdrantStorageBusy, VectorStoreError
+from resources.folder_lock import QdrantStorageBusy
+from resources.ports import VectorStoreError
+from resources.vector_stores import QdrantResource
 
 
 log = logging.getLogger(__name__)

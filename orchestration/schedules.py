@@ -13,8 +13,8 @@ from orchestration.partitions import retire_partitions_as_configured
 from queue_db.config import QueueConfig, Settings
 from resources.database import DatabaseResource
 from resources.embeddings import EmbeddingResource
-from resources.neo4j import Neo4jResource
-from resources.qdrant import QdrantResource
+from resources.graph_stores import Neo4jResource
+from resources.vector_stores import QdrantResource
 
 MAINTENANCE_POOL = "maintenance"
 MAINTENANCE_TAGS = {"docqueue/phase": "maintenance"}

@@ -34,7 +34,7 @@ SERVICE_FAILURES = {
     "bolt_start": (("resources.bolt_server", "BoltServerError"),),
     "graph": (("neo4j.exceptions", "ServiceUnavailable"), ("neo4j.exceptions", "AuthError"),
               ("neo4j.exceptions", "SessionExpired")),
-    "vectors": (("resources.qdrant", "VectorStoreError"),
+    "vectors": (("resources.ports", "VectorStoreError"),
                 ("qdrant_client.http.exceptions", "ResponseHandlingException"), ("httpx", "HTTPError")),
 }
 
