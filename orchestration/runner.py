@@ -176,7 +176,8 @@ def index_vector_tail(settings: Settings) -> bool:
     no schedules (orchestration.maintenance.index_vector_tail). A store that is busy or unusable is left for the
     next time."""
     try:
-        return build_vector_tail(QdrantResource(), settings.embedding.model, settings.vector.index_tail)["built"]
+        store = QdrantResource.from_settings(settings)
+        return build_vector_tail(store, settings.embedding.model, settings.vector.index_tail)["built"]
     except (QdrantStorageBusy, VectorStoreError) as exc:
         log.warning("vector index build left for later: %s", exc)
         return False
