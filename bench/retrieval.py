@@ -123,7 +123,7 @@ def indexed_pages() -> tuple[list[Page], dict]:
     from orchestration.cli.context import open_queue
     from queue_db.config import Settings
     from queue_db.lifecycle import hidden_from_search
-    from processing.chunking import count_tokens_batch
+    from processing.tokenizer import count_tokens_batch
     from resources.storage import StorageResource
 
     queue = open_queue(Settings.from_env())

@@ -9,12 +9,9 @@ reason and the batch goes on.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Sequence
 
 from queue_db.config import EmbeddingConfig, ExtractionConfig, Settings, StorageConfig, default
@@ -22,12 +19,12 @@ from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.keys import page_partition_key
 from queue_db.queue import TaskQueue
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
-from processing.content_types import PYMUPDF_TYPES
-from processing.office_pages import OFFICE_TYPES, OfficeLimits, office_pages
-from processing.text_pages import TEXT_TYPES, TextLimits, UnreadableMarkup, document_pages
-from processing.chunking import MAX_CHUNKS_PER_PAGE, ChunkingError, chunk_markdown
+from orchestration.failures import SERVICE_ERROR_CLASSES, classify, within
+from orchestration.page_reading import PageReader
+from processing.office_pages import OfficeLimits
+from processing.text_pages import TextLimits
+from processing.chunking import MAX_CHUNKS_PER_PAGE, chunk_markdown
 from processing.entities import ChunkGraph
-from resources.ocr import DocumentError, DocumentInfo, PageResult, PdfLimits
 from resources.ports import ChunkPoint
 from resources.storage import page_file_key
 from resources.vector_payload import chunk_payload
@@ -59,75 +56,7 @@ class VectorCopy:
         return VectorCopy(self.source, vector, tokens, embedded_tokens)
 
 
-class PasswordError(RuntimeError):
-    pass
-
-
-class BatchTimeout(TimeoutError):
-    pass
-
-
-# mime -> page method of the documents whose pages are markdown made here, without OCR
-MARKDOWN_PAGE_TYPES = {**TEXT_TYPES, **OFFICE_TYPES}
-# failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
-SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout"})
 ISOLATION_PROBES = 2
-
-
-def within(limit_s: float, what: str, work):
-    """Run `work` with a time limit. A thread cannot be killed: on timeout it is abandoned (its result ignored)
-    and the batch fails as `timeout`, to be retried; the library's own timeouts bound how long it lingers."""
-    box: dict = {}
-
-    def target():
-        try:
-            box["value"] = work()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name=f"{what}-batch", daemon=True)
-    thread.start()
-    thread.join(limit_s)
-    if thread.is_alive():
-        raise BatchTimeout(f"timeout: {what} batch took more than {limit_s:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-def resolve_password(ref: str | None) -> str | None:
-    """A password reference, never the password itself, is stored: `file:/path` or `env:NAME`."""
-    if not ref:
-        return None
-    scheme, _, value = ref.partition(":")
-    if scheme == "file":
-        try:
-            return Path(value).read_text(encoding="utf-8").strip("\r\n")
-        except OSError as exc:
-            raise PasswordError(f"password file unreadable: {exc.strerror}") from None
-    if scheme == "env":
-        if value not in os.environ:
-            raise PasswordError(f"password variable {value} is not set")
-        return os.environ[value]
-    raise PasswordError("unknown password reference scheme (use file:PATH or env:NAME)")
-
-
-def classify(exc: BaseException) -> tuple[str, str, bool]:
-    """(reason, error class, retryable) for an exception raised while processing one task."""
-    if isinstance(exc, DocumentError):
-        return exc.reason, exc.error_class, exc.retryable
-    if isinstance(exc, PasswordError):
-        return f"encrypted: {exc}", "encrypted", False
-    if isinstance(exc, ChunkingError):
-        return f"chunking: {exc}", "validation", False
-    if isinstance(exc, BatchTimeout):
-        return str(exc), "timeout", True
-    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
-        return f"{type(exc).__name__}: {exc}", "connection", True
-    name = type(exc).__name__
-    if "ServiceUnavailable" in name or "Connect" in name or "Timeout" in name or "Unavailable" in name:
-        return f"{name}: {exc}", "connection", True
-    return f"{name}: {exc}", "internal", True
 
 
 @dataclass(frozen=True)
@@ -158,7 +87,7 @@ class Pipeline:
         self.embed_dedup, self.embed_timeout_s, self.extract_timeout_s = embed_dedup, embed_timeout_s, extract_timeout_s
         self._storage, self._pdf, self._embedder = storage, pdf, embedder
         self._vector_store_factory, self._graph, self._extractor = vector_store_factory, graph_store, extractor
-        self._text_cache: tuple[str, list[str]] | None = None  # (storage key@page bounds, pages) of the last one
+        self.page_reader = PageReader(storage, pdf, limits.text, limits.office)
 
     @classmethod
     def from_resources(cls, queue: TaskQueue, storage, ocr=None, embeddings=None, qdrant=None, neo4j=None,
@@ -170,7 +99,8 @@ class Pipeline:
             storage=storage.get_storage(),
             pdf=ocr.get_processor() if ocr is not None else None,
             embedder=_Lazy(embeddings.get_embedder) if embeddings is not None else None,
-            vector_store_factory=(lambda model_id, dim: qdrant.get_store(model_id, dim)) if qdrant is not None else None,
+            vector_store_factory=((lambda model_id, dim: qdrant.get_store(model_id, dim)) if qdrant is not None
+                                  else None),
             graph_store=_Lazy(neo4j.get_store) if neo4j is not None else None,
             extractor=_Lazy(extraction.get_extractor) if extraction is not None else None,
             **({"embed_dedup": embeddings.dedup, "embed_timeout_s": embeddings.timeout_s} if embeddings is not None
@@ -237,19 +167,14 @@ class Pipeline:
         ids = [str(t["id"]) for t in tasks]
         return set(ids) - self.queue.heartbeat(kind, worker_id, ids)
 
-    def _document_file(self, document: dict) -> Path:
-        if not document.get("storage_key"):
-            # only a document carried over from the legacy schema, which kept no files, lacks one
-            raise DocumentError("missing file: this document's file was never stored (it came from the legacy "
-                                "schema); re-ingest the original file", "missing_file", False)
-        return self.storage.local_path(document["storage_key"])
-
-    def _finish(self, kind: TaskKind, worker_id: str, outcomes: list[Outcome], results: dict[str, dict]) -> list[Outcome]:
+    def _finish(self, kind: TaskKind, worker_id: str, outcomes: list[Outcome],
+                results: dict[str, dict]) -> list[Outcome]:
         done = [o for o in outcomes if o.ok and not o.rejected]
         failed = [o for o in outcomes if not o.ok and not o.rejected]
         rejected: set[str] = set()
         if done and kind not in (OCR_DOCUMENT, VECTOR_PAGE):
-            rejected |= set(self.queue.complete(kind, worker_id, [{"id": o.id, **results.get(o.id, {})} for o in done]).rejected)
+            rejected |= set(self.queue.complete(kind, worker_id, [{"id": o.id, **results.get(o.id, {})}
+                                                                  for o in done]).rejected)
         if failed:
             rejected |= set(self.queue.fail(kind, worker_id, [
                 {"id": o.id, "error": o.error, "error_class": o.error_class, "retryable": o.retryable}
@@ -267,7 +192,7 @@ class Pipeline:
             started = time.perf_counter()
             try:
                 document = self.queue.document(task["id"])
-                info = self._inspect(document)
+                info = self.page_reader.inspect(document)
                 accepted = self.queue.complete_document_expansion(
                     worker_id, task["id"], page_count=info.page_count, encrypted=info.encrypted,
                     metadata={"boilerplate": list(info.boilerplate), "repaired": info.repaired,
@@ -287,7 +212,7 @@ class Pipeline:
             try:
                 document = documents.get(task["document_id"]) or self.queue.document(task["document_id"])
                 documents[task["document_id"]] = document
-                result = self._convert_page(document, task["page_number"])
+                result = self.page_reader.convert_page(document, task["page_number"])
                 key = page_file_key(document["document_key"], task["page_number"])
                 self.storage.put_text(key, result.markdown)
                 results[task["id"]] = {"page_file_path": key, "ocr_method": result.method, "ocr_chars": result.chars,
@@ -299,58 +224,6 @@ class Pipeline:
                 outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
         return self._finish(OCR_PAGE, worker_id, outcomes, results)
 
-    def _inspect(self, document: dict) -> DocumentInfo:
-        mime = document.get("mime_type") or "application/pdf"
-        if mime in MARKDOWN_PAGE_TYPES:
-            pages = self._text_pages(document)
-            return DocumentInfo(page_count=len(pages), encrypted=False, repaired=False,
-                                metadata={"format": mime, "characters": sum(len(p) for p in pages)})
-        return self.pdf.inspect(self._document_file(document), resolve_password(document.get("password_ref")),
-                                filetype=_pymupdf_type(mime))
-
-    def _convert_page(self, document: dict, page_number: int) -> PageResult:
-        mime = document.get("mime_type") or "application/pdf"
-        if mime not in MARKDOWN_PAGE_TYPES:
-            return self.pdf.convert_page(
-                self._document_file(document), page_number, resolve_password(document.get("password_ref")),
-                boilerplate=tuple((document.get("metadata") or {}).get("boilerplate", ())),
-                filetype=_pymupdf_type(mime))
-        started = time.perf_counter()
-        pages = self._text_pages(document)
-        if not 1 <= page_number <= len(pages):
-            raise DocumentError(f"unsupported: page {page_number} does not exist (document has {len(pages)} pages)",
-                                "unsupported")
-        markdown = pages[page_number - 1]
-        return PageResult(page_number, markdown, MARKDOWN_PAGE_TYPES[mime], len(markdown),
-                          time.perf_counter() - started)
-
-    def _text_pages(self, document: dict) -> list[str]:
-        """The pages of a text or office document. The file is content-addressed, so its pages never change: the
-        last document's are kept for the next page tasks of the batch instead of being read again for each."""
-        limits, office = self.limits.text, self.limits.office
-        key = f"{document['storage_key']}@{limits.page_chars}@{office.sheet_page_rows}"
-        if self._text_cache is not None and self._text_cache[0] == key:
-            return self._text_cache[1]
-        path = self._document_file(document)
-        if document["mime_type"] in OFFICE_TYPES:
-            pages = office_pages(path, document["mime_type"], limits, office)
-        elif path.stat().st_size > limits.max_bytes:
-            raise DocumentError(f"too large: text of more than {limits.max_bytes / (1 << 20):g} MB "
-                                "(DOCQUEUE_MAX_TEXT_MB)", "too_large")
-        else:
-            try:
-                pages = document_pages(path.read_bytes(), document["mime_type"], limits)
-            except UnreadableMarkup as exc:
-                raise DocumentError(f"corrupt: {exc}", "corrupt") from None
-        if not pages:
-            raise DocumentError("empty: the text has no words", "empty")
-        max_pages = (getattr(self.pdf, "limits", None) or PdfLimits()).max_pages
-        if len(pages) > max_pages:
-            raise DocumentError(f"too many pages: {len(pages)} > limit {max_pages} "
-                                f"(pages of {limits.page_chars} characters)", "too_large")
-        self._text_cache = (key, pages)
-        return pages
-
     # ------------------------------------------------------------------------------------------ phase 2: vectors
     def chunk_pages(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
         """Vector at page level: the page's markdown -> deterministic chunks -> chunk tasks."""
@@ -361,7 +234,8 @@ class Pipeline:
                 document = documents.get(task["document_id"]) or self.queue.document(task["document_id"])
                 documents[task["document_id"]] = document
                 markdown = self.storage.get_text(task["page_file_path"]) if task.get("page_file_path") else ""
-                chunks = chunk_markdown(markdown, page_key=page_partition_key(document["document_key"], task["page_number"]),
+                chunks = chunk_markdown(markdown,
+                                        page_key=page_partition_key(document["document_key"], task["page_number"]),
                                         max_chunks=self.limits.max_chunks_per_page)
                 accepted = self.queue.complete_chunking(worker_id, task["id"], [
                     {"chunk_id": c.chunk_id, "chunk_index": c.index, "content_hash": c.content_hash,
@@ -388,7 +262,8 @@ class Pipeline:
                     if fresh else None)
         vectors, tokens, covered = [None] * len(tasks), [0] * len(tasks), [0] * len(tasks)
         for row, i in enumerate(fresh):
-            vectors[i], tokens[i], covered[i] = embedded.vectors[row], embedded.tokens[row], embedded.embedded_tokens[row]
+            vectors[i], tokens[i], covered[i] = (embedded.vectors[row], embedded.tokens[row],
+                                                 embedded.embedded_tokens[row])
         for i, copy in sorted(copies.items()):  # a copy of an earlier task of this batch comes after that task
             if copy.batch_index is not None:
                 copy = copy.of(vectors[copy.batch_index], tokens[copy.batch_index], covered[copy.batch_index])
@@ -528,12 +403,6 @@ def _textless(task: dict) -> Outcome:
 
 def _resolve(value):
     return value.get() if isinstance(value, _Lazy) else value
-
-
-def _pymupdf_type(mime: str) -> str:
-    if mime not in PYMUPDF_TYPES:
-        raise DocumentError(f"unsupported: documents of type {mime} are not read", "unsupported")
-    return PYMUPDF_TYPES[mime]
 
 
 def _json_safe(value):

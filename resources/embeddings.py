@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import dagster as dg
 import numpy as np
 
-from processing.chunking import load_tokenizer, sha256_file
+from processing.tokenizer import load_tokenizer, sha256_file
 from queue_db.config import EmbeddingConfig, Settings, default
 
 log = logging.getLogger(__name__)

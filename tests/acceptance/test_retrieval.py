@@ -62,7 +62,7 @@ def _report(request, text: str) -> None:
 
 def _assert_vectors_cover_their_chunks(query: str) -> None:
     """The vector phase writes each chunk's length and the part its vector covers into the point's payload."""
-    from processing.chunking import count_tokens
+    from processing.tokenizer import count_tokens
     from resources.embeddings import EmbeddingResource
     from queue_db.config import Settings
     from resources.vector_stores import QdrantResource

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from resources import embeddings
-from processing.chunking import count_tokens
+from processing.tokenizer import count_tokens
 from queue_db.config import Settings
 from resources.embeddings import (
     MODELS,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from processing.chunking import chunk_markdown, count_tokens
+from processing.chunking import chunk_markdown
+from processing.tokenizer import count_tokens
 from resources.ocr import PdfLimits, PdfProcessor
 from tests import pdf_factory as factory
 

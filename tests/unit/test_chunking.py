@@ -10,15 +10,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from processing import chunking
+from processing import tokenizer as vendored_tokenizer
 from processing.chunking import (
     Chunk,
     TooManyChunksError,
     chunk_markdown,
-    count_tokens,
     MAX_CHUNKS_PER_PAGE,
-    load_tokenizer,
 )
+from processing.tokenizer import count_tokens, load_tokenizer
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank."
 
@@ -352,10 +351,10 @@ def test_page_key_is_required():
 
 def test_altered_tokenizer_file_is_refused(tmp_path, monkeypatch):
     altered = tmp_path / "tokenizer.json"
-    shutil.copy(chunking.TOKENIZER_PATH, altered)
+    shutil.copy(vendored_tokenizer.TOKENIZER_PATH, altered)
     with open(altered, "a") as handle:
         handle.write(" ")
-    monkeypatch.setattr(chunking, "TOKENIZER_PATH", altered)
+    monkeypatch.setattr(vendored_tokenizer, "TOKENIZER_PATH", altered)
     with pytest.raises(RuntimeError, match="sha256"):
         load_tokenizer()
 

@@ -24,7 +24,7 @@ KNOWN_OFFENDERS: dict[str, set[str]] = {
     # the conversion subprocess sets its own OCR threads in its own environment, from values its parent passes
     "resources/_pdf_worker.py": {"os.environ"},
     # a document's password reference `env:NAME` names a variable by design: the secret stays out of the queue
-    "orchestration/pipeline.py": {"os.environ"},
+    "orchestration/page_reading.py": {"os.environ"},
     # the AWS SDK's own region variables, as boto3 itself reads them
     "orchestration/s3_intake.py": {"os.environ"},
     # DAGSTER_HOME, and the variables Dagster's `env:` config and the child processes read

@@ -1,0 +1,56 @@
+"""Why a task failed, as the queue records it: a readable reason, an error class and whether a retry can help; and
+the time limit a batch of chunk tasks runs under.
+"""
+from __future__ import annotations
+
+import threading
+
+from orchestration.page_reading import PasswordError
+from processing.chunking import ChunkingError
+from processing.errors import DocumentError
+
+# failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
+SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout"})
+
+
+class BatchTimeout(TimeoutError):
+    pass
+
+
+def within(limit_s: float, what: str, work):
+    """Run `work` with a time limit. A thread cannot be killed: on timeout it is abandoned (its result ignored)
+    and the batch fails as `timeout`, to be retried; the library's own timeouts bound how long it lingers."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"{what}-batch", daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    if thread.is_alive():
+        raise BatchTimeout(f"timeout: {what} batch took more than {limit_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def classify(exc: BaseException) -> tuple[str, str, bool]:
+    """(reason, error class, retryable) for an exception raised while processing one task."""
+    if isinstance(exc, DocumentError):
+        return exc.reason, exc.error_class, exc.retryable
+    if isinstance(exc, PasswordError):
+        return f"encrypted: {exc}", "encrypted", False
+    if isinstance(exc, ChunkingError):
+        return f"chunking: {exc}", "validation", False
+    if isinstance(exc, BatchTimeout):
+        return str(exc), "timeout", True
+    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+        return f"{type(exc).__name__}: {exc}", "connection", True
+    name = type(exc).__name__
+    if "ServiceUnavailable" in name or "Connect" in name or "Timeout" in name or "Unavailable" in name:
+        return f"{name}: {exc}", "connection", True
+    return f"{name}: {exc}", "internal", True
