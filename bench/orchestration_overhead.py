@@ -18,8 +18,9 @@ per-key events.
 
 Experiments on (a): --event-batch-size sets DAGSTER_EVENT_BATCH_SIZE, --max-keys the keys per run of a kind,
 --dagster-async-commit gives (a)'s Dagster connections synchronous_commit=off (the queue stays synchronous).
-With --repeats N the variants alternate order each round and the medians are compared. The admin URL (default DOCQUEUE_TEST_PG_ADMIN_URL, else an embedded PostgreSQL started for the run) must be allowed
-to CREATE/DROP DATABASE. Prints both times and the ratio (a)/(b) and ends with exactly one line `RESULT {json}`.
+With --repeats N the variants alternate order each round and the medians are compared. The admin URL (default
+DOCQUEUE_TEST_PG_ADMIN_URL, else an embedded PostgreSQL started for the run) must be allowed to CREATE/DROP
+DATABASE. Prints both times and the ratio (a)/(b) and ends with exactly one line `RESULT {json}`.
 """
 from __future__ import annotations
 

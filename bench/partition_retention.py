@@ -8,8 +8,9 @@ throwaway Dagster database with the repository's pooled storage (dagster.yaml):
   all_live     N chunk keys registered (seeded set-based: one INSERT into Dagster's dynamic_partitions table);
                resolve a 1,000-key range (the default DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK) --repeats times
   retained     the same database after the oldest keys are deleted in batches of DOCQUEUE_PARTITION_RETIRE_BATCH
-               through orchestration.dagster_pooled_storage.delete_dynamic_partitions (what the retention job calls), down to
-               --live keys (DOCQUEUE_PARTITION_MAX_COMPLETED's default); the same resolution, same repeats
+               through orchestration.dagster_pooled_storage.delete_dynamic_partitions (what the retention job
+               calls), down to --live keys (DOCQUEUE_PARTITION_MAX_COMPLETED's default); the same resolution,
+               same repeats
 
 Prints medians and ends with exactly one line `RESULT {json}`.
 

@@ -622,8 +622,9 @@ def run(args: argparse.Namespace) -> int:
         text = f"{args.payload_bytes} chars" if args.payload_bytes else "short"
         print(f"server: {server.description}, PostgreSQL {version}; {layout.tasks} tasks "
               f"({layout.documents} documents x {layout.pages_per_document} pages x {layout.chunks_per_page} "
-              f"chunks, task text {text}), window {args.window:g} s, load average {load_start[0]:.2f} {load_start[1]:.2f} "
-              f"{load_start[2]:.2f} on {os.cpu_count()} cores", flush=True)
+              f"chunks, task text {text}), window {args.window:g} s, "
+              f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} on {os.cpu_count()} cores",
+              flush=True)
         templates = build_templates(databases, layout, {SAME_DATA_AS.get(c, c) for c in args.contenders},
                                     args.payload_bytes)
         print("seeded: " + ", ".join(f"{c} {s:.1f} s" for c, (_, s) in templates.items()), flush=True)

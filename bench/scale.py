@@ -107,7 +107,8 @@ def seed_queue(engine, documents: int, pending_documents: int) -> None:
                SELECT 'scale-' || n || '.pdf', 'scale-' || lpad(n::text, 6, '0'),
                       encode(sha256(convert_to('scale' || n, 'UTF8')), 'hex'), 100000, %(pages)s,
                       now() - make_interval(secs => %(total)s - n + 1), 'completed',
-                      now() - make_interval(secs => %(total)s - n + 2), now() - make_interval(secs => %(total)s - n + 1),
+                      now() - make_interval(secs => %(total)s - n + 2),
+                      now() - make_interval(secs => %(total)s - n + 1),
                       CASE WHEN n <= %(docs)s THEN 'completed' ELSE 'pending' END::task_status,
                       CASE WHEN n <= %(docs)s THEN 'completed' ELSE 'pending' END::task_status,
                       now() - make_interval(secs => %(total)s - n + 3), %(doc_first)s + (n - 1) / %(block)s,
@@ -166,7 +167,8 @@ def seed_dagster_partitions(queue_engine, dagster_url: str) -> None:
         (chunks_partitions.name, "SELECT d.document_key || '/p' || lpad(c_page.page_number::text, 4, '0') || '/c' || "
                                  "lpad(c.chunk_index::text, 3, '0') FROM task_queue_chunk c "
                                  "JOIN task_queue_page c_page ON c_page.id = c.page_id "
-                                 "JOIN documents d ON d.id = c.document_id ORDER BY c.partition_block, c.partition_pos"),
+                                 "JOIN documents d ON d.id = c.document_id "
+                                 "ORDER BY c.partition_block, c.partition_pos"),
     )
     dagster = sa.create_engine(dagster_url)
     try:
@@ -479,7 +481,8 @@ from resources.graph_stores import Neo4jResource
 from resources.vector_stores import QdrantResource
 model_id, dim = {model!r}, {dim}
 queue, instance = get_queue(QueueSettings.from_config(Settings.from_env().queue)), dagster_instance(Settings.from_env())
-store, graph = QdrantResource.from_settings(Settings.from_env()).get_store(model_id, dim), GraphStore(*Neo4jResource.from_settings(Settings.from_env()).connection())
+store = QdrantResource.from_settings(Settings.from_env()).get_store(model_id, dim)
+graph = GraphStore(*Neo4jResource.from_settings(Settings.from_env()).connection())
 started = time.perf_counter()
 report = nightly(queue, instance, store, graph)
 elapsed = time.perf_counter() - started
@@ -646,34 +649,16 @@ def measure_partitions_page(timeout_s: float) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ one N (child)
-def child(n: int, home: Path, args) -> dict:
-    import numpy as np
-
-    import warnings
-
-    os.environ["DOCQUEUE_HOME"] = str(home)
-    # the beta/preview notes Dagster prints at import, as the CLI silences them (nothing the bench can act on)
-    warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview), and may have breaking changes")
-    figures: dict[str, float | None] = {}
-    missing: dict[str, str] = {}
-    deadline = time.monotonic() + args.child_budget
-    skip = set(args.skip)
-    rng = np.random.default_rng(n)
-
-    subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), "db", "upgrade", "--json"], check=True,
-                   capture_output=True, timeout=600)
-    from orchestration.environment import dagster_instance, prepare_environment
-    from orchestration.stores import embedding_model
+def _seed_once(n: int, home: Path, args, queue, model_id: str, dim: int, rng) -> dict[str, float | None]:
+    """Seed the queue, Dagster's partitions, the vectors and the graph for N once (a marker in `home` remembers it);
+    returns the seeding figures (seed_s, retire_s)."""
+    from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
     from resources.bolt_graph import GraphStore
     from resources.graph_stores import Neo4jResource
     from resources.vector_stores import QdrantResource
 
-    prepare_environment(Settings.from_env())
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
-    model_id, dim = embedding_model(Settings.from_env().embedding)
+    figures: dict[str, float | None] = {}
     documents = n // (PAGES * CHUNKS)
     marker = home / "scale-seeded.json"
     if not marker.exists():
@@ -703,35 +688,75 @@ def child(n: int, home: Path, args) -> dict:
     else:
         seeded = json.loads(marker.read_text())
         figures["seed_s"], figures["retire_s"] = seeded["seed_s"], seeded.get("retire_s")
-    print(f"  N={n:,}: seeded in {figures['seed_s']} s", file=sys.stderr, flush=True)
+    return figures
 
-    def attempt(name: str, fn, keys: tuple[str, ...]) -> None:
-        if name in skip:
+
+class _Measurements:
+    """The figures of one N, and why any of them is missing: `attempt` measures one group within the deadline."""
+
+    def __init__(self, n: int, skip: set[str], deadline: float):
+        self.n, self.skip, self.deadline = n, skip, deadline
+        self.figures: dict[str, float | None] = {}
+        self.missing: dict[str, str] = {}
+
+    def attempt(self, name: str, fn, keys: tuple[str, ...]) -> None:
+        if name in self.skip:
             for key in keys:
-                figures[key] = None
-                missing[key] = "skipped (--skip)"
+                self.figures[key] = None
+                self.missing[key] = "skipped (--skip)"
             return
-        left = deadline - time.monotonic()
+        left = self.deadline - time.monotonic()
         if left < 5:
             for key in keys:
-                figures[key] = None
-                missing[key] = "not measured: out of time (--deadline)"
+                self.figures[key] = None
+                self.missing[key] = "not measured: out of time (--deadline)"
             return
         try:
             values = fn(left)
             for key, value in zip(keys, values if isinstance(values, tuple) else (values,)):
-                figures[key] = None if value is None else round(float(value), 4)
+                self.figures[key] = None if value is None else round(float(value), 4)
                 if value is None:
-                    missing[key] = "not measured: nothing to measure at this size (an empty store)"
+                    self.missing[key] = "not measured: nothing to measure at this size (an empty store)"
         except subprocess.TimeoutExpired:
             for key in keys:
-                figures[key] = None
-                missing[key] = f"not measured: ran past the {left:.0f} s left of --deadline"
+                self.figures[key] = None
+                self.missing[key] = f"not measured: ran past the {left:.0f} s left of --deadline"
         except Exception as exc:  # one failed figure must not cost the others
             for key in keys:
-                figures[key] = None
-                missing[key] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
-        print(f"  N={n:,}: {name}: {[figures[k] for k in keys]}", file=sys.stderr, flush=True)
+                self.figures[key] = None
+                self.missing[key] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
+        print(f"  N={self.n:,}: {name}: {[self.figures[k] for k in keys]}", file=sys.stderr, flush=True)
+
+
+def child(n: int, home: Path, args) -> dict:
+    import numpy as np
+
+    import warnings
+
+    os.environ["DOCQUEUE_HOME"] = str(home)
+    # the beta/preview notes Dagster prints at import, as the CLI silences them (nothing the bench can act on)
+    warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview), and may have breaking changes")
+    measured = _Measurements(n, set(args.skip), time.monotonic() + args.child_budget)
+    figures, attempt = measured.figures, measured.attempt
+    rng = np.random.default_rng(n)
+
+    subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), "db", "upgrade", "--json"], check=True,
+                   capture_output=True, timeout=600)
+    from orchestration.environment import dagster_instance, prepare_environment
+    from orchestration.stores import embedding_model
+    from queue_db.config import Settings
+    from resources.database import get_queue
+    from queue_db.config import QueueSettings
+    from resources.bolt_graph import GraphStore
+    from resources.graph_stores import Neo4jResource
+    from resources.vector_stores import QdrantResource
+
+    prepare_environment(Settings.from_env())
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    model_id, dim = embedding_model(Settings.from_env().embedding)
+    documents = n // (PAGES * CHUNKS)
+    figures.update(_seed_once(n, home, args, queue, model_id, dim, rng))
+    print(f"  N={n:,}: seeded in {figures['seed_s']} s", file=sys.stderr, flush=True)
 
     def make_store():
         return QdrantResource.from_settings(Settings.from_env()).get_store(model_id, dim)
@@ -776,7 +801,7 @@ def child(n: int, home: Path, args) -> dict:
     attempt("partitions_page", measure_partitions_page, ("partitions_page_s",))
     attempt("run_worker", measure_run_worker, ("run_worker_peak_rss_mb", "run_worker_peak_anon_mb", "run_worker_s"))
     instance.dispose()
-    return {"n": n, "figures": figures, "missing": missing}
+    return {"n": n, "figures": figures, "missing": measured.missing}
 
 
 def _pending_vector_chunks(queue) -> int:
@@ -829,7 +854,8 @@ def parent(args) -> int:
         out = root / f"n{n}.json"
         out.unlink(missing_ok=True)
         command = [sys.executable, __file__, "--child", str(n), "--home", str(home), "--out", str(out),
-                   "--child-budget", str(max(budget - 30, 10)), "--window", str(args.window), "--pending", str(args.pending),
+                   "--child-budget", str(max(budget - 30, 10)), "--window", str(args.window),
+                   "--pending", str(args.pending),
                    "--searches", str(args.searches), "--skip", ",".join(args.skip),
                    "--nightly-cap-mb", str(args.nightly_cap_mb)]
         print(f"N={n:,}: budget {budget:.0f} s", file=sys.stderr, flush=True)

@@ -88,8 +88,9 @@ def _warm_run_process() -> None:
 def _execute_run(job: str, tags: dict) -> bool:
     """One ranged run through the job's own executor (Celery), in one of the driver's run processes, never beside
     another run in one process (the daemon starts a process per run; these are reused and warmed before the
-    clock starts, so a run's process start-up is left out). Two runs in threads of one process hung (seen once in five minutes: one run's last event
-    PIPELINE_SUCCESS with its status never updated, the other created and never started, both workers idle)."""
+    clock starts, so a run's process start-up is left out). Two runs in threads of one process hung (seen once in
+    five minutes: one run's last event PIPELINE_SUCCESS with its status never updated, the other created and never
+    started, both workers idle)."""
     import dagster as dg
     from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
 
@@ -147,7 +148,8 @@ def drive_celery(in_flight: int) -> dict:
             waiting = waiting_work(queue.engine)
             if waiting["processing"] and sum(queue.recover_stale().values()):
                 continue
-            if not waiting["processing"] and waiting["next_retry_in_s"] is None and not any(queue.ready_counts().values()):
+            if (not waiting["processing"] and waiting["next_retry_in_s"] is None
+                    and not any(queue.ready_counts().values())):
                 break
             time.sleep(0.5)
         seconds = time.perf_counter() - started

@@ -148,7 +148,8 @@ def main() -> None:
         for metric in ("open_s", "write64_s", "search_p50_ms", "search_p95_ms"):
             for edge in ("edge", "edge_indexed"):
                 if edge in row and row[edge][metric] > 0:
-                    result["ratios"][f"{metric}_local_over_{edge}@{n}"] = round(row["local"][metric] / row[edge][metric], 1)
+                    ratio = round(row["local"][metric] / row[edge][metric], 1)
+                    result["ratios"][f"{metric}_local_over_{edge}@{n}"] = ratio
     print("RESULT " + json.dumps(result, sort_keys=True))
 
 

@@ -3,9 +3,9 @@
 Switched on by the settings, never by code: `DOCQUEUE_EXECUTOR=celery` with `DOCQUEUE_BROKER_URL` (Redis or
 RabbitMQ) in the environment of the Dagster processes (webserver, daemon, code server: `docqueue ui` passes its
 own). The daemon launches the sensors' ranged runs as usual; each run's one step is sent to the broker, on the
-Celery queue its phase's spec names (`ocr`, `vector`, `graphrag`; `maintenance` for the schedules' jobs), and a `docqueue worker` that serves that
-queue executes it. The workers and the Dagster machine share nothing but PostgreSQL (queue and Dagster storage),
-the Bolt server, the vector store, the broker and the storage folder.
+Celery queue its phase's spec names (`ocr`, `vector`, `graphrag`; `maintenance` for the schedules' jobs), and a
+`docqueue worker` that serves that queue executes it. The workers and the Dagster machine share nothing but
+PostgreSQL (queue and Dagster storage), the Bolt server, the vector store, the broker and the storage folder.
 """
 from __future__ import annotations
 
@@ -100,7 +100,8 @@ def executor_for(cluster: ClusterConfig):
     try:
         from dagster_celery import celery_executor
     except ImportError:
-        raise ClusterConfigError(f"{EXECUTOR_ENV}=celery needs the cluster extra: pip install -e '.[cluster]'") from None
+        raise ClusterConfigError(
+            f"{EXECUTOR_ENV}=celery needs the cluster extra: pip install -e '.[cluster]'") from None
     broker = broker_url(cluster)
     poll_results_every(cluster.celery_poll_interval_s)
     # the URLs stay environment references: a broker password never enters the definitions or a run's config

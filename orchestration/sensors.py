@@ -51,7 +51,8 @@ def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
         planned = plan_runs(queue.engine, kind, in_flight=in_flight_positions(context.instance, kind.name),
                             max_keys=max_keys, max_runs=max_runs)
         if not planned:
-            return dg.SkipReason(f"no ready {kind.name} tasks" + (f" ({registered} partitions registered)" if registered else ""))
+            known = f" ({registered} partitions registered)" if registered else ""
+            return dg.SkipReason(f"no ready {kind.name} tasks{known}")
         return dg.SensorResult(run_requests=_requests(planned))
 
     return sensor

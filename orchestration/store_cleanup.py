@@ -50,8 +50,9 @@ class TenantBusy(RuntimeError):
 def delete_tenant(queue: TaskQueue, tenant: str, *, instance: dg.DagsterInstance | None, storage, vector_store=None,
                   graph_store=None, batch: int = default(TenantConfig, "delete_batch")) -> dict:
     """Remove every document of `tenant` everywhere (delete_everywhere, each), `batch` documents at a time
-    (DOCQUEUE_DELETE_BATCH: the caller passes its setting). Refused while any of its tasks runs. Each document's rows go last, so an interrupted
-    delete leaves only whole documents and running it again finishes the job; a tenant with nothing left is done."""
+    (DOCQUEUE_DELETE_BATCH: the caller passes its setting). Refused while any of its tasks runs. Each document's rows
+    go last, so an interrupted delete leaves only whole documents and running it again finishes the job; a tenant
+    with nothing left is done."""
     tenant = checked_tenant(tenant)
     removed = {"documents": 0, "points": 0, "files": 0, "partitions": 0}
     while True:

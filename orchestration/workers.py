@@ -112,7 +112,8 @@ class Siblings:
         self.conn.close()
 
     def _call(self, function: str, index: int):
-        return self.conn.exec_driver_sql(f"SELECT {function}(%(g)s::int4, %(i)s::int4)", {"g": self.group, "i": index}).scalar()
+        return self.conn.exec_driver_sql(f"SELECT {function}(%(g)s::int4, %(i)s::int4)",
+                                         {"g": self.group, "i": index}).scalar()
 
     @contextmanager
     def busy(self):
@@ -138,7 +139,8 @@ def work_left(queue, phases: PhaseRegistry = PHASES) -> dict:
     is never mistaken for none."""
     waiting = waiting_work(queue.engine)
     left = {f"ready_{kind}": n for kind, n in queue.ready_counts().items() if n}
-    left.update({f"rollup_{spec.name}": 1 for spec in phases if rollup_candidates(queue.engine, spec, 1, phases=phases)})
+    left.update({f"rollup_{spec.name}": 1 for spec in phases
+                 if rollup_candidates(queue.engine, spec, 1, phases=phases)})
     if waiting["processing"]:
         left["processing"] = waiting["processing"]
     if waiting["next_retry_in_s"] is not None:

@@ -143,4 +143,6 @@ def html_to_markdown(html: str) -> str:
     if lost:
         raise UnreadableMarkup(f"HTML that cannot be read whole, nested more than 1,023 elements deep or too long "
                                f"({lost[0].rstrip('.')})")
+    # the stub allows None; a markdown conversion always gives text (empty for empty or script-only input)
+    assert result.content is not None, "html_to_markdown returned no markdown"
     return _TRAILING_SPACES.sub("\n", result.content).strip()

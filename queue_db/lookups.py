@@ -15,7 +15,8 @@ class Lookups(QueueConnection):
             row = conn.exec_driver_sql(
                 """SELECT * FROM documents
                    WHERE (document_key = %(r)s OR content_hash = %(r)s
-                      OR (%(r)s ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' AND id::text = lower(%(r)s)))
+                      OR (%(r)s ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                          AND id::text = lower(%(r)s)))
                      AND (%(t)s::text IS NULL OR tenant_id = %(t)s)
                    -- a content hash without a tenant: the base tenant's document, the one it named before tenants
                    ORDER BY tenant_id = %(base)s DESC, created_at LIMIT 1""",
@@ -61,5 +62,5 @@ class Lookups(QueueConnection):
         """How many tasks of each kind could be claimed right now (what sensors and --until-idle look at)."""
         with self.engine.connect() as conn:
             return {kind.name: int(conn.exec_driver_sql(
-                f"SELECT count(*) FROM {kind.table} t WHERE {kind.claimable_sql('t')}").scalar())
+                f"SELECT count(*) FROM {kind.table} t WHERE {kind.claimable_sql('t')}").scalar_one())
                 for kind in self.phases.kinds}

@@ -85,7 +85,9 @@ def applied_versions(conn: sa.Connection) -> dict[int, str]:
 
 def _execute_script(conn: sa.Connection, sql: str) -> None:
     """Run a multi-statement script verbatim: no parameters, so `%` in the SQL is not a placeholder."""
-    cursor = conn.connection.dbapi_connection.cursor()
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None, "an open Connection always holds its DBAPI connection"
+    cursor = dbapi.cursor()
     try:
         cursor.execute(sql)
     finally:

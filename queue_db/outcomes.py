@@ -20,7 +20,8 @@ def _tasks_sql(phases: PhaseRegistry = PHASES) -> str:
         outcome = (f"CASE WHEN NOT ({k.owns('t')}) THEN 'completed' WHEN t.{k.status} = 'failed' THEN 'failed' "
                    f"WHEN t.{k.status} = 'completed' THEN 'completed' WHEN {k.blocked_sql('t')} THEN 'blocked' "
                    f"ELSE 'open' END")
-        error_class = f"CASE WHEN ({k.owns('t')}) AND t.{k.status} = 'failed' THEN COALESCE(t.{k.col('error_class')}, 'unclassified') END"
+        error_class = (f"CASE WHEN ({k.owns('t')}) AND t.{k.status} = 'failed' "
+                       f"THEN COALESCE(t.{k.col('error_class')}, 'unclassified') END")
         parts.append(f"SELECT '{k.name}' AS kind, {outcome} AS outcome, {error_class} AS error_class, count(*) AS n "
                      f"FROM {k.table} t GROUP BY 2, 3")
     return "\nUNION ALL ".join(parts)
@@ -65,7 +66,7 @@ def task_outcomes(engine: sa.Engine, phases: PhaseRegistry = PHASES) -> Outcomes
     outcomes = Outcomes()
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(_tasks_sql(phases)).all()
-        outcomes.blocked_documents = int(conn.exec_driver_sql(_blocked_documents_sql(phases)).scalar())
+        outcomes.blocked_documents = int(conn.exec_driver_sql(_blocked_documents_sql(phases)).scalar_one())
     for kind, outcome, error_class, n in rows:
         n = int(n)
         per_kind = outcomes.by_kind.setdefault(kind, {})

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import sqlalchemy as sa
 
@@ -38,7 +38,7 @@ _BLOCK_ORDER = {
 }
 
 
-def key_of(level: Level, row: dict) -> str:
+def key_of(level: Level, row: Mapping[Any, Any]) -> str:
     if level is Level.DOCUMENT:
         return document_partition_key(row["document_key"])
     if level is Level.PAGE:
@@ -91,7 +91,7 @@ def record_block(engine: sa.Engine, level: Level, ids_in_order: Sequence[str]) -
     if not ids_in_order:
         return None
     with engine.begin() as conn:
-        block = conn.exec_driver_sql("SELECT nextval('docqueue_partition_block_seq')").scalar()
+        block = conn.exec_driver_sql("SELECT nextval('docqueue_partition_block_seq')").scalar_one()
         conn.exec_driver_sql(
             f"""UPDATE {TABLE[level]} t SET partition_block = %(block)s, partition_pos = v.pos - 1
                 FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS v(id, pos)
@@ -137,7 +137,7 @@ def ready_candidates(engine: sa.Engine, kind: TaskKind, limit: int, documents: S
             conn.exec_driver_sql(setting)
         rows = conn.exec_driver_sql(statement, {"n": limit, "documents": list(documents or ())}).all()
     # the statement's columns are the tuple's, in its order
-    return [Candidate(*row, level) for row in rows]
+    return [Candidate._make((*row, level)) for row in rows]
 
 
 def rows_for_keys(engine: sa.Engine, kind: TaskKind, keys: Sequence[str]) -> dict[str, dict]:
@@ -170,7 +170,8 @@ def rows_for_keys(engine: sa.Engine, kind: TaskKind, keys: Sequence[str]) -> dic
 def rollup_columns(phase: str | PhaseSpec, phases: PhaseRegistry = PHASES) -> tuple[str, str, str]:
     """A phase's document status, completion time and roll-up time columns."""
     spec = phases.phase(phase)
-    return tuple(spec.rollup_column(Level.DOCUMENT, w) for w in ("status", "completed_at", "rollup_at"))
+    return (spec.rollup_column(Level.DOCUMENT, "status"), spec.rollup_column(Level.DOCUMENT, "completed_at"),
+            spec.rollup_column(Level.DOCUMENT, "rollup_at"))
 
 
 def rollup_candidates(engine: sa.Engine, phase: str | PhaseSpec, limit: int, documents: Sequence[str] | None = None,
@@ -217,7 +218,8 @@ def document_rollup(engine: sa.Engine, phase: str | PhaseSpec, document_keys: Se
                      (SELECT count(*) FROM task_queue_page sp WHERE sp.document_id = d.id AND sp.embedding_skipped)
                          AS pages_without_text,
                      round(COALESCE(sum(c.vector_seconds), 0)::numeric, 2)::float AS seconds""",
-        "graphrag": """count(c.id) AS chunks, count(c.id) FILTER (WHERE c.graphrag_status = 'completed') AS chunks_indexed,
+        "graphrag": """count(c.id) AS chunks,
+                       count(c.id) FILTER (WHERE c.graphrag_status = 'completed') AS chunks_indexed,
                        count(c.id) FILTER (WHERE c.graphrag_status = 'failed') AS chunks_failed,
                        COALESCE(sum(c.entities_extracted), 0) AS entities,
                        COALESCE(sum(c.relationships_extracted), 0) AS relationships,

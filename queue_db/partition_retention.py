@@ -72,4 +72,4 @@ def live_completed(engine: sa.Engine, level: Level) -> int:
     """How many completed partitions of `level` are live (tests and benchmarks; linear in that number)."""
     with engine.connect() as conn:
         return conn.exec_driver_sql(
-            f"SELECT count(*) FROM {TABLE[level]} t WHERE {_LIVE_COMPLETED[level]}").scalar()
+            f"SELECT count(*) FROM {TABLE[level]} t WHERE {_LIVE_COMPLETED[level]}").scalar_one()

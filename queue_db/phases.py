@@ -172,7 +172,8 @@ class TaskKind:
 
     @property
     def parent_levels(self) -> tuple[Level, ...]:
-        return {Level.DOCUMENT: (), Level.PAGE: (Level.DOCUMENT,), Level.CHUNK: (Level.PAGE, Level.DOCUMENT)}[self.level]
+        return {Level.DOCUMENT: (), Level.PAGE: (Level.DOCUMENT,),
+                Level.CHUNK: (Level.PAGE, Level.DOCUMENT)}[self.level]
 
 
 def _aliased(predicate: str, alias: str) -> str:
@@ -406,7 +407,7 @@ class _PhaseAccess(type):
     def __len__(cls) -> int:
         return len(PHASES)
 
-    def __call__(cls, name: "str | PhaseSpec") -> PhaseSpec:  # type: ignore[override]
+    def __call__(cls, name: "str | PhaseSpec") -> PhaseSpec:
         return PHASES.phase(name)
 
 

@@ -76,7 +76,8 @@ def _statistics_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -
     """Per kind: the open tasks by status (blocked apart); per table and ownership rule, the total the completed
     ones are derived from, counted once for the kinds sharing it (both chunk kinds own every chunk row). With a
     tenant, the total is that tenant's rows (through the document id indexes): linear in the tenant's size."""
-    branches, totals = [], {}
+    branches: list[str] = []
+    totals: dict[tuple[str, str], list[str]] = {}
     for k in phases.kinds:
         status = f"CASE WHEN {k.blocked_sql('t')} THEN 'blocked' ELSE t.{k.status}::text END"
         branches.append(_open_tasks_sql(k, f"'{k.label}' AS task_type, {status} AS status, COUNT(*) AS count",
@@ -212,14 +213,15 @@ def queue_statistics(engine: sa.Engine, tenant: str | None = None) -> "pd.DataFr
 def phase_timings_rows(engine: sa.Engine, window: int | None = None, tenant: str | None = None,
                        phases: PhaseRegistry = PHASES) -> list[dict]:
     """Queue wait and processing time (median, p95) per task type, over at most `window` completed tasks of each
-    (DOCQUEUE_STATS_WINDOW, which the entry point hands in; None: its default): all of them while a table holds fewer rows, beyond that those of a random sample of
-    the table's blocks sized to hold about `window` rows, so the cost stays flat however long the history."""
+    (DOCQUEUE_STATS_WINDOW, which the entry point hands in; None: its default): all of them while a table holds
+    fewer rows, beyond that those of a random sample of the table's blocks sized to hold about `window` rows, so the
+    cost stays flat however long the history."""
     if window is None:
         window = default(QueueConfig, "stats_window")
     tables = sorted({k.table for k in phases.kinds})
     with engine.connect() as conn:
         # the planner's row estimate, kept by autovacuum's ANALYZE: -1 for a table never analyzed (a new, small one)
-        estimates = dict(conn.exec_driver_sql(
+        estimates: dict[str, float] = dict(conn.exec_driver_sql(
             "SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%(t)s) AND relkind = 'r'",
             {"t": tables}).all())
     rows: list[dict] = []

@@ -42,4 +42,4 @@ def still_unfinished(engine: sa.Engine, document_ids: Sequence[str], phases: Pha
     with engine.connect() as conn:
         return int(conn.exec_driver_sql(
             f"SELECT count(*) FROM documents d WHERE d.id = ANY(%(ids)s::uuid[]) AND {unfinished_sql(phases)}",
-            {"ids": list(document_ids)}).scalar())
+            {"ids": list(document_ids)}).scalar_one())

@@ -59,9 +59,8 @@ def port_for_start(record: Path, explicit: int | None, host: str, server: str, v
                                  "to let docqueue pick a free one")
         port = explicit
     else:
-        port = recorded_port(record)
-        if port is None or not port_is_free(host, port):
-            port = free_port(host)
+        recorded = recorded_port(record)
+        port = recorded if recorded is not None and port_is_free(host, recorded) else free_port(host)
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(f"{port}\n")
     return port

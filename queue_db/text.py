@@ -1,7 +1,21 @@
 """Text as the queue stores it: no NUL bytes, undecodable bytes shown as escapes, bounded length."""
 from __future__ import annotations
 
+from typing import overload
+
 MAX_ERROR_CHARS = 4000
+
+
+@overload
+def clean_text(value: str, limit: int = MAX_ERROR_CHARS) -> str: ...
+
+
+@overload
+def clean_text(value: None, limit: int = MAX_ERROR_CHARS) -> None: ...
+
+
+@overload
+def clean_text(value: str | None, limit: int = MAX_ERROR_CHARS) -> str | None: ...
 
 
 def clean_text(value: str | None, limit: int = MAX_ERROR_CHARS) -> str | None:

@@ -79,6 +79,15 @@ def apply_priority(conn: sa.Connection, document_id: str, priority: int,
     return counts
 
 
+def _document_under_key(conn: sa.Connection, key: str, tenant: str, content_hash: str) -> dict | None:
+    """The document `key` names in `tenant` (None when the key is new); IdempotencyConflict for other bytes."""
+    row = conn.exec_driver_sql("SELECT * FROM documents WHERE idempotency_key = %(k)s AND tenant_id = %(t)s",
+                               {"k": key, "t": tenant}).mappings().first()
+    if row is not None and row["content_hash"] != content_hash:
+        raise IdempotencyConflict(key, row["document_key"])
+    return dict(row) if row is not None else None
+
+
 class Transitions(QueueConnection):
     def register_document(
         self,
@@ -110,20 +119,6 @@ class Transitions(QueueConnection):
         if not re.fullmatch(r"[0-9a-f]{64}", content_hash):
             raise ValueError("content_hash must be a sha256 hex digest")
 
-        def keyed(conn: sa.Connection) -> dict | None:
-            """The document the key names (None when the key is new); IdempotencyConflict for other bytes."""
-            row = conn.exec_driver_sql("SELECT * FROM documents WHERE idempotency_key = %(k)s AND tenant_id = %(t)s",
-                                       {"k": idempotency_key, "t": tenant}).mappings().first()
-            if row is not None and row["content_hash"] != content_hash:
-                raise IdempotencyConflict(idempotency_key, row["document_key"])
-            return dict(row) if row is not None else None
-
-        def known(conn: sa.Connection, existing: dict) -> tuple[dict, bool]:
-            if priority > existing["priority"]:  # asked for again, more urgently
-                apply_priority(conn, str(existing["id"]), priority, self.phases.kinds)
-                existing = {**existing, "priority": priority}
-            return existing, False
-
         def work(conn: sa.Connection) -> tuple[dict, bool]:
             for key_length in (8, 12, 16, 64):
                 row = conn.exec_driver_sql(
@@ -138,7 +133,8 @@ class Transitions(QueueConnection):
                     {
                         "filename": clean_text(filename, 1000), "filename_bytes": filename_bytes,
                         "key": tenant_document_key(tenant, document_key_for(filename, content_hash, key_length)),
-                        "source_path": source_path_text(source_path) if source_path else None, "storage_key": storage_key,
+                        "source_path": source_path_text(source_path) if source_path else None,
+                        "storage_key": storage_key,
                         "size": size_bytes, "hash": content_hash, "mime": mime_type, "priority": priority,
                         "password_ref": password_ref, "metadata": json.dumps(metadata or {}),
                         "max_retries": self.phases.default_retry.attempts, "idempotency_key": idempotency_key,
@@ -147,28 +143,44 @@ class Transitions(QueueConnection):
                 ).mappings().first()
                 if row is not None:
                     return dict(row), True
-                named = keyed(conn) if idempotency_key is not None else None
-                if named is not None:
-                    return known(conn, named)
+                if idempotency_key is not None:
+                    named = _document_under_key(conn, idempotency_key, tenant, content_hash)
+                    if named is not None:
+                        return self._known(conn, named, priority)
                 existing = conn.exec_driver_sql(
                     "SELECT * FROM documents WHERE content_hash = %(hash)s AND tenant_id = %(t)s",
                     {"hash": content_hash, "t": tenant}
                 ).mappings().first()
                 if existing is not None:
-                    if idempotency_key is not None and existing["idempotency_key"] is None:
-                        try:
-                            with conn.begin_nested():
-                                existing = conn.exec_driver_sql(
-                                    "UPDATE documents SET idempotency_key = %(k)s WHERE id = %(id)s RETURNING *",
-                                    {"k": idempotency_key, "id": existing["id"]}).mappings().first()
-                        except sa.exc.IntegrityError:
-                            # other bytes took the key since the INSERT above: the key is theirs
-                            return keyed(conn) or dict(existing), False
-                    return known(conn, dict(existing))
+                    return self._registered_again(conn, dict(existing), idempotency_key, tenant, priority)
                 # the key collided with a different file's key: lengthen the hash part and try again
             raise RuntimeError("could not allocate a unique document key")
 
         return self._transaction(work)
+
+    def _known(self, conn: sa.Connection, existing: dict, priority: int) -> tuple[dict, bool]:
+        """Known bytes registered again: (the document, False), its priority raised when asked more urgently."""
+        if priority > existing["priority"]:  # asked for again, more urgently
+            apply_priority(conn, str(existing["id"]), priority, self.phases.kinds)
+            existing = {**existing, "priority": priority}
+        return existing, False
+
+    def _registered_again(self, conn: sa.Connection, existing: dict, idempotency_key: str | None, tenant: str,
+                          priority: int) -> tuple[dict, bool]:
+        """Bytes already registered: without a key they take this one, so it names them from then on."""
+        if idempotency_key is not None and existing["idempotency_key"] is None:
+            try:
+                with conn.begin_nested():
+                    updated = conn.exec_driver_sql(
+                        "UPDATE documents SET idempotency_key = %(k)s WHERE id = %(id)s RETURNING *",
+                        {"k": idempotency_key, "id": existing["id"]}).mappings().first()
+            except sa.exc.IntegrityError:
+                # other bytes took the key since the INSERT above: the key is theirs
+                keyed = _document_under_key(conn, idempotency_key, tenant, existing["content_hash"])
+                return keyed or existing, False
+            assert updated is not None, "the document read in this transaction vanished before it took its key"
+            existing = dict(updated)
+        return self._known(conn, existing, priority)
 
     def set_storage_key(self, document_id: str, storage_key: str) -> None:
         self._transaction(lambda conn: conn.exec_driver_sql(
@@ -211,6 +223,7 @@ class Transitions(QueueConnection):
         def attempt() -> list[list[dict]]:
             raw = self.engine.raw_connection()
             pg = raw.driver_connection
+            assert pg is not None, "a connection checked out of the pool holds its driver connection"
             try:
                 with pg.pipeline():
                     with pg.transaction():
@@ -448,7 +461,8 @@ class Transitions(QueueConnection):
         if not ids:
             return None
         retries = kind.col("retry_count")
-        set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1, {kind.col('failed_at')} = now(),
+        set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1,
+                      {kind.col('failed_at')} = now(),
                       {kind.col('error')} = v.err, {kind.col('error_class')} = v.cls,
                       {kind.col('next_attempt_at')} = CASE WHEN v.retryable
                           THEN {self.phases.retry_policy(kind).next_attempt_sql(f"COALESCE(t.{retries}, 0)")}

@@ -103,7 +103,8 @@ def _forbid_model_downloads() -> None:
     from rapidocr.utils import download_file
 
     def refuse(*_args, **_kwargs):
-        raise PageConversionError("internal", "internal: RapidOCR tried to download a file; models must ship in the wheel")
+        raise PageConversionError("internal",
+                                  "internal: RapidOCR tried to download a file; models must ship in the wheel")
 
     download_file.DownloadFile.run = classmethod(refuse)  # type: ignore[assignment]
 

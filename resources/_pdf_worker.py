@@ -241,7 +241,8 @@ class _Worker:
             except Exception as exc:
                 if is_memory_error(exc):
                     raise
-                raise WorkerFailure("corrupt", f"corrupt: cannot open as PDF ({_short(_without_path(str(exc), path))})") from None
+                raise WorkerFailure(
+                    "corrupt", f"corrupt: cannot open as PDF ({_short(_without_path(str(exc), path))})") from None
         try:
             encrypted = bool(doc.needs_pass) or bool(doc.is_encrypted)
             if doc.needs_pass:
@@ -340,7 +341,8 @@ class _Worker:
             if is_memory_error(exc):
                 raise
             if strict:
-                raise WorkerFailure("corrupt", f"corrupt: page {index + 1} text cannot be read ({_short(str(exc))})") from None
+                raise WorkerFailure(
+                    "corrupt", f"corrupt: page {index + 1} text cannot be read ({_short(str(exc))})") from None
             return None
 
     def _close_document(self) -> None:

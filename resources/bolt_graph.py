@@ -279,7 +279,7 @@ def _delete_chunk_batch(tx, chunk_ids: list[str]) -> None:
             tx.run(cypher.DELETE_EMPTY_DOCUMENTS, ids=sorted(set(doc_ids))).consume()
 
 
-# -- the store -----------------------------------------------------------------------------------------------------------
+# -- the store ---------------------------------------------------------------------------------------------------------
 class GraphStore:
     def __init__(self, uri: str, user: str, password: str, database: str | None = None, *,
                  batch_size: int = BATCH_SIZE, tx_timeout_s: float = TX_TIMEOUT_S,

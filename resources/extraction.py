@@ -272,7 +272,8 @@ class LlmSettings:
     concurrency: int = default(ExtractionConfig, "llm_concurrency")
 
     def __repr__(self) -> str:  # dataclass repr would print the key
-        return f"LlmSettings(base_url={self.base_url!r}, model={self.model!r}, api_key={'***' if self.api_key else ''!r})"
+        shown_key = "***" if self.api_key else ""
+        return f"LlmSettings(base_url={self.base_url!r}, model={self.model!r}, api_key={shown_key!r})"
 
     @classmethod
     def from_config(cls, env: ExtractionConfig) -> "LlmSettings":

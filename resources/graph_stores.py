@@ -1,4 +1,5 @@
-"""The Dagster resource that hands out graph stores: a Bolt server at a URI, else the embedded one it starts or reuses."""
+"""The Dagster resource that hands out graph stores: a Bolt server at a URI, else the embedded one it starts or
+reuses."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -211,7 +211,8 @@ class PdfProcessor:
                 raise
             except Exception as exc:
                 self._worker.kill()
-                raise DocumentError(f"internal: PDF worker exchange failed ({type(exc).__name__})", "internal") from None
+                raise DocumentError(f"internal: PDF worker exchange failed ({type(exc).__name__})",
+                                    "internal") from None
             except BaseException:
                 # interrupted mid-call (Ctrl-C, run termination): the worker's late reply
                 # would otherwise be read as the answer to the next request
@@ -289,8 +290,8 @@ class PdfProcessor:
         if not parent_conn.poll(self.limits.worker_start_timeout_s):
             self._worker.kill()
             raise DocumentError(
-                f"internal: PDF worker did not start within {_seconds(self.limits.worker_start_timeout_s)} s", "internal"
-            )
+                f"internal: PDF worker did not start within {_seconds(self.limits.worker_start_timeout_s)} s",
+                "internal")
         try:
             message = parent_conn.recv()
         except (EOFError, OSError):
@@ -298,7 +299,8 @@ class PdfProcessor:
         if message[0] != "ready":
             self._worker.kill()
             error_class = "resource_limit" if "MemoryError" in message[1] else "internal"
-            raise DocumentError(f"{error_class.replace('_', ' ')}: PDF worker failed to start ({message[1]})", error_class)
+            raise DocumentError(f"{error_class.replace('_', ' ')}: PDF worker failed to start ({message[1]})",
+                                error_class)
 
 
 # A fresh interpreter with the folder holding `resources` first on its path, whatever the caller's PYTHONPATH.

@@ -60,8 +60,10 @@ _READ_THROUGH_BYTES = 4 << 20
 def open_shard(config: qe.EdgeConfig, dim: int, segment_points: int, read_through: bool = False):
     def opener(folder: Path, deadline: float, timeout_s: float):
         def open_once():
-            shard = (qe.EdgeShard.load(str(folder), _current_config(folder, config, dim, segment_points)) if shard_exists(folder)
-                     else qe.EdgeShard.create(str(folder), config))
+            if shard_exists(folder):
+                shard = qe.EdgeShard.load(str(folder), _current_config(folder, config, dim, segment_points))
+            else:
+                shard = qe.EdgeShard.create(str(folder), config)
             if read_through:
                 _read_through(folder)
             # a shard created before tenants lacks the tenant_id index: it is built once, on the first opening

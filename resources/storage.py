@@ -201,7 +201,9 @@ def _fsync_dir(folder: Path) -> None:
 def storage_root(settings: Settings) -> Path:
     """The storage folder: DOCQUEUE_STORAGE_DIR, else `<DOCQUEUE_HOME>/storage`."""
     configured = settings.storage.storage_dir
-    return Path(configured).expanduser() if configured else Path(settings.database.home).expanduser().resolve() / "storage"
+    if configured:
+        return Path(configured).expanduser()
+    return Path(settings.database.home).expanduser().resolve() / "storage"
 
 
 class StorageResource(dg.ConfigurableResource):

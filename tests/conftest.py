@@ -12,7 +12,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 
 from queue_db.config import QueueSettings
 from queue_db.migrate import upgrade

@@ -84,9 +84,11 @@ def bulk_seed(engine, documents: int, pages_per_document: int, chunks_per_page: 
                INSERT INTO task_queue_chunk_text (chunk_task_id, content)
                SELECT id, 'text ' || chunk_index FROM created""",
             {"chunks": chunks_per_page, "status": chunk_vector_status, "tag": tag})
-        conn.exec_driver_sql("UPDATE task_queue_page SET vector_status = %(s)s::task_status WHERE page_file_path LIKE %(tag)s || '/%%'",
-                             {"s": chunk_vector_status, "tag": tag})
-        conn.exec_driver_sql("UPDATE documents SET vector_index_status = %(s)s::task_status WHERE filename LIKE %(tag)s || '-%%'",
-                             {"s": chunk_vector_status, "tag": tag})
+        conn.exec_driver_sql(
+            "UPDATE task_queue_page SET vector_status = %(s)s::task_status WHERE page_file_path LIKE %(tag)s || '/%%'",
+            {"s": chunk_vector_status, "tag": tag})
+        conn.exec_driver_sql(
+            "UPDATE documents SET vector_index_status = %(s)s::task_status WHERE filename LIKE %(tag)s || '-%%'",
+            {"s": chunk_vector_status, "tag": tag})
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")

@@ -114,41 +114,53 @@ def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: lis
                     if earlier is not None and earlier.holds(remaining, log):
                         continue
                     break
-            claimed = [t["id"] for t in tasks]
-            waits = {t["id"]: t.get("queue_wait_s") for t in tasks}
-            heartbeat.add(claimed)
-            outcomes = pipeline.process(kind, worker_id, tasks)
-            for outcome in outcomes:
-                if waits.get(outcome.id) is not None:
-                    outcome.metadata["queue_wait_s"] = round(waits[outcome.id], 3)
-            heartbeat.remove(claimed)
-            claimed_set = set(claimed)
-            remaining = [i for i in remaining if i not in claimed_set]
-            for outcome in outcomes:
-                key = key_of_id[outcome.id]
-                if outcome.rejected:
-                    report.lost.append(key)
-                elif outcome.ok:
-                    report.completed[key] = outcome
-                else:
-                    report.failed[key] = outcome
+            claimed = _process_claimed(pipeline, kind, worker_id, tasks, heartbeat, key_of_id, report)
+            remaining = [i for i in remaining if i not in claimed]
             if log:
                 log.info(f"{kind.name}: {len(report.completed)} completed, {len(report.failed)} failed, "
                          f"{len(remaining)} left of {len(keys)}")
         report.lost += [key_of_id[i] for i in heartbeat.lost if key_of_id.get(i) not in report.lost]
-    # whatever we could not claim: someone else holds it, or it is not ready (gated, backing off, out of retries)
-    if remaining:
-        now = rows_for_keys(queue.engine, kind, [key_of_id[i] for i in remaining])
-        for key, row in now.items():
-            if row["status"] == "completed":
-                report.already_completed.append(key)
-            elif row["status"] == "processing":
-                report.taken_elsewhere.append(key)
-            else:
-                report.not_ready[key] = _why_not_ready(kind, row)
+    _report_unclaimed(queue, kind, [key_of_id[i] for i in remaining], report)
     report.not_ready.update({k: "no such task (unknown partition key)" for k in keys if k not in rows})
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _process_claimed(pipeline: Pipeline, kind: TaskKind, worker_id: str, tasks: list[dict], heartbeat: Heartbeat,
+                     key_of_id: dict[str, str], report: RangeReport) -> set[str]:
+    """Process claimed tasks under the heartbeat and sort their outcomes into `report`; returns the claimed ids."""
+    claimed = [t["id"] for t in tasks]
+    waits = {t["id"]: t.get("queue_wait_s") for t in tasks}
+    heartbeat.add(claimed)
+    outcomes = pipeline.process(kind, worker_id, tasks)
+    for outcome in outcomes:
+        if waits.get(outcome.id) is not None:
+            outcome.metadata["queue_wait_s"] = round(waits[outcome.id], 3)
+    heartbeat.remove(claimed)
+    for outcome in outcomes:
+        key = key_of_id[outcome.id]
+        if outcome.rejected:
+            report.lost.append(key)
+        elif outcome.ok:
+            report.completed[key] = outcome
+        else:
+            report.failed[key] = outcome
+    return set(claimed)
+
+
+def _report_unclaimed(queue: TaskQueue, kind: TaskKind, keys: list[str], report: RangeReport) -> None:
+    """Whatever we could not claim: someone else holds it, or it is not ready (gated, backing off, out of
+    retries)."""
+    if not keys:
+        return
+    now = rows_for_keys(queue.engine, kind, keys)
+    for key, row in now.items():
+        if row["status"] == "completed":
+            report.already_completed.append(key)
+        elif row["status"] == "processing":
+            report.taken_elsewhere.append(key)
+        else:
+            report.not_ready[key] = _why_not_ready(kind, row)
 
 
 def _why_not_ready(kind: TaskKind, row: dict) -> str:
@@ -227,9 +239,10 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
     # one observation per run: the UI plots these over time (throughput, failures, error classes, queue wait)
     waits = [o.metadata["queue_wait_s"] for o in (*report.completed.values(), *report.failed.values())
              if "queue_wait_s" in o.metadata]
+    settled = len(report.completed) + len(report.failed)
     context.log_event(dg.AssetObservation(asset_key=asset_key, metadata={
         **{k: v for k, v in summary.items() if k != "error_classes"},
-        "tasks_per_second": round((len(report.completed) + len(report.failed)) / report.seconds, 3) if report.seconds else 0.0,
+        "tasks_per_second": round(settled / report.seconds, 3) if report.seconds else 0.0,
         "queue_wait_median_s": round(sorted(waits)[len(waits) // 2], 3) if waits else 0.0,
         "error_classes": dg.MetadataValue.json(summary["error_classes"]),
     }))

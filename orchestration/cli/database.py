@@ -86,7 +86,8 @@ def db_status(settings: Settings, as_json: bool) -> None:
         if dagster["database"] != "ok":
             click.echo(f"Dagster's storage: {dagster['database']}")
         for name, versions in dagster["storages"].items():
-            state = "up to date" if versions["at"] == versions["head"] else f"at {versions['at']}, needs {versions['head']}"
+            current = versions["at"] == versions["head"]
+            state = "up to date" if current else f"at {versions['at']}, needs {versions['head']}"
             click.echo(f"Dagster's {name} storage: {state}")
 
     emit(as_json, payload, human)

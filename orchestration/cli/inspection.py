@@ -71,8 +71,10 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
 
     def human() -> None:
         shown = console()
-        shown.print(table("queue", ["task type", "status", "count"], [[r["task_type"], r["status"], r["count"]] for r in counts]))
-        shown.print(table("timings (seconds)", ["task type", "completed", "wait median", "wait p95", "run median", "run p95"],
+        shown.print(table("queue", ["task type", "status", "count"],
+                          [[r["task_type"], r["status"], r["count"]] for r in counts]))
+        shown.print(table("timings (seconds)",
+                          ["task type", "completed", "wait median", "wait p95", "run median", "run p95"],
                           [[r["task_type"], f"{r['completed']}{' (sample)' if r['sampled'] else ''}",
                             *(f"{r[k]:.3f}" if r[k] is not None else "" for k in
                               ("wait_median_s", "wait_p95_s", "run_median_s", "run_p95_s"))] for r in timings]))

@@ -60,8 +60,8 @@ def ingest(settings: Settings, paths: tuple[Path, ...], priority: int, password_
     storage = StorageResource.from_settings(settings).get_storage()
     if stdin:
         results = [ingest_stream(queue, storage, click.get_binary_stream("stdin"), name, priority=priority,
-                                 scratch=settings.database.home_path() / "tmp", idempotency_key=idempotency_key, tenant=tenant,
-                                 rules=IntakeRules.from_settings(settings))]
+                                 scratch=settings.database.home_path() / "tmp", idempotency_key=idempotency_key,
+                                 tenant=tenant, rules=IntakeRules.from_settings(settings))]
     else:
         password_ref = f"file:{password_file.resolve()}" if password_file else None
         results = ingest_paths(queue, storage, paths, priority=priority, password_ref=password_ref,

@@ -71,8 +71,10 @@ def graph(settings: Settings, entity: str, tenant: str | None, as_json: bool) ->
     def human() -> None:
         shown = console()
         shown.print(f"[bold]{found['name']}[/bold] ({found['type']})")
-        shown.print(table("mentions", ["document", "page"], [[m["filename"], m["page_number"]] for m in found["mentions"]]))
+        shown.print(table("mentions", ["document", "page"],
+                          [[m["filename"], m["page_number"]] for m in found["mentions"]]))
         shown.print(table("related", ["entity", "type", "relation", "direction", "weight"],
-                          [[r["name"], r["type"], r["rel_type"], r["direction"], r["weight"]] for r in found["related"]]))
+                          [[r["name"], r["type"], r["rel_type"], r["direction"], r["weight"]]
+                           for r in found["related"]]))
 
     emit(as_json, found, human)

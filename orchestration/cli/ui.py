@@ -25,7 +25,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 @click.command()
 @click.option("--port", type=click.IntRange(1, 65535), default=3000, show_default=True,
               help="port of the webserver on 127.0.0.1")
-@click.option("--json", "as_json", is_flag=True, help="print the UI's address as JSON on stdout (Dagster logs to stderr)")
+@click.option("--json", "as_json", is_flag=True,
+              help="print the UI's address as JSON on stdout (Dagster logs to stderr)")
 @click.pass_obj
 def ui(settings: Settings, port: int, as_json: bool) -> None:
     """Start the Dagster webserver and daemon (`dg dev`) on 127.0.0.1 with this project loaded."""
@@ -110,6 +111,6 @@ def _print_demo(summary: dict) -> None:
         shown.print(f"broken file [bold]{broken['filename']}[/bold]: {broken['error']}")
     if summary["search"]:
         hit = summary["search"]["hits"][0] if summary["search"]["hits"] else None
-        shown.print(f"search {summary['search']['query']!r} -> "
-                    + (f"{hit['document']} p.{hit['page']} (score {hit['score']}): {hit['text'][:120]}" if hit else "no hit"))
+        found = f"{hit['document']} p.{hit['page']} (score {hit['score']}): {hit['text'][:120]}" if hit else "no hit"
+        shown.print(f"search {summary['search']['query']!r} -> {found}")
     shown.print(f"took {summary['seconds']} s. Open the UI with: docqueue ui   (then http://127.0.0.1:3000)")

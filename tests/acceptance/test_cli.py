@@ -207,7 +207,8 @@ def test_ui_refuses_a_port_in_use(docqueue_env):
 
 def test_an_unreachable_graph_server_is_one_sentence_within_the_retry_budget(docqueue_env):
     result = docqueue("graph", "anyone", env={"DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1",
-                                              "DOCQUEUE_NEO4J_PASSWORD": "hunter2", "DOCQUEUE_CLI_GRAPH_RETRY_S": "0.5"})
+                                              "DOCQUEUE_NEO4J_PASSWORD": "hunter2",
+                                              "DOCQUEUE_CLI_GRAPH_RETRY_S": "0.5"})
     message = refused(result, code=1)
     assert "cannot use the graph store" in message and "DOCQUEUE_NEO4J_URI" in message, message
     assert "hunter2" not in result.err
@@ -367,7 +368,8 @@ def test_password_file_opens_the_encrypted_pdf_and_only_its_path_is_stored(story
     assert secret["password_ref"] == f"file:{story.files['password'].resolve()}"
     assert PASSWORD not in json.dumps(secret, default=str)
     assert all_phases(secret) == COMPLETED
-    text = " ".join(c["content"] for c in get_queue(QueueSettings.from_config(Settings.from_env().queue)).chunks(document_id=str(secret["id"])))
+    chunks = get_queue(QueueSettings.from_config(Settings.from_env().queue)).chunks(document_id=str(secret["id"]))
+    text = " ".join(c["content"] for c in chunks)
     assert "salary review" in text
 
 
@@ -537,7 +539,8 @@ def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
     from resources.vector_stores import QdrantResource
 
     chunk_ids = [r["chunk_id"] for r in rows(story.engine, "SELECT chunk_id FROM task_queue_chunk ORDER BY chunk_id")]
-    with QdrantResource.from_settings(Settings.from_env()).get_store(DEFAULT_MODEL, MODELS[DEFAULT_MODEL].dim) as vectors:
+    vector_resource = QdrantResource.from_settings(Settings.from_env())
+    with vector_resource.get_store(DEFAULT_MODEL, MODELS[DEFAULT_MODEL].dim) as vectors:
         vectors.delete_chunks([chunk_ids[0]])
     with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:
         graph.delete_chunks([chunk_ids[-1]])
@@ -549,7 +552,8 @@ def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
     assert (report["consistent"], report["chunks_without_point"], report["chunks_without_graph"]) == (False, 1, 1)
     assert report["points"] == len(chunk_ids) - 1
     refused(as_table, code=3)
-    assert re.search(r"consistent\s*│\s*False", as_table.out) and re.search(r"chunks_without_point\s*│\s*1", as_table.out)
+    assert re.search(r"consistent\s*│\s*False", as_table.out)
+    assert re.search(r"chunks_without_point\s*│\s*1", as_table.out)
 
 
 def test_db_upgrade_sql_needs_no_database_and_db_status_reads_what_it_applied(docqueue_env, create_database):

@@ -268,7 +268,8 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
         started.append(ui.stop)
         instance = dagster_instance(Settings.from_env())
         started.append(instance.dispose)
-        yield ui, workers, bolt_relay, inbox, get_queue(QueueSettings.from_config(Settings.from_env().queue)), instance, tmp_path
+        queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+        yield ui, workers, bolt_relay, inbox, queue, instance, tmp_path
     finally:
         for stop in reversed(started):
             try:

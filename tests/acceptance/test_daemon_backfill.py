@@ -50,8 +50,8 @@ query ($id: String!) {
 
 
 class BoltGate:
-    """A TCP relay in front of a server (the Bolt server here), listening on `host`. `close()` is an outage as every client sees it (new connections
-    refused, open ones cut); `open()` serves again on the same port."""
+    """A TCP relay in front of a server (the Bolt server here), listening on `host`. `close()` is an outage as every
+    client sees it (new connections refused, open ones cut); `open()` serves again on the same port."""
 
     def __init__(self, upstream: tuple[str, int], host: str = "127.0.0.1"):
         self.upstream, self.host, self.port = upstream, host, free_port()
@@ -320,7 +320,8 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
     from resources.graph_stores import Neo4jResource
     from queue_db.config import Settings
 
-    with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:  # straight to the server, not through the gate
+    # straight to the server, not through the gate
+    with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:
         assert {r[0] for r in _rows(queue, "SELECT chunk_id FROM task_queue_chunk")} <= graph.chunk_ids_with_writes()
     _print_timeline(instance)
     print(f"\ndaemon e2e: webserver up in {serving - started:.0f} s, 2 PDFs through 3 phases in "

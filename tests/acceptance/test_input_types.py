@@ -183,7 +183,9 @@ def pipeline_env(docqueue_env, tmp_path, monkeypatch):
 
     monkeypatch.setenv("DOCQUEUE_TEXT_PAGE_CHARS", str(TEXT_PAGE_CHARS))
     instance = dagster_instance(Settings.from_env())
-    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue)), StorageResource.from_settings(Settings.from_env()).get_storage(), tmp_path
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    storage = StorageResource.from_settings(Settings.from_env()).get_storage()
+    yield defs, instance, queue, storage, tmp_path
     instance.dispose()
 
 

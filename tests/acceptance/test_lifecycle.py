@@ -26,8 +26,11 @@ def env(docqueue_env, tmp_path):
 
     instance = dagster_instance(Settings.from_env())
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
-    stores = {"queue": get_queue(QueueSettings.from_config(Settings.from_env().queue)), "storage": StorageResource.from_settings(Settings.from_env()).get_storage(), "instance": instance, "defs": defs,
-              "embedder": embedder, "qdrant": lambda: QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim),
+    stores = {"queue": get_queue(QueueSettings.from_config(Settings.from_env().queue)),
+              "storage": StorageResource.from_settings(Settings.from_env()).get_storage(),
+              "instance": instance, "defs": defs, "embedder": embedder,
+              "qdrant": lambda: QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id,
+                                                                                          embedder.dim),
               "graph": lambda: Neo4jResource.from_settings(Settings.from_env()).get_store(), "tmp": tmp_path}
     yield stores
     instance.dispose()
@@ -46,7 +49,8 @@ def run(env):
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings
 
-    return run_until_idle(env["defs"], env["instance"], env["queue"], settings=Settings.from_env(), until_idle=True, max_seconds=600)
+    return run_until_idle(env["defs"], env["instance"], env["queue"], settings=Settings.from_env(), until_idle=True,
+                          max_seconds=600)
 
 
 def search_documents(env, text: str) -> list[str]:

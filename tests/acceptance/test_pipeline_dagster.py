@@ -19,7 +19,9 @@ def pipeline_env(docqueue_env, tmp_path):
     from resources.storage import StorageResource
 
     instance = dagster_instance(Settings.from_env())
-    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue)), StorageResource.from_settings(Settings.from_env()).get_storage(), tmp_path
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    storage = StorageResource.from_settings(Settings.from_env()).get_storage()
+    yield defs, instance, queue, storage, tmp_path
     instance.dispose()
 
 
@@ -49,8 +51,9 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
     from resources.graph_stores import Neo4jResource
 
     defs, instance, queue, storage, tmp = pipeline_env
-    good = pf.text_pdf(tmp, "report.pdf", [["# Annual Report", "Ada Lovelace founded the Analytical Society in London."],
-                                            ["## Finance", "Revenue grew in Paris and Berlin."]])
+    good = pf.text_pdf(tmp, "report.pdf",
+                       [["# Annual Report", "Ada Lovelace founded the Analytical Society in London."],
+                        ["## Finance", "Revenue grew in Paris and Berlin."]])
     broken = pf.truncated_pdf(tmp)
     results = _ingest(queue, storage, instance, [good, broken])
     assert {r.status for r in results} == {"new"}

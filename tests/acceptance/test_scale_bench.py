@@ -1,7 +1,7 @@
 """bench/scale.py end to end at tiny sizes: it seeds its own homes (embedded PostgreSQL, Qdrant Edge, Bolt,
 Dagster's storage), measures every figure it does not skip, and ends with one `RESULT {json}` line whose figures
-are numbers, one per N. The webserver page, the nightly run and the model run are left out here (their own tests cover them);
-the full bench is run by hand (see docs/benchmarks.md, "scale.py")."""
+are numbers, one per N. The webserver page, the nightly run and the model run are left out here (their own tests
+cover them); the full bench is run by hand (see docs/benchmarks.md, "scale.py")."""
 from __future__ import annotations
 
 import json

@@ -57,7 +57,8 @@ def test_claim_reads_its_partial_index_in_order(big_queue, kind):
         conn.rollback()
     nodes = list(_nodes(plan[0]["Plan"]))
     shown = "\n".join(f"{n.get('Node Type')} {n.get('Relation Name', '')} {n.get('Index Name', '')}" for n in nodes)
-    assert any(n.get("Index Name") == EXPECTED_INDEX[kind] for n in nodes), f"{kind.name} does not use its index:\n{shown}"
+    assert any(n.get("Index Name") == EXPECTED_INDEX[kind] for n in nodes), \
+        f"{kind.name} does not use its index:\n{shown}"
     assert not any(n["Node Type"] == "Sort" for n in nodes), f"{kind.name} sorts instead of reading in order:\n{shown}"
     assert not any(n["Node Type"] == "Seq Scan" for n in nodes), f"{kind.name} scans a whole table:\n{shown}"
 

@@ -200,7 +200,8 @@ def test_corrupt_files_fail_specifically_or_repair(processor, outcomes, entry):
         if entry["filename"] == "pdfjs__Pages-tree-refs.pdf":
             assert error.reason == "corrupt: cycle in page tree"
     else:
-        outcomes[entry["filename"]] = f"repaired: {info.page_count} page(s), {page.method}, {page.markdown.strip()!r:.40}"
+        outcomes[entry["filename"]] = (f"repaired: {info.page_count} page(s), {page.method}, "
+                                       f"{page.markdown.strip()!r:.40}")
         assert info.repaired
         if entry["filename"] == "pdfjs__helloworld-bad.pdf":
             assert "Hello" in page.markdown

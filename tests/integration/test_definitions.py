@@ -139,7 +139,8 @@ def test_checks_run_in_their_own_job_not_in_the_task_jobs(defs):
     from orchestration.jobs import phase_jobs
     from queue_db.phases import PHASES
 
-    check_nodes = {f"{key.asset_key.to_user_string()}_{key.name}" for key in defs.resolve_asset_graph().asset_check_keys}
+    check_nodes = {f"{key.asset_key.to_user_string()}_{key.name}"
+                   for key in defs.resolve_asset_graph().asset_check_keys}
     for job in phase_jobs(PHASES):
         nodes = {node.name for node in defs.resolve_job_def(job.name).graph.node_defs}
         assert nodes and not nodes & check_nodes, (job.name, nodes)

@@ -50,7 +50,8 @@ PARAPHRASES = [
     ("A monkey is playing drums.", "Someone in a gorilla costume is playing a set of drums."),
     ("The invoice must be paid within thirty days.", "Payment of the bill is due in a month."),
     ("PostgreSQL stores rows in heap pages.", "The Postgres database keeps table tuples in heap files."),
-    ("The patient was given antibiotics for the infection.", "Doctors treated the bacterial infection with medication."),
+    ("The patient was given antibiotics for the infection.",
+     "Doctors treated the bacterial infection with medication."),
 ]
 
 

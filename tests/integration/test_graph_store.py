@@ -155,7 +155,7 @@ def test_entity_lookup_reports_mentions_and_both_directions(graph_store):
     assert graph_store.entity("Nobody At All") is None
 
 
-# -- rewrites and deletes ------------------------------------------------------------------------------------------------
+# -- rewrites and deletes ----------------------------------------------------------------------------------------------
 def test_rewriting_a_chunk_replaces_its_previous_extraction(graph_store):
     graph_store.write_chunks([
         chunk("d", 1, 0, [("Alpha", "ORG"), ("Beta", "ORG")], [("Alpha", "Beta", "OWN")]),
@@ -206,7 +206,7 @@ def test_delete_chunks_removes_emptied_pages_and_documents_only(graph_store):
     assert graph_store.chunk_ids_with_writes() == {"e:1:0"}
 
 
-# -- throughput (reported, not asserted beyond sanity) ----------------------------------------------------------------------
+# -- throughput (reported, not asserted beyond sanity) -----------------------------------------------------------------
 def test_write_throughput(graph_store, record_property):
     people = [f"Person {i}" for i in range(300)]
     orgs = [f"Organisation {i}" for i in range(100)]
@@ -231,7 +231,7 @@ def test_write_throughput(graph_store, record_property):
     assert counts["chunks"] == 200 and counts["entities"] == 400 and counts["documents"] == 5
 
 
-# -- the server itself -----------------------------------------------------------------------------------------------------
+# -- the server itself -------------------------------------------------------------------------------------------------
 def _non_loopback_address() -> str | None:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:

@@ -53,7 +53,8 @@ def _age_heartbeats(queue: TaskQueue, kind: TaskKind, ids: list[str], seconds: i
 
 def _row(queue: TaskQueue, kind: TaskKind, task_id: str) -> dict:
     with queue.engine.connect() as conn:
-        return dict(conn.exec_driver_sql(f"SELECT * FROM {kind.table} WHERE id = %(id)s", {"id": task_id}).mappings().one())
+        return dict(conn.exec_driver_sql(f"SELECT * FROM {kind.table} WHERE id = %(id)s",
+                                         {"id": task_id}).mappings().one())
 
 
 @pytest.fixture

@@ -41,8 +41,10 @@ def pipeline(legacy, tmp_path):
     from resources.qdrant_edge import EdgeVectorStore
     from resources.storage import LocalStorage
 
-    pipeline = Pipeline(legacy, storage=LocalStorage(tmp_path / "storage"), pdf=OcrResource.from_settings(Settings.from_env()).get_processor(),
-                        embedder=get_embedder(), extractor=ExtractionResource.from_settings(Settings.from_env()).get_extractor(),
+    pipeline = Pipeline(legacy, storage=LocalStorage(tmp_path / "storage"),
+                        pdf=OcrResource.from_settings(Settings.from_env()).get_processor(),
+                        embedder=get_embedder(),
+                        extractor=ExtractionResource.from_settings(Settings.from_env()).get_extractor(),
                         vector_store_factory=lambda model_id, dim: EdgeVectorStore(
                             path=str(tmp_path / "qdrant"), model_id=model_id, dim=dim))
     yield pipeline

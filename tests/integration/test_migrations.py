@@ -20,17 +20,20 @@ def schema_of(engine: sa.Engine) -> dict:
     """Catalog facts that define the schema: columns, indexes, constraints, types and functions."""
     with engine.connect() as conn:
         columns = conn.exec_driver_sql(
-            """SELECT table_name, column_name, data_type, udt_name, is_nullable, column_default, character_maximum_length
+            """SELECT table_name, column_name, data_type, udt_name, is_nullable, column_default,
+                      character_maximum_length
                FROM information_schema.columns WHERE table_schema = 'public' AND table_name = ANY(%(t)s)""",
             {"t": list(DOCQUEUE_TABLES)}).all()
         indexes = conn.exec_driver_sql(
-            "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = ANY(%(t)s)",
+            "SELECT tablename, indexname, indexdef FROM pg_indexes "
+            "WHERE schemaname = 'public' AND tablename = ANY(%(t)s)",
             {"t": list(DOCQUEUE_TABLES)}).all()
         constraints = conn.exec_driver_sql(
             """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint
                WHERE conrelid::regclass::text = ANY(%(t)s)""", {"t": list(DOCQUEUE_TABLES)}).all()
         enum = conn.exec_driver_sql(
-            "SELECT enumlabel FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid WHERE t.typname = 'task_status' ORDER BY enumsortorder").all()
+            "SELECT enumlabel FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid "
+            "WHERE t.typname = 'task_status' ORDER BY enumsortorder").all()
         functions = conn.exec_driver_sql(
             "SELECT proname, md5(prosrc) FROM pg_proc WHERE proname LIKE 'docqueue%%' ORDER BY proname").all()
     return {"columns": {tuple(map(str, c)) for c in columns}, "indexes": {tuple(i) for i in indexes},
@@ -220,9 +223,11 @@ def test_legacy_database_migrates_its_progress(create_database, from_schema_file
             "SELECT filename, ocr_status, vector_index_status, graphrag_index_status, page_count, document_key "
             "FROM documents").all()}
         indexed_pages = conn.exec_driver_sql(
-            """SELECT p.page_number, p.ocr_status, p.vector_status, p.graphrag_status, p.chunk_count FROM task_queue_page p
+            """SELECT p.page_number, p.ocr_status, p.vector_status, p.graphrag_status, p.chunk_count
+               FROM task_queue_page p
                JOIN documents d ON d.id = p.document_id WHERE d.filename = 'Indexed Report.pdf' ORDER BY 1""").all()
-        chunk_rows = conn.exec_driver_sql("SELECT chunk_id, vector_status, graphrag_status FROM task_queue_chunk ORDER BY 1").all()
+        chunk_rows = conn.exec_driver_sql(
+            "SELECT chunk_id, vector_status, graphrag_status FROM task_queue_chunk ORDER BY 1").all()
         legacy_rows = conn.exec_driver_sql("SELECT count(*) FROM task_queue").scalar()
     assert docs["Indexed Report.pdf"][1:5] == ("completed", "completed", "completed", 2)
     assert docs["Indexed Report.pdf"].document_key.startswith("indexed-report-")

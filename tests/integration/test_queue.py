@@ -63,7 +63,8 @@ def test_full_lifecycle_bubbles_every_phase_to_completed(queue):
     assert len(result.applied) == 4 and result.rejected == []
     assert statuses(queue, doc["id"]) == ("completed", "completed", "completed")
     assert all(c["entities_extracted"] == 3 for c in queue.chunks(document_id=doc["id"]))
-    assert all(p["vector_status"] == "completed" and p["graphrag_status"] == "completed" for p in queue.pages(doc["id"]))
+    assert all(p["vector_status"] == "completed" and p["graphrag_status"] == "completed"
+               for p in queue.pages(doc["id"]))
 
 
 def test_vector_page_task_waits_for_ocr_of_that_page(queue):
@@ -151,9 +152,11 @@ def test_failure_retries_after_backoff_then_stays_failed(engine):
     build_document(queue, pages=1, chunks_per_page=1)
     worker = make_worker_id()
     task = queue.claim(VECTOR_CHUNK, worker, 1)[0]
-    queue.fail(VECTOR_CHUNK, worker, [{"id": task["id"], "error": "qdrant: connection refused", "error_class": "connection"}])
+    queue.fail(VECTOR_CHUNK, worker,
+               [{"id": task["id"], "error": "qdrant: connection refused", "error_class": "connection"}])
     chunk = queue.chunks()[0]
-    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == ("failed", 1, "connection")
+    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == \
+        ("failed", 1, "connection")
     assert queue.claim(VECTOR_CHUNK, worker, 1) == []  # back-off not elapsed
     time.sleep(0.7)
     again = queue.claim(VECTOR_CHUNK, worker, 1)
@@ -193,9 +196,9 @@ def test_manual_backfill_overrides_the_retry_limit(queue):
 
 
 def test_claim_order_priority_then_failed_first_then_fewest_retries_then_oldest(queue):
-    low_old = register(queue, "low-old.pdf", priority=0)
-    low_new = register(queue, "low-new.pdf", priority=0)
-    high = register(queue, "high.pdf", priority=7)
+    register(queue, "low-old.pdf", priority=0)
+    register(queue, "low-new.pdf", priority=0)
+    register(queue, "high.pdf", priority=7)
     retried = register(queue, "retried.pdf", priority=0)
     worker = make_worker_id()
     queue.claim(OCR_DOCUMENT, worker, 1, only_ids=[retried["id"]])
@@ -214,7 +217,7 @@ def test_priority_is_carried_to_pages_and_chunks(queue):
 def test_stale_tasks_are_released_and_the_attempt_is_counted(queue, engine):
     build_document(queue, pages=1, chunks_per_page=1)
     worker = make_worker_id("dies")
-    task = queue.claim(VECTOR_CHUNK, worker, 1)[0]
+    assert queue.claim(VECTOR_CHUNK, worker, 1), "the one chunk task is claimed"
     assert queue.recover_stale(stale_after_s=60)["vector_chunk"] == 0
     with engine.begin() as conn:  # the worker died 5 minutes ago
         conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '5 minutes'")
@@ -230,7 +233,8 @@ def test_stale_tasks_are_released_and_the_attempt_is_counted(queue, engine):
             conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '5 minutes'")
         queue.recover_stale(stale_after_s=60)
     chunk = queue.chunks()[0]
-    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == ("failed", 3, "worker_lost")
+    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == \
+        ("failed", 3, "worker_lost")
     assert queue.claim(VECTOR_CHUNK, worker, 1) == []
 
 
@@ -242,8 +246,9 @@ def test_heartbeat_keeps_a_slow_task_and_reports_lost_ones(queue, engine):
     assert queue.heartbeat(VECTOR_CHUNK, worker, [t["id"] for t in tasks]) == {t["id"] for t in tasks}
     assert queue.recover_stale(stale_after_s=1.0)["vector_chunk"] == 0
     with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '1 hour' WHERE id = %(i)s",
-                             {"i": tasks[0]["id"]})
+        conn.exec_driver_sql(
+            "UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '1 hour' WHERE id = %(i)s",
+            {"i": tasks[0]["id"]})
     assert queue.recover_stale(stale_after_s=1.0)["vector_chunk"] == 1
     assert queue.heartbeat(VECTOR_CHUNK, worker, [t["id"] for t in tasks]) == {tasks[1]["id"]}
 
@@ -303,7 +308,8 @@ def test_read_models(queue, engine):
     queue.complete(VECTOR_CHUNK, worker, [c["id"] for c in queue.claim(VECTOR_CHUNK, worker, 4)])
     progress = document_progress(engine, str(doc["id"]))
     row = progress.iloc[0].to_dict()
-    assert (row["total_pages"], row["ocr_completed_pages"], row["total_chunks"], row["vector_completed_chunks"]) == (2, 2, 6, 4)
+    assert (row["total_pages"], row["ocr_completed_pages"], row["total_chunks"],
+            row["vector_completed_chunks"]) == (2, 2, 6, 4)
     stats = queue_statistics(engine)
     counts = {(r.task_type, r.status): r.count for r in stats.itertuples()}
     assert counts[("vector_chunks", "completed")] == 4 and counts[("vector_chunks", "pending")] == 2
@@ -363,4 +369,5 @@ def test_document_progress_pages_through_documents_in_registration_order(queue, 
             "EXPLAIN SELECT * FROM documents ORDER BY created_at, id LIMIT 2").all())
     assert "idx_documents_listing" in plan or "Seq Scan" in plan  # tiny tables may be scanned; the index exists
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_documents_listing'").scalar() == 1
+        assert conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_documents_listing'").scalar() == 1

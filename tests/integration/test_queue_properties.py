@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
+                                 run_state_machine_as_test)
 
 from queue_db.queue import make_worker_id
 from queue_db.phases import KINDS_BY_NAME, VECTOR_PAGE
@@ -54,7 +55,8 @@ def test_live_transitions_keep_parents_equal_to_the_rule(queue, outcomes):
 
     doc = build_document(queue, pages=1, chunks_per_page=len(outcomes), name=f"{uuid.uuid4().hex}.pdf")
     worker = make_worker_id()
-    tasks = queue.claim(VECTOR_CHUNK, worker, len(outcomes), only_ids=[c["id"] for c in queue.chunks(document_id=doc["id"])])
+    tasks = queue.claim(VECTOR_CHUNK, worker, len(outcomes),
+                        only_ids=[c["id"] for c in queue.chunks(document_id=doc["id"])])
     for task, outcome in zip(sorted(tasks, key=lambda t: t["chunk_index"]), outcomes):
         if outcome == "complete":
             queue.complete(VECTOR_CHUNK, worker, [task["id"]])

@@ -52,7 +52,8 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(d
 
     monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", "1")
 
-    queue, storage = get_queue(QueueSettings.from_config(Settings.from_env().queue)), StorageResource.from_settings(Settings.from_env()).get_storage()
+    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    storage = StorageResource.from_settings(Settings.from_env()).get_storage()
     for n, priority in ((1, 0), (2, 7), (3, 7)):
         path = tmp_path / f"note{n}.md"
         path.write_text(NOTE.format(n=n))

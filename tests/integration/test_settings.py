@@ -103,7 +103,8 @@ def test_the_runner_polls_every_worker_poll_interval(runner_env, monkeypatch):
         rounds.clear()
         monkeypatch.setenv("WORKER_POLL_INTERVAL", poll)
         queue.settings = QueueSettings.from_env()
-        runner.run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=False, max_seconds=seconds)
+        runner.run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=False,
+                              max_seconds=seconds)
         return len(rounds)
 
     assert planning_rounds("3", seconds=1.0) == 1  # one round, then a 3 s wait outlasts the budget

@@ -113,7 +113,6 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
     from orchestration.store_cleanup import PARTITION_DEFS
     from resources.graph_stores import Neo4jResource
     from queue_db.config import Settings
-    from resources.graph_stores import Neo4jResource
     from resources.storage import StorageResource
 
     def acme_in_graph() -> int:

@@ -43,9 +43,11 @@ def _seed(engine) -> None:
                 f"""UPDATE {table} t SET partition_block = 1, partition_pos = n.pos
                     FROM (SELECT id, row_number() OVER (ORDER BY id) AS pos FROM {table}) n WHERE n.id = t.id""")
         conn.exec_driver_sql(
-            """UPDATE task_queue_chunk SET graphrag_status = 'completed', vector_completed_at = now() - interval '8 days',
+            """UPDATE task_queue_chunk SET graphrag_status = 'completed',
+                      vector_completed_at = now() - interval '8 days',
                       graphrag_completed_at = now() - interval '8 days'
-               WHERE id IN (SELECT id FROM task_queue_chunk WHERE vector_status = 'completed' ORDER BY id LIMIT 10000)""")
+               WHERE id IN (SELECT id FROM task_queue_chunk WHERE vector_status = 'completed'
+                            ORDER BY id LIMIT 10000)""")
         conn.exec_driver_sql("UPDATE documents SET vector_completed_at = now() WHERE vector_index_status = 'completed'")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE")

@@ -39,7 +39,8 @@ def test_an_embedding_batch_over_its_time_limit_fails_as_timeout_and_is_retried(
     assert [o.error_class for o in outcomes] == ["timeout"] * 3
     assert all(o.retryable and o.error.startswith("timeout: embedding batch took more than") for o in outcomes)
     rows = queue.chunks()
-    assert {(r["vector_status"], r["vector_retry_count"], r["vector_error_class"]) for r in rows} == {("failed", 1, "timeout")}
+    assert {(r["vector_status"], r["vector_retry_count"], r["vector_error_class"]) for r in rows} == \
+        {("failed", 1, "timeout")}
     counts = {(r.task_type, r.error_class): r.count for r in error_classes(engine).itertuples()}
     assert counts[("vector_chunks", "timeout")] == 3
     # back-off is 0 in the test settings: the next claim takes them again, and with a sane limit they complete

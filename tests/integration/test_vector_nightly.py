@@ -4,7 +4,6 @@ from __future__ import annotations
 from orchestration.maintenance import nightly
 from queue_db.phases import VECTOR_CHUNK
 from resources.ports import ChunkPoint
-from resources.ports import ChunkPoint
 from resources.qdrant_edge import EdgeVectorStore
 from tests.integration.test_qdrant import DIM, MODEL, random_points
 from tests.queue_support import build_document

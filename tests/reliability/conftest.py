@@ -29,7 +29,8 @@ class Pipeline:
         from queue_db.config import QueueSettings
         from resources.storage import StorageResource
 
-        self.defs, self.instance, self.queue = defs, dagster_instance(Settings.from_env()), get_queue(QueueSettings.from_config(Settings.from_env().queue))
+        self.defs, self.instance = defs, dagster_instance(Settings.from_env())
+        self.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
         self.storage = StorageResource.from_settings(Settings.from_env()).get_storage()
         self.tmp = tmp_path
 
@@ -53,8 +54,8 @@ class Pipeline:
         from orchestration.runner import run_until_idle
         from queue_db.config import Settings
 
-        return run_until_idle(self.defs, self.instance, self.queue, settings=Settings.from_env(), until_idle=True, poll_s=0.3,
-                              max_seconds=max_seconds, **kwargs)
+        return run_until_idle(self.defs, self.instance, self.queue, settings=Settings.from_env(), until_idle=True,
+                              poll_s=0.3, max_seconds=max_seconds, **kwargs)
 
 
 @pytest.fixture

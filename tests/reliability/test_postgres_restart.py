@@ -60,7 +60,8 @@ def _inbox_tick(pipeline, inbox: Path) -> str:
     from resources.storage import StorageResource
 
     context = dg.build_sensor_context(instance=pipeline.instance,
-                                      resources={"database": DatabaseResource.from_settings(Settings.from_env()), "storage": StorageResource.from_settings(Settings.from_env())})
+                                      resources={"database": DatabaseResource.from_settings(Settings.from_env()),
+                                                 "storage": StorageResource.from_settings(Settings.from_env())})
     return inbox_sensor.evaluate_tick(context).skip_message or ""
 
 

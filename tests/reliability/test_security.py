@@ -69,7 +69,8 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
 
     worker = make_worker_id("hostile")
 
-    work = Work(pipeline.queue, storage=pipeline.storage, pdf=OcrResource.from_settings(Settings.from_env()).get_processor())
+    work = Work(pipeline.queue, storage=pipeline.storage,
+                pdf=OcrResource.from_settings(Settings.from_env()).get_processor())
     try:
         outcomes = work.process(OCR_DOCUMENT, worker, pipeline.queue.claim(OCR_DOCUMENT, worker, 10))
     finally:
@@ -132,7 +133,8 @@ def test_intake_stays_inside_the_inbox_and_never_overwrites_a_document(pipeline,
 
     monkeypatch.setenv("DOCQUEUE_INBOX", str(inbox))
     context = dg.build_sensor_context(instance=pipeline.instance,
-                                      resources={"database": DatabaseResource.from_settings(Settings.from_env()), "storage": StorageResource.from_settings(Settings.from_env())})
+                                      resources={"database": DatabaseResource.from_settings(Settings.from_env()),
+                                                 "storage": StorageResource.from_settings(Settings.from_env())})
     message = inbox_sensor.evaluate_tick(context).skip_message
     results = pipeline.ingest([inbox, inbox / ".." / "outside" / "secret.pdf", inbox / "link-to-secret.pdf",
                                inbox / "linked-folder"], root=inbox)

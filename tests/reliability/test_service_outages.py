@@ -97,7 +97,8 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
     from resources.database import get_queue
     from queue_db.config import QueueSettings, Settings
 
-    queue = pipeline.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))  # the queue settings above (retries, back-off)
+    # the queue settings above (retries, back-off)
+    queue = pipeline.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
     pipeline.ingest([pf.text_pdf(tmp_path, "report.pdf", [pf.DEMO_PAGE, pf.TWO_TOPICS["volcanoes"]])])
     holder = _hold_qdrant_lock(rel_env.home / "qdrant")
     try:

@@ -67,8 +67,8 @@ def _child(name: str, spec: dict) -> None:
         inject_crash(spec["crash_on"])
     instance = dagster_instance(Settings.from_env())
     queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
-    report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, poll_s=spec.get("poll", 0.3),
-                            max_seconds=spec.get("max_seconds", 300))
+    report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True,
+                            poll_s=spec.get("poll", 0.3), max_seconds=spec.get("max_seconds", 300))
     line = json.dumps({"runs": report.runs, "failed_runs": report.failed_runs, "seconds": round(report.seconds, 2)})
     sys.stdout.write(f"report {name} {os.getpid()} {line}\n")
     sys.stdout.flush()

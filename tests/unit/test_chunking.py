@@ -225,7 +225,7 @@ def test_a_row_longer_than_the_maximum_is_split_between_cells_under_its_column_n
         assert set(columns) <= set(names) and separator == "|" + "---|" * len(columns)
         for row in body:  # every cell sits under its own column's name
             for name, value in zip(columns, row.strip("|").split("|")):
-                assert value.startswith(f"r") and value.split()[0].endswith(f"c{name[4:]}")
+                assert value.startswith("r") and value.split()[0].endswith(f"c{name[4:]}")
     assert Counter(cell_texts(markdown)) - Counter(names) <= Counter(
         cell for c in chunks for cell in cell_texts(c.text))
 
@@ -371,7 +371,8 @@ def markdown_pages(draw) -> str:
     for _ in range(draw(st.integers(1, 8))):
         kind = draw(st.sampled_from(["heading", "paragraph", "paragraph", "list", "table", "code"]))
         if kind == "heading":
-            blocks.append("#" * draw(st.integers(1, 4)) + " " + draw(st.lists(WORD, min_size=1, max_size=6).map(" ".join)))
+            level = draw(st.integers(1, 4))
+            blocks.append("#" * level + " " + draw(st.lists(WORD, min_size=1, max_size=6).map(" ".join)))
         elif kind == "paragraph":
             lines = draw(st.lists(PROSE, min_size=1, max_size=3))
             blocks.append("\n".join(lines))

@@ -52,52 +52,69 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+class _Tarjan:
+    """Tarjan's strongly connected components, iteratively (no recursion limit)."""
+
+    def __init__(self, graph: dict[str, set[str]]):
+        self.graph = graph
+        self.index: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.stack: list[str] = []
+        self.on_stack: set[str] = set()
+        self.components: list[frozenset[str]] = []
+
+    def _enter(self, node: str, work: list) -> None:
+        self.index[node] = self.low[node] = len(self.index)
+        self.stack.append(node)
+        self.on_stack.add(node)
+        work.append((node, iter(sorted(self.graph[node]))))
+
+    def _next_unvisited(self, node: str, edges) -> str | None:
+        """The next target of `node` not visited yet; targets still on the stack lower `node`'s link."""
+        for target in edges:
+            if target not in self.index:
+                return target
+            if target in self.on_stack:
+                self.low[node] = min(self.low[node], self.index[target])
+        return None
+
+    def _close(self, node: str) -> None:
+        """`node` is done: when it is its component's root, the component leaves the stack."""
+        if self.low[node] != self.index[node]:
+            return
+        component = set()
+        while True:
+            member = self.stack.pop()
+            self.on_stack.discard(member)
+            component.add(member)
+            if member == node:
+                break
+        if len(component) > 1:
+            self.components.append(frozenset(component))
+
+    def components_of_more_than_one(self) -> list[frozenset[str]]:
+        for root in sorted(self.graph):
+            if root in self.index:
+                continue
+            work: list = []
+            self._enter(root, work)
+            while work:
+                node, edges = work[-1]
+                target = self._next_unvisited(node, edges)
+                if target is not None:
+                    self._enter(target, work)
+                    continue
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    self.low[parent] = min(self.low[parent], self.low[node])
+                self._close(node)
+        return self.components
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     """Tarjan's components of more than one module, iteratively (no recursion limit)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[frozenset[str]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            advanced = False
-            for target in edges:
-                if target not in index:
-                    index[target] = low[target] = counter
-                    counter += 1
-                    stack.append(target)
-                    on_stack.add(target)
-                    work.append((target, iter(sorted(graph[target]))))
-                    advanced = True
-                    break
-                if target in on_stack:
-                    low[node] = min(low[node], index[target])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.add(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    components.append(frozenset(component))
-    return components
+    return _Tarjan(graph).components_of_more_than_one()
 
 
 def _package_and_own_submodule(component: frozenset[str]) -> bool:
