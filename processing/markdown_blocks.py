@@ -35,7 +35,9 @@ def _starts_block(line: str) -> bool:
 
 def _read_fence(lines: list[str], start: int) -> int:
     """Index just past the closing fence (or the end when the fence is never closed)."""
-    opener = _FENCE.match(lines[start]).group(1)
+    fence = _FENCE.match(lines[start])
+    assert fence is not None, "called on a fence's opening line"
+    opener = fence.group(1)
     closing = re.compile(r"^ {0,3}" + re.escape(opener[0]) + "{" + str(len(opener)) + r",}\s*$")
     end = start + 1
     while end < len(lines):

@@ -486,11 +486,6 @@ def _sentence(group: type[SettingsGroup], exc: ValidationError) -> str:
     return f"{name} is not valid ({error['msg']})"
 
 
-def docqueue_home() -> Path:
-    """Root of everything the embedded setup keeps on disk (DOCQUEUE_HOME, default ./.docqueue)."""
-    return settings(DatabaseConfig).home_path()
-
-
 def secret_value(value: Optional[SecretStr]) -> str:
     """The plain text of an optional secret setting ("" when unset), for the one call that needs it."""
     return value.get_secret_value() if value is not None else ""
@@ -512,10 +507,6 @@ class QueueSettings:
     retry_backoff_max_s: float = default(QueueConfig, "retry_backoff_max_s")
     claim_batch_size: int = 50  # no variable: ranged runs claim per task kind (assets.common.CLAIM_BATCH)
     extra: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_env(cls) -> "QueueSettings":
-        return cls.from_config(settings(QueueConfig))
 
     @classmethod
     def from_config(cls, queue: QueueConfig) -> "QueueSettings":

@@ -102,7 +102,7 @@ def test_the_runner_polls_every_worker_poll_interval(runner_env, monkeypatch):
 
         rounds.clear()
         monkeypatch.setenv("WORKER_POLL_INTERVAL", poll)
-        queue.settings = QueueSettings.from_env()
+        queue.settings = QueueSettings.from_config(Settings.from_env().queue)
         runner.run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=False,
                               max_seconds=seconds)
         return len(rounds)

@@ -8,7 +8,7 @@ import pytest
 
 from queue_db import config
 from queue_db.config import (ALL_GROUPS, DagsterConfig, DatabaseConfig, ExtractionConfig, GraphConfig, QueueConfig,
-                             QueueSettings, SettingsError, StorageConfig, VectorStoreConfig, settings,
+                             QueueSettings, Settings, SettingsError, StorageConfig, VectorStoreConfig, settings,
                              validate_settings)
 
 EVERY_VARIABLE = [name for group in ALL_GROUPS for name in group.variables()]
@@ -81,7 +81,8 @@ def test_defaults_are_unchanged(clean_env):
     actual = {info.alias: getattr(settings(group), attribute)
               for group in ALL_GROUPS for attribute, info in group.model_fields.items()}
     assert actual == PREVIOUS_DEFAULTS
-    assert QueueSettings() == QueueSettings.from_env()  # the dataclass's own defaults agree with the variables
+    # the dataclass's own defaults agree with the variables
+    assert QueueSettings() == QueueSettings.from_config(Settings.from_env().queue)
 
 
 def test_empty_counts_as_unset_and_values_are_stripped(clean_env):
