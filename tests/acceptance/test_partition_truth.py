@@ -14,7 +14,11 @@ PAGES, CHUNKS_PER_PAGE = 5, 100
 
 @pytest.fixture
 def truth_env(docqueue_env):
-    from orchestration.definitions import defs
+    from orchestration.code_location import build_definitions
+    from queue_db.config import Settings as _Settings
+
+    # built here, with this test's environment: the resources carry its home and stores
+    defs = build_definitions(_Settings.from_env())
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue

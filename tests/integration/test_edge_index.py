@@ -112,7 +112,7 @@ def test_the_tail_is_indexed_once_enough_points_wait_and_segments_stop_growing(t
 
 
 def test_the_recovery_job_indexes_the_waiting_tail(docqueue_env, monkeypatch):
-    from orchestration.definitions import defs
+    from orchestration.code_location import build_definitions
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.embeddings import EmbeddingResource
@@ -123,6 +123,8 @@ def test_the_recovery_job_indexes_the_waiting_tail(docqueue_env, monkeypatch):
     fill(store, clustered(np.random.default_rng(6), POINTS))
     store.close()
     monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", str(POINTS))
+    # built now, with this test's environment: the recovery job carries the tail threshold and the store's folder
+    defs = build_definitions(Settings.from_env())
     instance = dagster_instance(Settings.from_env())
     try:
         result = defs.resolve_job_def("recovery_job").execute_in_process(instance=instance)

@@ -56,7 +56,11 @@ def test_the_code_location_fails_to_load_with_the_sentence(tmp_path):
 
 @pytest.fixture
 def runner_env(docqueue_env):
-    from orchestration.definitions import defs
+    from orchestration.code_location import build_definitions
+    from queue_db.config import Settings as _Settings
+
+    # built here, with this test's environment: the resources carry its home and stores
+    defs = build_definitions(_Settings.from_env())
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import get_queue

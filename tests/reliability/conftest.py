@@ -22,7 +22,11 @@ class Pipeline:
     """The test's handle on its environment: the queue, the Dagster instance and intake, in-process."""
 
     def __init__(self, tmp_path):
-        from orchestration.definitions import defs
+        from orchestration.code_location import build_definitions
+        from queue_db.config import Settings as _Settings
+
+        # built here, with this test's environment: the resources carry its home and stores
+        defs = build_definitions(_Settings.from_env())
         from orchestration.environment import dagster_instance
         from queue_db.config import Settings
         from resources.database import get_queue
@@ -35,10 +39,12 @@ class Pipeline:
         self.tmp = tmp_path
 
     def reload_settings(self) -> None:
-        """A new queue handle that reads the (monkeypatched) queue settings again."""
+        """The definitions and a queue handle built again from the (monkeypatched) environment."""
+        from orchestration.code_location import build_definitions
         from resources.database import get_queue
         from queue_db.config import QueueSettings, Settings
 
+        self.defs = build_definitions(Settings.from_env())
         self.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
 
     def ingest(self, paths, **kwargs):

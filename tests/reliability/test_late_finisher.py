@@ -60,10 +60,11 @@ def _shard_closed_between_writes(monkeypatch):
 
 def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, zygote, tmp_path, say):
     from orchestration.pipeline import Pipeline as Work
+    from queue_db.config import Settings
 
     queue = pipeline.queue
     pipeline.ingest([pf.text_pdf(tmp_path, "report.pdf", [pf.DEMO_PAGE, pf.TWO_TOPICS["volcanoes"]])])
-    work = Work.from_env(queue)
+    work = Work.from_settings(queue, Settings.from_env())
     stores = Stores.open()
     try:
         _advance(queue, work, (OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE))

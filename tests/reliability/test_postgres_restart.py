@@ -62,7 +62,7 @@ def _inbox_tick(pipeline, inbox: Path) -> str:
     context = dg.build_sensor_context(instance=pipeline.instance,
                                       resources={"database": DatabaseResource.from_settings(Settings.from_env()),
                                                  "storage": StorageResource.from_settings(Settings.from_env())})
-    return inbox_sensor.evaluate_tick(context).skip_message or ""
+    return inbox_sensor(Settings.from_env()).evaluate_tick(context).skip_message or ""
 
 
 def test_postgres_restart_mid_run_loses_nothing(own_postgres, zygote, tmp_path, monkeypatch, say):

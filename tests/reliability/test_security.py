@@ -135,7 +135,7 @@ def test_intake_stays_inside_the_inbox_and_never_overwrites_a_document(pipeline,
     context = dg.build_sensor_context(instance=pipeline.instance,
                                       resources={"database": DatabaseResource.from_settings(Settings.from_env()),
                                                  "storage": StorageResource.from_settings(Settings.from_env())})
-    message = inbox_sensor.evaluate_tick(context).skip_message
+    message = inbox_sensor(Settings.from_env()).evaluate_tick(context).skip_message
     results = pipeline.ingest([inbox, inbox / ".." / "outside" / "secret.pdf", inbox / "link-to-secret.pdf",
                                inbox / "linked-folder"], root=inbox)
     with pipeline.queue.engine.connect() as conn:

@@ -94,11 +94,9 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
                         "DOCQUEUE_GRAPH_TX_TIMEOUT_S": "2", "MAX_TASK_RETRIES": "6",
                         "DOCQUEUE_RETRY_BACKOFF_BASE": "0.2", "DOCQUEUE_RETRY_BACKOFF_MAX": "1"}.items():
         monkeypatch.setenv(name, value)
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings, Settings
-
-    # the queue settings above (retries, back-off)
-    queue = pipeline.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    # the settings above: the queue's retries and back-off, the graph's address, the store's lock timeout
+    pipeline.reload_settings()
+    queue = pipeline.queue
     pipeline.ingest([pf.text_pdf(tmp_path, "report.pdf", [pf.DEMO_PAGE, pf.TWO_TOPICS["volcanoes"]])])
     holder = _hold_qdrant_lock(rel_env.home / "qdrant")
     try:

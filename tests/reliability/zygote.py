@@ -27,7 +27,7 @@ import warnings
 
 def _prepare() -> None:
     warnings.filterwarnings("ignore")
-    import orchestration.definitions  # noqa: F401 - the expensive imports, once
+    import orchestration.code_location  # noqa: F401 - the expensive imports, once (no definitions built)
     import orchestration.runner  # noqa: F401
     import resources.embeddings  # noqa: F401
     import resources.extraction  # noqa: F401
@@ -44,7 +44,11 @@ def _child(name: str, spec: dict) -> None:
     if spec.get("stderr"):
         log = os.open(spec["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 2)
-    from orchestration.definitions import defs
+    from orchestration.code_location import build_definitions
+    from queue_db.config import Settings as _Settings
+
+    # built here, with this test's environment: the resources carry its home and stores
+    defs = build_definitions(_Settings.from_env())
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from orchestration.runner import run_until_idle
