@@ -151,14 +151,17 @@ def _recall(expected: str, found: str) -> float:
 
 # -- tests ---------------------------------------------------------------------------------------------------------
 def test_unsupported_content_is_refused_at_intake_with_its_type(queue, tmp_path, monkeypatch):
-    from orchestration.intake import ingest_paths
+    from orchestration.intake import IntakeRules, ingest_paths
+    from queue_db.config import Settings
     from resources.storage import LocalStorage
 
     monkeypatch.setenv("DOCQUEUE_MAX_TEXT_MB", "0.001")  # about 1 KB: the long text below is refused
     files = _unsupported_inputs(tmp_path / "in")
     big = tmp_path / "in" / "big.txt"
     big.write_text("words " * 400, encoding="utf-8")
-    results = {Path(r.path).name: r for r in ingest_paths(queue, LocalStorage(tmp_path / "store"), [tmp_path / "in"])}
+    rules = IntakeRules.from_settings(Settings.from_env())
+    results = {Path(r.path).name: r
+               for r in ingest_paths(queue, LocalStorage(tmp_path / "store"), [tmp_path / "in"], rules=rules)}
 
     assert {name: r.status for name, r in results.items()} == dict.fromkeys([*files, "big.txt"], "rejected")
     assert results["program.pdf"].reason == \
@@ -174,6 +177,7 @@ def test_unsupported_content_is_refused_at_intake_with_its_type(queue, tmp_path,
 
 @pytest.fixture
 def pipeline_env(docqueue_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCQUEUE_TEXT_PAGE_CHARS", str(TEXT_PAGE_CHARS))
     from orchestration.code_location import build_definitions
     from queue_db.config import Settings as _Settings
 
@@ -185,7 +189,6 @@ def pipeline_env(docqueue_env, tmp_path, monkeypatch):
     from queue_db.config import QueueSettings
     from resources.storage import StorageResource
 
-    monkeypatch.setenv("DOCQUEUE_TEXT_PAGE_CHARS", str(TEXT_PAGE_CHARS))
     instance = dagster_instance(Settings.from_env())
     queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
     storage = StorageResource.from_settings(Settings.from_env()).get_storage()
@@ -194,14 +197,15 @@ def pipeline_env(docqueue_env, tmp_path, monkeypatch):
 
 
 def test_every_input_type_goes_through_the_pipeline(pipeline_env):
-    from orchestration.intake import ingest_paths
+    from orchestration.intake import IntakeRules, ingest_paths
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings
 
     defs, instance, queue, storage, tmp = pipeline_env
     files = _supported_inputs(tmp / "in")
-    results = {Path(r.path).name: r for r in ingest_paths(queue, storage, [tmp / "in"])}
+    rules = IntakeRules.from_settings(Settings.from_env())
+    results = {Path(r.path).name: r for r in ingest_paths(queue, storage, [tmp / "in"], rules=rules)}
     assert {n: r.status for n, r in results.items()} == dict.fromkeys(files, "new"), \
         {n: r.reason for n, r in results.items()}
     register_partitions(instance, queue.engine, Level.DOCUMENT)

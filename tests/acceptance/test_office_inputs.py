@@ -117,11 +117,17 @@ def office_env(pipeline_env, monkeypatch):
     """The pipeline of test_input_types (pages of TEXT_PAGE_CHARS characters), with small sheet bounds."""
     monkeypatch.setenv("DOCQUEUE_SHEET_PAGE_ROWS", str(SHEET_PAGE_ROWS))
     monkeypatch.setenv("DOCQUEUE_MAX_SHEET_ROWS", str(MAX_ROWS))
-    return pipeline_env
+    from orchestration.code_location import build_definitions
+    from queue_db.config import Settings
+
+    # built again with the sheet bounds above: the definitions carry the page limits
+    _, instance, queue, storage, tmp = pipeline_env
+    return build_definitions(Settings.from_env()), instance, queue, storage, tmp
 
 
 def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_sentence(office_env):
-    from orchestration.intake import ingest_paths
+    from orchestration.intake import IntakeRules, ingest_paths
+    from queue_db.config import Settings
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings
@@ -133,7 +139,8 @@ def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_s
              "readings.csv": _csv_with_junk(folder / "readings.csv"),
              "broken.docx": _docx_with_broken_body(folder / "broken.docx"),
              "huge.xlsx": _big_sheet(folder / "huge.xlsx", MAX_ROWS + 50)}
-    results = {Path(r.path).name: r for r in ingest_paths(queue, storage, [folder])}
+    rules = IntakeRules.from_settings(Settings.from_env())
+    results = {Path(r.path).name: r for r in ingest_paths(queue, storage, [folder], rules=rules)}
     assert {n: r.status for n, r in results.items()} == dict.fromkeys(files, "new"), \
         {n: r.reason for n, r in results.items()}
     documents = {name: queue.document(r.document_id) for name, r in results.items()}
@@ -192,7 +199,8 @@ def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_s
 
 
 def test_hostile_office_files_are_refused_at_intake_and_nothing_is_stored(queue, tmp_path, monkeypatch):
-    from orchestration.intake import ingest_paths
+    from orchestration.intake import IntakeRules, ingest_paths
+    from queue_db.config import Settings
     from resources.storage import LocalStorage
 
     monkeypatch.setenv("DOCQUEUE_MAX_UNZIPPED_MB", "1")
@@ -203,7 +211,8 @@ def test_hostile_office_files_are_refused_at_intake_and_nothing_is_stored(queue,
     bomb = _big_sheet(folder / "bomb.xlsx", 60_000)  # a few hundred KB that unpack to several MB
     assert bomb.stat().st_size < 1 << 20
     (folder / "junk.csv").write_bytes(random.Random(5).randbytes(3000))
-    results = {Path(r.path).name: r for r in ingest_paths(queue, LocalStorage(tmp_path / "store"), [folder])}
+    results = {Path(r.path).name: r for r in ingest_paths(queue, LocalStorage(tmp_path / "store"), [folder],
+                                                          rules=IntakeRules.from_settings(Settings.from_env()))}
 
     assert {n: r.status for n, r in results.items()} == dict.fromkeys(["letter.docx", "bomb.xlsx", "junk.csv"],
                                                                        "rejected")

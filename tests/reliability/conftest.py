@@ -48,10 +48,12 @@ class Pipeline:
         self.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
 
     def ingest(self, paths, **kwargs):
-        from orchestration.intake import ingest_paths
+        from orchestration.intake import IntakeRules, ingest_paths
+        from queue_db.config import Settings
         from orchestration.partitions import register_partitions
         from queue_db.phases import Level
 
+        kwargs.setdefault("rules", IntakeRules.from_settings(Settings.from_env()))
         results = ingest_paths(self.queue, self.storage, paths, **kwargs)
         register_partitions(self.instance, self.queue.engine, Level.DOCUMENT)
         return results
