@@ -810,9 +810,11 @@ def _pending_vector_chunks(queue) -> int:
 
 
 def retire_all(instance, engine) -> None:
-    from orchestration.partitions import retire_partitions
+    from orchestration.partitions import retire_partitions_as_configured
+    from queue_db.config import Settings
 
-    while any(retire_partitions(instance, engine).values()):
+    dagster = Settings.from_env().dagster
+    while any(retire_partitions_as_configured(instance, engine, dagster).values()):
         pass
 
 
