@@ -208,6 +208,7 @@ def test_secrets_never_reach_logs_run_metadata_or_errors(rel_env, tmp_path, monk
         # a failing graph server login with a planted password
         monkeypatch.setenv("DOCQUEUE_EXTRACTOR", "spacy")
         monkeypatch.setenv("DOCQUEUE_NEO4J_PASSWORD", neo4j_secret)
+        pipeline.reload_settings()  # the definitions carry the extractor and the graph's password
         assert sum(pipeline.queue.retry_failed().values()) >= 1
         pipeline.run_until_idle()
         graph_errors = {c["graphrag_error"] for c in pipeline.queue.chunks()}
