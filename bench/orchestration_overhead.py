@@ -90,6 +90,7 @@ def child_plain(corpus: Path) -> dict:
     from queue_db.phases import ALL_KINDS
     from queue_db.heartbeat import Heartbeat
     from orchestration.assets.common import CLAIM_BATCH
+    from orchestration.assets.handlers import process_tasks
     from orchestration.pipeline import Pipeline
     from resources.database import get_queue
     from queue_db.config import QueueSettings, Settings
@@ -110,7 +111,7 @@ def child_plain(corpus: Path) -> dict:
                     while tasks := queue.claim(kind, worker, CLAIM_BATCH[kind.name]):
                         ids = [t["id"] for t in tasks]
                         heartbeat.add(ids)
-                        pipeline.process(kind, worker, tasks)
+                        process_tasks(pipeline, kind, worker, tasks)
                         heartbeat.remove(ids)
                         batches += 1
                         progress = True

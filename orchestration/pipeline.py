@@ -376,13 +376,6 @@ class Pipeline:
                 outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
         return outcomes, results
 
-    def process(self, kind: TaskKind, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
-        return {
-            OCR_DOCUMENT.name: self.expand_documents, OCR_PAGE.name: self.ocr_pages,
-            VECTOR_PAGE.name: self.chunk_pages, VECTOR_CHUNK.name: self.embed_chunks,
-            GRAPHRAG_CHUNK.name: self.extract_chunks,
-        }[kind.name](worker_id, tasks)
-
 
 class _Lazy:
     def __init__(self, factory):

@@ -32,12 +32,24 @@ class KindWork:
 # a phase's handler: its work at each level it has a task kind at
 PhaseHandler = Mapping[Level, KindWork]
 
+
+def pipeline_method(name: str) -> Callable[[Pipeline, str, Sequence[dict]], list[Outcome]]:
+    """The Pipeline method `name`, looked up on each call rather than bound here: a subclass's override, or a fault
+    test's patched method, is the one that runs."""
+
+    def run(pipeline: Pipeline, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
+        return getattr(pipeline, name)(worker_id, tasks)
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
 HANDLERS: dict[str, PhaseHandler] = {
-    "ocr": {Level.DOCUMENT: KindWork(Pipeline.expand_documents, ("ocr",)),
-            Level.PAGE: KindWork(Pipeline.ocr_pages, ("ocr",))},
-    "vector": {Level.PAGE: KindWork(Pipeline.chunk_pages),
-               Level.CHUNK: KindWork(Pipeline.embed_chunks, ("embeddings", "qdrant"), closes_pipeline=True)},
-    "graphrag": {Level.CHUNK: KindWork(Pipeline.extract_chunks, ("neo4j", "extraction"))},
+    "ocr": {Level.DOCUMENT: KindWork(pipeline_method("expand_documents"), ("ocr",)),
+            Level.PAGE: KindWork(pipeline_method("ocr_pages"), ("ocr",))},
+    "vector": {Level.PAGE: KindWork(pipeline_method("chunk_pages")),
+               Level.CHUNK: KindWork(pipeline_method("embed_chunks"), ("embeddings", "qdrant"), closes_pipeline=True)},
+    "graphrag": {Level.CHUNK: KindWork(pipeline_method("extract_chunks"), ("neo4j", "extraction"))},
 }
 
 
@@ -62,3 +74,10 @@ class HandledTasks:
 
     def process(self, kind: TaskKind, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
         return self.work.run(self.pipeline, worker_id, tasks)
+
+
+def process_tasks(pipeline: Pipeline, kind: TaskKind, worker_id: str, tasks: Sequence[dict], *,
+                  handlers: Mapping[str, PhaseHandler] = HANDLERS) -> list[Outcome]:
+    """Process one kind's claimed tasks outside Dagster (tests, benches, the plain loop): the same work the kind's
+    asset runs, found through its phase's handler."""
+    return HandledTasks(pipeline, kind_work(handlers, kind.phase, kind)).process(kind, worker_id, tasks)

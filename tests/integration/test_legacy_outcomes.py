@@ -10,6 +10,7 @@ from queue_db.migrate import upgrade
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, VECTOR_CHUNK
 from tests.integration.test_migrations import LEGACY_SCHEMA
+from orchestration.assets.handlers import process_tasks
 
 PAGES = {"pages": [{"page_number": 1, "page_file_path": "indexed/page_0001_nohf.md"}]}
 CHUNKS = {"chunks": [{"page_number": 1, "chunk_index": 0, "chunk_id": "c-1-0", "content_hash": "h10"}]}
@@ -82,7 +83,7 @@ def test_a_legacy_chunk_re_queued_by_repair_is_never_embedded_or_extracted(legac
     assert legacy.requeue(kind, [str(chunk["id"])], "repair: completed chunk had no output") == 1
     worker = make_worker_id()
     claimed = legacy.claim(kind, worker, 5)
-    [outcome] = pipeline.process(kind, worker, claimed)
+    [outcome] = process_tasks(pipeline, kind, worker, claimed)
     assert not outcome.ok and not outcome.retryable and outcome.error_class == "legacy"
     assert "re-ingest its document" in outcome.error
     if kind is VECTOR_CHUNK:

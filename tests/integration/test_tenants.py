@@ -42,6 +42,7 @@ def env(docqueue_env, tmp_path):
 
 def _process(queue: TaskQueue) -> None:
     """Every phase of every ready task, in the pipeline the workers run (no Dagster run needed here)."""
+    from orchestration.assets.handlers import process_tasks
     from orchestration.pipeline import Pipeline
 
     pipeline = Pipeline.from_settings(queue, Settings.from_env())
@@ -53,7 +54,7 @@ def _process(queue: TaskQueue) -> None:
             for kind in ALL_KINDS:
                 claimed = queue.claim(kind, worker, 50)
                 if claimed:
-                    outcomes = pipeline.process(kind, worker, claimed)
+                    outcomes = process_tasks(pipeline, kind, worker, claimed)
                     assert all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
         raise AssertionError("work left after 20 rounds")
     finally:

@@ -32,16 +32,16 @@ def inject_crash(marker: str) -> None:
 def inject_delay(kinds: list[str], seconds: float) -> None:
     """Slow work: each batch of these task kinds takes `seconds` longer (after its claim), so a test polling the
     queue reliably finds the tasks `processing` however fast the machine is."""
-    from orchestration.pipeline import Pipeline
+    from orchestration.assets.handlers import HandledTasks
 
-    original = Pipeline.process
+    original = HandledTasks.process
 
     def process(self, kind, worker_id, tasks):
         if kind.name in kinds and tasks:
             time.sleep(seconds)
         return original(self, kind, worker_id, tasks)
 
-    Pipeline.process = process
+    HandledTasks.process = process
 
 
 def _wait_for_file(path: str) -> None:
@@ -52,6 +52,7 @@ def _wait_for_file(path: str) -> None:
 def late_finisher(spec: dict) -> None:
     """Claim every ready task of one kind, announce the claim, wait for "go" (the test freezes us meanwhile), then
     process the batch through the real Pipeline, counting what this worker writes to Qdrant / the graph."""
+    from orchestration.assets.handlers import process_tasks
     from orchestration.pipeline import Pipeline
     from queue_db.queue import make_worker_id
     from queue_db.phases import KINDS_BY_NAME, VECTOR_CHUNK
@@ -79,7 +80,7 @@ def late_finisher(spec: dict) -> None:
     Path(spec["claimed"]).write_text(json.dumps({"worker": worker_id, "ids": [str(t["id"]) for t in tasks]}))
     with Heartbeat(queue, kind, worker_id, [t["id"] for t in tasks]):
         _wait_for_file(spec["go"])
-        outcomes = pipeline.process(kind, worker_id, tasks)
+        outcomes = process_tasks(pipeline, kind, worker_id, tasks)
     pipeline.close()
     Path(spec["result"]).write_text(json.dumps({
         "writes": writes, "rejected": [o.id for o in outcomes if o.rejected],

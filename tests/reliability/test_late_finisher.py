@@ -14,6 +14,7 @@ from queue_db.queue import make_worker_id
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
 from tests import pdf_factory as pf
 from tests.reliability.support import Stores, figures_line, graph_duplicates, status_of, wait_for
+from orchestration.assets.handlers import process_tasks
 
 
 def _advance(queue, pipeline, kinds) -> None:
@@ -21,7 +22,7 @@ def _advance(queue, pipeline, kinds) -> None:
     worker_id = make_worker_id("setup")
     for kind in kinds:
         while tasks := queue.claim(kind, worker_id, 100):
-            outcomes = pipeline.process(kind, worker_id, tasks)
+            outcomes = process_tasks(pipeline, kind, worker_id, tasks)
             assert all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
 
 
@@ -41,7 +42,7 @@ def _late_finisher_round(zygote, queue, pipeline, kind, tmp_path) -> dict:
     worker_b = make_worker_id("worker-b")
     taken = queue.claim(kind, worker_b, 1000)
     assert {t["id"] for t in taken} == set(claim["ids"])
-    outcomes_b = pipeline.process(kind, worker_b, taken)
+    outcomes_b = process_tasks(pipeline, kind, worker_b, taken)
     assert all(o.ok and not o.rejected for o in outcomes_b)
 
     open(files["go"], "w").close()
