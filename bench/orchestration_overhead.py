@@ -92,10 +92,10 @@ def child_plain(corpus: Path) -> dict:
     from orchestration.assets.common import CLAIM_BATCH
     from orchestration.assets.handlers import process_tasks
     from orchestration.pipeline import Pipeline
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings, Settings
+    from resources.database import open_queue
+    from queue_db.config import Settings
 
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     documents = _ingest(queue, corpus)
     started = time.perf_counter()
     pipeline = Pipeline.from_settings(queue, Settings.from_env())
@@ -204,11 +204,10 @@ def child_dagster(corpus: Path) -> dict:
     from queue_db.config import Settings
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
 
     instance = dagster_instance(Settings.from_env())
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     documents = _ingest(queue, corpus)
     probe = DagsterProbe()
     probe.install(instance)

@@ -474,13 +474,13 @@ sys.path.insert(0, {repo!r})
 from orchestration.environment import dagster_instance
 from queue_db.config import Settings
 from orchestration.maintenance import nightly
-from resources.database import get_queue
+from resources.database import open_queue
 from queue_db.config import QueueSettings, Settings
 from resources.bolt_graph import GraphStore
 from resources.graph_stores import Neo4jResource
 from resources.vector_stores import QdrantResource
 model_id, dim = {model!r}, {dim}
-queue, instance = get_queue(QueueSettings.from_config(Settings.from_env().queue)), dagster_instance(Settings.from_env())
+queue, instance = open_queue(Settings.from_env()), dagster_instance(Settings.from_env())
 store = QdrantResource.from_settings(Settings.from_env()).get_store(model_id, dim)
 graph = GraphStore(*Neo4jResource.from_settings(Settings.from_env()).connection())
 started = time.perf_counter()
@@ -745,14 +745,13 @@ def child(n: int, home: Path, args) -> dict:
     from orchestration.environment import dagster_instance, prepare_environment
     from orchestration.stores import embedding_model
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
     from resources.bolt_graph import GraphStore
     from resources.graph_stores import Neo4jResource
     from resources.vector_stores import QdrantResource
 
     prepare_environment(Settings.from_env())
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     model_id, dim = embedding_model(Settings.from_env().embedding)
     documents = n // (PAGES * CHUNKS)
     figures.update(_seed_once(n, home, args, queue, model_id, dim, rng))

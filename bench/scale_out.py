@@ -114,11 +114,10 @@ def drive_celery(in_flight: int) -> dict:
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
     from orchestration.runner import plan_next, waiting_work
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
 
     instance = dagster_instance(Settings.from_env())
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     documents = _ingest(queue, Path(os.environ["BENCH_CORPUS"]))
     runs = failed = 0
     running: dict = {}
@@ -164,12 +163,11 @@ def drive_in_process() -> dict:
     from queue_db.config import Settings
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
 
     os.sched_setaffinity(0, {int(os.environ["BENCH_CORE"])})
     instance = dagster_instance(Settings.from_env())
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     documents = _ingest(queue, Path(os.environ["BENCH_CORPUS"]))
     started = time.perf_counter()
     Path(os.environ["BENCH_CLOCK"]).touch()

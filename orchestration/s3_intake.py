@@ -19,7 +19,6 @@ AWS_REGION); they are never logged and never part of a result or an error messag
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -68,8 +67,7 @@ class S3Source:
             bucket=bucket,
             prefix=(prefix if prefix is not None else env.s3_prefix).lstrip("/"),
             endpoint_url=env.s3_url or None,
-            # the AWS SDK's own variables, read as boto3 would: not docqueue settings
-            region=(os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "").strip() or None,
+            region=env.s3_region or None,
             max_objects=env.s3_max_objects, max_listed=env.s3_max_list, lookback_s=env.s3_lookback_s,
             timeout_s=env.s3_timeout_s,
         )
@@ -92,7 +90,7 @@ class S3Source:
 
         config = Config(connect_timeout=self.timeout_s, read_timeout=self.timeout_s,
                         retries={"max_attempts": 3, "mode": "standard"})
-        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region or "us-east-1",
+        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
                             config=config)
 
 

@@ -126,10 +126,14 @@ class DatabaseConfig(SettingsGroup):
                                        "seconds a Dagster storage call waits for a free connection", ge=1)
 
     def home_path(self) -> Path:
-        """Root of everything the embedded setup keeps on disk (DOCQUEUE_HOME), resolved and created."""
-        home = Path(self.home).expanduser().resolve()
-        home.mkdir(parents=True, exist_ok=True)
-        return home
+        return resolve_home(self.home)
+
+
+def resolve_home(home: str) -> Path:
+    """Root of everything the embedded setup keeps on disk (DOCQUEUE_HOME), resolved and created."""
+    path = Path(home).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 class StorageConfig(SettingsGroup):
@@ -349,6 +353,9 @@ class IntakeConfig(SettingsGroup):
     s3_lookback_s: float = _var(900.0, "DOCQUEUE_S3_LOOKBACK", "seconds before the newest handled `LastModified` "
                                 "in which late objects are still taken", ge=0)
     s3_timeout_s: float = _var(60.0, "DOCQUEUE_S3_TIMEOUT", "connect and read timeout per request (3 attempts)", gt=0)
+    # the AWS SDK's own name, read here because boto3 itself reads only AWS_DEFAULT_REGION
+    s3_region: str = _var("", "AWS_REGION", "region of the S3 bucket", shown="unset: boto3's own (`AWS_DEFAULT_REGION`, "
+                          "`~/.aws/config`), else us-east-1")
 
 
 class ClusterConfig(SettingsGroup):

@@ -1,7 +1,7 @@
 """Where the queue's database is: DOCQUEUE_DATABASE_URL, or the embedded server (started when needed)."""
 from __future__ import annotations
 
-from .config import DatabaseConfig, secret_value
+from .config import DatabaseConfig, resolve_home, secret_value
 from .embedded_postgres import EmbeddedPostgres
 
 
@@ -16,6 +16,11 @@ def normalize_url(url: str) -> str:
 def embedded_postgres(database: DatabaseConfig) -> EmbeddedPostgres:
     """The embedded server of the home `database` names (DOCQUEUE_HOME, DOCQUEUE_PG_PORT)."""
     return EmbeddedPostgres(database.home_path() / "postgres", database.pg_port or None)
+
+
+def embedded_url(home: str, pg_port: int = 0) -> str:
+    """The URL of the embedded server under `home` (started if needed); `pg_port` 0: the port recorded there."""
+    return EmbeddedPostgres(resolve_home(home) / "postgres", pg_port or None).ensure_running()
 
 
 def database_url(database: DatabaseConfig) -> str:

@@ -1,4 +1,5 @@
-"""PostgreSQL: the queue's database as a Dagster resource (DOCQUEUE_DATABASE_URL, else the embedded server)."""
+"""PostgreSQL: the queue's database as a Dagster resource (DOCQUEUE_DATABASE_URL, else the embedded server), and
+`open_queue(settings)` for the entry points that use the queue without Dagster."""
 from __future__ import annotations
 
 import threading
@@ -7,18 +8,18 @@ import dagster as dg
 import sqlalchemy as sa
 from pydantic import Field
 
-from queue_db.config import DatabaseConfig, QueueSettings, Settings, secret_value, settings
+from queue_db.config import QueueSettings, Settings, secret_value
 from queue_db.migrate import pending_migrations
 from queue_db.queue import TaskQueue, create_queue_engine
-from queue_db.database_urls import database_url, normalize_url
+from queue_db.database_urls import database_url, embedded_url, normalize_url
 
 _engines: dict[str, sa.Engine] = {}
 _lock = threading.Lock()
 
 
-def shared_engine(url: str | None = None) -> sa.Engine:
+def shared_engine(url: str) -> sa.Engine:
     """One pooled engine per database per process."""
-    url = normalize_url(url) if url else database_url(settings(DatabaseConfig))
+    url = normalize_url(url)
     with _lock:
         if url not in _engines:
             _engines[url] = create_queue_engine(url)
@@ -29,9 +30,14 @@ class SchemaNotReady(RuntimeError):
     pass
 
 
-def get_queue(settings: QueueSettings, url: str | None = None) -> TaskQueue:
-    """The task queue in the database at `url` (None: DOCQUEUE_DATABASE_URL, else the embedded server), with the
-    caller's queue settings; refused while the schema lacks migrations."""
+def open_queue(settings: Settings) -> TaskQueue:
+    """The task queue these settings name (DOCQUEUE_DATABASE_URL, else the embedded server of their home)."""
+    return get_queue(QueueSettings.from_config(settings.queue), database_url(settings.database))
+
+
+def get_queue(settings: QueueSettings, url: str) -> TaskQueue:
+    """The task queue in the database at `url`, with the caller's queue settings; refused while the schema lacks
+    migrations."""
     engine = shared_engine(url)
     try:
         missing = pending_migrations(engine)
@@ -53,6 +59,8 @@ class DatabaseResource(dg.ConfigurableResource):
     config."""
 
     url: str = Field(default="", description="SQLAlchemy/libpq URL of the queue database; empty = embedded")
+    home: str = Field(default=".docqueue", description="DOCQUEUE_HOME, whose embedded server serves an empty url")
+    pg_port: int = Field(default=0, description="the embedded server's port; 0 = the one recorded in the home")
     poll_interval_s: float = QueueSettings.poll_interval_s
     heartbeat_interval_s: float = QueueSettings.heartbeat_interval_s
     stale_timeout_s: float = QueueSettings.stale_timeout_s
@@ -64,6 +72,7 @@ class DatabaseResource(dg.ConfigurableResource):
     def from_settings(cls, settings: Settings) -> "DatabaseResource":
         queue = QueueSettings.from_config(settings.queue)
         return cls(url=dg.EnvVar("DOCQUEUE_DATABASE_URL") if secret_value(settings.database.database_url) else "",
+                   home=settings.database.home, pg_port=settings.database.pg_port,
                    poll_interval_s=queue.poll_interval_s, heartbeat_interval_s=queue.heartbeat_interval_s,
                    stale_timeout_s=queue.stale_timeout_s, max_retries=queue.max_retries,
                    retry_backoff_base_s=queue.retry_backoff_base_s, retry_backoff_max_s=queue.retry_backoff_max_s)
@@ -76,4 +85,4 @@ class DatabaseResource(dg.ConfigurableResource):
 
     def get_queue(self) -> TaskQueue:
         url = self.url.get_value() if isinstance(self.url, dg.EnvVar) else self.url
-        return get_queue(self.queue_settings(), url or None)
+        return get_queue(self.queue_settings(), url or embedded_url(self.home, self.pg_port))

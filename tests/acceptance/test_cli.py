@@ -299,8 +299,8 @@ def _write_files(tmp: Path) -> dict[str, Path]:
 
 def _tell(story: Story) -> Story:
     from queue_db.phases import OCR_DOCUMENT
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings, Settings
+    from resources.database import open_queue
+    from queue_db.config import Settings
 
     files = story.files
     ok("db", "upgrade")
@@ -309,7 +309,7 @@ def _tell(story: Story) -> Story:
     story.secret_ingest = ok("ingest", str(files["secret"]), "--password-file", str(files["password"]))
 
     # a worker that claimed the report and died an hour ago, and one that is alive and well
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     report, volcanoes = document(story.engine, "report.pdf"), document(story.engine, "volcanoes.pdf")
     assert queue.claim(OCR_DOCUMENT, "crashed-worker", only_ids=[str(report["id"])])
     assert queue.claim(OCR_DOCUMENT, "live-worker", only_ids=[str(volcanoes["id"])])
@@ -359,8 +359,8 @@ def test_priority_sets_a_documents_priority(story):
 
 
 def test_password_file_opens_the_encrypted_pdf_and_only_its_path_is_stored(story):
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings, Settings
+    from resources.database import open_queue
+    from queue_db.config import Settings
 
     out = story.secret_ingest.out
     assert "secret.pdf" in out and "new" in out
@@ -368,7 +368,7 @@ def test_password_file_opens_the_encrypted_pdf_and_only_its_path_is_stored(story
     assert secret["password_ref"] == f"file:{story.files['password'].resolve()}"
     assert PASSWORD not in json.dumps(secret, default=str)
     assert all_phases(secret) == COMPLETED
-    chunks = get_queue(QueueSettings.from_config(Settings.from_env().queue)).chunks(document_id=str(secret["id"]))
+    chunks = open_queue(Settings.from_env()).chunks(document_id=str(secret["id"]))
     text = " ".join(c["content"] for c in chunks)
     assert "salary review" in text
 

@@ -210,8 +210,7 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
         pytest.skip(f"cluster test skipped: {reason}")
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
 
     machines = Machines(WORKERS)
     started: list = []
@@ -268,7 +267,7 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
         started.append(ui.stop)
         instance = dagster_instance(Settings.from_env())
         started.append(instance.dispose)
-        queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+        queue = open_queue(Settings.from_env())
         yield ui, workers, bolt_relay, inbox, queue, instance, tmp_path
     finally:
         for stop in reversed(started):

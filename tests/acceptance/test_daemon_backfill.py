@@ -219,8 +219,7 @@ def graphrag_runs_in_flight(instance) -> int:
 def deployment(docqueue_env, tmp_path):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
 
     upstream = docqueue_env.bolt.uri.rsplit("//", 1)[1].rsplit(":", 1)
     gate = BoltGate((upstream[0], int(upstream[1])))
@@ -235,7 +234,7 @@ def deployment(docqueue_env, tmp_path):
     ui = Ui(env, tmp_path / "docqueue-ui.log")
     instance = dagster_instance(Settings.from_env())
     try:
-        yield ui, gate, inbox, get_queue(QueueSettings.from_config(Settings.from_env().queue)), instance, tmp_path
+        yield ui, gate, inbox, open_queue(Settings.from_env()), instance, tmp_path
     finally:
         ui.stop()
         gate.close()

@@ -185,12 +185,11 @@ def pipeline_env(docqueue_env, tmp_path, monkeypatch):
     defs = build_definitions(_Settings.from_env())
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
     from resources.storage import StorageResource
 
     instance = dagster_instance(Settings.from_env())
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     storage = StorageResource.from_settings(Settings.from_env()).get_storage()
     yield defs, instance, queue, storage, tmp_path
     instance.dispose()

@@ -21,8 +21,7 @@ def env(docqueue_env, tmp_path):
     defs = build_definitions(_Settings.from_env())
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
     from resources.embeddings import EmbeddingResource
     from resources.graph_stores import Neo4jResource
     from resources.vector_stores import QdrantResource
@@ -30,7 +29,7 @@ def env(docqueue_env, tmp_path):
 
     instance = dagster_instance(Settings.from_env())
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
-    stores = {"queue": get_queue(QueueSettings.from_config(Settings.from_env().queue)),
+    stores = {"queue": open_queue(Settings.from_env()),
               "storage": StorageResource.from_settings(Settings.from_env()).get_storage(),
               "instance": instance, "defs": defs, "embedder": embedder,
               "qdrant": lambda: QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id,

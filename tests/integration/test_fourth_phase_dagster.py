@@ -16,7 +16,7 @@ from orchestration.code_location import build_definitions, build_resources
 from orchestration.partitions import register_partitions
 from orchestration.pipeline import Outcome
 from orchestration.planning import KIND_TAG, PHASE_TAG, RANGE_END_TAG, RANGE_START_TAG
-from queue_db.config import QueueSettings, Settings
+from queue_db.config import Settings
 from queue_db.keys import chunk_partition_key
 from queue_db.migrate import upgrade
 from queue_db.phases import GRAPHRAG_CHUNK, Level
@@ -41,9 +41,9 @@ def summary_env(docqueue_env):
     """The docqueue environment's queue database upgraded for the four phases, its Dagster instance, and the
     definitions built with them."""
     from orchestration.environment import dagster_instance
-    from resources.database import get_queue
+    from resources.database import open_queue
 
-    base = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    base = open_queue(Settings.from_env())
     upgrade(base.engine, phases=REGISTRY)
     queue = TaskQueue(base.engine, base.settings, phases=REGISTRY)
     defs = build_definitions(Settings.from_env(), phases=REGISTRY, handlers=SUMMARY_HANDLERS)

@@ -18,11 +18,10 @@ DAY_S = 86400.0
 def env(docqueue_env):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
 
     instance = dagster_instance(Settings.from_env())
-    yield instance, get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    yield instance, open_queue(Settings.from_env())
     instance.dispose()
 
 

@@ -44,15 +44,14 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(d
     from orchestration.intake import ingest_file
     from orchestration.workers import run_worker
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
     from resources.embeddings import DEFAULT_MODEL, MODELS
     from resources.vector_stores import QdrantResource
     from resources.storage import StorageResource
 
     monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", "1")
 
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     storage = StorageResource.from_settings(Settings.from_env()).get_storage()
     for n, priority in ((1, 0), (2, 7), (3, 7)):
         path = tmp_path / f"note{n}.md"

@@ -70,8 +70,7 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
     from orchestration.code_location import build_definitions
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
 
     name, client = bucket
     monkeypatch.setenv("DOCQUEUE_S3_MAX_OBJECTS", "2")
@@ -85,7 +84,7 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
     _put(client, name, "elsewhere/other.pdf", report.read_bytes())  # outside the prefix
 
     instance = dagster_instance(Settings.from_env())
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     try:
         first = _tick(defs, instance, None)
         assert "5 object(s) listed" in first.skip_message and "2 left for the next tick" in first.skip_message

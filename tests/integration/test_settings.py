@@ -63,11 +63,10 @@ def runner_env(docqueue_env):
     defs = build_definitions(_Settings.from_env())
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
 
     instance = dagster_instance(Settings.from_env())
-    yield defs, instance, get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    yield defs, instance, open_queue(Settings.from_env())
     instance.dispose()
 
 

@@ -111,14 +111,13 @@ def test_the_store_checks_evaluate_streamed_in_their_job(docqueue_env, monkeypat
     from orchestration.code_location import build_definitions
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
     from resources.embeddings import EmbeddingResource
     from resources.vector_stores import QdrantResource
 
     monkeypatch.setenv("DOCQUEUE_VERIFY_PAGE", str(PAGE))
     defs = build_definitions(Settings.from_env())  # the code location as it loads with this environment
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
     store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)
     document = build_document(queue, pages=1, chunks_per_page=5)

@@ -57,11 +57,11 @@ def late_finisher(spec: dict) -> None:
     from queue_db.queue import make_worker_id
     from queue_db.phases import KINDS_BY_NAME, VECTOR_CHUNK
     from queue_db.heartbeat import Heartbeat
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings, Settings
+    from resources.database import open_queue
+    from queue_db.config import Settings
 
     kind = KINDS_BY_NAME[spec["kind"]]
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     pipeline = Pipeline.from_settings(queue, Settings.from_env())
     writes = {"points": 0, "graph_chunks": 0}
     if kind is VECTOR_CHUNK:
@@ -105,10 +105,10 @@ def busy_holder(spec: dict) -> None:
     from queue_db.queue import make_worker_id
     from queue_db.phases import OCR_PAGE
     from queue_db.heartbeat import Heartbeat
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings, Settings
+    from resources.database import open_queue
+    from queue_db.config import Settings
 
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     worker_id = make_worker_id("busy")
     ids = [str(t["id"]) for t in queue.claim(OCR_PAGE, worker_id, 100)]
     Path(spec["claimed"]).write_text(json.dumps({"worker": worker_id, "ids": ids}))

@@ -29,23 +29,22 @@ class Pipeline:
         defs = build_definitions(_Settings.from_env())
         from orchestration.environment import dagster_instance
         from queue_db.config import Settings
-        from resources.database import get_queue
-        from queue_db.config import QueueSettings
+        from resources.database import open_queue
         from resources.storage import StorageResource
 
         self.defs, self.instance = defs, dagster_instance(Settings.from_env())
-        self.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+        self.queue = open_queue(Settings.from_env())
         self.storage = StorageResource.from_settings(Settings.from_env()).get_storage()
         self.tmp = tmp_path
 
     def reload_settings(self) -> None:
         """The definitions and a queue handle built again from the (monkeypatched) environment."""
         from orchestration.code_location import build_definitions
-        from resources.database import get_queue
-        from queue_db.config import QueueSettings, Settings
+        from resources.database import open_queue
+        from queue_db.config import Settings
 
         self.defs = build_definitions(Settings.from_env())
-        self.queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+        self.queue = open_queue(Settings.from_env())
 
     def ingest(self, paths, **kwargs):
         from orchestration.intake import IntakeRules, ingest_paths

@@ -52,8 +52,7 @@ def _child(name: str, spec: dict) -> None:
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from orchestration.runner import run_until_idle
-    from resources.database import get_queue
-    from queue_db.config import QueueSettings
+    from resources.database import open_queue
 
     if spec.get("target"):  # a test's own worker body, "module:function(spec)"
         import importlib
@@ -70,7 +69,7 @@ def _child(name: str, spec: dict) -> None:
 
         inject_crash(spec["crash_on"])
     instance = dagster_instance(Settings.from_env())
-    queue = get_queue(QueueSettings.from_config(Settings.from_env().queue))
+    queue = open_queue(Settings.from_env())
     report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True,
                             poll_s=spec.get("poll", 0.3), max_seconds=spec.get("max_seconds", 300))
     line = json.dumps({"runs": report.runs, "failed_runs": report.failed_runs, "seconds": round(report.seconds, 2)})
