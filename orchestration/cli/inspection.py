@@ -9,6 +9,7 @@ from orchestration.cli.errors import EXIT_INCONSISTENT, EXIT_USAGE, CliError, se
 from orchestration.cli.output import console, emit, table
 from orchestration.verify import verify_stores
 from queue_db.config import Settings
+from queue_db.phases import PHASES, Level, PhaseRegistry, PhaseSpec
 from queue_db.readmodels import document_progress_rows, error_classes_rows, phase_timings_rows, queue_statistics_rows
 
 
@@ -40,18 +41,32 @@ def status(settings: Settings, document: str | None, limit: int, after_key: str 
     emit(as_json, {"documents": records, "next_after": next_after}, human)
 
 
-def _print_status(records: list[dict]) -> None:
+def _print_status(records: list[dict], phases: PhaseRegistry = PHASES) -> None:
+    """One row per document: each phase's status (or `blocked`) with its deepest kind's completed/total tasks
+    and failed ones, the document's pages and chunks, why a phase was skipped, its last error."""
+
+    def phase_cell(record: dict, phase: PhaseSpec) -> str:
+        status = "blocked" if phase.name in record["blocked_phases"] else \
+            record[phase.rollup_column(Level.DOCUMENT, "status")]
+        level = phase.leaf.level.value
+        completed, failed = (record.get(f"{phase.column_prefix}_{outcome}_{level}s") for outcome in
+                             ("completed", "failed"))
+        if completed is None:  # a document-level phase: its status says it all
+            return status
+        total = record.get(f"total_{level}s", 0)
+        return f"{status} {completed}/{total}" + (f", {failed} failed" if failed else "")
+
+    def notes(record: dict) -> str:
+        said = [f"{record['pages_without_text']} pages without text: embedding skipped"] \
+            if record["pages_without_text"] else []
+        return "; ".join(said + (["re-indexed on the text extracted before"] if record["extraction_skipped"] else []))
+
     console().print(table(
-        "documents", ["document", "ocr", "vector", "graphrag", "pages ok/failed/total", "chunks vec/graph/total",
-                      "last error", "failed at"],
-        [[r["document_key"], *("blocked" if phase in r["blocked_phases"] else r[column]
-                                for phase, column in (("ocr", "ocr_status"), ("vector", "vector_index_status"),
-                                                      ("graphrag", "graphrag_index_status"))),
-          f"{r['ocr_completed_pages']}/{r['ocr_failed_pages']}/{r['total_pages']}"
-          + (f" ({r['pages_without_text']} without text: embedding skipped)" if r["pages_without_text"] else ""),
-          f"{r['vector_completed_chunks']}/{r['graphrag_completed_chunks']}/{r['total_chunks']}"
-          + (" (re-indexed on the text extracted before)" if r["extraction_skipped"] else ""),
-          r["ocr_error"] or r["vector_error"] or r["graphrag_error"] or "", r["last_failed_at"] or ""]
+        "documents", ["document", *(f"{p.name} (of {p.leaf.level.value}s)" for p in phases), "pages", "chunks",
+                      "notes", "last error", "failed at"],
+        [[r["document_key"], *(phase_cell(r, p) for p in phases), r["total_pages"], r["total_chunks"], notes(r),
+          next((r[p.rollup_column(Level.DOCUMENT, "error")] for p in phases
+                if r[p.rollup_column(Level.DOCUMENT, "error")]), ""), r["last_failed_at"] or ""]
          for r in records]))
 
 

@@ -430,7 +430,8 @@ def test_status_lists_every_document_and_one_by_key(story):
     assert sorted(d["filename"] for d in listed) == sorted(GOOD + ("broken.pdf",))
     expected_keys = {"id", "document_key", "tenant_id", "filename", "priority", "ocr_status", "vector_index_status",
                      "graphrag_index_status", "page_count", "total_pages", "ocr_completed_pages", "ocr_failed_pages",
-                     "total_chunks", "vector_completed_chunks", "graphrag_completed_chunks", "ocr_error",
+                     "total_chunks", "vector_completed_chunks", "graphrag_completed_chunks", "vector_failed_chunks",
+                     "graphrag_failed_chunks", "ocr_error",
                      "vector_error", "graphrag_error", "error_class", "last_failed_at", "pages_without_text",
                      "extraction_skipped", "blocked_phases"}
     assert all(set(d) == expected_keys for d in listed), listed[0].keys()

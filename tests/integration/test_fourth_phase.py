@@ -15,7 +15,7 @@ from queue_db.config import QueueSettings
 from queue_db.migrate import upgrade
 from queue_db.phases import (GRAPHRAG_CHUNK, PHASES, VECTOR_CHUNK, Level, PhaseSpec, RetryPolicy, TaskKind)
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
-from queue_db.readmodels import phase_progress, queue_statistics_rows
+from queue_db.readmodels import document_progress_rows, phase_progress, queue_statistics_rows
 from queue_db.rollup_sql import missing_phase_ddl
 from tests.queue_support import build_document
 
@@ -217,6 +217,11 @@ def test_statistics_and_outcomes_count_the_phase(summary_queue):
         assert conn.exec_driver_sql(
             f"SELECT count(*) FROM documents d WHERE {REGISTRY.blocked_phase_sql(SUMMARY, 'd')}").scalar() == 0
     assert isinstance(summary_queue.engine, sa.Engine)
+    # the status listing has the phase's status and its chunks' progress, beside the three phases'
+    [listed] = document_progress_rows(summary_queue.engine, phases=REGISTRY)
+    assert (listed["summary_status"], listed["summary_completed_chunks"], listed["summary_failed_chunks"],
+            listed["graphrag_completed_chunks"], listed["total_chunks"]) == ("pending", 0, 0, 1, 1)
+    assert listed["blocked_phases"] == []
 
 
 # -- the orchestration part (sensor, asset partitions) is appended below ---------------------------------------------
