@@ -8,7 +8,8 @@ from typing import Iterable, Sequence
 from .phases import EXPANDED_SQL, TABLE_OF_LEVEL, Level, PhaseSpec, TaskKind
 from .rollup_sql import child_column
 from .text import clean_text
-from .transitions import Correction, Transitions, apply_priority, check_priority, parent_columns
+from .registration import apply_priority, check_priority
+from .transitions import Correction, Transitions, parent_columns
 
 
 class Administration(Transitions):

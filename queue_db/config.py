@@ -354,8 +354,8 @@ class IntakeConfig(SettingsGroup):
                                 "in which late objects are still taken", ge=0)
     s3_timeout_s: float = _var(60.0, "DOCQUEUE_S3_TIMEOUT", "connect and read timeout per request (3 attempts)", gt=0)
     # the AWS SDK's own name, read here because boto3 itself reads only AWS_DEFAULT_REGION
-    s3_region: str = _var("", "AWS_REGION", "region of the S3 bucket", shown="unset: boto3's own (`AWS_DEFAULT_REGION`, "
-                          "`~/.aws/config`), else us-east-1")
+    s3_region: str = _var("", "AWS_REGION", "region of the S3 bucket",
+                          shown="unset: boto3's own (`AWS_DEFAULT_REGION`, `~/.aws/config`), else us-east-1")
 
 
 class ClusterConfig(SettingsGroup):
