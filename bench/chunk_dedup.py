@@ -73,8 +73,8 @@ def seed(url: str, documents: dict[str, list[str]]) -> int:
     """Register, expand, "OCR" and chunk every document through the queue API; returns the number of chunks."""
     from processing.chunking import chunk_markdown
     from queue_db.keys import page_partition_key
-    from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
     from queue_db.phases import OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE
+    from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 
     queue = TaskQueue(create_queue_engine(url))
     worker, chunks_total = make_worker_id("bench"), 0
@@ -112,8 +112,8 @@ class CountingEmbedder:
 
 def embed_all(url: str, store_path: Path, dedup: bool, batch: int) -> dict:
     from orchestration.pipeline import Pipeline
-    from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
     from queue_db.phases import VECTOR_CHUNK
+    from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
     from resources.embeddings import get_embedder
     from resources.qdrant_edge import EdgeVectorStore
 

@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from processing.chunking import ChunkingError, chunk_markdown  # noqa: E402
-from resources.extraction import SpacyExtractor  # noqa: E402
 from processing.entities import resolve_aliases  # noqa: E402
+from resources.extraction import SpacyExtractor  # noqa: E402
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 

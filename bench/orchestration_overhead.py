@@ -77,8 +77,8 @@ def make_corpus(folder: Path, documents: int, pages: int) -> list[Path]:
 # ------------------------------------------------------------------------------------------------ the children
 def _ingest(queue, corpus: Path) -> int:
     from orchestration.intake import ingest_paths
-    from resources.storage import StorageResource
     from queue_db.config import Settings
+    from resources.storage import StorageResource
 
     results = ingest_paths(queue, StorageResource.from_settings(Settings.from_env()).get_storage(), [corpus])
     assert all(r.status == "new" for r in results), [r.as_dict() for r in results if r.status != "new"]
@@ -86,14 +86,14 @@ def _ingest(queue, corpus: Path) -> int:
 
 
 def child_plain(corpus: Path) -> dict:
-    from queue_db.queue import make_worker_id
-    from queue_db.phases import ALL_KINDS
-    from queue_db.heartbeat import Heartbeat
     from orchestration.assets.common import CLAIM_BATCH
     from orchestration.assets.handlers import process_tasks
     from orchestration.pipeline import Pipeline
-    from resources.database import open_queue
     from queue_db.config import Settings
+    from queue_db.heartbeat import Heartbeat
+    from queue_db.phases import ALL_KINDS
+    from queue_db.queue import make_worker_id
+    from resources.database import open_queue
 
     queue = open_queue(Settings.from_env())
     documents = _ingest(queue, corpus)
@@ -198,12 +198,12 @@ class DagsterProbe:
 
 
 def child_dagster(corpus: Path) -> dict:
-    from queue_db.phases import Level
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
-    from queue_db.config import Settings
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
+    from queue_db.phases import Level
     from resources.database import open_queue
 
     instance = dagster_instance(Settings.from_env())

@@ -68,8 +68,8 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 from queue_db.config import QueueSettings  # noqa: E402
 from queue_db.migrate import upgrade  # noqa: E402
-from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id  # noqa: E402
 from queue_db.phases import VECTOR_CHUNK  # noqa: E402
+from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id  # noqa: E402
 
 ADMIN_URL_ENV = "DOCQUEUE_BENCH_PG_ADMIN_URL"
 EMBEDDED_PORT = 55470

@@ -121,9 +121,9 @@ def process(files: list[Path], workers: int, timeout: float) -> float:
 def indexed_pages() -> tuple[list[Page], dict]:
     """Pages of documents whose vectors are complete and visible to search, with their markdown; chunk figures."""
     from orchestration.cli.context import open_queue
+    from processing.tokenizer import count_tokens_batch
     from queue_db.config import Settings
     from queue_db.lifecycle import hidden_from_search
-    from processing.tokenizer import count_tokens_batch
     from resources.storage import StorageResource
 
     queue = open_queue(Settings.from_env())

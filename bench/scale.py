@@ -257,8 +257,8 @@ def seed_graph(graph, documents: int, document_ids: dict[int, str]) -> None:
 # ------------------------------------------------------------------------------------------------ measuring
 def _settle_worker(url: str, batch: int, ready, stop, results) -> None:
     from queue_db.config import QueueSettings
-    from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
     from queue_db.phases import VECTOR_CHUNK
+    from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 
     queue = TaskQueue(create_queue_engine(url, pool_size=1, max_overflow=1), QueueSettings())
     worker = make_worker_id("scale")
@@ -454,8 +454,8 @@ def cli_seconds(*args: str) -> float:
 def measure_checks(queue, store, graph) -> float:
     """The checks' own reads, as their functions do them (the Dagster wrappers only add metadata): the two
     store checks stream both sides through verify_stores, DOCQUEUE_VERIFY_PAGE ids at a time."""
-    from queue_db.inspection import stuck_counts
     from orchestration.verify import verify_stores
+    from queue_db.inspection import stuck_counts
 
     started = time.perf_counter()
     with queue.engine.connect() as conn:
@@ -729,9 +729,9 @@ class _Measurements:
 
 
 def child(n: int, home: Path, args) -> dict:
-    import numpy as np
-
     import warnings
+
+    import numpy as np
 
     os.environ["DOCQUEUE_HOME"] = str(home)
     # the beta/preview notes Dagster prints at import, as the CLI silences them (nothing the bench can act on)
@@ -745,8 +745,8 @@ def child(n: int, home: Path, args) -> dict:
     from orchestration.environment import dagster_instance, prepare_environment
     from orchestration.stores import embedding_model
     from queue_db.config import Settings
-    from resources.database import open_queue
     from resources.bolt_graph import GraphStore
+    from resources.database import open_queue
     from resources.graph_stores import Neo4jResource
     from resources.vector_stores import QdrantResource
 

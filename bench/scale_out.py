@@ -47,8 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.orchestration_overhead import (Databases, _ingest, clean_graph, free_port, make_corpus,  # noqa: E402
-                                         outcome, services)
+from bench.orchestration_overhead import Databases, _ingest, clean_graph, free_port, make_corpus, outcome, services  # noqa: E402
 
 DOCQUEUE = Path(sys.executable).with_name("docqueue")
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -108,12 +107,12 @@ def drive_celery(in_flight: int) -> dict:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from queue_db.phases import Level
     from orchestration.environment import dagster_instance
-    from queue_db.config import Settings
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
     from orchestration.runner import plan_next, waiting_work
+    from queue_db.config import Settings
+    from queue_db.phases import Level
     from resources.database import open_queue
 
     instance = dagster_instance(Settings.from_env())
@@ -157,12 +156,12 @@ def drive_celery(in_flight: int) -> dict:
 
 
 def drive_in_process() -> dict:
-    from queue_db.phases import Level
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
-    from queue_db.config import Settings
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
+    from queue_db.phases import Level
     from resources.database import open_queue
 
     os.sched_setaffinity(0, {int(os.environ["BENCH_CORE"])})

@@ -38,9 +38,9 @@ if str(REPO) not in sys.path:
 
 from resources.ports import ChunkPoint  # noqa: E402
 from resources.qdrant_base import PreparedPoint  # noqa: E402
+from resources.qdrant_edge import EdgeVectorStore  # noqa: E402
 from resources.qdrant_server import ClientVectorStore  # noqa: E402
 from resources.vector_payload import point_id  # noqa: E402
-from resources.qdrant_edge import EdgeVectorStore  # noqa: E402
 
 DIM = 384
 MODEL = "bench-model"

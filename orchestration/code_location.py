@@ -28,8 +28,8 @@ from resources.embeddings import EmbeddingResource
 from resources.extraction import ExtractionResource
 from resources.graph_stores import Neo4jResource
 from resources.ocr import OcrResource
-from resources.vector_stores import QdrantResource
 from resources.storage import StorageResource
+from resources.vector_stores import QdrantResource
 
 
 def build_resources(settings: Settings) -> dict:

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
+from processing.content_types import EXTENSIONS, detect_type, rejection_reason
+from processing.office_pages import CSV_MIME, ZIPPED_TYPES, OfficeLimits, archive_problem
+from processing.text_pages import TEXT_TYPES, TextLimits
 from queue_db.config import Settings
 from queue_db.idempotency import IdempotencyConflict, checked_key
 from queue_db.lifecycle import mark_supersedes, move_source, previous_version
@@ -24,9 +27,7 @@ from queue_db.queue import TaskQueue, source_path_text
 from queue_db.tenants import BASE_TENANT, checked_tenant, tenant_storage_prefix
 from resources.ocr import PdfLimits
 from resources.storage import LocalStorage
-from processing.content_types import EXTENSIONS, detect_type, rejection_reason
-from processing.office_pages import CSV_MIME, ZIPPED_TYPES, OfficeLimits, archive_problem
-from processing.text_pages import TEXT_TYPES, TextLimits
+
 
 @dataclass
 class IngestResult:

@@ -5,12 +5,12 @@ import re
 
 import dagster as dg
 
+from orchestration.verify import verify_stores
 from queue_db.config import DagsterConfig, default
 from queue_db.inspection import holding_workers
 from queue_db.lifecycle import apply_reindex_requests
-from queue_db.queue import TaskQueue
 from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
-from orchestration.verify import verify_stores
+from queue_db.queue import TaskQueue
 from resources.embeddings import MODELS
 from resources.ports import VectorStoreError
 

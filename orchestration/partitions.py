@@ -22,8 +22,8 @@ import sqlalchemy as sa
 
 from orchestration.dagster_pooled_storage import delete_dynamic_partitions
 from queue_db.config import DagsterConfig
-from queue_db.partition_retention import RETIRABLE_LEVELS, retire_batch
 from queue_db.partition_keys import record_block, unregistered
+from queue_db.partition_retention import RETIRABLE_LEVELS, retire_batch
 from queue_db.phases import Level
 
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Sequence
 
+from orchestration.failures import SERVICE_ERROR_CLASSES, classify, within
+from orchestration.page_reading import PageReader
+from processing.chunking import MAX_CHUNKS_PER_PAGE, chunk_markdown
+from processing.entities import ChunkGraph
+from processing.office_pages import OfficeLimits
+from processing.text_pages import TextLimits
 from queue_db.config import EmbeddingConfig, ExtractionConfig, Settings, StorageConfig, default
 from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.keys import page_partition_key
-from queue_db.queue import TaskQueue
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
-from orchestration.failures import SERVICE_ERROR_CLASSES, classify, within
-from orchestration.page_reading import PageReader
-from processing.office_pages import OfficeLimits
-from processing.text_pages import TextLimits
-from processing.chunking import MAX_CHUNKS_PER_PAGE, chunk_markdown
-from processing.entities import ChunkGraph
+from queue_db.queue import TaskQueue
 from resources.ports import ChunkPoint
 from resources.storage import page_file_key
 from resources.vector_payload import chunk_payload
@@ -116,8 +116,8 @@ class Pipeline:
         from resources.extraction import ExtractionResource
         from resources.graph_stores import Neo4jResource
         from resources.ocr import OcrResource
-        from resources.vector_stores import QdrantResource
         from resources.storage import StorageResource
+        from resources.vector_stores import QdrantResource
 
         return cls.from_resources(
             queue, StorageResource.from_settings(settings), ocr=OcrResource.from_settings(settings),

@@ -22,8 +22,14 @@ from orchestration.assets.rollups import rollup_run_name
 from orchestration.jobs import job_name
 from orchestration.maintenance import index_vector_tail as build_vector_tail
 from orchestration.partitions import register_partitions
-from orchestration.planning import (IN_FLIGHT_STATUSES, PlannedRun, in_flight_positions, max_keys_per_run,
-                                    plan_rollup_runs, plan_runs)
+from orchestration.planning import (
+    IN_FLIGHT_STATUSES,
+    PlannedRun,
+    in_flight_positions,
+    max_keys_per_run,
+    plan_rollup_runs,
+    plan_runs,
+)
 from queue_db.config import DagsterConfig, QueueConfig, Settings
 from queue_db.inspection import waiting_work
 from queue_db.partition_keys import BlockShare
@@ -33,7 +39,6 @@ from queue_db.run_scope import still_unfinished
 from resources.folder_lock import QdrantStorageBusy
 from resources.ports import VectorStoreError
 from resources.vector_stores import QdrantResource
-
 
 log = logging.getLogger(__name__)
 # the runs' events (failures included) go to the Dagster instance, where the UI shows them

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
+from orchestration.intake import IngestResult, IntakeRules, ingest_file, too_large
 from queue_db.config import IntakeConfig, default
 from queue_db.queue import TaskQueue
-from orchestration.intake import IngestResult, IntakeRules, ingest_file, too_large
 from resources.storage import LocalStorage
 
 _CHUNK = 1 << 20

@@ -8,7 +8,8 @@ import dagster as dg
 from dagster import OpExecutionContext
 
 from orchestration.cluster import MAINTENANCE_QUEUE, celery_queue_tags
-from orchestration.maintenance import index_vector_tail as build_vector_tail, nightly, recover
+from orchestration.maintenance import index_vector_tail as build_vector_tail
+from orchestration.maintenance import nightly, recover
 from orchestration.partitions import retire_partitions_as_configured
 from queue_db.config import QueueConfig, Settings
 from resources.database import DatabaseResource

@@ -8,8 +8,8 @@ import dagster as dg
 from orchestration.partitions import PARTITIONS_BY_LEVEL
 from queue_db import lifecycle
 from queue_db.config import TenantConfig, default
-from queue_db.queue import TaskQueue
 from queue_db.phases import Level
+from queue_db.queue import TaskQueue
 from queue_db.tenants import checked_tenant
 
 log = logging.getLogger(__name__)

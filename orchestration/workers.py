@@ -3,8 +3,8 @@ the registration blocks, leaving together once nothing is left anywhere."""
 from __future__ import annotations
 
 import json
-import subprocess
 import secrets
+import subprocess
 import sys
 import time
 from contextlib import contextmanager

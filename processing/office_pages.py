@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from processing.errors import DocumentError
 from processing.text_pages import MB, TextLimits, decode_text, split_pages
 from queue_db.config import StorageConfig, default
-from processing.errors import DocumentError
 
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"

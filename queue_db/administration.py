@@ -6,9 +6,9 @@ from functools import partial
 from typing import Iterable, Sequence
 
 from .phases import EXPANDED_SQL, TABLE_OF_LEVEL, Level, PhaseSpec, TaskKind
+from .registration import apply_priority, check_priority
 from .rollup_sql import child_column
 from .text import clean_text
-from .registration import apply_priority, check_priority
 from .transitions import Correction, Transitions, parent_columns
 
 

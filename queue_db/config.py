@@ -20,10 +20,9 @@ from typing import Any, ClassVar, Optional, TypeVar
 
 from pydantic import SecretStr, ValidationError, field_validator
 
-from queue_db.settings_group import (  # noqa: F401 - re-exported: every layer imports them from here
-    SettingsError, SettingsGroup, _sentence, declare as _var, default, parse_duration, secret_value)
+from queue_db.settings_group import SettingsError, SettingsGroup, _sentence, default, parse_duration, secret_value  # noqa: F401 - re-exported: every layer imports them from here
+from queue_db.settings_group import declare as _var
 from queue_db.tenants import TENANT_RULE, tenant_problem
-
 
 # the periods (minutes) a cron step expresses evenly: divisors of an hour, then of a day
 _CRON_STEPS_MIN = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, 240, 360, 480, 720, 1440)

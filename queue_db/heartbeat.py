@@ -10,8 +10,8 @@ import logging
 import threading
 from typing import Iterable
 
-from .queue import TaskQueue
 from .phases import TaskKind
+from .queue import TaskQueue
 
 log = logging.getLogger(__name__)
 

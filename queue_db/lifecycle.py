@@ -3,8 +3,8 @@ re-indexing a phase. Only the queue's side; the caller removes outputs from the 
 from __future__ import annotations
 
 from .inspection import document_held_counts, tenant_held_count
-from .queue import TaskQueue, source_path_text
 from .phases import Level, PhaseRegistry, PhaseSpec
+from .queue import TaskQueue, source_path_text
 from .tenants import BASE_TENANT
 
 

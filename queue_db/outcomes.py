@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from .phases import PHASES, PhaseRegistry
 
+
 def _tasks_sql(phases: PhaseRegistry = PHASES) -> str:
     """kind, outcome, error class, tasks: one group per outcome of each kind, from the kinds' own predicates. A
     document's expansion and a page's chunking are completed once their status is their children's roll-up."""

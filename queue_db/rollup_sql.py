@@ -23,8 +23,16 @@ from __future__ import annotations
 import functools
 import re
 
-from .phases import (EXPANDED_SQL, TABLE_OF_LEVEL, Level, PhaseRegistry, PhaseSpec, TaskKind, claim_index_name,
-                     short_table)
+from .phases import (
+    EXPANDED_SQL,
+    TABLE_OF_LEVEL,
+    Level,
+    PhaseRegistry,
+    PhaseSpec,
+    TaskKind,
+    claim_index_name,
+    short_table,
+)
 
 # a statement that makes the rest of the transaction's statements use generic plans
 GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"

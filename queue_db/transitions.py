@@ -17,9 +17,9 @@ import sqlalchemy as sa
 
 from .keys import chunk_id
 from .phases import NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, PhaseSpec, TaskKind
+from .registration import Registration
 from .rollup_sql import after_transition, lock_sql, recount_sql
 from .text import clean_text
-from .registration import Registration
 from .transactions import with_retries
 
 

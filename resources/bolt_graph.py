@@ -28,11 +28,11 @@ from typing import Iterable, Iterator
 
 import neo4j
 from neo4j.exceptions import ConstraintError
-from queue_db.config import GraphConfig, default
+
 from processing.entities import ChunkGraph, Entity, normalize_entity_name, resolve_aliases
+from queue_db.config import GraphConfig, default
 from queue_db.tenants import BASE_TENANT, bare_entity_key, tenant_entity_key
 from resources import bolt_cypher as cypher
-
 
 BATCH_SIZE = default(GraphConfig, "batch_size")
 TX_TIMEOUT_S = default(GraphConfig, "tx_timeout_s")

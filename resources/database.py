@@ -9,9 +9,9 @@ import sqlalchemy as sa
 from pydantic import Field
 
 from queue_db.config import QueueSettings, Settings, secret_value
+from queue_db.database_urls import database_url, embedded_url, normalize_url
 from queue_db.migrate import pending_migrations
 from queue_db.queue import TaskQueue, create_queue_engine
-from queue_db.database_urls import database_url, embedded_url, normalize_url
 
 _engines: dict[str, sa.Engine] = {}
 _lock = threading.Lock()

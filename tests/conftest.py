@@ -137,9 +137,9 @@ def docqueue_env(tmp_path, monkeypatch, create_database, migrated_template, bolt
     """A complete, isolated docqueue environment for one test: its own queue and Dagster databases on the
     session's PostgreSQL, its own DOCQUEUE_HOME (storage, embedded Qdrant) and DAGSTER_HOME, and an emptied
     graph on the session's Bolt server. Subprocesses started by the test inherit it through the environment."""
-    from tests.integration.bolt_fixture import clean_graph
     from orchestration.environment import prepare_environment
     from queue_db.config import Settings
+    from tests.integration.bolt_fixture import clean_graph
 
     home = tmp_path / "home"
     queue_url = create_database(template=migrated_template)

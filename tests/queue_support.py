@@ -4,8 +4,8 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.phases import OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE
+from queue_db.queue import TaskQueue, make_worker_id
 
 
 def new_hash(seed: str | None = None) -> str:

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from queue_db.partition_keys import rows_for_keys
-from queue_db.queue import TaskQueue, make_worker_id
-from queue_db.phases import PHASES, PhaseRegistry, TaskKind
-from queue_db.heartbeat import Heartbeat
 from orchestration.pipeline import Outcome, Pipeline
+from queue_db.heartbeat import Heartbeat
+from queue_db.partition_keys import rows_for_keys
+from queue_db.phases import PHASES, PhaseRegistry, TaskKind
+from queue_db.queue import TaskQueue, make_worker_id
 
 CLAIM_BATCH = {"ocr_document": 4, "ocr_page": 4, "vector_page": 25, "vector_chunk": 64, "graphrag_chunk": 64}
 # tasks per claim of a kind the table above does not name (a phase added by its spec and handler alone)

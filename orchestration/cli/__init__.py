@@ -11,8 +11,14 @@ import warnings
 
 import click
 
-from orchestration.cli.errors import (EXIT_FAILURE, EXIT_INCONSISTENT, EXIT_TASKS_FAILED, EXIT_USAGE, CliError,
-                                      unexpected_failure)
+from orchestration.cli.errors import (
+    EXIT_FAILURE,
+    EXIT_INCONSISTENT,
+    EXIT_TASKS_FAILED,
+    EXIT_USAGE,
+    CliError,
+    unexpected_failure,
+)
 
 __all__ = ["COMMANDS", "EXIT_FAILURE", "EXIT_INCONSISTENT", "EXIT_TASKS_FAILED", "EXIT_USAGE", "CliError", "main"]
 

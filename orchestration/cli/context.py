@@ -11,8 +11,8 @@ from orchestration.cli.errors import EXIT_USAGE, CliError, service_failures
 from orchestration.environment import prepare_environment
 from queue_db.config import QueueSettings, Settings
 from queue_db.migrate import pending_migrations, upgrade
-from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.phases import Phase
+from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
 
 

@@ -8,12 +8,18 @@ import time
 
 import click
 
+from orchestration.celery_worker import celery_app, preload_definitions
 from orchestration.cli.context import open_queue, phase_names
 from orchestration.cli.errors import EXIT_FAILURE, EXIT_TASKS_FAILED, EXIT_USAGE, CliError, service_errors
 from orchestration.cli.output import emit
-from orchestration.celery_worker import celery_app, preload_definitions
-from orchestration.cluster import (ClusterConfigError, check_broker, check_worker_environment, parse_queues,
-                                   worker_argv, worker_queues)
+from orchestration.cluster import (
+    ClusterConfigError,
+    check_broker,
+    check_worker_environment,
+    parse_queues,
+    worker_argv,
+    worker_queues,
+)
 from orchestration.environment import dagster_instance, enable_event_batches
 from orchestration.stores import opened_stores
 from orchestration.workers import collect_workers, run_worker, start_workers

@@ -260,9 +260,9 @@ REPORT = [["# Annual Report", "Ada Lovelace founded the Analytical Society in Lo
 def story(tmp_path_factory, create_database, migrated_template, bolt_server):
     """A module-scoped twin of conftest's `docqueue_env` (same variables, own databases, home and emptied graph),
     taken through ingest, a crashed worker's recovery and one full run with two workers."""
-    from tests.integration.bolt_fixture import clean_graph
     from orchestration.environment import prepare_environment
     from queue_db.config import Settings
+    from tests.integration.bolt_fixture import clean_graph
 
     tmp = tmp_path_factory.mktemp("cli")
     home = tmp / "home"
@@ -298,9 +298,9 @@ def _write_files(tmp: Path) -> dict[str, Path]:
 
 
 def _tell(story: Story) -> Story:
+    from queue_db.config import Settings
     from queue_db.phases import OCR_DOCUMENT
     from resources.database import open_queue
-    from queue_db.config import Settings
 
     files = story.files
     ok("db", "upgrade")
@@ -359,8 +359,8 @@ def test_priority_sets_a_documents_priority(story):
 
 
 def test_password_file_opens_the_encrypted_pdf_and_only_its_path_is_stored(story):
-    from resources.database import open_queue
     from queue_db.config import Settings
+    from resources.database import open_queue
 
     out = story.secret_ingest.out
     assert "secret.pdf" in out and "new" in out
@@ -534,9 +534,9 @@ def test_run_until_idle_processes_new_work_and_fails_the_retried_file_again(stor
 
 
 def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
+    from queue_db.config import Settings
     from resources.embeddings import DEFAULT_MODEL, MODELS
     from resources.graph_stores import Neo4jResource
-    from queue_db.config import Settings
     from resources.vector_stores import QdrantResource
 
     chunk_ids = [r["chunk_id"] for r in rows(story.engine, "SELECT chunk_id FROM task_queue_chunk ORDER BY chunk_id")]

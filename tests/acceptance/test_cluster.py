@@ -32,8 +32,17 @@ import pytest
 
 from queue_db.keys import page_partition_key
 from queue_db.phases import ALL_KINDS, GRAPHRAG_CHUNK
-from tests.acceptance.test_daemon_backfill import (BACKFILL_STATUS, DOCQUEUE, LAUNCH_BACKFILL, BoltGate, Ui, _rows,
-                                                   chunk_rows, documents_done, wait_for)
+from tests.acceptance.test_daemon_backfill import (
+    BACKFILL_STATUS,
+    DOCQUEUE,
+    LAUNCH_BACKFILL,
+    BoltGate,
+    Ui,
+    _rows,
+    chunk_rows,
+    documents_done,
+    wait_for,
+)
 from tests.conftest import CORPUS_DIR
 from tests.integration.bolt_fixture import free_port
 from tests.reliability.support import Stores, graph_duplicates

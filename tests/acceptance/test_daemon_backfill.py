@@ -316,8 +316,8 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
         "a UI backfill needs its phase's pool slot"
     _assert_one_run_per_pool_at_a_time(instance)
 
-    from resources.graph_stores import Neo4jResource
     from queue_db.config import Settings
+    from resources.graph_stores import Neo4jResource
 
     # straight to the server, not through the gate
     with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:

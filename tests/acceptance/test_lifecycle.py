@@ -24,8 +24,8 @@ def env(docqueue_env, tmp_path):
     from resources.database import open_queue
     from resources.embeddings import EmbeddingResource
     from resources.graph_stores import Neo4jResource
-    from resources.vector_stores import QdrantResource
     from resources.storage import StorageResource
+    from resources.vector_stores import QdrantResource
 
     instance = dagster_instance(Settings.from_env())
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()

@@ -13,7 +13,7 @@ import openpyxl
 import pytest
 
 from queue_db.phases import Level
-from tests.acceptance.test_input_types import TEXT_PAGE_CHARS as PAGE_CHARS, pipeline_env  # noqa: F401
+from tests.acceptance.test_input_types import TEXT_PAGE_CHARS as PAGE_CHARS  # noqa: F401
 
 SHEET_PAGE_ROWS = 3
 MAX_ROWS = 400
@@ -127,7 +127,6 @@ def office_env(pipeline_env, monkeypatch):
 
 def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_sentence(office_env):
     from orchestration.intake import IntakeRules, ingest_paths
-    from queue_db.config import Settings
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings

@@ -87,8 +87,8 @@ def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_en
     assert retries == 1 and "chunk_id" in error and error_class
     assert all(r[2] == 0 for r in by_status["completed"]), "no innocent chunk spent a retry"
 
-    from resources.embeddings import EmbeddingResource
     from queue_db.config import Settings
+    from resources.embeddings import EmbeddingResource
     from resources.vector_stores import QdrantResource
 
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()

@@ -49,8 +49,8 @@ def _status(instance, asset: str, partitions_def_name: str) -> dict[str, str]:
 
 def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeline_env):
     from orchestration.runner import run_until_idle
-    from queue_db.config import Settings
     from orchestration.verify import verify_stores
+    from queue_db.config import Settings
     from resources.graph_stores import Neo4jResource
 
     defs, instance, queue, storage, tmp = pipeline_env
@@ -95,10 +95,9 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
 
     graph = Neo4jResource.from_settings(Settings.from_env()).get_store()
     try:
+        from queue_db.config import Settings
         from resources.embeddings import EmbeddingResource
-        from queue_db.config import Settings
         from resources.vector_stores import QdrantResource
-        from queue_db.config import Settings
 
         embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
         store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)

@@ -63,8 +63,8 @@ def _report(request, text: str) -> None:
 def _assert_vectors_cover_their_chunks(query: str) -> None:
     """The vector phase writes each chunk's length and the part its vector covers into the point's payload."""
     from processing.tokenizer import count_tokens
-    from resources.embeddings import EmbeddingResource
     from queue_db.config import Settings
+    from resources.embeddings import EmbeddingResource
     from resources.vector_stores import QdrantResource
 
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import neo4j
 import pytest
 
-from resources.bolt_server import BoltServer
 from resources.bolt_graph import GraphStore
+from resources.bolt_server import BoltServer
 
 _DELETE_BATCH = 5000
 

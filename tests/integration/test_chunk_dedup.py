@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from orchestration.pipeline import Pipeline
-from queue_db.embedding_reuse import vectors_reused_since
-from queue_db.queue import make_worker_id
-from queue_db.phases import VECTOR_CHUNK, VECTOR_PAGE
 from queue_db.config import Settings
+from queue_db.embedding_reuse import vectors_reused_since
+from queue_db.phases import VECTOR_CHUNK, VECTOR_PAGE
+from queue_db.queue import make_worker_id
 from resources.embeddings import EmbeddingResource, get_embedder
 from tests.integration.test_qdrant import BACKENDS, build_store
 from tests.queue_support import expand, ocr_all, register

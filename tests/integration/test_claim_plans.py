@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
+from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.rollup_sql import after_transition
 from tests.queue_support import bulk_seed
 

@@ -12,13 +12,12 @@ import dagster as dg
 import pytest
 from dagster._core.definitions.partitions.utils.base import INVALID_PARTITION_SUBSTRINGS
 from hypothesis import HealthCheck, given, settings
-
-from queue_db.config import Settings
 from hypothesis import strategies as st
 
+from queue_db.config import Settings
 from queue_db.keys import chunk_partition_key, page_partition_key, parse_partition_key
-from queue_db.queue import document_key_for
 from queue_db.phases import ALL_KINDS
+from queue_db.queue import document_key_for
 
 
 @pytest.fixture(scope="module")

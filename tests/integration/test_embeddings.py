@@ -6,14 +6,14 @@ import logging
 import numpy as np
 import pytest
 
-from resources import embeddings
 from processing.tokenizer import count_tokens
 from queue_db.config import Settings
+from resources import embeddings
 from resources.embeddings import (
     MODELS,
+    Embedder,
     EmbeddingError,
     EmbeddingResource,
-    Embedder,
     ModelSpec,
     get_embedder,
 )

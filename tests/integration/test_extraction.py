@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from processing.entities import ChunkGraph, Extraction
+from queue_db.config import Settings
 from resources.extraction import (
     CO_OCCURS,
     ExtractionLimits,
@@ -23,8 +25,6 @@ from resources.extraction import (
     SpacyExtractor,
     plain_text,
 )
-from processing.entities import ChunkGraph, Extraction
-from queue_db.config import Settings
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from resources.bolt_server import BoltServer
 from processing.entities import ChunkGraph, Entity, Extraction, Relation, normalize_entity_name
-from resources.bolt_graph import GraphStore
-from resources.graph_stores import Neo4jResource
 from queue_db.config import Settings
+from resources.bolt_graph import GraphStore
+from resources.bolt_server import BoltServer
+from resources.graph_stores import Neo4jResource
 from tests.integration.bolt_fixture import bolt_server, free_port, graph_store  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]

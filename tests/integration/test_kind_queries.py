@@ -11,9 +11,9 @@ import pytest
 
 from queue_db import inspection, lifecycle
 from queue_db.config import QueueSettings
+from queue_db.phases import ALL_KINDS, GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.readmodels import document_progress, error_classes, queue_statistics
-from queue_db.phases import ALL_KINDS, GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from tests.queue_support import chunk_all, expand, ocr_all, register
 
 BACKOFF_S = 300.0

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from queue_db.migrate import upgrade
-from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
-from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, VECTOR_CHUNK
-from tests.integration.test_migrations import LEGACY_SCHEMA
 from orchestration.assets.handlers import process_tasks
+from queue_db.migrate import upgrade
+from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, VECTOR_CHUNK
+from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
+from tests.integration.test_migrations import LEGACY_SCHEMA
 
 PAGES = {"pages": [{"page_number": 1, "page_file_path": "indexed/page_0001_nohf.md"}]}
 CHUNKS = {"chunks": [{"page_number": 1, "chunk_index": 0, "chunk_id": "c-1-0", "content_hash": "h10"}]}
@@ -35,9 +35,9 @@ def legacy(create_database, settings):
 @pytest.fixture
 def pipeline(legacy, tmp_path):
     from orchestration.pipeline import Pipeline
+    from queue_db.config import Settings
     from resources.embeddings import get_embedder
     from resources.extraction import ExtractionResource
-    from queue_db.config import Settings
     from resources.ocr import OcrResource
     from resources.qdrant_edge import EdgeVectorStore
     from resources.storage import LocalStorage

@@ -158,8 +158,8 @@ def test_stepwise_upgrade_with_data_matches_the_schema_file(create_database, fro
 def test_chunk_text_moves_off_the_queue_row(create_database, from_schema_file):
     """Migration 0012: chunk text written by an earlier version moves to task_queue_chunk_text, and the claim
     still hands it to the worker."""
-    from queue_db.queue import TaskQueue
     from queue_db.phases import VECTOR_CHUNK
+    from queue_db.queue import TaskQueue
 
     engine = create_queue_engine(create_database())
     upgrade(engine, target=11)

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from resources.ports import VectorStoreError
-from resources.qdrant_server import ClientVectorStore
 from resources.qdrant_edge import EdgeVectorStore
 from resources.qdrant_migrate import MIGRATED_FOLDER, migrate_local_mode
+from resources.qdrant_server import ClientVectorStore
 from tests.integration.test_qdrant import DIM, MODEL, random_points
 
 

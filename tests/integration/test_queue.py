@@ -5,12 +5,12 @@ import time
 
 import pytest
 
+from processing.chunking import chunk_markdown
 from queue_db.config import QueueSettings
 from queue_db.keys import page_partition_key
+from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, Phase
 from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.readmodels import document_progress, documents_ready, queue_statistics
-from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, Phase
-from processing.chunking import chunk_markdown
 from tests.queue_support import build_document, chunk_all, expand, new_hash, ocr_all, register
 
 

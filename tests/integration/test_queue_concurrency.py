@@ -5,8 +5,8 @@ import multiprocessing as mp
 from collections import Counter
 
 from queue_db.config import QueueSettings
-from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from queue_db.phases import VECTOR_CHUNK
+from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from tests.queue_support import bulk_seed
 
 WORKERS = 8

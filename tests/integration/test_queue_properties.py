@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import uuid
 
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
-                                 run_state_machine_as_test)
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
-from queue_db.queue import make_worker_id
 from queue_db.phases import KINDS_BY_NAME, VECTOR_PAGE
+from queue_db.queue import make_worker_id
 from tests.queue_support import build_document, chunk_all, expand, new_hash, ocr_all, register
 
 STATUSES = ["pending", "processing", "completed", "failed"]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 import time
 
-from queue_db.queue import make_worker_id
-from queue_db.phases import VECTOR_CHUNK
 from orchestration.assets.common import process_keys
 from orchestration.pipeline import Outcome
+from queue_db.phases import VECTOR_CHUNK
+from queue_db.queue import make_worker_id
 from tests.acceptance.test_daemon_backfill import chunk_rows
 from tests.queue_support import build_document
 

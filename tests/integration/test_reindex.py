@@ -3,8 +3,8 @@ phase's timings start afresh, and the deadlock retry covers the whole reset."""
 from __future__ import annotations
 
 from queue_db.lifecycle import apply_reindex_requests, reset_phase
-from queue_db.queue import make_worker_id
 from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK, VECTOR_PAGE, Phase
+from queue_db.queue import make_worker_id
 from tests.queue_support import build_document
 
 

@@ -46,8 +46,8 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(d
     from queue_db.config import Settings
     from resources.database import open_queue
     from resources.embeddings import DEFAULT_MODEL, MODELS
-    from resources.vector_stores import QdrantResource
     from resources.storage import StorageResource
+    from resources.vector_stores import QdrantResource
 
     monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", "1")
 

@@ -123,9 +123,9 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
 
 
 def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucket, tmp_path, monkeypatch):
+    from orchestration.intake import IntakeRules
     from orchestration.s3_intake import IntakeCursor, S3Object, S3Source, S3Unavailable, _ingest_object, ingest_s3
     from queue_db.config import Settings
-    from orchestration.intake import IntakeRules
     from resources.ocr import PdfLimits
     from resources.storage import LocalStorage
 

@@ -11,11 +11,18 @@ import uuid
 import dagster as dg
 import pytest
 
+from orchestration.planning import (
+    KIND_TAG,
+    PHASE_TAG,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    SPAN_TAG,
+    in_flight_positions,
+    parse_span,
+)
 from queue_db.keys import chunk_partition_key
 from queue_db.partition_keys import rows_for_keys
 from queue_db.phases import VECTOR_CHUNK, Level
-from orchestration.planning import (KIND_TAG, PHASE_TAG, RANGE_END_TAG, RANGE_START_TAG, SPAN_TAG, in_flight_positions,
-                                   parse_span)
 from tests import pdf_factory as pf
 from tests.queue_support import build_document, chunk_all, expand, ocr_all, register
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from queue_db.config import QueueSettings, Settings
 from queue_db.phases import ALL_KINDS
+from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 NOTE = ("# Harbour report\n\nLawrence Lessig met Ada Lovelace in Copenhagen to discuss the lighthouse budget. "
@@ -112,8 +112,8 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
     # delete --tenant: every store loses acme, the default tenant keeps everything
     from orchestration.environment import dagster_instance
     from orchestration.store_cleanup import PARTITION_DEFS
-    from resources.graph_stores import Neo4jResource
     from queue_db.config import Settings
+    from resources.graph_stores import Neo4jResource
     from resources.storage import StorageResource
 
     def acme_in_graph() -> int:

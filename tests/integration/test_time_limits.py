@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from queue_db.phases import VECTOR_CHUNK, VECTOR_PAGE
 from queue_db.queue import make_worker_id
 from queue_db.readmodels import error_classes
-from queue_db.phases import VECTOR_CHUNK, VECTOR_PAGE
 from tests.queue_support import build_document
 
 

@@ -54,11 +54,11 @@ def late_finisher(spec: dict) -> None:
     process the batch through the real Pipeline, counting what this worker writes to Qdrant / the graph."""
     from orchestration.assets.handlers import process_tasks
     from orchestration.pipeline import Pipeline
-    from queue_db.queue import make_worker_id
-    from queue_db.phases import KINDS_BY_NAME, VECTOR_CHUNK
-    from queue_db.heartbeat import Heartbeat
-    from resources.database import open_queue
     from queue_db.config import Settings
+    from queue_db.heartbeat import Heartbeat
+    from queue_db.phases import KINDS_BY_NAME, VECTOR_CHUNK
+    from queue_db.queue import make_worker_id
+    from resources.database import open_queue
 
     kind = KINDS_BY_NAME[spec["kind"]]
     queue = open_queue(Settings.from_env())
@@ -102,11 +102,11 @@ def _busy_python(seconds: float) -> int:
 def busy_holder(spec: dict) -> None:
     """Claim OCR page tasks, keep them with the Heartbeat thread while the main thread computes in pure Python
     for `busy_s` seconds, then complete them. Reports beats, what the completion applied and what it refused."""
-    from queue_db.queue import make_worker_id
-    from queue_db.phases import OCR_PAGE
-    from queue_db.heartbeat import Heartbeat
-    from resources.database import open_queue
     from queue_db.config import Settings
+    from queue_db.heartbeat import Heartbeat
+    from queue_db.phases import OCR_PAGE
+    from queue_db.queue import make_worker_id
+    from resources.database import open_queue
 
     queue = open_queue(Settings.from_env())
     worker_id = make_worker_id("busy")

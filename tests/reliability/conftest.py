@@ -40,16 +40,16 @@ class Pipeline:
     def reload_settings(self) -> None:
         """The definitions and a queue handle built again from the (monkeypatched) environment."""
         from orchestration.code_location import build_definitions
-        from resources.database import open_queue
         from queue_db.config import Settings
+        from resources.database import open_queue
 
         self.defs = build_definitions(Settings.from_env())
         self.queue = open_queue(Settings.from_env())
 
     def ingest(self, paths, **kwargs):
         from orchestration.intake import IntakeRules, ingest_paths
-        from queue_db.config import Settings
         from orchestration.partitions import register_partitions
+        from queue_db.config import Settings
         from queue_db.phases import Level
 
         kwargs.setdefault("rules", IntakeRules.from_settings(Settings.from_env()))

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from queue_db.queue import TaskQueue
 from queue_db.phases import TaskKind
+from queue_db.queue import TaskQueue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,9 +70,9 @@ class Stores:
 
     @classmethod
     def open(cls) -> "Stores":
+        from queue_db.config import Settings
         from resources.embeddings import DEFAULT_MODEL, MODELS
         from resources.graph_stores import Neo4jResource
-        from queue_db.config import Settings
         from resources.vector_stores import QdrantResource
 
         spec = MODELS[DEFAULT_MODEL]

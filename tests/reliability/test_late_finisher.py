@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from queue_db.queue import make_worker_id
+from orchestration.assets.handlers import process_tasks
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
+from queue_db.queue import make_worker_id
 from tests import pdf_factory as pf
 from tests.reliability.support import Stores, figures_line, graph_duplicates, status_of, wait_for
-from orchestration.assets.handlers import process_tasks
 
 
 def _advance(queue, pipeline, kinds) -> None:

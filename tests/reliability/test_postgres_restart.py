@@ -32,9 +32,9 @@ def _free_port(start: int) -> int:
 
 @pytest.fixture
 def own_postgres(rel_env, monkeypatch):
+    from queue_db.embedded_postgres import EmbeddedPostgres
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
-    from queue_db.embedded_postgres import EmbeddedPostgres
 
     home = Path(tempfile.mkdtemp(prefix="docqueue-restart-pg-"))  # not under pytest's 0700 basetemp
     server = EmbeddedPostgres(home, port=_free_port(56100), extra_settings={
@@ -55,8 +55,8 @@ def own_postgres(rel_env, monkeypatch):
 
 def _inbox_tick(pipeline, inbox: Path) -> str:
     from orchestration.sensors import inbox_sensor
-    from resources.database import DatabaseResource
     from queue_db.config import Settings
+    from resources.database import DatabaseResource
     from resources.storage import StorageResource
 
     context = dg.build_sensor_context(instance=pipeline.instance,

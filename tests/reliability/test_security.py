@@ -18,8 +18,8 @@ import psutil
 import pymupdf
 import pytest
 
-from queue_db.queue import make_worker_id
 from queue_db.phases import OCR_DOCUMENT
+from queue_db.queue import make_worker_id
 from tests import pdf_factory as pf
 from tests.reliability.support import REPO_ROOT, wait_for
 
@@ -63,9 +63,9 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
     results += pipeline.ingest(paths[2:], password_ref=bad_ref)
     assert [r.status for r in results] == ["new", "new", "new"], results
     from orchestration.pipeline import Pipeline as Work
+    from queue_db.config import Settings
     from queue_db.phases import OCR_PAGE
     from resources.ocr import OcrResource
-    from queue_db.config import Settings
 
     worker = make_worker_id("hostile")
 
@@ -115,8 +115,8 @@ def test_intake_stays_inside_the_inbox_and_never_overwrites_a_document(pipeline,
     import dagster as dg
 
     from orchestration.sensors import inbox_sensor
-    from resources.database import DatabaseResource
     from queue_db.config import Settings
+    from resources.database import DatabaseResource
     from resources.storage import StorageResource
 
     inbox, outside = tmp_path / "inbox", tmp_path / "outside"

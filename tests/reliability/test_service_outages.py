@@ -140,8 +140,8 @@ def test_a_back_off_ending_during_planning_does_not_end_the_run(pipeline, tmp_pa
     round looked at it (slow planning on a busy machine) is planned on the next round, not abandoned."""
     import orchestration.runner as runner
     from queue_db.config import QueueSettings
-    from queue_db.queue import TaskQueue, make_worker_id
     from queue_db.phases import OCR_DOCUMENT
+    from queue_db.queue import TaskQueue, make_worker_id
 
     queue = pipeline.queue
     pipeline.ingest([pf.text_pdf(tmp_path, "memo.pdf", [pf.TWO_TOPICS["beekeeping"]])])

@@ -12,8 +12,8 @@ import threading
 import time
 
 from queue_db.config import QueueSettings
-from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.phases import OCR_DOCUMENT, OCR_PAGE
+from queue_db.queue import TaskQueue, make_worker_id
 from tests import pdf_factory as pf
 from tests.reliability.support import figures_line, status_of, wait_for
 
@@ -88,8 +88,8 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
     from orchestration.assets import common
     from orchestration.assets.common import process_keys
     from orchestration.pipeline import Pipeline as Work
-    from resources.ocr import OcrResource
     from queue_db.config import Settings
+    from resources.ocr import OcrResource
 
     # one batch of twelve scanned pages (OCR model start-up included; claimed as one batch, not the usual four) must
     # outlast the stale timeout twice over even on a fast idle machine (0.4-1.2 s/page measured: one batch of four

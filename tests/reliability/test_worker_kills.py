@@ -9,7 +9,13 @@ import dagster as dg
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_PAGE, VECTOR_CHUNK
 from tests import pdf_factory as pf
 from tests.reliability.support import (
-    Stores, document_statuses, figures_line, processing_ids, recover_after_kill, store_figures, wait_for,
+    Stores,
+    document_statuses,
+    figures_line,
+    processing_ids,
+    recover_after_kill,
+    store_figures,
+    wait_for,
 )
 
 ALL_COMPLETED = ("completed", "completed", "completed")

@@ -27,11 +27,12 @@ import warnings
 
 def _prepare() -> None:
     warnings.filterwarnings("ignore")
+    import spacy  # noqa: F401
+
     import orchestration.code_location  # noqa: F401 - the expensive imports, once (no definitions built)
     import orchestration.runner  # noqa: F401
     import resources.embeddings  # noqa: F401
     import resources.extraction  # noqa: F401
-    import spacy  # noqa: F401
 
 
 def _child(name: str, spec: dict) -> None:
@@ -50,8 +51,8 @@ def _child(name: str, spec: dict) -> None:
     # built here, with this test's environment: the resources carry its home and stores
     defs = build_definitions(_Settings.from_env())
     from orchestration.environment import dagster_instance
-    from queue_db.config import Settings
     from orchestration.runner import run_until_idle
+    from queue_db.config import Settings
     from resources.database import open_queue
 
     if spec.get("target"):  # a test's own worker body, "module:function(spec)"

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from processing import tokenizer as vendored_tokenizer
 from processing.chunking import (
+    MAX_CHUNKS_PER_PAGE,
     Chunk,
     TooManyChunksError,
     chunk_markdown,
-    MAX_CHUNKS_PER_PAGE,
 )
 from processing.tokenizer import count_tokens, load_tokenizer
 

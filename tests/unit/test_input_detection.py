@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processing.content_types import detect_type, rejection_reason
 from orchestration.s3_intake import IntakeCursor, S3Object, pending_objects
+from processing.content_types import detect_type, rejection_reason
 from processing.text_pages import UnreadableMarkup, decode_text, html_to_markdown, split_pages
 
 

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from processing.ocr_layout import OcrBox, boxes_to_markdown, render_zoom
 from processing.page_cleanup import (
     comparable_words,
     edge_lines,
@@ -16,7 +17,6 @@ from processing.page_cleanup import (
     strip_page_furniture,
     tidy_markdown,
 )
-from processing.ocr_layout import OcrBox, boxes_to_markdown, render_zoom
 
 
 # -- normalisation and page numbers ------------------------------------------

@@ -3,8 +3,21 @@ from __future__ import annotations
 
 import pytest
 
-from queue_db.phases import (ALL_KINDS, GRAPHRAG_CHUNK, OCR_DOCUMENT, PHASES, VECTOR_CHUNK, VECTOR_PAGE, Level,
-                             Phase, PhaseRegistry, PhaseSpec, RetryPolicy, kinds_of_phase, leaf_kind)
+from queue_db.phases import (
+    ALL_KINDS,
+    GRAPHRAG_CHUNK,
+    OCR_DOCUMENT,
+    PHASES,
+    VECTOR_CHUNK,
+    VECTOR_PAGE,
+    Level,
+    Phase,
+    PhaseRegistry,
+    PhaseSpec,
+    RetryPolicy,
+    kinds_of_phase,
+    leaf_kind,
+)
 from queue_db.rollup_sql import after_transition
 
 

@@ -7,9 +7,21 @@ import os
 import pytest
 
 from queue_db import config
-from queue_db.config import (ALL_GROUPS, DagsterConfig, DatabaseConfig, ExtractionConfig, GraphConfig, QueueConfig,
-                             QueueSettings, Settings, SettingsError, StorageConfig, VectorStoreConfig, settings,
-                             validate_settings)
+from queue_db.config import (
+    ALL_GROUPS,
+    DagsterConfig,
+    DatabaseConfig,
+    ExtractionConfig,
+    GraphConfig,
+    QueueConfig,
+    QueueSettings,
+    Settings,
+    SettingsError,
+    StorageConfig,
+    VectorStoreConfig,
+    settings,
+    validate_settings,
+)
 
 EVERY_VARIABLE = [name for group in ALL_GROUPS for name in group.variables()]
 
