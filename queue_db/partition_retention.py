@@ -2,9 +2,10 @@
 
 A page or chunk whose phases all completed is retirable once it completed more than the retention ago, or once
 more than `max_completed` newer completed ones are live. Failed and pending tasks are never retirable, so they
-stay backfillable. Rows are found oldest first through the partial indexes idx_tqp_retirable / idx_tqc_retirable
-(migration 0020), a batch at a time; the queue rows keep their whole history. A retired task put back to work
-gets its partition again: the 0020 trigger clears its block, and the sensors register its key anew.
+stay backfillable. The rule is generated from the phase specs; for the three phases it is exactly the expression
+and predicate of the partial indexes idx_tqp_retirable / idx_tqc_retirable (migration 0020), through which rows
+are found oldest first, a batch at a time. The queue rows keep their whole history. A retired task put back to
+work gets its partition again: the 0020 trigger clears its block, and the sensors register its key anew.
 """
 from __future__ import annotations
 
@@ -14,28 +15,43 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from .partition_keys import _KEY_SELECT, TABLE, key_of
-from .phases import Level
+from .phases import PHASES, Level, PhaseRegistry
 
-# the expression and predicate of each level's partial index, written exactly as in migration 0020
-DONE_AT = {Level.PAGE: "GREATEST(t.ocr_completed_at, t.vector_completed_at, t.graphrag_completed_at)",
-           Level.CHUNK: "GREATEST(t.vector_completed_at, t.graphrag_completed_at)"}
-_LIVE_COMPLETED = {
-    Level.PAGE: "t.ocr_status = 'completed' AND t.vector_status = 'completed' AND t.graphrag_status = 'completed' "
-                "AND t.partition_block IS NOT NULL AND t.partition_retired_at IS NULL",
-    Level.CHUNK: "t.vector_status = 'completed' AND t.graphrag_status = 'completed' "
-                 "AND t.partition_block IS NOT NULL AND t.partition_retired_at IS NULL",
-}
+
+def _phase_columns(level: Level, phases: PhaseRegistry) -> list[tuple[str, str]]:
+    """(status, completed_at) of every phase on `level`'s rows: its task's own, or its roll-up of the children."""
+    columns = []
+    for phase in phases:
+        if level in phase.rollup_levels:
+            columns.append((phase.rollup_column(level, "status"), phase.rollup_column(level, "completed_at")))
+        elif (kind := phase.kind_at(level)) is not None:
+            columns.append((kind.status, kind.col("completed_at")))
+    return columns
+
+
+def done_at_sql(level: Level, phases: PhaseRegistry = PHASES) -> str:
+    """When a row's last phase completed; for the three phases, the expression of migration 0020's index."""
+    return f"GREATEST({', '.join(f't.{completed}' for _, completed in _phase_columns(level, phases))})"
+
+
+def live_completed_sql(level: Level, phases: PhaseRegistry = PHASES) -> str:
+    """A row whose phases all completed and whose partition is live; for the three phases, 0020's predicate."""
+    done = " AND ".join(f"t.{status} = 'completed'" for status, _ in _phase_columns(level, phases))
+    return f"{done} AND t.partition_block IS NOT NULL AND t.partition_retired_at IS NULL"
+
 RETIRABLE_LEVELS = (Level.PAGE, Level.CHUNK)
 
 
-def retire_before(conn: sa.Connection, level: Level, retention_s: float, max_completed: int) -> datetime:
+def retire_before(conn: sa.Connection, level: Level, retention_s: float, max_completed: int,
+                  phases: PhaseRegistry = PHASES) -> datetime:
     """The completion time before which a live completed partition of `level` is retired: the retention's
     cut-off, or later when more than `max_completed` completed partitions are live (reads at most
     max_completed + 1 index entries)."""
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=retention_s)
+    done_at = done_at_sql(level, phases)
     beyond_max = conn.exec_driver_sql(
-        f"""SELECT {DONE_AT[level]} FROM {TABLE[level]} t WHERE {_LIVE_COMPLETED[level]}
-            ORDER BY {DONE_AT[level]} DESC OFFSET %(n)s LIMIT 1""", {"n": max_completed}).scalar()
+        f"""SELECT {done_at} FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}
+            ORDER BY {done_at} DESC OFFSET %(n)s LIMIT 1""", {"n": max_completed}).scalar()
     if beyond_max is not None:
         # the (max_completed + 1)-th newest goes, with everything older
         cutoff = max(cutoff, beyond_max + timedelta(microseconds=1))
@@ -43,19 +59,20 @@ def retire_before(conn: sa.Connection, level: Level, retention_s: float, max_com
 
 
 def retire_batch(engine: sa.Engine, level: Level, retention_s: float, max_completed: int, batch: int,
-                 delete_keys: Callable[[Sequence[str]], None]) -> int:
+                 delete_keys: Callable[[Sequence[str]], None], phases: PhaseRegistry = PHASES) -> int:
     """Retire up to `batch` partitions of `level`, oldest first: mark the rows, call `delete_keys` with their
     partition keys, and commit the marks only once the keys are gone. The marked rows stay locked until then,
     so a task put back to work meanwhile waits, and then finds its row retired and has its partition registered
     again. Returns how many partitions were retired."""
     select, joins = _KEY_SELECT[level]
+    done_at = done_at_sql(level, phases)
     with engine.begin() as conn:
-        before = retire_before(conn, level, retention_s, max_completed)
+        before = retire_before(conn, level, retention_s, max_completed, phases)
         rows = conn.exec_driver_sql(
             f"""WITH due AS (
                     SELECT t.id FROM {TABLE[level]} t
-                    WHERE {_LIVE_COMPLETED[level]} AND {DONE_AT[level]} < %(before)s
-                    ORDER BY {DONE_AT[level]} LIMIT %(n)s
+                    WHERE {live_completed_sql(level, phases)} AND {done_at} < %(before)s
+                    ORDER BY {done_at} LIMIT %(n)s
                     FOR NO KEY UPDATE SKIP LOCKED),
                 marked AS (
                     UPDATE {TABLE[level]} t SET partition_retired_at = now()
@@ -68,8 +85,8 @@ def retire_batch(engine: sa.Engine, level: Level, retention_s: float, max_comple
     return len(rows)
 
 
-def live_completed(engine: sa.Engine, level: Level) -> int:
+def live_completed(engine: sa.Engine, level: Level, phases: PhaseRegistry = PHASES) -> int:
     """How many completed partitions of `level` are live (tests and benchmarks; linear in that number)."""
     with engine.connect() as conn:
         return conn.exec_driver_sql(
-            f"SELECT count(*) FROM {TABLE[level]} t WHERE {_LIVE_COMPLETED[level]}").scalar_one()
+            f"SELECT count(*) FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}").scalar_one()

@@ -3,11 +3,14 @@ and chunks leave Dagster after the retention or beyond the max-completed count, 
 pending ones stay, the queue keeps every row, and a retired task put back to work gets its partition again."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from orchestration.partitions import register_partitions, retire_partitions
 from queue_db.config import DagsterConfig, SettingsError, settings
-from queue_db.partition_retention import live_completed
+from queue_db.partition_keys import TABLE
+from queue_db.partition_retention import done_at_sql, live_completed, live_completed_sql
 from queue_db.phases import VECTOR_CHUNK, Level
 from tests.queue_support import build_document
 
@@ -165,3 +168,22 @@ def test_the_recovery_job_retires_with_the_settings(env, monkeypatch):
     assert result.success
     assert result.output_for_node("retire_completed_partitions") == {"pages": 1, "chunks": 2}
     assert len(instance.get_dynamic_partitions("chunks")) == 1
+
+
+@pytest.mark.parametrize("level, index", [(Level.PAGE, "idx_tqp_retirable"), (Level.CHUNK, "idx_tqc_retirable")])
+def test_the_rule_generated_from_the_phases_is_the_retirable_index(env, level, index):
+    """The retire queries stay on migration 0020's partial index only while the rule generated from the specs is
+    its expression and predicate: PostgreSQL normalises both, through an index built from the rule."""
+    _, queue = env
+
+    def unaliased(sql: str) -> str:
+        return re.sub(r"\bt\.", "", sql)
+
+    with queue.engine.connect() as conn:
+        conn.exec_driver_sql(f"CREATE INDEX generated_rule ON {TABLE[level]} (({unaliased(done_at_sql(level))})) "
+                             f"WHERE {unaliased(live_completed_sql(level))}")
+        definitions = dict(conn.exec_driver_sql(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN (%(a)s, 'generated_rule')",
+            {"a": index}).all())
+        conn.rollback()
+    assert definitions[index].replace(index, "X") == definitions["generated_rule"].replace("generated_rule", "X")
