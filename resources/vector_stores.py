@@ -6,6 +6,7 @@ vector store is one new module implementing resources/ports.VectorStore plus one
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +55,11 @@ def _resolved(value):
     return value.get_value() if isinstance(value, dg.EnvVar) else value
 
 
+# the store's settings a resource carries as they are (the URL and the API key go in as environment references);
+# tests/unit/test_store_ports.py keeps the resource's fields equal to VectorStoreSettings'
+PLAIN_FIELDS = tuple(f.name for f in dataclasses.fields(VectorStoreSettings) if f.name not in ("url", "api_key"))
+
+
 class QdrantResource(dg.ConfigurableResource):
     """Dagster handle on the vector store; the entry point fills the fields (`QdrantResource.from_settings`).
 
@@ -77,20 +83,14 @@ class QdrantResource(dg.ConfigurableResource):
         built = vector_store_settings(settings)
         return cls(url=dg.EnvVar("DOCQUEUE_QDRANT_URL") if built.url else None,
                    api_key=dg.EnvVar("DOCQUEUE_QDRANT_API_KEY") if built.api_key else None,
-                   path=built.path, lock_timeout_s=built.lock_timeout_s, request_timeout_s=built.request_timeout_s,
-                   upsert_batch=built.upsert_batch, hybrid_candidates=built.hybrid_candidates,
-                   linger_s=built.linger_s, segment_points=built.segment_points, hnsw_ef=built.hnsw_ef)
+                   **{name: getattr(built, name) for name in PLAIN_FIELDS})
 
     def store_settings(self) -> VectorStoreSettings:
         url, api_key = _resolved(self.url) or "", _resolved(self.api_key) or ""
         if not url and not self.path:
             raise ValueError("QdrantResource has neither a url nor a path: build it with "
                              "QdrantResource.from_settings(settings)")
-        return VectorStoreSettings(
-            url=url, api_key=api_key, path=self.path, lock_timeout_s=self.lock_timeout_s,
-            request_timeout_s=self.request_timeout_s, upsert_batch=self.upsert_batch,
-            hybrid_candidates=self.hybrid_candidates, linger_s=self.linger_s, segment_points=self.segment_points,
-            hnsw_ef=self.hnsw_ef)
+        return VectorStoreSettings(url=url, api_key=api_key, **{name: getattr(self, name) for name in PLAIN_FIELDS})
 
     def get_store(self, model_id: str, dim: int) -> VectorStore:
         return open_vector_store(self.store_settings(), model_id, dim)

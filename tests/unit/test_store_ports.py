@@ -1,6 +1,7 @@
 """Every adapter offers each member of its port (resources/ports.py), checked on the classes, without a store."""
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -12,7 +13,7 @@ from resources.extraction import LlmExtractor, SpacyExtractor
 from resources.qdrant_edge import EdgeVectorStore
 from resources.qdrant_server import ClientVectorStore
 from resources.storage import LocalStorage
-from resources.vector_stores import ADAPTERS
+from resources.vector_stores import ADAPTERS, PLAIN_FIELDS, QdrantResource
 
 
 def members(protocol) -> set[str]:
@@ -47,3 +48,10 @@ def test_every_vector_adapter_is_chosen_by_one_line_of_the_factory():
     assert next(open_store for applies, open_store in ADAPTERS if applies(settings)).__self__ is ClientVectorStore
     assert next(open_store for applies, open_store in ADAPTERS
                 if applies(ports.VectorStoreSettings(path="/x"))).__self__ is EdgeVectorStore
+
+
+def test_the_vector_resource_carries_exactly_the_store_settings():
+    """QdrantResource copies VectorStoreSettings field by field (PLAIN_FIELDS): a setting added to one and not the
+    other would silently stay at its default in every Dagster run."""
+    assert set(QdrantResource.model_fields) == {f.name for f in dataclasses.fields(ports.VectorStoreSettings)}
+    assert set(PLAIN_FIELDS) == set(QdrantResource.model_fields) - {"url", "api_key"}
