@@ -13,8 +13,8 @@ only "the newest key at the newest timestamp", makes the cursor correct when man
 an upload when it starts, so a long upload becomes visible after shorter, newer ones): anything up to
 `lookback_s` older than the watermark is still caught.
 
-Credentials come from boto3's usual sources (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,
-AWS_REGION); they are never logged and never part of a result or an error message here.
+Listing and downloading are the object source's (resources/s3_bucket.py, behind resources.ports.ObjectSource);
+credentials stay there, never in a result or an error message.
 """
 from __future__ import annotations
 
@@ -27,17 +27,13 @@ from typing import Iterable
 from orchestration.intake import IngestResult, IntakeRules, ingest_file, too_large
 from queue_db.config import IntakeConfig, default
 from queue_db.queue import TaskQueue
+from resources.ports import ObjectSource
+from resources.s3_bucket import S3Bucket, S3Object, S3Unavailable  # noqa: F401 - S3Unavailable: callers catch it
 from resources.storage import LocalStorage
-
-_CHUNK = 1 << 20
 
 
 class S3ConfigError(ValueError):
     pass
-
-
-class S3Unavailable(RuntimeError):
-    """Listing or downloading failed for a reason retrying later may fix (network, throttling, permissions)."""
 
 
 @dataclass(frozen=True)
@@ -84,22 +80,10 @@ class S3Source:
         assert source is not None
         return source
 
-    def client(self):
-        import boto3
-        from botocore.config import Config
-
-        config = Config(connect_timeout=self.timeout_s, read_timeout=self.timeout_s,
-                        retries={"max_attempts": 3, "mode": "standard"})
-        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
-                            config=config)
-
-
-@dataclass(frozen=True)
-class S3Object:
-    key: str
-    etag: str
-    size: int
-    last_modified: float  # seconds since the epoch
+    def objects(self) -> ObjectSource:
+        """The bucket's objects under the prefix, through its adapter."""
+        return S3Bucket(self.bucket, self.prefix, endpoint_url=self.endpoint_url, region=self.region,
+                        timeout_s=self.timeout_s)
 
 
 @dataclass
@@ -178,46 +162,24 @@ def pending_objects(objects: Iterable[S3Object], cursor: IntakeCursor, lookback_
     return sorted(fresh, key=lambda o: (o.last_modified, o.key))
 
 
-def list_objects(client, source: S3Source) -> list[S3Object]:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    objects: list[S3Object] = []
-    try:
-        pages = client.get_paginator("list_objects_v2").paginate(
-            Bucket=source.bucket, Prefix=source.prefix, PaginationConfig={"PageSize": 1000})
-        for page in pages:
-            for item in page.get("Contents", ()):
-                objects.append(S3Object(item["Key"], item.get("ETag", ""), int(item.get("Size", 0)),
-                                        item["LastModified"].timestamp()))
-            if len(objects) > source.max_listed:
-                # refusing beats a partial view: objects past the cap would be silently missed
-                raise S3Unavailable(f"more than {source.max_listed} objects under {source.url}; narrow "
-                                    "DOCQUEUE_S3_PREFIX or raise DOCQUEUE_S3_MAX_LIST")
-    except ClientError as exc:
-        raise S3Unavailable(f"listing {source.url} failed: {_client_error(exc)}") from None
-    except BotoCoreError as exc:
-        raise S3Unavailable(f"listing {source.url} failed: {type(exc).__name__}") from None
-    return objects
-
-
 # ------------------------------------------------------------------------------------------------ intake
 def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor: IntakeCursor | None = None, *,
-              scratch: Path, client=None, priority: int = 0, rules: IntakeRules | None = None) -> S3IntakeReport:
+              scratch: Path, objects: ObjectSource | None = None, priority: int = 0,
+              rules: IntakeRules | None = None) -> S3IntakeReport:
     """One bounded pass: list, then download and register at most `source.max_objects` new objects. Returns
     the advanced cursor in the report (the caller stores it). Downloads go to temporary files under `scratch`
     (`<DOCQUEUE_HOME>/tmp`). A listing failure raises S3Unavailable; a
     download failure stops the pass there, with what was done kept in the cursor."""
     cursor = IntakeCursor(cursor.watermark, dict(cursor.handled)) if cursor else IntakeCursor()
     rules = rules or IntakeRules()
-    client = client or source.client()
-    objects = list_objects(client, source)
-    pending = pending_objects(objects, cursor, source.lookback_s)
-    report = S3IntakeReport(source.url, listed=len(objects), cursor=cursor)
+    bucket = objects or source.objects()
+    listed = bucket.list_objects(source.max_listed)
+    pending = pending_objects(listed, cursor, source.lookback_s)
+    report = S3IntakeReport(source.url, listed=len(listed), cursor=cursor)
     done = 0
     for obj in pending[:source.max_objects]:
         try:
-            result = _ingest_object(queue, storage, source, client, obj, priority=priority, rules=rules,
-                                    scratch=scratch)
+            result = _ingest_object(queue, storage, bucket, obj, priority=priority, rules=rules, scratch=scratch)
         except S3Unavailable as exc:
             report.error = str(exc)
             break
@@ -228,18 +190,18 @@ def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor:
         report.results.append(result)
         cursor.mark(obj)
     report.remaining = len(pending) - done
-    cursor.prune(source.lookback_s, {o.key for o in objects})
+    cursor.prune(source.lookback_s, {o.key for o in listed})
     return report
 
 
 def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, scratch: Path, priority: int = 0,
                   max_passes: int = 10_000, rules: IntakeRules | None = None) -> S3IntakeReport:
     """Everything under the prefix now, pass after pass (for the command line; sensors use one pass a tick)."""
-    client = source.client()
+    bucket = source.objects()
     total = S3IntakeReport(source.url)
     cursor = IntakeCursor()
     for _ in range(max_passes):
-        report = ingest_s3(queue, storage, source, cursor, scratch=scratch, client=client, priority=priority,
+        report = ingest_s3(queue, storage, source, cursor, scratch=scratch, objects=bucket, priority=priority,
                            rules=rules)
         cursor = report.cursor
         total.listed = report.listed
@@ -251,53 +213,21 @@ def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, 
     return total
 
 
-def _ingest_object(queue: TaskQueue, storage: LocalStorage, source: S3Source, client, obj: S3Object, *,
+def _ingest_object(queue: TaskQueue, storage: LocalStorage, bucket: ObjectSource, obj: S3Object, *,
                    priority: int, rules: IntakeRules, scratch: Path) -> IngestResult | None:
     """The object registered (or rejected), or None when it changed or vanished since it was listed (the next
     listing shows its new state)."""
-    address = f"s3://{source.bucket}/{obj.key}"
+    address = bucket.address(obj.key)
     if obj.size > rules.pdf.max_file_bytes:
         return IngestResult(address, "rejected", reason=too_large(rules.pdf.max_file_bytes))
     name = PurePosixPath(obj.key).name or "object"
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="s3-", dir=scratch) as folder:
         path = Path(folder) / "object"
-        outcome = _download(client, source, obj, path, rules.pdf.max_file_bytes)
-        if outcome != "ok":
-            return None if outcome == "gone" else IngestResult(address, "rejected", reason=outcome)
+        outcome = bucket.download(obj, path, rules.pdf.max_file_bytes)
+        if outcome == "gone":
+            return None
+        if outcome == "too_large":
+            return IngestResult(address, "rejected", reason=too_large(rules.pdf.max_file_bytes))
         return ingest_file(queue, storage, path, priority=priority, rules=rules, source_path=address, name=name,
                            metadata={"source": {"s3_etag": obj.etag, "s3_last_modified": obj.last_modified}})
-
-
-def _download(client, source: S3Source, obj: S3Object, path: Path, limit: int) -> str:
-    """"ok", "gone" (changed or deleted since listed) or a rejection reason. IfMatch pins the listed version:
-    a key overwritten meanwhile is not registered under the old ETag."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        response = client.get_object(Bucket=source.bucket, Key=obj.key, IfMatch=obj.etag)
-        body = response["Body"]
-        size = 0
-        try:
-            with open(path, "wb") as handle:
-                while chunk := body.read(_CHUNK):
-                    size += len(chunk)
-                    if size > limit:
-                        return too_large(limit)
-                    handle.write(chunk)
-        finally:
-            body.close()
-    except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
-        if code in ("PreconditionFailed", "412", "NoSuchKey", "404"):
-            return "gone"
-        raise S3Unavailable(f"downloading {obj.key} failed: {_client_error(exc)}") from None
-    except BotoCoreError as exc:
-        raise S3Unavailable(f"downloading {obj.key} failed: {type(exc).__name__}") from None
-    return "ok"
-
-
-def _client_error(exc) -> str:
-    error = exc.response.get("Error", {})
-    return f"{error.get('Code', 'error')}: {error.get('Message', '')}".strip().rstrip(":")
-

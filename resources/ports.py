@@ -4,6 +4,7 @@
   resources/vector_stores.py. The point payload and its filters are resources/vector_payload.py.
 - GraphStore: resources/bolt_graph.py (Neo4j 5 or any Bolt server).
 - Embedder: resources/embeddings.py. Extractor: resources/extraction.py. FileStore: resources/storage.py.
+- ObjectSource (where intake reads objects from): resources/s3_bucket.py (S3 and S3-compatible stores).
 
 Operations one backend alone has (moving an older folder, upgrading a collection's shape, merging the embedded
 tail) stay on that adapter; callers that need them hold the adapter, not the port.
@@ -214,3 +215,21 @@ class FileStore(Protocol):
     def list(self, prefix: str = "") -> list[str]: ...
 
     def delete_prefix(self, prefix: str) -> int: ...
+
+
+@runtime_checkable
+class ObjectSource(Protocol):
+    """Objects intake registers as documents: listed under one place, each downloaded at the version listed."""
+
+    @property
+    def url(self) -> str:
+        """Where the objects are, fit for messages (no credentials)."""
+
+    def address(self, key: str) -> str:
+        """One object's address, its documents' source path (`s3://bucket/key`)."""
+
+    def list_objects(self, max_listed: int) -> list[Any]:
+        """Every object (key, etag, size, last_modified); refuses past `max_listed` rather than list a part."""
+
+    def download(self, obj: Any, path: Path, limit: int) -> str:
+        """Write the object to `path`: "ok", "gone" (changed or deleted since listed) or "too_large"."""

@@ -157,7 +157,7 @@ def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucke
     listed = client.head_object(Bucket=name, Key="inbox/moving.txt")
     stale = S3Object("inbox/moving.txt", listed["ETag"], listed["ContentLength"], listed["LastModified"].timestamp())
     _put(client, name, "inbox/moving.txt", b"second words of a note")
-    assert _ingest_object(queue, storage, source, client, stale, priority=0, rules=IntakeRules(),
+    assert _ingest_object(queue, storage, source.objects(), stale, priority=0, rules=IntakeRules(),
                           scratch=scratch) is None
 
     missing = S3Source(bucket=f"missing-{uuid.uuid4().hex[:8]}", endpoint_url=source.endpoint_url)

@@ -12,6 +12,7 @@ from resources.embeddings import Embedder
 from resources.extraction import LlmExtractor, SpacyExtractor
 from resources.qdrant_edge import EdgeVectorStore
 from resources.qdrant_server import ClientVectorStore
+from resources.s3_bucket import S3Bucket
 from resources.storage import LocalStorage
 from resources.vector_stores import ADAPTERS, PLAIN_FIELDS, QdrantResource
 
@@ -25,7 +26,7 @@ def members(protocol) -> set[str]:
 @pytest.mark.parametrize("protocol, adapter", [
     (ports.VectorStore, EdgeVectorStore), (ports.VectorStore, ClientVectorStore),
     (ports.GraphStore, BoltGraphStore), (ports.Embedder, Embedder), (ports.Extractor, SpacyExtractor),
-    (ports.Extractor, LlmExtractor), (ports.FileStore, LocalStorage),
+    (ports.Extractor, LlmExtractor), (ports.FileStore, LocalStorage), (ports.ObjectSource, S3Bucket),
 ])
 def test_each_adapter_has_every_member_of_its_port(protocol, adapter):
     instance_attributes = {"model_id", "dim", "location", "name"}  # set in __init__
