@@ -38,8 +38,7 @@ def prepare_environment(settings: Settings) -> PreparedEnvironment:
     home = settings.database.home_path()
     queue_url = database_url(settings.database)
     dagster_url = dagster_database_url(settings.database, queue_url)
-    # Dagster's own variable: where its instance lives
-    dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
+    dagster_home = Path(settings.database.dagster_home or home / "dagster")
     dagster_home.mkdir(parents=True, exist_ok=True)
     target = dagster_home / "dagster.yaml"
     wanted = instance_yaml(settings.cluster)

@@ -81,6 +81,9 @@ class DatabaseConfig(SettingsGroup):
         "one runs with `synchronous_commit = off`: ~4× cheaper events, queue durability untouched; consider the same "
         "`ALTER DATABASE` on a server)",
         shown="a database beside the queue's: `dagster` beside `docqueue`, `<queue database>_dagster` beside any other")
+    # Dagster's own name: its instance folder, read here so that nothing below the entry points reads it
+    dagster_home: str = _var("", "DAGSTER_HOME", "Dagster's instance folder; docqueue writes its dagster.yaml there",
+                             shown="`<DOCQUEUE_HOME>/dagster`")
     pg_port: int = _var(0, "DOCQUEUE_PG_PORT", "port of the embedded PostgreSQL (127.0.0.1 only); unset: a free port "
                         "chosen on the first start and recorded in the home", shown="a free port, per home",
                         ge=0, le=65535)

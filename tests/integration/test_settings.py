@@ -48,7 +48,7 @@ def test_the_code_location_fails_to_load_with_the_sentence(tmp_path):
     output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # Dagster's log colours
     assert proc.returncode != 0
     assert re.search(r"Validation failed for code location orchestration\.definitions:\s+"
-                     rf"queue_db\.config\.SettingsError: {re.escape(TYPO)}\n", output), output
+                     rf"queue_db\.settings_group\.SettingsError: {re.escape(TYPO)}\n", output), output
     # stopped by the validation at the top of the code location, before any module read the variable itself
     assert "orchestration/definitions.py" in output and "orchestration/sensors.py" not in output
     assert "pydantic" not in output
