@@ -27,7 +27,7 @@ KNOWN_OFFENDERS: dict[str, set[str]] = {
     "resources/_pdf_worker.py": {"os.environ"},
     # a document's password reference `env:NAME` names a variable by design: the secret stays out of the queue
     "orchestration/page_reading.py": {"os.environ"},
-    # DAGSTER_HOME, and the variables Dagster's `env:` config and the child processes read
+    # writes (never reads) the variables the Dagster processes it starts inherit: DAGSTER_HOME, the storage URL
     "orchestration/environment.py": {"os.environ"},
 }
 
