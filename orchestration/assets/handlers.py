@@ -80,4 +80,11 @@ def process_tasks(pipeline: Pipeline, kind: TaskKind, worker_id: str, tasks: Seq
                   handlers: Mapping[str, PhaseHandler] = HANDLERS) -> list[Outcome]:
     """Process one kind's claimed tasks outside Dagster (tests, benches, the plain loop): the same work the kind's
     asset runs, found through its phase's handler."""
-    return HandledTasks(pipeline, kind_work(handlers, kind.phase, kind)).process(kind, worker_id, tasks)
+    return handled_tasks(pipeline, kind, handlers=handlers).process(kind, worker_id, tasks)
+
+
+def handled_tasks(pipeline: Pipeline, kind: TaskKind, *,
+                  handlers: Mapping[str, PhaseHandler] = HANDLERS) -> HandledTasks:
+    """The pipeline's work for `kind`, as assets.common.process_keys takes it (tests and benches that drive a
+    range of keys without Dagster)."""
+    return HandledTasks(pipeline, kind_work(handlers, kind.phase, kind))

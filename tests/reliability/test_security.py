@@ -62,6 +62,7 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
     bad_ref = "env:X'; DROP TABLE documents;-- \""
     results += pipeline.ingest(paths[2:], password_ref=bad_ref)
     assert [r.status for r in results] == ["new", "new", "new"], results
+    from orchestration.assets.handlers import process_tasks
     from orchestration.pipeline import Pipeline as Work
     from queue_db.config import Settings
     from queue_db.phases import OCR_PAGE
@@ -72,7 +73,7 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
     work = Work(pipeline.queue, storage=pipeline.storage,
                 pdf=OcrResource.from_settings(Settings.from_env()).get_processor())
     try:
-        outcomes = work.process(OCR_DOCUMENT, worker, pipeline.queue.claim(OCR_DOCUMENT, worker, 10))
+        outcomes = process_tasks(work, OCR_DOCUMENT, worker, pipeline.queue.claim(OCR_DOCUMENT, worker, 10))
     finally:
         work.close()
     assert [o.ok for o in outcomes] == [True, True, False]

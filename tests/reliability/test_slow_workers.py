@@ -87,6 +87,7 @@ def test_busy_python_keeps_its_tasks_and_a_frozen_worker_loses_them(pipeline, zy
 def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path, say, monkeypatch):
     from orchestration.assets import common
     from orchestration.assets.common import process_keys
+    from orchestration.assets.handlers import handled_tasks, process_tasks
     from orchestration.pipeline import Pipeline as Work
     from queue_db.config import Settings
     from resources.ocr import OcrResource
@@ -110,11 +111,12 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
 
     try:
         expander = make_worker_id("expand")
-        work.process(OCR_DOCUMENT, expander, queue.claim(OCR_DOCUMENT, expander, len(scans)))
+        process_tasks(work, OCR_DOCUMENT, expander, queue.claim(OCR_DOCUMENT, expander, len(scans)))
         keys = [f"{r.document_key}/p0001" for r in ingested]
         recoverer = threading.Thread(target=recover_often, daemon=True)
         recoverer.start()
-        report = process_keys(queue, work, OCR_PAGE, keys, make_worker_id("ocr"), override_retry_limit=False)
+        report = process_keys(queue, handled_tasks(work, OCR_PAGE), OCR_PAGE, keys, make_worker_id("ocr"),
+                              override_retry_limit=False)
     finally:
         stop.set()
         work.close()
