@@ -478,7 +478,7 @@ from resources.database import open_queue
 from queue_db.config import QueueSettings, Settings
 from resources.bolt_graph import GraphStore
 from resources.graph_stores import Neo4jResource
-from resources.vector_stores import QdrantResource
+from resources.vector_resource import QdrantResource
 model_id, dim = {model!r}, {dim}
 queue, instance = open_queue(Settings.from_env()), dagster_instance(Settings.from_env())
 store = QdrantResource.from_settings(Settings.from_env()).get_store(model_id, dim)
@@ -656,7 +656,7 @@ def _seed_once(n: int, home: Path, args, queue, model_id: str, dim: int, rng) ->
     from queue_db.config import Settings
     from resources.bolt_graph import GraphStore
     from resources.graph_stores import Neo4jResource
-    from resources.vector_stores import QdrantResource
+    from resources.vector_resource import QdrantResource
 
     figures: dict[str, float | None] = {}
     documents = n // (PAGES * CHUNKS)
@@ -748,7 +748,7 @@ def child(n: int, home: Path, args) -> dict:
     from resources.bolt_graph import GraphStore
     from resources.database import open_queue
     from resources.graph_stores import Neo4jResource
-    from resources.vector_stores import QdrantResource
+    from resources.vector_resource import QdrantResource
 
     prepare_environment(Settings.from_env())
     queue = open_queue(Settings.from_env())

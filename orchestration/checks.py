@@ -14,9 +14,9 @@ from queue_db.config import Settings
 from queue_db.inspection import stuck_counts
 from queue_db.phases import PhaseRegistry
 from resources.database import DatabaseResource
-from resources.embeddings import EmbeddingResource
+from resources.embedding_resource import EmbeddingResource
 from resources.graph_stores import Neo4jResource
-from resources.vector_stores import QdrantResource
+from resources.vector_resource import QdrantResource
 
 POOL = "maintenance"
 

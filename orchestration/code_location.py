@@ -24,12 +24,12 @@ from orchestration.sensors import intake_sensors, phase_sensors
 from queue_db.config import Settings
 from queue_db.phases import PHASES, PhaseRegistry
 from resources.database import DatabaseResource
-from resources.embeddings import EmbeddingResource
+from resources.embedding_resource import EmbeddingResource
 from resources.extraction import ExtractionResource
 from resources.graph_stores import Neo4jResource
 from resources.ocr import OcrResource
 from resources.storage import StorageResource
-from resources.vector_stores import QdrantResource
+from resources.vector_resource import QdrantResource
 
 
 def build_resources(settings: Settings) -> dict:

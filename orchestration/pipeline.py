@@ -112,12 +112,12 @@ class Pipeline:
     @classmethod
     def from_settings(cls, queue: TaskQueue, settings: Settings) -> "Pipeline":
         """Every phase, with resources built from an entry point's settings (the plain loop outside Dagster)."""
-        from resources.embeddings import EmbeddingResource
+        from resources.embedding_resource import EmbeddingResource
         from resources.extraction import ExtractionResource
         from resources.graph_stores import Neo4jResource
         from resources.ocr import OcrResource
         from resources.storage import StorageResource
-        from resources.vector_stores import QdrantResource
+        from resources.vector_resource import QdrantResource
 
         return cls.from_resources(
             queue, StorageResource.from_settings(settings), ocr=OcrResource.from_settings(settings),

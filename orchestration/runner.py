@@ -38,7 +38,7 @@ from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished
 from resources.folder_lock import QdrantStorageBusy
 from resources.ports import VectorStoreError
-from resources.vector_stores import QdrantResource
+from resources.vector_resource import QdrantResource
 
 log = logging.getLogger(__name__)
 # the runs' events (failures included) go to the Dagster instance, where the UI shows them

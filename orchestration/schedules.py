@@ -13,9 +13,9 @@ from orchestration.maintenance import nightly, recover
 from orchestration.partitions import retire_partitions_as_configured
 from queue_db.config import QueueConfig, Settings
 from resources.database import DatabaseResource
-from resources.embeddings import EmbeddingResource
+from resources.embedding_resource import EmbeddingResource
 from resources.graph_stores import Neo4jResource
-from resources.vector_stores import QdrantResource
+from resources.vector_resource import QdrantResource
 
 MAINTENANCE_POOL = "maintenance"
 MAINTENANCE_TAGS = {"docqueue/phase": "maintenance"}

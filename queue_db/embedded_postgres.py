@@ -23,6 +23,8 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 SERVICE_USER = "embedded_postgres"
 # the embedded server hosts the queue's database and, beside it, Dagster's storage
 DATABASES = ("docqueue", "dagster")
+# postmaster.pid's eighth line: starting, stopping, ready or standby (PostgreSQL's pidfile.h, LOCK_FILE_LINE_PM_STATUS)
+PID_FILE_STATUS_LINE = 7
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -96,7 +98,16 @@ class EmbeddedPostgres:
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def is_running(self) -> bool:
-        return self._postmaster_alive() and accepts_connections("127.0.0.1", self.port) and self._ready()
+        return self._postmaster_alive() and accepts_connections("127.0.0.1", self.port) and self._says_ready()
+
+    def _says_ready(self) -> bool:
+        """The postmaster reports itself ready in its pid file (the status line PostgreSQL keeps there, `ready`
+        once it accepts connections): what pg_isready would answer, without a process start (25 ms per command)."""
+        try:
+            lines = (self.pgdata / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return False
+        return len(lines) > PID_FILE_STATUS_LINE and lines[PID_FILE_STATUS_LINE].strip() == "ready"
 
     def _postmaster_alive(self) -> bool:
         """This home's postmaster exists: a postmaster.pid left by a crash must not make another home's server,

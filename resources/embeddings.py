@@ -21,11 +21,10 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import dagster as dg
 import numpy as np
 
 from processing.tokenizer import load_tokenizer, sha256_file
-from queue_db.config import EmbeddingConfig, Settings, default
+from queue_db.config import EmbeddingConfig, default
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +237,7 @@ def get_embedder(model_id: str = DEFAULT_MODEL, *, batch_size: int = DEFAULT_BAT
                  max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> Embedder:
     """The process-wide Embedder for these settings (the model is loaded once per process): DOCQUEUE_EMBEDDING_MODEL,
     DOCQUEUE_EMBED_BATCH, DOCQUEUE_EMBED_THREADS, DOCQUEUE_EMBED_MAX_WINDOWS and DOCQUEUE_EMBED_BATCH_TOKENS as the
-    caller's settings give them (`EmbeddingResource.from_settings`)."""
+    caller's settings give them (`EmbeddingResource.from_settings` in resources/embedding_resource.py)."""
     key = (model_id, batch_size, threads, max_windows, max_batch_tokens)
     with _EMBEDDERS_LOCK:
         if key not in _EMBEDDERS:
@@ -246,26 +245,3 @@ def get_embedder(model_id: str = DEFAULT_MODEL, *, batch_size: int = DEFAULT_BAT
             _EMBEDDERS[key] = Embedder(model, batch_size=batch, threads=thread_count, max_windows=window_count,
                                        max_batch_tokens=batch_tokens)
         return _EMBEDDERS[key]
-
-
-class EmbeddingResource(dg.ConfigurableResource):
-    """Dagster handle on the embedder; the entry point fills the fields (`EmbeddingResource.from_settings`)."""
-
-    model: str = DEFAULT_MODEL  # DOCQUEUE_EMBEDDING_MODEL
-    batch_size: int = DEFAULT_BATCH_SIZE  # DOCQUEUE_EMBED_BATCH: texts per model run
-    threads: int = default(EmbeddingConfig, "threads")  # DOCQUEUE_EMBED_THREADS: 0 = onnxruntime decides
-    max_windows: int = DEFAULT_MAX_WINDOWS  # DOCQUEUE_EMBED_MAX_WINDOWS: windows of 254 tokens per text
-    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS  # DOCQUEUE_EMBED_BATCH_TOKENS: padded tokens per model run
-    timeout_s: float = default(EmbeddingConfig, "timeout_s")  # DOCQUEUE_EMBED_TIMEOUT: seconds per batch
-    dedup: bool = default(EmbeddingConfig, "dedup")  # DOCQUEUE_EMBEDDING_DEDUP: copy the vectors of equal texts
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> "EmbeddingResource":
-        embedding = settings.embedding
-        return cls(model=embedding.model, batch_size=embedding.batch_size, threads=embedding.threads,
-                   max_windows=embedding.max_windows, max_batch_tokens=embedding.batch_tokens,
-                   timeout_s=embedding.timeout_s, dedup=embedding.dedup)
-
-    def get_embedder(self) -> Embedder:
-        return get_embedder(self.model, batch_size=self.batch_size, threads=self.threads,
-                            max_windows=self.max_windows, max_batch_tokens=self.max_batch_tokens)

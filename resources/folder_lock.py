@@ -8,6 +8,7 @@ after its last operation; a waiter asks it to let go by touching `<lock>.wait`.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import random
 import threading
@@ -24,15 +25,15 @@ class QdrantStorageBusy(TimeoutError):
 
 
 def _acquire_lock_file(lock_path: Path, deadline: float, timeout_s: float):
-    import portalocker  # imported late: it probes for writable folders on import
-
+    # flock(2), the call portalocker makes on POSIX, so processes of older versions and this one exclude each other;
+    # called directly because importing portalocker brings in the Redis client, a tenth of a second per command
     handle = open(lock_path, "a+")  # noqa: SIM115  (held open until the lock is released)
     delay = 0.01
     while True:
         try:
-            portalocker.lock(handle, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return handle
-        except portalocker.exceptions.LockException:
+        except BlockingIOError:
             _ask_for_turn(lock_path)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -47,10 +48,8 @@ def _acquire_lock_file(lock_path: Path, deadline: float, timeout_s: float):
 
 
 def _release_lock_file(handle) -> None:
-    import portalocker
-
     try:
-        portalocker.unlock(handle)
+        fcntl.flock(handle, fcntl.LOCK_UN)
     finally:
         handle.close()
 

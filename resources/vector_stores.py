@@ -1,35 +1,46 @@
-"""Which vector store adapter a configuration opens, and the Dagster resource that hands stores to assets.
+"""Which vector store adapter a configuration opens (the Dagster resource that hands stores to assets is
+resources/vector_resource.py, so that opening a store needs no Dagster).
 
-`ADAPTERS` lists each adapter once: a test on the settings and the adapter's `from_settings(settings, model_id,
-dim)`. The first whose test passes is opened, so the embedded store, which needs nothing, comes last. Swapping the
-vector store is one new module implementing resources/ports.VectorStore plus one line here.
+`ADAPTERS` lists each adapter once: a test on the settings and a function that imports the adapter's class, whose
+`from_settings(settings, model_id, dim)` opens it. The first whose test passes is opened, so the embedded store, which
+needs nothing, comes last. Swapping the vector store is one new module implementing resources/ports.VectorStore plus
+its line here and its importing function. An adapter's module is imported only when the adapter is chosen:
+qdrant-client alone takes most of a second to import, which the embedded store's users (and `docqueue search` on
+it) do not pay.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-import dagster as dg
-
-from queue_db.config import Settings, VectorStoreConfig, default, secret_value
+from queue_db.config import Settings, secret_value
 from resources.ports import VectorStore, VectorStoreSettings
-from resources.qdrant_edge import EdgeVectorStore
-from resources.qdrant_server import ClientVectorStore
 
-OpenStore = Callable[[VectorStoreSettings, str, int], VectorStore]
 
-ADAPTERS: tuple[tuple[Callable[[VectorStoreSettings], bool], OpenStore], ...] = (
-    (lambda s: bool(s.url), ClientVectorStore.from_settings),  # a Qdrant server at DOCQUEUE_QDRANT_URL
-    (lambda s: True, EdgeVectorStore.from_settings),  # the embedded Qdrant Edge store in DOCQUEUE_QDRANT_PATH
+def _server_adapter() -> type[VectorStore]:
+    from resources.qdrant_server import ClientVectorStore
+
+    return ClientVectorStore
+
+
+def _embedded_adapter() -> type[VectorStore]:
+    from resources.qdrant_edge import EdgeVectorStore
+
+    return EdgeVectorStore
+
+
+# (does it apply to these settings, the adapter's class as imported when it is chosen)
+ADAPTERS: tuple[tuple[Callable[[VectorStoreSettings], bool], Callable[[], type[VectorStore]]], ...] = (
+    (lambda s: bool(s.url), _server_adapter),  # a Qdrant server at DOCQUEUE_QDRANT_URL
+    (lambda s: True, _embedded_adapter),  # the embedded Qdrant Edge store in DOCQUEUE_QDRANT_PATH
 )
 
 
 def open_vector_store(settings: VectorStoreSettings, model_id: str, dim: int) -> VectorStore:
     """The store of `model_id`'s vectors, from the first adapter of ADAPTERS the settings choose."""
-    for applies, open_store in ADAPTERS:
+    for applies, adapter in ADAPTERS:
         if applies(settings):
-            return open_store(settings, model_id, dim)
+            return adapter().from_settings(settings, model_id, dim)  # type: ignore[attr-defined]
     raise ValueError("no vector store adapter accepts these settings")
 
 
@@ -48,49 +59,3 @@ def _embedded_path(settings: Settings) -> str:
     configured = settings.vector.path
     folder = Path(configured) if configured else Path(settings.database.home) / "qdrant"
     return str(folder.expanduser().resolve())
-
-
-def _resolved(value):
-    """A field's value; a `dg.EnvVar` is resolved the way Dagster resolves it in a run, for use outside one."""
-    return value.get_value() if isinstance(value, dg.EnvVar) else value
-
-
-# the store's settings a resource carries as they are (the URL and the API key go in as environment references);
-# tests/unit/test_store_ports.py keeps the resource's fields equal to VectorStoreSettings'
-PLAIN_FIELDS = tuple(f.name for f in dataclasses.fields(VectorStoreSettings) if f.name not in ("url", "api_key"))
-
-
-class QdrantResource(dg.ConfigurableResource):
-    """Dagster handle on the vector store; the entry point fills the fields (`QdrantResource.from_settings`).
-
-    The URL and the API key are passed as `dg.EnvVar(...)`, never as literals, so they stay out of run config.
-    """
-
-    url: str | None = None  # DOCQUEUE_QDRANT_URL; empty -> embedded Qdrant Edge storage in `path`
-    api_key: str | None = None  # DOCQUEUE_QDRANT_API_KEY
-    path: str = ""  # DOCQUEUE_QDRANT_PATH, else <DOCQUEUE_HOME>/qdrant
-    lock_timeout_s: float = default(VectorStoreConfig, "lock_timeout_s")
-    request_timeout_s: float = default(VectorStoreConfig, "request_timeout_s")
-    upsert_batch: int = default(VectorStoreConfig, "upsert_batch")
-    hybrid_candidates: int = default(VectorStoreConfig, "hybrid_candidates")
-    linger_s: float = default(VectorStoreConfig, "linger_s")
-    segment_points: int = default(VectorStoreConfig, "segment_points")
-    hnsw_ef: int = default(VectorStoreConfig, "hnsw_ef")
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> QdrantResource:
-        """The resource an entry point builds once from its settings; secrets go in as `dg.EnvVar`s."""
-        built = vector_store_settings(settings)
-        return cls(url=dg.EnvVar("DOCQUEUE_QDRANT_URL") if built.url else None,
-                   api_key=dg.EnvVar("DOCQUEUE_QDRANT_API_KEY") if built.api_key else None,
-                   **{name: getattr(built, name) for name in PLAIN_FIELDS})
-
-    def store_settings(self) -> VectorStoreSettings:
-        url, api_key = _resolved(self.url) or "", _resolved(self.api_key) or ""
-        if not url and not self.path:
-            raise ValueError("QdrantResource has neither a url nor a path: build it with "
-                             "QdrantResource.from_settings(settings)")
-        return VectorStoreSettings(url=url, api_key=api_key, **{name: getattr(self, name) for name in PLAIN_FIELDS})
-
-    def get_store(self, model_id: str, dim: int) -> VectorStore:
-        return open_vector_store(self.store_settings(), model_id, dim)

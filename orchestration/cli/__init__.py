@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                   "and mentions, Dagster partitions.")),
     "demo": ("ui", ("The main job: sample PDFs (text, scanned, broken) processed end to end on the embedded "
                     "services.")),
-    "graph": ("search", "An entity, its type, its mentions (document, page) and its related entities."),
+    "graph": ("graph", "An entity, its type, its mentions (document, page) and its related entities."),
     "ingest": ("intake", ("Register documents (PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML, DOCX, XLSX, "
                           "CSV) or folders of them (recursively); `-` reads one document from standard input (with "
                           "--name).")),

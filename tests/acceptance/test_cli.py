@@ -537,7 +537,7 @@ def test_verify_fails_when_a_point_or_a_graph_chunk_is_missing(story):
     from queue_db.config import Settings
     from resources.embeddings import DEFAULT_MODEL, MODELS
     from resources.graph_stores import Neo4jResource
-    from resources.vector_stores import QdrantResource
+    from resources.vector_resource import QdrantResource
 
     chunk_ids = [r["chunk_id"] for r in rows(story.engine, "SELECT chunk_id FROM task_queue_chunk ORDER BY chunk_id")]
     vector_resource = QdrantResource.from_settings(Settings.from_env())

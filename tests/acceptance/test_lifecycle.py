@@ -22,10 +22,10 @@ def env(docqueue_env, tmp_path):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import open_queue
-    from resources.embeddings import EmbeddingResource
+    from resources.embedding_resource import EmbeddingResource
     from resources.graph_stores import Neo4jResource
     from resources.storage import StorageResource
-    from resources.vector_stores import QdrantResource
+    from resources.vector_resource import QdrantResource
 
     instance = dagster_instance(Settings.from_env())
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()

@@ -88,8 +88,8 @@ def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_en
     assert all(r[2] == 0 for r in by_status["completed"]), "no innocent chunk spent a retry"
 
     from queue_db.config import Settings
-    from resources.embeddings import EmbeddingResource
-    from resources.vector_stores import QdrantResource
+    from resources.embedding_resource import EmbeddingResource
+    from resources.vector_resource import QdrantResource
 
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
     store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)

@@ -96,8 +96,8 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
     graph = Neo4jResource.from_settings(Settings.from_env()).get_store()
     try:
         from queue_db.config import Settings
-        from resources.embeddings import EmbeddingResource
-        from resources.vector_stores import QdrantResource
+        from resources.embedding_resource import EmbeddingResource
+        from resources.vector_resource import QdrantResource
 
         embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
         store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)

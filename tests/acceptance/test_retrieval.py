@@ -64,8 +64,8 @@ def _assert_vectors_cover_their_chunks(query: str) -> None:
     """The vector phase writes each chunk's length and the part its vector covers into the point's payload."""
     from processing.tokenizer import count_tokens
     from queue_db.config import Settings
-    from resources.embeddings import EmbeddingResource
-    from resources.vector_stores import QdrantResource
+    from resources.embedding_resource import EmbeddingResource
+    from resources.vector_resource import QdrantResource
 
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
     with QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim) as store:

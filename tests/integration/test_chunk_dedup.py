@@ -14,7 +14,8 @@ from queue_db.config import Settings
 from queue_db.embedding_reuse import vectors_reused_since
 from queue_db.phases import VECTOR_CHUNK, VECTOR_PAGE
 from queue_db.queue import make_worker_id
-from resources.embeddings import EmbeddingResource, get_embedder
+from resources.embedding_resource import EmbeddingResource
+from resources.embeddings import get_embedder
 from tests.integration.test_qdrant import BACKENDS, build_store
 from tests.queue_support import expand, ocr_all, register
 

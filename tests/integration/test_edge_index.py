@@ -115,8 +115,8 @@ def test_the_recovery_job_indexes_the_waiting_tail(docqueue_env, monkeypatch):
     from orchestration.code_location import build_definitions
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
-    from resources.embeddings import EmbeddingResource
-    from resources.vector_stores import QdrantResource
+    from resources.embedding_resource import EmbeddingResource
+    from resources.vector_resource import QdrantResource
 
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
     store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)

@@ -9,11 +9,11 @@ import pytest
 from processing.tokenizer import count_tokens
 from queue_db.config import Settings
 from resources import embeddings
+from resources.embedding_resource import EmbeddingResource
 from resources.embeddings import (
     MODELS,
     Embedder,
     EmbeddingError,
-    EmbeddingResource,
     ModelSpec,
     get_embedder,
 )

@@ -118,27 +118,23 @@ def test_an_old_collection_says_so_until_upgraded_then_searches_hybrid(backend, 
 def test_search_command_is_hybrid_by_default_with_dense_and_sparse_for_comparison(monkeypatch):
     from orchestration import cli
     from orchestration.cli import search
+    from resources.search_session import SearchResult
 
     calls = []
 
-    class Store:
-        def search(self, vector, limit, *, text, mode, exclude_document_ids, tenant=None):
+    class Session:
+        def __init__(self, settings, *, engine):
+            pass
+
+        def search(self, query, limit, *, tenant, mode):
             calls.append(mode)
-            return SearchHits([], mode=mode)
+            return SearchResult(query=query, mode=mode, notice=None, hits=[])
 
         def close(self):
             pass
 
-    class Embedder:
-        model_id, dim = MODEL, 3
-
-        def embed_one(self, text):
-            return [1.0, 0.0, 0.0]
-
-    monkeypatch.setattr(search, "open_queue", lambda settings: None)
-    monkeypatch.setattr(search, "hidden_from_search", lambda queue: [])
-    monkeypatch.setattr(search, "open_embedder", lambda embedding: Embedder())
-    monkeypatch.setattr(search, "open_vectors", lambda settings, model_id, dim: Store())
+    monkeypatch.setattr(search, "open_queue", lambda settings: type("Queue", (), {"engine": None})())
+    monkeypatch.setattr(search, "SearchSession", Session)
     runner = CliRunner()
     for flags, mode in (([], "hybrid"), (["--dense"], "dense"), (["--sparse"], "sparse")):
         result = runner.invoke(cli.main, ["search", "ferry", "--json", *flags])

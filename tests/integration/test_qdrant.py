@@ -29,7 +29,8 @@ from resources.qdrant_base import collection_name
 from resources.qdrant_edge import EdgeVectorStore
 from resources.qdrant_server import ClientVectorStore
 from resources.vector_payload import point_id
-from resources.vector_stores import QdrantResource, vector_store_settings
+from resources.vector_resource import QdrantResource
+from resources.vector_stores import vector_store_settings
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "all-MiniLM-L6-v2-int8"

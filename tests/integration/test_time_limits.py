@@ -12,7 +12,7 @@ from tests.queue_support import build_document
 
 def embed_timeout() -> float:
     from queue_db.config import Settings
-    from resources.embeddings import EmbeddingResource
+    from resources.embedding_resource import EmbeddingResource
 
     return EmbeddingResource.from_settings(Settings.from_env()).timeout_s
 

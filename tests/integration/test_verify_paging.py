@@ -112,8 +112,8 @@ def test_the_store_checks_evaluate_streamed_in_their_job(docqueue_env, monkeypat
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import open_queue
-    from resources.embeddings import EmbeddingResource
-    from resources.vector_stores import QdrantResource
+    from resources.embedding_resource import EmbeddingResource
+    from resources.vector_resource import QdrantResource
 
     monkeypatch.setenv("DOCQUEUE_VERIFY_PAGE", str(PAGE))
     defs = build_definitions(Settings.from_env())  # the code location as it loads with this environment

@@ -73,7 +73,7 @@ class Stores:
         from queue_db.config import Settings
         from resources.embeddings import DEFAULT_MODEL, MODELS
         from resources.graph_stores import Neo4jResource
-        from resources.vector_stores import QdrantResource
+        from resources.vector_resource import QdrantResource
 
         spec = MODELS[DEFAULT_MODEL]
         vector = QdrantResource.from_settings(Settings.from_env()).get_store(spec.model_id, spec.dim)

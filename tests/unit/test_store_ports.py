@@ -14,7 +14,8 @@ from resources.qdrant_edge import EdgeVectorStore
 from resources.qdrant_server import ClientVectorStore
 from resources.s3_bucket import S3Bucket
 from resources.storage import LocalStorage
-from resources.vector_stores import ADAPTERS, PLAIN_FIELDS, QdrantResource
+from resources.vector_resource import PLAIN_FIELDS, QdrantResource
+from resources.vector_stores import ADAPTERS
 
 
 def members(protocol) -> set[str]:
@@ -42,13 +43,13 @@ def test_each_adapter_has_every_member_of_its_port(protocol, adapter):
 
 
 def test_every_vector_adapter_is_chosen_by_one_line_of_the_factory():
-    chosen = [open_store.__self__ for _applies, open_store in ADAPTERS]
+    chosen = [adapter() for _applies, adapter in ADAPTERS]
     assert chosen == [ClientVectorStore, EdgeVectorStore]
     settings = ports.VectorStoreSettings(url="https://user:secret@qdrant.example:6333", api_key="k", path="/nowhere")
     assert "secret" not in repr(settings) and "'k'" not in repr(settings)
-    assert next(open_store for applies, open_store in ADAPTERS if applies(settings)).__self__ is ClientVectorStore
-    assert next(open_store for applies, open_store in ADAPTERS
-                if applies(ports.VectorStoreSettings(path="/x"))).__self__ is EdgeVectorStore
+    assert next(adapter for applies, adapter in ADAPTERS if applies(settings))() is ClientVectorStore
+    assert next(adapter for applies, adapter in ADAPTERS
+                if applies(ports.VectorStoreSettings(path="/x")))() is EdgeVectorStore
 
 
 def test_the_vector_resource_carries_exactly_the_store_settings():

@@ -1,0 +1,124 @@
+"""A warm hybrid search for applications: the embedding model, the vector store and the queue's database kept open
+between searches, so that a search costs the query's embedding, the store's two rankings and their fusion, not a
+process start. `docqueue search` is one search through the same class.
+
+What a session holds, and for how long:
+
+- the embedding model (the process-wide one of resources/embeddings.get_embedder: loaded once, kept after
+  `close()` for the next session of this process);
+- a connection pool to the queue's database (one short read per search: the document versions search must not
+  show, queue_db.lifecycle.hidden_from_search), closed by `close()` unless the caller handed in its engine;
+- the vector store. A Qdrant server's client stays connected until `close()`. The embedded store (Qdrant Edge) is
+  single-process: each search takes the folder's lock file (resources/folder_lock.py) and opens the shards, and the
+  session keeps them open for up to `keep_open_s` seconds of idleness afterwards (the store's own linger,
+  DOCQUEUE_QDRANT_LINGER, when the process opened that folder before the session). A worker that wants to write
+  touches the lock's `.wait` file and the session lets go within 50 ms, or right after the search in progress; its
+  next search opens the shards again (tens of milliseconds). So a session never keeps a run from writing for
+  longer than one search, and sees every write that finished before its search took the lock.
+
+A session is safe to share between threads (the embedder is, and the store serialises its operations).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from queue_db.config import QueueSettings, Settings
+from queue_db.database_urls import database_url
+from queue_db.lifecycle import hidden_from_search
+from queue_db.queue import TaskQueue, create_queue_engine
+from queue_db.tenants import checked_tenant
+from resources.embeddings import get_embedder
+from resources.ports import SEARCH_MODES, VectorStore
+from resources.vector_stores import open_vector_store, vector_store_settings
+
+# how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
+# application's next query, short enough to let go of the memory of an idle one
+KEEP_OPEN_S = 60.0
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One chunk found: its fused score (rounded as `docqueue search --json` shows it) and where it is."""
+
+    score: float
+    document: str | None  # the file name
+    document_key: str | None
+    page: int | None
+    chunk: int | None
+    text: str | None
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The hits of one search, best first; `mode` is the mode used and `notice` says why when it is not the one
+    asked (a collection made before sparse vectors is searched dense only)."""
+
+    query: str
+    mode: str
+    notice: str | None
+    hits: list[Hit]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Exactly what `docqueue search --json` prints."""
+        return {"query": self.query, "mode": self.mode, "notice": self.notice,
+                "hits": [asdict(hit) for hit in self.hits]}
+
+
+class SearchSession:
+    """Hybrid search (embedding similarity and keyword matching, fused by rank) over one tenant's documents, kept
+    warm between searches. Build it from the entry point's settings, use it as a context manager or call
+    `close()`::
+
+        with SearchSession(Settings.from_env()) as session:
+            result = session.search("harbour storm damage", limit=5, tenant="acme")
+
+    `engine`: the queue's database when the caller has it open already (the session then leaves it open);
+    otherwise the session opens its own (DOCQUEUE_DATABASE_URL, or the embedded server, started when needed).
+    """
+
+    def __init__(self, settings: Settings, *, engine: sa.Engine | None = None, keep_open_s: float = KEEP_OPEN_S):
+        self.default_tenant = settings.tenant.default_tenant
+        embedding = settings.embedding
+        # the model first: it is the slow part, and an unknown model is said before anything is opened
+        self.embedder = get_embedder(embedding.model, batch_size=embedding.batch_size, threads=embedding.threads,
+                                     max_windows=embedding.max_windows, max_batch_tokens=embedding.batch_tokens)
+        self._own_engine = engine is None
+        engine = engine if engine is not None else create_queue_engine(database_url(settings.database),
+                                                                       pool_size=1, max_overflow=4)
+        self._queue = TaskQueue(engine, QueueSettings.from_config(settings.queue))
+        store_settings = vector_store_settings(settings)
+        self.store: VectorStore = open_vector_store(
+            replace(store_settings, linger_s=max(store_settings.linger_s, keep_open_s)),
+            self.embedder.model_id, self.embedder.dim)
+
+    def search(self, query: str, limit: int = 5, *, tenant: str | None = None, mode: str = "hybrid") -> SearchResult:
+        """The best `limit` chunks of `tenant`'s documents (default: DOCQUEUE_DEFAULT_TENANT) for `query`; `mode`
+        hybrid (default), dense or sparse. Versions still being indexed, and old ones once replaced, are left out,
+        as in `docqueue search`."""
+        if mode not in SEARCH_MODES:
+            raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
+        tenant = checked_tenant(tenant, self.default_tenant)
+        vector = self.embedder.embed_one(query)
+        found = self.store.search(vector, limit=limit, text=query, mode=mode,
+                                  exclude_document_ids=hidden_from_search(self._queue), tenant=tenant)
+        hits = [Hit(score=round(h.score, 4), document=h.payload.get("filename"),
+                    document_key=h.payload.get("document_key"), page=h.payload.get("page_number"),
+                    chunk=h.payload.get("chunk_index"), text=h.payload.get("text")) for h in found]
+        return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits)
+
+    def close(self) -> None:
+        """Let go of the store and, when the session opened it, the database pool. The model stays loaded."""
+        try:
+            self.store.close()
+        finally:
+            if self._own_engine:
+                self._queue.engine.dispose()
+
+    def __enter__(self) -> SearchSession:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

@@ -1,0 +1,37 @@
+"""The light commands load only what they need: `docqueue --help`, `status`, `stats` and `search` (on the embedded
+store) never import Dagster, the graph driver, qdrant-client or pandas, which cost seconds of start-up. Checked in
+a fresh interpreter, on the modules each command's code loads (its module, and its help resolved through the
+group, which builds the settings)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("dagster", "neo4j", "qdrant_client", "pandas", "spacy", "fitz")
+PROBE = """
+import json, sys
+from click.testing import CliRunner
+from orchestration.cli import main
+args = json.loads(sys.argv[1])
+result = CliRunner().invoke(main, args)
+assert result.exit_code == 0, result.output
+if len(args) > 1:
+    import resources.search_session  # noqa: F401  (what `search` opens once its arguments are checked)
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["status", "--help"], ["stats", "--help"], ["search", "--help"]],
+                         ids=lambda args: " ".join(args))
+def test_a_light_command_imports_no_heavy_library(args, tmp_path):
+    env = {"PYTHONPATH": str(REPO_ROOT), "DOCQUEUE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    probe = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True,
+                           env=env, cwd=REPO_ROOT, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    loaded = set(json.loads(probe.stdout.strip().splitlines()[-1]))
+    assert not loaded & set(HEAVY), f"docqueue {' '.join(args)} imports {sorted(loaded & set(HEAVY))}"
