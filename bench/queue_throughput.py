@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import multiprocessing as mp
 import os
@@ -66,6 +65,7 @@ import psycopg  # noqa: E402
 from pgqueuer import AsyncpgPoolDriver, Queries, QueueManager  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
+from bench._result import print_result  # noqa: E402
 from queue_db.config import QueueSettings  # noqa: E402
 from queue_db.migrate import upgrade  # noqa: E402
 from queue_db.phases import VECTOR_CHUNK  # noqa: E402
@@ -716,7 +716,7 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
         "cpus": os.cpu_count(),
         "errors": errors,
     }
-    print("RESULT " + json.dumps(result, sort_keys=True))
+    print_result(result, sort_keys=True)
     return 1 if errors else 0
 
 

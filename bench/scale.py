@@ -58,6 +58,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._result import print_result  # noqa: E402
+
 PAGES, CHUNKS = 40, 5  # a document of 40 pages, 5 chunks a page: 200 chunks
 PENDING = 100_000
 BLOCK = 10_000  # orchestration.partitions.BLOCK_SIZE
@@ -894,7 +896,7 @@ def parent(args) -> int:
     }
     for name, values in figures.items():
         print(f"{name:28} " + "  ".join("-" if v is None else f"{v:,.4g}" for v in values))
-    print("RESULT " + json.dumps(result, separators=(",", ":")))
+    print_result(result, separators=(",", ":"))
     return 0
 
 

@@ -9,7 +9,6 @@ headings, lists and tables; scanned pages rendered from known text. Ends with on
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._result import print_result  # noqa: E402
 from tests import pdf_factory as pf  # noqa: E402
 
 PARAGRAPH = ("The committee in Geneva reviewed the annual figures of the Northern Railway Company, whose director "
@@ -87,7 +87,7 @@ def main() -> int:
     results["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     for key, value in results.items():
         print(f"{key:>34}: {value}")
-    print("RESULT " + json.dumps(results, sort_keys=True))
+    print_result(results, sort_keys=True)
     return 0
 
 
