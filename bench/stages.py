@@ -48,12 +48,11 @@ def main() -> int:
     from resources.extraction import SpacyExtractor
     from resources.ocr import PdfProcessor
 
-    workdir = Path(tempfile.mkdtemp(prefix="docqueue-bench-stages-"))
-    text_pdf = pf.text_pdf(workdir, "text.pdf", text_pages(args.text_pages), header="Railway Review")
-    scanned = [pf.scanned_pdf(workdir, f"scan{i}.pdf")[0] for i in range(args.scanned_pages)]
     results: dict = {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
-
-    with PdfProcessor() as pdf:
+    # the generated PDFs are gone when the bench ends: the test suite runs it on every pass
+    with tempfile.TemporaryDirectory(prefix="docqueue-bench-stages-") as workdir, PdfProcessor() as pdf:
+        text_pdf = pf.text_pdf(Path(workdir), "text.pdf", text_pages(args.text_pages), header="Railway Review")
+        scanned = [pf.scanned_pdf(Path(workdir), f"scan{i}.pdf")[0] for i in range(args.scanned_pages)]
         info = pdf.inspect(text_pdf)
         pdf.convert_page(text_pdf, 1, boilerplate=info.boilerplate)  # warm the worker process
         pages, seconds = timed(lambda: [pdf.convert_page(text_pdf, n, boilerplate=info.boilerplate)
