@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import shutil
 import sys
@@ -30,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
+
+from bench._result import print_result  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 EDIT_EVERY = 3  # pages: one word changed on every third page of the second version
@@ -204,7 +205,7 @@ def main() -> int:
     print(f"saving: {results['embedded_saving_pct']} % of the chunks embedded, {results['time_saving_pct']} % of "
           f"the vector phase's time; every copied vector matches the model's own (min cosine "
           f"{results['min_cosine_copied_vs_embedded']})")
-    print("RESULT " + json.dumps(results))
+    print_result(results)
     return 0
 
 

@@ -19,6 +19,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench._result import print_result  # noqa: E402
 
 
 def _result(script: Path, args: list[str], cwd: Path) -> dict:
@@ -52,6 +56,8 @@ def main() -> None:
     if not bench:
         parser.error("name the benchmark script after --")
     script, args = bench[0], bench[1:]
+    base_commit = subprocess.run(["git", "rev-parse", "--short", options.base], cwd=REPO, check=True,
+                                 capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="docqueue-base-") as scratch:
         base = Path(scratch) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", str(base), options.base], cwd=REPO, check=True,
@@ -72,8 +78,8 @@ def main() -> None:
               for key in shared if all(r["base"][key] for r in rounds)}
     for key, ratio in ratios.items():
         print(f"{key:60s} current/base {ratio:6.3f}")
-    print("RESULT " + json.dumps({"base": options.base, "script": script, "rounds": options.rounds,
-                                  "median_ratio_current_over_base": ratios}, sort_keys=True))
+    print_result({"base": options.base, "base_commit": base_commit, "script": script, "rounds": options.rounds,
+                  "median_ratio_current_over_base": ratios}, sort_keys=True)
 
 
 if __name__ == "__main__":

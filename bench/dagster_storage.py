@@ -17,7 +17,6 @@ must be allowed to CREATE/DROP DATABASE; the bench databases are dropped at the 
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -46,6 +45,7 @@ from dagster._core.storage.tags import (  # noqa: E402
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
+from bench._result import print_result  # noqa: E402
 from orchestration.dagster_pooled_storage import psycopg2_url  # noqa: E402
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "variants": results,
         "ratios": ratios,
     }
-    print("RESULT " + json.dumps(summary, sort_keys=True))
+    print_result(summary, sort_keys=True)
     return 0
 
 

@@ -15,7 +15,6 @@ Ends with one line `RESULT {json}`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter
@@ -23,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._result import print_result  # noqa: E402
 from processing.chunking import ChunkingError, chunk_markdown  # noqa: E402
 from processing.entities import resolve_aliases  # noqa: E402
 from resources.extraction import SpacyExtractor  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> int:
               "person_subset_rate_after": rate("person_subset_after", "person_after"),
               "person_rejected": rejected["PERSON"], "rejected_by_type": dict(sorted(rejected.items())),
               "seconds": round(time.perf_counter() - started, 1)}
-    print("RESULT " + json.dumps(result, sort_keys=True))
+    print_result(result, sort_keys=True)
     return 0
 
 

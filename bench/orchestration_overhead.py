@@ -42,6 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._result import print_result  # noqa: E402
+
 PARAGRAPHS = [
     "The harbour authority of Rotterdam reported that container traffic grew for the third year in a row, while "
     "the new rail terminal near Venlo took over a fifth of the inland freight that used to travel by road.",
@@ -434,7 +436,7 @@ def report(args, rounds: list[dict], load_before, load_after, extra_env: dict) -
         "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
         "rounds": [{v: round(r[v]["seconds"], 2) for v in ("plain", "dagster")} for r in rounds],
     }
-    print("RESULT " + json.dumps(result))
+    print_result(result)
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ allowed to CREATE/DROP DATABASE; the bench database is dropped at the end.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -38,6 +37,7 @@ import sqlalchemy as sa  # noqa: E402
 from dagster import DagsterInstance, PartitionKeyRange  # noqa: E402
 from dagster._core.definitions.partitions.context import partition_loading_context  # noqa: E402
 
+from bench._result import print_result  # noqa: E402
 from bench.dagster_storage import env, throwaway_database  # noqa: E402
 from orchestration.dagster_pooled_storage import delete_dynamic_partitions, psycopg2_url  # noqa: E402
 from orchestration.partitions import chunks_partitions  # noqa: E402
@@ -121,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
                 instance.dispose()
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    print("RESULT " + json.dumps({
+    print_result({
         "n": args.n, "live_after_retention": args.live, "range_keys": RANGE_KEYS, "repeats": args.repeats,
         "resolve_s_all_live": round(all_live_s, 4), "resolve_s_retained": round(retained_s, 4),
         "speedup": round(all_live_s / retained_s, 1), "seed_s": round(seeded_s, 1),
-        "retire_batch": RETIRE_BATCH, "retire_s_per_batch": round(retire_s / max(batches, 1), 4)}))
+        "retire_batch": RETIRE_BATCH, "retire_s_per_batch": round(retire_s / max(batches, 1), 4)})
     return 0
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import importlib.util
 import logging
 import multiprocessing as mp
 import os
@@ -61,11 +61,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import asyncpg  # noqa: E402
 import psycopg  # noqa: E402
-from pgqueuer import AsyncpgPoolDriver, Queries, QueueManager  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
+from bench._result import print_result  # noqa: E402
 from queue_db.config import QueueSettings  # noqa: E402
 from queue_db.migrate import upgrade  # noqa: E402
 from queue_db.phases import VECTOR_CHUNK  # noqa: E402
@@ -241,11 +240,13 @@ def seed_pgqueuer(url: str, tasks: int, payload_bytes: int = 0) -> None:
             f"SELECT {sql_payload('n')} FROM generate_series(0, %(n)s - 1) n ORDER BY n",
             {"n": tasks, "size": payload_bytes})]
 
+    # PgQueuer and asyncpg are the bench extra's: the other contenders run without them
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries
+
     async def install_and_enqueue() -> None:
         conn = await asyncpg.connect(url)
         try:
-            from pgqueuer import AsyncpgDriver
-
             queries = Queries(AsyncpgDriver(conn))
             await queries.install()
             for start in range(0, tasks, PGQ_ENQUEUE_BATCH):
@@ -409,6 +410,9 @@ def pgqueuer_worker(url: str, batch: int, ready, stop) -> Timeline:
     - no concurrency limits and no max_concurrent_tasks (its cheapest dequeue shape), durable tables (its
       default, like ours), continuous mode; a no-op async entrypoint.
     Its structure verification runs once before the barrier rather than inside the window."""
+    import asyncpg
+    from pgqueuer import AsyncpgPoolDriver, Queries, QueueManager
+
     timeline: Timeline = []
     logging.getLogger("pgqueuer").setLevel(logging.WARNING)
 
@@ -716,7 +720,7 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
         "cpus": os.cpu_count(),
         "errors": errors,
     }
-    print("RESULT " + json.dumps(result, sort_keys=True))
+    print_result(result, sort_keys=True)
     return 1 if errors else 0
 
 
@@ -770,6 +774,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}")
     if not 10 <= args.tasks <= MAX_TASKS:
         parser.error(f"--tasks must be between 10 and {MAX_TASKS}")
+    if "pgqueuer" in args.contenders and not all(importlib.util.find_spec(m) for m in ("pgqueuer", "asyncpg")):
+        parser.error("the pgqueuer contender needs PgQueuer (pip install -e .[bench]); without it, run "
+                     "--contenders ours,ours_settle,bare")
     return args
 
 

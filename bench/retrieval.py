@@ -45,6 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._result import print_result  # noqa: E402
+
 DEFAULT_CORPUS = Path(os.environ.get("DOCQUEUE_CORPUS") or REPO.parent / "shared" / "corpus")
 SEARCH_LIMIT = 10
 MODES = ("hybrid", "dense", "sparse")
@@ -306,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mode:6s} {kind:9s} n={figures['queries']:4d}  doc@1 {figures['doc_hit_at_1']:.3f}  "
                   f"doc@5 {figures['doc_hit_at_5']:.3f}  page@5 {figures['page_hit_at_5']:.3f}  "
                   f"MRR {figures['mrr']:.3f}")
-    print("RESULT " + json.dumps(result_line(report)))
+    print_result(result_line(report))
     return 0
 
 

@@ -57,6 +57,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+# the commands of the environment this interpreter runs in, wherever its venv lives
+BIN = Path(sys.executable).parent
+
+from bench._result import print_result  # noqa: E402
 
 PAGES, CHUNKS = 40, 5  # a document of 40 pages, 5 chunks a page: 200 chunks
 PENDING = 100_000
@@ -442,7 +446,7 @@ def measure_sensor_tick(instance, defs, rounds: int = 3) -> float:
 
 def cli_seconds(*args: str) -> float:
     started = time.perf_counter()
-    done = subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), *args], capture_output=True, text=True,
+    done = subprocess.run([str(BIN / "docqueue"), *args], capture_output=True, text=True,
                           timeout=600)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
@@ -570,7 +574,7 @@ def measure_run_worker(timeout_s: float) -> tuple[float, float, float]:
     MB, its peak anonymous MB, seconds)."""
     started = time.perf_counter()
     # every chunk embedded: the seeded texts repeat, and reusing their vectors would spare the model its work
-    done, peak_rss, peak_anon = _sampled([str(REPO / ".venv" / "bin" / "docqueue"), "run", "--max-docs", "1", "--json"],
+    done, peak_rss, peak_anon = _sampled([str(BIN / "docqueue"), "run", "--max-docs", "1", "--json"],
                                          timeout_s, tree=True, env={**os.environ, "DOCQUEUE_EMBEDDING_DEDUP": "0"})
     if done.returncode != 0:
         raise RuntimeError(f"docqueue run exited {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}")
@@ -605,7 +609,7 @@ def measure_partitions_page(timeout_s: float) -> float:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tempfile.NamedTemporaryFile(prefix="scale-webserver-", suffix=".log", delete=False)
-    server = subprocess.Popen([str(REPO / ".venv" / "bin" / "dagster-webserver"), "-m", "orchestration.definitions",
+    server = subprocess.Popen([str(BIN / "dagster-webserver"), "-m", "orchestration.definitions",
                                "-h", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
@@ -740,7 +744,7 @@ def child(n: int, home: Path, args) -> dict:
     figures, attempt = measured.figures, measured.attempt
     rng = np.random.default_rng(n)
 
-    subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), "db", "upgrade", "--json"], check=True,
+    subprocess.run([str(BIN / "docqueue"), "db", "upgrade", "--json"], check=True,
                    capture_output=True, timeout=600)
     from orchestration.environment import dagster_instance, prepare_environment
     from orchestration.stores import embedding_model
@@ -824,7 +828,7 @@ def _timed(fn) -> float:
 
 
 def stop_servers(home: Path) -> None:
-    subprocess.run([str(REPO / ".venv" / "bin" / "docqueue"), "db", "stop", "--json"], capture_output=True,
+    subprocess.run([str(BIN / "docqueue"), "db", "stop", "--json"], capture_output=True,
                    timeout=120, env={**os.environ, "DOCQUEUE_HOME": str(home)})
 
 
@@ -894,7 +898,7 @@ def parent(args) -> int:
     }
     for name, values in figures.items():
         print(f"{name:28} " + "  ".join("-" if v is None else f"{v:,.4g}" for v in values))
-    print("RESULT " + json.dumps(result, separators=(",", ":")))
+    print_result(result, separators=(",", ":"))
     return 0
 
 

@@ -47,6 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._result import print_result  # noqa: E402
 from bench.orchestration_overhead import Databases, _ingest, clean_graph, free_port, make_corpus, outcome, services  # noqa: E402
 
 DOCQUEUE = Path(sys.executable).with_name("docqueue")
@@ -480,7 +481,7 @@ def parent_main(args) -> None:
           f"{bound['speedup_bound_if_cpu_bound']:.2f}x faster; the rest of the machine took "
           f"{bound['rest_of_machine_share']:.0%} of its CPU")
     print(f"machine load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
-    print("RESULT " + json.dumps({
+    print_result({
         "documents": args.documents, "pages": args.pages, "chunks": chunks,
         "page_keys": args.page_keys, "chunk_keys": args.chunk_keys, "scanned": args.scanned,
         "runs_per_worker": args.runs_per_worker, "same_outcome": same,
@@ -489,7 +490,7 @@ def parent_main(args) -> None:
         "runs": {v: r["runs"] for v, r in results.items()}, "cores": os.cpu_count(),
         "cpu": {v: r["cpu"] for v, r in results.items()},
         "worker_steps": {v: r["steps"] for v, r in results.items() if r["steps"]}, "cpu_bound_1w": bound,
-        "load_before": round(load_before[0], 2), "load_after": round(os.getloadavg()[0], 2)}))
+        "load_before": round(load_before[0], 2), "load_after": round(os.getloadavg()[0], 2)})
 
 
 def main() -> None:

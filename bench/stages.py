@@ -9,7 +9,6 @@ headings, lists and tables; scanned pages rendered from known text. Ends with on
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._result import print_result  # noqa: E402
 from tests import pdf_factory as pf  # noqa: E402
 
 PARAGRAPH = ("The committee in Geneva reviewed the annual figures of the Northern Railway Company, whose director "
@@ -48,12 +48,11 @@ def main() -> int:
     from resources.extraction import SpacyExtractor
     from resources.ocr import PdfProcessor
 
-    workdir = Path(tempfile.mkdtemp(prefix="docqueue-bench-stages-"))
-    text_pdf = pf.text_pdf(workdir, "text.pdf", text_pages(args.text_pages), header="Railway Review")
-    scanned = [pf.scanned_pdf(workdir, f"scan{i}.pdf")[0] for i in range(args.scanned_pages)]
     results: dict = {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
-
-    with PdfProcessor() as pdf:
+    # the generated PDFs are gone when the bench ends: the test suite runs it on every pass
+    with tempfile.TemporaryDirectory(prefix="docqueue-bench-stages-") as workdir, PdfProcessor() as pdf:
+        text_pdf = pf.text_pdf(Path(workdir), "text.pdf", text_pages(args.text_pages), header="Railway Review")
+        scanned = [pf.scanned_pdf(Path(workdir), f"scan{i}.pdf")[0] for i in range(args.scanned_pages)]
         info = pdf.inspect(text_pdf)
         pdf.convert_page(text_pdf, 1, boilerplate=info.boilerplate)  # warm the worker process
         pages, seconds = timed(lambda: [pdf.convert_page(text_pdf, n, boilerplate=info.boilerplate)
@@ -87,7 +86,7 @@ def main() -> int:
     results["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     for key, value in results.items():
         print(f"{key:>34}: {value}")
-    print("RESULT " + json.dumps(results, sort_keys=True))
+    print_result(results, sort_keys=True)
     return 0
 
 

@@ -15,7 +15,6 @@ Prints one line per variant and filter and ends with exactly one line `RESULT {j
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -29,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._result import print_result  # noqa: E402
 from resources.qdrant_edge_shard import edge_filter  # noqa: E402
 from resources.vector_payload import point_id, search_filter  # noqa: E402
 
@@ -114,9 +114,9 @@ def main() -> None:
     ratios.update({f"{name}_p50_unindexed_over_indexed": round(figures["unindexed"][name]["p50_ms"]
                                                               / figures["indexed"][name]["p50_ms"], 3)
                    for name in ("unfiltered", "small", "big")})
-    print("RESULT " + json.dumps({"points": args.points, "searches": args.searches, "optimized": args.optimize,
-                                  "shares": {"big": args.big_share, "small": args.small_share},
-                                  "figures": figures, "ratios": ratios}, sort_keys=True))
+    print_result({"points": args.points, "searches": args.searches, "optimized": args.optimize,
+                  "shares": {"big": args.big_share, "small": args.small_share}, "figures": figures, "ratios": ratios},
+                 sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._result import print_result  # noqa: E402
 from resources.ports import ChunkPoint  # noqa: E402
 from resources.qdrant_base import PreparedPoint  # noqa: E402
 from resources.qdrant_edge import EdgeVectorStore  # noqa: E402
@@ -150,7 +151,7 @@ def main() -> None:
                 if edge in row and row[edge][metric] > 0:
                     ratio = round(row["local"][metric] / row[edge][metric], 1)
                     result["ratios"][f"{metric}_local_over_{edge}@{n}"] = ratio
-    print("RESULT " + json.dumps(result, sort_keys=True))
+    print_result(result, sort_keys=True)
 
 
 if __name__ == "__main__":

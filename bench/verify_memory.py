@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._result import print_result  # noqa: E402
+
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 MODEL, DIM, PLANTED = "bench-verify", 8, 5
 
@@ -141,13 +143,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{variant:9s} {figures[variant]}", flush=True)
     for variant, found in figures.items():
         assert (found["missing"], found["orphans"]) == (PLANTED, PLANTED), (variant, found)
-    print("RESULT " + json.dumps({
+    print_result({
         "n": args.n, "page": 1000, "seed_s": round(seeded, 1),
         "whole_s": figures["whole"]["s"], "streamed_s": figures["streamed"]["s"],
         "whole_peak_growth_mb": figures["whole"]["peak_growth_mb"],
         "streamed_peak_growth_mb": figures["streamed"]["peak_growth_mb"],
         "whole_heap_peak_mb": figures["whole"]["heap_peak_mb"],
-        "streamed_heap_peak_mb": figures["streamed"]["heap_peak_mb"]}))
+        "streamed_heap_peak_mb": figures["streamed"]["heap_peak_mb"]})
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ def test_the_scale_bench_reports_each_figure_at_each_size(tmp_path):
     assert last.startswith("RESULT ") and sum(line.startswith("RESULT ") for line in done.stdout.splitlines()) == 1
     result = json.loads(last[len("RESULT "):])
 
+    assert re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", result["commit"]), result["commit"]
     assert result["n"] == SIZES
     figures, missing = result["figures"], result["missing"]
     skipped = {key for keys in SKIPPED.values() for key in keys}
