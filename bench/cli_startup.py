@@ -10,7 +10,6 @@ its p50/p95 per search (embedding, both rankings, fusion), the load average; the
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -74,12 +73,11 @@ def main() -> None:
     parser.add_argument("--query", default="storm damage at the harbour")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO_ROOT))
+    from bench._result import print_result
+
     load_before = os.getloadavg()[0]
-    result = {"commands": commands(args.repeats, args.query), "session": session(args.searches, args.query),
-              "repeats": args.repeats, "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                       cwd=REPO_ROOT).stdout.strip()}
-    print("RESULT " + json.dumps(result))
+    print_result({"commands": commands(args.repeats, args.query), "session": session(args.searches, args.query),
+                  "repeats": args.repeats, "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]})
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ SMOKE_ENV: dict[str, dict[str, str]] = {"queue_throughput": {"DOCQUEUE_BENCH_PG_
 COVERED_ELSEWHERE = {
     "scale": "tests/acceptance/test_scale_bench.py",
     "retrieval": "tests/acceptance/test_retrieval.py",
+    "cli_startup": "tests/acceptance/test_cli_startup_bench.py",
 }
 
 
