@@ -57,7 +57,7 @@ class EarlierAttempt:
     """Tasks of this range held by an earlier delivery of the same step (same run, another worker id): a Celery
     worker machine that died mid-step, whose message the broker handed to us, or a delivery still running. Its
     tasks are waited for, never taken over, while their holder heartbeats: a live holder finishes them, a dead
-    one's go stale and are released (the lost attempt counted, as the recovery schedule would) and claimed again.
+    one's go stale and are released (the lost attempt counted, as a recovery run would) and claimed again.
     Either way the wait ends, so the run ends only when its range is settled."""
 
     def __init__(self, queue: TaskQueue, kind: TaskKind, key_of_id: dict[str, str], run_prefix: str, worker_id: str):

@@ -60,6 +60,12 @@ def tick(defs, instance, sensor_name: str):
         return sensor.evaluate_tick(ctx)
 
 
+def output_metadata(result: dg.ExecuteInProcessResult, node: str) -> dict:
+    """The metadata an op reported on its output (maintenance ops store no output, they report)."""
+    [event] = [e for e in result.events_for_node(node) if e.is_successful_output]
+    return {k: v.value for k, v in event.step_output_data.metadata.items()}
+
+
 def queue_run(defs, instance, request: dg.RunRequest, job: str) -> dg.DagsterRun:
     """The run record the daemon creates for a request before the coordinator starts it: QUEUED, with its tags."""
     from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
