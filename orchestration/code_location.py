@@ -19,7 +19,7 @@ from orchestration.checks import checks_job, phase_checks
 from orchestration.cluster import executor_for
 from orchestration.jobs import phase_jobs
 from orchestration.pipeline import PageLimits
-from orchestration.schedules import maintenance_jobs, maintenance_schedules
+from orchestration.schedules import maintenance_jobs, maintenance_schedules, recovery_sensor
 from orchestration.sensors import intake_sensors, phase_sensors
 from queue_db.config import Settings
 from queue_db.phases import PHASES, PhaseRegistry
@@ -51,7 +51,7 @@ def build_definitions(settings: Settings, phases: PhaseRegistry = PHASES,
         assets=phase_assets(phases, handlers, PageLimits.from_config(settings.storage)),
         asset_checks=phase_checks(settings, phases),
         jobs=[*phase_jobs(phases), maintenance.recovery, maintenance.reconciliation, checks],
-        sensors=[*intake_sensors(settings), *phase_sensors(settings, phases)],
+        sensors=[*intake_sensors(settings), *phase_sensors(settings, phases), recovery_sensor(settings, maintenance)],
         schedules=maintenance_schedules(settings, maintenance, checks),
         resources=build_resources(settings),
         # DOCQUEUE_EXECUTOR=celery: every job's steps (the sensors' ranged runs, UI backfills of the implicit asset

@@ -177,8 +177,8 @@ VECTOR_HANDLER = "vector"
 
 
 def index_vector_tail(settings: Settings) -> bool:
-    """What the recovery schedule does under the daemon, done here after each vector run, since `docqueue run` has
-    no schedules (orchestration.maintenance.index_vector_tail). A store that is busy or unusable is left for the
+    """What a recovery run does under the daemon, done here after each vector run, since `docqueue run` has
+    no sensors (orchestration.maintenance.index_vector_tail). A store that is busy or unusable is left for the
     next time."""
     try:
         store = QdrantResource.from_settings(settings)

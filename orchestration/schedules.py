@@ -1,15 +1,17 @@
-"""Stale-task recovery every TASK_QUEUE_CHECK_INTERVAL and a nightly reconciliation; both report what they
-changed as run metadata, and both skip while TASK_QUEUE_ENABLED is false. Made from the settings the code
-location was built with (`maintenance_jobs`, `maintenance_schedules`)."""
+"""Maintenance: the recovery sensor, which requests a recovery run only when there is something to recover, and
+the nightly reconciliation and asset checks on schedules. Their ops log one sentence each on what they found and
+report it as metadata, and store no output (each returns None). Everything skips while TASK_QUEUE_ENABLED is
+false. Made from the settings the code location was built with (`maintenance_jobs`, `recovery_sensor`,
+`maintenance_schedules`)."""
 
 from dataclasses import dataclass
 
 import dagster as dg
-from dagster import OpExecutionContext
+from dagster import OpExecutionContext, SensorEvaluationContext
 
 from orchestration.cluster import MAINTENANCE_QUEUE, celery_queue_tags
 from orchestration.maintenance import index_vector_tail as build_vector_tail
-from orchestration.maintenance import nightly, recover
+from orchestration.maintenance import nightly, recover, recovery_check, vector_tail_sentence, vector_tail_waiting
 from orchestration.partitions import retire_partitions_as_configured
 from queue_db.config import QueueConfig, Settings
 from resources.database import DatabaseResource
@@ -19,15 +21,34 @@ from resources.vector_resource import QdrantResource
 
 MAINTENANCE_POOL = "maintenance"
 MAINTENANCE_TAGS = {"docqueue/phase": "maintenance"}
+RECOVERY_DUE_TAG = "docqueue/recovery_due"
+IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+             dg.DagsterRunStatus.STARTED]
 
 
-@dg.op(pool=MAINTENANCE_POOL, tags=celery_queue_tags(MAINTENANCE_QUEUE),
-       description="Release tasks whose heartbeat went stale (counting the attempt) and bubble up.")
-def recover_stale_tasks(context: OpExecutionContext, database: DatabaseResource) -> dg.Output[dict]:
-    result = recover(database.get_queue())
-    context.log.info(f"released {result['released_total']} stale task(s): {result['released']}")
-    return dg.Output(result, metadata={"released_total": result["released_total"],
-                                       **{f"released_{k}": v for k, v in result["released"].items()}})
+def _recover_stale_tasks(settings: Settings) -> dg.OpDefinition:
+    stale_s = settings.queue.stale_timeout_s
+
+    @dg.op(name="recover_stale_tasks", pool=MAINTENANCE_POOL, tags=celery_queue_tags(MAINTENANCE_QUEUE),
+           description="Release tasks whose heartbeat went stale (counting the attempt), bubble up, and re-index the "
+                       "chunks whose re-index waited for their running task.")
+    def recover_stale_tasks(context: OpExecutionContext, database: DatabaseResource) -> None:
+        result = recover(database.get_queue())
+        released = {kind: n for kind, n in result["released"].items() if n}
+        if released:
+            context.log.info(f"released {result['released_total']} task(s) whose heartbeat was older than "
+                             f"STALE_TASK_TIMEOUT={stale_s:g} s: "
+                             + ", ".join(f"{n} {kind}" for kind, n in released.items()))
+        else:
+            context.log.info(f"no task's heartbeat was older than STALE_TASK_TIMEOUT={stale_s:g} s")
+        if result["reindexed_after_running"]:
+            context.log.info(f"re-indexed {result['reindexed_after_running']} chunk(s) whose re-index waited for "
+                             "their running task")
+        context.add_output_metadata({"released_total": result["released_total"],
+                                     "reindexed_after_running": result["reindexed_after_running"],
+                                     **{f"released_{k}": v for k, v in result["released"].items()}})
+
+    return recover_stale_tasks
 
 
 def _retire_completed_partitions(settings: Settings) -> dg.OpDefinition:
@@ -36,10 +57,13 @@ def _retire_completed_partitions(settings: Settings) -> dg.OpDefinition:
     @dg.op(name="retire_completed_partitions", pool=MAINTENANCE_POOL, tags=celery_queue_tags(MAINTENANCE_QUEUE),
            description="Retire the Dagster partitions of pages and chunks completed longer ago than "
                        "DOCQUEUE_PARTITION_RETENTION, or beyond DOCQUEUE_PARTITION_MAX_COMPLETED (one batch each).")
-    def retire_completed_partitions(context: OpExecutionContext, database: DatabaseResource) -> dg.Output[dict]:
+    def retire_completed_partitions(context: OpExecutionContext, database: DatabaseResource) -> None:
         retired = retire_partitions_as_configured(context.instance, database.get_queue().engine, dagster)
-        context.log.info(f"retired partitions: {retired}")
-        return dg.Output(retired, metadata={f"retired_{name}": n for name, n in retired.items()})
+        context.log.info("retired the partitions of completed tasks (older than DOCQUEUE_PARTITION_RETENTION, or "
+                         f"beyond DOCQUEUE_PARTITION_MAX_COMPLETED={dagster.partition_max_completed} per definition; "
+                         f"at most DOCQUEUE_PARTITION_RETIRE_BATCH={dagster.partition_retire_batch} a run): "
+                         + ", ".join(f"{n} {name}" for name, n in retired.items()))
+        context.add_output_metadata({f"retired_{name}": n for name, n in retired.items()})
 
     return retire_completed_partitions
 
@@ -51,12 +75,11 @@ def _index_vector_tail(settings: Settings) -> dg.OpDefinition:
            description="Build the vector index of the points written since the last build once "
                        "DOCQUEUE_QDRANT_INDEX_TAIL of them wait (the embedded store; a Qdrant server indexes by "
                        "itself).")
-    def index_vector_tail(context: OpExecutionContext, embeddings: EmbeddingResource,
-                          qdrant: QdrantResource) -> dg.Output[dict]:
+    def index_vector_tail(context: OpExecutionContext, embeddings: EmbeddingResource, qdrant: QdrantResource) -> None:
         # the resource's own model when its field is set, else DOCQUEUE_EMBEDDING_MODEL
         result = build_vector_tail(qdrant, embeddings.model or default_model, index_tail)
-        context.log.info(f"vector index: {result['waiting']} point(s) waiting, built: {result['built']}")
-        return dg.Output(result, metadata=result)
+        context.log.info(vector_tail_sentence(result["waiting"], index_tail, result["built"]))
+        context.add_output_metadata({**result, "index_tail": index_tail})
 
     return index_vector_tail
 
@@ -68,7 +91,7 @@ def _reconcile_and_verify(settings: Settings) -> dg.OpDefinition:
            description="Recompute every parent status, release tasks of dead runs, verify Qdrant and the graph "
                        "against the queue and re-queue what is missing.")
     def reconcile_and_verify(context: OpExecutionContext, database: DatabaseResource, embeddings: EmbeddingResource,
-                             qdrant: QdrantResource, neo4j: Neo4jResource) -> dg.Output[dict]:
+                             qdrant: QdrantResource, neo4j: Neo4jResource) -> None:
         queue = database.get_queue()
         embedder = embeddings.get_embedder()
         store = qdrant.get_store(embedder.model_id, embedder.dim)
@@ -79,9 +102,13 @@ def _reconcile_and_verify(settings: Settings) -> dg.OpDefinition:
         finally:
             store.close()
             graph.close()
-        context.log.info(f"nightly reconciliation: {result}")
+        context.log.info(f"nightly reconciliation: {result['parents_corrected']} parent status(es) corrected, "
+                         f"{result['tasks_released']} task(s) of {result['dead_run_workers']} ended run(s) released, "
+                         f"{result['requeued_vector_chunks']} vector and {result['requeued_graph_chunks']} graph "
+                         f"chunk(s) re-queued, {result['orphan_points_deleted']} orphan point(s) deleted; "
+                         f"vector index built: {result['vector_index_built']}")
         verification = result.pop("verification")
-        return dg.Output({**result, "verification": verification}, metadata={
+        context.add_output_metadata({
             **{k: v for k, v in result.items() if isinstance(v, int)},
             "corrections": dg.MetadataValue.json(result["corrections"]),
             "verification": dg.MetadataValue.json(verification)})
@@ -96,12 +123,14 @@ class MaintenanceJobs:
 
 
 def maintenance_jobs(settings: Settings) -> MaintenanceJobs:
-    retire, index_tail, reconcile = (_retire_completed_partitions(settings), _index_vector_tail(settings),
-                                     _reconcile_and_verify(settings))
+    recover_op, retire, index_tail, reconcile = (_recover_stale_tasks(settings), _retire_completed_partitions(settings),
+                                                 _index_vector_tail(settings), _reconcile_and_verify(settings))
 
-    @dg.job(name="recovery_job", tags=MAINTENANCE_TAGS)
+    @dg.job(name="recovery_job", tags=MAINTENANCE_TAGS,
+            description="Requested by `recovery_sensor` when there is something to recover: release stale tasks, "
+                        "retire completed partitions, build the embedded vector index's tail.")
     def recovery_job():
-        recover_stale_tasks()
+        recover_op()
         retire()
         index_tail()
 
@@ -110,6 +139,39 @@ def maintenance_jobs(settings: Settings) -> MaintenanceJobs:
         reconcile()
 
     return MaintenanceJobs(recovery_job, reconciliation_job)
+
+
+def recovery_sensor(settings: Settings, jobs: MaintenanceJobs) -> dg.SensorDefinition:
+    """Every TASK_QUEUE_CHECK_INTERVAL: a recovery run when a heartbeat went stale, a re-index request waits, a
+    completed partition is due for retirement or the embedded vector index's tail reached DOCQUEUE_QDRANT_INDEX_TAIL;
+    otherwise a skipped tick that says what it checked. One recovery run at a time."""
+    enabled, dagster, index_tail = settings.queue.enabled, settings.dagster, settings.vector.index_tail
+    default_model = settings.embedding.model
+
+    @dg.sensor(name="recovery_sensor", job=jobs.recovery,
+               minimum_interval_seconds=max(1, int(settings.queue.check_interval_s)),
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description="Requests a `recovery_job` run only when there is something to recover: a heartbeat older "
+                           "than STALE_TASK_TIMEOUT, a settled re-index request, completed partitions due for "
+                           "retirement, DOCQUEUE_QDRANT_INDEX_TAIL points waiting to be indexed (every "
+                           "TASK_QUEUE_CHECK_INTERVAL).")
+    def sensor(context: SensorEvaluationContext, database: DatabaseResource, embeddings: EmbeddingResource,
+               qdrant: QdrantResource):
+        if not enabled:
+            return dg.SkipReason(QueueConfig.disabled_reason)
+        running = context.instance.get_runs_count(dg.RunsFilter(job_name=jobs.recovery.name, statuses=IN_FLIGHT))
+        if running:
+            return dg.SkipReason(f"a recovery run is already queued or running ({running}); checked again on the "
+                                 "next tick")
+        waiting = vector_tail_waiting(qdrant, embeddings.model or default_model) if index_tail > 0 else 0
+        check = recovery_check(database.get_queue(), dagster, waiting, index_tail)
+        due = check.due()
+        if not due:
+            return dg.SkipReason(check.nothing_due())
+        context.log.info("recovery due: " + "; ".join(due))
+        return dg.RunRequest(tags={**MAINTENANCE_TAGS, RECOVERY_DUE_TAG: "; ".join(due)[:1000]})
+
+    return sensor
 
 
 def _unless_disabled(queue: QueueConfig):
@@ -124,10 +186,6 @@ def maintenance_schedules(settings: Settings, jobs: MaintenanceJobs,
                           checks_job) -> list[dg.ScheduleDefinition]:
     unless_disabled = _unless_disabled(settings.queue)
     return [
-        dg.ScheduleDefinition(
-            name="stale_task_recovery", job=jobs.recovery, cron_schedule=settings.queue.recovery_cron(),
-            execution_fn=unless_disabled, default_status=dg.DefaultScheduleStatus.RUNNING,
-            description="Release stale heartbeats; bubble up what changed (every TASK_QUEUE_CHECK_INTERVAL)."),
         dg.ScheduleDefinition(
             name="nightly_reconciliation", job=jobs.reconciliation, cron_schedule=settings.dagster.nightly_cron,
             execution_fn=unless_disabled, default_status=dg.DefaultScheduleStatus.RUNNING,

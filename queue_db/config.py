@@ -24,9 +24,6 @@ from queue_db.settings_group import SettingsError, SettingsGroup, _sentence, def
 from queue_db.settings_group import declare as _var
 from queue_db.tenants import TENANT_RULE, tenant_problem
 
-# the periods (minutes) a cron step expresses evenly: divisors of an hour, then of a day
-_CRON_STEPS_MIN = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, 240, 360, 480, 720, 1440)
-
 
 class QueueConfig(SettingsGroup):
     title: ClassVar[str] = "Queue (the seed's settings)"
@@ -35,7 +32,7 @@ class QueueConfig(SettingsGroup):
     enabled: bool = _var(True, "TASK_QUEUE_ENABLED",
                          "`false`: sensors, schedules and `docqueue run` leave the queue alone (see below)")
     check_interval_s: float = _var(60.0, "TASK_QUEUE_CHECK_INTERVAL",
-                                   "seconds between stale-task recoveries (the recovery schedule's cron, see below)",
+                                   "seconds between the recovery sensor's checks for stale heartbeats (see below)",
                                    gt=0)
     poll_interval_s: float = _var(5.0, "WORKER_POLL_INTERVAL",
                                   "seconds `docqueue run` waits before looking for work again when none is ready",
@@ -52,19 +49,6 @@ class QueueConfig(SettingsGroup):
     stats_window: int = _var(10_000, "DOCQUEUE_STATS_WINDOW",
                              "completed tasks per type `docqueue stats` takes its timings from (a random sample of "
                              "table blocks once a table holds more rows)", ge=100)
-
-    def recovery_cron(self) -> str:
-        """The recovery schedule's cron: the check interval rounded down to a period cron repeats evenly (so
-        recovery never runs less often than asked), and at least one minute, cron's finest step."""
-        minutes = max(1, int(self.check_interval_s // 60))
-        step = max(s for s in _CRON_STEPS_MIN if s <= minutes)
-        if step == 1:
-            return "* * * * *"
-        if step < 60:
-            return f"*/{step} * * * *"
-        if step == 1440:
-            return "0 0 * * *"
-        return "0 * * * *" if step == 60 else f"0 */{step // 60} * * *"
 
 
 class DatabaseConfig(SettingsGroup):
@@ -184,7 +168,7 @@ class VectorStoreConfig(SettingsGroup):
                                "most points in one indexed segment of the embedded store: bounds the time and memory "
                                "of one index build, whatever the corpus holds", ge=10_000)
     index_tail: int = _var(50_000, "DOCQUEUE_QDRANT_INDEX_TAIL",
-                           "points written since the last index build after which the recovery schedule builds their "
+                           "points written since the last index build after which a recovery run builds their "
                            "index; 0 = the nightly run only", ge=0)
     hnsw_ef: int = _var(128, "DOCQUEUE_QDRANT_HNSW_EF",
                         "candidates a dense search of the embedded store visits in its HNSW graph (higher: better "

@@ -30,6 +30,15 @@ def stuck_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
         f"AND t.{k.col('last_heartbeat')} < now() - make_interval(secs => %(stale_s)s)" for k in kinds])
 
 
+def stale_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
+    """kind, count (at most %(limit)s) of held tasks whose heartbeat is older than %(stale_s)s seconds: the oldest
+    entries of each kind's partial heartbeat index, so the cost stays bounded whatever the corpus holds."""
+    return _union([
+        f"SELECT '{k.name}' AS kind, (SELECT count(*) FROM (SELECT 1 FROM {k.table} t WHERE {k.held_sql('t')} "
+        f"AND t.{k.col('last_heartbeat')} < now() - make_interval(secs => %(stale_s)s) "
+        f"LIMIT %(limit)s) s) AS n" for k in kinds])
+
+
 def next_retry_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
     """kind, the earliest time a failed task of that kind backing off becomes claimable again."""
     return _union([f"SELECT '{k.name}' AS kind, min(t.{k.col('next_attempt_at')}) AS at FROM {k.table} t "
@@ -65,6 +74,12 @@ def held_counts(conn: sa.Connection) -> dict[str, int]:
 
 def stuck_counts(conn: sa.Connection, stale_s: float) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in conn.exec_driver_sql(stuck_sql(), {"stale_s": stale_s}).all()}
+
+
+def stale_counts(conn: sa.Connection, stale_s: float, kinds: tuple[TaskKind, ...] = ALL_KINDS,
+                 limit: int = 1000) -> dict[str, int]:
+    """Per kind, how many held tasks (counting at most `limit`) have a heartbeat older than `stale_s` seconds."""
+    return {r[0]: int(r[1]) for r in conn.exec_driver_sql(stale_sql(kinds), {"stale_s": stale_s, "limit": limit})}
 
 
 def waiting_work(engine: sa.Engine) -> dict[str, float | int | None]:

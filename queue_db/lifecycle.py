@@ -173,6 +173,16 @@ def reset_phase(queue: TaskQueue, phase: PhaseSpec, document_id: str | None = No
             "running": running}
 
 
+def reindex_due(queue: TaskQueue) -> bool:
+    """Whether a re-index request waits whose chunk's tasks have settled (what `apply_reindex_requests` would apply
+    now); stops at the first one found."""
+    with queue.engine.connect() as conn:
+        return bool(conn.exec_driver_sql(
+            f"""SELECT EXISTS (SELECT 1 FROM reindex_requests r JOIN task_queue_chunk c ON c.id = r.chunk_task_id
+                               WHERE r.phase = ANY(%(phases)s) AND {_idle_sql(queue.phases)})""",
+            {"phases": [p.value for p in _chunk_phases(queue.phases)]}).scalar())
+
+
 def apply_reindex_requests(queue: TaskQueue, limit: int = 1000) -> int:
     """Re-index the requested chunks whose tasks have settled since; the others keep waiting."""
     applied = 0

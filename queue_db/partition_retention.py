@@ -85,6 +85,18 @@ def retire_batch(engine: sa.Engine, level: Level, retention_s: float, max_comple
     return len(rows)
 
 
+def retirement_due(engine: sa.Engine, level: Level, retention_s: float, max_completed: int,
+                   phases: PhaseRegistry = PHASES) -> bool:
+    """Whether `retire_batch` would retire anything of `level` now: as cheap as its own cut-off (at most
+    max_completed + 1 index entries), then the oldest live completed partition."""
+    done_at = done_at_sql(level, phases)
+    with engine.connect() as conn:
+        before = retire_before(conn, level, retention_s, max_completed, phases)
+        return bool(conn.exec_driver_sql(
+            f"""SELECT EXISTS (SELECT 1 FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}
+                               AND {done_at} < %(before)s)""", {"before": before}).scalar())
+
+
 def live_completed(engine: sa.Engine, level: Level, phases: PhaseRegistry = PHASES) -> int:
     """How many completed partitions of `level` are live (tests and benchmarks; linear in that number)."""
     with engine.connect() as conn:

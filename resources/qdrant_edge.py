@@ -13,7 +13,7 @@ shard: opening a shard reads its segments' graphs and id trackers, so a writer t
 for the whole corpus once per run (8 s at a million points here), while the tail holds only the points written since
 the last index build. Reads and deletes take the tail, then the main shard (always in that order), and see both: a
 search asks each for its best hits and keeps the best of the two (a point in both counts once, the tail's copy
-wins). Building the index (`optimize()`, the recovery schedule once DOCQUEUE_QDRANT_INDEX_TAIL points wait in the
+wins). Building the index (`optimize()`, a recovery run once DOCQUEUE_QDRANT_INDEX_TAIL points wait in the
 tail, `index_tail`, and the nightly job whatever is left; see orchestration/maintenance.py) copies the tail into the
 main shard, drops the tail, and builds the main shard's HNSW index without holding the tail, so runs go on writing
 meanwhile. Writers count the points they add in `<collection>.unindexed` (no opening needed to read it). Segments
@@ -373,7 +373,7 @@ class EdgeVectorStore(QdrantStore):
 
     def optimize(self) -> bool:
         """Merge the tail into the main shard, then its segments and build their HNSW indexes, holding the main
-        shard until done but the tail only for the copy (the nightly job, and the recovery schedule once
+        shard until done but the tail only for the copy (the nightly job, and a recovery run once
         DOCQUEUE_QDRANT_INDEX_TAIL points wait)."""
         self.merge_tail()
         with self._existing() as shard:

@@ -57,7 +57,7 @@ class EarlierAttempt:
     """Tasks of this range held by an earlier delivery of the same step (same run, another worker id): a Celery
     worker machine that died mid-step, whose message the broker handed to us, or a delivery still running. Its
     tasks are waited for, never taken over, while their holder heartbeats: a live holder finishes them, a dead
-    one's go stale and are released (the lost attempt counted, as the recovery schedule would) and claimed again.
+    one's go stale and are released (the lost attempt counted, as a recovery run would) and claimed again.
     Either way the wait ends, so the run ends only when its range is settled."""
 
     def __init__(self, queue: TaskQueue, kind: TaskKind, key_of_id: dict[str, str], run_prefix: str, worker_id: str):
@@ -206,6 +206,49 @@ def log_materializations(context: dg.AssetExecutionContext, materializations: li
             step_context, materialization, DagsterEventBatchMetadata(batch_id, index == last)))
 
 
+HEADLINE_KEYS = 3
+
+
+def failure_headline(reasons: dict[str, str], counts: str) -> str:
+    """The step's failure in one line a person reads first: the first keys with their reasons, then the counts
+    ("wild-1a2b3c4d: empty: document has no pages (1 of 50 ocr_document tasks failed)")."""
+    if not reasons:
+        return counts
+    named = "; ".join(f"{key}: {reason}" for key, reason in list(reasons.items())[:HEADLINE_KEYS])
+    more = f"; and {len(reasons) - HEADLINE_KEYS} more" if len(reasons) > HEADLINE_KEYS else ""
+    return f"{named}{more} ({counts})"
+
+
+def log_failures(context: dg.AssetExecutionContext, reasons: dict[str, tuple[str | None, str, bool]]) -> None:
+    """One observation per failed partition, on that partition: its error class and one-sentence reason as
+    metadata, so the partition's own events say why it failed (Dagster stores no failure event of its own per
+    partition here). `reasons`: key -> (error class, reason, retryable)."""
+    for key, (error_class, reason, retryable) in reasons.items():
+        context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata={
+            "status": "failed", "error_class": error_class or "unknown", "reason": reason,
+            "retryable": retryable, "run_id": context.run.run_id}))
+
+
+def _fail_range(context: dg.AssetExecutionContext, kind: TaskKind, keys: list[str], report: RangeReport,
+                manual: bool, summary: dict) -> None:
+    """Fail the step for the keys whose task failed (and, in a run a person launched, those not ready): each
+    failed key's reason on its own partition, the first ones in the failure's headline."""
+    reasons = {key: (o.error_class, o.error or "failed", o.retryable) for key, o in report.failed.items()}
+    if manual:
+        reasons.update({key: ("not_ready", f"not run, {why}", True) for key, why in report.not_ready.items()})
+    log_failures(context, reasons)
+    lines = [f"{key}: {reason}" for key, (_, reason, _) in list(reasons.items())[:40]]
+    counts = f"{len(report.failed)} of {len(keys)} {kind.name} tasks failed" + (
+        f", {len(report.not_ready)} not ready" if manual and report.not_ready else "")
+    raise dg.Failure(
+        description=failure_headline({key: reason for key, (_, reason, _) in reasons.items()}, counts),
+        metadata={**{k: v for k, v in summary.items() if k != "error_classes"},
+                  "errors": dg.MetadataValue.md("\n".join(f"- `{line}`" for line in lines) or "-")},
+        # what retrying cannot fix (corrupt, empty, encrypted, ...) is not worth retrying the run either
+        allow_retries=any(retryable for _, _, retryable in reasons.values()),
+    )
+
+
 def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: TaskQueue, pipeline, after=None):
     """The body every task asset shares. `pipeline` processes claimed tasks (`process(kind, worker_id, tasks)`:
     a Pipeline, or assets.handlers.HandledTasks); `after(report)` runs once the tasks are settled (register
@@ -247,14 +290,6 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
         "error_classes": dg.MetadataValue.json(summary["error_classes"]),
     }))
     if failing:
-        lines = [f"{key}: {o.error}" for key, o in list(report.failed.items())[:20]]
-        if manual:
-            lines += [f"{key}: not run, {why}" for key, why in list(report.not_ready.items())[:20]]
-        raise dg.Failure(
-            description=f"{len(report.failed)} of {len(keys)} {kind.name} tasks failed"
-                        + (f", {len(report.not_ready)} not ready" if manual and report.not_ready else ""),
-            metadata={**{k: v for k, v in summary.items() if k != "error_classes"},
-                      "errors": dg.MetadataValue.md("\n".join(f"- `{line}`" for line in lines) or "-")},
-        )
+        _fail_range(context, kind, keys, report, manual, summary)
     if False:  # pragma: no cover - makes this a generator so output_required=False applies
         yield

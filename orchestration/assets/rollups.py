@@ -8,7 +8,7 @@ fully indexed."""
 import dagster as dg
 from dagster import AssetExecutionContext
 
-from orchestration.assets.common import is_manual_run, log_materializations, queue_of
+from orchestration.assets.common import failure_headline, is_manual_run, log_failures, log_materializations, queue_of
 from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import documents_partitions
 from orchestration.store_cleanup import retire_superseded
@@ -48,12 +48,26 @@ def _materialize_rollups(context: AssetExecutionContext, queue, phase: PhaseSpec
     mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())], phases=phases)
     open_keys = [k for k in keys if k not in completed and k not in failed]
     if failed or (open_keys and is_manual_run(dict(context.run.tags))):
-        lines = [f"- `{k}`: {f['error'] if f['status'] == 'failed' else BLOCKED_REASON}"
-                 for k, f in list(failed.items())[:20]]
-        lines += [f"- `{k}`: phase not finished ({figures.get(k, {}).get('status', 'unknown document')})"
-                  for k in open_keys[:20]]
-        raise dg.Failure(description=f"{len(failed)} document(s) failed the {phase.name} phase",
-                         metadata={"errors": dg.MetadataValue.md("\n".join(lines))})
+        reasons = {k: _rollup_reason(f) for k, f in failed.items()}
+        reasons.update({k: ("not_finished", "phase not finished "
+                                            f"({figures.get(k, {}).get('status', 'unknown document')})", True)
+                        for k in open_keys})
+        log_failures(context, reasons)
+        lines = [f"- `{k}`: {reason}" for k, (_, reason, _) in list(reasons.items())[:40]]
+        counts = f"{len(failed)} document(s) failed the {phase.name} phase"
+        raise dg.Failure(description=failure_headline({k: r for k, (_, r, _) in reasons.items()}, counts),
+                         metadata={"errors": dg.MetadataValue.md("\n".join(lines))},
+                         allow_retries=False)
+
+
+def _rollup_reason(figures: dict) -> tuple[str, str, bool]:
+    """(error class, reason, retryable) of a failed or blocked phase; the class is the reason's own prefix
+    ("empty: document has no pages" is `empty`)."""
+    if figures["status"] == "blocked":
+        return "blocked", BLOCKED_REASON, False
+    reason = figures.get("error") or "failed"
+    prefix = reason.split(":", 1)[0]
+    return (prefix if prefix.isidentifier() else "failed"), reason, False
 
 
 def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.AssetsDefinition:

@@ -97,3 +97,53 @@ def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_en
         assert len(store.chunk_ids()) == len(keys) - 1
     finally:
         store.close()
+
+
+def test_a_failed_document_partition_carries_its_error_class_and_reason(truth_env, tmp_path):
+    """A real ocr_document run over an encrypted PDF (no password) and a PDF without pages: each failed partition's
+    own event (an observation on that partition) holds its error class and one-sentence reason, the step fails
+    with a `Failure` whose headline names the documents and their reasons, and the run is not worth retrying."""
+    from orchestration.intake import ingest_file
+    from orchestration.partitions import register_partitions
+    from orchestration.planning import plan_runs
+    from orchestration.runner import execute
+    from queue_db.config import Settings
+    from queue_db.phases import OCR_DOCUMENT
+    from resources.storage import StorageResource
+    from tests import pdf_factory as pf
+
+    defs, instance, queue = truth_env
+    storage = StorageResource.from_settings(Settings.from_env()).get_storage()
+    empty = tmp_path / "no-pages.pdf"
+    empty.write_bytes(pf.raw_pdf([b"<</Type/Catalog/Pages 2 0 R>>", b"<</Type/Pages/Kids[]/Count 0>>"]))
+    locked = pf.encrypted_pdf(tmp_path, "locked.pdf", "secret")
+    keys = {}
+    for path in (empty, locked):
+        result = ingest_file(queue, storage, path)
+        assert result.status == "new", result
+        keys[path.name] = result.document_key
+    register_partitions(instance, queue.engine, Level.DOCUMENT)
+    [planned] = plan_runs(queue.engine, OCR_DOCUMENT, max_keys=10)
+
+    assert not execute(defs, instance, planned)
+
+    expected = {keys["no-pages.pdf"]: "empty", keys["locked.pdf"]: "encrypted"}
+    statuses = partition_status(instance, "ocr_document", "documents")
+    assert statuses == {key: "failed" for key in expected}
+    for key, error_class in expected.items():
+        [record] = instance.fetch_observations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("ocr_document"), asset_partitions=[key]), limit=5).records
+        metadata = {k: v.value for k, v in record.asset_observation.metadata.items()}
+        assert metadata["status"] == "failed" and metadata["error_class"] == error_class, metadata
+        assert metadata["reason"].startswith(f"{error_class}: ") and "\n" not in metadata["reason"], metadata
+        assert metadata["retryable"] is False
+        assert metadata["reason"] == queue.document(key)["ocr_error"]  # the queue's own sentence
+    [run] = instance.get_runs(filters=dg.RunsFilter(job_name="ocr_document_job"))
+    [failure] = [e.dagster_event for e in instance.all_logs(run.run_id)
+                 if e.dagster_event and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE]
+    data = failure.step_failure_data
+    assert data.error.cls_name == "Failure"
+    headline = data.user_failure_data.description
+    for key in expected:
+        assert f"{key}: {expected[key]}: " in headline, headline
+    assert headline.endswith("(2 of 2 ocr_document tasks failed)"), headline

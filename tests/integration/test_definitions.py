@@ -89,20 +89,21 @@ def test_phase_dependencies(repo):
 def test_sensors(repo):
     sensors = {sensor.name: sensor for sensor in repo.sensor_defs}
     expected = {"inbox_sensor", "s3_intake_sensor", *(f"{kind.name}_sensor" for kind in ALL_KINDS),
-                "rollup_ocr_sensor", "rollup_vector_sensor", "rollup_graphrag_sensor"}
+                "rollup_ocr_sensor", "rollup_vector_sensor", "rollup_graphrag_sensor", "recovery_sensor"}
     assert set(sensors) == expected
     for name, sensor in sensors.items():
         assert sensor.default_status == dg.DefaultSensorStatus.RUNNING, name
         assert "database" in sensor.required_resource_keys, name
     for kind in ALL_KINDS:
         assert sensors[f"{kind.name}_sensor"].job_name == f"{kind.name}_job"
+    # recovery runs only when there is something to recover, checked every TASK_QUEUE_CHECK_INTERVAL=60
+    assert sensors["recovery_sensor"].job_name == "recovery_job"
+    assert sensors["recovery_sensor"].minimum_interval_seconds == 60
 
 
 def test_schedules(repo):
     schedules = {schedule.name: schedule for schedule in repo.schedule_defs}
-    assert set(schedules) == {"stale_task_recovery", "nightly_reconciliation", "asset_checks"}
-    assert schedules["stale_task_recovery"].cron_schedule == "* * * * *"  # TASK_QUEUE_CHECK_INTERVAL=60
-    assert schedules["stale_task_recovery"].job_name == "recovery_job"
+    assert set(schedules) == {"nightly_reconciliation", "asset_checks"}
     assert schedules["asset_checks"].job_name == "asset_checks_job"
     nightly = schedules["nightly_reconciliation"]
     minute, hour, *rest = nightly.cron_schedule.split()
@@ -113,18 +114,17 @@ def test_schedules(repo):
 
 def test_schedules_and_sensors_follow_their_settings():
     """Loaded with other values (in a fresh process: the intervals are part of the definitions), the recovery
-    schedule runs every TASK_QUEUE_CHECK_INTERVAL (rounded down to what cron repeats evenly) and the sensors tick
-    every DOCQUEUE_SENSOR_INTERVAL."""
+    sensor checks every TASK_QUEUE_CHECK_INTERVAL and the other sensors tick every DOCQUEUE_SENSOR_INTERVAL."""
     script = ("from orchestration.definitions import defs\n"
-              "print(defs.get_schedule_def('stale_task_recovery').cron_schedule)\n"
+              "print(defs.get_sensor_def('recovery_sensor').minimum_interval_seconds)\n"
               "print(defs.get_schedule_def('nightly_reconciliation').cron_schedule)\n"
-              "print(sorted({s.minimum_interval_seconds for s in defs.sensors}))")
+              "print(sorted({s.minimum_interval_seconds for s in defs.sensors if s.name != 'recovery_sensor'}))")
     env = {**os.environ, "TASK_QUEUE_CHECK_INTERVAL": "420", "DOCQUEUE_SENSOR_INTERVAL": "40",
            "DOCQUEUE_NIGHTLY_CRON": "30 1 * * *"}
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, env=env,
                           timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[:3] == ["*/6 * * * *", "30 1 * * *", "[40]"]
+    assert proc.stdout.split("\n")[:3] == ["420", "30 1 * * *", "[40]"]
 
 
 def test_asset_checks(repo):

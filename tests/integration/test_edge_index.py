@@ -6,9 +6,11 @@ import json
 import numpy as np
 import qdrant_edge as qe
 
+from orchestration.schedules import RECOVERY_DUE_TAG
 from resources.ports import ChunkPoint
 from resources.qdrant_edge import EdgeVectorStore
 from resources.qdrant_edge_shard import HNSW_CONFIG, QUANTIZATION_CONFIG
+from tests.integration.test_sensors import output_metadata, tick
 
 MODEL, DIM = "index-test", 384
 POINTS = 8_000  # 12 MB of vectors: above full_scan_threshold (10 MB), so searches go through the graph
@@ -127,11 +129,17 @@ def test_the_recovery_job_indexes_the_waiting_tail(docqueue_env, monkeypatch):
     defs = build_definitions(Settings.from_env())
     instance = dagster_instance(Settings.from_env())
     try:
+        requested = tick(defs, instance, "recovery_sensor").run_requests
+        assert [r.tags[RECOVERY_DUE_TAG] for r in requested] == [
+            f"embedded vector index: {POINTS} point(s) written since the last index build; the index is rebuilt at "
+            f"DOCQUEUE_QDRANT_INDEX_TAIL={POINTS} points"]
         result = defs.resolve_job_def("recovery_job").execute_in_process(instance=instance)
+        assert result.success
+        assert output_metadata(result, "index_vector_tail") == {"waiting": POINTS, "built": True,
+                                                                "index_tail": POINTS}
+        assert "nothing to recover" in tick(defs, instance, "recovery_sensor").skip_message
     finally:
         instance.dispose()
-    assert result.success
-    assert result.output_for_node("index_vector_tail") == {"waiting": POINTS, "built": True}
     assert store.unindexed() == 0 and store.info()["indexed_vectors"] >= 2 * POINTS
     store.close()
 

@@ -8,10 +8,12 @@ import re
 import pytest
 
 from orchestration.partitions import register_partitions, retire_partitions
+from orchestration.schedules import RECOVERY_DUE_TAG
 from queue_db.config import DagsterConfig, SettingsError, settings
 from queue_db.partition_keys import TABLE
 from queue_db.partition_retention import done_at_sql, live_completed, live_completed_sql
 from queue_db.phases import VECTOR_CHUNK, Level
+from tests.integration.test_sensors import output_metadata, tick
 from tests.queue_support import build_document
 
 DAY_S = 86400.0
@@ -151,7 +153,8 @@ def test_a_bad_retention_is_one_sentence(monkeypatch, value):
 
 
 def test_the_recovery_job_retires_with_the_settings(env, monkeypatch):
-    """The recovery job's own op, run as its schedule runs it, reads the three settings and reports per definition."""
+    """The recovery job's own op, run as the recovery sensor requests it, reads the three settings and reports per
+    definition; the sensor requests that run because partitions are due, and skips once none is."""
     from orchestration.code_location import build_definitions
     from queue_db.config import Settings
 
@@ -163,11 +166,17 @@ def test_the_recovery_job_retires_with_the_settings(env, monkeypatch):
     monkeypatch.setenv("DOCQUEUE_PARTITION_RETIRE_BATCH", "2")
 
     defs = build_definitions(Settings.from_env())  # the code location as it loads with these settings
+    due = tick(defs, instance, "recovery_sensor")
+    assert [r.tags[RECOVERY_DUE_TAG] for r in due.run_requests] == [
+        "completed partitions due for retirement: pages, chunks"]
     result = defs.resolve_job_def("recovery_job").execute_in_process(instance=instance)
 
     assert result.success
-    assert result.output_for_node("retire_completed_partitions") == {"pages": 1, "chunks": 2}
+    assert output_metadata(result, "retire_completed_partitions") == {"retired_pages": 1, "retired_chunks": 2}
     assert len(instance.get_dynamic_partitions("chunks")) == 1
+    # the batch left one chunk older than the retention: the next tick asks again, so a backlog drains run by run
+    assert [r.tags[RECOVERY_DUE_TAG] for r in tick(defs, instance, "recovery_sensor").run_requests] == [
+        "completed partitions due for retirement: chunks"]
 
 
 @pytest.mark.parametrize("level, index", [(Level.PAGE, "idx_tqp_retirable"), (Level.CHUNK, "idx_tqc_retirable")])

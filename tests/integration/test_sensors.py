@@ -7,6 +7,7 @@ import os
 import shutil
 import time
 import uuid
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -60,6 +61,12 @@ def tick(defs, instance, sensor_name: str):
         return sensor.evaluate_tick(ctx)
 
 
+def output_metadata(result: dg.ExecuteInProcessResult, node: str) -> dict:
+    """The metadata an op reported on its output (maintenance ops store no output, they report)."""
+    [event] = [e for e in result.events_for_node(node) if e.is_successful_output]
+    return {k: v.value for k, v in event.step_output_data.metadata.items()}
+
+
 def queue_run(defs, instance, request: dg.RunRequest, job: str) -> dg.DagsterRun:
     """The run record the daemon creates for a request before the coordinator starts it: QUEUED, with its tags."""
     from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
@@ -97,6 +104,39 @@ def span(request: dg.RunRequest) -> tuple[int, int]:
 
 def block(request: dg.RunRequest) -> int:
     return parse_span(request.tags)[0]
+
+
+# ------------------------------------------------------------------------------------------------ skip reasons
+def test_every_sensor_says_in_one_sentence_why_its_tick_requested_nothing(env, monkeypatch):
+    """On an empty queue every sensor's tick is skipped with a reason: the daemon stores it on the tick, and the
+    sensor page's tick list shows it (a tick without one shows only "0 requested")."""
+    from queue_db.phases import PHASES
+
+    _, instance, _ = env
+    monkeypatch.delenv("DOCQUEUE_INBOX", raising=False)
+    monkeypatch.delenv("DOCQUEUE_S3_BUCKET", raising=False)
+    defs = loaded()
+    expected = {
+        "inbox_sensor": "DOCQUEUE_INBOX is not set",
+        "s3_intake_sensor": "DOCQUEUE_S3_BUCKET is not set",
+        **{f"{kind.name}_sensor": f"no ready {kind.name} tasks" for kind in PHASES.kinds},
+        **{f"rollup_{spec.name}_sensor": f"no document finished its {spec.name} phase" for spec in PHASES},
+        "recovery_sensor": "nothing to recover: no held task's heartbeat is older than STALE_TASK_TIMEOUT=120 s",
+    }
+    assert {sensor.name for sensor in defs.sensors} == set(expected)
+    for name, reason in expected.items():
+        result = tick(defs, instance, name)
+        assert not result.run_requests, name
+        assert result.skip_message and result.skip_message.startswith(reason), (name, result.skip_message)
+        assert "\n" not in result.skip_message, name
+
+    # an inbox folder that is missing, then an empty one: each tick says what it saw
+    inbox = Path(os.environ["DOCQUEUE_HOME"]) / "inbox"
+    monkeypatch.setenv("DOCQUEUE_INBOX", str(inbox))
+    assert tick(loaded(), instance, "inbox_sensor").skip_message == f"inbox {inbox} does not exist"
+    inbox.mkdir()
+    assert tick(loaded(), instance, "inbox_sensor").skip_message == (
+        "inbox: 0 file(s), 0 unchanged, 0 new, 0 new version(s), 0 duplicate, 0 rejected; 0 partition(s) registered")
 
 
 # ------------------------------------------------------------------------------------------------ run requests

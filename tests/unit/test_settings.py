@@ -13,7 +13,6 @@ from queue_db.config import (
     DatabaseConfig,
     ExtractionConfig,
     GraphConfig,
-    QueueConfig,
     QueueSettings,
     Settings,
     SettingsError,
@@ -160,13 +159,3 @@ def test_a_changed_variable_takes_effect_at_the_next_read(clean_env):
     assert settings(VectorStoreConfig).upsert_batch == 256  # other groups keep working
     clean_env.delenv("DOCQUEUE_MAX_PAGES")
     assert settings(StorageConfig).max_pages == 2000
-
-
-@pytest.mark.parametrize("seconds,cron", [
-    (1, "* * * * *"), (60, "* * * * *"), (119, "* * * * *"), (120, "*/2 * * * *"), (300, "*/5 * * * *"),
-    (420, "*/6 * * * *"), (3599, "*/30 * * * *"), (3600, "0 * * * *"), (5400, "0 * * * *"),
-    (7200, "0 */2 * * *"), (20_000, "0 */4 * * *"), (86_400, "0 0 * * *"), (1_000_000, "0 0 * * *"),
-])
-def test_the_recovery_cron_never_runs_less_often_than_the_check_interval(clean_env, seconds, cron):
-    clean_env.setenv("TASK_QUEUE_CHECK_INTERVAL", str(seconds))
-    assert settings(QueueConfig).recovery_cron() == cron
