@@ -2,10 +2,11 @@
 
 A page or chunk whose phases all completed is retirable once it completed more than the retention ago, or once
 more than `max_completed` newer completed ones are live. Failed and pending tasks are never retirable, so they
-stay backfillable. The rule is generated from the phase specs; for the three phases it is exactly the expression
-and predicate of the partial indexes idx_tqp_retirable / idx_tqc_retirable (migration 0020), through which rows
-are found oldest first, a batch at a time. The queue rows keep their whole history. A retired task put back to
-work gets its partition again: the 0020 trigger clears its block, and the sensors register its key anew.
+stay backfillable. The rule is generated from the phase specs, and so are the partial indexes idx_tqp_retirable /
+idx_tqc_retirable it reads (rollup_sql.phase_ddl), through which rows are found oldest first, a batch at a time.
+The queue rows keep their whole history. A retired task put back to work gets its partition again: the generated
+trg_*_unretire trigger clears its block when any phase of its row leaves `completed`, and the sensors register
+its key anew.
 """
 from __future__ import annotations
 
@@ -18,25 +19,14 @@ from .partition_keys import _KEY_SELECT, TABLE, key_of
 from .phases import PHASES, Level, PhaseRegistry
 
 
-def _phase_columns(level: Level, phases: PhaseRegistry) -> list[tuple[str, str]]:
-    """(status, completed_at) of every phase on `level`'s rows: its task's own, or its roll-up of the children."""
-    columns = []
-    for phase in phases:
-        if level in phase.rollup_levels:
-            columns.append((phase.rollup_column(level, "status"), phase.rollup_column(level, "completed_at")))
-        elif (kind := phase.kind_at(level)) is not None:
-            columns.append((kind.status, kind.col("completed_at")))
-    return columns
-
-
 def done_at_sql(level: Level, phases: PhaseRegistry = PHASES) -> str:
-    """When a row's last phase completed; for the three phases, the expression of migration 0020's index."""
-    return f"GREATEST({', '.join(f't.{completed}' for _, completed in _phase_columns(level, phases))})"
+    """When a row's last phase completed: the expression of its level's idx_*_retirable (rollup_sql.phase_ddl)."""
+    return f"GREATEST({', '.join(f't.{completed}' for _, completed in phases.level_columns(level))})"
 
 
 def live_completed_sql(level: Level, phases: PhaseRegistry = PHASES) -> str:
-    """A row whose phases all completed and whose partition is live; for the three phases, 0020's predicate."""
-    done = " AND ".join(f"t.{status} = 'completed'" for status, _ in _phase_columns(level, phases))
+    """A row whose phases all completed and whose partition is live: its level's idx_*_retirable predicate."""
+    done = " AND ".join(f"t.{status} = 'completed'" for status, _ in phases.level_columns(level))
     return f"{done} AND t.partition_block IS NOT NULL AND t.partition_retired_at IS NULL"
 
 RETIRABLE_LEVELS = (Level.PAGE, Level.CHUNK)

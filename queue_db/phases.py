@@ -367,6 +367,17 @@ class PhaseRegistry:
     def with_default_retry(self, policy: RetryPolicy) -> "PhaseRegistry":
         return PhaseRegistry(self.phases, policy)
 
+    def level_columns(self, level: Level) -> list[tuple[str, str]]:
+        """(status, completed_at) of every phase on `level`'s rows, in order: its roll-up of the children where
+        it has one there, else its own task's."""
+        columns = []
+        for phase in self.phases:
+            if level in phase.rollup_levels:
+                columns.append((phase.rollup_column(level, "status"), phase.rollup_column(level, "completed_at")))
+            elif (kind := phase.kind_at(level)) is not None:
+                columns.append((kind.status, kind.col("completed_at")))
+        return columns
+
     def tables(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(k.table for k in self.kinds))
 

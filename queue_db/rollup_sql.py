@@ -224,12 +224,53 @@ def phase_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str]]:
     return ddl
 
 
+def retention_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str, list[str]]]:
+    """Per page and chunk level, what partition retention needs to follow the phases: the partial index of live
+    completed rows (idx_*_retirable, over when the last phase completed) and the trigger that registers a retired
+    partition again once any phase of its row leaves `completed` (trg_*_unretire). Each is (kind, name, marker,
+    statements): the marker, the phases in order, is kept as the object's comment, so the statements run only when
+    the phases changed (the three phases' objects come from migrations 0020 and 0023)."""
+    ddl = []
+    for level in (Level.PAGE, Level.CHUNK):
+        table, short = TABLE_OF_LEVEL[level], short_table(TABLE_OF_LEVEL[level])
+        columns = phases.level_columns(level)
+        marker = "phases: " + ",".join(status.rsplit("_status", 1)[0] for status, _ in columns)
+        done_at = f"GREATEST({', '.join(completed for _, completed in columns)})"
+        live = " AND ".join(f"{status} = 'completed'" for status, _ in columns)
+        index, trigger = f"idx_{short}_retirable", f"trg_{short}_unretire"
+        ddl.append(("index", index, marker, [
+            f"DROP INDEX IF EXISTS {index}",
+            f"CREATE INDEX {index} ON {table} ({done_at}) WHERE {live} AND partition_block IS NOT NULL "
+            "AND partition_retired_at IS NULL",
+            f"COMMENT ON INDEX {index} IS '{marker}'"]))
+        left = " OR ".join(f"NEW.{status} <> 'completed'" for status, _ in columns)
+        ddl.append(("trigger", f"{table}.{trigger}", marker, [
+            f"CREATE OR REPLACE TRIGGER {trigger} BEFORE UPDATE ON {table} FOR EACH ROW "
+            f"WHEN (NEW.partition_retired_at IS NOT NULL AND ({left})) "
+            "EXECUTE FUNCTION docqueue_unretire_partition()",
+            f"COMMENT ON TRIGGER {trigger} ON {table} IS '{marker}'"]))
+    return ddl
+
+
 def missing_phase_ddl(conn, phases: PhaseRegistry) -> list[str]:
-    """The statements of phase_ddl whose column or index does not exist yet: taking a table's lock for a
-    no-op ADD COLUMN IF NOT EXISTS on every start would queue behind (and block) the workers' transactions."""
+    """The statements of phase_ddl whose column or index does not exist yet, and of retention_ddl whose object
+    was made for other phases: taking a table's lock for a no-op ADD COLUMN IF NOT EXISTS on every start would
+    queue behind (and block) the workers' transactions."""
     columns = {f"{t}.{c}" for t, c in conn.exec_driver_sql(
         "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()")}
     indexes = {r[0] for r in conn.exec_driver_sql(
         "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
-    return [statement for kind, name, statement in phase_ddl(phases)
-            if name not in (columns if kind == "column" else indexes)]
+    retention = retention_ddl(phases)
+    marked = dict(conn.exec_driver_sql(
+        """SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c
+           WHERE c.relkind = 'i' AND c.relname = ANY(%(names)s)
+           UNION ALL
+           SELECT r.relname || '.' || t.tgname, obj_description(t.oid, 'pg_trigger') FROM pg_trigger t
+           JOIN pg_class r ON r.oid = t.tgrelid WHERE r.relname || '.' || t.tgname = ANY(%(names)s)""",
+        {"names": [name for _kind, name, _marker, _ddl in retention]}).all())
+    statements = [statement for kind, name, statement in phase_ddl(phases)
+                  if name not in (columns if kind == "column" else indexes)]
+    for _kind, name, marker, ddl in retention:
+        if marked.get(name) != marker:
+            statements += ddl
+    return statements

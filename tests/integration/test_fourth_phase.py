@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from queue_db.config import QueueSettings
 from queue_db.migrate import upgrade
+from queue_db.partition_retention import live_completed
 from queue_db.phases import GRAPHRAG_CHUNK, PHASES, VECTOR_CHUNK, Level, PhaseSpec, RetryPolicy, TaskKind
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from queue_db.readmodels import document_progress_rows, phase_progress, queue_statistics_rows
@@ -206,6 +207,32 @@ def test_a_claimed_task_without_heartbeat_is_released(summary_queue):
     assert again["id"] == mine["id"]
     summary_queue.complete(SUMMARY_CHUNK, alive, [summarize(again)])
     assert _statuses(summary_queue, doc) == ("completed", ["completed"])
+
+
+def test_partition_retention_follows_the_phase(summary_queue):
+    """The retention rule, its index and its unretire trigger cover the added phase: a chunk is retirable only once
+    its summary completed, and a retired chunk whose summary is put back to work gets its partition again."""
+    doc = _graph_indexed(summary_queue, pages=1, chunks_per_page=2)
+    assert live_completed(summary_queue.engine, Level.CHUNK, REGISTRY) == 0, "summaries still pending"
+    with summary_queue.engine.begin() as conn:
+        definition = conn.exec_driver_sql(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_tqc_retirable'").scalar()
+        assert "summary_completed_at" in definition and "summary_status" in definition, definition
+        conn.exec_driver_sql(
+            "UPDATE task_queue_chunk SET summary_status = 'completed', summary_completed_at = now(), "
+            "partition_block = 1, partition_pos = 0 WHERE document_id = %(d)s", {"d": str(doc["id"])})
+    assert live_completed(summary_queue.engine, Level.CHUNK, REGISTRY) == 2
+    with summary_queue.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE task_queue_chunk SET partition_retired_at = now() WHERE document_id = %(d)s",
+                             {"d": str(doc["id"])})
+        # the summary of one chunk is put back to work: its partition is forgotten, to be registered again
+        conn.exec_driver_sql(
+            "UPDATE task_queue_chunk SET summary_status = 'pending' WHERE id = (SELECT id FROM task_queue_chunk "
+            "WHERE document_id = %(d)s ORDER BY chunk_index LIMIT 1)", {"d": str(doc["id"])})
+        blocks = [r[0] for r in conn.exec_driver_sql(
+            "SELECT partition_block FROM task_queue_chunk WHERE document_id = %(d)s ORDER BY chunk_index",
+            {"d": str(doc["id"])})]
+    assert blocks == [None, 1]
 
 
 def test_statistics_and_outcomes_count_the_phase(summary_queue):
