@@ -14,6 +14,264 @@ CREATE TYPE public.task_status AS ENUM (
     'failed'
 );
 
+-- FUNCTION: docqueue_after_graphrag_chunk_e8fb23cd6b(text, uuid[])
+
+CREATE FUNCTION public.docqueue_after_graphrag_chunk_e8fb23cd6b(p_worker text, p_ids uuid[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE r record;
+BEGIN
+    SELECT set_config('plan_cache_mode', 'force_generic_plan', true) INTO r;
+    WITH settled AS (
+            SELECT COALESCE(array_agg(DISTINCT t.page_id), '{}') AS ids FROM task_queue_chunk t
+            WHERE t.id = ANY(p_ids::uuid[])),
+        claimed AS (
+            SELECT COALESCE(array_agg(DISTINCT t.page_id), '{}') AS ids FROM task_queue_chunk t WHERE t.graphrag_status = 'processing' AND (TRUE) AND t.graphrag_last_heartbeat = now() AND t.graphrag_worker_id = p_worker),
+        locked AS (
+            SELECT p.id FROM task_queue_page p, settled, claimed WHERE p.id = ANY(settled.ids || claimed.ids)
+            ORDER BY p.id FOR NO KEY UPDATE OF p)
+        SELECT set_config('docqueue.claimed', claimed.ids::text, true),
+               set_config('docqueue.settled', ARRAY(SELECT DISTINCT s FROM unnest(settled.ids) s
+                                              WHERE NOT (s = ANY(claimed.ids)))::text, true),
+               (SELECT count(*) FROM locked) AS locked
+        FROM settled, claimed INTO r;
+    WITH claimed AS (
+        UPDATE task_queue_page p SET graphrag_status = 'processing', graphrag_started_at = COALESCE(p.graphrag_started_at, now()),
+                             graphrag_completed_at = NULL, updated_at = now()
+        WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.claimed', true), ''), '{}')::uuid[]) AND p.chunked_at IS NOT NULL AND p.graphrag_status IS DISTINCT FROM 'processing'
+        RETURNING p.document_id AS next_id),
+        recounted AS (
+        WITH computed AS MATERIALIZED (
+            SELECT p.id, p.graphrag_status AS old, COALESCE((SELECT docqueue_status_rule(count(*) FILTER (WHERE c.graphrag_status = 'processing'), count(*) FILTER (WHERE c.graphrag_status = 'pending'), count(*) FILTER (WHERE c.graphrag_status = 'failed'), count(*)) FROM task_queue_chunk c WHERE c.page_id = p.id), 'completed') AS new
+            FROM task_queue_page p WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.settled', true), ''), '{}')::uuid[]) AND p.chunked_at IS NOT NULL
+        )
+        UPDATE task_queue_page p
+        SET graphrag_status = computed.new,
+            graphrag_started_at = COALESCE(p.graphrag_started_at, CASE WHEN computed.new = 'processing' THEN now() END),
+            graphrag_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
+            graphrag_error = CASE WHEN computed.new = 'failed' THEN (
+                    SELECT 'chunk ' || c.chunk_index || ': ' || c.graphrag_error FROM task_queue_chunk c
+                    WHERE c.page_id = p.id AND c.graphrag_status = 'failed' ORDER BY c.chunk_index LIMIT 1)
+                ELSE p.graphrag_error END,
+            updated_at = now()
+        FROM computed
+        WHERE p.id = computed.id AND computed.new IS NOT NULL AND p.graphrag_status IS DISTINCT FROM computed.new
+        RETURNING 'page'::text AS level, p.id, computed.old AS old_status, computed.new AS new_status,
+                  p.document_id AS next_id)
+        SELECT set_config('docqueue.changed', COALESCE(array_agg(DISTINCT x.next_id)
+                                                    FILTER (WHERE x.next_id IS NOT NULL), '{}')::text, true)
+        FROM (SELECT next_id FROM claimed UNION ALL SELECT next_id FROM recounted) x INTO r;
+    WITH locked AS (SELECT p.id FROM documents p WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.changed', true), ''), '{}')::uuid[]) ORDER BY p.id FOR NO KEY UPDATE OF p)
+        SELECT set_config('docqueue.claimed', '{}', true), set_config('docqueue.settled', COALESCE(NULLIF(current_setting('docqueue.changed', true), ''), '{}')::uuid[]::text, true),
+               (SELECT count(*) FROM locked) AS locked INTO r;
+    WITH claimed AS (
+        UPDATE documents p SET graphrag_index_status = 'processing', graphrag_started_at = COALESCE(p.graphrag_started_at, now()),
+                             graphrag_completed_at = NULL, updated_at = now()
+        WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.claimed', true), ''), '{}')::uuid[]) AND p.pages_created_at IS NOT NULL AND p.graphrag_index_status IS DISTINCT FROM 'processing'
+        RETURNING NULL::uuid AS next_id),
+        recounted AS (
+        WITH computed AS MATERIALIZED (
+            SELECT p.id, p.graphrag_index_status AS old, (SELECT docqueue_status_rule(count(*) FILTER (WHERE c.graphrag_status = 'processing'), count(*) FILTER (WHERE c.graphrag_status = 'pending'), count(*) FILTER (WHERE c.graphrag_status = 'failed'), count(*)) FROM task_queue_page c WHERE c.document_id = p.id) AS new
+            FROM documents p WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.settled', true), ''), '{}')::uuid[]) AND p.pages_created_at IS NOT NULL
+        )
+        UPDATE documents p
+        SET graphrag_index_status = computed.new,
+            graphrag_started_at = COALESCE(p.graphrag_started_at, CASE WHEN computed.new = 'processing' THEN now() END),
+            graphrag_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
+            graphrag_error = CASE WHEN computed.new = 'failed' THEN (
+                    SELECT 'page ' || c.page_number || ': ' || c.graphrag_error FROM task_queue_page c
+                    WHERE c.document_id = p.id AND c.graphrag_status = 'failed' ORDER BY c.page_number LIMIT 1)
+                ELSE p.graphrag_error END,
+            updated_at = now()
+        FROM computed
+        WHERE p.id = computed.id AND computed.new IS NOT NULL AND p.graphrag_index_status IS DISTINCT FROM computed.new
+        RETURNING 'document'::text AS level, p.id, computed.old AS old_status, computed.new AS new_status,
+                  NULL::uuid AS next_id)
+        SELECT set_config('docqueue.changed', COALESCE(array_agg(DISTINCT x.next_id)
+                                                    FILTER (WHERE x.next_id IS NOT NULL), '{}')::text, true)
+        FROM (SELECT next_id FROM claimed UNION ALL SELECT next_id FROM recounted) x INTO r;
+END
+$$;
+
+-- FUNCTION: docqueue_after_ocr_page_411adeeb34(text, uuid[])
+
+CREATE FUNCTION public.docqueue_after_ocr_page_411adeeb34(p_worker text, p_ids uuid[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE r record;
+BEGIN
+    SELECT set_config('plan_cache_mode', 'force_generic_plan', true) INTO r;
+    WITH settled AS (
+            SELECT COALESCE(array_agg(DISTINCT t.document_id), '{}') AS ids FROM task_queue_page t
+            WHERE t.id = ANY(p_ids::uuid[])),
+        claimed AS (
+            SELECT COALESCE(array_agg(DISTINCT t.document_id), '{}') AS ids FROM task_queue_page t WHERE t.ocr_status = 'processing' AND (TRUE) AND t.ocr_last_heartbeat = now() AND t.ocr_worker_id = p_worker),
+        locked AS (
+            SELECT p.id FROM documents p, settled, claimed WHERE p.id = ANY(settled.ids || claimed.ids)
+            ORDER BY p.id FOR NO KEY UPDATE OF p)
+        SELECT set_config('docqueue.claimed', claimed.ids::text, true),
+               set_config('docqueue.settled', ARRAY(SELECT DISTINCT s FROM unnest(settled.ids) s
+                                              WHERE NOT (s = ANY(claimed.ids)))::text, true),
+               (SELECT count(*) FROM locked) AS locked
+        FROM settled, claimed INTO r;
+    WITH claimed AS (
+        UPDATE documents p SET ocr_status = 'processing', ocr_started_at = COALESCE(p.ocr_started_at, now()),
+                             ocr_completed_at = NULL, updated_at = now()
+        WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.claimed', true), ''), '{}')::uuid[]) AND p.pages_created_at IS NOT NULL AND p.ocr_status IS DISTINCT FROM 'processing'
+        RETURNING NULL::uuid AS next_id),
+        recounted AS (
+        WITH computed AS MATERIALIZED (
+            SELECT p.id, p.ocr_status AS old, (SELECT docqueue_status_rule(count(*) FILTER (WHERE c.ocr_status = 'processing'), count(*) FILTER (WHERE c.ocr_status = 'pending'), count(*) FILTER (WHERE c.ocr_status = 'failed'), count(*)) FROM task_queue_page c WHERE c.document_id = p.id) AS new
+            FROM documents p WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.settled', true), ''), '{}')::uuid[]) AND p.pages_created_at IS NOT NULL
+        )
+        UPDATE documents p
+        SET ocr_status = computed.new,
+            ocr_started_at = COALESCE(p.ocr_started_at, CASE WHEN computed.new = 'processing' THEN now() END),
+            ocr_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
+            ocr_error = CASE WHEN computed.new = 'failed' THEN (
+                    SELECT 'page ' || c.page_number || ': ' || c.ocr_error FROM task_queue_page c
+                    WHERE c.document_id = p.id AND c.ocr_status = 'failed' ORDER BY c.page_number LIMIT 1)
+                ELSE p.ocr_error END,
+            updated_at = now()
+        FROM computed
+        WHERE p.id = computed.id AND computed.new IS NOT NULL AND p.ocr_status IS DISTINCT FROM computed.new
+        RETURNING 'document'::text AS level, p.id, computed.old AS old_status, computed.new AS new_status,
+                  NULL::uuid AS next_id)
+        SELECT set_config('docqueue.changed', COALESCE(array_agg(DISTINCT x.next_id)
+                                                    FILTER (WHERE x.next_id IS NOT NULL), '{}')::text, true)
+        FROM (SELECT next_id FROM claimed UNION ALL SELECT next_id FROM recounted) x INTO r;
+END
+$$;
+
+-- FUNCTION: docqueue_after_vector_chunk_8e707c6c72(text, uuid[])
+
+CREATE FUNCTION public.docqueue_after_vector_chunk_8e707c6c72(p_worker text, p_ids uuid[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE r record;
+BEGIN
+    SELECT set_config('plan_cache_mode', 'force_generic_plan', true) INTO r;
+    WITH settled AS (
+            SELECT COALESCE(array_agg(DISTINCT t.page_id), '{}') AS ids FROM task_queue_chunk t
+            WHERE t.id = ANY(p_ids::uuid[])),
+        claimed AS (
+            SELECT COALESCE(array_agg(DISTINCT t.page_id), '{}') AS ids FROM task_queue_chunk t WHERE t.vector_status = 'processing' AND (TRUE) AND t.vector_last_heartbeat = now() AND t.vector_worker_id = p_worker),
+        locked AS (
+            SELECT p.id FROM task_queue_page p, settled, claimed WHERE p.id = ANY(settled.ids || claimed.ids)
+            ORDER BY p.id FOR NO KEY UPDATE OF p)
+        SELECT set_config('docqueue.claimed', claimed.ids::text, true),
+               set_config('docqueue.settled', ARRAY(SELECT DISTINCT s FROM unnest(settled.ids) s
+                                              WHERE NOT (s = ANY(claimed.ids)))::text, true),
+               (SELECT count(*) FROM locked) AS locked
+        FROM settled, claimed INTO r;
+    WITH claimed AS (
+        UPDATE task_queue_page p SET vector_status = 'processing', vector_started_at = COALESCE(p.vector_started_at, now()),
+                             vector_completed_at = NULL, updated_at = now()
+        WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.claimed', true), ''), '{}')::uuid[]) AND p.chunked_at IS NOT NULL AND p.vector_status IS DISTINCT FROM 'processing'
+        RETURNING p.document_id AS next_id),
+        recounted AS (
+        WITH computed AS MATERIALIZED (
+            SELECT p.id, p.vector_status AS old, COALESCE((SELECT docqueue_status_rule(count(*) FILTER (WHERE c.vector_status = 'processing'), count(*) FILTER (WHERE c.vector_status = 'pending'), count(*) FILTER (WHERE c.vector_status = 'failed'), count(*)) FROM task_queue_chunk c WHERE c.page_id = p.id), 'completed') AS new
+            FROM task_queue_page p WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.settled', true), ''), '{}')::uuid[]) AND p.chunked_at IS NOT NULL
+        )
+        UPDATE task_queue_page p
+        SET vector_status = computed.new,
+            vector_started_at = COALESCE(p.vector_started_at, CASE WHEN computed.new = 'processing' THEN now() END),
+            vector_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
+            vector_error = CASE WHEN computed.new = 'failed' THEN (
+                    SELECT 'chunk ' || c.chunk_index || ': ' || c.vector_error FROM task_queue_chunk c
+                    WHERE c.page_id = p.id AND c.vector_status = 'failed' ORDER BY c.chunk_index LIMIT 1)
+                ELSE p.vector_error END,
+            updated_at = now()
+        FROM computed
+        WHERE p.id = computed.id AND computed.new IS NOT NULL AND p.vector_status IS DISTINCT FROM computed.new
+        RETURNING 'page'::text AS level, p.id, computed.old AS old_status, computed.new AS new_status,
+                  p.document_id AS next_id)
+        SELECT set_config('docqueue.changed', COALESCE(array_agg(DISTINCT x.next_id)
+                                                    FILTER (WHERE x.next_id IS NOT NULL), '{}')::text, true)
+        FROM (SELECT next_id FROM claimed UNION ALL SELECT next_id FROM recounted) x INTO r;
+    WITH locked AS (SELECT p.id FROM documents p WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.changed', true), ''), '{}')::uuid[]) ORDER BY p.id FOR NO KEY UPDATE OF p)
+        SELECT set_config('docqueue.claimed', '{}', true), set_config('docqueue.settled', COALESCE(NULLIF(current_setting('docqueue.changed', true), ''), '{}')::uuid[]::text, true),
+               (SELECT count(*) FROM locked) AS locked INTO r;
+    WITH claimed AS (
+        UPDATE documents p SET vector_index_status = 'processing', vector_started_at = COALESCE(p.vector_started_at, now()),
+                             vector_completed_at = NULL, updated_at = now()
+        WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.claimed', true), ''), '{}')::uuid[]) AND p.pages_created_at IS NOT NULL AND p.vector_index_status IS DISTINCT FROM 'processing'
+        RETURNING NULL::uuid AS next_id),
+        recounted AS (
+        WITH computed AS MATERIALIZED (
+            SELECT p.id, p.vector_index_status AS old, (SELECT docqueue_status_rule(count(*) FILTER (WHERE c.vector_status = 'processing'), count(*) FILTER (WHERE c.vector_status = 'pending'), count(*) FILTER (WHERE c.vector_status = 'failed'), count(*)) FROM task_queue_page c WHERE c.document_id = p.id) AS new
+            FROM documents p WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.settled', true), ''), '{}')::uuid[]) AND p.pages_created_at IS NOT NULL
+        )
+        UPDATE documents p
+        SET vector_index_status = computed.new,
+            vector_started_at = COALESCE(p.vector_started_at, CASE WHEN computed.new = 'processing' THEN now() END),
+            vector_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
+            vector_error = CASE WHEN computed.new = 'failed' THEN (
+                    SELECT 'page ' || c.page_number || ': ' || c.vector_error FROM task_queue_page c
+                    WHERE c.document_id = p.id AND c.vector_status = 'failed' ORDER BY c.page_number LIMIT 1)
+                ELSE p.vector_error END,
+            updated_at = now()
+        FROM computed
+        WHERE p.id = computed.id AND computed.new IS NOT NULL AND p.vector_index_status IS DISTINCT FROM computed.new
+        RETURNING 'document'::text AS level, p.id, computed.old AS old_status, computed.new AS new_status,
+                  NULL::uuid AS next_id)
+        SELECT set_config('docqueue.changed', COALESCE(array_agg(DISTINCT x.next_id)
+                                                    FILTER (WHERE x.next_id IS NOT NULL), '{}')::text, true)
+        FROM (SELECT next_id FROM claimed UNION ALL SELECT next_id FROM recounted) x INTO r;
+END
+$$;
+
+-- FUNCTION: docqueue_after_vector_page_e1317caceb(text, uuid[])
+
+CREATE FUNCTION public.docqueue_after_vector_page_e1317caceb(p_worker text, p_ids uuid[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE r record;
+BEGIN
+    SELECT set_config('plan_cache_mode', 'force_generic_plan', true) INTO r;
+    WITH settled AS (
+            SELECT COALESCE(array_agg(DISTINCT t.document_id), '{}') AS ids FROM task_queue_page t
+            WHERE t.id = ANY(p_ids::uuid[])),
+        claimed AS (
+            SELECT COALESCE(array_agg(DISTINCT t.document_id), '{}') AS ids FROM task_queue_page t WHERE t.vector_status = 'processing' AND (t.chunked_at IS NULL) AND t.vector_last_heartbeat = now() AND t.vector_worker_id = p_worker),
+        locked AS (
+            SELECT p.id FROM documents p, settled, claimed WHERE p.id = ANY(settled.ids || claimed.ids)
+            ORDER BY p.id FOR NO KEY UPDATE OF p)
+        SELECT set_config('docqueue.claimed', claimed.ids::text, true),
+               set_config('docqueue.settled', ARRAY(SELECT DISTINCT s FROM unnest(settled.ids) s
+                                              WHERE NOT (s = ANY(claimed.ids)))::text, true),
+               (SELECT count(*) FROM locked) AS locked
+        FROM settled, claimed INTO r;
+    WITH claimed AS (
+        UPDATE documents p SET vector_index_status = 'processing', vector_started_at = COALESCE(p.vector_started_at, now()),
+                             vector_completed_at = NULL, updated_at = now()
+        WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.claimed', true), ''), '{}')::uuid[]) AND p.pages_created_at IS NOT NULL AND p.vector_index_status IS DISTINCT FROM 'processing'
+        RETURNING NULL::uuid AS next_id),
+        recounted AS (
+        WITH computed AS MATERIALIZED (
+            SELECT p.id, p.vector_index_status AS old, (SELECT docqueue_status_rule(count(*) FILTER (WHERE c.vector_status = 'processing'), count(*) FILTER (WHERE c.vector_status = 'pending'), count(*) FILTER (WHERE c.vector_status = 'failed'), count(*)) FROM task_queue_page c WHERE c.document_id = p.id) AS new
+            FROM documents p WHERE p.id = ANY(COALESCE(NULLIF(current_setting('docqueue.settled', true), ''), '{}')::uuid[]) AND p.pages_created_at IS NOT NULL
+        )
+        UPDATE documents p
+        SET vector_index_status = computed.new,
+            vector_started_at = COALESCE(p.vector_started_at, CASE WHEN computed.new = 'processing' THEN now() END),
+            vector_completed_at = CASE WHEN computed.new = 'completed' THEN now() END,
+            vector_error = CASE WHEN computed.new = 'failed' THEN (
+                    SELECT 'page ' || c.page_number || ': ' || c.vector_error FROM task_queue_page c
+                    WHERE c.document_id = p.id AND c.vector_status = 'failed' ORDER BY c.page_number LIMIT 1)
+                ELSE p.vector_error END,
+            updated_at = now()
+        FROM computed
+        WHERE p.id = computed.id AND computed.new IS NOT NULL AND p.vector_index_status IS DISTINCT FROM computed.new
+        RETURNING 'document'::text AS level, p.id, computed.old AS old_status, computed.new AS new_status,
+                  NULL::uuid AS next_id)
+        SELECT set_config('docqueue.changed', COALESCE(array_agg(DISTINCT x.next_id)
+                                                    FILTER (WHERE x.next_id IS NOT NULL), '{}')::text, true)
+        FROM (SELECT next_id FROM claimed UNION ALL SELECT next_id FROM recounted) x INTO r;
+END
+$$;
+
 -- FUNCTION: docqueue_rollup_final(integer)
 
 CREATE FUNCTION public.docqueue_rollup_final(state integer) RETURNS public.task_status

@@ -11,7 +11,9 @@ from pydantic import Field
 from queue_db.config import QueueSettings, Settings, secret_value
 from queue_db.database_urls import database_url, embedded_url, normalize_url
 from queue_db.migrate import pending_migrations
+from queue_db.phases import PHASES
 from queue_db.queue import TaskQueue, create_queue_engine
+from queue_db.rollup_sql import missing_bubble_functions
 
 _engines: dict[str, sa.Engine] = {}
 _lock = threading.Lock()
@@ -50,6 +52,11 @@ def get_queue(settings: QueueSettings, url: str) -> TaskQueue:
     if missing:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
         raise SchemaNotReady(f"the queue database needs migrations ({names}): run `docqueue db upgrade`")
+    with engine.connect() as conn:
+        absent = missing_bubble_functions(conn, PHASES)
+    if absent:
+        raise SchemaNotReady(f"the queue database lacks this version's bubble-up functions ({', '.join(absent)}): "
+                             "run `docqueue db upgrade`")
     return TaskQueue(engine, settings)
 
 

@@ -18,7 +18,7 @@ from queue_db.phases import (
     kinds_of_phase,
     leaf_kind,
 )
-from queue_db.rollup_sql import after_transition
+from queue_db.rollup_sql import after_transition, bubble_function, bubble_statements
 
 
 def test_the_default_registry_is_ocr_vector_graphrag():
@@ -57,8 +57,13 @@ def test_the_queue_default_policy_comes_from_settings_and_a_kind_may_have_its_ow
 
 
 def test_a_document_task_has_no_bubble_up_and_a_chunk_task_rolls_up_pages_then_documents():
-    assert after_transition(OCR_DOCUMENT) == ()
-    statements = after_transition(VECTOR_CHUNK)
+    assert after_transition(OCR_DOCUMENT) == () and bubble_function(OCR_DOCUMENT) is None
+    statements = bubble_statements(VECTOR_CHUNK)
     assert "force_generic_plan" in statements[0]
     assert "task_queue_page p, settled, claimed" in statements[1] and "FROM documents p" in statements[3]
+    # the hot path sends one call of the generated function whose body runs those statements
+    name, create = bubble_function(VECTOR_CHUNK)
+    assert after_transition(VECTOR_CHUNK) == (f"SELECT {name}(%(worker)s, %(ids)s::uuid[])",)
+    assert all(statement.strip().replace("%(ids)s", "p_ids").replace("%(worker)s", "p_worker") in create
+               for statement in statements)
     assert isinstance(Phase.OCR, PhaseSpec)
