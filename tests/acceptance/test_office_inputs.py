@@ -14,6 +14,7 @@ import pytest
 
 from queue_db.phases import Level
 from tests.acceptance.test_input_types import TEXT_PAGE_CHARS as PAGE_CHARS  # noqa: F401
+from tests.acceptance.test_input_types import pipeline_env  # noqa: F401 - a fixture, used by name
 
 SHEET_PAGE_ROWS = 3
 MAX_ROWS = 400
