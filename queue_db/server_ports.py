@@ -8,6 +8,7 @@ holds it the start is refused with one sentence rather than moved elsewhere, sin
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 
@@ -22,6 +23,20 @@ def port_is_free(host: str, port: int) -> bool:
             sock.bind((host, port))
         except OSError:
             return False
+    return True
+
+
+# a server stopped a moment ago may hold its port while the kernel closes its listener: an explicit port is
+# refused only when it stays taken this long
+EXPLICIT_PORT_GRACE_S = 3.0
+
+
+def _free_within(host: str, port: int, grace_s: float) -> bool:
+    deadline = time.monotonic() + grace_s
+    while not port_is_free(host, port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
     return True
 
 
@@ -53,7 +68,7 @@ def port_for_start(record: Path, explicit: int | None, host: str, server: str, v
     `explicit` wins and must be free. Otherwise the recorded port is reused while it is free, and a new free one
     is chosen (and recorded) on the first start or when another process has taken the recorded one meanwhile."""
     if explicit is not None:
-        if not port_is_free(host, explicit):
+        if not _free_within(host, explicit, EXPLICIT_PORT_GRACE_S):
             raise PortInUseError(f"port {host}:{explicit} ({variable}) for the embedded {server} is already in use "
                                  f"by another process; stop that process, choose another port or unset {variable} "
                                  "to let docqueue pick a free one")

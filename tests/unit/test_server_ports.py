@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
@@ -57,3 +58,13 @@ def test_an_explicit_port_held_by_another_process_is_one_sentence(tmp_path, list
     message = str(refused.value)
     assert f"{HOST}:{listener}" in message and "DOCQUEUE_PG_PORT" in message and "\n" not in message
     assert not (tmp_path / "port").exists()
+
+
+def test_an_explicit_port_released_within_the_grace_is_taken(tmp_path):
+    """A server stopped a moment ago (its listener still closing) does not make a restart on its port fail."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind((HOST, 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    threading.Timer(0.5, holder.close).start()
+    assert port_for_start(tmp_path / "port", port, HOST, "Bolt server", "DOCQUEUE_BOLT_PORT") == port
