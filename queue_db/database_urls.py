@@ -15,12 +15,17 @@ def normalize_url(url: str) -> str:
 
 def embedded_postgres(database: DatabaseConfig) -> EmbeddedPostgres:
     """The embedded server of the home `database` names (DOCQUEUE_HOME, DOCQUEUE_PG_PORT)."""
-    return EmbeddedPostgres(database.home_path() / "postgres", database.pg_port or None)
+    return embedded_server(database.home, database.pg_port)
+
+
+def embedded_server(home: str, pg_port: int = 0) -> EmbeddedPostgres:
+    """The embedded server under `home`; `pg_port` 0: the port recorded there."""
+    return EmbeddedPostgres(resolve_home(home) / "postgres", pg_port or None)
 
 
 def embedded_url(home: str, pg_port: int = 0) -> str:
-    """The URL of the embedded server under `home` (started if needed); `pg_port` 0: the port recorded there."""
-    return EmbeddedPostgres(resolve_home(home) / "postgres", pg_port or None).ensure_running()
+    """The URL of the embedded server under `home` (started if needed)."""
+    return embedded_server(home, pg_port).ensure_running()
 
 
 def database_url(database: DatabaseConfig) -> str:

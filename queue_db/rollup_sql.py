@@ -26,6 +26,7 @@ import functools
 import hashlib
 import re
 
+from .partition_retention import done_at_sql, live_completed_sql
 from .phases import (
     EXPANDED_SQL,
     TABLE_OF_LEVEL,
@@ -264,13 +265,13 @@ def retention_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str, list[str]]
         table, short = TABLE_OF_LEVEL[level], short_table(TABLE_OF_LEVEL[level])
         columns = phases.level_columns(level)
         marker = "phases: " + ",".join(status.rsplit("_status", 1)[0] for status, _ in columns)
-        done_at = f"GREATEST({', '.join(completed for _, completed in columns)})"
-        live = " AND ".join(f"{status} = 'completed'" for status, _ in columns)
+        # the retire queries' own rule, unaliased: the index is exactly what they read
+        done_at = _UNALIASED.sub("", done_at_sql(level, phases))
+        live = _UNALIASED.sub("", live_completed_sql(level, phases))
         index, trigger = f"idx_{short}_retirable", f"trg_{short}_unretire"
         ddl.append(("index", index, marker, [
             f"DROP INDEX IF EXISTS {index}",
-            f"CREATE INDEX {index} ON {table} ({done_at}) WHERE {live} AND partition_block IS NOT NULL "
-            "AND partition_retired_at IS NULL",
+            f"CREATE INDEX {index} ON {table} ({done_at}) WHERE {live}",
             f"COMMENT ON INDEX {index} IS '{marker}'"]))
         left = " OR ".join(f"NEW.{status} <> 'completed'" for status, _ in columns)
         ddl.append(("trigger", f"{table}.{trigger}", marker, [
@@ -289,8 +290,7 @@ def missing_phase_ddl(conn, phases: PhaseRegistry) -> list[str]:
         "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()")}
     indexes = {r[0] for r in conn.exec_driver_sql(
         "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
-    functions = {r[0] for r in conn.exec_driver_sql(
-        "SELECT proname FROM pg_proc WHERE proname LIKE 'docqueue\\_after\\_%%'")}
+    absent = set(missing_bubble_functions(conn, phases))
     retention = retention_ddl(phases)
     marked = dict(conn.exec_driver_sql(
         """SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c
@@ -299,8 +299,8 @@ def missing_phase_ddl(conn, phases: PhaseRegistry) -> list[str]:
            SELECT r.relname || '.' || t.tgname, obj_description(t.oid, 'pg_trigger') FROM pg_trigger t
            JOIN pg_class r ON r.oid = t.tgrelid WHERE r.relname || '.' || t.tgname = ANY(%(names)s)""",
         {"names": [name for _kind, name, _marker, _ddl in retention]}).all())
-    existing = {"column": columns, "index": indexes, "function": functions}
-    statements = [statement for kind, name, statement in phase_ddl(phases) if name not in existing[kind]]
+    statements = [statement for kind, name, statement in phase_ddl(phases)
+                  if (name in absent if kind == "function" else name not in (columns if kind == "column" else indexes))]
     for _kind, name, marker, ddl in retention:
         if marked.get(name) != marker:
             statements += ddl

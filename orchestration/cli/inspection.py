@@ -61,12 +61,14 @@ def _print_status(records: list[dict], phases: PhaseRegistry = PHASES) -> None:
             if record["pages_without_text"] else []
         return "; ".join(said + (["re-indexed on the text extracted before"] if record["extraction_skipped"] else []))
 
+    def last_error(record: dict) -> str:
+        return next((error for p in phases if (error := record[p.rollup_column(Level.DOCUMENT, "error")])), "")
+
     console().print(table(
         "documents", ["document", *(f"{p.name} (of {p.leaf.level.value}s)" for p in phases), "pages", "chunks",
                       "notes", "last error", "failed at"],
         [[r["document_key"], *(phase_cell(r, p) for p in phases), r["total_pages"], r["total_chunks"], notes(r),
-          next((r[p.rollup_column(Level.DOCUMENT, "error")] for p in phases
-                if r[p.rollup_column(Level.DOCUMENT, "error")]), ""), r["last_failed_at"] or ""]
+          last_error(r), r["last_failed_at"] or ""]
          for r in records]))
 
 

@@ -51,6 +51,11 @@ def test_eight_processes_complete_each_task_exactly_once(database_url, engine, q
     assert len(claimed) == total and max(claimed.values()) == 1, "a task was claimed twice"
     assert len(applied) == total and max(applied.values()) == 1
     assert sum(1 for _, ids, _ in results if ids) >= 2, "the work was not actually shared"
+    _assert_vector_phase_completed_everywhere(engine, queue)
+
+
+def _assert_vector_phase_completed_everywhere(engine, queue) -> None:
+    """Every chunk, page and document completed the vector phase, and the roll-ups agree with their children."""
     with engine.connect() as conn:
         assert conn.exec_driver_sql(
             "SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'").scalar() == 0
@@ -111,12 +116,5 @@ def test_workers_settling_and_claiming_in_one_transaction_lose_nothing_and_never
     assert failed and max(failed.values()) == 1, "every unlucky task failed once, then was retried"
     assert all(claimed[i] == 1 + failed[i] for i in claimed), "a task was claimed more often than it was attempted"
     assert sum(1 for _, ids, _, _ in results if ids) >= 2, "the work was not actually shared"
-    with engine.connect() as conn:
-        assert conn.exec_driver_sql(
-            "SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'").scalar() == 0
-        assert conn.exec_driver_sql(
-            "SELECT count(*) FROM task_queue_page WHERE vector_status <> 'completed'").scalar() == 0
-        assert conn.exec_driver_sql(
-            "SELECT count(*) FROM documents WHERE vector_index_status <> 'completed'").scalar() == 0
-    assert queue.reconcile() == []
+    _assert_vector_phase_completed_everywhere(engine, queue)
     assert _deadlocks(engine) == deadlocks_before, "parents must be locked in one order (pages, then documents)"
