@@ -9,7 +9,8 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v a
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "test.sh: could not install chromium; the browser test will be skipped" >&2
 fi
-# the house's habits first: lint with the complexity limit, and the types of queue_db and processing
+# the house's habits first: lint with the complexity limit, the layout, and the types of queue_db and processing
 .venv/bin/ruff check --no-cache .
+.venv/bin/ruff format --check --no-cache .
 .venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

@@ -2,6 +2,7 @@
 
 Not a bench of its own: the scripts of bench/ import it (tests/acceptance/test_bench_smoke.py leaves out the modules
 whose names start with an underscore)."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,14 @@ REPO = Path(__file__).resolve().parents[1]
 def _git(*args: str) -> str | None:
     try:
         # no optional locks: `git status` may run while another git command holds the index
-        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+        done = subprocess.run(
+            ["git", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None

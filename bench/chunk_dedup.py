@@ -12,6 +12,7 @@ model gives that text). Ends with one line `RESULT {json}`.
 
     .venv/bin/python bench/chunk_dedup.py [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,9 @@ def corpus_pages(corpus: Path) -> dict[str, list[str]]:
         for name in names:
             path = corpus / name
             info = pdf.inspect(path)
-            pages[name] = [pdf.convert_page(path, n, boilerplate=info.boilerplate).markdown
-                           for n in range(1, info.page_count + 1)]
+            pages[name] = [
+                pdf.convert_page(path, n, boilerplate=info.boilerplate).markdown for n in range(1, info.page_count + 1)
+            ]
     return pages
 
 
@@ -59,7 +61,7 @@ def second_version(pages: list[str]) -> list[str]:
         if number % EDIT_EVERY == 0 and " the " in page:
             middle = page.find(" the ", len(page) // 2)
             at = middle if middle >= 0 else page.find(" the ")
-            page = page[:at] + " this " + page[at + len(" the "):]
+            page = page[:at] + " this " + page[at + len(" the ") :]
         edited.append(page)
     edited[-1] = edited[-1] + "\n\nRevised in November 2026: figures checked against the final report."
     return edited
@@ -85,15 +87,27 @@ def seed(url: str, documents: dict[str, list[str]]) -> int:
         queue.complete_document_expansion(worker, doc["id"], page_count=len(pages))
         page_rows = queue.pages(doc["id"])
         queue.claim(OCR_PAGE, worker, len(page_rows), only_ids=[p["id"] for p in page_rows])
-        queue.complete(OCR_PAGE, worker, [{"id": p["id"], "page_file_path": f"bench/{p['page_number']}.md"}
-                                          for p in page_rows])
+        queue.complete(
+            OCR_PAGE, worker, [{"id": p["id"], "page_file_path": f"bench/{p['page_number']}.md"} for p in page_rows]
+        )
         document_key = queue.document(str(doc["id"]))["document_key"]
         for page in queue.claim(VECTOR_PAGE, worker, len(page_rows), only_ids=[p["id"] for p in page_rows]):
-            chunks = chunk_markdown(pages[page["page_number"] - 1],
-                                    page_key=page_partition_key(document_key, page["page_number"]))
-            queue.complete_chunking(worker, page["id"], [
-                {"chunk_index": c.index, "content_hash": c.content_hash, "content": c.text,
-                 "token_count": c.token_count} for c in chunks])
+            chunks = chunk_markdown(
+                pages[page["page_number"] - 1], page_key=page_partition_key(document_key, page["page_number"])
+            )
+            queue.complete_chunking(
+                worker,
+                page["id"],
+                [
+                    {
+                        "chunk_index": c.index,
+                        "content_hash": c.content_hash,
+                        "content": c.text,
+                        "token_count": c.token_count,
+                    }
+                    for c in chunks
+                ],
+            )
             chunks_total += len(chunks)
     queue.engine.dispose()
     return chunks_total
@@ -133,25 +147,37 @@ def embed_all(url: str, store_path: Path, dedup: bool, batch: int) -> dict:
     seconds = time.perf_counter() - started
     with queue.engine.connect() as conn:
         reused = conn.exec_driver_sql(
-            "SELECT count(*) FROM task_queue_chunk WHERE vector_reused_from IS NOT NULL").scalar()
+            "SELECT count(*) FROM task_queue_chunk WHERE vector_reused_from IS NOT NULL"
+        ).scalar()
         # copies inside the first versions (repeated text in one corpus) apart from those of the second versions
-        by_version = dict(conn.exec_driver_sql(
-            """SELECT split_part(d.filename, '/', 1), count(*) FROM task_queue_chunk c
-               JOIN documents d ON d.id = c.document_id WHERE c.vector_reused_from IS NOT NULL GROUP BY 1""").all())
+        by_version = dict(
+            conn.exec_driver_sql(
+                """SELECT split_part(d.filename, '/', 1), count(*) FROM task_queue_chunk c
+               JOIN documents d ON d.id = c.document_id WHERE c.vector_reused_from IS NOT NULL GROUP BY 1"""
+            ).all()
+        )
         chunk_ids = [r[0] for r in conn.exec_driver_sql("SELECT chunk_id FROM task_queue_chunk")]
     vectors = {c: np.asarray(v.vector) for c, v in store.vectors(chunk_ids).items()}
     store.close()
     queue.engine.dispose()
-    return {"chunks": chunks, "embedded": embedder.texts, "reused": int(reused),
-            "reused_in_first_versions": int(by_version.get("v1", 0)),
-            "reused_in_second_versions": int(by_version.get("v2", 0)), "failed": failed,
-            "seconds": round(seconds, 2), "vectors": vectors}
+    return {
+        "chunks": chunks,
+        "embedded": embedder.texts,
+        "reused": int(reused),
+        "reused_in_first_versions": int(by_version.get("v1", 0)),
+        "reused_in_second_versions": int(by_version.get("v2", 0)),
+        "failed": failed,
+        "seconds": round(seconds, 2),
+        "vectors": vectors,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--admin-url", default=os.environ.get("DOCQUEUE_BENCH_PG_ADMIN_URL",
-                                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument(
+        "--admin-url",
+        default=os.environ.get("DOCQUEUE_BENCH_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     args = parser.parse_args()
     if not (args.corpus / "MANIFEST.tsv").exists():
@@ -165,12 +191,16 @@ def main() -> int:
     documents = {**{f"v1/{n}": p for n, p in pages.items()}, **{f"v2/{n}": second_version(p) for n, p in pages.items()}}
     tag = f"bench_dedup_{uuid.uuid4().hex[:8]}"
     names = {"seed": f"{tag}_seed", False: f"{tag}_off", True: f"{tag}_on"}
-    url = {k: make_url(args.admin_url).set(database=v).render_as_string(hide_password=False)
-           for k, v in names.items()}
+    url = {k: make_url(args.admin_url).set(database=v).render_as_string(hide_password=False) for k, v in names.items()}
     workdir = Path(tempfile.mkdtemp(prefix="docqueue-bench-dedup-"))
     batch = settings(EmbeddingConfig).batch_size
-    results: dict = {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-                     "documents": len(documents), "pages": sum(len(p) for p in documents.values()), "batch": batch}
+    results: dict = {
+        "cpus": os.cpu_count(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "documents": len(documents),
+        "pages": sum(len(p) for p in documents.values()),
+        "batch": batch,
+    }
     try:
         admin(args.admin_url, f'CREATE DATABASE "{names["seed"]}"')
         engine = create_engine_for(url["seed"])
@@ -191,20 +221,26 @@ def main() -> int:
     shared = set(off["vectors"]) & set(on["vectors"])
     similarity = [float(np.dot(off["vectors"][c], on["vectors"][c])) for c in shared]
     for label, run in (("dedup off", off), ("dedup on", on)):
-        print(f"{label:9}: {run['chunks']} chunks, {run['embedded']} embedded, {run['reused']} copied, "
-              f"{run['failed']} failed, {run['seconds']} s")
-    results.update({
-        "off": {k: v for k, v in off.items() if k != "vectors"},
-        "on": {k: v for k, v in on.items() if k != "vectors"},
-        "embedded_saving_pct": round(100 * (1 - on["embedded"] / off["embedded"]), 1),
-        "time_saving_pct": round(100 * (1 - on["seconds"] / off["seconds"]), 1),
-        "points": [len(off["vectors"]), len(on["vectors"])],
-        "min_cosine_copied_vs_embedded": round(min(similarity), 6) if similarity else None,
-        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-    })
-    print(f"saving: {results['embedded_saving_pct']} % of the chunks embedded, {results['time_saving_pct']} % of "
-          f"the vector phase's time; every copied vector matches the model's own (min cosine "
-          f"{results['min_cosine_copied_vs_embedded']})")
+        print(
+            f"{label:9}: {run['chunks']} chunks, {run['embedded']} embedded, {run['reused']} copied, "
+            f"{run['failed']} failed, {run['seconds']} s"
+        )
+    results.update(
+        {
+            "off": {k: v for k, v in off.items() if k != "vectors"},
+            "on": {k: v for k, v in on.items() if k != "vectors"},
+            "embedded_saving_pct": round(100 * (1 - on["embedded"] / off["embedded"]), 1),
+            "time_saving_pct": round(100 * (1 - on["seconds"] / off["seconds"]), 1),
+            "points": [len(off["vectors"]), len(on["vectors"])],
+            "min_cosine_copied_vs_embedded": round(min(similarity), 6) if similarity else None,
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        }
+    )
+    print(
+        f"saving: {results['embedded_saving_pct']} % of the chunks embedded, {results['time_saving_pct']} % of "
+        f"the vector phase's time; every copied vector matches the model's own (min cosine "
+        f"{results['min_cosine_copied_vs_embedded']})"
+    )
     print_result(results)
     return 0
 
@@ -217,8 +253,10 @@ def create_engine_for(url: str):
 
 def chunks_of(url: str, prefix: str) -> int:
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT count(*) FROM task_queue_chunk c JOIN documents d ON d.id = c.document_id "
-                            "WHERE d.filename LIKE %s", (prefix + "%",)).fetchone()[0]
+        return conn.execute(
+            "SELECT count(*) FROM task_queue_chunk c JOIN documents d ON d.id = c.document_id WHERE d.filename LIKE %s",
+            (prefix + "%",),
+        ).fetchone()[0]
 
 
 def distinct_texts(url: str) -> int:

@@ -7,6 +7,7 @@ the warm search session's latency on it.
 Medians of wall and CPU seconds per command (the database server already running), the session's opening and
 its p50/p95 per search (embedding, both rankings, fusion), the load average; the last line is `RESULT {json}`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,16 +20,20 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = {"version": ["--version"], "help": ["--help"], "status": ["status", "--json"],
-            "stats": ["stats", "--json"]}
+COMMANDS = {"version": ["--version"], "help": ["--help"], "status": ["status", "--json"], "stats": ["stats", "--json"]}
 
 
 def timed(args: list[str]) -> tuple[float, float]:
     """Wall and CPU seconds of one `docqueue` process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True,
-                          cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -41,8 +46,10 @@ def commands(repeats: int, query: str) -> dict[str, dict[str, float]]:
     figures = {}
     for name, args in table.items():
         runs = [timed(args) for _ in range(repeats)]
-        figures[name] = {"wall_s": round(statistics.median(w for w, _ in runs), 3),
-                         "cpu_s": round(statistics.median(c for _, c in runs), 3)}
+        figures[name] = {
+            "wall_s": round(statistics.median(w for w, _ in runs), 3),
+            "cpu_s": round(statistics.median(c for _, c in runs), 3),
+        }
         print(f"{name:8s} wall {figures[name]['wall_s']:.3f} s  cpu {figures[name]['cpu_s']:.3f} s", flush=True)
     return figures
 
@@ -60,8 +67,12 @@ def session(searches: int, query: str) -> dict[str, float]:
             warm.search(f"{query} {n % 7}", 5)
             latencies.append(time.perf_counter() - began)
     latencies.sort()
-    figures = {"open_s": round(opened, 3), "p50_ms": round(1000 * latencies[len(latencies) // 2], 2),
-               "p95_ms": round(1000 * latencies[int(len(latencies) * 0.95) - 1], 2), "searches": searches}
+    figures = {
+        "open_s": round(opened, 3),
+        "p50_ms": round(1000 * latencies[len(latencies) // 2], 2),
+        "p95_ms": round(1000 * latencies[int(len(latencies) * 0.95) - 1], 2),
+        "searches": searches,
+    }
     print(f"session  open {figures['open_s']:.3f} s  p50 {figures['p50_ms']} ms  p95 {figures['p95_ms']} ms")
     return figures
 
@@ -76,8 +87,14 @@ def main() -> None:
     from bench._result import print_result
 
     load_before = os.getloadavg()[0]
-    print_result({"commands": commands(args.repeats, args.query), "session": session(args.searches, args.query),
-                  "repeats": args.repeats, "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]})
+    print_result(
+        {
+            "commands": commands(args.repeats, args.query),
+            "session": session(args.searches, args.query),
+            "repeats": args.repeats,
+            "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ this interpreter and the same arguments. A bench script puts its own checkout fi
 imports its own code. These machines are shared and noisy: the figure to read is the median over rounds of the
 per-round ratio current/base of each numeric figure. Ends with one line `RESULT {json}`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,10 @@ def _result(script: Path, args: list[str], cwd: Path) -> dict:
     proc = subprocess.run([sys.executable, str(script), *args], cwd=cwd, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{script} failed in {cwd} (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n"
-                         f"{proc.stderr[-2000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+        raise SystemExit(
+            f"{script} failed in {cwd} (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        )
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def _numbers(result: dict, prefix: str = "") -> dict[str, float]:
@@ -56,12 +58,14 @@ def main() -> None:
     if not bench:
         parser.error("name the benchmark script after --")
     script, args = bench[0], bench[1:]
-    base_commit = subprocess.run(["git", "rev-parse", "--short", options.base], cwd=REPO, check=True,
-                                 capture_output=True, text=True).stdout.strip()
+    base_commit = subprocess.run(
+        ["git", "rev-parse", "--short", options.base], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="docqueue-base-") as scratch:
         base = Path(scratch) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), options.base], cwd=REPO, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(base), options.base], cwd=REPO, check=True, capture_output=True
+        )
         try:
             rounds = []
             for number in range(options.rounds):
@@ -74,12 +78,23 @@ def main() -> None:
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO, capture_output=True)
     shared = sorted(set.intersection(*(set(r["base"]) & set(r["current"]) for r in rounds)))
-    ratios = {key: statistics.median(r["current"][key] / r["base"][key] for r in rounds if r["base"][key])
-              for key in shared if all(r["base"][key] for r in rounds)}
+    ratios = {
+        key: statistics.median(r["current"][key] / r["base"][key] for r in rounds if r["base"][key])
+        for key in shared
+        if all(r["base"][key] for r in rounds)
+    }
     for key, ratio in ratios.items():
         print(f"{key:60s} current/base {ratio:6.3f}")
-    print_result({"base": options.base, "base_commit": base_commit, "script": script, "rounds": options.rounds,
-                  "median_ratio_current_over_base": ratios}, sort_keys=True)
+    print_result(
+        {
+            "base": options.base,
+            "base_commit": base_commit,
+            "script": script,
+            "rounds": options.rounds,
+            "median_ratio_current_over_base": ratios,
+        },
+        sort_keys=True,
+    )
 
 
 if __name__ == "__main__":

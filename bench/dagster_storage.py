@@ -40,10 +40,7 @@ from dagster import (  # noqa: E402
     asset,
     materialize,
 )
-from dagster._core.storage.tags import (  # noqa: E402
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG  # noqa: E402
 
 from bench._result import print_result  # noqa: E402
 from orchestration.dagster_pooled_storage import psycopg2_url  # noqa: E402
@@ -194,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=500)
     parser.add_argument("--batch-size", type=int, default=100, help="DAGSTER_EVENT_BATCH_SIZE for pooled+batch")
     parser.add_argument("--repeats", type=int, default=1, help="rounds of all variants; the median is reported")
-    parser.add_argument(
-        "--admin-url", default=os.environ.get("DOCQUEUE_TEST_PG_ADMIN_URL", DEFAULT_ADMIN_URL)
-    )
+    parser.add_argument("--admin-url", default=os.environ.get("DOCQUEUE_TEST_PG_ADMIN_URL", DEFAULT_ADMIN_URL))
     args = parser.parse_args(argv)
     if min(args.keys, args.batch_size, args.repeats) < 1:
         parser.error("--keys, --batch-size and --repeats must be positive")

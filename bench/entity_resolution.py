@@ -12,6 +12,7 @@ Ends with one line `RESULT {json}`.
 
     .venv/bin/python bench/entity_resolution.py [--corpus ../shared/corpus] [--examples 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,26 +90,39 @@ def main() -> int:
         canonical = resolve_aliases(pairs)
         after = {(canonical.get(key, key), type_) for key, type_ in pairs}
         before_subsets, after_subsets = subset_entities(pairs), subset_entities(after)
-        totals.update(documents=1, chunks=len(texts), entities_before=len(pairs), entities_after=len(after),
-                      subset_before=len(before_subsets), subset_after=len(after_subsets), aliases=len(canonical),
-                      person_before=sum(1 for _, t in pairs if t == "PERSON"),
-                      person_after=sum(1 for _, t in after if t == "PERSON"),
-                      person_subset_before=sum(1 for _, t, _ in before_subsets if t == "PERSON"),
-                      person_subset_after=sum(1 for _, t, _ in after_subsets if t == "PERSON"))
-        print(f"{path.name}: {len(texts)} chunks, {len(pairs)} -> {len(after)} entities, subset "
-              f"{len(before_subsets)} -> {len(after_subsets)}; resolved {sorted(canonical.items())[:args.examples]}; "
-              f"still subset {after_subsets[:args.examples]}", file=sys.stderr)
+        totals.update(
+            documents=1,
+            chunks=len(texts),
+            entities_before=len(pairs),
+            entities_after=len(after),
+            subset_before=len(before_subsets),
+            subset_after=len(after_subsets),
+            aliases=len(canonical),
+            person_before=sum(1 for _, t in pairs if t == "PERSON"),
+            person_after=sum(1 for _, t in after if t == "PERSON"),
+            person_subset_before=sum(1 for _, t, _ in before_subsets if t == "PERSON"),
+            person_subset_after=sum(1 for _, t, _ in after_subsets if t == "PERSON"),
+        )
+        print(
+            f"{path.name}: {len(texts)} chunks, {len(pairs)} -> {len(after)} entities, subset "
+            f"{len(before_subsets)} -> {len(after_subsets)}; resolved {sorted(canonical.items())[: args.examples]}; "
+            f"still subset {after_subsets[: args.examples]}",
+            file=sys.stderr,
+        )
 
     def rate(part: str, whole: str) -> float:
         return round(totals[part] / totals[whole], 4) if totals[whole] else 0.0
 
-    result = {**{name: totals[name] for name in sorted(totals)},
-              "subset_rate_before": rate("subset_before", "entities_before"),
-              "subset_rate_after": rate("subset_after", "entities_after"),
-              "person_subset_rate_before": rate("person_subset_before", "person_before"),
-              "person_subset_rate_after": rate("person_subset_after", "person_after"),
-              "person_rejected": rejected["PERSON"], "rejected_by_type": dict(sorted(rejected.items())),
-              "seconds": round(time.perf_counter() - started, 1)}
+    result = {
+        **{name: totals[name] for name in sorted(totals)},
+        "subset_rate_before": rate("subset_before", "entities_before"),
+        "subset_rate_after": rate("subset_after", "entities_after"),
+        "person_subset_rate_before": rate("person_subset_before", "person_before"),
+        "person_subset_rate_after": rate("person_subset_after", "person_after"),
+        "person_rejected": rejected["PERSON"],
+        "rejected_by_type": dict(sorted(rejected.items())),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     print_result(result, sort_keys=True)
     return 0
 

@@ -22,6 +22,7 @@ With --repeats N the variants alternate order each round and the medians are com
 DOCQUEUE_TEST_PG_ADMIN_URL, else an embedded PostgreSQL started for the run) must be allowed to CREATE/DROP
 DATABASE. Prints both times and the ratio (a)/(b) and ends with exactly one line `RESULT {json}`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,15 @@ def make_corpus(folder: Path, documents: int, pages: int) -> list[Path]:
         content = []
         for p in range(pages):
             first, second = PARAGRAPHS[(d + p) % len(PARAGRAPHS)], PARAGRAPHS[(d + 2 * p + 1) % len(PARAGRAPHS)]
-            content.append([f"# Report {d + 1}, part {p + 1}", first, f"## Notes {p + 1}", second,
-                            "- schedules reviewed\n- budgets approved\n- contracts renewed"])
+            content.append(
+                [
+                    f"# Report {d + 1}, part {p + 1}",
+                    first,
+                    f"## Notes {p + 1}",
+                    second,
+                    "- schedules reviewed\n- budgets approved\n- contracts renewed",
+                ]
+            )
         paths.append(pf.text_pdf(folder, f"report-{d + 1:02d}.pdf", content))
     return paths
 
@@ -120,8 +128,12 @@ def child_plain(corpus: Path) -> dict:
                 by_kind[kind.name] += time.perf_counter() - kind_started
     finally:
         pipeline.close()
-    return {"documents": documents, "seconds": time.perf_counter() - started, "batches": batches,
-            "seconds_by_kind": {k: round(v, 2) for k, v in by_kind.items()}}
+    return {
+        "documents": documents,
+        "seconds": time.perf_counter() - started,
+        "batches": batches,
+        "seconds_by_kind": {k: round(v, 2) for k, v in by_kind.items()},
+    }
 
 
 class DagsterProbe:
@@ -149,8 +161,15 @@ class DagsterProbe:
         def timed_execute(defs, inst, run, *args, **kwargs):
             started, work_before = time.perf_counter(), self.work_s
             ok = execute(defs, inst, run, *args, **kwargs)
-            self.runs.append({"name": run.name, "keys": run.size, "seconds": time.perf_counter() - started,
-                              "work_s": self.work_s - work_before, "ok": ok})
+            self.runs.append(
+                {
+                    "name": run.name,
+                    "keys": run.size,
+                    "seconds": time.perf_counter() - started,
+                    "work_s": self.work_s - work_before,
+                    "ok": ok,
+                }
+            )
             return ok
 
         def timed_process_keys(*args, **kwargs):
@@ -182,20 +201,30 @@ class DagsterProbe:
         rollups = [r for r in self.runs if r["name"].startswith("rollup_")]
         return {
             "planning_s": round(self.planning_s, 2),
-            "runs": len(self.runs), "task_runs": len(task_runs), "rollup_runs": len(rollups),
+            "runs": len(self.runs),
+            "task_runs": len(task_runs),
+            "rollup_runs": len(rollups),
             "run_wall_s": round(sum(r["seconds"] for r in self.runs), 2),
             "task_run_wall_s": round(sum(r["seconds"] for r in task_runs), 2),
             "rollup_run_wall_s": round(sum(r["seconds"] for r in rollups), 2),
             "work_in_runs_s": round(self.work_s, 2),
-            "per_key_events": sum(v[0] for v in per_key), "per_key_event_s": round(sum(v[1] for v in per_key), 2),
-            "other_events": sum(v[0] for v in other), "other_event_s": round(sum(v[1] for v in other), 2),
-            "events": {k: {"count": v[0], "ms_each": round(1000 * v[1] / v[0], 2)} for k, v in
-                       sorted(self.events.items(), key=lambda item: -item[1][1])},
-            "runs_by_name": {name: {"runs": sum(1 for r in self.runs if r["name"] == name),
-                                    "keys": sum(r["keys"] for r in self.runs if r["name"] == name),
-                                    "wall_s": round(sum(r["seconds"] for r in self.runs if r["name"] == name), 2),
-                                    "work_s": round(sum(r["work_s"] for r in self.runs if r["name"] == name), 2)}
-                             for name in dict.fromkeys(r["name"] for r in self.runs)},
+            "per_key_events": sum(v[0] for v in per_key),
+            "per_key_event_s": round(sum(v[1] for v in per_key), 2),
+            "other_events": sum(v[0] for v in other),
+            "other_event_s": round(sum(v[1] for v in other), 2),
+            "events": {
+                k: {"count": v[0], "ms_each": round(1000 * v[1] / v[0], 2)}
+                for k, v in sorted(self.events.items(), key=lambda item: -item[1][1])
+            },
+            "runs_by_name": {
+                name: {
+                    "runs": sum(1 for r in self.runs if r["name"] == name),
+                    "keys": sum(r["keys"] for r in self.runs if r["name"] == name),
+                    "wall_s": round(sum(r["seconds"] for r in self.runs if r["name"] == name), 2),
+                    "work_s": round(sum(r["work_s"] for r in self.runs if r["name"] == name), 2),
+                }
+                for name in dict.fromkeys(r["name"] for r in self.runs)
+            },
         }
 
 
@@ -302,14 +331,28 @@ def outcome(queue_url: str) -> dict:
                       (SELECT count(*) FROM task_queue_chunk WHERE graphrag_status = 'completed'),
                       (SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'
                                                              OR graphrag_status <> 'completed'),
-                      (SELECT count(*) FROM documents WHERE graphrag_index_status = 'completed')""").one()
+                      (SELECT count(*) FROM documents WHERE graphrag_index_status = 'completed')"""
+        ).one()
     engine.dispose()
-    return {"pages": row[0], "pages_not_completed": row[1], "vectors": row[2], "graph_chunks": row[3],
-            "chunks_not_completed": row[4], "documents_completed": row[5]}
+    return {
+        "pages": row[0],
+        "pages_not_completed": row[1],
+        "vectors": row[2],
+        "graph_chunks": row[3],
+        "chunks_not_completed": row[4],
+        "documents_completed": row[5],
+    }
 
 
-def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, root: Path, extra_env: dict,
-                async_commit: bool = False) -> dict:
+def run_variant(
+    variant: str,
+    corpus: Path,
+    databases: Databases,
+    bolt: dict,
+    root: Path,
+    extra_env: dict,
+    async_commit: bool = False,
+) -> dict:
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
 
@@ -322,20 +365,34 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
     dagster_url = databases.create("dagster")
     if async_commit:  # a crash of the server may lose the last ~0.6 s of Dagster events; the queue stays durable
         dagster_url += "?options=-c%20synchronous_commit%3Doff"
-    env = {**os.environ, "DOCQUEUE_HOME": str(home), "DOCQUEUE_DATABASE_URL": queue_url,
-           "DOCQUEUE_DAGSTER_PG_URL": dagster_url, "DAGSTER_HOME": str(home / "dagster"),
-           "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"), "DOCQUEUE_QDRANT_URL": "",
-           "DOCQUEUE_NEO4J_URI": bolt["uri"], "DOCQUEUE_NEO4J_USER": bolt["user"],
-           "DOCQUEUE_NEO4J_PASSWORD": bolt["password"], "DOCQUEUE_NEO4J_DATABASE": bolt["database"] or "",
-           "PYTHONUNBUFFERED": "1", **extra_env}
+    env = {
+        **os.environ,
+        "DOCQUEUE_HOME": str(home),
+        "DOCQUEUE_DATABASE_URL": queue_url,
+        "DOCQUEUE_DAGSTER_PG_URL": dagster_url,
+        "DAGSTER_HOME": str(home / "dagster"),
+        "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
+        "DOCQUEUE_QDRANT_URL": "",
+        "DOCQUEUE_NEO4J_URI": bolt["uri"],
+        "DOCQUEUE_NEO4J_USER": bolt["user"],
+        "DOCQUEUE_NEO4J_PASSWORD": bolt["password"],
+        "DOCQUEUE_NEO4J_DATABASE": bolt["database"] or "",
+        "PYTHONUNBUFFERED": "1",
+        **extra_env,
+    }
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--child", variant, "--corpus", str(corpus)], env=env,
-                          cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", variant, "--corpus", str(corpus)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"{variant} child failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result = json.loads(lines[-1][len("CHILD "):])
+    result = json.loads(lines[-1][len("CHILD ") :])
     shutil.rmtree(home, ignore_errors=True)
     return {**result, "process_wall_s": round(wall, 2), "outcome": outcome(queue_url)}
 
@@ -356,13 +413,21 @@ def parent_main(args) -> None:
         for repeat in range(args.repeats):
             # alternate the order: the machine is shared, and a later variant may meet a warmer page cache
             order = ("plain", "dagster") if repeat % 2 == 0 else ("dagster", "plain")
-            rounds.append({v: run_variant(v, corpus, databases, bolt, root, extra_env,
-                                          args.dagster_async_commit and v == "dagster") for v in order})
+            rounds.append(
+                {
+                    v: run_variant(
+                        v, corpus, databases, bolt, root, extra_env, args.dagster_async_commit and v == "dagster"
+                    )
+                    for v in order
+                }
+            )
             for variant in order:
                 r = rounds[-1][variant]
-                print(f"round {repeat + 1} {variant:7s}: {r['seconds']:7.1f} s processing "
-                      f"(start-up {r['startup_s']:.1f} s, process {r['process_wall_s']:.1f} s) {r['outcome']}",
-                      flush=True)
+                print(
+                    f"round {repeat + 1} {variant:7s}: {r['seconds']:7.1f} s processing "
+                    f"(start-up {r['startup_s']:.1f} s, process {r['process_wall_s']:.1f} s) {r['outcome']}",
+                    flush=True,
+                )
     report(args, rounds, load_before, os.getloadavg(), extra_env)
 
 
@@ -373,8 +438,12 @@ def services(root: Path, admin_url: str | None):
 
     bolt_server = BoltServer(home=root / "bolt", port=free_port())
     try:
-        bolt = {"uri": bolt_server.ensure_running(timeout_s=180), "user": bolt_server.user,
-                "password": bolt_server.password, "database": bolt_server.database}
+        bolt = {
+            "uri": bolt_server.ensure_running(timeout_s=180),
+            "user": bolt_server.user,
+            "password": bolt_server.password,
+            "database": bolt_server.database,
+        }
         with postgres(admin_url or os.environ.get("DOCQUEUE_TEST_PG_ADMIN_URL"), root) as url:
             databases = Databases(url)
             try:
@@ -400,37 +469,57 @@ def report(args, rounds: list[dict], load_before, load_after, extra_env: dict) -
     extra = dagster - plain
     pages = last["outcome"]["pages"]
     chunks = last["outcome"]["vectors"]
-    print(f"\ncorpus: {args.documents} documents x {args.pages} pages = {pages} pages, {chunks} chunks; "
-          f"same outcome both ways: {same_work}")
+    print(
+        f"\ncorpus: {args.documents} documents x {args.pages} pages = {pages} pages, {chunks} chunks; "
+        f"same outcome both ways: {same_work}"
+    )
     print(f"(b) plain loop : {plain:7.1f} s")
     print(f"(a) dagster    : {dagster:7.1f} s   ratio (a)/(b) = {dagster / plain:.2f} (target <= 1.25)")
     events_s = last["per_key_event_s"] + last["other_event_s"]
     run_rest = last["run_wall_s"] - last["work_in_runs_s"] - events_s
     print(f"extra time of (a): {extra:.1f} s. Where (a) spends its time (last round, {last['seconds']:.1f} s):")
-    print(f"  queue work inside runs (process_keys: claim, process, complete): {last['work_in_runs_s']:6.1f} s "
-          f"(the plain loop: {rounds[-1]['plain']['seconds']:.1f} s)")
-    print(f"  per-key events: {last['per_key_events']} ({last['per_key_events'] // 2} keys x planned + materialized) "
-          f"in {last['per_key_event_s']:6.1f} s = {1000 * last['per_key_event_s'] / max(last['per_key_events'], 1):.1f}"
-          f" ms each")
-    print(f"  per-run events: {last['other_events']} in {last['other_event_s']:.1f} s; other per-run work (plans, "
-          f"resources, steps) {run_rest:.1f} s over {last['runs']} runs ({last['rollup_runs']} of them roll-ups, "
-          f"{last['rollup_run_wall_s']:.1f} s)")
+    print(
+        f"  queue work inside runs (process_keys: claim, process, complete): {last['work_in_runs_s']:6.1f} s "
+        f"(the plain loop: {rounds[-1]['plain']['seconds']:.1f} s)"
+    )
+    print(
+        f"  per-key events: {last['per_key_events']} ({last['per_key_events'] // 2} keys x planned + materialized) "
+        f"in {last['per_key_event_s']:6.1f} s = {1000 * last['per_key_event_s'] / max(last['per_key_events'], 1):.1f}"
+        f" ms each"
+    )
+    print(
+        f"  per-run events: {last['other_events']} in {last['other_event_s']:.1f} s; other per-run work (plans, "
+        f"resources, steps) {run_rest:.1f} s over {last['runs']} runs ({last['rollup_runs']} of them roll-ups, "
+        f"{last['rollup_run_wall_s']:.1f} s)"
+    )
     print(f"  planning rounds (partition registration, queries, in-flight lookups): {last['planning_s']:.1f} s")
-    print(f"  (a) / its own queue work = {last['seconds'] / max(last['work_in_runs_s'], 1e-9):.2f} "
-          "(measured inside one process, less sensitive to the shared machine than (a)/(b))")
+    print(
+        f"  (a) / its own queue work = {last['seconds'] / max(last['work_in_runs_s'], 1e-9):.2f} "
+        "(measured inside one process, less sensitive to the shared machine than (a)/(b))"
+    )
     plain_by_kind = rounds[-1]["plain"]["seconds_by_kind"]
     for name, figures in last["runs_by_name"].items():
         same = f"   plain loop {plain_by_kind[name]:6.1f} s" if name in plain_by_kind else ""
-        print(f"    {name:16s} runs {figures['runs']:3d} keys {figures['keys']:5d} wall {figures['wall_s']:7.1f} s "
-              f"work {figures['work_s']:7.1f} s{same}")
+        print(
+            f"    {name:16s} runs {figures['runs']:3d} keys {figures['keys']:5d} wall {figures['wall_s']:7.1f} s "
+            f"work {figures['work_s']:7.1f} s{same}"
+        )
     print(f"machine load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} cores)")
     result = {
-        "documents": args.documents, "pages": pages, "chunks": chunks, "repeats": args.repeats,
-        "plain_s": round(plain, 2), "dagster_s": round(dagster, 2), "ratio": round(dagster / plain, 3),
-        "same_outcome": same_work, "env": extra_env, "dagster_async_commit": args.dagster_async_commit,
+        "documents": args.documents,
+        "pages": pages,
+        "chunks": chunks,
+        "repeats": args.repeats,
+        "plain_s": round(plain, 2),
+        "dagster_s": round(dagster, 2),
+        "ratio": round(dagster / plain, 3),
+        "same_outcome": same_work,
+        "env": extra_env,
+        "dagster_async_commit": args.dagster_async_commit,
         "ratio_within_a": round(last["seconds"] / max(last["work_in_runs_s"], 1e-9), 3),
         "dagster_breakdown": {k: v for k, v in last.items() if k not in ("outcome", "events", "runs_by_name")},
-        "events": last["events"], "runs_by_name": last["runs_by_name"],
+        "events": last["events"],
+        "runs_by_name": last["runs_by_name"],
         "plain_seconds_by_kind": rounds[-1]["plain"]["seconds_by_kind"],
         "startup_s": {"plain": rounds[-1]["plain"]["startup_s"], "dagster": last["startup_s"]},
         "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
@@ -446,10 +535,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--admin-url", default=None)
     parser.add_argument("--event-batch-size", type=int, default=0, help="DAGSTER_EVENT_BATCH_SIZE for (a)")
-    parser.add_argument("--dagster-async-commit", action="store_true",
-                        help="(a)'s Dagster connections with synchronous_commit=off (experiment)")
-    parser.add_argument("--max-keys", action="append", default=[], metavar="KIND=N",
-                        help="keys per run of a task kind for (a), e.g. vector_chunk=2000")
+    parser.add_argument(
+        "--dagster-async-commit",
+        action="store_true",
+        help="(a)'s Dagster connections with synchronous_commit=off (experiment)",
+    )
+    parser.add_argument(
+        "--max-keys",
+        action="append",
+        default=[],
+        metavar="KIND=N",
+        help="keys per run of a task kind for (a), e.g. vector_chunk=2000",
+    )
     parser.add_argument("--child", choices=("plain", "dagster"), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -18,6 +18,7 @@ Prints medians and ends with exactly one line `RESULT {json}`.
 The admin URL (default env DOCQUEUE_TEST_PG_ADMIN_URL or postgresql://postgres@127.0.0.1:5432/postgres) must be
 allowed to CREATE/DROP DATABASE; the bench database is dropped at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,7 +62,9 @@ def seed(url: str, n: int) -> float:
             """INSERT INTO dynamic_partitions (partitions_def_name, partition, create_timestamp)
                SELECT %(name)s, 'bench-' || lpad((i / 4000)::text, 6, '0') || '-0000abcd/p'
                       || lpad(((i / 20) %% 200 + 1)::text, 4, '0') || '/c' || lpad((i %% 20)::text, 3, '0'), now()
-               FROM generate_series(0, %(n)s - 1) i ORDER BY i""", {"name": chunks_partitions.name, "n": n})
+               FROM generate_series(0, %(n)s - 1) i ORDER BY i""",
+            {"name": chunks_partitions.name, "n": n},
+        )
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE dynamic_partitions")
     engine.dispose()
@@ -75,7 +78,8 @@ def resolve(instance: DagsterInstance, first: int, repeats: int) -> float:
         started = time.perf_counter()
         with partition_loading_context(dynamic_partitions_store=instance):
             keys = chunks_partitions.get_partition_keys_in_range(
-                PartitionKeyRange(key(first), key(first + RANGE_KEYS - 1)))
+                PartitionKeyRange(key(first), key(first + RANGE_KEYS - 1))
+            )
         times.append(time.perf_counter() - started)
         assert len(keys) == RANGE_KEYS, f"resolved {len(keys)} keys, expected {RANGE_KEYS}"
     return statistics.median(times)
@@ -94,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     home = tempfile.mkdtemp(prefix="bench_retention_")
     shutil.copy(REPO / "dagster.yaml", Path(home) / "dagster.yaml")
     try:
-        with throwaway_database(args.admin_url, "bench_retention") as url, \
-                env(DOCQUEUE_DAGSTER_PG_URL=url, DAGSTER_HOME=home):
+        with (
+            throwaway_database(args.admin_url, "bench_retention") as url,
+            env(DOCQUEUE_DAGSTER_PG_URL=url, DAGSTER_HOME=home),
+        ):
             instance = DagsterInstance.from_config(home)
             try:
                 instance.get_dynamic_partitions(chunks_partitions.name)  # creates the tables
@@ -113,19 +119,31 @@ def main(argv: list[str] | None = None) -> int:
                 retire_s = time.perf_counter() - started
                 live = len(instance.get_dynamic_partitions(chunks_partitions.name))
                 assert live == args.live, f"{live} live after retention, expected {args.live}"
-                print(f"retired {args.n - args.live:,} in {batches} batches of {RETIRE_BATCH:,}: {retire_s:.1f} s "
-                      f"({retire_s / max(batches, 1):.3f} s per batch)", flush=True)
+                print(
+                    f"retired {args.n - args.live:,} in {batches} batches of {RETIRE_BATCH:,}: {retire_s:.1f} s "
+                    f"({retire_s / max(batches, 1):.3f} s per batch)",
+                    flush=True,
+                )
                 retained_s = resolve(instance, newest_range, args.repeats)
                 print(f"retained ({args.live:,} live): {retained_s:.3f} s per 1,000-key range", flush=True)
             finally:
                 instance.dispose()
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    print_result({
-        "n": args.n, "live_after_retention": args.live, "range_keys": RANGE_KEYS, "repeats": args.repeats,
-        "resolve_s_all_live": round(all_live_s, 4), "resolve_s_retained": round(retained_s, 4),
-        "speedup": round(all_live_s / retained_s, 1), "seed_s": round(seeded_s, 1),
-        "retire_batch": RETIRE_BATCH, "retire_s_per_batch": round(retire_s / max(batches, 1), 4)})
+    print_result(
+        {
+            "n": args.n,
+            "live_after_retention": args.live,
+            "range_keys": RANGE_KEYS,
+            "repeats": args.repeats,
+            "resolve_s_all_live": round(all_live_s, 4),
+            "resolve_s_retained": round(retained_s, 4),
+            "speedup": round(all_live_s / retained_s, 1),
+            "seed_s": round(seeded_s, 1),
+            "retire_batch": RETIRE_BATCH,
+            "retire_s_per_batch": round(retire_s / max(batches, 1), 4),
+        }
+    )
     return 0
 
 

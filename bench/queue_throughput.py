@@ -36,6 +36,7 @@ also carries the WAL bytes written per completed task, which does not move with 
 
 Prints a table and ends with exactly one line `RESULT {json}` (key figure: ratio_ours_pgqueuer_4w_b50).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -96,7 +97,7 @@ def plain_url(url: str) -> str:
     """libpq/asyncpg form of a SQLAlchemy-style URL."""
     for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgresql+asyncpg://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql://" + url[len(prefix):]
+            return "postgresql://" + url[len(prefix) :]
     return url
 
 
@@ -159,8 +160,11 @@ class Databases:
         admin_execute(self.admin_url, f'ALTER DATABASE "{name}" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false')
 
     def drop(self, name: str) -> None:
-        admin_execute(self.admin_url, f'ALTER DATABASE "{name}" WITH IS_TEMPLATE false',
-                      f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin_execute(
+            self.admin_url,
+            f'ALTER DATABASE "{name}" WITH IS_TEMPLATE false',
+            f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+        )
         self.created.remove(name)
 
     def drop_all(self) -> None:
@@ -191,8 +195,10 @@ def vacuum_analyze(url: str) -> None:
 def sql_payload(n_sql: str) -> str:
     """Task n's text, the same for every contender: 'text <n>', or padded to %(size)s characters when that is set
     (what a 256-token chunk weighs is ~1,200)."""
-    return (f"CASE WHEN %(size)s <= 0 THEN 'text ' || {n_sql} "
-            f"ELSE rpad('text ' || {n_sql} || ' ', %(size)s, md5({n_sql}::text)) END")
+    return (
+        f"CASE WHEN %(size)s <= 0 THEN 'text ' || {n_sql} "
+        f"ELSE rpad('text ' || {n_sql} || ' ', %(size)s, md5({n_sql}::text)) END"
+    )
 
 
 def seed_ours(url: str, layout: Layout, payload_bytes: int = 0) -> None:
@@ -211,34 +217,42 @@ def seed_ours(url: str, layout: Layout, payload_bytes: int = 0) -> None:
                       encode(sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'hex'), 1000, %(pages)s, now(),
                       'completed', now(), 'pending'
                FROM generate_series(1, %(docs)s) n""",
-            {"docs": layout.documents, "pages": layout.pages_per_document})
+            {"docs": layout.documents, "pages": layout.pages_per_document},
+        )
         conn.execute(
             """INSERT INTO task_queue_page (document_id, page_number, page_file_path, ocr_status, ocr_completed_at,
                                             chunked_at, chunk_count, vector_status)
                SELECT d.id, n, 'bench/page_' || n || '_nohf.md', 'completed', now(), now(), %(chunks)s, 'pending'
                FROM documents d, generate_series(1, %(pages)s) n""",
-            {"pages": layout.pages_per_document, "chunks": layout.chunks_per_page})
+            {"pages": layout.pages_per_document, "chunks": layout.chunks_per_page},
+        )
         conn.execute(
             """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
                                              vector_status)
                SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), 'pending'
                FROM task_queue_page p, generate_series(0, %(chunks)s - 1) n
                ORDER BY p.document_id, p.page_number, n""",
-            {"chunks": layout.chunks_per_page})
+            {"chunks": layout.chunks_per_page},
+        )
         conn.execute(
             f"""INSERT INTO task_queue_chunk_text (chunk_task_id, content)
-                SELECT c.id, {sql_payload('(p.page_number * 1000 + c.chunk_index)')}
+                SELECT c.id, {sql_payload("(p.page_number * 1000 + c.chunk_index)")}
                 FROM task_queue_chunk c JOIN task_queue_page p ON p.id = c.page_id""",
-            {"size": payload_bytes})
+            {"size": payload_bytes},
+        )
 
 
 def seed_pgqueuer(url: str, tasks: int, payload_bytes: int = 0) -> None:
     """PgQueuer's own schema (its install API) and `tasks` jobs through its batch enqueue API."""
 
     with psycopg.connect(url) as conn:  # the texts by the one rule the other seeds use
-        payloads = [row[0].encode() for row in conn.execute(
-            f"SELECT {sql_payload('n')} FROM generate_series(0, %(n)s - 1) n ORDER BY n",
-            {"n": tasks, "size": payload_bytes})]
+        payloads = [
+            row[0].encode()
+            for row in conn.execute(
+                f"SELECT {sql_payload('n')} FROM generate_series(0, %(n)s - 1) n ORDER BY n",
+                {"n": tasks, "size": payload_bytes},
+            )
+        ]
 
     # PgQueuer and asyncpg are the bench extra's: the other contenders run without them
     import asyncpg
@@ -251,8 +265,7 @@ def seed_pgqueuer(url: str, tasks: int, payload_bytes: int = 0) -> None:
             await queries.install()
             for start in range(0, tasks, PGQ_ENQUEUE_BATCH):
                 size = min(PGQ_ENQUEUE_BATCH, tasks - start)
-                await queries.enqueue([PGQ_ENTRYPOINT] * size,
-                                      payloads[start:start + size], [0] * size)
+                await queries.enqueue([PGQ_ENTRYPOINT] * size, payloads[start : start + size], [0] * size)
         finally:
             await conn.close()
 
@@ -283,8 +296,10 @@ WHERE id = ANY(%(ids)s) AND status = 'running' AND worker_id = %(worker)s"""
 def seed_bare(url: str, tasks: int, payload_bytes: int = 0) -> None:
     with psycopg.connect(url) as conn:
         conn.execute(BARE_SCHEMA)
-        conn.execute(f"INSERT INTO bare_jobs (payload) SELECT {sql_payload('n')} FROM generate_series(1, %(n)s) n",
-                     {"n": tasks, "size": payload_bytes})
+        conn.execute(
+            f"INSERT INTO bare_jobs (payload) SELECT {sql_payload('n')} FROM generate_series(1, %(n)s) n",
+            {"n": tasks, "size": payload_bytes},
+        )
 
 
 # snapshot counts of completed tasks: one statement = one snapshot, so the count is what had committed when it ran
@@ -458,8 +473,12 @@ def _shutdown_on(stop, loop: asyncio.AbstractEventLoop, shutdown: asyncio.Event)
         pass
 
 
-WORKERS: dict[str, Callable] = {"ours": ours_worker, "ours_settle": ours_settle_worker, "pgqueuer": pgqueuer_worker,
-                                "bare": bare_worker}
+WORKERS: dict[str, Callable] = {
+    "ours": ours_worker,
+    "ours_settle": ours_settle_worker,
+    "pgqueuer": pgqueuer_worker,
+    "bare": bare_worker,
+}
 
 
 def _worker_process(contender: str, url: str, batch: int, ready, stop, results, index: int) -> None:
@@ -495,8 +514,10 @@ def measure(contender: str, url: str, workers: int, batch: int, window_s: float,
     with psycopg.connect(url) as conn:
         before = completed_count(conn, contender, total)
         wal_start = wal_position(conn)
-    processes = [context.Process(target=_worker_process, args=(contender, url, batch, ready, stop, results, i),
-                                 daemon=True) for i in range(workers)]
+    processes = [
+        context.Process(target=_worker_process, args=(contender, url, batch, ready, stop, results, i), daemon=True)
+        for i in range(workers)
+    ]
     for process in processes:
         process.start()
     errors: list[str] = []
@@ -550,8 +571,9 @@ def measure(contender: str, url: str, workers: int, batch: int, window_s: float,
     if mismatches:
         errors.append(f"{mismatches} parents disagree with the bubble-up rule of their children")
     wal_per_task = round(wal_bytes / after_stop, 1) if wal_bytes is not None and after_stop > 0 else None
-    return Measurement(contender, workers, batch, rate, completed, drained, reported_in_window, wal_per_task,
-                       mismatches, errors)
+    return Measurement(
+        contender, workers, batch, rate, completed, drained, reported_in_window, wal_per_task, mismatches, errors
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- the run
@@ -586,12 +608,15 @@ def server_version(admin_url: str) -> str:
         return conn.execute("SHOW server_version").fetchone()[0]
 
 
-def build_templates(databases: Databases, layout: Layout, needed: set[str],
-                    payload_bytes: int = 0) -> dict[str, tuple[str, float]]:
+def build_templates(
+    databases: Databases, layout: Layout, needed: set[str], payload_bytes: int = 0
+) -> dict[str, tuple[str, float]]:
     """One seeded, vacuumed, frozen database per contender. Returns {contender: (template, seconds to seed)}."""
-    seeders = {"ours": lambda url: seed_ours(url, layout, payload_bytes),
-               "pgqueuer": lambda url: seed_pgqueuer(url, layout.tasks, payload_bytes),
-               "bare": lambda url: seed_bare(url, layout.tasks, payload_bytes)}
+    seeders = {
+        "ours": lambda url: seed_ours(url, layout, payload_bytes),
+        "pgqueuer": lambda url: seed_pgqueuer(url, layout.tasks, payload_bytes),
+        "bare": lambda url: seed_bare(url, layout.tasks, payload_bytes),
+    }
     templates = {}
     for contender, seed in seeders.items():
         if contender not in needed:
@@ -624,13 +649,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         version = server_version(server.admin_url)
         text = f"{args.payload_bytes} chars" if args.payload_bytes else "short"
-        print(f"server: {server.description}, PostgreSQL {version}; {layout.tasks} tasks "
-              f"({layout.documents} documents x {layout.pages_per_document} pages x {layout.chunks_per_page} "
-              f"chunks, task text {text}), window {args.window:g} s, "
-              f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} on {os.cpu_count()} cores",
-              flush=True)
-        templates = build_templates(databases, layout, {SAME_DATA_AS.get(c, c) for c in args.contenders},
-                                    args.payload_bytes)
+        print(
+            f"server: {server.description}, PostgreSQL {version}; {layout.tasks} tasks "
+            f"({layout.documents} documents x {layout.pages_per_document} pages x {layout.chunks_per_page} "
+            f"chunks, task text {text}), window {args.window:g} s, "
+            f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} on {os.cpu_count()} cores",
+            flush=True,
+        )
+        templates = build_templates(
+            databases, layout, {SAME_DATA_AS.get(c, c) for c in args.contenders}, args.payload_bytes
+        )
         print("seeded: " + ", ".join(f"{c} {s:.1f} s" for c, (_, s) in templates.items()), flush=True)
         # rounds interleave: every configuration and contender once per round, so a burst of load from a
         # neighbour lands on one round's figures, and the median over rounds leaves it out
@@ -645,10 +673,13 @@ def run(args: argparse.Namespace) -> int:
                         databases.drop(name)
                         measurements.append(result)
                         wal = f"  {result.wal_bytes_per_task:>6.0f} WAL bytes/task" if result.wal_bytes_per_task else ""
-                        print(f"  round {round_no}  {contender:<11} {workers:>2} workers  batch {batch:>3}: "
-                              f"{result.rate:>9.1f} tasks/s{wal}"
-                              f"{'  (drained)' if result.drained else ''}"
-                              f"{'  ERRORS: ' + '; '.join(result.errors) if result.errors else ''}", flush=True)
+                        print(
+                            f"  round {round_no}  {contender:<11} {workers:>2} workers  batch {batch:>3}: "
+                            f"{result.rate:>9.1f} tasks/s{wal}"
+                            f"{'  (drained)' if result.drained else ''}"
+                            f"{'  ERRORS: ' + '; '.join(result.errors) if result.errors else ''}",
+                            flush=True,
+                        )
     finally:
         databases.drop_all()
         server.stop()
@@ -656,8 +687,11 @@ def run(args: argparse.Namespace) -> int:
     return report(args, layout, server.description, measurements, load_start, load_end)
 
 
-RATIO_PAIRS = {"ours_pgqueuer": ("ours", "pgqueuer"), "ours_settle_pgqueuer": ("ours_settle", "pgqueuer"),
-               "ours_bare": ("ours", "bare")}
+RATIO_PAIRS = {
+    "ours_pgqueuer": ("ours", "pgqueuer"),
+    "ours_settle_pgqueuer": ("ours_settle", "pgqueuer"),
+    "ours_bare": ("ours", "bare"),
+}
 
 
 def _median(values: list[float]) -> float | None:
@@ -669,10 +703,14 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
     runs: dict[str, dict[str, list[Measurement]]] = {c: {} for c in CONTENDERS}
     for m in measurements:
         runs[m.contender].setdefault(config_key(m.workers, m.batch), []).append(m)
-    rates = {c: {k: round(statistics.median(x.rate for x in ms), 1) for k, ms in by_key.items()}
-             for c, by_key in runs.items()}
-    wal = {c: {k: _median([x.wal_bytes_per_task for x in ms if x.wal_bytes_per_task]) for k, ms in by_key.items()}
-           for c, by_key in runs.items()}
+    rates = {
+        c: {k: round(statistics.median(x.rate for x in ms), 1) for k, ms in by_key.items()}
+        for c, by_key in runs.items()
+    }
+    wal = {
+        c: {k: _median([x.wal_bytes_per_task for x in ms if x.wal_bytes_per_task]) for k, ms in by_key.items()}
+        for c, by_key in runs.items()
+    }
     # a ratio is taken within a round (both figures measured minutes apart), then the median over rounds
     round_ratios: dict[str, dict[str, list[float]]] = {name: {} for name in RATIO_PAIRS}
     for name, (a, b) in RATIO_PAIRS.items():
@@ -681,8 +719,10 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
     ratios = {name: {key: _median(values) for key, values in by_key.items()} for name, by_key in round_ratios.items()}
     print()
     print(f"medians over {args.rounds} round(s); ratios: median of the per-round ratios")
-    print(f"{'workers':>7} {'batch':>5} | {'ours':>9} {'settle':>9} {'pgqueuer':>9} {'bare':>9} | "
-          f"{'ours/pgq':>8} {'settle/pgq':>10} {'ours/bare':>9} | WAL bytes/task ours settle pgq bare")
+    print(
+        f"{'workers':>7} {'batch':>5} | {'ours':>9} {'settle':>9} {'pgqueuer':>9} {'bare':>9} | "
+        f"{'ours/pgq':>8} {'settle/pgq':>10} {'ours/bare':>9} | WAL bytes/task ours settle pgq bare"
+    )
     print("-" * 128)
     for workers in args.workers:
         for batch in args.batches:
@@ -690,22 +730,28 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
             shown = [rates[c].get(key) or 0 for c in CONTENDERS]
             shown_ratios = [ratios[name].get(key) or 0 for name in RATIO_PAIRS]
             shown_wal = " ".join(f"{wal[c].get(key) or 0:>6.0f}" for c in CONTENDERS)
-            print(f"{workers:>7} {batch:>5} | " + " ".join(f"{r:>9.1f}" for r in shown) + " | "
-                  f"{shown_ratios[0]:>8.3f} {shown_ratios[1]:>10.3f} {shown_ratios[2]:>9.3f} | {shown_wal}")
+            print(
+                f"{workers:>7} {batch:>5} | " + " ".join(f"{r:>9.1f}" for r in shown) + " | "
+                f"{shown_ratios[0]:>8.3f} {shown_ratios[1]:>10.3f} {shown_ratios[2]:>9.3f} | {shown_wal}"
+            )
     errors = [f"{m.contender} {config_key(m.workers, m.batch)}: {e}" for m in measurements for e in m.errors]
     for error in errors:
         print(f"ERROR {error}")
     result = {
         "tasks": layout.tasks,
-        "layout": {"documents": layout.documents, "pages_per_document": layout.pages_per_document,
-                   "chunks_per_page": layout.chunks_per_page},
+        "layout": {
+            "documents": layout.documents,
+            "pages_per_document": layout.pages_per_document,
+            "chunks_per_page": layout.chunks_per_page,
+        },
         "window_s": args.window,
         "rounds": args.rounds,
         "payload_bytes": args.payload_bytes,
         "server": server,
         "tasks_per_second": rates,
-        "tasks_per_second_by_round": {c: {k: [round(x.rate, 1) for x in ms] for k, ms in by_key.items()}
-                                      for c, by_key in runs.items() if by_key},
+        "tasks_per_second_by_round": {
+            c: {k: [round(x.rate, 1) for x in ms] for k, ms in by_key.items()} for c, by_key in runs.items() if by_key
+        },
         "wal_bytes_per_task": wal,
         "ratios": ratios,
         "ratios_by_round": round_ratios,
@@ -713,8 +759,9 @@ def report(args, layout: Layout, server: str, measurements: list[Measurement], l
         "ratio_ours_settle_pgqueuer_4w_b50": ratios["ours_settle_pgqueuer"].get("4w_b50"),
         "ratio_ours_bare_4w_b50": ratios["ours_bare"].get("4w_b50"),
         "drained": [f"{m.contender} {config_key(m.workers, m.batch)}" for m in measurements if m.drained],
-        "worker_reported_in_window": {f"{m.contender} {config_key(m.workers, m.batch)}": m.worker_reported_in_window
-                                      for m in measurements},
+        "worker_reported_in_window": {
+            f"{m.contender} {config_key(m.workers, m.batch)}": m.worker_reported_in_window for m in measurements
+        },
         "loadavg_start": [round(x, 2) for x in load_start],
         "loadavg_end": [round(x, 2) for x in load_end],
         "cpus": os.cpu_count(),
@@ -743,23 +790,43 @@ def _int_list(text: str, limit: int, what: str) -> list[int]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--window", type=float, default=None, help="seconds each configuration runs (default 8)")
     parser.add_argument("--tasks", type=int, default=None, help="pending tasks at the start (default 100000)")
-    parser.add_argument("--workers", type=lambda s: _int_list(s, MAX_WORKERS, "--workers"), default=None,
-                        help="worker process counts (default 1,4,8)")
-    parser.add_argument("--batches", type=lambda s: _int_list(s, MAX_BATCH, "--batches"), default=None,
-                        help="batch sizes (default 1,50)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="measure every configuration this many times, interleaved; figures are medians")
-    parser.add_argument("--contenders", type=_contender_list, default=list(CONTENDERS),
-                        help=f"comma-separated subset of {','.join(CONTENDERS)} (default: all)")
-    parser.add_argument("--payload-bytes", type=int, default=0,
-                        help="each task's text padded to this many characters, the same for every contender "
-                             "(default 0: 'text <n>'; a 256-token chunk is ~1200)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 5000 tasks, 1.5 s windows, 1 and 4 workers")
+    parser.add_argument(
+        "--workers",
+        type=lambda s: _int_list(s, MAX_WORKERS, "--workers"),
+        default=None,
+        help="worker process counts (default 1,4,8)",
+    )
+    parser.add_argument(
+        "--batches",
+        type=lambda s: _int_list(s, MAX_BATCH, "--batches"),
+        default=None,
+        help="batch sizes (default 1,50)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure every configuration this many times, interleaved; figures are medians",
+    )
+    parser.add_argument(
+        "--contenders",
+        type=_contender_list,
+        default=list(CONTENDERS),
+        help=f"comma-separated subset of {','.join(CONTENDERS)} (default: all)",
+    )
+    parser.add_argument(
+        "--payload-bytes",
+        type=int,
+        default=0,
+        help="each task's text padded to this many characters, the same for every contender "
+        "(default 0: 'text <n>'; a 256-token chunk is ~1200)",
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke run: 5000 tasks, 1.5 s windows, 1 and 4 workers")
     args = parser.parse_args(argv)
     quick = args.quick
     args.window = args.window if args.window is not None else (1.5 if quick else 8.0)
@@ -775,8 +842,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not 10 <= args.tasks <= MAX_TASKS:
         parser.error(f"--tasks must be between 10 and {MAX_TASKS}")
     if "pgqueuer" in args.contenders and not all(importlib.util.find_spec(m) for m in ("pgqueuer", "asyncpg")):
-        parser.error("the pgqueuer contender needs PgQueuer (pip install -e .[bench]); without it, run "
-                     "--contenders ours,ours_settle,bare")
+        parser.error(
+            "the pgqueuer contender needs PgQueuer (pip install -e .[bench]); without it, run "
+            "--contenders ours,ours_settle,bare"
+        )
     return args
 
 

@@ -24,6 +24,7 @@ keyword figures as keywords_doc_hit_at_1, keywords_doc_hit_at_5, keywords_page_h
 counts, all of the first mode given (hybrid by default); with more than one mode, `by_mode` holds each mode's
 figures under the same names.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,13 +54,15 @@ MODES = ("hybrid", "dense", "sparse")
 RANKS = (1, 5)
 MIN_WORDS, MAX_WORDS = 8, 40
 DEFAULT_SUFFIXES = "pdf"
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a about above after again against all also am an and any are as at be because been before being below between both
 but by can could did do does doing down during each few for from further had has have having he her here hers him
 his how i if in into is it its itself just me more most my no nor not now of off on once only or other our ours out
 over own same she should so some such than that the their theirs them then there these they this those through to
 too under until up very was we were what when where which while who whom why will with would you your yours
-""".split())
+""".split()
+)
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
@@ -105,8 +108,9 @@ def select_inputs(folders: list[Path], max_documents: int | None, suffixes: str 
     """The files with these suffixes directly inside the folders (sub-folders such as a corpus's ground truth and
     its README are left out), sorted by path so a limited selection is stable."""
     wanted = {"." + suffix.strip().lower().lstrip(".") for suffix in suffixes.split(",") if suffix.strip()}
-    files = sorted(path for folder in folders for path in folder.iterdir()
-                   if path.is_file() and path.suffix.lower() in wanted)
+    files = sorted(
+        path for folder in folders for path in folder.iterdir() if path.is_file() and path.suffix.lower() in wanted
+    )
     return files[:max_documents] if max_documents else files
 
 
@@ -136,28 +140,38 @@ def indexed_pages() -> tuple[list[Page], dict]:
             """SELECT d.id, d.document_key, p.page_number, p.page_file_path
                FROM task_queue_page p JOIN documents d ON d.id = p.document_id
                WHERE d.vector_index_status = 'completed' AND p.page_file_path IS NOT NULL
-               ORDER BY d.document_key, p.page_number""").all()
-        chunks = [row[0] for row in conn.exec_driver_sql(
-            """SELECT t.content FROM task_queue_chunk_text t JOIN task_queue_chunk c ON c.id = t.chunk_task_id
-               WHERE c.vector_status = 'completed'""").all()]
-    pages = [Page(key, number, storage.get_text(path)) for doc_id, key, number, path in rows
-             if str(doc_id) not in hidden]
+               ORDER BY d.document_key, p.page_number"""
+        ).all()
+        chunks = [
+            row[0]
+            for row in conn.exec_driver_sql(
+                """SELECT t.content FROM task_queue_chunk_text t JOIN task_queue_chunk c ON c.id = t.chunk_task_id
+               WHERE c.vector_status = 'completed'"""
+            ).all()
+        ]
+    pages = [
+        Page(key, number, storage.get_text(path)) for doc_id, key, number, path in rows if str(doc_id) not in hidden
+    ]
     tokens = count_tokens_batch(chunks)
-    return pages, {"documents": len({p.document_key for p in pages}), "pages": len(pages), "chunks": len(chunks),
-                   "max_chunk_tokens": max(tokens, default=0),
-                   "chunks_over_400_tokens": sum(1 for count in tokens if count > 400)}
+    return pages, {
+        "documents": len({p.document_key for p in pages}),
+        "pages": len(pages),
+        "chunks": len(chunks),
+        "max_chunk_tokens": max(tokens, default=0),
+        "chunks_over_400_tokens": sum(1 for count in tokens if count > 400),
+    }
 
 
 def sentences(markdown: str) -> list[str]:
     """Prose sentences of a page: table rows and headings left out, markup removed."""
-    prose = [line for line in markdown.splitlines()
-             if line.strip() and not line.lstrip().startswith(("|", "#", "```"))]
+    prose = [line for line in markdown.splitlines() if line.strip() and not line.lstrip().startswith(("|", "#", "```"))]
     text = " ".join(_MARKUP.sub(lambda m: m.group(1) or " ", line) for line in prose)
     found = []
     for sentence in _SENTENCE_END.split(" ".join(text.split())):
         words = sentence.split()
-        if MIN_WORDS <= len(words) <= MAX_WORDS and sum(bool(_WORD.fullmatch(w.strip(".,;:!?()\"'"))) for w in words) \
-                >= 0.7 * len(words):
+        if MIN_WORDS <= len(words) <= MAX_WORDS and sum(
+            bool(_WORD.fullmatch(w.strip(".,;:!?()\"'"))) for w in words
+        ) >= 0.7 * len(words):
             found.append(sentence)
     return found
 
@@ -170,8 +184,12 @@ def sample_queries(pages: list[Page], count: int, seed: int, keywords: int) -> l
     """`count` sentences drawn with random.Random(seed), each as a verbatim query and as a keyword query."""
     by_page = {(p.document_key, p.page_number): sentences(p.markdown) for p in pages}
     where = Counter(" ".join(s.lower().split()) for found in by_page.values() for s in set(found))
-    candidates = sorted((key, s) for key, found in by_page.items() for s in dict.fromkeys(found)
-                        if where[" ".join(s.lower().split())] == 1)
+    candidates = sorted(
+        (key, s)
+        for key, found in by_page.items()
+        for s in dict.fromkeys(found)
+        if where[" ".join(s.lower().split())] == 1
+    )
     frequency = Counter(w.lower() for p in pages for w in set(_content_words(p.markdown)))
     chosen = random.Random(seed).sample(candidates, min(count, len(candidates)))
     queries = []
@@ -192,8 +210,9 @@ def search(text: str, mode: str = "hybrid") -> list[dict]:
     from orchestration.cli import main
 
     flags = [] if mode == "hybrid" else [f"--{mode}"]
-    result = CliRunner().invoke(main, ["search", text, "--limit", str(SEARCH_LIMIT), "--json", *flags],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        main, ["search", text, "--limit", str(SEARCH_LIMIT), "--json", *flags], catch_exceptions=False
+    )
     if result.exit_code != 0:
         raise SystemExit(f"docqueue search failed ({result.exit_code}): {result.output[-2000:]}")
     found = json.loads(result.stdout)
@@ -215,14 +234,28 @@ def evaluate(queries: list[Query], mode: str = "hybrid") -> dict[str, dict]:
             total[f"doc_hit_at_{k}"] += query.document_key in documents[:k]
         total["page_hit_at_5"] += (query.document_key, query.page_number) in pages[:5]
         total["mrr"] += 1 / rank if rank else 0
-    return {kind: {"queries": total["queries"], **{name: round(value / total["queries"], 4)
-                                                  for name, value in total.items() if name != "queries"}}
-            for kind, total in totals.items()}
+    return {
+        kind: {
+            "queries": total["queries"],
+            **{name: round(value / total["queries"], 4) for name, value in total.items() if name != "queries"},
+        }
+        for kind, total in totals.items()
+    }
 
 
-def run(folders: list[Path], *, queries: int, seed: int, keywords: int, max_documents: int | None,
-        process_inputs: bool, workers: int, timeout: float, suffixes: str = DEFAULT_SUFFIXES,
-        modes: tuple[str, ...] = ("hybrid",)) -> dict:
+def run(
+    folders: list[Path],
+    *,
+    queries: int,
+    seed: int,
+    keywords: int,
+    max_documents: int | None,
+    process_inputs: bool,
+    workers: int,
+    timeout: float,
+    suffixes: str = DEFAULT_SUFFIXES,
+    modes: tuple[str, ...] = ("hybrid",),
+) -> dict:
     """The whole evaluation in this process's environment (DOCQUEUE_HOME and servers already chosen)."""
     seconds = None
     if process_inputs:
@@ -237,18 +270,29 @@ def run(folders: list[Path], *, queries: int, seed: int, keywords: int, max_docu
         started = time.perf_counter()
         by_mode[mode] = evaluate(sampled, mode)
         search_seconds[mode] = round(time.perf_counter() - started, 1)
-    return {"corpus": {**corpus, "folders": [str(f) for f in folders], "max_documents": max_documents,
-                       "processing_seconds": round(seconds, 1) if seconds is not None else None},
-            "seed": seed, "keywords": keywords, "search_seconds": search_seconds[modes[0]],
-            "mode": modes[0], "by_type": by_mode[modes[0]], "by_mode": by_mode,
-            "search_seconds_by_mode": search_seconds}
+    return {
+        "corpus": {
+            **corpus,
+            "folders": [str(f) for f in folders],
+            "max_documents": max_documents,
+            "processing_seconds": round(seconds, 1) if seconds is not None else None,
+        },
+        "seed": seed,
+        "keywords": keywords,
+        "search_seconds": search_seconds[modes[0]],
+        "mode": modes[0],
+        "by_type": by_mode[modes[0]],
+        "by_mode": by_mode,
+        "search_seconds_by_mode": search_seconds,
+    }
 
 
 def _figures(by_type: dict) -> dict:
     verbatim, short = by_type.get("sentence", {}), by_type.get("keywords", {})
     line = {name: verbatim.get(name) for name in ("doc_hit_at_1", "doc_hit_at_5", "page_hit_at_5", "mrr")}
-    line.update({f"keywords_{name}": short.get(name) for name in ("doc_hit_at_1", "doc_hit_at_5", "page_hit_at_5",
-                                                                     "mrr")})
+    line.update(
+        {f"keywords_{name}": short.get(name) for name in ("doc_hit_at_1", "doc_hit_at_5", "page_hit_at_5", "mrr")}
+    )
     return line
 
 
@@ -257,9 +301,14 @@ def result_line(report: dict) -> dict:
     line = {**_figures(report["by_type"]), "mode": report.get("mode", "hybrid")}
     if len(report.get("by_mode", {})) > 1:
         line["by_mode"] = {mode: _figures(by_type) for mode, by_type in report["by_mode"].items()}
-    line.update({"queries": verbatim.get("queries", 0), "keyword_queries": short.get("queries", 0),
-                 **{k: report["corpus"][k] for k in ("documents", "pages", "chunks", "max_chunk_tokens")},
-                 "seed": report["seed"]})
+    line.update(
+        {
+            "queries": verbatim.get("queries", 0),
+            "keyword_queries": short.get("queries", 0),
+            **{k: report["corpus"][k] for k in ("documents", "pages", "chunks", "max_chunk_tokens")},
+            "seed": report["seed"],
+        }
+    )
     return line
 
 
@@ -275,9 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-process", action="store_true", help="evaluate --home as it is")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=7200, help="seconds allowed for `docqueue run`")
-    parser.add_argument("--modes", default="hybrid",
-                        help="search modes to compare, comma-separated (hybrid, dense, sparse); the first one's "
-                             "figures are RESULT's top-level keys")
+    parser.add_argument(
+        "--modes",
+        default="hybrid",
+        help="search modes to compare, comma-separated (hybrid, dense, sparse); the first one's "
+        "figures are RESULT's top-level keys",
+    )
     args = parser.parse_args(argv)
     modes = tuple(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
     if not modes or set(modes) - set(MODES):
@@ -287,27 +339,48 @@ def main(argv: list[str] | None = None) -> int:
     scratch = None if args.home else Path(tempfile.mkdtemp(prefix="docqueue-retrieval-"))
     home = args.home or scratch
     os.environ["DOCQUEUE_HOME"] = str(home.resolve())
-    for name in ("DOCQUEUE_DATABASE_URL", "DOCQUEUE_DAGSTER_PG_URL", "DAGSTER_HOME", "DOCQUEUE_QDRANT_PATH",
-                 "DOCQUEUE_STORAGE_DIR"):
+    for name in (
+        "DOCQUEUE_DATABASE_URL",
+        "DOCQUEUE_DAGSTER_PG_URL",
+        "DAGSTER_HOME",
+        "DOCQUEUE_QDRANT_PATH",
+        "DOCQUEUE_STORAGE_DIR",
+    ):
         os.environ.pop(name, None)  # everything under the chosen home
     os.environ.setdefault("DOCQUEUE_PG_PORT", str(_free_port()))
     if not os.environ.get("DOCQUEUE_NEO4J_URI"):
         os.environ.setdefault("DOCQUEUE_BOLT_PORT", str(_free_port()))
     try:
-        report = run(args.folders, queries=args.queries, seed=args.seed, keywords=args.keywords,
-                     max_documents=args.max_documents, process_inputs=not args.no_process,
-                     workers=args.workers, timeout=args.timeout, suffixes=args.suffixes, modes=modes)
+        report = run(
+            args.folders,
+            queries=args.queries,
+            seed=args.seed,
+            keywords=args.keywords,
+            max_documents=args.max_documents,
+            process_inputs=not args.no_process,
+            workers=args.workers,
+            timeout=args.timeout,
+            suffixes=args.suffixes,
+            modes=modes,
+        )
     finally:
         if scratch is not None:
-            subprocess.run([sys.executable, "-m", "orchestration.cli", "db", "stop"], cwd=REPO, env=os.environ.copy(),
-                           capture_output=True, timeout=120)
+            subprocess.run(
+                [sys.executable, "-m", "orchestration.cli", "db", "stop"],
+                cwd=REPO,
+                env=os.environ.copy(),
+                capture_output=True,
+                timeout=120,
+            )
             shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(report, indent=2))
     for mode, by_type in report["by_mode"].items():
         for kind, figures in by_type.items():
-            print(f"{mode:6s} {kind:9s} n={figures['queries']:4d}  doc@1 {figures['doc_hit_at_1']:.3f}  "
-                  f"doc@5 {figures['doc_hit_at_5']:.3f}  page@5 {figures['page_hit_at_5']:.3f}  "
-                  f"MRR {figures['mrr']:.3f}")
+            print(
+                f"{mode:6s} {kind:9s} n={figures['queries']:4d}  doc@1 {figures['doc_hit_at_1']:.3f}  "
+                f"doc@5 {figures['doc_hit_at_5']:.3f}  page@5 {figures['page_hit_at_5']:.3f}  "
+                f"MRR {figures['mrr']:.3f}"
+            )
     print_result(result_line(report))
     return 0
 

@@ -38,6 +38,7 @@ time, failed) is null and its reason is listed under "missing". Ends with one li
 --quick is a smoke run: 20,000 pending chunks, a 0.5 s claim window, one write, one tick after the first, 20
 searches.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,16 +67,54 @@ PAGES, CHUNKS = 40, 5  # a document of 40 pages, 5 chunks a page: 200 chunks
 PENDING = 100_000
 BLOCK = 10_000  # orchestration.partitions.BLOCK_SIZE
 RANGE = 1_000
-MEASURES = ("claim_settle", "vector_write", "search", "ranged_run", "sensor_tick", "status", "stats", "recovery",
-            "checks", "nightly", "partitions_page", "run_worker")
+MEASURES = (
+    "claim_settle",
+    "vector_write",
+    "search",
+    "ranged_run",
+    "sensor_tick",
+    "status",
+    "stats",
+    "recovery",
+    "checks",
+    "nightly",
+    "partitions_page",
+    "run_worker",
+)
 # figure -> True when it is a rate (its ratio is inverted so that above 1 always means slower)
-PER_UNIT = {"claim_settle_tasks_per_s": True, "vector_write64_in_run_s": False, "search_p95_ms": False,
-            "ranged_run_fixed_s": False, "sensor_tick_s": False, "recovery_s": False}
-FIGURES = ("seed_s", "retire_s", "claim_settle_tasks_per_s", "vector_write64_in_run_s", "vector_open_s",
-           "vector_write64_s", "search_p50_ms", "search_p95_ms", "search_recall_at_5", "ranged_run_fixed_s",
-           "sensor_tick_s", "status_s", "stats_s", "recovery_s", "checks_s", "nightly_s", "nightly_peak_rss_mb",
-           "nightly_peak_anon_mb", "nightly_capped", "partitions_page_s", "run_worker_peak_rss_mb",
-           "run_worker_peak_anon_mb", "run_worker_s")
+PER_UNIT = {
+    "claim_settle_tasks_per_s": True,
+    "vector_write64_in_run_s": False,
+    "search_p95_ms": False,
+    "ranged_run_fixed_s": False,
+    "sensor_tick_s": False,
+    "recovery_s": False,
+}
+FIGURES = (
+    "seed_s",
+    "retire_s",
+    "claim_settle_tasks_per_s",
+    "vector_write64_in_run_s",
+    "vector_open_s",
+    "vector_write64_s",
+    "search_p50_ms",
+    "search_p95_ms",
+    "search_recall_at_5",
+    "ranged_run_fixed_s",
+    "sensor_tick_s",
+    "status_s",
+    "stats_s",
+    "recovery_s",
+    "checks_s",
+    "nightly_s",
+    "nightly_peak_rss_mb",
+    "nightly_peak_anon_mb",
+    "nightly_capped",
+    "partitions_page_s",
+    "run_worker_peak_rss_mb",
+    "run_worker_peak_anon_mb",
+    "run_worker_s",
+)
 
 
 # ------------------------------------------------------------------------------------------------ seeding
@@ -96,7 +135,8 @@ def seed_queue(engine, documents: int, pending_documents: int) -> None:
         # primary key and unique constraints stay, other tables' foreign keys hang on them
         indexes = conn.exec_driver_sql(
             """SELECT indexname, indexdef FROM pg_indexes i WHERE tablename = 'task_queue_chunk'
-               AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)""").all()
+               AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)"""
+        ).all()
         for name, _ in indexes:
             conn.exec_driver_sql(f'DROP INDEX "{name}"')
         first = conn.exec_driver_sql("SELECT nextval('docqueue_partition_block_seq')").scalar()
@@ -117,7 +157,9 @@ def seed_queue(engine, documents: int, pending_documents: int) -> None:
                       CASE WHEN n <= %(docs)s THEN 'completed' ELSE 'pending' END::task_status,
                       now() - make_interval(secs => %(total)s - n + 3), %(doc_first)s + (n - 1) / %(block)s,
                       (n - 1) %% %(block)s
-               FROM generate_series(1, %(total)s) n""", args)
+               FROM generate_series(1, %(total)s) n""",
+            args,
+        )
         conn.exec_driver_sql(
             """INSERT INTO task_queue_page (document_id, page_number, page_file_path, ocr_status, ocr_started_at,
                                             ocr_completed_at, chunked_at, chunk_count, vector_status, graphrag_status,
@@ -127,7 +169,9 @@ def seed_queue(engine, documents: int, pending_documents: int) -> None:
                       d.graphrag_index_status, d.created_at, %(page_first)s + s.i / %(block)s, s.i %% %(block)s
                FROM documents d, generate_series(1, %(pages)s) p,
                     LATERAL (SELECT (right(d.document_key, 6)::int - 1) * %(pages)s + p - 1 AS i) s
-               WHERE d.document_key LIKE 'scale-%%'""", args)
+               WHERE d.document_key LIKE 'scale-%%'""",
+            args,
+        )
         conn.exec_driver_sql(
             """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
                                              vector_status, vector_started_at, vector_completed_at, graphrag_status,
@@ -145,12 +189,17 @@ def seed_queue(engine, documents: int, pending_documents: int) -> None:
                     LATERAL (SELECT right(d.document_key, 6)::int AS doc,
                                     ((right(d.document_key, 6)::int - 1) * %(pages)s + pg.page_number - 1) * %(chunks)s
                                     + c AS i, pg.vector_status = 'completed' AS done) s
-               WHERE d.document_key LIKE 'scale-%%'""", args)
+               WHERE d.document_key LIKE 'scale-%%'""",
+            args,
+        )
         conn.exec_driver_sql(
             """INSERT INTO task_queue_chunk_text (chunk_task_id, content)
-               SELECT id, 'pending chunk ' || chunk_index FROM task_queue_chunk WHERE vector_status = 'pending'""")
-        conn.exec_driver_sql("SELECT setval('docqueue_partition_block_seq', %(last)s)",
-                             {"last": args["chunk_first"] + -(-total * PAGES * CHUNKS // BLOCK)})
+               SELECT id, 'pending chunk ' || chunk_index FROM task_queue_chunk WHERE vector_status = 'pending'"""
+        )
+        conn.exec_driver_sql(
+            "SELECT setval('docqueue_partition_block_seq', %(last)s)",
+            {"last": args["chunk_first"] + -(-total * PAGES * CHUNKS // BLOCK)},
+        )
         for _, definition in indexes:
             conn.exec_driver_sql(definition)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -165,14 +214,20 @@ def seed_dagster_partitions(queue_engine, dagster_url: str) -> None:
 
     selects = (
         (documents_partitions.name, "SELECT document_key FROM documents ORDER BY partition_block, partition_pos"),
-        (pages_partitions.name, "SELECT d.document_key || '/p' || lpad(p.page_number::text, 4, '0') FROM "
-                                "task_queue_page p JOIN documents d ON d.id = p.document_id "
-                                "ORDER BY p.partition_block, p.partition_pos"),
-        (chunks_partitions.name, "SELECT d.document_key || '/p' || lpad(c_page.page_number::text, 4, '0') || '/c' || "
-                                 "lpad(c.chunk_index::text, 3, '0') FROM task_queue_chunk c "
-                                 "JOIN task_queue_page c_page ON c_page.id = c.page_id "
-                                 "JOIN documents d ON d.id = c.document_id "
-                                 "ORDER BY c.partition_block, c.partition_pos"),
+        (
+            pages_partitions.name,
+            "SELECT d.document_key || '/p' || lpad(p.page_number::text, 4, '0') FROM "
+            "task_queue_page p JOIN documents d ON d.id = p.document_id "
+            "ORDER BY p.partition_block, p.partition_pos",
+        ),
+        (
+            chunks_partitions.name,
+            "SELECT d.document_key || '/p' || lpad(c_page.page_number::text, 4, '0') || '/c' || "
+            "lpad(c.chunk_index::text, 3, '0') FROM task_queue_chunk c "
+            "JOIN task_queue_page c_page ON c_page.id = c.page_id "
+            "JOIN documents d ON d.id = c.document_id "
+            "ORDER BY c.partition_block, c.partition_pos",
+        ),
     )
     dagster = sa.create_engine(dagster_url)
     try:
@@ -183,7 +238,8 @@ def seed_dagster_partitions(queue_engine, dagster_url: str) -> None:
                     target.exec_driver_sql(
                         "INSERT INTO dynamic_partitions (partitions_def_name, partition, create_timestamp) "
                         "SELECT %(name)s, k, now() FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS v(k, o) ORDER BY o",
-                        {"name": name, "keys": [r[0] for r in rows]})
+                        {"name": name, "keys": [r[0] for r in rows]},
+                    )
         with dagster.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM ANALYZE dynamic_partitions")
     finally:
@@ -220,9 +276,21 @@ def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> No
         points = []
         for (doc, page, c), vector in zip(batch, vectors):
             cid = chunk_id(doc, page, c)
-            points.append(PreparedPoint(point_id(cid), vector.tolist(), {
-                "document_id": document_ids[doc], "document_key": f"scale-{doc:06d}", "filename": f"scale-{doc}.pdf",
-                "page_number": page, "chunk_index": c, "text": f"chunk {c} of page {page}", "chunk_id": cid}))
+            points.append(
+                PreparedPoint(
+                    point_id(cid),
+                    vector.tolist(),
+                    {
+                        "document_id": document_ids[doc],
+                        "document_key": f"scale-{doc:06d}",
+                        "filename": f"scale-{doc}.pdf",
+                        "page_number": page,
+                        "chunk_index": c,
+                        "text": f"chunk {c} of page {page}",
+                        "chunk_id": cid,
+                    },
+                )
+            )
         store.write_prepared(points)
         batch.clear()
 
@@ -250,11 +318,15 @@ def seed_graph(graph, documents: int, document_ids: dict[int, str]) -> None:
     rows: list[dict] = []
     with graph._session() as session:  # the store has no bulk path for bare Chunk nodes
         for doc in range(1, documents + 1):
-            rows.extend({"id": chunk_id(doc, page, c), "document_id": document_ids[doc]}
-                        for page in range(1, PAGES + 1) for c in range(CHUNKS))
+            rows.extend(
+                {"id": chunk_id(doc, page, c), "document_id": document_ids[doc]}
+                for page in range(1, PAGES + 1)
+                for c in range(CHUNKS)
+            )
             if len(rows) >= 10_000 or doc == documents:
-                session.run("UNWIND $rows AS r CREATE (c:Chunk {id: r.id, document_id: r.document_id})",
-                            rows=rows).consume()
+                session.run(
+                    "UNWIND $rows AS r CREATE (c:Chunk {id: r.id, document_id: r.document_id})", rows=rows
+                ).consume()
                 rows = []
 
 
@@ -283,8 +355,9 @@ def _settle_worker(url: str, batch: int, ready, stop, results) -> None:
         queue.engine.dispose()
 
 
-def measure_claim_settle(url: str, window_s: float, workers: int = 4, batch: int = 50,
-                         pending: int | None = None) -> float:
+def measure_claim_settle(
+    url: str, window_s: float, workers: int = 4, batch: int = 50, pending: int | None = None
+) -> float:
     ctx = mp.get_context("spawn")
     ready, stop, results = ctx.Barrier(workers + 1), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_settle_worker, args=(url, batch, ready, stop, results)) for _ in range(workers)]
@@ -304,8 +377,10 @@ def measure_claim_settle(url: str, window_s: float, workers: int = 4, batch: int
     done = sum(done for done, _ in outcomes)
     if pending is not None and done >= pending:
         # the rate would be the work available over the window, not the queue's
-        raise RuntimeError(f"the workers drained all {pending:,} pending tasks inside the {window_s} s window; "
-                           f"shorten --window or raise --pending")
+        raise RuntimeError(
+            f"the workers drained all {pending:,} pending tasks inside the {window_s} s window; "
+            f"shorten --window or raise --pending"
+        )
     return done / elapsed
 
 
@@ -317,8 +392,10 @@ def measure_vector_write(make_store, rng, rounds: int = 3) -> float:
     timings = []
     for r in range(rounds):
         vectors = rng.standard_normal((64, make_store().dim), dtype=np.float32)
-        points = [ChunkPoint(f"bench-write-{r}-{i}", v, {"document_id": "bench-write", "text": "x"})
-                  for i, v in enumerate(vectors)]
+        points = [
+            ChunkPoint(f"bench-write-{r}-{i}", v, {"document_id": "bench-write", "text": "x"})
+            for i, v in enumerate(vectors)
+        ]
         store = make_store()
         gate = store._tail_gate  # what a write opens
         linger, gate.linger_s = gate.linger_s, 0.0  # this write pays its own opening and closing: the worst case
@@ -349,8 +426,12 @@ def measure_vector_write_in_run(make_store, rng, run_chunks: int = RANGE) -> tup
         opened = time.perf_counter() - started
         for first in range(0, run_chunks, 64):
             vectors = clustered(rng, store.dim, min(64, run_chunks - first))
-            store.upsert([ChunkPoint(f"bench-run-{first + i}", np.asarray(v), {"document_id": "bench-run", "text": "x"})
-                          for i, v in enumerate(vectors)])
+            store.upsert(
+                [
+                    ChunkPoint(f"bench-run-{first + i}", np.asarray(v), {"document_id": "bench-run", "text": "x"})
+                    for i, v in enumerate(vectors)
+                ]
+            )
     elapsed = time.perf_counter() - started
     store.close()
     store = make_store()
@@ -373,9 +454,22 @@ def measure_search(store, rng, searches: int) -> tuple[float, float, float]:
         checked = queries[:20]
         with store._both() as shards:  # the tail (points not yet indexed) and the main shard
             for query in checked:
-                nearest = sorted((p for shard in shards if shard is not None for p in shard.query(qe.QueryRequest(
-                    query=qe.Query.Nearest(query.tolist()), limit=5, with_payload=["chunk_id"],
-                    params=qe.SearchParams(exact=True)))), key=lambda p: -p.score)
+                nearest = sorted(
+                    (
+                        p
+                        for shard in shards
+                        if shard is not None
+                        for p in shard.query(
+                            qe.QueryRequest(
+                                query=qe.Query.Nearest(query.tolist()),
+                                limit=5,
+                                with_payload=["chunk_id"],
+                                params=qe.SearchParams(exact=True),
+                            )
+                        )
+                    ),
+                    key=lambda p: -p.score,
+                )
                 exact = {p.payload.get("chunk_id") for p in nearest[:5]}
                 found += len({h.payload.get("chunk_id") for h in store.search(query, limit=5)} & exact)
     timings.sort()
@@ -402,8 +496,9 @@ def measure_ranged_run(instance, defs, documents: int) -> float:
     per_doc = PAGES * CHUNKS
     last = doc + RANGE // per_doc - 1
     end = f"scale-{last:06d}/p{PAGES:04d}/c{CHUNKS - 1:03d}"
-    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="orchestration.definitions"),
-                                           location_name="docqueue")
+    location = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(module_name="orchestration.definitions"), location_name="docqueue"
+    )
     timings = []
     for _ in range(RANGED_RUNS):
         started = time.perf_counter()
@@ -411,9 +506,12 @@ def measure_ranged_run(instance, defs, documents: int) -> float:
             keys = chunks_partitions.get_partition_keys_in_range(dg.PartitionKeyRange(start, end))
         assert len(keys) == RANGE, len(keys)
         run = instance.create_run_for_job(
-            job_def=defs.resolve_job_def("vector_chunk_job"), tags={RANGE_START_TAG: start, RANGE_END_TAG: end},
-            status=dg.DagsterRunStatus.QUEUED, asset_selection=None,
-            remote_job_origin=RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), "vector_chunk_job"))
+            job_def=defs.resolve_job_def("vector_chunk_job"),
+            tags={RANGE_START_TAG: start, RANGE_END_TAG: end},
+            status=dg.DagsterRunStatus.QUEUED,
+            asset_selection=None,
+            remote_job_origin=RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), "vector_chunk_job"),
+        )
         timings.append(time.perf_counter() - started)
         instance.delete_run(run.run_id)
     return statistics.median(timings)
@@ -434,8 +532,12 @@ def measure_sensor_tick(instance, defs, rounds: int = 3) -> float:
     gc.freeze()
     try:
         for _ in range(rounds + 1):
-            with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor.name,
-                                         resources=build_resources(Settings.from_env())) as ctx:
+            with dg.build_sensor_context(
+                instance_ref=instance.get_ref(),
+                definitions=defs,
+                sensor_name=sensor.name,
+                resources=build_resources(Settings.from_env()),
+            ) as ctx:
                 started = time.perf_counter()
                 sensor.evaluate_tick(ctx)
                 timings.append(time.perf_counter() - started)
@@ -446,8 +548,7 @@ def measure_sensor_tick(instance, defs, rounds: int = 3) -> float:
 
 def cli_seconds(*args: str) -> float:
     started = time.perf_counter()
-    done = subprocess.run([str(BIN / "docqueue"), *args], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([str(BIN / "docqueue"), *args], capture_output=True, text=True, timeout=600)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"docqueue {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[:300]}")
@@ -524,15 +625,18 @@ def measure_nightly(model_id: str, dim: int, timeout_s: float, cap_mb: int) -> t
             except OSError:
                 pass
     if done.returncode != 0:
-        raise RuntimeError(f"nightly exited {done.returncode}"
-                           f"{f' (killed at the {cap_mb} MB cap)' if capped and done.returncode in (-9, 137) else ''}: "
-                           f"{done.stderr.strip()[-300:]}")
+        raise RuntimeError(
+            f"nightly exited {done.returncode}"
+            f"{f' (killed at the {cap_mb} MB cap)' if capped and done.returncode in (-9, 137) else ''}: "
+            f"{done.stderr.strip()[-300:]}"
+        )
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     return figures["s"], figures["rss_mb"], peak_anon / 2**20, 1.0 if capped else 0.0
 
 
-def _sampled(command: list[str], timeout_s: float, *, tree: bool = False,
-             env: dict | None = None) -> tuple[subprocess.CompletedProcess, int, int]:
+def _sampled(
+    command: list[str], timeout_s: float, *, tree: bool = False, env: dict | None = None
+) -> tuple[subprocess.CompletedProcess, int, int]:
     """Run `command` (in a session of its own), sampling from outside every 0.2 s the largest RSS and anonymous
     memory (RSS minus resident mapped files) of its process, or with `tree` of any process of its tree. Returns
     (its completion, peak RSS bytes, peak anonymous bytes). Output goes to files, not pipes: a child writing more
@@ -574,8 +678,12 @@ def measure_run_worker(timeout_s: float) -> tuple[float, float, float]:
     MB, its peak anonymous MB, seconds)."""
     started = time.perf_counter()
     # every chunk embedded: the seeded texts repeat, and reusing their vectors would spare the model its work
-    done, peak_rss, peak_anon = _sampled([str(BIN / "docqueue"), "run", "--max-docs", "1", "--json"],
-                                         timeout_s, tree=True, env={**os.environ, "DOCQUEUE_EMBEDDING_DEDUP": "0"})
+    done, peak_rss, peak_anon = _sampled(
+        [str(BIN / "docqueue"), "run", "--max-docs", "1", "--json"],
+        timeout_s,
+        tree=True,
+        env={**os.environ, "DOCQUEUE_EMBEDDING_DEDUP": "0"},
+    )
     if done.returncode != 0:
         raise RuntimeError(f"docqueue run exited {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}")
     out = done.stdout
@@ -583,8 +691,10 @@ def measure_run_worker(timeout_s: float) -> tuple[float, float, float]:
     indexed = report["progress"]["vector"]["completed"]
     if not report["runs"] or report["failed_runs"] or report.get("vectors_reused"):
         raise RuntimeError(f"the run did not embed its document: {out.strip()[-300:]}")
-    print(f"    run worker: {report['runs']} runs, {indexed} chunks indexed in all, {report['seconds']} s",
-          file=sys.stderr)
+    print(
+        f"    run worker: {report['runs']} runs, {indexed} chunks indexed in all, {report['seconds']} s",
+        file=sys.stderr,
+    )
     return peak_rss / 2**20, peak_anon / 2**20, time.perf_counter() - started
 
 
@@ -609,9 +719,12 @@ def measure_partitions_page(timeout_s: float) -> float:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tempfile.NamedTemporaryFile(prefix="scale-webserver-", suffix=".log", delete=False)
-    server = subprocess.Popen([str(BIN / "dagster-webserver"), "-m", "orchestration.definitions",
-                               "-h", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+    server = subprocess.Popen(
+        [str(BIN / "dagster-webserver"), "-m", "orchestration.definitions", "-h", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + min(timeout_s, 240)
         while True:
@@ -625,8 +738,12 @@ def measure_partitions_page(timeout_s: float) -> float:
         wait_ms = int(min(max(timeout_s - 30, 10), 180) * 1000)
         with sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
             browser = playwright.chromium.launch_persistent_context(
-                profile, executable_path=str(chromium), headless=True, viewport={"width": 1600, "height": 1000},
-                args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"])
+                profile,
+                executable_path=str(chromium),
+                headless=True,
+                viewport={"width": 1600, "height": 1000},
+                args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
+            )
             try:
                 page = browser.new_page()
                 page.set_default_timeout(wait_ms)
@@ -668,13 +785,21 @@ def _seed_once(n: int, home: Path, args, queue, model_id: str, dim: int, rng) ->
     if not marker.exists():
         started = time.perf_counter()
         seed_queue(queue.engine, documents, args.pending // (PAGES * CHUNKS))
-        seed_dagster_partitions(queue.engine, os.environ["DOCQUEUE_DAGSTER_PG_URL"].replace(
-            "postgresql://", "postgresql+psycopg://", 1))
+        seed_dagster_partitions(
+            queue.engine, os.environ["DOCQUEUE_DAGSTER_PG_URL"].replace("postgresql://", "postgresql+psycopg://", 1)
+        )
         with queue.engine.connect() as conn:
-            ids = {int(k[-6:]): str(i) for k, i in conn.exec_driver_sql(
-                "SELECT document_key, id FROM documents WHERE document_key LIKE 'scale-%%'").all()}
-        print(f"  N={n:,}: queue and partitions seeded at {time.perf_counter() - started:.1f} s", file=sys.stderr,
-              flush=True)
+            ids = {
+                int(k[-6:]): str(i)
+                for k, i in conn.exec_driver_sql(
+                    "SELECT document_key, id FROM documents WHERE document_key LIKE 'scale-%%'"
+                ).all()
+            }
+        print(
+            f"  N={n:,}: queue and partitions seeded at {time.perf_counter() - started:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         store = QdrantResource.from_settings(Settings.from_env()).get_store(model_id, dim)
         seed_vectors(store, documents, ids, rng)
         store.close()
@@ -744,8 +869,7 @@ def child(n: int, home: Path, args) -> dict:
     figures, attempt = measured.figures, measured.attempt
     rng = np.random.default_rng(n)
 
-    subprocess.run([str(BIN / "docqueue"), "db", "upgrade", "--json"], check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run([str(BIN / "docqueue"), "db", "upgrade", "--json"], check=True, capture_output=True, timeout=600)
     from orchestration.environment import dagster_instance, prepare_environment
     from orchestration.stores import embedding_model
     from queue_db.config import Settings
@@ -784,23 +908,33 @@ def child(n: int, home: Path, args) -> dict:
 
     instance = dagster_instance(Settings.from_env())
     # the first night after the corpus arrived: it builds the whole index, so the searches below use it
-    attempt("nightly", lambda left: measure_nightly(model_id, dim, left, args.nightly_cap_mb),
-            ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_capped"))
+    attempt(
+        "nightly",
+        lambda left: measure_nightly(model_id, dim, left, args.nightly_cap_mb),
+        ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_capped"),
+    )
     # the median of 3: the first after the nightly run above reads what its 1 GiB cap pushed out of the cache
     attempt("status", lambda _l: statistics.median(cli_seconds("status", "--json") for _ in range(3)), ("status_s",))
     attempt("stats", lambda _l: statistics.median(cli_seconds("stats", "--json") for _ in range(3)), ("stats_s",))
     rounds = 1 if args.quick else 3
-    attempt("vector_write", lambda _l: measure_vector_write_in_run(make_store, rng, 128 if args.quick else RANGE),
-            ("vector_write64_in_run_s", "vector_open_s"))
+    attempt(
+        "vector_write",
+        lambda _l: measure_vector_write_in_run(make_store, rng, 128 if args.quick else RANGE),
+        ("vector_write64_in_run_s", "vector_open_s"),
+    )
     attempt("vector_write", lambda _l: measure_vector_write(make_store, rng, rounds), ("vector_write64_s",))
     attempt("search", search, ("search_p50_ms", "search_p95_ms", "search_recall_at_5"))
     attempt("sensor_tick", lambda _l: measure_sensor_tick(instance, defs, 1 if args.quick else 7), ("sensor_tick_s",))
     attempt("ranged_run", lambda _l: measure_ranged_run(instance, defs, documents), ("ranged_run_fixed_s",))
     attempt("recovery", lambda _l: _timed(lambda: recover(queue)), ("recovery_s",))
     attempt("checks", checks, ("checks_s",))
-    attempt("claim_settle", lambda _l: measure_claim_settle(os.environ["DOCQUEUE_DATABASE_URL"], args.window,
-                                                            pending=_pending_vector_chunks(queue)),
-            ("claim_settle_tasks_per_s",))
+    attempt(
+        "claim_settle",
+        lambda _l: measure_claim_settle(
+            os.environ["DOCQUEUE_DATABASE_URL"], args.window, pending=_pending_vector_chunks(queue)
+        ),
+        ("claim_settle_tasks_per_s",),
+    )
     attempt("partitions_page", measure_partitions_page, ("partitions_page_s",))
     attempt("run_worker", measure_run_worker, ("run_worker_peak_rss_mb", "run_worker_peak_anon_mb", "run_worker_s"))
     instance.dispose()
@@ -828,8 +962,12 @@ def _timed(fn) -> float:
 
 
 def stop_servers(home: Path) -> None:
-    subprocess.run([str(BIN / "docqueue"), "db", "stop", "--json"], capture_output=True,
-                   timeout=120, env={**os.environ, "DOCQUEUE_HOME": str(home)})
+    subprocess.run(
+        [str(BIN / "docqueue"), "db", "stop", "--json"],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "DOCQUEUE_HOME": str(home)},
+    )
 
 
 # ------------------------------------------------------------------------------------------------ parent
@@ -858,11 +996,28 @@ def parent(args) -> int:
         budget = left * weights[0] / sum(weights)
         out = root / f"n{n}.json"
         out.unlink(missing_ok=True)
-        command = [sys.executable, __file__, "--child", str(n), "--home", str(home), "--out", str(out),
-                   "--child-budget", str(max(budget - 30, 10)), "--window", str(args.window),
-                   "--pending", str(args.pending),
-                   "--searches", str(args.searches), "--skip", ",".join(args.skip),
-                   "--nightly-cap-mb", str(args.nightly_cap_mb)]
+        command = [
+            sys.executable,
+            __file__,
+            "--child",
+            str(n),
+            "--home",
+            str(home),
+            "--out",
+            str(out),
+            "--child-budget",
+            str(max(budget - 30, 10)),
+            "--window",
+            str(args.window),
+            "--pending",
+            str(args.pending),
+            "--searches",
+            str(args.searches),
+            "--skip",
+            ",".join(args.skip),
+            "--nightly-cap-mb",
+            str(args.nightly_cap_mb),
+        ]
         print(f"N={n:,}: budget {budget:.0f} s", file=sys.stderr, flush=True)
         reason = "not measured: the seeding or a measurement ran past --deadline"
         try:
@@ -883,18 +1038,25 @@ def parent(args) -> int:
     missing = {f"{name}@{r['n']}": reason for r in results for name, reason in r.get("missing", {}).items()}
     at_max = {name: values[-1] for name, values in figures.items()}
     result = {
-        "n": args.sizes, "figures": figures,
+        "n": args.sizes,
+        "figures": figures,
         "ratios_at_max": {name: ratio(figures[name], rate) for name, rate in PER_UNIT.items()},
-        "search_p95_ms_at_max": at_max["search_p95_ms"], "partitions_page_s_at_max": at_max["partitions_page_s"],
-        "nightly_peak_rss_mb_at_max": at_max["nightly_peak_rss_mb"], "nightly_s_at_max": at_max["nightly_s"],
-        "status_s_at_max": at_max["status_s"], "stats_s_at_max": at_max["stats_s"],
+        "search_p95_ms_at_max": at_max["search_p95_ms"],
+        "partitions_page_s_at_max": at_max["partitions_page_s"],
+        "nightly_peak_rss_mb_at_max": at_max["nightly_peak_rss_mb"],
+        "nightly_s_at_max": at_max["nightly_s"],
+        "status_s_at_max": at_max["status_s"],
+        "stats_s_at_max": at_max["stats_s"],
         "run_worker_peak_rss_mb_at_max": at_max["run_worker_peak_rss_mb"],
         "run_worker_peak_anon_mb_at_max": at_max["run_worker_peak_anon_mb"],
         "nightly_peak_anon_mb_at_max": at_max["nightly_peak_anon_mb"],
         "nightly_capped_at_max": at_max["nightly_capped"],
         "search_recall_at_5_at_max": at_max["search_recall_at_5"],
-        "missing": missing, "quick": args.quick, "load_before": [round(x, 1) for x in load_before],
-        "load_after": [round(x, 1) for x in os.getloadavg()], "elapsed_s": round(time.monotonic() - started, 1),
+        "missing": missing,
+        "quick": args.quick,
+        "load_before": [round(x, 1) for x in load_before],
+        "load_after": [round(x, 1) for x in os.getloadavg()],
+        "elapsed_s": round(time.monotonic() - started, 1),
     }
     for name, values in figures.items():
         print(f"{name:28} " + "  ".join("-" if v is None else f"{v:,.4g}" for v in values))
@@ -904,8 +1066,9 @@ def parent(args) -> int:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="0,100000,1000000",
-                        help="completed chunks per run, comma-separated (multiples of 200)")
+    parser.add_argument(
+        "--sizes", default="0,100000,1000000", help="completed chunks per run, comma-separated (multiples of 200)"
+    )
     parser.add_argument("--quick", action="store_true", help="short windows and few searches (a smoke run)")
     parser.add_argument("--skip", default="", help=f"measurements to leave out: {','.join(MEASURES)}")
     parser.add_argument("--deadline", type=float, default=3600.0, help="seconds for the whole bench")
@@ -914,10 +1077,18 @@ def parse_args(argv=None):
     parser.add_argument("--root", help="folder of the homes (default: a new temporary folder)")
     parser.add_argument("--window", type=float, default=None, help="seconds of the claim + settle window")
     parser.add_argument("--searches", type=int, default=None, help="search queries per N")
-    parser.add_argument("--pending", type=int, default=None,
-                        help=f"pending chunks beside the N completed ones ({PENDING:,}; --quick: 2,000)")
-    parser.add_argument("--nightly-cap-mb", type=int, default=0,
-                        help="run the nightly measurement inside a memory cgroup of this many MB (root, cgroup v1)")
+    parser.add_argument(
+        "--pending",
+        type=int,
+        default=None,
+        help=f"pending chunks beside the N completed ones ({PENDING:,}; --quick: 2,000)",
+    )
+    parser.add_argument(
+        "--nightly-cap-mb",
+        type=int,
+        default=0,
+        help="run the nightly measurement inside a memory cgroup of this many MB (root, cgroup v1)",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)

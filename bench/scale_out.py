@@ -29,6 +29,7 @@ comes from its log. From celery-1's figures, two workers on two cores can be at 
 
 Needs the cluster extra (`pip install -e .[cluster]`) and redis-server. Ends with one line `RESULT {json}`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,19 @@ from bench._result import print_result  # noqa: E402
 from bench.orchestration_overhead import Databases, _ingest, clean_graph, free_port, make_corpus, outcome, services  # noqa: E402
 
 DOCQUEUE = Path(sys.executable).with_name("docqueue")
-ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                                     "NUMEXPR_NUM_THREADS", "TOKENIZERS_PARALLELISM")}
+ONE_THREAD = {
+    name: "1"
+    for name in (
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "TOKENIZERS_PARALLELISM",
+    )
+}
 ONE_THREAD.update({"TOKENIZERS_PARALLELISM": "false", "DOCQUEUE_EMBED_THREADS": "1"})
+
+
 # ranges small enough that two workers always have a run each; the same for every variant (--page-keys, --chunk-keys)
 def scanned_copies(folder: Path, dpi: int = 150) -> None:
     """Replace every PDF in `folder` by a scan of itself: each page a grey picture at `dpi`, no text layer, so that
@@ -72,9 +83,12 @@ def scanned_copies(folder: Path, dpi: int = 150) -> None:
 
 
 def run_keys(page_keys: int, chunk_keys: int) -> dict[str, str]:
-    return {"DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": str(page_keys), "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": str(page_keys),
-            "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": str(chunk_keys),
-            "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": str(chunk_keys)}
+    return {
+        "DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": str(page_keys),
+        "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": str(page_keys),
+        "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": str(chunk_keys),
+        "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": str(chunk_keys),
+    }
 
 
 # ------------------------------------------------------------------------------------------------ the children
@@ -98,8 +112,13 @@ def _execute_run(job: str, tags: dict) -> bool:
 
     repository = ReconstructableRepository.for_module("orchestration.definitions", "defs", working_directory=str(REPO))
     with dg.DagsterInstance.get() as instance:
-        return dg.execute_job(ReconstructableJob(repository, job), instance=instance, tags=tags,
-                              run_config=QUIET_CONSOLE, raise_on_error=False).success
+        return dg.execute_job(
+            ReconstructableJob(repository, job),
+            instance=instance,
+            tags=tags,
+            run_config=QUIET_CONSOLE,
+            raise_on_error=False,
+        ).success
 
 
 def drive_celery(in_flight: int) -> dict:
@@ -147,8 +166,11 @@ def drive_celery(in_flight: int) -> dict:
             waiting = waiting_work(queue.engine)
             if waiting["processing"] and sum(queue.recover_stale().values()):
                 continue
-            if (not waiting["processing"] and waiting["next_retry_in_s"] is None
-                    and not any(queue.ready_counts().values())):
+            if (
+                not waiting["processing"]
+                and waiting["next_retry_in_s"] is None
+                and not any(queue.ready_counts().values())
+            ):
                 break
             time.sleep(0.5)
         seconds = time.perf_counter() - started
@@ -184,8 +206,11 @@ def child_main(variant: str) -> None:
 
     warnings.filterwarnings("ignore")
     logging.getLogger("dagster").setLevel(logging.WARNING)
-    result = drive_in_process() if variant == "inproc" else drive_celery(
-        int(variant.split("-")[1]) * int(os.environ["BENCH_RUNS_PER_WORKER"]))
+    result = (
+        drive_in_process()
+        if variant == "inproc"
+        else drive_celery(int(variant.split("-")[1]) * int(os.environ["BENCH_RUNS_PER_WORKER"]))
+    )
     Path(os.environ["BENCH_RESULT"]).write_text(json.dumps(result))
 
 
@@ -280,9 +305,12 @@ class CpuSampler:
         for pid, (role, total) in self.last.items():
             by_role[role] = by_role.get(role, 0.0) + max(0.0, total - self.first.get(pid, 0.0))
         machine = self._machine_busy() - self.machine_start
-        return {"wall_s": round(wall, 1), "machine_busy_cpu_s": round(machine, 1),
-                "machine_capacity_cpu_s": round(wall * (os.cpu_count() or 1), 1),
-                "cpu_s": {role: round(seconds, 1) for role, seconds in sorted(by_role.items(), key=lambda kv: -kv[1])}}
+        return {
+            "wall_s": round(wall, 1),
+            "machine_busy_cpu_s": round(machine, 1),
+            "machine_capacity_cpu_s": round(wall * (os.cpu_count() or 1), 1),
+            "cpu_s": {role: round(seconds, 1) for role, seconds in sorted(by_role.items(), key=lambda kv: -kv[1])},
+        }
 
 
 def service_roots(root: Path, redis_pid: int) -> dict[int, str]:
@@ -303,8 +331,11 @@ def service_roots(root: Path, redis_pid: int) -> dict[int, str]:
 class Redis:
     def __init__(self):
         self.port = free_port()
-        self.process = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                                         "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.url = f"redis://127.0.0.1:{self.port}/0"
         deadline = time.monotonic() + 20
         import socket
@@ -331,9 +362,25 @@ def start_worker(index: int, env: dict, home: Path, broker: str) -> tuple[subpro
     log_path = home / f"worker-{index}.log"
     log = open(log_path, "wb")
     process = subprocess.Popen(
-        ["taskset", "-c", str(index % (os.cpu_count() or 1)), str(DOCQUEUE), "worker", "--broker", broker,
-         "--concurrency", "1", "--name", f"bench{index}@%h"],
-        env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            "taskset",
+            "-c",
+            str(index % (os.cpu_count() or 1)),
+            str(DOCQUEUE),
+            "worker",
+            "--broker",
+            broker,
+            "--concurrency",
+            "1",
+            "--name",
+            f"bench{index}@%h",
+        ],
+        env=env,
+        cwd=home,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return process, log, log_path
 
 
@@ -373,8 +420,16 @@ def stop_worker(process: subprocess.Popen) -> None:
         pass
 
 
-def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, root: Path, redis: "Redis",
-                keys: dict[str, str], runs_per_worker: int) -> dict:
+def run_variant(
+    variant: str,
+    corpus: Path,
+    databases: Databases,
+    bolt: dict,
+    root: Path,
+    redis: "Redis",
+    keys: dict[str, str],
+    runs_per_worker: int,
+) -> dict:
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
 
@@ -385,14 +440,28 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
     home = root / f"{variant}-{uuid.uuid4().hex[:6]}"
     (home / "storage").mkdir(parents=True)
     clean_graph(bolt)
-    env = {**os.environ, **ONE_THREAD, **keys, "DOCQUEUE_HOME": str(home), "DOCQUEUE_DATABASE_URL": queue_url,
-           "DOCQUEUE_DAGSTER_PG_URL": databases.create("dagster"), "DAGSTER_HOME": str(home / "dagster"),
-           "DOCQUEUE_STORAGE_DIR": str(home / "storage"), "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
-           "DOCQUEUE_QDRANT_URL": "", "DOCQUEUE_NEO4J_URI": bolt["uri"], "DOCQUEUE_NEO4J_USER": bolt["user"],
-           "DOCQUEUE_NEO4J_PASSWORD": bolt["password"], "DOCQUEUE_NEO4J_DATABASE": bolt["database"] or "",
-           "PYTHONUNBUFFERED": "1", "BENCH_CORPUS": str(corpus), "BENCH_CORE": "0",
-           "BENCH_RESULT": str(home / "result.json"), "BENCH_CLOCK": str(home / "clock-started"),
-           "BENCH_RUNS_PER_WORKER": str(runs_per_worker)}
+    env = {
+        **os.environ,
+        **ONE_THREAD,
+        **keys,
+        "DOCQUEUE_HOME": str(home),
+        "DOCQUEUE_DATABASE_URL": queue_url,
+        "DOCQUEUE_DAGSTER_PG_URL": databases.create("dagster"),
+        "DAGSTER_HOME": str(home / "dagster"),
+        "DOCQUEUE_STORAGE_DIR": str(home / "storage"),
+        "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
+        "DOCQUEUE_QDRANT_URL": "",
+        "DOCQUEUE_NEO4J_URI": bolt["uri"],
+        "DOCQUEUE_NEO4J_USER": bolt["user"],
+        "DOCQUEUE_NEO4J_PASSWORD": bolt["password"],
+        "DOCQUEUE_NEO4J_DATABASE": bolt["database"] or "",
+        "PYTHONUNBUFFERED": "1",
+        "BENCH_CORPUS": str(corpus),
+        "BENCH_CORE": "0",
+        "BENCH_RESULT": str(home / "result.json"),
+        "BENCH_CLOCK": str(home / "clock-started"),
+        "BENCH_RUNS_PER_WORKER": str(runs_per_worker),
+    }
     workers = []
     roots = service_roots(root, redis.process.pid)
     if variant.startswith("celery"):
@@ -404,8 +473,14 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
         wait_ready(workers)
         sampler = CpuSampler(roots, home / "clock-started")
         started = time.perf_counter()
-        child = subprocess.Popen([sys.executable, __file__, "--child", variant], env=env, cwd=REPO,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--child", variant],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         sampler.add_root(child.pid, "driver" if workers else "in-process runner")
         _, stderr = child.communicate()
         wall = time.perf_counter() - started
@@ -417,17 +492,24 @@ def run_variant(variant: str, corpus: Path, databases: Databases, bolt: dict, ro
     busy = {f"worker {i}": step_seconds(log_path) for i, (_, _, log_path) in enumerate(workers)}
     if child.returncode != 0 or not (home / "result.json").is_file():
         raise SystemExit(f"{variant} child failed ({child.returncode}):\n{stderr[-3000:]}")
-    result = {**json.loads((home / "result.json").read_text()), "process_wall_s": round(wall, 2),
-              "outcome": outcome(queue_url), "cpu": cpu, "steps": busy}
+    result = {
+        **json.loads((home / "result.json").read_text()),
+        "process_wall_s": round(wall, 2),
+        "outcome": outcome(queue_url),
+        "cpu": cpu,
+        "steps": busy,
+    }
     shutil.rmtree(home, ignore_errors=True)
     return result
 
 
 def print_cpu(variant: str, result: dict) -> None:
     cpu = result["cpu"]
-    print(f"  CPU over {cpu['wall_s']} s (machine busy {cpu['machine_busy_cpu_s']} of {cpu['machine_capacity_cpu_s']} "
-          f"CPU s): " + ", ".join(f"{role} {seconds}" for role, seconds in cpu["cpu_s"].items() if seconds >= 0.1),
-          flush=True)
+    print(
+        f"  CPU over {cpu['wall_s']} s (machine busy {cpu['machine_busy_cpu_s']} of {cpu['machine_capacity_cpu_s']} "
+        f"CPU s): " + ", ".join(f"{role} {seconds}" for role, seconds in cpu["cpu_s"].items() if seconds >= 0.1),
+        flush=True,
+    )
     for worker, steps in result["steps"].items():
         print(f"  {worker}: {steps['steps']} steps, busy {steps['busy_s']} s of {result['seconds']:.1f} s", flush=True)
 
@@ -444,11 +526,13 @@ def cpu_bound(cpu_s: dict) -> dict:
     workers = sum(seconds for role, seconds in cpu_s.items() if role.startswith("worker"))
     coordinators = sum(cpu_s.get(role, 0.0) for role in COORDINATORS)
     total = sum(cpu_s.values())
-    return {"worker_cpu_s": round(workers, 1), "coordinator_cpu_s": round(coordinators, 1),
-            "coordinator_per_worker_cpu": round(coordinators / workers, 3) if workers else None,
-            "speedup_bound_if_cpu_bound": (round(min(2.0, 2 * workers / (workers + coordinators)), 3)
-                                           if workers else None),
-            "rest_of_machine_share": round(cpu_s.get("rest of machine", 0.0) / total, 3) if total else None}
+    return {
+        "worker_cpu_s": round(workers, 1),
+        "coordinator_cpu_s": round(coordinators, 1),
+        "coordinator_per_worker_cpu": round(coordinators / workers, 3) if workers else None,
+        "speedup_bound_if_cpu_bound": (round(min(2.0, 2 * workers / (workers + coordinators)), 3) if workers else None),
+        "rest_of_machine_share": round(cpu_s.get("rest of machine", 0.0) / total, 3) if total else None,
+    }
 
 
 def parent_main(args) -> None:
@@ -461,10 +545,21 @@ def parent_main(args) -> None:
     try:
         with services(root, args.admin_url) as (bolt, databases):
             for variant in ("celery-1", "inproc", "celery-2"):
-                results[variant] = r = run_variant(variant, corpus, databases, bolt, root, redis,
-                                                   run_keys(args.page_keys, args.chunk_keys), args.runs_per_worker)
-                print(f"{variant:9s}: {r['seconds']:7.1f} s, {r['runs']} runs ({r['failed_runs']} failed), "
-                      f"{r['outcome']}", flush=True)
+                results[variant] = r = run_variant(
+                    variant,
+                    corpus,
+                    databases,
+                    bolt,
+                    root,
+                    redis,
+                    run_keys(args.page_keys, args.chunk_keys),
+                    args.runs_per_worker,
+                )
+                print(
+                    f"{variant:9s}: {r['seconds']:7.1f} s, {r['runs']} runs ({r['failed_runs']} failed), "
+                    f"{r['outcome']}",
+                    flush=True,
+                )
                 print_cpu(variant, r)
     finally:
         redis.stop()
@@ -476,21 +571,37 @@ def parent_main(args) -> None:
     print(f"celery, 2 workers: {two:7.1f} s ({chunks / two:.2f} chunks/s)  speedup {one / two:.2f} (target >= 1.6)")
     print(f"in-process, 1    : {inproc:7.1f} s  celery overhead {one / inproc:.2f} (target <= 1.25)")
     bound = cpu_bound(results["celery-1"]["cpu"]["cpu_s"])
-    print(f"CPU of celery-1: workers {bound['worker_cpu_s']} s, coordinators (driver, PostgreSQL, Bolt, Redis) "
-          f"{bound['coordinator_cpu_s']} s: on 2 cores of their own and CPU-bound, two workers would be at most "
-          f"{bound['speedup_bound_if_cpu_bound']:.2f}x faster; the rest of the machine took "
-          f"{bound['rest_of_machine_share']:.0%} of its CPU")
+    print(
+        f"CPU of celery-1: workers {bound['worker_cpu_s']} s, coordinators (driver, PostgreSQL, Bolt, Redis) "
+        f"{bound['coordinator_cpu_s']} s: on 2 cores of their own and CPU-bound, two workers would be at most "
+        f"{bound['speedup_bound_if_cpu_bound']:.2f}x faster; the rest of the machine took "
+        f"{bound['rest_of_machine_share']:.0%} of its CPU"
+    )
     print(f"machine load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
-    print_result({
-        "documents": args.documents, "pages": args.pages, "chunks": chunks,
-        "page_keys": args.page_keys, "chunk_keys": args.chunk_keys, "scanned": args.scanned,
-        "runs_per_worker": args.runs_per_worker, "same_outcome": same,
-        "celery_1w_s": round(one, 2), "celery_2w_s": round(two, 2), "inproc_1w_s": round(inproc, 2),
-        "speedup_2_vs_1": round(one / two, 3), "celery_overhead_1w": round(one / inproc, 3),
-        "runs": {v: r["runs"] for v, r in results.items()}, "cores": os.cpu_count(),
-        "cpu": {v: r["cpu"] for v, r in results.items()},
-        "worker_steps": {v: r["steps"] for v, r in results.items() if r["steps"]}, "cpu_bound_1w": bound,
-        "load_before": round(load_before[0], 2), "load_after": round(os.getloadavg()[0], 2)})
+    print_result(
+        {
+            "documents": args.documents,
+            "pages": args.pages,
+            "chunks": chunks,
+            "page_keys": args.page_keys,
+            "chunk_keys": args.chunk_keys,
+            "scanned": args.scanned,
+            "runs_per_worker": args.runs_per_worker,
+            "same_outcome": same,
+            "celery_1w_s": round(one, 2),
+            "celery_2w_s": round(two, 2),
+            "inproc_1w_s": round(inproc, 2),
+            "speedup_2_vs_1": round(one / two, 3),
+            "celery_overhead_1w": round(one / inproc, 3),
+            "runs": {v: r["runs"] for v, r in results.items()},
+            "cores": os.cpu_count(),
+            "cpu": {v: r["cpu"] for v, r in results.items()},
+            "worker_steps": {v: r["steps"] for v, r in results.items() if r["steps"]},
+            "cpu_bound_1w": bound,
+            "load_before": round(load_before[0], 2),
+            "load_after": round(os.getloadavg()[0], 2),
+        }
+    )
 
 
 def main() -> None:
@@ -499,11 +610,16 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=10)
     parser.add_argument("--page-keys", type=int, default=10, help="pages per OCR and chunking run")
     parser.add_argument("--chunk-keys", type=int, default=40, help="chunks per embedding and extraction run")
-    parser.add_argument("--scanned", action="store_true",
-                        help="every page a scan without a text layer, so that every page is OCRed")
-    parser.add_argument("--runs-per-worker", type=int, default=2,
-                        help="runs in flight per worker: above 1, a worker's next step waits on the broker while "
-                             "the run it just finished is recorded")
+    parser.add_argument(
+        "--scanned", action="store_true", help="every page a scan without a text layer, so that every page is OCRed"
+    )
+    parser.add_argument(
+        "--runs-per-worker",
+        type=int,
+        default=2,
+        help="runs in flight per worker: above 1, a worker's next step waits on the broker while "
+        "the run it just finished is recorded",
+    )
     parser.add_argument("--admin-url", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -6,6 +6,7 @@ headings, lists and tables; scanned pages rendered from known text. Ends with on
 
     .venv/bin/python bench/stages.py [--text-pages 40] [--scanned-pages 6]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,15 +21,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._result import print_result  # noqa: E402
 from tests import pdf_factory as pf  # noqa: E402
 
-PARAGRAPH = ("The committee in Geneva reviewed the annual figures of the Northern Railway Company, whose director "
-             "Anna Keller presented the new timetable. Passenger numbers between Zurich and Milan rose by twelve "
-             "percent, while freight volumes to Rotterdam remained stable. ")
+PARAGRAPH = (
+    "The committee in Geneva reviewed the annual figures of the Northern Railway Company, whose director "
+    "Anna Keller presented the new timetable. Passenger numbers between Zurich and Milan rose by twelve "
+    "percent, while freight volumes to Rotterdam remained stable. "
+)
 
 
 def text_pages(n: int) -> list[list[str]]:
-    return [[f"# Chapter {i}", PARAGRAPH * 3, "## Figures", "- first item\n- second item\n- third item",
-             "|Route|Trains|Delay|\n|Zurich-Milan|42|3.1|\n|Basel-Paris|30|2.4|", PARAGRAPH * 2]
-            for i in range(1, n + 1)]
+    return [
+        [
+            f"# Chapter {i}",
+            PARAGRAPH * 3,
+            "## Figures",
+            "- first item\n- second item\n- third item",
+            "|Route|Trains|Delay|\n|Zurich-Milan|42|3.1|\n|Basel-Paris|30|2.4|",
+            PARAGRAPH * 2,
+        ]
+        for i in range(1, n + 1)
+    ]
 
 
 def timed(fn):
@@ -55,16 +66,18 @@ def main() -> int:
         scanned = [pf.scanned_pdf(Path(workdir), f"scan{i}.pdf")[0] for i in range(args.scanned_pages)]
         info = pdf.inspect(text_pdf)
         pdf.convert_page(text_pdf, 1, boilerplate=info.boilerplate)  # warm the worker process
-        pages, seconds = timed(lambda: [pdf.convert_page(text_pdf, n, boilerplate=info.boilerplate)
-                                        for n in range(1, info.page_count + 1)])
+        pages, seconds = timed(
+            lambda: [pdf.convert_page(text_pdf, n, boilerplate=info.boilerplate) for n in range(1, info.page_count + 1)]
+        )
         results["text_layer_pages_per_s"] = round(len(pages) / seconds, 2)
         ocr_pages, ocr_seconds = timed(lambda: [pdf.convert_page(p, 1) for p in scanned])
         results["ocr_pages_per_s"] = round(len(ocr_pages) / ocr_seconds, 3)
         results["ocr_methods"] = sorted({p.method for p in ocr_pages})
 
     markdown = [p.markdown for p in pages]
-    chunks, chunk_seconds = timed(lambda: [c for i, md in enumerate(markdown)
-                                           for c in chunk_markdown(md, page_key=f"bench/p{i:04d}")])
+    chunks, chunk_seconds = timed(
+        lambda: [c for i, md in enumerate(markdown) for c in chunk_markdown(md, page_key=f"bench/p{i:04d}")]
+    )
     results["chunks"] = len(chunks)
     results["chunking_chunks_per_s"] = round(len(chunks) / chunk_seconds, 1)
     texts = [c.text for c in chunks]
@@ -82,7 +95,8 @@ def main() -> int:
 
     results["ratio_text_layer_over_ocr"] = round(results["text_layer_pages_per_s"] / results["ocr_pages_per_s"], 1)
     results["ratio_extraction_over_embedding"] = round(
-        results["extraction_chunks_per_s"] / results["embedding_chunks_per_s"], 2)
+        results["extraction_chunks_per_s"] / results["embedding_chunks_per_s"], 2
+    )
     results["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     for key, value in results.items():
         print(f"{key:>34}: {value}")

@@ -12,6 +12,7 @@ Prints one line per variant and filter and ends with exactly one line `RESULT {j
 
   .venv/bin/python bench/tenant_search.py [--points 20000] [--searches 30] [--optimize]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,18 +47,31 @@ def tenant_of(index: int, n: int, big_share: float, small_share: float) -> str:
 
 
 def build(folder: Path, n: int, indexed: bool, rng: np.random.Generator, shares: tuple[float, float]) -> qe.EdgeShard:
-    shard = qe.EdgeShard.create(str(folder), qe.EdgeConfig(
-        vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)))
+    shard = qe.EdgeShard.create(
+        str(folder), qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine))
+    )
     for field_name in ("document_id", "tenant_id") if indexed else ("document_id",):
         shard.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
     for start in range(0, n, SEED_BATCH):
         count = min(SEED_BATCH, n - start)
         vectors = rng.standard_normal((count, DIM), dtype=np.float32)
-        shard.update(qe.UpdateOperation.upsert_points([
-            qe.Point(point_id(f"chunk-{i}"), vectors[i - start].tolist(),
-                     {"document_id": f"doc-{i // 50}", "tenant_id": tenant_of(i, n, *shares), "text": TEXT,
-                      "chunk_id": f"chunk-{i}"})
-            for i in range(start, start + count)]))
+        shard.update(
+            qe.UpdateOperation.upsert_points(
+                [
+                    qe.Point(
+                        point_id(f"chunk-{i}"),
+                        vectors[i - start].tolist(),
+                        {
+                            "document_id": f"doc-{i // 50}",
+                            "tenant_id": tenant_of(i, n, *shares),
+                            "text": TEXT,
+                            "chunk_id": f"chunk-{i}",
+                        },
+                    )
+                    for i in range(start, start + count)
+                ]
+            )
+        )
     return shard
 
 
@@ -66,14 +80,19 @@ def timed_searches(shard: qe.EdgeShard, queries: np.ndarray, tenant: str | None)
     times, hits = [], 0
     for query in queries:
         started = time.perf_counter()
-        points = shard.query(qe.QueryRequest(limit=10, query=qe.Query.Nearest(query.tolist()), filter=condition,
-                                             with_payload=True, with_vector=False))
+        points = shard.query(
+            qe.QueryRequest(
+                limit=10, query=qe.Query.Nearest(query.tolist()), filter=condition, with_payload=True, with_vector=False
+            )
+        )
         times.append((time.perf_counter() - started) * 1000)
         hits += len(points)
         assert tenant is None or all(p.payload["tenant_id"] == tenant for p in points)
     times.sort()
-    return {"p50_ms": round(statistics.median(times), 3),
-            "p95_ms": round(times[min(len(times) - 1, int(0.95 * len(times)))], 3)}, hits
+    return {
+        "p50_ms": round(statistics.median(times), 3),
+        "p95_ms": round(times[min(len(times) - 1, int(0.95 * len(times)))], 3),
+    }, hits
 
 
 def main() -> None:
@@ -90,8 +109,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tenant-search-") as root:
         for variant, indexed in (("indexed", True), ("unindexed", False)):
             started = time.perf_counter()
-            shard = build(Path(root) / variant, args.points, indexed, np.random.default_rng(11),
-                          (args.big_share, args.small_share))
+            shard = build(
+                Path(root) / variant,
+                args.points,
+                indexed,
+                np.random.default_rng(11),
+                (args.big_share, args.small_share),
+            )
             seed_s = time.perf_counter() - started
             if args.optimize:
                 shard.optimize()
@@ -106,17 +130,37 @@ def main() -> None:
             shard.close()
             for name in ("unfiltered", "small", "big"):
                 row = figures[variant][name]
-                print(f"{variant:9s} {name:10s} p50 {row['p50_ms']:8.3f} ms  p95 {row['p95_ms']:8.3f} ms  "
-                      f"hits {row['hits']}", flush=True)
-    ratios = {f"{name}_p50_over_unfiltered_{variant}": round(figures[variant][name]["p50_ms"]
-                                                             / figures[variant]["unfiltered"]["p50_ms"], 3)
-              for variant in figures for name in ("small", "big")}
-    ratios.update({f"{name}_p50_unindexed_over_indexed": round(figures["unindexed"][name]["p50_ms"]
-                                                              / figures["indexed"][name]["p50_ms"], 3)
-                   for name in ("unfiltered", "small", "big")})
-    print_result({"points": args.points, "searches": args.searches, "optimized": args.optimize,
-                  "shares": {"big": args.big_share, "small": args.small_share}, "figures": figures, "ratios": ratios},
-                 sort_keys=True)
+                print(
+                    f"{variant:9s} {name:10s} p50 {row['p50_ms']:8.3f} ms  p95 {row['p95_ms']:8.3f} ms  "
+                    f"hits {row['hits']}",
+                    flush=True,
+                )
+    ratios = {
+        f"{name}_p50_over_unfiltered_{variant}": round(
+            figures[variant][name]["p50_ms"] / figures[variant]["unfiltered"]["p50_ms"], 3
+        )
+        for variant in figures
+        for name in ("small", "big")
+    }
+    ratios.update(
+        {
+            f"{name}_p50_unindexed_over_indexed": round(
+                figures["unindexed"][name]["p50_ms"] / figures["indexed"][name]["p50_ms"], 3
+            )
+            for name in ("unfiltered", "small", "big")
+        }
+    )
+    print_result(
+        {
+            "points": args.points,
+            "searches": args.searches,
+            "optimized": args.optimize,
+            "shares": {"big": args.big_share, "small": args.small_share},
+            "figures": figures,
+            "ratios": ratios,
+        },
+        sort_keys=True,
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Prints one line per store and N, and ends with exactly one line `RESULT {json}` 
 
   .venv/bin/python bench/vector_store.py [--sizes 0,20000,100000] [--writes 3] [--searches 30] [--no-optimize]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,16 @@ TEXT = "lorem ipsum dolor sit amet " * 8  # a chunk-sized payload
 
 
 def payload(index: int) -> dict:
-    return {"document_id": f"doc-{index // 50}", "document_key": f"doc-{index // 50}", "filename": "bench.pdf",
-            "page_number": index % 50, "chunk_index": index % 50, "text": TEXT, "content_hash": "0" * 64,
-            "chunk_id": f"chunk-{index}"}
+    return {
+        "document_id": f"doc-{index // 50}",
+        "document_key": f"doc-{index // 50}",
+        "filename": "bench.pdf",
+        "page_number": index % 50,
+        "chunk_index": index % 50,
+        "text": TEXT,
+        "content_hash": "0" * 64,
+        "chunk_id": f"chunk-{index}",
+    }
 
 
 def seed(store, n: int, rng: np.random.Generator) -> float:
@@ -73,8 +81,10 @@ def seed(store, n: int, rng: np.random.Generator) -> float:
 def _batch(start: int, size: int, rng: np.random.Generator) -> list[PreparedPoint]:
     vectors = rng.standard_normal((size, DIM), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return [PreparedPoint(point_id(f"chunk-{start + i}"), vector.tolist(), payload(start + i))
-            for i, vector in enumerate(vectors)]
+    return [
+        PreparedPoint(point_id(f"chunk-{start + i}"), vector.tolist(), payload(start + i))
+        for i, vector in enumerate(vectors)
+    ]
 
 
 def _seed_local_mode(collection_folder: Path, batches) -> None:
@@ -82,9 +92,13 @@ def _seed_local_mode(collection_folder: Path, batches) -> None:
     persistence = CollectionPersistence(str(collection_folder))
     try:
         for batch in batches:
-            rows = [(CollectionPersistence.encode_key(p.id),
-                     sqlite3.Binary(pickle.dumps(qm.PointStruct(id=p.id, vector=p.vector, payload=p.payload))))
-                    for p in batch]
+            rows = [
+                (
+                    CollectionPersistence.encode_key(p.id),
+                    sqlite3.Binary(pickle.dumps(qm.PointStruct(id=p.id, vector=p.vector, payload=p.payload))),
+                )
+                for p in batch
+            ]
             with persistence.storage:
                 persistence.storage.executemany("INSERT OR REPLACE INTO points VALUES (?, ?)", rows)
     finally:
@@ -98,8 +112,10 @@ def measure(make_store, n: int, writes: int, searches: int, rng: np.random.Gener
     write_s = []
     for round_ in range(writes):
         vectors = rng.standard_normal((64, DIM), dtype=np.float32)
-        points = [ChunkPoint(f"new-{round_}-{i}", vector, {"document_id": f"new-{round_}", "text": TEXT})
-                  for i, vector in enumerate(vectors)]
+        points = [
+            ChunkPoint(f"new-{round_}-{i}", vector, {"document_id": f"new-{round_}", "text": TEXT})
+            for i, vector in enumerate(vectors)
+        ]
         store = make_store()
         started = time.perf_counter()
         store.upsert(points)
@@ -114,9 +130,12 @@ def measure(make_store, n: int, writes: int, searches: int, rng: np.random.Gener
             search_ms.append((time.perf_counter() - started) * 1000)
             assert len(hits) == 5 or not writes  # the written points alone are enough to fill a page
     search_ms.sort()
-    return {"open_s": round(open_s, 4), "write64_s": round(statistics.median(write_s), 4),
-            "search_p50_ms": round(search_ms[len(search_ms) // 2], 3),
-            "search_p95_ms": round(search_ms[min(len(search_ms) - 1, int(len(search_ms) * 0.95))], 3)}
+    return {
+        "open_s": round(open_s, 4),
+        "write64_s": round(statistics.median(write_s), 4),
+        "search_p50_ms": round(search_ms[len(search_ms) // 2], 3),
+        "search_p95_ms": round(search_ms[min(len(search_ms) - 1, int(len(search_ms) * 0.95))], 3),
+    }
 
 
 def main() -> None:
@@ -132,8 +151,9 @@ def main() -> None:
         row: dict = {}
         with tempfile.TemporaryDirectory(prefix="bench-vs-") as tmp:
             for name, build in (
-                    ("local", lambda: ClientVectorStore(url=None, path=f"{tmp}/local", model_id=MODEL, dim=DIM)),
-                    ("edge", lambda: EdgeVectorStore(path=f"{tmp}/edge", model_id=MODEL, dim=DIM, linger_s=0))):
+                ("local", lambda: ClientVectorStore(url=None, path=f"{tmp}/local", model_id=MODEL, dim=DIM)),
+                ("edge", lambda: EdgeVectorStore(path=f"{tmp}/edge", model_id=MODEL, dim=DIM, linger_s=0)),
+            ):
                 rng = np.random.default_rng(n)  # the same points and queries for both stores
                 seeded = seed(build(), n, rng)
                 row[name] = {"seed_s": round(seeded, 2), **measure(build, n, args.writes, args.searches, rng)}
@@ -141,8 +161,11 @@ def main() -> None:
                 if name == "edge" and not args.no_optimize:
                     started = time.perf_counter()
                     build().optimize()
-                    optimized = {"optimize_s": round(time.perf_counter() - started, 2),
-                                 **build().info(), **measure(build, n, args.writes, args.searches, rng)}
+                    optimized = {
+                        "optimize_s": round(time.perf_counter() - started, 2),
+                        **build().info(),
+                        **measure(build, n, args.writes, args.searches, rng),
+                    }
                     row["edge_indexed"] = optimized
                     print(f"N={n:>7} {'edge_indexed':<15} {json.dumps(optimized)}", flush=True)
         result["sizes"][str(n)] = row

@@ -14,6 +14,7 @@ Python heap's peak (tracemalloc: what verification itself holds), and ends with 
 
   .venv/bin/python bench/verify_memory.py [--n 200000] [--admin-url URL]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,17 +65,22 @@ def seed(queue_url: str, store_path: str, n: int) -> float:
     after, skip = "", PLANTED  # the first PLANTED chunks in chunk-id order get no point
     with engine.connect() as conn:
         while True:
-            ids = [r[0] for r in conn.exec_driver_sql(
-                "SELECT chunk_id FROM task_queue_chunk WHERE chunk_id > %(a)s ORDER BY chunk_id LIMIT 5000",
-                {"a": after})]
+            ids = [
+                r[0]
+                for r in conn.exec_driver_sql(
+                    "SELECT chunk_id FROM task_queue_chunk WHERE chunk_id > %(a)s ORDER BY chunk_id LIMIT 5000",
+                    {"a": after},
+                )
+            ]
             if not ids:
                 break
             after, keep, skip = ids[-1], ids[skip:], 0
             vectors = rng.normal(size=(len(keep), DIM)).astype(np.float32)
             store.write_prepared([PreparedPoint(point_id(c), v, {"chunk_id": c}) for c, v in zip(keep, vectors)])
     orphans = [f"orphan-{i}" for i in range(PLANTED)]
-    store.write_prepared([PreparedPoint(point_id(c), rng.normal(size=DIM).astype(np.float32), {"chunk_id": c})
-                          for c in orphans])
+    store.write_prepared(
+        [PreparedPoint(point_id(c), rng.normal(size=DIM).astype(np.float32), {"chunk_id": c}) for c in orphans]
+    )
     store.close()
     engine.dispose()
     return time.perf_counter() - started
@@ -97,8 +103,12 @@ def measure(variant: str, queue_url: str, store_path: str, heap: bool = False) -
     started = time.perf_counter()
     if variant == "whole":
         with queue.engine.connect() as conn:
-            done = {r[0]: r[1] for r in conn.exec_driver_sql(
-                "SELECT chunk_id, id::text FROM task_queue_chunk WHERE vector_status = 'completed'")}
+            done = {
+                r[0]: r[1]
+                for r in conn.exec_driver_sql(
+                    "SELECT chunk_id, id::text FROM task_queue_chunk WHERE vector_status = 'completed'"
+                )
+            }
             every = {r[0] for r in conn.exec_driver_sql("SELECT chunk_id FROM task_queue_chunk")}
         points = store.chunk_ids()
         missing = sorted(row for cid, row in done.items() if cid not in points)
@@ -137,19 +147,29 @@ def main(argv: list[str] | None = None) -> int:
         for variant in ("whole", "streamed"):
             figures[variant] = {}
             for extra in ([], ["--heap"]):
-                out = subprocess.run([sys.executable, __file__, "--variant", variant, "--queue-url", url,
-                                      "--store", folder, *extra], check=True, capture_output=True, text=True).stdout
+                out = subprocess.run(
+                    [sys.executable, __file__, "--variant", variant, "--queue-url", url, "--store", folder, *extra],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
                 figures[variant].update(json.loads(out.strip().splitlines()[-1]))
             print(f"{variant:9s} {figures[variant]}", flush=True)
     for variant, found in figures.items():
         assert (found["missing"], found["orphans"]) == (PLANTED, PLANTED), (variant, found)
-    print_result({
-        "n": args.n, "page": 1000, "seed_s": round(seeded, 1),
-        "whole_s": figures["whole"]["s"], "streamed_s": figures["streamed"]["s"],
-        "whole_peak_growth_mb": figures["whole"]["peak_growth_mb"],
-        "streamed_peak_growth_mb": figures["streamed"]["peak_growth_mb"],
-        "whole_heap_peak_mb": figures["whole"]["heap_peak_mb"],
-        "streamed_heap_peak_mb": figures["streamed"]["heap_peak_mb"]})
+    print_result(
+        {
+            "n": args.n,
+            "page": 1000,
+            "seed_s": round(seeded, 1),
+            "whole_s": figures["whole"]["s"],
+            "streamed_s": figures["streamed"]["s"],
+            "whole_peak_growth_mb": figures["whole"]["peak_growth_mb"],
+            "streamed_peak_growth_mb": figures["streamed"]["peak_growth_mb"],
+            "whole_heap_peak_mb": figures["whole"]["heap_peak_mb"],
+            "streamed_heap_peak_mb": figures["streamed"]["heap_peak_mb"],
+        }
+    )
     return 0
 
 

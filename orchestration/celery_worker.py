@@ -4,6 +4,7 @@
 steps a worker executes load the code location itself (orchestration.definitions, which builds its settings from
 the environment the worker passes on), exactly as a run on the Dagster machine does.
 """
+
 from __future__ import annotations
 
 from orchestration.cluster import backend_url, celery_settings
@@ -24,8 +25,14 @@ def celery_app(cluster: ClusterConfig, broker: str):
     from dagster_celery.make_app import make_app
     from dagster_celery.tasks import create_task
 
-    app = make_app({"broker": broker, "backend": backend_url(cluster, broker), "include": [],
-                    "config_source": {**DEFAULT_CONFIG, **celery_settings(cluster)}})
+    app = make_app(
+        {
+            "broker": broker,
+            "backend": backend_url(cluster, broker),
+            "include": [],
+            "config_source": {**DEFAULT_CONFIG, **celery_settings(cluster)},
+        }
+    )
     # dagster-celery declares only its own queue; the phase queues are made on first use
     app.conf.task_create_missing_queues = True
     create_task(app)

@@ -7,6 +7,7 @@ Celery queue its phase's spec names (`ocr`, `vector`, `graphrag`; `maintenance` 
 `docqueue worker` that serves that queue executes it. The workers and the Dagster machine share nothing but
 PostgreSQL (queue and Dagster storage), the Bolt server, the vector store, the broker and the storage folder.
 """
+
 from __future__ import annotations
 
 import socket
@@ -53,7 +54,9 @@ def executor_name(cluster: ClusterConfig) -> str:
 def broker_url(cluster: ClusterConfig) -> str:
     url = (secret_value(cluster.broker_url) or "").strip()
     if not url:
-        raise ClusterConfigError(f"{EXECUTOR_ENV}=celery needs {BROKER_ENV} (redis://host:6379/0 or amqp://user:pass@host//)")
+        raise ClusterConfigError(
+            f"{EXECUTOR_ENV}=celery needs {BROKER_ENV} (redis://host:6379/0 or amqp://user:pass@host//)"
+        )
     scheme = url.split("://", 1)[0].lower()
     if scheme not in ("redis", "rediss", "amqp", "amqps", "pyamqp"):
         raise ClusterConfigError(f"{BROKER_ENV} must be a redis:// or amqp:// URL, got a {scheme}:// one")
@@ -88,7 +91,10 @@ def celery_settings(cluster: ClusterConfig) -> dict:
             # sweep for abandoned messages often enough that the visibility timeout is what counts
             "unacked_restore_interval": max(1, min(10, int(visibility // 4))),
             "unacked_restore_throttle": 1,
-            "max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
+            "max_retries": 3,
+            "interval_start": 0,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
         },
     }
 
@@ -101,14 +107,20 @@ def executor_for(cluster: ClusterConfig):
         from dagster_celery import celery_executor
     except ImportError:
         raise ClusterConfigError(
-            f"{EXECUTOR_ENV}=celery needs the cluster extra: pip install -e '.[cluster]'") from None
+            f"{EXECUTOR_ENV}=celery needs the cluster extra: pip install -e '.[cluster]'"
+        ) from None
     broker = broker_url(cluster)
     poll_results_every(cluster.celery_poll_interval_s)
     # the URLs stay environment references: a broker password never enters the definitions or a run's config
-    backend = {"env": BACKEND_ENV} if cluster.celery_backend is not None else (
-        {"env": BROKER_ENV} if backend_url(cluster, broker) == broker else "rpc://")
-    return celery_executor.configured({"broker": {"env": BROKER_ENV}, "backend": backend,
-                                       "config_source": celery_settings(cluster)}, name="docqueue_celery")
+    backend = (
+        {"env": BACKEND_ENV}
+        if cluster.celery_backend is not None
+        else ({"env": BROKER_ENV} if backend_url(cluster, broker) == broker else "rpc://")
+    )
+    return celery_executor.configured(
+        {"broker": {"env": BROKER_ENV}, "backend": backend, "config_source": celery_settings(cluster)},
+        name="docqueue_celery",
+    )
 
 
 def poll_results_every(seconds: float) -> None:
@@ -127,14 +139,16 @@ def check_worker_environment(settings: Settings) -> None:
     configured = {
         "DOCQUEUE_DATABASE_URL": secret_value(settings.database.database_url),
         "DOCQUEUE_DAGSTER_PG_URL": secret_value(settings.database.dagster_pg_url),
-        "DOCQUEUE_NEO4J_URI": settings.graph.uri, "DOCQUEUE_STORAGE_DIR": settings.storage.storage_dir,
+        "DOCQUEUE_NEO4J_URI": settings.graph.uri,
+        "DOCQUEUE_STORAGE_DIR": settings.storage.storage_dir,
     }
     missing = [f"{name} ({what})" for name, what in WORKER_REQUIRED_ENV.items() if not configured[name].strip()]
     if not (secret_value(settings.vector.url).strip() or settings.vector.path.strip()):
         missing.append("DOCQUEUE_QDRANT_URL or DOCQUEUE_QDRANT_PATH (the vector store)")
     if missing:
-        raise ClusterConfigError("a worker uses the cluster's shared services, never embedded ones: set "
-                                 + ", ".join(missing))
+        raise ClusterConfigError(
+            "a worker uses the cluster's shared services, never embedded ones: set " + ", ".join(missing)
+        )
 
 
 def check_broker(url: str, timeout_s: float = 10.0) -> None:
@@ -144,8 +158,9 @@ def check_broker(url: str, timeout_s: float = 10.0) -> None:
         with Connection(url, connect_timeout=timeout_s) as connection:
             connection.ensure_connection(max_retries=1, timeout=timeout_s)
     except Exception as exc:  # noqa: BLE001 - any failure to reach the broker is said in one sentence
-        raise ClusterConfigError(f"cannot reach the broker at {_redact(url)} ({_first_line(exc)}); "
-                                 f"check {BROKER_ENV} / --broker") from None
+        raise ClusterConfigError(
+            f"cannot reach the broker at {_redact(url)} ({_first_line(exc)}); check {BROKER_ENV} / --broker"
+        ) from None
 
 
 def parse_queues(raw: str, known: Iterable[str]) -> list[str]:
@@ -154,16 +169,22 @@ def parse_queues(raw: str, known: Iterable[str]) -> list[str]:
     queues = [q.strip() for q in raw.split(",") if q.strip()]
     unknown = [q for q in queues if q not in known]
     if unknown or not queues:
-        raise ClusterConfigError(f"--queues takes a comma-separated list of {', '.join(known)}; "
-                                 f"got {raw!r}")
+        raise ClusterConfigError(f"--queues takes a comma-separated list of {', '.join(known)}; got {raw!r}")
     return queues
 
 
 def worker_argv(queues: Iterable[str], concurrency: int, name: str | None, loglevel: str = "INFO") -> list[str]:
     # prefork: a step that crashes its process (native code) takes only that slot down, and the slot is replaced
-    return ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", f"--queues={','.join(queues)}",
-            f"--hostname={name or 'docqueue@' + socket.gethostname()}", "--pool=prefork", "--without-mingle",
-            "--without-gossip"]
+    return [
+        "worker",
+        f"--loglevel={loglevel}",
+        f"--concurrency={concurrency}",
+        f"--queues={','.join(queues)}",
+        f"--hostname={name or 'docqueue@' + socket.gethostname()}",
+        "--pool=prefork",
+        "--without-mingle",
+        "--without-gossip",
+    ]
 
 
 def _redact(url: str) -> str:

@@ -7,6 +7,7 @@ come from its spec; the work of its kinds from the handler its spec names (asset
 orchestration.definitions builds the code location's own from the environment; `docqueue run`, the benches and
 the tests build theirs with their settings.
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -36,15 +37,19 @@ def build_resources(settings: Settings) -> dict:
     """Every resource with its fields from `settings`; secrets stay `dg.EnvVar` fields, so no secret enters code or
     run config."""
     return {
-        "database": DatabaseResource.from_settings(settings), "storage": StorageResource.from_settings(settings),
-        "ocr": OcrResource.from_settings(settings), "embeddings": EmbeddingResource.from_settings(settings),
-        "qdrant": QdrantResource.from_settings(settings), "neo4j": Neo4jResource.from_settings(settings),
+        "database": DatabaseResource.from_settings(settings),
+        "storage": StorageResource.from_settings(settings),
+        "ocr": OcrResource.from_settings(settings),
+        "embeddings": EmbeddingResource.from_settings(settings),
+        "qdrant": QdrantResource.from_settings(settings),
+        "neo4j": Neo4jResource.from_settings(settings),
         "extraction": ExtractionResource.from_settings(settings),
     }
 
 
-def build_definitions(settings: Settings, phases: PhaseRegistry = PHASES,
-                      handlers: Mapping[str, PhaseHandler] = HANDLERS) -> dg.Definitions:
+def build_definitions(
+    settings: Settings, phases: PhaseRegistry = PHASES, handlers: Mapping[str, PhaseHandler] = HANDLERS
+) -> dg.Definitions:
     maintenance = maintenance_jobs(settings)
     checks = checks_job()
     return dg.Definitions(

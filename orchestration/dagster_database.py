@@ -4,6 +4,7 @@
 tables. Every other command checks that it answers before Dagster touches it: Dagster itself retries a missing or
 unreachable database for 15 s, logging each attempt, before it gives up with a traceback.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -36,9 +37,11 @@ def _where(params: dict) -> str:
 
 
 def _missing(params: dict) -> str:
-    return (f"Dagster's storage database \"{params.get('dbname')}\" does not exist on {_where(params)}: "
-            "run `docqueue db upgrade` (it creates it when the role may create databases), or create it, or point "
-            "DOCQUEUE_DAGSTER_PG_URL at another database")
+    return (
+        f'Dagster\'s storage database "{params.get("dbname")}" does not exist on {_where(params)}: '
+        "run `docqueue db upgrade` (it creates it when the role may create databases), or create it, or point "
+        "DOCQUEUE_DAGSTER_PG_URL at another database"
+    )
 
 
 def _connect(params: dict) -> psycopg.Connection:
@@ -60,8 +63,10 @@ def check_dagster_storage(url: str) -> None:
     except psycopg.OperationalError as exc:
         if exc.sqlstate == _INVALID_CATALOG_NAME or "does not exist" in str(exc):
             raise DagsterStorageError(_missing(params)) from None
-        raise DagsterStorageError(f"cannot connect to Dagster's storage database on {_where(params)} "
-                                  f"({_first_line(exc)}); check DOCQUEUE_DAGSTER_PG_URL") from None
+        raise DagsterStorageError(
+            f"cannot connect to Dagster's storage database on {_where(params)} "
+            f"({_first_line(exc)}); check DOCQUEUE_DAGSTER_PG_URL"
+        ) from None
     _checked.add(url)
 
 
@@ -74,8 +79,10 @@ def ensure_dagster_database(url: str, queue_url: str) -> bool:
         return False
     except psycopg.OperationalError as exc:
         if not (exc.sqlstate == _INVALID_CATALOG_NAME or "does not exist" in str(exc)):
-            raise DagsterStorageError(f"cannot connect to Dagster's storage database on {_where(params)} "
-                                      f"({_first_line(exc)}); check DOCQUEUE_DAGSTER_PG_URL") from None
+            raise DagsterStorageError(
+                f"cannot connect to Dagster's storage database on {_where(params)} "
+                f"({_first_line(exc)}); check DOCQUEUE_DAGSTER_PG_URL"
+            ) from None
     queue = _libpq(queue_url)
     same_server = all(queue.get(k) == params.get(k) for k in ("host", "port", "user"))
     admin = queue if same_server else {**params, "dbname": "postgres"}
@@ -87,9 +94,10 @@ def ensure_dagster_database(url: str, queue_url: str) -> bool:
         return False  # another process created it meanwhile
     except psycopg.errors.InsufficientPrivilege:
         raise DagsterStorageError(
-            f"Dagster's storage database \"{name}\" does not exist on {_where(params)} and role "
-            f"\"{params.get('user')}\" may not create databases: ask for `CREATE DATABASE \"{name}\" OWNER "
-            f"\"{params.get('user')}\"` or point DOCQUEUE_DAGSTER_PG_URL at a database the role may use") from None
+            f'Dagster\'s storage database "{name}" does not exist on {_where(params)} and role '
+            f'"{params.get("user")}" may not create databases: ask for `CREATE DATABASE "{name}" OWNER '
+            f'"{params.get("user")}"` or point DOCQUEUE_DAGSTER_PG_URL at a database the role may use'
+        ) from None
     except psycopg.OperationalError as exc:
         raise DagsterStorageError(f"{_missing(params)} (creating it failed: {_first_line(exc)})") from None
     return True
@@ -105,12 +113,14 @@ def dagster_storage_status(url: str, open_instance: Callable[[], Any]) -> dict:
         return {"database": str(exc), "storages": {}, "pending": True}
     instance = open_instance()
     storages = {}
-    for name, storage in (("runs", instance.run_storage), ("event_log", instance.event_log_storage),
-                          ("schedules", instance.schedule_storage)):
+    for name, storage in (
+        ("runs", instance.run_storage),
+        ("event_log", instance.event_log_storage),
+        ("schedules", instance.schedule_storage),
+    ):
         at, head = storage.alembic_version()
         storages[name] = {"at": at, "head": head}
-    return {"database": "ok", "storages": storages,
-            "pending": any(s["at"] != s["head"] for s in storages.values())}
+    return {"database": "ok", "storages": storages, "pending": any(s["at"] != s["head"] for s in storages.values())}
 
 
 def dagster_database_url(database: DatabaseConfig, queue_url: str) -> str:

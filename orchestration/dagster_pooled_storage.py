@@ -23,6 +23,7 @@ against psycopg2 (``set_pg_statement_timeout`` uses ``with conn:``, which *close
 connection, and the table-creation race check reads ``exc.orig.pgcode``, which psycopg 3 lacks).
 So every URL given to these storages is pinned to ``postgresql+psycopg2``.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,11 +41,7 @@ from dagster._serdes import ConfigurableClassData
 from dagster_postgres.event_log import PostgresEventLogStorage
 from dagster_postgres.run_storage import PostgresRunStorage
 from dagster_postgres.schedule_storage import PostgresScheduleStorage
-from dagster_postgres.utils import (
-    create_pg_engine,
-    get_token_provider_from_config,
-    pg_url_from_config,
-)
+from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 
 from queue_db.config import DatabaseConfig, default, settings
 
@@ -78,23 +75,21 @@ class PoolSettings:
         if self.pool_size < 1:
             raise ValueError(f"pool_size ({POOL_SIZE_ENV}) must be at least 1, got {self.pool_size}")
         if self.max_overflow < 0:
-            raise ValueError(
-                f"max_overflow ({MAX_OVERFLOW_ENV}) must be 0 or more, got {self.max_overflow}"
-            )
+            raise ValueError(f"max_overflow ({MAX_OVERFLOW_ENV}) must be 0 or more, got {self.max_overflow}")
         if self.recycle_s < 1:
-            raise ValueError(
-                f"pool_recycle_seconds ({POOL_RECYCLE_ENV}) must be at least 1, got {self.recycle_s}"
-            )
+            raise ValueError(f"pool_recycle_seconds ({POOL_RECYCLE_ENV}) must be at least 1, got {self.recycle_s}")
         if self.timeout_s < 1:
-            raise ValueError(
-                f"pool_timeout_seconds ({POOL_TIMEOUT_ENV}) must be at least 1, got {self.timeout_s}"
-            )
+            raise ValueError(f"pool_timeout_seconds ({POOL_TIMEOUT_ENV}) must be at least 1, got {self.timeout_s}")
 
     @classmethod
     def from_env(cls) -> PoolSettings:
         env = settings(DatabaseConfig)
-        return cls(pool_size=env.dagster_pool_size, max_overflow=env.dagster_max_overflow,
-                   recycle_s=env.dagster_pool_recycle_s, timeout_s=env.dagster_pool_timeout_s)
+        return cls(
+            pool_size=env.dagster_pool_size,
+            max_overflow=env.dagster_max_overflow,
+            recycle_s=env.dagster_pool_recycle_s,
+            timeout_s=env.dagster_pool_timeout_s,
+        )
 
     @classmethod
     def from_config(cls, config_value: Mapping[str, Any]) -> PoolSettings:
@@ -111,9 +106,7 @@ class PoolSettings:
 def pool_config_schema() -> dict[str, Field]:
     return {
         "pool_size": Field(IntSource, is_required=False, description="Connections kept open."),
-        "max_overflow": Field(
-            IntSource, is_required=False, description="Extra connections allowed under load."
-        ),
+        "max_overflow": Field(IntSource, is_required=False, description="Extra connections allowed under load."),
         "pool_recycle_seconds": Field(
             IntSource, is_required=False, description="Reconnect connections older than this."
         ),
@@ -131,9 +124,7 @@ def psycopg2_url(postgres_url: str) -> str:
         # the URL may carry a password, so it stays out of the message
         raise ValueError("Dagster storage URL is not a valid database URL") from None
     if url.get_backend_name() not in ("postgresql", "postgres"):
-        raise ValueError(
-            f"Dagster storage needs a PostgreSQL URL, got scheme {url.drivername!r}"
-        )
+        raise ValueError(f"Dagster storage needs a PostgreSQL URL, got scheme {url.drivername!r}")
     return url.set(drivername=PSYCOPG2_DRIVERNAME).render_as_string(hide_password=False)
 
 
@@ -152,15 +143,11 @@ def _discard_connections_inherited_across_fork(engine: db.engine.Engine) -> None
     def _refuse_foreign(dbapi_connection, connection_record, connection_proxy) -> None:
         if connection_record.info.get("pid") != os.getpid():
             connection_record.dbapi_connection = connection_proxy.dbapi_connection = None
-            raise sqlalchemy.exc.DisconnectionError(
-                "pooled connection was opened by another process; reconnecting"
-            )
+            raise sqlalchemy.exc.DisconnectionError("pooled connection was opened by another process; reconnecting")
 
 
 def create_pooled_engine(
-    postgres_url: str,
-    pool: PoolSettings,
-    token_provider: PgTokenProvider | None = None,
+    postgres_url: str, pool: PoolSettings, token_provider: PgTokenProvider | None = None
 ) -> db.engine.Engine:
     """What dagster-postgres builds (AUTOCOMMIT, optional token auth) but with a bounded QueuePool."""
     engine = create_pg_engine(
@@ -197,9 +184,7 @@ class _PooledEngineMixin:
         """The engine every storage call of this instance goes through (for tests and diagnostics)."""
         return self._engine
 
-    def optimize_for_webserver(
-        self, statement_timeout: int, pool_recycle: int, max_overflow: int
-    ) -> None:
+    def optimize_for_webserver(self, statement_timeout: int, pool_recycle: int, max_overflow: int) -> None:
         # The parent builds its own small pool with a statement_timeout hook; keep that behaviour,
         # but close our pool instead of leaving its connections to the garbage collector.
         pooled_engine = self._engine
@@ -214,9 +199,7 @@ class _PooledEngineMixin:
         self._engine.dispose()
 
 
-def _storage_kwargs(
-    inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
-) -> dict[str, Any]:
+def _storage_kwargs(inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]) -> dict[str, Any]:
     return dict(
         inst_data=inst_data,
         postgres_url=pg_url_from_config(config_value),
@@ -241,9 +224,7 @@ class PooledPostgresEventLogStorage(_PooledEngineMixin, PostgresEventLogStorage)
         token_provider: PgTokenProvider | None = None,
         pool: PoolSettings | None = None,
     ):
-        super().__init__(
-            psycopg2_url(postgres_url), should_autocreate_tables, inst_data, token_provider
-        )
+        super().__init__(psycopg2_url(postgres_url), should_autocreate_tables, inst_data, token_provider)
         self._install_pooled_engine(pool or PoolSettings.from_env())
 
     def store_event_batch(self, events) -> None:
@@ -257,15 +238,16 @@ class PooledPostgresEventLogStorage(_PooledEngineMixin, PostgresEventLogStorage)
         from dagster._core.events import DagsterEventType
         from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 
-        planned = [e for e in events
-                   if e.get_dagster_event().event_type == DagsterEventType.ASSET_MATERIALIZATION_PLANNED]
+        planned = [
+            e for e in events if e.get_dagster_event().event_type == DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+        ]
         # a new run's batch also holds its planned asset checks: those keep the parent's path
-        others = [e for e in events
-                  if e.get_dagster_event().event_type != DagsterEventType.ASSET_MATERIALIZATION_PLANNED]
+        others = [
+            e for e in events if e.get_dagster_event().event_type != DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+        ]
         if planned:
             with self._connect() as conn:
-                result = conn.execute(
-                    self.prepare_insert_event_batch(planned).returning(SqlEventLogStorageTable.c.id))
+                result = conn.execute(self.prepare_insert_event_batch(planned).returning(SqlEventLogStorageTable.c.id))
                 event_ids = [int(row[0]) for row in result.fetchall()]
             last_by_asset = {e.get_dagster_event().asset_key: (e, i) for e, i in zip(planned, event_ids)}
             with self.index_transaction() as conn:
@@ -285,8 +267,10 @@ class PooledPostgresEventLogStorage(_PooledEngineMixin, PostgresEventLogStorage)
         with self.index_connection() as conn:
             cursor = conn.connection.dbapi_connection.cursor()
             try:
-                cursor.execute(f"SELECT partition FROM {DynamicPartitionsTable.name} "
-                               "WHERE partitions_def_name = %s ORDER BY id", (partitions_def_name,))
+                cursor.execute(
+                    f"SELECT partition FROM {DynamicPartitionsTable.name} WHERE partitions_def_name = %s ORDER BY id",
+                    (partitions_def_name,),
+                )
                 return [row[0] for row in cursor.fetchall()]
             finally:
                 cursor.close()
@@ -300,9 +284,12 @@ class PooledPostgresEventLogStorage(_PooledEngineMixin, PostgresEventLogStorage)
             return
         self._check_partitions_table()
         with self.index_connection() as conn:
-            conn.execute(DynamicPartitionsTable.delete().where(
-                DynamicPartitionsTable.c.partitions_def_name == partitions_def_name,
-                DynamicPartitionsTable.c.partition.in_(list(partition_keys))))
+            conn.execute(
+                DynamicPartitionsTable.delete().where(
+                    DynamicPartitionsTable.c.partitions_def_name == partitions_def_name,
+                    DynamicPartitionsTable.c.partition.in_(list(partition_keys)),
+                )
+            )
 
     @classmethod
     def config_type(cls) -> UserConfigSchema:
@@ -326,9 +313,7 @@ class PooledPostgresRunStorage(_PooledEngineMixin, PostgresRunStorage):
         token_provider: PgTokenProvider | None = None,
         pool: PoolSettings | None = None,
     ):
-        super().__init__(
-            psycopg2_url(postgres_url), should_autocreate_tables, inst_data, token_provider
-        )
+        super().__init__(psycopg2_url(postgres_url), should_autocreate_tables, inst_data, token_provider)
         self._install_pooled_engine(pool or PoolSettings.from_env())
 
     @classmethod
@@ -353,9 +338,7 @@ class PooledPostgresScheduleStorage(_PooledEngineMixin, PostgresScheduleStorage)
         token_provider: PgTokenProvider | None = None,
         pool: PoolSettings | None = None,
     ):
-        super().__init__(
-            psycopg2_url(postgres_url), should_autocreate_tables, inst_data, token_provider
-        )
+        super().__init__(psycopg2_url(postgres_url), should_autocreate_tables, inst_data, token_provider)
         self._install_pooled_engine(pool or PoolSettings.from_env())
 
     @classmethod

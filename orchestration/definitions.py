@@ -1,6 +1,7 @@
 """The Dagster code location's entry point: the one place the Dagster processes (webserver, daemon, code server,
 run and step workers) build their settings, from the environment. A bad variable stops the load here, named in
 one sentence (SettingsError)."""
+
 from __future__ import annotations
 
 from orchestration.code_location import build_definitions, build_resources

@@ -4,6 +4,7 @@ An entry point builds its Settings once and hands them to prepare_environment: w
 the embedded PostgreSQL and works out its URLs. The variables it sets are the ones Dagster reads itself (DAGSTER_HOME
 for the instance, and dagster.yaml's `env:` storage URL) and the ones the webserver, daemon and run workers started
 from here inherit, so they all agree without each probing for the server."""
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,12 @@ class PreparedEnvironment:
     dagster_url: str
 
     def variables(self) -> dict[str, str]:
-        return {"DOCQUEUE_HOME": str(self.home), "DOCQUEUE_DATABASE_URL": self.queue_url,
-                "DOCQUEUE_DAGSTER_PG_URL": self.dagster_url, "DAGSTER_HOME": str(self.dagster_home)}
+        return {
+            "DOCQUEUE_HOME": str(self.home),
+            "DOCQUEUE_DATABASE_URL": self.queue_url,
+            "DOCQUEUE_DAGSTER_PG_URL": self.dagster_url,
+            "DAGSTER_HOME": str(self.dagster_home),
+        }
 
 
 def prepare_environment(settings: Settings) -> PreparedEnvironment:

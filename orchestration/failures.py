@@ -1,6 +1,7 @@
 """Why a task failed, as the queue records it: a readable reason, an error class and whether a retry can help; and
 the time limit a batch of chunk tasks runs under.
 """
+
 from __future__ import annotations
 
 import threading

@@ -7,6 +7,7 @@ The type comes from the content, never from the name: PDF; PNG, JPEG and TIFF im
 (laid out by PyMuPDF); plain text, Markdown and HTML; DOCX, XLSX and CSV (page markdown without OCR). Anything
 else is rejected here, with what it looks like, and nothing is registered.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,13 @@ class IngestResult:
     reason: str | None = None
 
     def as_dict(self) -> dict:
-        return {"path": self.path, "status": self.status, "document_id": self.document_id,
-                "document_key": self.document_key, "reason": self.reason}
+        return {
+            "path": self.path,
+            "status": self.status,
+            "document_id": self.document_id,
+            "document_key": self.document_key,
+            "reason": self.reason,
+        }
 
 
 class IntakeError(ValueError):
@@ -60,8 +66,12 @@ class IntakeRules:
     @classmethod
     def from_settings(cls, settings: Settings) -> "IntakeRules":
         storage = settings.storage
-        return cls(PdfLimits.from_config(storage), TextLimits.from_config(storage), OfficeLimits.from_config(storage),
-                   settings.tenant.default_tenant)
+        return cls(
+            PdfLimits.from_config(storage),
+            TextLimits.from_config(storage),
+            OfficeLimits.from_config(storage),
+            settings.tenant.default_tenant,
+        )
 
 
 def iter_files(paths: Iterable[str | Path], root: Path | None = None) -> Iterator[Path]:
@@ -104,7 +114,7 @@ def _hash_file(path: Path, limit: int) -> tuple[str, int, bytes]:
     with open(path, "rb") as handle:
         while chunk := handle.read(1 << 20):
             if len(head) < 2048:
-                head += chunk[:2048 - len(head)]
+                head += chunk[: 2048 - len(head)]
             size += len(chunk)
             if size > limit:
                 raise IntakeError(too_large(limit))
@@ -112,23 +122,51 @@ def _hash_file(path: Path, limit: int) -> tuple[str, int, bytes]:
     return digest.hexdigest(), size, head
 
 
-def ingest_file(queue: TaskQueue, storage: LocalStorage, path: Path, *, priority: int = 0,
-                password_ref: str | None = None, rules: IntakeRules | None = None,
-                source_path: str | None = None, name: str | None = None,
-                metadata: dict | None = None, idempotency_key: str | None = None,
-                tenant: str | None = None) -> IngestResult:
+def ingest_file(
+    queue: TaskQueue,
+    storage: LocalStorage,
+    path: Path,
+    *,
+    priority: int = 0,
+    password_ref: str | None = None,
+    rules: IntakeRules | None = None,
+    source_path: str | None = None,
+    name: str | None = None,
+    metadata: dict | None = None,
+    idempotency_key: str | None = None,
+    tenant: str | None = None,
+) -> IngestResult:
     """Register one file. `source_path` and `name` override where it came from (an object store downloads to a
     temporary file); a known source path with new content is a new version. With `idempotency_key`, the key
     names the document: the same key again is a duplicate, the key with other bytes is rejected."""
-    return _register(queue, storage, path, shown=source_path or os.fsdecode(path), name=name or path.name,
-                     source_path=source_path or os.fsdecode(path.resolve()), priority=priority,
-                     password_ref=password_ref, rules=rules, metadata=metadata, idempotency_key=idempotency_key,
-                     tenant=tenant)
+    return _register(
+        queue,
+        storage,
+        path,
+        shown=source_path or os.fsdecode(path),
+        name=name or path.name,
+        source_path=source_path or os.fsdecode(path.resolve()),
+        priority=priority,
+        password_ref=password_ref,
+        rules=rules,
+        metadata=metadata,
+        idempotency_key=idempotency_key,
+        tenant=tenant,
+    )
 
 
-def ingest_stream(queue: TaskQueue, storage: LocalStorage, stream: BinaryIO, name: str, *, scratch: Path,
-                  priority: int = 0, idempotency_key: str | None = None, tenant: str | None = None,
-                  rules: IntakeRules | None = None) -> IngestResult:
+def ingest_stream(
+    queue: TaskQueue,
+    storage: LocalStorage,
+    stream: BinaryIO,
+    name: str,
+    *,
+    scratch: Path,
+    priority: int = 0,
+    idempotency_key: str | None = None,
+    tenant: str | None = None,
+    rules: IntakeRules | None = None,
+) -> IngestResult:
     """Register content read from a stream (standard input) under `name`, bounded by DOCQUEUE_MAX_FILE_MB while
     it is read. It has no source path, so it is never a new version of anything: the bytes (or the idempotency
     key) identify it."""
@@ -147,14 +185,37 @@ def ingest_stream(queue: TaskQueue, storage: LocalStorage, stream: BinaryIO, nam
                 if size > limits.max_file_bytes:
                     return IngestResult(shown, "rejected", reason=too_large(limits.max_file_bytes))
                 handle.write(chunk)
-        return _register(queue, storage, path, shown=shown, name=name, source_path=None, priority=priority,
-                         password_ref=None, rules=rules, metadata=None, idempotency_key=idempotency_key,
-                         tenant=tenant)
+        return _register(
+            queue,
+            storage,
+            path,
+            shown=shown,
+            name=name,
+            source_path=None,
+            priority=priority,
+            password_ref=None,
+            rules=rules,
+            metadata=None,
+            idempotency_key=idempotency_key,
+            tenant=tenant,
+        )
 
 
-def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str, name: str,
-              source_path: str | None, priority: int, password_ref: str | None, rules: IntakeRules | None,
-              metadata: dict | None, idempotency_key: str | None, tenant: str | None = None) -> IngestResult:
+def _register(
+    queue: TaskQueue,
+    storage: LocalStorage,
+    path: Path,
+    *,
+    shown: str,
+    name: str,
+    source_path: str | None,
+    priority: int,
+    password_ref: str | None,
+    rules: IntakeRules | None,
+    metadata: dict | None,
+    idempotency_key: str | None,
+    tenant: str | None = None,
+) -> IngestResult:
     rules = rules or IntakeRules()
     try:
         checked_key(idempotency_key)
@@ -178,19 +239,39 @@ def _register(queue: TaskQueue, storage: LocalStorage, path: Path, *, shown: str
     previous = previous_version(queue, source_path, content_hash, tenant) if source_path else None
     try:
         document, created = queue.register_document(
-            filename=name, content_hash=content_hash, size_bytes=size, storage_key=storage_key,
-            source_path=source_path, priority=priority, password_ref=password_ref, mime_type=mime,
-            filename_bytes=os.fsencode(name), metadata=metadata, idempotency_key=idempotency_key, tenant=tenant)
+            filename=name,
+            content_hash=content_hash,
+            size_bytes=size,
+            storage_key=storage_key,
+            source_path=source_path,
+            priority=priority,
+            password_ref=password_ref,
+            mime_type=mime,
+            filename_bytes=os.fsencode(name),
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+            tenant=tenant,
+        )
     except IdempotencyConflict as exc:
         return IngestResult(shown, "rejected", reason=str(exc))
     if created and previous is not None:
         mark_supersedes(queue, str(document["id"]), previous["id"])
-        return IngestResult(shown, "new-version", str(document["id"]), document["document_key"],
-                            reason=f"replaces {previous['document_key']} once indexed")
+        return IngestResult(
+            shown,
+            "new-version",
+            str(document["id"]),
+            document["document_key"],
+            reason=f"replaces {previous['document_key']} once indexed",
+        )
     if not created and _moved_from(document.get("source_path"), source_path):
         move_source(queue, str(document["id"]), source_path)
-        return IngestResult(shown, "duplicate", str(document["id"]), document["document_key"],
-                            reason=f"moved from {document['source_path']}")
+        return IngestResult(
+            shown,
+            "duplicate",
+            str(document["id"]),
+            document["document_key"],
+            reason=f"moved from {document['source_path']}",
+        )
     return IngestResult(shown, "new" if created else "duplicate", str(document["id"]), document["document_key"])
 
 
@@ -199,6 +280,8 @@ def _moved_from(known: str | None, source_path: str) -> bool:
     if not known or known == source_path_text(source_path) or "://" in known:
         return False  # an object store's old key cannot be checked from here
     return not os.path.lexists(known)
+
+
 def _content_problem(path: Path, mime: str, size: int, rules: IntakeRules) -> str | None:
     """Why a file of a supported type is refused before it is stored (past a size bound), or None."""
     text_limit = rules.text.max_bytes
@@ -209,13 +292,31 @@ def _content_problem(path: Path, mime: str, size: int, rules: IntakeRules) -> st
     return None
 
 
-def ingest_paths(queue: TaskQueue, storage: LocalStorage, paths: Iterable[str | Path], *, priority: int = 0,
-                 password_ref: str | None = None, root: Path | None = None,
-                 idempotency_key: str | None = None, tenant: str | None = None,
-                 rules: IntakeRules | None = None) -> list[IngestResult]:
+def ingest_paths(
+    queue: TaskQueue,
+    storage: LocalStorage,
+    paths: Iterable[str | Path],
+    *,
+    priority: int = 0,
+    password_ref: str | None = None,
+    root: Path | None = None,
+    idempotency_key: str | None = None,
+    tenant: str | None = None,
+    rules: IntakeRules | None = None,
+) -> list[IngestResult]:
     """Register every readable file under `paths`, held to the entry point's `rules` (the defaults when not
     given)."""
     rules = rules or IntakeRules()
-    return [ingest_file(queue, storage, p, priority=priority, password_ref=password_ref, rules=rules,
-                        idempotency_key=idempotency_key, tenant=tenant)
-            for p in iter_files(paths, root)]
+    return [
+        ingest_file(
+            queue,
+            storage,
+            p,
+            priority=priority,
+            password_ref=password_ref,
+            rules=rules,
+            idempotency_key=idempotency_key,
+            tenant=tenant,
+        )
+        for p in iter_files(paths, root)
+    ]

@@ -1,5 +1,6 @@
 """One asset job per task asset and roll-up, made from the phase specs: sensors and `docqueue run` launch ranged
 runs of these."""
+
 from __future__ import annotations
 
 import dagster as dg
@@ -14,9 +15,12 @@ def job_name(run_name: str) -> str:
 
 def _job(run_name: str, asset_name: str, phase: str) -> dg.UnresolvedAssetJobDefinition:
     # the asset's checks stay out: a task run would plan and skip them every time; the checks job runs them
-    return dg.define_asset_job(job_name(run_name), selection=dg.AssetSelection.assets(asset_name).without_checks(),
-                               tags={"docqueue/phase": phase},
-                               description=f"Ranged runs of `{asset_name}` launched by the docqueue sensors and CLI.")
+    return dg.define_asset_job(
+        job_name(run_name),
+        selection=dg.AssetSelection.assets(asset_name).without_checks(),
+        tags={"docqueue/phase": phase},
+        description=f"Ranged runs of `{asset_name}` launched by the docqueue sensors and CLI.",
+    )
 
 
 def phase_jobs(phases: PhaseRegistry) -> list[dg.UnresolvedAssetJobDefinition]:

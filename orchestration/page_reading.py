@@ -1,6 +1,7 @@
 """A document's pages for the OCR phase: PDFs, images, EPUB and XPS are opened by the OCR worker; text, Markdown,
 HTML and office files are read into markdown pages here, without OCR.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,32 +52,46 @@ class PageReader:
         mime = document.get("mime_type") or "application/pdf"
         if mime in MARKDOWN_PAGE_TYPES:
             pages = self._text_pages(document)
-            return DocumentInfo(page_count=len(pages), encrypted=False, repaired=False,
-                                metadata={"format": mime, "characters": sum(len(p) for p in pages)})
-        return self.pdf.inspect(self._document_file(document), resolve_password(document.get("password_ref")),
-                                filetype=_pymupdf_type(mime))
+            return DocumentInfo(
+                page_count=len(pages),
+                encrypted=False,
+                repaired=False,
+                metadata={"format": mime, "characters": sum(len(p) for p in pages)},
+            )
+        return self.pdf.inspect(
+            self._document_file(document), resolve_password(document.get("password_ref")), filetype=_pymupdf_type(mime)
+        )
 
     def convert_page(self, document: dict, page_number: int) -> PageResult:
         mime = document.get("mime_type") or "application/pdf"
         if mime not in MARKDOWN_PAGE_TYPES:
             return self.pdf.convert_page(
-                self._document_file(document), page_number, resolve_password(document.get("password_ref")),
+                self._document_file(document),
+                page_number,
+                resolve_password(document.get("password_ref")),
                 boilerplate=tuple((document.get("metadata") or {}).get("boilerplate", ())),
-                filetype=_pymupdf_type(mime))
+                filetype=_pymupdf_type(mime),
+            )
         started = time.perf_counter()
         pages = self._text_pages(document)
         if not 1 <= page_number <= len(pages):
-            raise DocumentError(f"unsupported: page {page_number} does not exist (document has {len(pages)} pages)",
-                                "unsupported")
+            raise DocumentError(
+                f"unsupported: page {page_number} does not exist (document has {len(pages)} pages)", "unsupported"
+            )
         markdown = pages[page_number - 1]
-        return PageResult(page_number, markdown, MARKDOWN_PAGE_TYPES[mime], len(markdown),
-                          time.perf_counter() - started)
+        return PageResult(
+            page_number, markdown, MARKDOWN_PAGE_TYPES[mime], len(markdown), time.perf_counter() - started
+        )
 
     def _document_file(self, document: dict) -> Path:
         if not document.get("storage_key"):
             # only a document carried over from the legacy schema, which kept no files, lacks one
-            raise DocumentError("missing file: this document's file was never stored (it came from the legacy "
-                                "schema); re-ingest the original file", "missing_file", False)
+            raise DocumentError(
+                "missing file: this document's file was never stored (it came from the legacy "
+                "schema); re-ingest the original file",
+                "missing_file",
+                False,
+            )
         return self.storage.local_path(document["storage_key"])
 
     def _text_pages(self, document: dict) -> list[str]:
@@ -90,8 +105,9 @@ class PageReader:
         if document["mime_type"] in OFFICE_TYPES:
             pages = office_pages(path, document["mime_type"], limits, office)
         elif path.stat().st_size > limits.max_bytes:
-            raise DocumentError(f"too large: text of more than {limits.max_bytes / (1 << 20):g} MB "
-                                "(DOCQUEUE_MAX_TEXT_MB)", "too_large")
+            raise DocumentError(
+                f"too large: text of more than {limits.max_bytes / (1 << 20):g} MB (DOCQUEUE_MAX_TEXT_MB)", "too_large"
+            )
         else:
             try:
                 pages = document_pages(path.read_bytes(), document["mime_type"], limits)
@@ -101,8 +117,10 @@ class PageReader:
             raise DocumentError("empty: the text has no words", "empty")
         max_pages = (getattr(self.pdf, "limits", None) or PdfLimits()).max_pages
         if len(pages) > max_pages:
-            raise DocumentError(f"too many pages: {len(pages)} > limit {max_pages} "
-                                f"(pages of {limits.page_chars} characters)", "too_large")
+            raise DocumentError(
+                f"too many pages: {len(pages)} > limit {max_pages} (pages of {limits.page_chars} characters)",
+                "too_large",
+            )
         self._cache = (key, pages)
         return pages
 

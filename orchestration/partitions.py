@@ -13,6 +13,7 @@ DOCQUEUE_PARTITION_MAX_COMPLETED plus the unfinished work. The recovery job call
 a batch of DOCQUEUE_PARTITION_RETIRE_BATCH per definition, so a backlog drains within minutes and a run stays
 short. Which rows are retirable, and how a requeued one comes back, is queue_db.partition_retention's rule.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -30,8 +31,11 @@ documents_partitions = dg.DynamicPartitionsDefinition(name="documents")
 pages_partitions = dg.DynamicPartitionsDefinition(name="pages")
 chunks_partitions = dg.DynamicPartitionsDefinition(name="chunks")
 
-PARTITIONS_BY_LEVEL = {Level.DOCUMENT: documents_partitions, Level.PAGE: pages_partitions,
-                       Level.CHUNK: chunks_partitions}
+PARTITIONS_BY_LEVEL = {
+    Level.DOCUMENT: documents_partitions,
+    Level.PAGE: pages_partitions,
+    Level.CHUNK: chunks_partitions,
+}
 BLOCK_SIZE = 10_000
 
 
@@ -57,19 +61,32 @@ def register_partitions(instance: dg.DagsterInstance, engine: sa.Engine, level: 
     return registered
 
 
-def retire_partitions(instance: dg.DagsterInstance, engine: sa.Engine, *, retention_s: float, max_completed: int,
-                      batch: int) -> dict[str, int]:
+def retire_partitions(
+    instance: dg.DagsterInstance, engine: sa.Engine, *, retention_s: float, max_completed: int, batch: int
+) -> dict[str, int]:
     """Retire one batch of completed partitions per definition (pages, chunks); returns how many each."""
     retired = {}
     for level in RETIRABLE_LEVELS:
         name = PARTITIONS_BY_LEVEL[level].name
-        retired[name] = retire_batch(engine, level, retention_s, max_completed, batch,
-                                     lambda keys, name=name: delete_dynamic_partitions(instance, name, keys))
+        retired[name] = retire_batch(
+            engine,
+            level,
+            retention_s,
+            max_completed,
+            batch,
+            lambda keys, name=name: delete_dynamic_partitions(instance, name, keys),
+        )
     return retired
 
 
-def retire_partitions_as_configured(instance: dg.DagsterInstance, engine: sa.Engine,
-                                    dagster: DagsterConfig) -> dict[str, int]:
+def retire_partitions_as_configured(
+    instance: dg.DagsterInstance, engine: sa.Engine, dagster: DagsterConfig
+) -> dict[str, int]:
     """`retire_partitions` with DOCQUEUE_PARTITION_RETENTION, _MAX_COMPLETED and _RETIRE_BATCH."""
-    return retire_partitions(instance, engine, retention_s=dagster.partition_retention_s,
-                             max_completed=dagster.partition_max_completed, batch=dagster.partition_retire_batch)
+    return retire_partitions(
+        instance,
+        engine,
+        retention_s=dagster.partition_retention_s,
+        max_completed=dagster.partition_max_completed,
+        batch=dagster.partition_retire_batch,
+    )

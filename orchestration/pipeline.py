@@ -6,6 +6,7 @@ through the queue (fenced: a task recovered and re-claimed elsewhere meanwhile i
 one `Outcome` per task and never raises for a task's own failure: a bad file fails its task with a readable
 reason and the batch goes on.
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,6 +47,7 @@ class Outcome:
 @dataclass(frozen=True)
 class VectorCopy:
     """A chunk's vector copied from the chunk `source` (a chunk_id) of the same text instead of embedded."""
+
     source: str
     vector: list[float] | None = None
     tokens: int = 0
@@ -76,11 +78,21 @@ class PageLimits:
 class Pipeline:
     """Plain clients for every external system, created lazily (a worker that only embeds never loads spaCy)."""
 
-    def __init__(self, queue: TaskQueue, *, storage=None, pdf=None, embedder=None, vector_store_factory=None,
-                 graph_store=None, extractor=None, embed_dedup: bool = default(EmbeddingConfig, "dedup"),
-                 embed_timeout_s: float = default(EmbeddingConfig, "timeout_s"),
-                 extract_timeout_s: float = default(ExtractionConfig, "timeout_s"),
-                 limits: PageLimits = PageLimits()):
+    def __init__(
+        self,
+        queue: TaskQueue,
+        *,
+        storage=None,
+        pdf=None,
+        embedder=None,
+        vector_store_factory=None,
+        graph_store=None,
+        extractor=None,
+        embed_dedup: bool = default(EmbeddingConfig, "dedup"),
+        embed_timeout_s: float = default(EmbeddingConfig, "timeout_s"),
+        extract_timeout_s: float = default(ExtractionConfig, "timeout_s"),
+        limits: PageLimits = PageLimits(),
+    ):
         self.queue = queue
         self.limits = limits
         # DOCQUEUE_EMBEDDING_DEDUP, DOCQUEUE_EMBED_TIMEOUT and DOCQUEUE_EXTRACT_TIMEOUT, as the resources carry them
@@ -90,8 +102,17 @@ class Pipeline:
         self.page_reader = PageReader(storage, pdf, limits.text, limits.office)
 
     @classmethod
-    def from_resources(cls, queue: TaskQueue, storage, ocr=None, embeddings=None, qdrant=None, neo4j=None,
-                       extraction=None, limits: PageLimits = PageLimits()) -> "Pipeline":
+    def from_resources(
+        cls,
+        queue: TaskQueue,
+        storage,
+        ocr=None,
+        embeddings=None,
+        qdrant=None,
+        neo4j=None,
+        extraction=None,
+        limits: PageLimits = PageLimits(),
+    ) -> "Pipeline":
         """A pipeline over a run's Dagster resources. Only the phases whose resources are given can run; models and
         stores are opened on first use, so a run that never needs one never pays for it."""
         return cls(
@@ -99,12 +120,16 @@ class Pipeline:
             storage=storage.get_storage(),
             pdf=ocr.get_processor() if ocr is not None else None,
             embedder=_Lazy(embeddings.get_embedder) if embeddings is not None else None,
-            vector_store_factory=((lambda model_id, dim: qdrant.get_store(model_id, dim)) if qdrant is not None
-                                  else None),
+            vector_store_factory=(
+                (lambda model_id, dim: qdrant.get_store(model_id, dim)) if qdrant is not None else None
+            ),
             graph_store=_Lazy(neo4j.get_store) if neo4j is not None else None,
             extractor=_Lazy(extraction.get_extractor) if extraction is not None else None,
-            **({"embed_dedup": embeddings.dedup, "embed_timeout_s": embeddings.timeout_s} if embeddings is not None
-               else {}),
+            **(
+                {"embed_dedup": embeddings.dedup, "embed_timeout_s": embeddings.timeout_s}
+                if embeddings is not None
+                else {}
+            ),
             **({"extract_timeout_s": extraction.timeout_s} if extraction is not None else {}),
             limits=limits,
         )
@@ -120,10 +145,15 @@ class Pipeline:
         from resources.vector_resource import QdrantResource
 
         return cls.from_resources(
-            queue, StorageResource.from_settings(settings), ocr=OcrResource.from_settings(settings),
-            embeddings=EmbeddingResource.from_settings(settings), qdrant=QdrantResource.from_settings(settings),
-            neo4j=Neo4jResource.from_settings(settings), extraction=ExtractionResource.from_settings(settings),
-            limits=PageLimits.from_config(settings.storage))
+            queue,
+            StorageResource.from_settings(settings),
+            ocr=OcrResource.from_settings(settings),
+            embeddings=EmbeddingResource.from_settings(settings),
+            qdrant=QdrantResource.from_settings(settings),
+            neo4j=Neo4jResource.from_settings(settings),
+            extraction=ExtractionResource.from_settings(settings),
+            limits=PageLimits.from_config(settings.storage),
+        )
 
     @property
     def storage(self):
@@ -167,18 +197,27 @@ class Pipeline:
         ids = [str(t["id"]) for t in tasks]
         return set(ids) - self.queue.heartbeat(kind, worker_id, ids)
 
-    def _finish(self, kind: TaskKind, worker_id: str, outcomes: list[Outcome],
-                results: dict[str, dict]) -> list[Outcome]:
+    def _finish(
+        self, kind: TaskKind, worker_id: str, outcomes: list[Outcome], results: dict[str, dict]
+    ) -> list[Outcome]:
         done = [o for o in outcomes if o.ok and not o.rejected]
         failed = [o for o in outcomes if not o.ok and not o.rejected]
         rejected: set[str] = set()
         if done and kind not in (OCR_DOCUMENT, VECTOR_PAGE):
-            rejected |= set(self.queue.complete(kind, worker_id, [{"id": o.id, **results.get(o.id, {})}
-                                                                  for o in done]).rejected)
+            rejected |= set(
+                self.queue.complete(kind, worker_id, [{"id": o.id, **results.get(o.id, {})} for o in done]).rejected
+            )
         if failed:
-            rejected |= set(self.queue.fail(kind, worker_id, [
-                {"id": o.id, "error": o.error, "error_class": o.error_class, "retryable": o.retryable}
-                for o in failed]).rejected)
+            rejected |= set(
+                self.queue.fail(
+                    kind,
+                    worker_id,
+                    [
+                        {"id": o.id, "error": o.error, "error_class": o.error_class, "retryable": o.retryable}
+                        for o in failed
+                    ],
+                ).rejected
+            )
         for outcome in outcomes:
             outcome.rejected = outcome.rejected or outcome.id in rejected
         return outcomes
@@ -194,12 +233,29 @@ class Pipeline:
                 document = self.queue.document(task["id"])
                 info = self.page_reader.inspect(document)
                 accepted = self.queue.complete_document_expansion(
-                    worker_id, task["id"], page_count=info.page_count, encrypted=info.encrypted,
-                    metadata={"boilerplate": list(info.boilerplate), "repaired": info.repaired,
-                              "pdf": _json_safe(info.metadata)})
-                outcomes.append(Outcome(task["id"], True, rejected=not accepted, metadata={
-                    "pages": info.page_count, "encrypted": info.encrypted, "repaired": info.repaired,
-                    "seconds": round(time.perf_counter() - started, 3)}))
+                    worker_id,
+                    task["id"],
+                    page_count=info.page_count,
+                    encrypted=info.encrypted,
+                    metadata={
+                        "boilerplate": list(info.boilerplate),
+                        "repaired": info.repaired,
+                        "pdf": _json_safe(info.metadata),
+                    },
+                )
+                outcomes.append(
+                    Outcome(
+                        task["id"],
+                        True,
+                        rejected=not accepted,
+                        metadata={
+                            "pages": info.page_count,
+                            "encrypted": info.encrypted,
+                            "repaired": info.repaired,
+                            "seconds": round(time.perf_counter() - started, 3),
+                        },
+                    )
+                )
             except Exception as exc:  # noqa: BLE001 - one document's failure must not stop the batch
                 reason, error_class, retryable = classify(exc)
                 outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
@@ -215,10 +271,23 @@ class Pipeline:
                 result = self.page_reader.convert_page(document, task["page_number"])
                 key = page_file_key(document["document_key"], task["page_number"])
                 self.storage.put_text(key, result.markdown)
-                results[task["id"]] = {"page_file_path": key, "ocr_method": result.method, "ocr_chars": result.chars,
-                                       "ocr_seconds": round(result.seconds, 3)}
-                outcomes.append(Outcome(task["id"], True, metadata={
-                    "method": result.method, "characters": result.chars, "seconds": round(result.seconds, 3)}))
+                results[task["id"]] = {
+                    "page_file_path": key,
+                    "ocr_method": result.method,
+                    "ocr_chars": result.chars,
+                    "ocr_seconds": round(result.seconds, 3),
+                }
+                outcomes.append(
+                    Outcome(
+                        task["id"],
+                        True,
+                        metadata={
+                            "method": result.method,
+                            "characters": result.chars,
+                            "seconds": round(result.seconds, 3),
+                        },
+                    )
+                )
             except Exception as exc:  # noqa: BLE001
                 reason, error_class, retryable = classify(exc)
                 outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
@@ -234,15 +303,37 @@ class Pipeline:
                 document = documents.get(task["document_id"]) or self.queue.document(task["document_id"])
                 documents[task["document_id"]] = document
                 markdown = self.storage.get_text(task["page_file_path"]) if task.get("page_file_path") else ""
-                chunks = chunk_markdown(markdown,
-                                        page_key=page_partition_key(document["document_key"], task["page_number"]),
-                                        max_chunks=self.limits.max_chunks_per_page)
-                accepted = self.queue.complete_chunking(worker_id, task["id"], [
-                    {"chunk_id": c.chunk_id, "chunk_index": c.index, "content_hash": c.content_hash,
-                     "content": c.text, "token_count": c.token_count} for c in chunks])
-                outcomes.append(Outcome(task["id"], True, rejected=not accepted, metadata={
-                    "chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
-                    "seconds": round(time.perf_counter() - started, 3)}))
+                chunks = chunk_markdown(
+                    markdown,
+                    page_key=page_partition_key(document["document_key"], task["page_number"]),
+                    max_chunks=self.limits.max_chunks_per_page,
+                )
+                accepted = self.queue.complete_chunking(
+                    worker_id,
+                    task["id"],
+                    [
+                        {
+                            "chunk_id": c.chunk_id,
+                            "chunk_index": c.index,
+                            "content_hash": c.content_hash,
+                            "content": c.text,
+                            "token_count": c.token_count,
+                        }
+                        for c in chunks
+                    ],
+                )
+                outcomes.append(
+                    Outcome(
+                        task["id"],
+                        True,
+                        rejected=not accepted,
+                        metadata={
+                            "chunks": len(chunks),
+                            "tokens": sum(c.token_count for c in chunks),
+                            "seconds": round(time.perf_counter() - started, 3),
+                        },
+                    )
+                )
             except Exception as exc:  # noqa: BLE001
                 reason, error_class, retryable = classify(exc)
                 outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
@@ -257,33 +348,69 @@ class Pipeline:
         context = self.queue.chunk_context([t["id"] for t in tasks])
         copies = self._reusable_vectors(tasks) if self.embed_dedup else {}
         fresh = [i for i in range(len(tasks)) if i not in copies]
-        embedded = (within(self.embed_timeout_s, "embedding",
-                           lambda: self.embedder.embed_covered([tasks[i].get("content") or "" for i in fresh]))
-                    if fresh else None)
+        embedded = (
+            within(
+                self.embed_timeout_s,
+                "embedding",
+                lambda: self.embedder.embed_covered([tasks[i].get("content") or "" for i in fresh]),
+            )
+            if fresh
+            else None
+        )
         vectors, tokens, covered = [None] * len(tasks), [0] * len(tasks), [0] * len(tasks)
         for row, i in enumerate(fresh):
-            vectors[i], tokens[i], covered[i] = (embedded.vectors[row], embedded.tokens[row],
-                                                 embedded.embedded_tokens[row])
+            vectors[i], tokens[i], covered[i] = (
+                embedded.vectors[row],
+                embedded.tokens[row],
+                embedded.embedded_tokens[row],
+            )
         for i, copy in sorted(copies.items()):  # a copy of an earlier task of this batch comes after that task
             if copy.batch_index is not None:
                 copy = copy.of(vectors[copy.batch_index], tokens[copy.batch_index], covered[copy.batch_index])
             vectors[i], tokens[i], covered[i] = copy.vector, copy.tokens, copy.embedded_tokens
-        points = [ChunkPoint(chunk_id=t["chunk_id"], vector=vectors[i], payload=chunk_payload(
-            document_id=context[t["id"]]["document_id"], document_key=context[t["id"]]["document_key"],
-            tenant_id=context[t["id"]]["tenant_id"], filename=context[t["id"]]["filename"],
-            page_number=context[t["id"]]["page_number"], chunk_index=t["chunk_index"], text=t.get("content") or "",
-            content_hash=t["chunk_content_hash"], tokens=tokens[i], embedded_tokens=covered[i],
-            vector_reused_from=copies[i].source if i in copies else None)) for i, t in enumerate(tasks)]
+        points = [
+            ChunkPoint(
+                chunk_id=t["chunk_id"],
+                vector=vectors[i],
+                payload=chunk_payload(
+                    document_id=context[t["id"]]["document_id"],
+                    document_key=context[t["id"]]["document_key"],
+                    tenant_id=context[t["id"]]["tenant_id"],
+                    filename=context[t["id"]]["filename"],
+                    page_number=context[t["id"]]["page_number"],
+                    chunk_index=t["chunk_index"],
+                    text=t.get("content") or "",
+                    content_hash=t["chunk_content_hash"],
+                    tokens=tokens[i],
+                    embedded_tokens=covered[i],
+                    vector_reused_from=copies[i].source if i in copies else None,
+                ),
+            )
+            for i, t in enumerate(tasks)
+        ]
         lost = self._taken_from_us(VECTOR_CHUNK, worker_id, tasks)
         self.vector_store.upsert([p for p, t in zip(points, tasks) if str(t["id"]) not in lost])
         seconds = (time.perf_counter() - started) / len(tasks)
-        outcomes = [Outcome(t["id"], True, rejected=str(t["id"]) in lost, metadata={
-            "vectors": 1, "dimensions": len(vectors[i]), "seconds": round(seconds, 4),
-            "tokens": tokens[i], "embedded_tokens": covered[i], "reused": i in copies})
-            for i, t in enumerate(tasks)]
-        return outcomes, {t["id"]: {"vector_seconds": seconds,
-                                    "vector_reused_from": copies[i].source if i in copies else None}
-                          for i, t in enumerate(tasks)}
+        outcomes = [
+            Outcome(
+                t["id"],
+                True,
+                rejected=str(t["id"]) in lost,
+                metadata={
+                    "vectors": 1,
+                    "dimensions": len(vectors[i]),
+                    "seconds": round(seconds, 4),
+                    "tokens": tokens[i],
+                    "embedded_tokens": covered[i],
+                    "reused": i in copies,
+                },
+            )
+            for i, t in enumerate(tasks)
+        ]
+        return outcomes, {
+            t["id"]: {"vector_seconds": seconds, "vector_reused_from": copies[i].source if i in copies else None}
+            for i, t in enumerate(tasks)
+        }
 
     def _reusable_vectors(self, tasks: Sequence[dict]) -> dict[int, "VectorCopy"]:
         """Tasks of the batch whose text already has a vector: an identical chunk embedded before, whose point the
@@ -297,11 +424,15 @@ class Pipeline:
             if not content_hash:
                 continue
             point = stored.get(sources.get(content_hash))
-            if (point is not None and point.payload.get("content_hash") == content_hash
-                    and point.payload.get("tokens") is not None
-                    and point.payload.get("tokens") == point.payload.get("embedded_tokens")):
-                copies[i] = VectorCopy(sources[content_hash], point.vector, point.payload["tokens"],
-                                       point.payload["embedded_tokens"])
+            if (
+                point is not None
+                and point.payload.get("content_hash") == content_hash
+                and point.payload.get("tokens") is not None
+                and point.payload.get("tokens") == point.payload.get("embedded_tokens")
+            ):
+                copies[i] = VectorCopy(
+                    sources[content_hash], point.vector, point.payload["tokens"], point.payload["embedded_tokens"]
+                )
             elif content_hash in first_of_text:
                 first = first_of_text[content_hash]
                 copies[i] = VectorCopy(tasks[first]["chunk_id"], batch_index=first)
@@ -317,22 +448,44 @@ class Pipeline:
     def _extract_batch(self, worker_id: str, tasks: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
         started = time.perf_counter()
         context = self.queue.chunk_context([t["id"] for t in tasks])
-        extractions = within(self.extract_timeout_s, "extraction",
-                             lambda: self.extractor.extract([t.get("content") or "" for t in tasks]))
+        extractions = within(
+            self.extract_timeout_s,
+            "extraction",
+            lambda: self.extractor.extract([t.get("content") or "" for t in tasks]),
+        )
         lost = self._taken_from_us(GRAPHRAG_CHUNK, worker_id, tasks)
-        self.graph.write_chunks([ChunkGraph(
-            document_id=context[t["id"]]["document_id"], filename=context[t["id"]]["filename"],
-            page_number=context[t["id"]]["page_number"], chunk_id=t["chunk_id"], chunk_index=t["chunk_index"],
-            extraction=extractions[i], tenant_id=context[t["id"]]["tenant_id"])
-            for i, t in enumerate(tasks) if str(t["id"]) not in lost])
+        self.graph.write_chunks(
+            [
+                ChunkGraph(
+                    document_id=context[t["id"]]["document_id"],
+                    filename=context[t["id"]]["filename"],
+                    page_number=context[t["id"]]["page_number"],
+                    chunk_id=t["chunk_id"],
+                    chunk_index=t["chunk_index"],
+                    extraction=extractions[i],
+                    tenant_id=context[t["id"]]["tenant_id"],
+                )
+                for i, t in enumerate(tasks)
+                if str(t["id"]) not in lost
+            ]
+        )
         seconds = (time.perf_counter() - started) / len(tasks)
         outcomes, results = [], {}
         for i, t in enumerate(tasks):
             entities, relations = len(extractions[i].entities), len(extractions[i].relations)
-            results[t["id"]] = {"entities_extracted": entities, "relationships_extracted": relations,
-                                "graphrag_seconds": seconds}
-            outcomes.append(Outcome(t["id"], True, rejected=str(t["id"]) in lost, metadata={
-                "entities": entities, "relationships": relations, "seconds": round(seconds, 4)}))
+            results[t["id"]] = {
+                "entities_extracted": entities,
+                "relationships_extracted": relations,
+                "graphrag_seconds": seconds,
+            }
+            outcomes.append(
+                Outcome(
+                    t["id"],
+                    True,
+                    rejected=str(t["id"]) in lost,
+                    metadata={"entities": entities, "relationships": relations, "seconds": round(seconds, 4)},
+                )
+            )
         return outcomes, results
 
     # ------------------------------------------------------------------------------------------ batches
@@ -345,15 +498,18 @@ class Pipeline:
         textless = [t for t in tasks if not (t.get("content") or "").strip()]
         if textless:  # nothing to embed or extract: never send an empty text to the model
             skipped = {str(t["id"]) for t in textless}
-            return [*self._finish(kind, worker_id, [_textless(t) for t in textless], {}),
-                    *self._settle_batch(kind, worker_id, [t for t in tasks if str(t["id"]) not in skipped], work)]
+            return [
+                *self._finish(kind, worker_id, [_textless(t) for t in textless], {}),
+                *self._settle_batch(kind, worker_id, [t for t in tasks if str(t["id"]) not in skipped], work),
+            ]
         try:
             outcomes, results = work(worker_id, tasks)
         except Exception as exc:  # noqa: BLE001 - the store or model failing fails the batch, retryably
             reason, error_class, retryable = classify(exc)
             if len(tasks) == 1 or error_class in SERVICE_ERROR_CLASSES:
-                return self._finish(kind, worker_id, [Outcome(t["id"], False, reason, error_class, retryable)
-                                                      for t in tasks], {})
+                return self._finish(
+                    kind, worker_id, [Outcome(t["id"], False, reason, error_class, retryable) for t in tasks], {}
+                )
             outcomes, results = self._one_by_one(worker_id, tasks, work)
         return self._finish(kind, worker_id, outcomes, results)
 
@@ -364,8 +520,9 @@ class Pipeline:
         for index, task in enumerate(tasks):
             if index >= ISOLATION_PROBES and not any(o.ok for o in outcomes):
                 first = outcomes[0]
-                outcomes += [Outcome(t["id"], False, first.error, first.error_class, first.retryable)
-                             for t in tasks[index:]]
+                outcomes += [
+                    Outcome(t["id"], False, first.error, first.error_class, first.retryable) for t in tasks[index:]
+                ]
                 break
             try:
                 done, extra = work(worker_id, [task])
@@ -389,8 +546,14 @@ class _Lazy:
 
 def _textless(task: dict) -> Outcome:
     if task.get("content") is None:  # a chunk carried over from the legacy schema, which kept no chunk text
-        return Outcome(task["id"], False, "legacy: this chunk's text was never stored (it came from the legacy "
-                                          "schema); re-ingest its document to chunk it again", "legacy", False)
+        return Outcome(
+            task["id"],
+            False,
+            "legacy: this chunk's text was never stored (it came from the legacy "
+            "schema); re-ingest its document to chunk it again",
+            "legacy",
+            False,
+        )
     return Outcome(task["id"], False, "empty: this chunk's text is blank", "empty", False)
 
 

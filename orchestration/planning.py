@@ -3,6 +3,7 @@
 A planned run covers consecutive positions of one registration block (so it is one Dagster partition range), holds
 at most `max_keys` keys, and skips tasks already covered by a queued or running run of the same kind.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,14 @@ def parse_span(tags: dict) -> tuple[int, int, int] | None:
     except (KeyError, ValueError):
         return None
 
-IN_FLIGHT_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-                      dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+IN_FLIGHT_STATUSES = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 
 
 # keys per run of a kind without its own DOCQUEUE_RUN_MAX_KEYS_<KIND> setting (a phase added by its spec alone)
@@ -60,8 +67,13 @@ class PlannedRun:
 
     @property
     def tags(self) -> dict[str, str]:
-        return {RANGE_START_TAG: self.start_key, RANGE_END_TAG: self.end_key, KIND_TAG: self.name,
-                PHASE_TAG: self.phase, SPAN_TAG: f"{self.block}:{self.start_pos}-{self.end_pos}"}
+        return {
+            RANGE_START_TAG: self.start_key,
+            RANGE_END_TAG: self.end_key,
+            KIND_TAG: self.name,
+            PHASE_TAG: self.phase,
+            SPAN_TAG: f"{self.block}:{self.start_pos}-{self.end_pos}",
+        }
 
     @property
     def run_key(self) -> str:
@@ -89,28 +101,53 @@ def candidate_limit(max_runs: int, max_keys: int, in_flight: dict[int, list[tupl
     return max_runs * max_keys + covered
 
 
-def plan_runs(engine: sa.Engine, kind: TaskKind, *, max_keys: int,
-              in_flight: dict[int, list[tuple[int, int]]] | None = None, max_runs: int = 25,
-              share: BlockShare | None = None, documents=None) -> list[PlannedRun]:
+def plan_runs(
+    engine: sa.Engine,
+    kind: TaskKind,
+    *,
+    max_keys: int,
+    in_flight: dict[int, list[tuple[int, int]]] | None = None,
+    max_runs: int = 25,
+    share: BlockShare | None = None,
+    documents=None,
+) -> list[PlannedRun]:
     """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first; `max_keys` is
     `max_keys_per_run` of the settings."""
     candidates = ready_candidates(engine, kind, candidate_limit(max_runs, max_keys, in_flight), documents, share)
-    return group_into_runs(candidates, kind.name, kind.phase.name, max_keys=max_keys, in_flight=in_flight,
-                           max_runs=max_runs)
+    return group_into_runs(
+        candidates, kind.name, kind.phase.name, max_keys=max_keys, in_flight=in_flight, max_runs=max_runs
+    )
 
 
-def plan_rollup_runs(engine: sa.Engine, phase: PhaseSpec, *, phases: PhaseRegistry = PHASES, in_flight=None,
-                     max_keys: int = 200, max_runs: int = 10, share: BlockShare | None = None,
-                     documents=None) -> list[PlannedRun]:
+def plan_rollup_runs(
+    engine: sa.Engine,
+    phase: PhaseSpec,
+    *,
+    phases: PhaseRegistry = PHASES,
+    in_flight=None,
+    max_keys: int = 200,
+    max_runs: int = 10,
+    share: BlockShare | None = None,
+    documents=None,
+) -> list[PlannedRun]:
     """Group the documents whose `phase` (of `phases`) reached a final status into roll-up runs."""
-    candidates = rollup_candidates(engine, phase, candidate_limit(max_runs, max_keys, in_flight), documents, share,
-                                   phases=phases)
-    return group_into_runs(candidates, f"rollup_{phase.name}", phase.name, max_keys=max_keys, in_flight=in_flight,
-                           max_runs=max_runs)
+    candidates = rollup_candidates(
+        engine, phase, candidate_limit(max_runs, max_keys, in_flight), documents, share, phases=phases
+    )
+    return group_into_runs(
+        candidates, f"rollup_{phase.name}", phase.name, max_keys=max_keys, in_flight=in_flight, max_runs=max_runs
+    )
 
 
-def group_into_runs(candidates: list[Candidate], name: str, phase: str, *, max_keys: int,
-                    in_flight: dict[int, list[tuple[int, int]]] | None = None, max_runs: int = 25) -> list[PlannedRun]:
+def group_into_runs(
+    candidates: list[Candidate],
+    name: str,
+    phase: str,
+    *,
+    max_keys: int,
+    in_flight: dict[int, list[tuple[int, int]]] | None = None,
+    max_runs: int = 25,
+) -> list[PlannedRun]:
     in_flight = in_flight or {}
     candidates = [c for c in candidates if not _covered(c, in_flight)]
     urgency = {c.id: i for i, c in enumerate(candidates)}  # claim order: priority, failed first, oldest
@@ -136,8 +173,20 @@ def _covered(candidate: Candidate, in_flight: dict[int, list[tuple[int, int]]]) 
     return any(start <= candidate.pos <= end for start, end in in_flight.get(candidate.block, ()))
 
 
-def _as_run(name: str, phase: str, block: int, group: list[Candidate],
-            urgency: dict[str, int]) -> tuple[int, PlannedRun]:
-    return (min(urgency[c.id] for c in group),
-            PlannedRun(name, phase, block, group[0].pos, group[-1].pos, group[0].key, group[-1].key, len(group),
-                       sum(c.retries for c in group)))
+def _as_run(
+    name: str, phase: str, block: int, group: list[Candidate], urgency: dict[str, int]
+) -> tuple[int, PlannedRun]:
+    return (
+        min(urgency[c.id] for c in group),
+        PlannedRun(
+            name,
+            phase,
+            block,
+            group[0].pos,
+            group[-1].pos,
+            group[0].key,
+            group[-1].key,
+            len(group),
+            sum(c.retries for c in group),
+        ),
+    )

@@ -4,6 +4,7 @@ The same planning the sensors use picks ranged runs; each is executed in this pr
 `execute_in_process` against the real instance, so every materialization lands in the Dagster event log and the
 UI shows it. Several workers split the registration blocks between them (block id modulo the worker count).
 """
+
 from __future__ import annotations
 
 import getpass
@@ -132,19 +133,31 @@ def fail_abandoned_runs(instance: dg.DagsterInstance, between_runs: bool = False
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT_STATUSES)):
         owner = run.tags.get(RUNNER_TAG)
         # a re-execution inherits its parent's tags but runs elsewhere: not ours to judge
-        if owner and "dagster/parent_run_id" not in run.tags and ((between_runs and owner == me)
-                                                                   or _process_gone(owner)):
+        if (
+            owner
+            and "dagster/parent_run_id" not in run.tags
+            and ((between_runs and owner == me) or _process_gone(owner))
+        ):
             # the queue re-runs the tasks (stale recovery); a Dagster re-execution would only compete with it
             instance.add_run_tags(run.run_id, {"dagster/will_retry": "false"})
-            instance.report_run_failed(run, f"abandoned: the docqueue run process executing it ({owner}) died or "
-                                            "lost its database mid-run; the queue re-runs its tasks")
+            instance.report_run_failed(
+                run,
+                f"abandoned: the docqueue run process executing it ({owner}) died or "
+                "lost its database mid-run; the queue re-runs its tasks",
+            )
             failed += 1
     return failed
 
 
-def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, share: BlockShare | None = None,
-              documents: Sequence[str] | None = None, *, dagster: DagsterConfig,
-              phases: PhaseRegistry = PHASES) -> list[PlannedRun]:
+def plan_next(
+    queue: TaskQueue,
+    instance: dg.DagsterInstance,
+    share: BlockShare | None = None,
+    documents: Sequence[str] | None = None,
+    *,
+    dagster: DagsterConfig,
+    phases: PhaseRegistry = PHASES,
+) -> list[PlannedRun]:
     """One planning round over every kind in phase order, then the roll-ups. Called between runs only.
     `documents`: only these documents' tasks and roll-ups are planned (`docqueue run --max-docs`); `dagster`: the
     settings of the runs' sizes (DOCQUEUE_RUN_MAX_KEYS_<KIND>)."""
@@ -154,21 +167,36 @@ def plan_next(queue: TaskQueue, instance: dg.DagsterInstance, share: BlockShare 
         register_partitions(instance, queue.engine, level)
     for spec in phases:
         for kind in spec.kinds:
-            planned += plan_runs(queue.engine, kind, in_flight=in_flight_positions(instance, kind.name),
-                                 max_keys=max_keys_per_run(dagster, kind), max_runs=4, share=share,
-                                 documents=documents)
+            planned += plan_runs(
+                queue.engine,
+                kind,
+                in_flight=in_flight_positions(instance, kind.name),
+                max_keys=max_keys_per_run(dagster, kind),
+                max_runs=4,
+                share=share,
+                documents=documents,
+            )
     for spec in phases:
-        planned += plan_rollup_runs(queue.engine, spec, phases=phases,
-                                    in_flight=in_flight_positions(instance, rollup_run_name(spec)),
-                                    max_runs=4, share=share, documents=documents)
+        planned += plan_rollup_runs(
+            queue.engine,
+            spec,
+            phases=phases,
+            in_flight=in_flight_positions(instance, rollup_run_name(spec)),
+            max_runs=4,
+            share=share,
+            documents=documents,
+        )
     return planned
 
 
 def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun, log_level: str | None = None) -> bool:
     job = defs.resolve_job_def(job_name(run.name))
-    result = job.execute_in_process(instance=instance, tags={**run.tags, RUNNER_TAG: this_process(),
-                                                             LAUNCHER_TAG: LAUNCHER},
-                                    raise_on_error=False, run_config=run_config(log_level))
+    result = job.execute_in_process(
+        instance=instance,
+        tags={**run.tags, RUNNER_TAG: this_process(), LAUNCHER_TAG: LAUNCHER},
+        raise_on_error=False,
+        run_config=run_config(log_level),
+    )
     return result.success
 
 
@@ -208,12 +236,22 @@ class _Outage:
         self.since = None
 
 
-def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: TaskQueue, *, settings: Settings,
-                   phases: PhaseRegistry = PHASES, until_idle: bool = True,
-                   worker_index: int = 0, workers: int = 1, poll_s: float | None = None,
-                   max_seconds: float | None = None,
-                   on_run: Callable[[PlannedRun, bool], None] | None = None,
-                   documents: Sequence[str] | None = None, log_level: str | None = None) -> RunnerReport:
+def run_until_idle(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    queue: TaskQueue,
+    *,
+    settings: Settings,
+    phases: PhaseRegistry = PHASES,
+    until_idle: bool = True,
+    worker_index: int = 0,
+    workers: int = 1,
+    poll_s: float | None = None,
+    max_seconds: float | None = None,
+    on_run: Callable[[PlannedRun, bool], None] | None = None,
+    documents: Sequence[str] | None = None,
+    log_level: str | None = None,
+) -> RunnerReport:
     """Plan and execute runs until idle (or forever); `poll_s` (default WORKER_POLL_INTERVAL) is the wait when
     nothing is ready and no retry is due. With TASK_QUEUE_ENABLED=false it returns at once, touching nothing.
     `documents`: work on these documents only, and return once none of them can make progress. `defs` are the
@@ -250,14 +288,23 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, queue: Ta
             # the chosen documents end the run once none can progress, whatever other documents are doing
             unfinished = None if documents is None else still_unfinished(queue.engine, documents)
             # a back-off that ran out after this round's planning is neither planned nor waited for: plan again
-            ready_now = (not waiting["processing"] and waiting["next_retry_in_s"] is None and unfinished is None
-                         and any(queue.ready_counts().values()))
+            ready_now = (
+                not waiting["processing"]
+                and waiting["next_retry_in_s"] is None
+                and unfinished is None
+                and any(queue.ready_counts().values())
+            )
         except sa.exc.DBAPIError as exc:
             outage.wait_or_raise(exc)
             continue
         outage.over()
-        if unfinished == 0 or (unfinished is None and until_idle and not ready_now and waiting["processing"] == 0
-                               and waiting["next_retry_in_s"] is None):
+        if unfinished == 0 or (
+            unfinished is None
+            and until_idle
+            and not ready_now
+            and waiting["processing"] == 0
+            and waiting["next_retry_in_s"] is None
+        ):
             break
         delay = poll_s if waiting["next_retry_in_s"] is None else min(max(waiting["next_retry_in_s"], 0.2), 30.0)
         delay = 0.2 if ready_now else delay

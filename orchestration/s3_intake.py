@@ -16,6 +16,7 @@ an upload when it starts, so a long upload becomes visible after shorter, newer 
 Listing and downloading are the object source's (resources/s3_bucket.py, behind resources.ports.ObjectSource);
 credentials stay there, never in a result or an error message.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,9 @@ class S3Source:
         return f"s3://{self.bucket}/{self.prefix}"
 
     @classmethod
-    def from_config(cls, intake: IntakeConfig, bucket: str | None = None,
-                    prefix: str | None = None) -> "S3Source | None":
+    def from_config(
+        cls, intake: IntakeConfig, bucket: str | None = None, prefix: str | None = None
+    ) -> "S3Source | None":
         """The configured source, or None when DOCQUEUE_S3_BUCKET is not set (and no bucket is given)."""
         env = intake
         bucket = (bucket if bucket is not None else env.s3_bucket).strip()
@@ -64,7 +66,9 @@ class S3Source:
             prefix=(prefix if prefix is not None else env.s3_prefix).lstrip("/"),
             endpoint_url=env.s3_url or None,
             region=env.s3_region or None,
-            max_objects=env.s3_max_objects, max_listed=env.s3_max_list, lookback_s=env.s3_lookback_s,
+            max_objects=env.s3_max_objects,
+            max_listed=env.s3_max_list,
+            lookback_s=env.s3_lookback_s,
             timeout_s=env.s3_timeout_s,
         )
 
@@ -73,7 +77,7 @@ class S3Source:
         """`s3://bucket/prefix`, with the endpoint and bounds of the intake settings (the region the AWS SDK's)."""
         if not url.startswith("s3://"):
             raise S3ConfigError(f"not an s3:// address: {url!r}")
-        bucket, _, prefix = url[len("s3://"):].partition("/")
+        bucket, _, prefix = url[len("s3://") :].partition("/")
         if not bucket:
             raise S3ConfigError(f"no bucket in {url!r}")
         source = cls.from_config(intake, bucket=bucket, prefix=prefix)
@@ -82,8 +86,9 @@ class S3Source:
 
     def objects(self) -> ObjectSource:
         """The bucket's objects under the prefix, through its adapter."""
-        return S3Bucket(self.bucket, self.prefix, endpoint_url=self.endpoint_url, region=self.region,
-                        timeout_s=self.timeout_s)
+        return S3Bucket(
+            self.bucket, self.prefix, endpoint_url=self.endpoint_url, region=self.region, timeout_s=self.timeout_s
+        )
 
 
 @dataclass
@@ -92,9 +97,10 @@ class IntakeCursor:
     handled: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> (ETag, LastModified)
 
     def to_json(self) -> str:
-        return json.dumps({"v": 1, "watermark": self.watermark,
-                           "handled": {k: [e, t] for k, (e, t) in sorted(self.handled.items())}},
-                          separators=(",", ":"))
+        return json.dumps(
+            {"v": 1, "watermark": self.watermark, "handled": {k: [e, t] for k, (e, t) in sorted(self.handled.items())}},
+            separators=(",", ":"),
+        )
 
     @classmethod
     def from_json(cls, raw: str | None) -> "IntakeCursor":
@@ -124,8 +130,9 @@ class IntakeCursor:
         if self.watermark is None:
             return
         floor = self.watermark - lookback_s
-        self.handled = {k: v for k, v in self.handled.items()
-                        if v[1] >= floor and (listed_keys is None or k in listed_keys)}
+        self.handled = {
+            k: v for k, v in self.handled.items() if v[1] >= floor and (listed_keys is None or k in listed_keys)
+        }
 
 
 @dataclass
@@ -144,9 +151,11 @@ class S3IntakeReport:
 
     def summary(self) -> str:
         counts = self.counts()
-        text = (f"{self.source}: {self.listed} object(s) listed, {counts['new']} new, {counts['new-version']} new "
-                f"version(s), {counts['duplicate']} duplicate, {counts['rejected']} rejected, "
-                f"{self.remaining} left for the next tick")
+        text = (
+            f"{self.source}: {self.listed} object(s) listed, {counts['new']} new, {counts['new-version']} new "
+            f"version(s), {counts['duplicate']} duplicate, {counts['rejected']} rejected, "
+            f"{self.remaining} left for the next tick"
+        )
         if self.skipped:
             text += f", {len(self.skipped)} changed or deleted while reading"
         if self.error:
@@ -163,9 +172,17 @@ def pending_objects(objects: Iterable[S3Object], cursor: IntakeCursor, lookback_
 
 
 # ------------------------------------------------------------------------------------------------ intake
-def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor: IntakeCursor | None = None, *,
-              scratch: Path, objects: ObjectSource | None = None, priority: int = 0,
-              rules: IntakeRules | None = None) -> S3IntakeReport:
+def ingest_s3(
+    queue: TaskQueue,
+    storage: LocalStorage,
+    source: S3Source,
+    cursor: IntakeCursor | None = None,
+    *,
+    scratch: Path,
+    objects: ObjectSource | None = None,
+    priority: int = 0,
+    rules: IntakeRules | None = None,
+) -> S3IntakeReport:
     """One bounded pass: list, then download and register at most `source.max_objects` new objects. Returns
     the advanced cursor in the report (the caller stores it). Downloads go to temporary files under `scratch`
     (`<DOCQUEUE_HOME>/tmp`). A listing failure raises S3Unavailable; a
@@ -177,7 +194,7 @@ def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor:
     pending = pending_objects(listed, cursor, source.lookback_s)
     report = S3IntakeReport(source.url, listed=len(listed), cursor=cursor)
     done = 0
-    for obj in pending[:source.max_objects]:
+    for obj in pending[: source.max_objects]:
         try:
             result = _ingest_object(queue, storage, bucket, obj, priority=priority, rules=rules, scratch=scratch)
         except S3Unavailable as exc:
@@ -194,15 +211,24 @@ def ingest_s3(queue: TaskQueue, storage: LocalStorage, source: S3Source, cursor:
     return report
 
 
-def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, scratch: Path, priority: int = 0,
-                  max_passes: int = 10_000, rules: IntakeRules | None = None) -> S3IntakeReport:
+def ingest_s3_all(
+    queue: TaskQueue,
+    storage: LocalStorage,
+    source: S3Source,
+    *,
+    scratch: Path,
+    priority: int = 0,
+    max_passes: int = 10_000,
+    rules: IntakeRules | None = None,
+) -> S3IntakeReport:
     """Everything under the prefix now, pass after pass (for the command line; sensors use one pass a tick)."""
     bucket = source.objects()
     total = S3IntakeReport(source.url)
     cursor = IntakeCursor()
     for _ in range(max_passes):
-        report = ingest_s3(queue, storage, source, cursor, scratch=scratch, objects=bucket, priority=priority,
-                           rules=rules)
+        report = ingest_s3(
+            queue, storage, source, cursor, scratch=scratch, objects=bucket, priority=priority, rules=rules
+        )
         cursor = report.cursor
         total.listed = report.listed
         total.results += report.results
@@ -213,8 +239,16 @@ def ingest_s3_all(queue: TaskQueue, storage: LocalStorage, source: S3Source, *, 
     return total
 
 
-def _ingest_object(queue: TaskQueue, storage: LocalStorage, bucket: ObjectSource, obj: S3Object, *,
-                   priority: int, rules: IntakeRules, scratch: Path) -> IngestResult | None:
+def _ingest_object(
+    queue: TaskQueue,
+    storage: LocalStorage,
+    bucket: ObjectSource,
+    obj: S3Object,
+    *,
+    priority: int,
+    rules: IntakeRules,
+    scratch: Path,
+) -> IngestResult | None:
     """The object registered (or rejected), or None when it changed or vanished since it was listed (the next
     listing shows its new state)."""
     address = bucket.address(obj.key)
@@ -229,5 +263,13 @@ def _ingest_object(queue: TaskQueue, storage: LocalStorage, bucket: ObjectSource
             return None
         if outcome == "too_large":
             return IngestResult(address, "rejected", reason=too_large(rules.pdf.max_file_bytes))
-        return ingest_file(queue, storage, path, priority=priority, rules=rules, source_path=address, name=name,
-                           metadata={"source": {"s3_etag": obj.etag, "s3_last_modified": obj.last_modified}})
+        return ingest_file(
+            queue,
+            storage,
+            path,
+            priority=priority,
+            rules=rules,
+            source_path=address,
+            name=name,
+            metadata={"source": {"s3_etag": obj.etag, "s3_last_modified": obj.last_modified}},
+        )

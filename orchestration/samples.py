@@ -1,5 +1,6 @@
 """The demo's sample set, generated with PyMuPDF: two text documents, one scanned (image-only) page and one
 broken file. Made on the fly so the project ships no binary fixtures."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,28 +9,36 @@ import pymupdf
 
 TEXT_DOCUMENTS = {
     "harbour-report.pdf": [
-        ["# Harbour Operations Report",
-         "The Port of Rotterdam handled more containers this quarter than ever before. Maria Jansen, the harbour "
-         "master, credited the new automated cranes supplied by Konecranes.",
-         "## Highlights",
-         "- Container volume grew by eighteen percent\n- Vessel waiting time fell to nine hours\n"
-         "- Two new shipping lines called at the Maasvlakte terminal"],
-        ["## Outlook",
-         "Maria Jansen expects Maersk and CMA CGM to expand their services to Rotterdam next year. "
-         "The city council of Rotterdam approved a new rail link to Germany.",
-         "Dredging of the main channel will continue through the winter season."],
+        [
+            "# Harbour Operations Report",
+            "The Port of Rotterdam handled more containers this quarter than ever before. Maria Jansen, the harbour "
+            "master, credited the new automated cranes supplied by Konecranes.",
+            "## Highlights",
+            "- Container volume grew by eighteen percent\n- Vessel waiting time fell to nine hours\n"
+            "- Two new shipping lines called at the Maasvlakte terminal",
+        ],
+        [
+            "## Outlook",
+            "Maria Jansen expects Maersk and CMA CGM to expand their services to Rotterdam next year. "
+            "The city council of Rotterdam approved a new rail link to Germany.",
+            "Dredging of the main channel will continue through the winter season.",
+        ],
     ],
     "volcano-notes.pdf": [
-        ["# Notes on Mount Etna",
-         "Mount Etna in Sicily is one of the most active volcanoes in Europe. The Italian National Institute of "
-         "Geophysics and Volcanology monitors its summit craters day and night.",
-         "Lava fountains from the southeast crater reached heights of one kilometre during the spring eruptions, "
-         "and ash closed Catania airport for two days."],
+        [
+            "# Notes on Mount Etna",
+            "Mount Etna in Sicily is one of the most active volcanoes in Europe. The Italian National Institute of "
+            "Geophysics and Volcanology monitors its summit craters day and night.",
+            "Lava fountains from the southeast crater reached heights of one kilometre during the spring eruptions, "
+            "and ash closed Catania airport for two days.",
+        ]
     ],
 }
 
-SCANNED_TEXT = ("The lighthouse keeper on the island of Texel climbed the spiral stairs every evening. "
-                "He polished the great lens and wrote the weather in a leather journal.")
+SCANNED_TEXT = (
+    "The lighthouse keeper on the island of Texel climbed the spiral stairs every evening. "
+    "He polished the great lens and wrote the weather in a leather journal."
+)
 
 
 def _text_document(path: Path, pages: list[list[str]]) -> None:
@@ -37,8 +46,9 @@ def _text_document(path: Path, pages: list[list[str]]) -> None:
     for number, blocks in enumerate(pages, start=1):
         page = doc.new_page(width=612, height=792)
         html = "".join(_block(b) for b in blocks)
-        page.insert_htmlbox(pymupdf.Rect(72, 72, 540, 720), html,
-                            css="body {font-family: sans-serif; font-size: 11pt;}")
+        page.insert_htmlbox(
+            pymupdf.Rect(72, 72, 540, 720), html, css="body {font-family: sans-serif; font-size: 11pt;}"
+        )
         page.insert_text((72, 770), f"Page {number}", fontsize=8)
     doc.save(path)
     doc.close()

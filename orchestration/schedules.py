@@ -22,31 +22,45 @@ from resources.vector_resource import QdrantResource
 MAINTENANCE_POOL = "maintenance"
 MAINTENANCE_TAGS = {"docqueue/phase": "maintenance"}
 RECOVERY_DUE_TAG = "docqueue/recovery_due"
-IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-             dg.DagsterRunStatus.STARTED]
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 
 
 def _recover_stale_tasks(settings: Settings) -> dg.OpDefinition:
     stale_s = settings.queue.stale_timeout_s
 
-    @dg.op(name="recover_stale_tasks", pool=MAINTENANCE_POOL, tags=celery_queue_tags(MAINTENANCE_QUEUE),
-           description="Release tasks whose heartbeat went stale (counting the attempt), bubble up, and re-index the "
-                       "chunks whose re-index waited for their running task.")
+    @dg.op(
+        name="recover_stale_tasks",
+        pool=MAINTENANCE_POOL,
+        tags=celery_queue_tags(MAINTENANCE_QUEUE),
+        description="Release tasks whose heartbeat went stale (counting the attempt), bubble up, and re-index the "
+        "chunks whose re-index waited for their running task.",
+    )
     def recover_stale_tasks(context: OpExecutionContext, database: DatabaseResource) -> None:
         result = recover(database.get_queue())
         released = {kind: n for kind, n in result["released"].items() if n}
         if released:
-            context.log.info(f"released {result['released_total']} task(s) whose heartbeat was older than "
-                             f"STALE_TASK_TIMEOUT={stale_s:g} s: "
-                             + ", ".join(f"{n} {kind}" for kind, n in released.items()))
+            context.log.info(
+                f"released {result['released_total']} task(s) whose heartbeat was older than "
+                f"STALE_TASK_TIMEOUT={stale_s:g} s: " + ", ".join(f"{n} {kind}" for kind, n in released.items())
+            )
         else:
             context.log.info(f"no task's heartbeat was older than STALE_TASK_TIMEOUT={stale_s:g} s")
         if result["reindexed_after_running"]:
-            context.log.info(f"re-indexed {result['reindexed_after_running']} chunk(s) whose re-index waited for "
-                             "their running task")
-        context.add_output_metadata({"released_total": result["released_total"],
-                                     "reindexed_after_running": result["reindexed_after_running"],
-                                     **{f"released_{k}": v for k, v in result["released"].items()}})
+            context.log.info(
+                f"re-indexed {result['reindexed_after_running']} chunk(s) whose re-index waited for their running task"
+            )
+        context.add_output_metadata(
+            {
+                "released_total": result["released_total"],
+                "reindexed_after_running": result["reindexed_after_running"],
+                **{f"released_{k}": v for k, v in result["released"].items()},
+            }
+        )
 
     return recover_stale_tasks
 
@@ -54,15 +68,21 @@ def _recover_stale_tasks(settings: Settings) -> dg.OpDefinition:
 def _retire_completed_partitions(settings: Settings) -> dg.OpDefinition:
     dagster = settings.dagster
 
-    @dg.op(name="retire_completed_partitions", pool=MAINTENANCE_POOL, tags=celery_queue_tags(MAINTENANCE_QUEUE),
-           description="Retire the Dagster partitions of pages and chunks completed longer ago than "
-                       "DOCQUEUE_PARTITION_RETENTION, or beyond DOCQUEUE_PARTITION_MAX_COMPLETED (one batch each).")
+    @dg.op(
+        name="retire_completed_partitions",
+        pool=MAINTENANCE_POOL,
+        tags=celery_queue_tags(MAINTENANCE_QUEUE),
+        description="Retire the Dagster partitions of pages and chunks completed longer ago than "
+        "DOCQUEUE_PARTITION_RETENTION, or beyond DOCQUEUE_PARTITION_MAX_COMPLETED (one batch each).",
+    )
     def retire_completed_partitions(context: OpExecutionContext, database: DatabaseResource) -> None:
         retired = retire_partitions_as_configured(context.instance, database.get_queue().engine, dagster)
-        context.log.info("retired the partitions of completed tasks (older than DOCQUEUE_PARTITION_RETENTION, or "
-                         f"beyond DOCQUEUE_PARTITION_MAX_COMPLETED={dagster.partition_max_completed} per definition; "
-                         f"at most DOCQUEUE_PARTITION_RETIRE_BATCH={dagster.partition_retire_batch} a run): "
-                         + ", ".join(f"{n} {name}" for name, n in retired.items()))
+        context.log.info(
+            "retired the partitions of completed tasks (older than DOCQUEUE_PARTITION_RETENTION, or "
+            f"beyond DOCQUEUE_PARTITION_MAX_COMPLETED={dagster.partition_max_completed} per definition; "
+            f"at most DOCQUEUE_PARTITION_RETIRE_BATCH={dagster.partition_retire_batch} a run): "
+            + ", ".join(f"{n} {name}" for name, n in retired.items())
+        )
         context.add_output_metadata({f"retired_{name}": n for name, n in retired.items()})
 
     return retire_completed_partitions
@@ -71,10 +91,14 @@ def _retire_completed_partitions(settings: Settings) -> dg.OpDefinition:
 def _index_vector_tail(settings: Settings) -> dg.OpDefinition:
     index_tail, default_model = settings.vector.index_tail, settings.embedding.model
 
-    @dg.op(name="index_vector_tail", pool=MAINTENANCE_POOL, tags=celery_queue_tags(MAINTENANCE_QUEUE),
-           description="Build the vector index of the points written since the last build once "
-                       "DOCQUEUE_QDRANT_INDEX_TAIL of them wait (the embedded store; a Qdrant server indexes by "
-                       "itself).")
+    @dg.op(
+        name="index_vector_tail",
+        pool=MAINTENANCE_POOL,
+        tags=celery_queue_tags(MAINTENANCE_QUEUE),
+        description="Build the vector index of the points written since the last build once "
+        "DOCQUEUE_QDRANT_INDEX_TAIL of them wait (the embedded store; a Qdrant server indexes by "
+        "itself).",
+    )
     def index_vector_tail(context: OpExecutionContext, embeddings: EmbeddingResource, qdrant: QdrantResource) -> None:
         # the resource's own model when its field is set, else DOCQUEUE_EMBEDDING_MODEL
         result = build_vector_tail(qdrant, embeddings.model or default_model, index_tail)
@@ -87,11 +111,20 @@ def _index_vector_tail(settings: Settings) -> dg.OpDefinition:
 def _reconcile_and_verify(settings: Settings) -> dg.OpDefinition:
     page_size = settings.dagster.verify_page
 
-    @dg.op(name="reconcile_and_verify", pool=MAINTENANCE_POOL, tags=celery_queue_tags(MAINTENANCE_QUEUE),
-           description="Recompute every parent status, release tasks of dead runs, verify Qdrant and the graph "
-                       "against the queue and re-queue what is missing.")
-    def reconcile_and_verify(context: OpExecutionContext, database: DatabaseResource, embeddings: EmbeddingResource,
-                             qdrant: QdrantResource, neo4j: Neo4jResource) -> None:
+    @dg.op(
+        name="reconcile_and_verify",
+        pool=MAINTENANCE_POOL,
+        tags=celery_queue_tags(MAINTENANCE_QUEUE),
+        description="Recompute every parent status, release tasks of dead runs, verify Qdrant and the graph "
+        "against the queue and re-queue what is missing.",
+    )
+    def reconcile_and_verify(
+        context: OpExecutionContext,
+        database: DatabaseResource,
+        embeddings: EmbeddingResource,
+        qdrant: QdrantResource,
+        neo4j: Neo4jResource,
+    ) -> None:
         queue = database.get_queue()
         embedder = embeddings.get_embedder()
         store = qdrant.get_store(embedder.model_id, embedder.dim)
@@ -102,16 +135,21 @@ def _reconcile_and_verify(settings: Settings) -> dg.OpDefinition:
         finally:
             store.close()
             graph.close()
-        context.log.info(f"nightly reconciliation: {result['parents_corrected']} parent status(es) corrected, "
-                         f"{result['tasks_released']} task(s) of {result['dead_run_workers']} ended run(s) released, "
-                         f"{result['requeued_vector_chunks']} vector and {result['requeued_graph_chunks']} graph "
-                         f"chunk(s) re-queued, {result['orphan_points_deleted']} orphan point(s) deleted; "
-                         f"vector index built: {result['vector_index_built']}")
+        context.log.info(
+            f"nightly reconciliation: {result['parents_corrected']} parent status(es) corrected, "
+            f"{result['tasks_released']} task(s) of {result['dead_run_workers']} ended run(s) released, "
+            f"{result['requeued_vector_chunks']} vector and {result['requeued_graph_chunks']} graph "
+            f"chunk(s) re-queued, {result['orphan_points_deleted']} orphan point(s) deleted; "
+            f"vector index built: {result['vector_index_built']}"
+        )
         verification = result.pop("verification")
-        context.add_output_metadata({
-            **{k: v for k, v in result.items() if isinstance(v, int)},
-            "corrections": dg.MetadataValue.json(result["corrections"]),
-            "verification": dg.MetadataValue.json(verification)})
+        context.add_output_metadata(
+            {
+                **{k: v for k, v in result.items() if isinstance(v, int)},
+                "corrections": dg.MetadataValue.json(result["corrections"]),
+                "verification": dg.MetadataValue.json(verification),
+            }
+        )
 
     return reconcile_and_verify
 
@@ -123,12 +161,19 @@ class MaintenanceJobs:
 
 
 def maintenance_jobs(settings: Settings) -> MaintenanceJobs:
-    recover_op, retire, index_tail, reconcile = (_recover_stale_tasks(settings), _retire_completed_partitions(settings),
-                                                 _index_vector_tail(settings), _reconcile_and_verify(settings))
+    recover_op, retire, index_tail, reconcile = (
+        _recover_stale_tasks(settings),
+        _retire_completed_partitions(settings),
+        _index_vector_tail(settings),
+        _reconcile_and_verify(settings),
+    )
 
-    @dg.job(name="recovery_job", tags=MAINTENANCE_TAGS,
-            description="Requested by `recovery_sensor` when there is something to recover: release stale tasks, "
-                        "retire completed partitions, build the embedded vector index's tail.")
+    @dg.job(
+        name="recovery_job",
+        tags=MAINTENANCE_TAGS,
+        description="Requested by `recovery_sensor` when there is something to recover: release stale tasks, "
+        "retire completed partitions, build the embedded vector index's tail.",
+    )
     def recovery_job():
         recover_op()
         retire()
@@ -148,21 +193,29 @@ def recovery_sensor(settings: Settings, jobs: MaintenanceJobs) -> dg.SensorDefin
     enabled, dagster, index_tail = settings.queue.enabled, settings.dagster, settings.vector.index_tail
     default_model = settings.embedding.model
 
-    @dg.sensor(name="recovery_sensor", job=jobs.recovery,
-               minimum_interval_seconds=max(1, int(settings.queue.check_interval_s)),
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Requests a `recovery_job` run only when there is something to recover: a heartbeat older "
-                           "than STALE_TASK_TIMEOUT, a settled re-index request, completed partitions due for "
-                           "retirement, DOCQUEUE_QDRANT_INDEX_TAIL points waiting to be indexed (every "
-                           "TASK_QUEUE_CHECK_INTERVAL).")
-    def sensor(context: SensorEvaluationContext, database: DatabaseResource, embeddings: EmbeddingResource,
-               qdrant: QdrantResource):
+    @dg.sensor(
+        name="recovery_sensor",
+        job=jobs.recovery,
+        minimum_interval_seconds=max(1, int(settings.queue.check_interval_s)),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Requests a `recovery_job` run only when there is something to recover: a heartbeat older "
+        "than STALE_TASK_TIMEOUT, a settled re-index request, completed partitions due for "
+        "retirement, DOCQUEUE_QDRANT_INDEX_TAIL points waiting to be indexed (every "
+        "TASK_QUEUE_CHECK_INTERVAL).",
+    )
+    def sensor(
+        context: SensorEvaluationContext,
+        database: DatabaseResource,
+        embeddings: EmbeddingResource,
+        qdrant: QdrantResource,
+    ):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
         running = context.instance.get_runs_count(dg.RunsFilter(job_name=jobs.recovery.name, statuses=IN_FLIGHT))
         if running:
-            return dg.SkipReason(f"a recovery run is already queued or running ({running}); checked again on the "
-                                 "next tick")
+            return dg.SkipReason(
+                f"a recovery run is already queued or running ({running}); checked again on the next tick"
+            )
         waiting = vector_tail_waiting(qdrant, embeddings.model or default_model) if index_tail > 0 else 0
         check = recovery_check(database.get_queue(), dagster, waiting, index_tail)
         due = check.due()
@@ -179,19 +232,27 @@ def _unless_disabled(queue: QueueConfig):
         if not queue.enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
         return dg.RunRequest()
+
     return evaluate
 
 
-def maintenance_schedules(settings: Settings, jobs: MaintenanceJobs,
-                          checks_job) -> list[dg.ScheduleDefinition]:
+def maintenance_schedules(settings: Settings, jobs: MaintenanceJobs, checks_job) -> list[dg.ScheduleDefinition]:
     unless_disabled = _unless_disabled(settings.queue)
     return [
         dg.ScheduleDefinition(
-            name="nightly_reconciliation", job=jobs.reconciliation, cron_schedule=settings.dagster.nightly_cron,
-            execution_fn=unless_disabled, default_status=dg.DefaultScheduleStatus.RUNNING,
-            description="Reconcile parents, verify stores, repair."),
+            name="nightly_reconciliation",
+            job=jobs.reconciliation,
+            cron_schedule=settings.dagster.nightly_cron,
+            execution_fn=unless_disabled,
+            default_status=dg.DefaultScheduleStatus.RUNNING,
+            description="Reconcile parents, verify stores, repair.",
+        ),
         dg.ScheduleDefinition(
-            name="asset_checks", job=checks_job, cron_schedule=settings.dagster.checks_cron,
-            execution_fn=unless_disabled, default_status=dg.DefaultScheduleStatus.RUNNING,
-            description="Evaluate every asset check, after the nightly reconciliation has repaired what it could."),
+            name="asset_checks",
+            job=checks_job,
+            cron_schedule=settings.dagster.checks_cron,
+            execution_fn=unless_disabled,
+            default_status=dg.DefaultScheduleStatus.RUNNING,
+            description="Evaluate every asset check, after the nightly reconciliation has repaired what it could.",
+        ),
     ]

@@ -38,18 +38,26 @@ def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
     enabled, max_runs = settings.queue.enabled, settings.dagster.sensor_max_runs
     max_keys = max_keys_per_run(settings.dagster, kind)
 
-    @dg.sensor(name=f"{kind.name}_sensor", job_name=job_name(kind.name),
-               minimum_interval_seconds=settings.dagster.sensor_interval_s,
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description=f"Requests ranged runs of `{kind.name}` for ready tasks (pending, or failed with retries "
-                           "left and back-off elapsed, dependency met).")
+    @dg.sensor(
+        name=f"{kind.name}_sensor",
+        job_name=job_name(kind.name),
+        minimum_interval_seconds=settings.dagster.sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Requests ranged runs of `{kind.name}` for ready tasks (pending, or failed with retries "
+        "left and back-off elapsed, dependency met).",
+    )
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
         registered = register_partitions(context.instance, queue.engine, kind.level)
-        planned = plan_runs(queue.engine, kind, in_flight=in_flight_positions(context.instance, kind.name),
-                            max_keys=max_keys, max_runs=max_runs)
+        planned = plan_runs(
+            queue.engine,
+            kind,
+            in_flight=in_flight_positions(context.instance, kind.name),
+            max_keys=max_keys,
+            max_runs=max_runs,
+        )
         if not planned:
             known = f" ({registered} partitions registered)" if registered else ""
             return dg.SkipReason(f"no ready {kind.name} tasks{known}")
@@ -61,17 +69,21 @@ def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
 def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -> dg.SensorDefinition:
     enabled, phase, run_name = settings.queue.enabled, spec.name, rollup_run_name(spec)
 
-    @dg.sensor(name=f"{run_name}_sensor", job_name=job_name(run_name),
-               minimum_interval_seconds=settings.dagster.sensor_interval_s,
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description=f"Materializes `{rollup_asset_name(spec)}` for documents whose {phase} phase "
-                           "reached a final status.")
+    @dg.sensor(
+        name=f"{run_name}_sensor",
+        job_name=job_name(run_name),
+        minimum_interval_seconds=settings.dagster.sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Materializes `{rollup_asset_name(spec)}` for documents whose {phase} phase "
+        "reached a final status.",
+    )
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
-        planned = plan_rollup_runs(queue.engine, spec, phases=phases,
-                                   in_flight=in_flight_positions(context.instance, run_name))
+        planned = plan_rollup_runs(
+            queue.engine, spec, phases=phases, in_flight=in_flight_positions(context.instance, run_name)
+        )
         if not planned:
             return dg.SkipReason(f"no document finished its {phase} phase")
         return dg.SensorResult(run_requests=_requests(planned))
@@ -82,10 +94,13 @@ def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -
 def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
     enabled, intake, rules = settings.queue.enabled, settings.intake, IntakeRules.from_settings(settings)
 
-    @dg.sensor(name="inbox_sensor", minimum_interval_seconds=settings.dagster.sensor_interval_s,
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Registers new files dropped into DOCQUEUE_INBOX (the same bytes twice are one document) "
-                           "and adds their `documents` partitions.")
+    @dg.sensor(
+        name="inbox_sensor",
+        minimum_interval_seconds=settings.dagster.sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Registers new files dropped into DOCQUEUE_INBOX (the same bytes twice are one document) "
+        "and adds their `documents` partitions.",
+    )
     def sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
@@ -94,8 +109,9 @@ def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
     return sensor
 
 
-def _read_inbox(context: SensorEvaluationContext, intake, rules: IntakeRules, database: DatabaseResource,
-                storage: StorageResource) -> dg.SkipReason:
+def _read_inbox(
+    context: SensorEvaluationContext, intake, rules: IntakeRules, database: DatabaseResource, storage: StorageResource
+) -> dg.SkipReason:
     inbox = intake.inbox
     if not inbox:
         return dg.SkipReason("DOCQUEUE_INBOX is not set")
@@ -115,31 +131,39 @@ def _read_inbox(context: SensorEvaluationContext, intake, rules: IntakeRules, da
             continue
         observed[source_path_text(os.fsdecode(f.resolve()))] = (f, st.st_size, st.st_mtime_ns)
     same = unchanged(queue.engine, {p: (size, mtime) for p, (_, size, mtime) in observed.items()})
-    fresh = [(p, *seen) for p, seen in observed.items() if p not in same][:intake.inbox_max_files]
+    fresh = [(p, *seen) for p, seen in observed.items() if p not in same][: intake.inbox_max_files]
     store = storage.get_storage()
     results = [ingest_file(queue, store, f, rules=rules) for _, f, _, _ in fresh]
-    remember(queue.engine, [(p, size, mtime, r.document_id, r.status)
-                            for (p, _, size, mtime), r in zip(fresh, results)])
+    remember(
+        queue.engine, [(p, size, mtime, r.document_id, r.status) for (p, _, size, mtime), r in zip(fresh, results)]
+    )
     registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
     for r in results:
         if r.status == "rejected":
             context.log.warning(f"inbox: rejected {r.path}: {r.reason}")
-    counts = {status: sum(1 for r in results if r.status == status)
-              for status in ("new", "new-version", "duplicate", "rejected")}
-    return dg.SkipReason(f"inbox: {len(files)} file(s), {len(same)} unchanged, {counts['new']} new, "
-                         f"{counts['new-version']} new version(s), {counts['duplicate']} duplicate, "
-                         f"{counts['rejected']} rejected; {registered} partition(s) registered")
+    counts = {
+        status: sum(1 for r in results if r.status == status)
+        for status in ("new", "new-version", "duplicate", "rejected")
+    }
+    return dg.SkipReason(
+        f"inbox: {len(files)} file(s), {len(same)} unchanged, {counts['new']} new, "
+        f"{counts['new-version']} new version(s), {counts['duplicate']} duplicate, "
+        f"{counts['rejected']} rejected; {registered} partition(s) registered"
+    )
 
 
 def s3_intake_sensor(settings: Settings) -> dg.SensorDefinition:
     enabled, source, scratch = settings.queue.enabled, S3Source.from_config(settings.intake), scratch_folder(settings)
     rules = IntakeRules.from_settings(settings)
 
-    @dg.sensor(name="s3_intake_sensor", minimum_interval_seconds=settings.dagster.sensor_interval_s,
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Registers new objects of DOCQUEUE_S3_BUCKET under DOCQUEUE_S3_PREFIX (endpoint "
-                           "DOCQUEUE_S3_URL) as documents, at most DOCQUEUE_S3_MAX_OBJECTS a tick; a changed object "
-                           "is a new version. The cursor remembers what was handled.")
+    @dg.sensor(
+        name="s3_intake_sensor",
+        minimum_interval_seconds=settings.dagster.sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Registers new objects of DOCQUEUE_S3_BUCKET under DOCQUEUE_S3_PREFIX (endpoint "
+        "DOCQUEUE_S3_URL) as documents, at most DOCQUEUE_S3_MAX_OBJECTS a tick; a changed object "
+        "is a new version. The cursor remembers what was handled.",
+    )
     def sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
@@ -155,11 +179,18 @@ def scratch_folder(settings: Settings) -> Path:
     return Path(settings.database.home).expanduser().resolve() / "tmp"
 
 
-def _read_s3(context: SensorEvaluationContext, source: S3Source, scratch: Path, rules: IntakeRules,
-             database: DatabaseResource, storage: StorageResource) -> dg.SkipReason:
+def _read_s3(
+    context: SensorEvaluationContext,
+    source: S3Source,
+    scratch: Path,
+    rules: IntakeRules,
+    database: DatabaseResource,
+    storage: StorageResource,
+) -> dg.SkipReason:
     queue = database.get_queue()
-    report = ingest_s3(queue, storage.get_storage(), source, IntakeCursor.from_json(context.cursor),
-                       scratch=scratch, rules=rules)
+    report = ingest_s3(
+        queue, storage.get_storage(), source, IntakeCursor.from_json(context.cursor), scratch=scratch, rules=rules
+    )
     context.update_cursor(report.cursor.to_json())
     registered = register_partitions(context.instance, queue.engine, Level.DOCUMENT)
     for r in report.results:
@@ -176,5 +207,7 @@ def intake_sensors(settings: Settings) -> list[dg.SensorDefinition]:
 
 def phase_sensors(settings: Settings, phases: PhaseRegistry) -> list[dg.SensorDefinition]:
     """A task sensor per kind, then a roll-up sensor per phase, in pipeline order."""
-    return [*(_task_sensor(settings, kind) for spec in phases for kind in spec.kinds),
-            *(_rollup_sensor(settings, phases, spec) for spec in phases)]
+    return [
+        *(_task_sensor(settings, kind) for spec in phases for kind in spec.kinds),
+        *(_rollup_sensor(settings, phases, spec) for spec in phases),
+    ]

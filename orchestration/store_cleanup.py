@@ -1,4 +1,5 @@
 """Deleting a document everywhere, and retiring old versions once their replacement is fully indexed."""
+
 from __future__ import annotations
 
 import logging
@@ -13,12 +14,22 @@ from queue_db.queue import TaskQueue
 from queue_db.tenants import checked_tenant
 
 log = logging.getLogger(__name__)
-PARTITION_DEFS = {"documents": PARTITIONS_BY_LEVEL[Level.DOCUMENT].name, "pages": PARTITIONS_BY_LEVEL[Level.PAGE].name,
-                  "chunks": PARTITIONS_BY_LEVEL[Level.CHUNK].name}
+PARTITION_DEFS = {
+    "documents": PARTITIONS_BY_LEVEL[Level.DOCUMENT].name,
+    "pages": PARTITIONS_BY_LEVEL[Level.PAGE].name,
+    "chunks": PARTITIONS_BY_LEVEL[Level.CHUNK].name,
+}
 
 
-def delete_everywhere(queue: TaskQueue, document: dict, *, instance: dg.DagsterInstance | None, storage,
-                      vector_store=None, graph_store=None) -> dict:
+def delete_everywhere(
+    queue: TaskQueue,
+    document: dict,
+    *,
+    instance: dg.DagsterInstance | None,
+    storage,
+    vector_store=None,
+    graph_store=None,
+) -> dict:
     """Remove a document's rows, files, Qdrant points, graph nodes/mentions (entities stay while other documents
     mention them) and its Dagster partitions. Outputs go first: if anything fails midway, the rows still say what
     to clean, and running it again finishes the job."""
@@ -47,8 +58,16 @@ class TenantBusy(RuntimeError):
     """The tenant has tasks running: deleting now would pull rows from under workers."""
 
 
-def delete_tenant(queue: TaskQueue, tenant: str, *, instance: dg.DagsterInstance | None, storage, vector_store=None,
-                  graph_store=None, batch: int = default(TenantConfig, "delete_batch")) -> dict:
+def delete_tenant(
+    queue: TaskQueue,
+    tenant: str,
+    *,
+    instance: dg.DagsterInstance | None,
+    storage,
+    vector_store=None,
+    graph_store=None,
+    batch: int = default(TenantConfig, "delete_batch"),
+) -> dict:
     """Remove every document of `tenant` everywhere (delete_everywhere, each), `batch` documents at a time
     (DOCQUEUE_DELETE_BATCH: the caller passes its setting). Refused while any of its tasks runs. Each document's rows
     go last, so an interrupted delete leaves only whole documents and running it again finishes the job; a tenant
@@ -58,14 +77,17 @@ def delete_tenant(queue: TaskQueue, tenant: str, *, instance: dg.DagsterInstance
     while True:
         running = lifecycle.tenant_running_tasks(queue, tenant)
         if running:
-            raise TenantBusy(f"{running} of its task(s) are running; wait for them or recover them first "
-                             f"({removed['documents']} document(s) deleted so far)")
+            raise TenantBusy(
+                f"{running} of its task(s) are running; wait for them or recover them first "
+                f"({removed['documents']} document(s) deleted so far)"
+            )
         documents = lifecycle.tenant_documents(queue, tenant, batch)
         if not documents:
             return removed
         for document in documents:
-            for counter, n in delete_everywhere(queue, document, instance=instance, storage=storage,
-                                                vector_store=vector_store, graph_store=graph_store).items():
+            for counter, n in delete_everywhere(
+                queue, document, instance=instance, storage=storage, vector_store=vector_store, graph_store=graph_store
+            ).items():
                 removed[counter] += n
             removed["documents"] += 1
         log.info("tenant %s: %d document(s) deleted", tenant, removed["documents"])
@@ -79,8 +101,9 @@ def retire_superseded(queue: TaskQueue, *, instance, storage, vector_store=None,
         if document is None:
             continue
         try:
-            delete_everywhere(queue, document, instance=instance, storage=storage, vector_store=vector_store,
-                              graph_store=graph_store)
+            delete_everywhere(
+                queue, document, instance=instance, storage=storage, vector_store=vector_store, graph_store=graph_store
+            )
             retired.append(old)
         except RuntimeError as exc:  # a task of the old version is still running: next time
             log.warning("old version %s not retired yet: %s", old["document_key"], exc)

@@ -1,5 +1,6 @@
 """Opening the embedder, the vector store and the graph store from the settings, for the `docqueue` commands and
 the demo (the Dagster assets get theirs as resources)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -20,15 +21,21 @@ class UnknownEmbeddingModel(ValueError):
 def embedding_model(embedding: EmbeddingConfig) -> tuple[str, int]:
     """Id and dimension of the configured embedding model, without loading it (a collection needs no more)."""
     if embedding.model not in MODELS:
-        raise UnknownEmbeddingModel(f"unknown embedding model {embedding.model!r} in DOCQUEUE_EMBEDDING_MODEL; "
-                                    f"known: {', '.join(MODELS)}")
+        raise UnknownEmbeddingModel(
+            f"unknown embedding model {embedding.model!r} in DOCQUEUE_EMBEDDING_MODEL; known: {', '.join(MODELS)}"
+        )
     return embedding.model, MODELS[embedding.model].dim
 
 
 def open_embedder(embedding: EmbeddingConfig) -> Embedder:
     """The process-wide embedder of the configured model (loaded on first use)."""
-    return get_embedder(embedding.model, batch_size=embedding.batch_size, threads=embedding.threads,
-                        max_windows=embedding.max_windows, max_batch_tokens=embedding.batch_tokens)
+    return get_embedder(
+        embedding.model,
+        batch_size=embedding.batch_size,
+        threads=embedding.threads,
+        max_windows=embedding.max_windows,
+        max_batch_tokens=embedding.batch_tokens,
+    )
 
 
 def open_vectors(settings: Settings, model_id: str, dim: int) -> VectorStore:
@@ -43,8 +50,12 @@ def open_graph(settings: Settings) -> GraphStore:
     closes it."""
     graph = settings.graph
     connection = Neo4jResource.from_settings(settings).connection()
-    return GraphStore(*connection, batch_size=graph.batch_size, conflict_retries=graph.conflict_retries,
-                      tx_timeout_s=max(graph.cli_retry_s, 0.1))
+    return GraphStore(
+        *connection,
+        batch_size=graph.batch_size,
+        conflict_retries=graph.conflict_retries,
+        tx_timeout_s=max(graph.cli_retry_s, 0.1),
+    )
 
 
 @contextmanager

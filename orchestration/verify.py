@@ -11,6 +11,7 @@ Both sides are streamed, DOCQUEUE_VERIFY_PAGE chunk ids at a time, so memory sta
   then one anti-join finds the completed chunks without a node. A lookup by id costs the embedded Bolt server about
   0.8 ms, which at a million chunks would be 13 minutes a night; reading it in order costs a fifth of that.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -38,21 +39,31 @@ class VerifyReport:
 
     @property
     def consistent(self) -> bool:
-        return not (self.chunks_without_point or self.points_without_chunk or self.chunks_without_graph
-                    or self.duplicate_entities)
+        return not (
+            self.chunks_without_point
+            or self.points_without_chunk
+            or self.chunks_without_graph
+            or self.duplicate_entities
+        )
 
     def as_dict(self) -> dict:
-        return {"consistent": self.consistent, "completed_vector_chunks": self.completed_vector_chunks,
-                "points": self.points, "chunks_without_point": len(self.chunks_without_point),
-                "points_without_chunk": len(self.points_without_chunk),
-                "points_of_unfinished_chunks": self.points_of_unfinished_chunks,
-                "completed_graph_chunks": self.completed_graph_chunks,
-                "chunks_without_graph": len(self.chunks_without_graph),
-                "duplicate_entities": len(self.duplicate_entities),
-                "examples": {"chunks_without_point": self.chunks_without_point[:5],
-                             "points_without_chunk": self.points_without_chunk[:5],
-                             "chunks_without_graph": self.chunks_without_graph[:5],
-                             "duplicate_entities": self.duplicate_entities[:5]}}
+        return {
+            "consistent": self.consistent,
+            "completed_vector_chunks": self.completed_vector_chunks,
+            "points": self.points,
+            "chunks_without_point": len(self.chunks_without_point),
+            "points_without_chunk": len(self.points_without_chunk),
+            "points_of_unfinished_chunks": self.points_of_unfinished_chunks,
+            "completed_graph_chunks": self.completed_graph_chunks,
+            "chunks_without_graph": len(self.chunks_without_graph),
+            "duplicate_entities": len(self.duplicate_entities),
+            "examples": {
+                "chunks_without_point": self.chunks_without_point[:5],
+                "points_without_chunk": self.points_without_chunk[:5],
+                "chunks_without_graph": self.chunks_without_graph[:5],
+                "duplicate_entities": self.duplicate_entities[:5],
+            },
+        }
 
 
 def completed_chunk_pages(queue: TaskQueue, phase: str, page_size: int) -> Iterator[list[tuple[str, str]]]:
@@ -60,12 +71,16 @@ def completed_chunk_pages(queue: TaskQueue, phase: str, page_size: int) -> Itera
     after = _FIRST_ID
     while True:
         with queue.engine.connect() as conn:
-            page = [(r[0], r[1]) for r in conn.exec_driver_sql(
-                # ordered by the uuid column itself (not the text it is selected as), so a page is a range of the
-                # primary key's index, not a sort of the whole table
-                f"""SELECT t.chunk_id, t.id::text FROM task_queue_chunk t
+            page = [
+                (r[0], r[1])
+                for r in conn.exec_driver_sql(
+                    # ordered by the uuid column itself (not the text it is selected as), so a page is a range of the
+                    # primary key's index, not a sort of the whole table
+                    f"""SELECT t.chunk_id, t.id::text FROM task_queue_chunk t
                     WHERE t.{phase}_status = 'completed' AND t.id > %(after)s::uuid ORDER BY t.id LIMIT %(n)s""",
-                {"after": after, "n": page_size}).all()]
+                    {"after": after, "n": page_size},
+                ).all()
+            ]
         if page:
             yield page
         if len(page) < page_size:
@@ -73,8 +88,9 @@ def completed_chunk_pages(queue: TaskQueue, phase: str, page_size: int) -> Itera
         after = page[-1][1]
 
 
-def verify_stores(queue: TaskQueue, vector_store=None, graph_store=None,
-                  page_size: int = default(DagsterConfig, "verify_page")) -> VerifyReport:
+def verify_stores(
+    queue: TaskQueue, vector_store=None, graph_store=None, page_size: int = default(DagsterConfig, "verify_page")
+) -> VerifyReport:
     """`page_size`: DOCQUEUE_VERIFY_PAGE, which callers pass from their settings."""
     report = VerifyReport()
     if vector_store is not None:
@@ -87,7 +103,8 @@ def verify_stores(queue: TaskQueue, vector_store=None, graph_store=None,
         report.chunks_without_point.sort()
     if graph_store is not None:
         report.completed_graph_chunks, report.chunks_without_graph = _graph_against_queue(
-            queue, graph_store.chunk_id_pages(page_size))
+            queue, graph_store.chunk_id_pages(page_size)
+        )
         report.duplicate_entities = list(graph_store.duplicate_entities())
     return report
 
@@ -96,11 +113,13 @@ def _graph_against_queue(queue: TaskQueue, pages: Iterable[list[str]]) -> tuple[
     """(chunks whose GraphRAG phase completed, the queue row ids of those without a Chunk node, sorted)."""
     with _loaded("docqueue_verify_graph", queue, pages) as conn:
         completed = conn.exec_driver_sql(
-            "SELECT count(*) FROM task_queue_chunk WHERE graphrag_status = 'completed'").scalar()
+            "SELECT count(*) FROM task_queue_chunk WHERE graphrag_status = 'completed'"
+        ).scalar()
         result = conn.exec_driver_sql(
             """SELECT t.id::text FROM task_queue_chunk t WHERE t.graphrag_status = 'completed'
                AND NOT EXISTS (SELECT 1 FROM docqueue_verify_graph g WHERE g.chunk_id = t.chunk_id)""",
-            execution_options={"stream_results": True, "yield_per": 1000})
+            execution_options={"stream_results": True, "yield_per": 1000},
+        )
         missing = sorted(row[0] for row in result)
         conn.commit()
     return completed, missing
@@ -141,7 +160,8 @@ def _points_against_queue(queue: TaskQueue, pages: Iterable[list[str]]) -> tuple
             """SELECT v.chunk_id, c.vector_status IS NOT NULL FROM docqueue_verify_points v
                LEFT JOIN task_queue_chunk c ON c.chunk_id = v.chunk_id
                WHERE c.vector_status IS DISTINCT FROM 'completed'""",
-            execution_options={"stream_results": True, "yield_per": 1000})
+            execution_options={"stream_results": True, "yield_per": 1000},
+        )
         for chunk_id, known in result:
             if known:
                 unfinished += 1

@@ -1,5 +1,6 @@
 """The workers of `docqueue run --workers N`: N processes, each running the Dagster definitions over its share of
 the registration blocks, leaving together once nothing is left anywhere."""
+
 from __future__ import annotations
 
 import json
@@ -20,17 +21,40 @@ from queue_db.phases import PHASES, PhaseRegistry
 from queue_db.run_scope import most_urgent_unfinished
 
 
-def start_workers(workers: int, *, until_idle: bool, max_seconds: float | None,
-                  extra_args: Sequence[str] = (), show_logs: bool = False) -> list[subprocess.Popen]:
+def start_workers(
+    workers: int,
+    *,
+    until_idle: bool,
+    max_seconds: float | None,
+    extra_args: Sequence[str] = (),
+    show_logs: bool = False,
+) -> list[subprocess.Popen]:
     """Start the worker processes of one `run --workers N`, each a `docqueue run --worker-index I`. `show_logs`
     (`--log-level`): their stderr, where their logs go, is this process's own."""
     group = secrets.randbelow(2**31 - 1) + 1
-    return [subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "--worker-index", str(i),
-                              "--workers", str(workers), "--worker-group", str(group)]
-                             + (["--until-idle"] if until_idle else [])
-                             + (["--max-seconds", str(max_seconds)] if max_seconds else []) + list(extra_args),
-                             stdout=subprocess.PIPE, stderr=None if show_logs else subprocess.PIPE, text=True)
-            for i in range(workers)]
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "orchestration.cli",
+                "run",
+                "--worker-index",
+                str(i),
+                "--workers",
+                str(workers),
+                "--worker-group",
+                str(group),
+            ]
+            + (["--until-idle"] if until_idle else [])
+            + (["--max-seconds", str(max_seconds)] if max_seconds else [])
+            + list(extra_args),
+            stdout=subprocess.PIPE,
+            stderr=None if show_logs else subprocess.PIPE,
+            text=True,
+        )
+        for i in range(workers)
+    ]
 
 
 def collect_workers(children: list[subprocess.Popen]) -> tuple[list[dict], list[str]]:
@@ -50,9 +74,19 @@ SIBLING_POLL_S = 2.0
 STUCK_CHECKS = 15  # idle checks in a row with the same work left and no sibling busy: nobody can plan it
 
 
-def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: float | None, group: int,
-               max_docs: int | None = None, log_level: str | None = None, *, settings: Settings,
-               phases: PhaseRegistry = PHASES) -> dict:
+def run_worker(
+    queue,
+    until_idle: bool,
+    index: int,
+    workers: int,
+    max_seconds: float | None,
+    group: int,
+    max_docs: int | None = None,
+    log_level: str | None = None,
+    *,
+    settings: Settings,
+    phases: PhaseRegistry = PHASES,
+) -> dict:
     """One of `run --workers N`. The workers split the registration blocks, so a worker whose share is idle may
     not leave while a sibling can still create work in that share (the sibling's chunks, pages and roll-ups
     land in any block): with --until-idle it leaves only once no sibling is busy and nothing is left anywhere.
@@ -70,9 +104,19 @@ def run_worker(queue, until_idle: bool, index: int, workers: int, max_seconds: f
         return None if max_seconds is None else max_seconds - (time.monotonic() - started)
 
     def one_pass() -> None:
-        report = run_until_idle(defs, instance, queue, settings=settings, phases=phases, until_idle=until_idle,
-                                worker_index=index, workers=workers, max_seconds=remaining(), documents=documents,
-                                log_level=log_level)
+        report = run_until_idle(
+            defs,
+            instance,
+            queue,
+            settings=settings,
+            phases=phases,
+            until_idle=until_idle,
+            worker_index=index,
+            workers=workers,
+            max_seconds=remaining(),
+            documents=documents,
+            log_level=log_level,
+        )
         totals["runs"] += report.runs
         totals["failed_runs"] += report.failed_runs
 
@@ -112,8 +156,9 @@ class Siblings:
         self.conn.close()
 
     def _call(self, function: str, index: int):
-        return self.conn.exec_driver_sql(f"SELECT {function}(%(g)s::int4, %(i)s::int4)",
-                                         {"g": self.group, "i": index}).scalar()
+        return self.conn.exec_driver_sql(
+            f"SELECT {function}(%(g)s::int4, %(i)s::int4)", {"g": self.group, "i": index}
+        ).scalar()
 
     @contextmanager
     def busy(self):
@@ -139,8 +184,9 @@ def work_left(queue, phases: PhaseRegistry = PHASES) -> dict:
     is never mistaken for none."""
     waiting = waiting_work(queue.engine)
     left = {f"ready_{kind}": n for kind, n in queue.ready_counts().items() if n}
-    left.update({f"rollup_{spec.name}": 1 for spec in phases
-                 if rollup_candidates(queue.engine, spec, 1, phases=phases)})
+    left.update(
+        {f"rollup_{spec.name}": 1 for spec in phases if rollup_candidates(queue.engine, spec, 1, phases=phases)}
+    )
     if waiting["processing"]:
         left["processing"] = waiting["processing"]
     if waiting["next_retry_in_s"] is not None:

@@ -4,6 +4,7 @@ A piece is at most ``target_tokens`` long where the text allows it: a paragraph 
 a sentence too long into groups of whole words. Only a whitespace-free run longer than ``max_tokens`` tokens is
 cut inside, every ``target_tokens`` characters.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,7 +39,7 @@ def _counted_words(text: str, budget: Budget) -> list[tuple[str, int]]:
             counted.append((word, tokens))
             continue
         # a whitespace-free run this long is not a word anyone reads (rules, CJK runs); bound it
-        parts = [word[start:start + budget.target] for start in range(0, len(word), budget.target)]
+        parts = [word[start : start + budget.target] for start in range(0, len(word), budget.target)]
         counted.extend(zip(parts, count_tokens_batch(parts)))
     return counted
 
@@ -76,8 +77,10 @@ def prose_pieces(text: str, tokens: int, joiner: str, budget: Budget) -> list[Pi
         if sentence_tokens <= budget.target:
             pieces.append(Piece(sentence, sentence_tokens, "prose", " "))
         else:
-            pieces.extend(Piece(group, group_tokens, "prose", " ")
-                          for group, group_tokens in word_groups(sentence, budget.target, budget))
+            pieces.extend(
+                Piece(group, group_tokens, "prose", " ")
+                for group, group_tokens in word_groups(sentence, budget.target, budget)
+            )
     return with_first_joiner(pieces, joiner)
 
 
@@ -92,5 +95,10 @@ def heading_pieces(line: str, budget: Budget) -> list[Piece]:
     tokens = count_tokens(line)
     if tokens <= budget.target:
         return [Piece(line, tokens, "heading", "\n\n")]
-    return with_first_joiner([Piece(group, group_tokens, "heading", " ")
-                              for group, group_tokens in word_groups(line, budget.target, budget)], "\n\n")
+    return with_first_joiner(
+        [
+            Piece(group, group_tokens, "heading", " ")
+            for group, group_tokens in word_groups(line, budget.target, budget)
+        ],
+        "\n\n",
+    )

@@ -30,6 +30,7 @@ the room left beside its repeated header is cut between tokens. Chunks at ``targ
 exceed the model's 254-token window by a few tokens; the embedder covers such texts with several
 windows instead of truncating them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -89,7 +90,7 @@ def _block_pieces(block: Block, budget: Budget) -> list[Piece]:
 
 def _tail_words(text: str, limit: int) -> str:
     """The longest run of whole trailing words within `limit` tokens, from a sentence start if possible."""
-    words = text.split()[-(max(limit, 1) + 1):]  # a word is at least one token; one more shows the context
+    words = text.split()[-(max(limit, 1) + 1) :]  # a word is at least one token; one more shows the context
     tokens = count_tokens_batch(words)
     taken = 0
     start = len(words)
@@ -101,7 +102,7 @@ def _tail_words(text: str, limit: int) -> str:
         return " ".join(tail)  # already starts a sentence
     for offset, word in enumerate(tail[:-1]):
         if word.endswith(_SENTENCE_ENDINGS):
-            return " ".join(tail[offset + 1:])
+            return " ".join(tail[offset + 1 :])
     return " ".join(tail)
 
 
@@ -163,9 +164,7 @@ class _Packer:
         if not self.pieces:
             return
         if len(self.chunks) >= self.max_chunks:
-            raise TooManyChunksError(
-                f"page produces more than {self.max_chunks} chunks (DOCQUEUE_MAX_CHUNKS_PER_PAGE)"
-            )
+            raise TooManyChunksError(f"page produces more than {self.max_chunks} chunks (DOCQUEUE_MAX_CHUNKS_PER_PAGE)")
         text = self.pieces[0].text + "".join(piece.joiner + piece.text for piece in self.pieces[1:])
         self.chunks.append((text.strip(), self.heading))
         self.pieces, self.tokens, self.has_body = [], 0, False
@@ -190,11 +189,18 @@ MAX_CHARS_PER_TOKEN = 20
 
 
 def break_long_runs(text: str) -> str:
-    return LONG_RUN.sub(lambda m: " ".join(m.group(0)[i:i + 100] for i in range(0, len(m.group(0)), 100)), text)
+    return LONG_RUN.sub(lambda m: " ".join(m.group(0)[i : i + 100] for i in range(0, len(m.group(0)), 100)), text)
 
 
-def chunk_markdown(markdown: str, *, page_key: str, target_tokens: int = 256, overlap_tokens: int = 32,
-                   max_tokens: int = 400, max_chunks: int = MAX_CHUNKS_PER_PAGE) -> list[Chunk]:
+def chunk_markdown(
+    markdown: str,
+    *,
+    page_key: str,
+    target_tokens: int = 256,
+    overlap_tokens: int = 32,
+    max_tokens: int = 400,
+    max_chunks: int = MAX_CHUNKS_PER_PAGE,
+) -> list[Chunk]:
     """Split one page's markdown into chunks (see the module docstring for the rules).
 
     `page_key` identifies the page (e.g. "<document_id>:<page_number>") and seeds the chunk ids.
@@ -210,13 +216,15 @@ def chunk_markdown(markdown: str, *, page_key: str, target_tokens: int = 256, ov
     if len(markdown) > limit * max_tokens * MAX_CHARS_PER_TOKEN:
         raise TooManyChunksError(
             f"page has {len(markdown)} characters, more than {limit} chunks (DOCQUEUE_MAX_CHUNKS_PER_PAGE) of "
-            f"{max_tokens} tokens can hold")
+            f"{max_tokens} tokens can hold"
+        )
     markdown = break_long_runs(markdown)
     words = len(markdown.split())
     if words > limit * max_tokens:  # every word is at least one token: fail fast on runaway pages
         raise TooManyChunksError(
             f"page has {words} words, more than {limit} chunks (DOCQUEUE_MAX_CHUNKS_PER_PAGE) of "
-            f"{max_tokens} tokens can hold")
+            f"{max_tokens} tokens can hold"
+        )
     packer = _Packer(budget, limit)
     path: list[tuple[int, str]] = []
     for block in parse_blocks(markdown):
@@ -238,6 +246,14 @@ def _finish(raw: list[tuple[str, str]], page_key: str) -> list[Chunk]:
     chunks = []
     for index, ((text, heading), tokens) in enumerate(zip(raw, count_tokens_batch(texts))):
         content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        chunks.append(Chunk(index=index, text=text, chunk_id=chunk_id_for(page_key, index, content_hash),
-                            content_hash=content_hash, token_count=tokens, heading=heading))
+        chunks.append(
+            Chunk(
+                index=index,
+                text=text,
+                chunk_id=chunk_id_for(page_key, index, content_hash),
+                content_hash=content_hash,
+                token_count=tokens,
+                heading=heading,
+            )
+        )
     return chunks

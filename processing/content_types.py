@@ -1,4 +1,5 @@
 """What a file is, from its first bytes and never from its name, and whether docqueue reads that type."""
+
 from __future__ import annotations
 
 import codecs
@@ -14,42 +15,76 @@ PDF_MAGIC = b"%PDF-"
 EPUB_MIME = "application/epub+zip"
 XPS_MIME = "application/vnd.ms-xpsdocument"
 # mime -> PyMuPDF's file type, for everything the OCR worker opens
-PYMUPDF_TYPES = {"application/pdf": "pdf", "image/png": "png", "image/jpeg": "jpeg", "image/tiff": "tiff",
-                 EPUB_MIME: "epub", XPS_MIME: "xps"}
+PYMUPDF_TYPES = {
+    "application/pdf": "pdf",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "image/tiff": "tiff",
+    EPUB_MIME: "epub",
+    XPS_MIME: "xps",
+}
 SUPPORTED_TYPES = frozenset(PYMUPDF_TYPES) | frozenset(TEXT_TYPES) | frozenset(OFFICE_TYPES)
-EXTENSIONS = {"application/pdf": ".pdf", "image/png": ".png", "image/jpeg": ".jpg", "image/tiff": ".tiff",
-               EPUB_MIME: ".epub", XPS_MIME: ".xps", "text/plain": ".txt", "text/markdown": ".md",
-               "text/html": ".html", DOCX_MIME: ".docx", XLSX_MIME: ".xlsx", CSV_MIME: ".csv"}
+EXTENSIONS = {
+    "application/pdf": ".pdf",
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/tiff": ".tiff",
+    EPUB_MIME: ".epub",
+    XPS_MIME: ".xps",
+    "text/plain": ".txt",
+    "text/markdown": ".md",
+    "text/html": ".html",
+    DOCX_MIME: ".docx",
+    XLSX_MIME: ".xlsx",
+    CSV_MIME: ".csv",
+}
 # what a rejected file looks like, for the reason shown to the user
 _DESCRIPTIONS = {
     "application/zip": "a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX)",
     "application/x-executable": "an executable program (ELF)",
     "application/vnd.microsoft.portable-executable": "an executable program (Windows)",
     "application/x-mach-binary": "an executable program (Mach-O)",
-    "application/gzip": "a gzip archive", "application/x-bzip2": "a bzip2 archive", "application/x-xz": "an xz archive",
-    "application/x-7z-compressed": "a 7-Zip archive", "application/vnd.rar": "a RAR archive",
+    "application/gzip": "a gzip archive",
+    "application/x-bzip2": "a bzip2 archive",
+    "application/x-xz": "an xz archive",
+    "application/x-7z-compressed": "a 7-Zip archive",
+    "application/vnd.rar": "a RAR archive",
     "application/x-tar": "a tar archive",
-    "image/gif": "a GIF image", "image/bmp": "a BMP image", "image/webp": "a WebP image",
-    "application/xml": "XML that is not HTML", "image/svg+xml": "an SVG drawing",
+    "image/gif": "a GIF image",
+    "image/bmp": "a BMP image",
+    "image/webp": "a WebP image",
+    "application/xml": "XML that is not HTML",
+    "image/svg+xml": "an SVG drawing",
     "application/vnd.openxmlformats-officedocument": "an Office Open XML document other than DOCX or XLSX "
-                                                     "(convert it to PDF first)",
+    "(convert it to PDF first)",
     "application/vnd.oasis.opendocument": "an OpenDocument file (convert it to PDF first)",
     "application/x-ole-storage": "a legacy Office document (save it as DOCX or XLSX, or convert it to PDF)",
     "application/octet-stream": "unrecognised binary data",
 }
 _BINARY_SIGNATURES = (
-    (b"\x7fELF", "application/x-executable"), (b"MZ", "application/vnd.microsoft.portable-executable"),
-    (b"\xfe\xed\xfa\xce", "application/x-mach-binary"), (b"\xfe\xed\xfa\xcf", "application/x-mach-binary"),
-    (b"\xce\xfa\xed\xfe", "application/x-mach-binary"), (b"\xcf\xfa\xed\xfe", "application/x-mach-binary"),
+    (b"\x7fELF", "application/x-executable"),
+    (b"MZ", "application/vnd.microsoft.portable-executable"),
+    (b"\xfe\xed\xfa\xce", "application/x-mach-binary"),
+    (b"\xfe\xed\xfa\xcf", "application/x-mach-binary"),
+    (b"\xce\xfa\xed\xfe", "application/x-mach-binary"),
+    (b"\xcf\xfa\xed\xfe", "application/x-mach-binary"),
     (b"\xca\xfe\xba\xbe", "application/x-mach-binary"),
-    (b"\x1f\x8b", "application/gzip"), (b"BZh", "application/x-bzip2"), (b"\xfd7zXZ\x00", "application/x-xz"),
-    (b"7z\xbc\xaf\x27\x1c", "application/x-7z-compressed"), (b"Rar!\x1a\x07", "application/vnd.rar"),
-    (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"), (b"BM", "image/bmp"),
+    (b"\x1f\x8b", "application/gzip"),
+    (b"BZh", "application/x-bzip2"),
+    (b"\xfd7zXZ\x00", "application/x-xz"),
+    (b"7z\xbc\xaf\x27\x1c", "application/x-7z-compressed"),
+    (b"Rar!\x1a\x07", "application/vnd.rar"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"BM", "image/bmp"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "application/x-ole-storage"),
 )
 _MARKUP_START = re.compile(r"\A\s*<")
-_HTML_TAG = re.compile(r"<(!doctype\s+html|html|head|body|p|div|h[1-6]|ul|ol|table|section|article|main|title|meta)"
-                       r"[\s>/]", re.IGNORECASE)
+_HTML_TAG = re.compile(
+    r"<(!doctype\s+html|html|head|body|p|div|h[1-6]|ul|ol|table|section|article|main|title|meta)"
+    r"[\s>/]",
+    re.IGNORECASE,
+)
 _MARKDOWN_SIGNS = (
     re.compile(r"^#{1,6}\s+\S", re.MULTILINE),  # ATX heading
     re.compile(r"^\s{0,3}(?:[-*+]|\d{1,3}[.)])\s+\S", re.MULTILINE),  # list item
@@ -123,10 +158,13 @@ def _zip_type(head: bytes, path: Path | None) -> str:
 
 def _as_text(head: bytes) -> str | None:
     """The head decoded as text, or None when it looks binary (NUL bytes, control characters)."""
-    for bom, codec in ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
-                       (codecs.BOM_UTF16_BE, "utf-16-be")):
+    for bom, codec in (
+        (codecs.BOM_UTF8, "utf-8"),
+        (codecs.BOM_UTF16_LE, "utf-16-le"),
+        (codecs.BOM_UTF16_BE, "utf-16-be"),
+    ):
         if head.startswith(bom):
-            body = head[len(bom):]
+            body = head[len(bom) :]
             text = codecs.getincrementaldecoder(codec)(errors="replace").decode(body, final=False)
             return text if _mostly_printable(text) else None
     if b"\x00" in head:

@@ -10,6 +10,7 @@ allow it (`type_rule_violation`); types and relation types are UPPER_SNAKE (`ent
 The value types here (`Entity`, `Relation`, `Extraction`, `ChunkGraph`) are what an extractor produces and what the
 graph store writes (resources/ports.GraphStore).
 """
+
 from __future__ import annotations
 
 import re
@@ -90,8 +91,26 @@ class ChunkGraph:
 # products and events are never shortened: "York" is not "New York", "Windows" not "Windows 95", "World War" not
 # "World War II".
 SHORT_FORM_RULE = {"PERSON": "surname", "ORG": "legal_form", "WORK_OF_ART": "head", "LAW": "head"}
-LEGAL_FORMS = frozenset({"inc", "incorporated", "corp", "corporation", "co", "company", "ltd", "limited", "llc",
-                         "plc", "gmbh", "ag", "sa", "nv", "bv", "holdings"})
+LEGAL_FORMS = frozenset(
+    {
+        "inc",
+        "incorporated",
+        "corp",
+        "corporation",
+        "co",
+        "company",
+        "ltd",
+        "limited",
+        "llc",
+        "plc",
+        "gmbh",
+        "ag",
+        "sa",
+        "nv",
+        "bv",
+        "holdings",
+    }
+)
 # "a", "ja", "c": one or two letters are initials or tagger debris, too common to stand for one name
 MIN_SHORT_FORM_CHARS = 3
 
@@ -109,11 +128,12 @@ def is_short_form(short: str, full: str, type_: str) -> bool:
         return False
     if rule == "surname":
         # a word without a letter ("d 95") makes the longer name debris, not a person's full name
-        return (full_words[-len(short_words):] == short_words
-                and all(any(ch.isalpha() for ch in word) for word in full_words))
-    if full_words[:len(short_words)] != short_words:
+        return full_words[-len(short_words) :] == short_words and all(
+            any(ch.isalpha() for ch in word) for word in full_words
+        )
+    if full_words[: len(short_words)] != short_words:
         return False
-    return rule == "head" or all(word in LEGAL_FORMS for word in full_words[len(short_words):])
+    return rule == "head" or all(word in LEGAL_FORMS for word in full_words[len(short_words) :])
 
 
 def resolve_aliases(entities: Iterable[tuple[str, str]], recorded: dict[str, str] | None = None) -> dict[str, str]:
@@ -142,7 +162,8 @@ def resolve_aliases(entities: Iterable[tuple[str, str]], recorded: dict[str, str
             group = sharing[bare_entity_key(short).split()[end_word]]
             fuller = [full for full in group if is_short_form(short, full, type_)]
             longest_of.setdefault(short, set()).update(
-                full for full in fuller if not any(is_short_form(full, other, type_) for other in fuller))
+                full for full in fuller if not any(is_short_form(full, other, type_) for other in fuller)
+            )
     resolved = {short: next(iter(longest)) for short, longest in longest_of.items() if len(longest) == 1}
     for short, full in (recorded or {}).items():
         resolved.setdefault(short, full)
@@ -220,8 +241,13 @@ class ExtractionLimits:
 
     @classmethod
     def from_config(cls, env: ExtractionConfig) -> ExtractionLimits:
-        return cls(max_chars=env.max_chars, batch_size=env.batch_size, max_entities=env.max_entities,
-                   max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities)
+        return cls(
+            max_chars=env.max_chars,
+            batch_size=env.batch_size,
+            max_entities=env.max_entities,
+            max_relations=env.max_relations,
+            max_sentence_entities=env.max_sentence_entities,
+        )
 
 
 class EntityCollector:

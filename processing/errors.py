@@ -1,10 +1,20 @@
 """Why a document, or one of its pages, cannot be turned into page markdown: one sentence and an error class.
 The class decides whether the queue retries the task."""
+
 from __future__ import annotations
 
 ERROR_CLASSES = frozenset(
-    {"encrypted", "corrupt", "too_large", "empty", "timeout", "resource_limit", "unsupported", "missing_file",
-     "internal"}
+    {
+        "encrypted",
+        "corrupt",
+        "too_large",
+        "empty",
+        "timeout",
+        "resource_limit",
+        "unsupported",
+        "missing_file",
+        "internal",
+    }
 )
 _NOT_RETRYABLE = frozenset({"encrypted", "corrupt", "too_large", "empty", "unsupported", "missing_file"})
 

@@ -3,6 +3,7 @@
 The fusion is done here rather than by the vector store because neither Qdrant backend weighs or orders ties the
 same way; one rule, applied to both rankings' chunk ids, gives the same hits on every backend and every run.
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
@@ -16,8 +17,9 @@ RRF_K = 60
 HYBRID_WEIGHTS = {"sparse": 1.0, "dense": 1.0}
 
 
-def fuse_rrf(rankings: Sequence[Sequence[K]], k: int = RRF_K,
-             weights: Sequence[float] | None = None) -> list[tuple[K, float]]:
+def fuse_rrf(
+    rankings: Sequence[Sequence[K]], k: int = RRF_K, weights: Sequence[float] | None = None
+) -> list[tuple[K, float]]:
     """Reciprocal rank fusion: each key scores sum(weight / (k + rank)) over the rankings it is in (rank from 1).
 
     Best first; equal scores keep the order of the heavier ranking, then of the earlier one, so the result is the
@@ -37,6 +39,5 @@ def fuse_rrf(rankings: Sequence[Sequence[K]], k: int = RRF_K,
 
 def fuse_hybrid(sparse_ids: Sequence[K], dense_ids: Sequence[K], limit: int) -> list[tuple[K, float]]:
     """The best `limit` of a hybrid search: RRF over the sparse ranking (first) and the dense one."""
-    fused = fuse_rrf([sparse_ids, dense_ids], k=RRF_K,
-                     weights=[HYBRID_WEIGHTS["sparse"], HYBRID_WEIGHTS["dense"]])
+    fused = fuse_rrf([sparse_ids, dense_ids], k=RRF_K, weights=[HYBRID_WEIGHTS["sparse"], HYBRID_WEIGHTS["dense"]])
     return fused[:limit]

@@ -4,6 +4,7 @@
 ATX headings, fenced code, pipe tables and bullet or numbered lists are recognised; any other run of lines, up to
 a blank line or the start of one of those, is a paragraph.
 """
+
 from __future__ import annotations
 
 import re
@@ -54,8 +55,11 @@ def _read_list(lines: list[str], start: int) -> int:
         line = lines[end]
         if not line.strip():
             following = end + 1
-            if following < len(lines) and (_LIST_ITEM.match(lines[following]) or lines[following][:1] in " \t") \
-                    and lines[following].strip():
+            if (
+                following < len(lines)
+                and (_LIST_ITEM.match(lines[following]) or lines[following][:1] in " \t")
+                and lines[following].strip()
+            ):
                 end += 1
                 continue
             return end

@@ -8,6 +8,7 @@ Pure geometry, no OCR library. Steps:
 3. paragraphs: lines follow each other unless there is a vertical gap, a jump back up
    (next column), a bullet, or a change of text size (heading).
 """
+
 from __future__ import annotations
 
 import math
@@ -252,7 +253,7 @@ def _render(group: list[_Line], line_height: float) -> str:
             text += " " + piece
     bullet = _BULLET.match(text)
     if bullet:
-        return "- " + text[bullet.end():]
+        return "- " + text[bullet.end() :]
     heights = [line.height for line in group]
     if len(group) <= 2 and len(text) <= 120 and median(heights) >= HEADING_RATIO * line_height:
         return "## " + text

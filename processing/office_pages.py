@@ -16,6 +16,7 @@ Bounds: `DOCQUEUE_MAX_UNZIPPED_MB` (what a DOCX or XLSX unpacks to), `DOCQUEUE_M
 `DOCQUEUE_MAX_SHEET_ROWS` (non-empty rows of all sheets, or of the CSV), `DOCQUEUE_OFFICE_TIMEOUT` (seconds to
 read one document), and the page limits shared with text.
 """
+
 from __future__ import annotations
 
 import csv
@@ -57,18 +58,25 @@ class OfficeLimits:
     timeout_s: float = default(StorageConfig, "office_timeout_s")
 
     def __post_init__(self):
-        for name, value in (("DOCQUEUE_SHEET_PAGE_ROWS", self.sheet_page_rows), ("DOCQUEUE_MAX_SHEET_ROWS",
-                            self.max_rows), ("DOCQUEUE_MAX_SHEETS", self.max_sheets),
-                            ("DOCQUEUE_MAX_UNZIPPED_MB", self.max_unzipped_bytes),
-                            ("DOCQUEUE_OFFICE_TIMEOUT", self.timeout_s)):
+        for name, value in (
+            ("DOCQUEUE_SHEET_PAGE_ROWS", self.sheet_page_rows),
+            ("DOCQUEUE_MAX_SHEET_ROWS", self.max_rows),
+            ("DOCQUEUE_MAX_SHEETS", self.max_sheets),
+            ("DOCQUEUE_MAX_UNZIPPED_MB", self.max_unzipped_bytes),
+            ("DOCQUEUE_OFFICE_TIMEOUT", self.timeout_s),
+        ):
             if value <= 0:
                 raise ValueError(f"{name} must be greater than 0, got {value}")
 
     @classmethod
     def from_config(cls, storage: StorageConfig) -> "OfficeLimits":
-        return cls(sheet_page_rows=storage.sheet_page_rows, max_rows=storage.max_sheet_rows,
-                   max_sheets=storage.max_sheets, max_unzipped_bytes=int(storage.max_unzipped_mb * MB),
-                   timeout_s=storage.office_timeout_s)
+        return cls(
+            sheet_page_rows=storage.sheet_page_rows,
+            max_rows=storage.max_sheet_rows,
+            max_sheets=storage.max_sheets,
+            max_unzipped_bytes=int(storage.max_unzipped_mb * MB),
+            timeout_s=storage.office_timeout_s,
+        )
 
 
 _WHOLE_TABLES = OfficeLimits(sheet_page_rows=1 << 30)  # a Word table is cut by page length, not row count
@@ -83,8 +91,10 @@ class _Deadline:
 
     def check(self) -> None:
         if time.monotonic() > self.ends:
-            raise DocumentError(f"timeout: reading the document took longer than {self.seconds:g} s "
-                                "(DOCQUEUE_OFFICE_TIMEOUT)", "timeout")
+            raise DocumentError(
+                f"timeout: reading the document took longer than {self.seconds:g} s (DOCQUEUE_OFFICE_TIMEOUT)",
+                "timeout",
+            )
 
 
 # ------------------------------------------------------------------------------------------------ detection
@@ -133,8 +143,10 @@ def archive_problem(path: Path, limits: OfficeLimits) -> str | None:
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         return f"corrupt: the ZIP container cannot be read ({exc})"
     if unpacked > limits.max_unzipped_bytes:
-        return (f"too large: unpacks to {unpacked / MB:.1f} MB > limit {limits.max_unzipped_bytes / MB:g} MB "
-                "(DOCQUEUE_MAX_UNZIPPED_MB)")
+        return (
+            f"too large: unpacks to {unpacked / MB:.1f} MB > limit {limits.max_unzipped_bytes / MB:g} MB "
+            "(DOCQUEUE_MAX_UNZIPPED_MB)"
+        )
     return None
 
 
@@ -144,8 +156,9 @@ def office_pages(path: Path, mime: str, text_limits: TextLimits, limits: OfficeL
     deadline = _Deadline(limits.timeout_s)
     if mime == CSV_MIME:
         if path.stat().st_size > text_limits.max_bytes:
-            raise DocumentError(f"too large: CSV of more than {text_limits.max_bytes / MB:g} MB "
-                                "(DOCQUEUE_MAX_TEXT_MB)", "too_large")
+            raise DocumentError(
+                f"too large: CSV of more than {text_limits.max_bytes / MB:g} MB (DOCQUEUE_MAX_TEXT_MB)", "too_large"
+            )
         return csv_pages(path.read_bytes(), text_limits, limits, deadline)
     if mime not in ZIPPED_TYPES:
         raise ValueError(f"not an office type: {mime}")
@@ -211,7 +224,7 @@ def _heading_level(style: str) -> int:
     if style == "Title":
         return 1
     if style.startswith("Heading "):
-        number = style[len("Heading "):]
+        number = style[len("Heading ") :]
         return min(int(number), 6) if number.isdigit() and int(number) > 0 else 0
     return 0
 
@@ -230,8 +243,9 @@ def xlsx_pages(path: Path, text_limits: TextLimits, limits: OfficeLimits, deadli
     try:
         sheets = values.worksheets
         if len(sheets) > limits.max_sheets:
-            raise DocumentError(f"too large: {len(sheets)} sheets > limit {limits.max_sheets} (DOCQUEUE_MAX_SHEETS)",
-                                "too_large")
+            raise DocumentError(
+                f"too large: {len(sheets)} sheets > limit {limits.max_sheets} (DOCQUEUE_MAX_SHEETS)", "too_large"
+            )
         pages: list[str] = []
         budget = _RowBudget(limits.max_rows)
         for sheet in sheets:
@@ -249,8 +263,7 @@ def _sheet_rows(values, formulas) -> Iterator[tuple[int, list[str]]]:
     for sheet in (values, formulas):
         # the declared dimensions can claim 16,384 columns: rows are read as long as their last cell instead
         sheet.reset_dimensions()
-    rows = itertools.zip_longest(values.iter_rows(values_only=True), formulas.iter_rows(values_only=True),
-                                 fillvalue=())
+    rows = itertools.zip_longest(values.iter_rows(values_only=True), formulas.iter_rows(values_only=True), fillvalue=())
     for number, (saved, written) in enumerate(rows, start=1):
         yield number, [_cell_text(v if v is not None else f) for v, f in itertools.zip_longest(saved, written)]
 
@@ -289,8 +302,9 @@ class _RowBudget:
             yield number, row
 
 
-def _table_pages(rows: Iterator[tuple[int, list[str]]], text_limits: TextLimits, limits: OfficeLimits,
-                 sheet: str | None) -> list[str]:
+def _table_pages(
+    rows: Iterator[tuple[int, list[str]]], text_limits: TextLimits, limits: OfficeLimits, sheet: str | None
+) -> list[str]:
     """Rows packed into pages of at most `sheet_page_rows` rows and `page_chars` characters (a page holds one row
     at least), each repeating the first row as the table's header. A page's rows are padded to its widest row,
     so its length is recounted whenever a wider row joins it."""
@@ -312,9 +326,11 @@ def _table_pages(rows: Iterator[tuple[int, list[str]]], text_limits: TextLimits,
 
     for number, row in itertools.chain([first], rows):
         if len(row) > max_columns:
-            raise DocumentError(f"too large: row {number} has {len(row)} columns, more than a page of "
-                                f"{page_chars} characters holds ({max_columns}; DOCQUEUE_TEXT_PAGE_CHARS)",
-                                "too_large")
+            raise DocumentError(
+                f"too large: row {number} has {len(row)} columns, more than a page of "
+                f"{page_chars} characters holds ({max_columns}; DOCQUEUE_TEXT_PAGE_CHARS)",
+                "too_large",
+            )
         if number == header_number:
             continue
         wider = max(width, len(header), len(row))
@@ -329,14 +345,18 @@ def _table_pages(rows: Iterator[tuple[int, list[str]]], text_limits: TextLimits,
         page.append((number, row))
         width, body_chars = wider, grown
     if page or not pages:
-        pages.append(_table_page(sheet, header, page, row_chars) if page else
-                     _heading(sheet, header_number, header_number) + "\n".join(_table_lines(header, [], row_chars)))
+        pages.append(
+            _table_page(sheet, header, page, row_chars)
+            if page
+            else _heading(sheet, header_number, header_number) + "\n".join(_table_lines(header, [], row_chars))
+        )
     return pages
 
 
 def _table_page(sheet: str | None, header: list[str], page: list[tuple[int, list[str]]], row_chars: int) -> str:
-    return (_heading(sheet, page[0][0], page[-1][0])
-            + "\n".join(_table_lines(header, [row for _, row in page], row_chars)))
+    return _heading(sheet, page[0][0], page[-1][0]) + "\n".join(
+        _table_lines(header, [row for _, row in page], row_chars)
+    )
 
 
 def _heading(sheet: str | None, first_row: int, last_row: int) -> str:
@@ -356,7 +376,7 @@ def _row_line(row: list[str], width: int, row_chars: int | None) -> str:
     line = _joined(cells)
     if row_chars is not None and len(line) > row_chars:
         cut = max(_MIN_CELL_CHARS, row_chars // width - 3)
-        line = _joined([c if len(c) <= cut else c[:cut - 1] + "…" for c in cells])
+        line = _joined([c if len(c) <= cut else c[: cut - 1] + "…" for c in cells])
     return line
 
 

@@ -7,6 +7,7 @@ A boilerplate entry is a *normalised* line: lower-cased, markdown emphasis remov
 whitespace collapsed and every run of digits replaced by ``#`` -- so "Page 3 of 10"
 and "Page 4 of 10" are the same entry ("page # of #").
 """
+
 from __future__ import annotations
 
 import math
@@ -134,8 +135,9 @@ def strip_page_furniture(markdown: str, boilerplate: Iterable[str] = ()) -> str:
 _MANY_BLANKS = re.compile(r"\n{3,}")
 
 
-_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
-                            "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"})
+_LIGATURES = str.maketrans(
+    {"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"}
+)
 
 
 def tidy_markdown(markdown: str) -> str:

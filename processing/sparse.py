@@ -11,6 +11,7 @@ dependency on what else is stored); the IDF part is left to Qdrant, whose sparse
 carries `Modifier.IDF` and computes it from the collection at query time. A query's weights are
 plain 1s per distinct term: BM25 sums IDF times the document's weight over the query's terms.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,10 +22,12 @@ K1 = 1.2
 B = 0.75
 AVERAGE_LENGTH = 200.0  # words in a typical chunk (chunks hold at most 400 tokens)
 
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a an and are as at be but by for from has have he her his i in is it its not of on or she that the their them
 they this to was we were which will with you your
-""".split())
+""".split()
+)
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -58,4 +61,3 @@ def document_vector(text: str) -> tuple[list[int], list[float]]:
 def query_vector(text: str) -> tuple[list[int], list[float]]:
     """(indices, values) of a query: 1 per distinct term; empty when it has no words."""
     return _vector({term_id(term): 1.0 for term in set(tokens(text))})
-

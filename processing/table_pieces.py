@@ -3,6 +3,7 @@
 Whole if it fits ``max_tokens``, else parts of whole rows that repeat the header, and a row too long for a chunk
 with its header cut between cells, then within a cell; the table rules in full are in ``processing/chunking.py``.
 """
+
 from __future__ import annotations
 
 import re
@@ -91,8 +92,10 @@ def _split_row(row: str, header: Sequence[str], budget: Budget) -> list[Piece]:
     names = list(header) + [""] * (width - len(header))
     cell_tokens = count_tokens_batch(cells)
     name_tokens = count_tokens_batch(names)
-    repeat = [bool(name) and tokens + 1 + _SEPARATOR_CELL_TOKENS <= budget.target // 2
-              for name, tokens in zip(names, name_tokens)]
+    repeat = [
+        bool(name) and tokens + 1 + _SEPARATOR_CELL_TOKENS <= budget.target // 2
+        for name, tokens in zip(names, name_tokens)
+    ]
     has_header = any(repeat)
     base = _LINE_TOKENS * (3 if has_header else 1)
 
@@ -128,8 +131,7 @@ def _split_row(row: str, header: Sequence[str], budget: Budget) -> list[Piece]:
             continue
         room = max(1, budget.target - base - column_tokens(column, 0))
         for part, part_tokens in _bounded_parts(cells[column], room, budget):
-            pieces.append(Piece(render([column], [part]), base + column_tokens(column, part_tokens), "table",
-                                 "\n\n"))
+            pieces.append(Piece(render([column], [part]), base + column_tokens(column, part_tokens), "table", "\n\n"))
     close_group()
     return pieces
 

@@ -6,6 +6,7 @@ A text document has no pages of its own: it is split at paragraph boundaries int
 HTML becomes markdown first (headings, lists, paragraphs, tables, links' text; scripts and styles dropped),
 through the html-to-markdown library.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -53,8 +54,9 @@ def decode_text(data: bytes, *, html: bool = False) -> str:
         declared = _META_CHARSET.search(data[:4096])
         if declared:
             try:
-                return _normalise_newlines(data.decode(codecs.lookup(declared.group(1).decode("ascii")).name,
-                                                       errors="replace"))
+                return _normalise_newlines(
+                    data.decode(codecs.lookup(declared.group(1).decode("ascii")).name, errors="replace")
+                )
             except LookupError:
                 pass
     try:
@@ -96,7 +98,7 @@ def _pieces(paragraph: str, limit: int) -> list[str]:
     pieces: list[str] = []
     rest = paragraph
     while len(rest) > limit:
-        window = rest[:limit + 1]
+        window = rest[: limit + 1]
         cut = window.rfind("\n")
         if cut <= 0:
             cut = window.rfind(" ")
@@ -112,8 +114,9 @@ def _pieces(paragraph: str, limit: int) -> list[str]:
 def document_pages(data: bytes, mime: str, limits: TextLimits) -> list[str]:
     """The page markdown of a text document, in order."""
     if len(data) > limits.max_bytes:
-        raise TextTooLarge(f"too large: text of {len(data) / MB:.1f} MB > limit {limits.max_bytes / MB:g} MB "
-                           "(DOCQUEUE_MAX_TEXT_MB)")
+        raise TextTooLarge(
+            f"too large: text of {len(data) / MB:.1f} MB > limit {limits.max_bytes / MB:g} MB (DOCQUEUE_MAX_TEXT_MB)"
+        )
     if mime == "text/html":
         text = html_to_markdown(decode_text(data, html=True))
     else:
@@ -129,8 +132,14 @@ class UnreadableMarkup(ValueError):
 # inline markup carries no meaning for search: its text stays, its markers go
 _INLINE_STRIPPED = ["a", "abbr", "b", "em", "font", "i", "mark", "s", "small", "span", "strong", "u"]
 _HTML_OPTIONS = html_to_markdown_lib.ConversionOptions(
-    extract_metadata=False, bullets="-", strip_tags=_INLINE_STRIPPED, autolinks=False, skip_images=True,
-    escape_misc=False, newline_style="spaces")
+    extract_metadata=False,
+    bullets="-",
+    strip_tags=_INLINE_STRIPPED,
+    autolinks=False,
+    skip_images=True,
+    escape_misc=False,
+    newline_style="spaces",
+)
 _TRAILING_SPACES = re.compile(r"[ \t]+\n")
 # what the converter reports when it left text out
 _LOSSY_WARNINGS = {"depth_limit_exceeded", "truncated_input"}
@@ -141,8 +150,9 @@ def html_to_markdown(html: str) -> str:
     result = html_to_markdown_lib.convert(html, _HTML_OPTIONS)
     lost = [warning.message for warning in result.warnings if str(warning.kind) in _LOSSY_WARNINGS]
     if lost:
-        raise UnreadableMarkup(f"HTML that cannot be read whole, nested more than 1,023 elements deep or too long "
-                               f"({lost[0].rstrip('.')})")
+        raise UnreadableMarkup(
+            f"HTML that cannot be read whole, nested more than 1,023 elements deep or too long ({lost[0].rstrip('.')})"
+        )
     # the stub allows None; a markdown conversion always gives text (empty for empty or script-only input)
     assert result.content is not None, "html_to_markdown returned no markdown"
     return _TRAILING_SPACES.sub("\n", result.content).strip()

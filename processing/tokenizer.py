@@ -4,6 +4,7 @@ Token counts are exact WordPiece counts from the vendored ``data/tokenizer.json`
 the two special tokens ([CLS], [SEP]) the model adds. BERT pre-tokenisation splits on whitespace and punctuation,
 so the count of pieces joined by whitespace is the sum of their counts.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,6 @@
 """Administration of the queue: stale recovery, releasing dead workers' tasks, operator retries, re-queuing
 repairs and reconciliation of every parent with its children."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -18,19 +19,28 @@ class Administration(Transitions):
         task that keeps killing its worker ends `failed` instead of looping forever. Returns counts per kind."""
         stale_after_s = self.settings.stale_timeout_s if stale_after_s is None else stale_after_s
         where = "{hb} < now() - make_interval(secs => ($1->>'stale')::float8)"
-        reason = ("'worker lost: heartbeat stale since ' || to_char({hb} AT TIME ZONE 'UTC', "
-                  "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') || ' (worker ' || COALESCE({worker}, '?') || ')'")
+        reason = (
+            "'worker lost: heartbeat stale since ' || to_char({hb} AT TIME ZONE 'UTC', "
+            "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') || ' (worker ' || COALESCE({worker}, '?') || ')'"
+        )
         return {kind.name: self._release(kind, where, reason, {"stale": stale_after_s}) for kind in self.phases.kinds}
 
-    def release_workers(self, worker_ids: Iterable[str],
-                        reason: str = "worker lost: its run is no longer alive") -> dict[str, int]:
+    def release_workers(
+        self, worker_ids: Iterable[str], reason: str = "worker lost: its run is no longer alive"
+    ) -> dict[str, int]:
         """Release tasks held by workers known to be dead (e.g. their Dagster run ended), counting the attempt."""
         worker_ids = list(worker_ids)
         if not worker_ids:
             return {kind.name: 0 for kind in self.phases.kinds}
-        return {kind.name: self._release(kind, "{worker} = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'workers')))",
-                                         "$1->>'reason'", {"workers": worker_ids, "reason": clean_text(reason)})
-                for kind in self.phases.kinds}
+        return {
+            kind.name: self._release(
+                kind,
+                "{worker} = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'workers')))",
+                "$1->>'reason'",
+                {"workers": worker_ids, "reason": clean_text(reason)},
+            )
+            for kind in self.phases.kinds
+        }
 
     def _release(self, kind: TaskKind, where_template: str, reason_template: str, args: dict) -> int:
         names = {"hb": f"t.{kind.col('last_heartbeat')}", "worker": f"t.{kind.col('worker_id')}"}
@@ -38,17 +48,17 @@ class Administration(Transitions):
         sql = f"""
             WITH lost AS (
                 SELECT t.id FROM {kind.table} t
-                WHERE {kind.held_sql('t')} AND {where_template.format(**names)}
+                WHERE {kind.held_sql("t")} AND {where_template.format(**names)}
                 ORDER BY t.id FOR UPDATE SKIP LOCKED
             )
             UPDATE {kind.table} t
             SET {retries} = COALESCE(t.{retries}, 0) + 1,
-                {kind.status} = (CASE WHEN COALESCE(t.{retries}, 0) + 1 >= {kind.max_retries_sql('t')} THEN 'failed'
+                {kind.status} = (CASE WHEN COALESCE(t.{retries}, 0) + 1 >= {kind.max_retries_sql("t")} THEN 'failed'
                                       ELSE 'pending' END)::task_status,
-                {kind.col('error')} = {reason_template.format(**names)},
-                {kind.col('error_class')} = 'worker_lost', {kind.col('failed_at')} = now(),
-                {kind.col('worker_id')} = NULL, {kind.col('started_at')} = NULL,
-                {kind.col('last_heartbeat')} = NULL, updated_at = now()
+                {kind.col("error")} = {reason_template.format(**names)},
+                {kind.col("error_class")} = 'worker_lost', {kind.col("failed_at")} = now(),
+                {kind.col("worker_id")} = NULL, {kind.col("started_at")} = NULL,
+                {kind.col("last_heartbeat")} = NULL, updated_at = now()
             FROM lost WHERE t.id = lost.id
             RETURNING t.id{parent_columns(kind)}"""
         return len(self._run(kind, sql, args))
@@ -61,11 +71,11 @@ class Administration(Transitions):
             sql = f"""
                 WITH failed AS (
                     SELECT t.id FROM {kind.table} t
-                    WHERE t.{kind.status} = 'failed' AND ({kind.owns('t')}) {doc_filter}
+                    WHERE t.{kind.status} = 'failed' AND ({kind.owns("t")}) {doc_filter}
                     ORDER BY t.id FOR UPDATE
                 )
-                UPDATE {kind.table} t SET {kind.status} = 'pending', {kind.col('retry_count')} = 0,
-                       {kind.col('next_attempt_at')} = NULL, updated_at = now()
+                UPDATE {kind.table} t SET {kind.status} = 'pending', {kind.col("retry_count")} = 0,
+                       {kind.col("next_attempt_at")} = NULL, updated_at = now()
                 FROM failed WHERE t.id = failed.id
                 RETURNING t.id{parent_columns(kind)}"""
             counts[kind.name] = len(self._run(kind, sql, {"doc": str(document_id) if document_id else None}))
@@ -79,18 +89,19 @@ class Administration(Transitions):
             return 0
         # the kinds of the same row that wait on this one, directly or through each other, start again too
         later = self._dependents(kind)
-        cascade = "".join(f", {k.status} = 'pending', {k.col('retry_count')} = 0, {k.col('next_attempt_at')} = NULL"
-                          for k in later)
+        cascade = "".join(
+            f", {k.status} = 'pending', {k.col('retry_count')} = 0, {k.col('next_attempt_at')} = NULL" for k in later
+        )
         sql = f"""
             WITH target AS (
                 SELECT t.id FROM {kind.table} t
                 WHERE t.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'ids'))::uuid[])
-                  AND t.{kind.status} <> 'processing' AND ({kind.owns('t')})
+                  AND t.{kind.status} <> 'processing' AND ({kind.owns("t")})
                 ORDER BY t.id FOR UPDATE
             )
-            UPDATE {kind.table} t SET {kind.status} = 'pending', {kind.col('retry_count')} = 0,
-                   {kind.col('next_attempt_at')} = NULL, {kind.col('error')} = $1->>'reason',
-                   {kind.col('error_class')} = 'requeued'{cascade}, updated_at = now()
+            UPDATE {kind.table} t SET {kind.status} = 'pending', {kind.col("retry_count")} = 0,
+                   {kind.col("next_attempt_at")} = NULL, {kind.col("error")} = $1->>'reason',
+                   {kind.col("error_class")} = 'requeued'{cascade}, updated_at = now()
             WHERE t.id = ANY(ARRAY(SELECT id FROM target))
             RETURNING t.id{parent_columns(kind)}"""
         rows = self._run(kind, sql, {"ids": ids, "reason": clean_text(reason)})
@@ -106,8 +117,11 @@ class Administration(Transitions):
         later task is left alone: once it has chunked, its status is its chunks' roll-up, not a task's."""
         later: list[TaskKind] = []
         for other in self.phases.kinds:
-            if other.level is Level.CHUNK and other.depends_on is not None and (
-                    other.depends_on is kind or other.depends_on in later):
+            if (
+                other.level is Level.CHUNK
+                and other.depends_on is not None
+                and (other.depends_on is kind or other.depends_on in later)
+            ):
                 later.append(other)
         return later
 
@@ -123,15 +137,23 @@ class Administration(Transitions):
                     if level not in phase.rollup_levels:
                         continue
                     col, child_col = phase.rollup_column(level, "status"), child_column(phase, child, "status")
-                    rollup = (f"(SELECT docqueue_rollup(c.{child_col}) FROM {TABLE_OF_LEVEL[child]} c "
-                              f"WHERE c.{fk} = p.id)")
+                    rollup = (
+                        f"(SELECT docqueue_rollup(c.{child_col}) FROM {TABLE_OF_LEVEL[child]} c WHERE c.{fk} = p.id)"
+                    )
                     # a page with no chunks is complete; a document with no pages keeps its expansion's status
-                    expected = (f"COALESCE({rollup}, 'completed')" if level is Level.PAGE else rollup)
-                    present = ("" if level is Level.PAGE else
-                               f"AND EXISTS (SELECT 1 FROM {TABLE_OF_LEVEL[child]} c WHERE c.{fk} = p.id)")
-                    found[(level.value, phase)] = [str(r[0]) for r in conn.exec_driver_sql(
-                        f"""SELECT p.id FROM {table} p WHERE {expanded} {present}
-                            AND p.{col} IS DISTINCT FROM {expected} ORDER BY p.id""").all()]
+                    expected = f"COALESCE({rollup}, 'completed')" if level is Level.PAGE else rollup
+                    present = (
+                        ""
+                        if level is Level.PAGE
+                        else f"AND EXISTS (SELECT 1 FROM {TABLE_OF_LEVEL[child]} c WHERE c.{fk} = p.id)"
+                    )
+                    found[(level.value, phase)] = [
+                        str(r[0])
+                        for r in conn.exec_driver_sql(
+                            f"""SELECT p.id FROM {table} p WHERE {expanded} {present}
+                            AND p.{col} IS DISTINCT FROM {expected} ORDER BY p.id"""
+                        ).all()
+                    ]
         return found
 
     def disagreeing_parents(self) -> dict[str, int]:
@@ -149,7 +171,7 @@ class Administration(Transitions):
                 if found_level != level:
                     continue
                 for start in range(0, len(ids), batch_size):
-                    batch = ids[start:start + batch_size]
+                    batch = ids[start : start + batch_size]
                     if level == "page":
                         corrections += self._transaction(partial(self._bubble, phases=phase, page_ids=batch))
                     else:

@@ -4,6 +4,7 @@
 `--check` only reports whether it is current (exit code 1 when not). tests/unit/test_settings_reference.py runs
 the same comparison, so a variable added, removed or given a new default without the document fails a test.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,7 @@ def shown_default(info: FieldInfo) -> str:
 
 def group_table(group: type[SettingsGroup]) -> str:
     rows = [f"**{group.title}**", "", "| variable | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{info.alias}` | {shown_default(info)} | {info.description} |"
-             for info in group.model_fields.values()]
+    rows += [f"| `{info.alias}` | {shown_default(info)} | {info.description} |" for info in group.model_fields.values()]
     return "\n".join(rows)
 
 
@@ -52,13 +52,14 @@ def documented_block(text: str) -> str | None:
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         return None
-    return text[start:end + len(END)]
+    return text[start : end + len(END)]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if docs/configuration.md is not current; change nothing")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if docs/configuration.md is not current; change nothing"
+    )
     parser.add_argument("--file", type=Path, default=REFERENCE, help="the document holding the settings block")
     args = parser.parse_args(argv)
     text = args.file.read_text(encoding="utf-8")
@@ -69,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     if current == render():
         return 0
     if args.check:
-        print(f"{args.file}: the configuration tables differ from queue_db/config.py; "
-              "run `python -m queue_db.config_reference`", file=sys.stderr)
+        print(
+            f"{args.file}: the configuration tables differ from queue_db/config.py; "
+            "run `python -m queue_db.config_reference`",
+            file=sys.stderr,
+        )
         return 1
     args.file.write_text(text.replace(current, render()), encoding="utf-8")
     return 0

@@ -1,4 +1,5 @@
 """Where the queue's database is: DOCQUEUE_DATABASE_URL, or the embedded server (started when needed)."""
+
 from __future__ import annotations
 
 from .config import DatabaseConfig, resolve_home, secret_value
@@ -9,7 +10,7 @@ def normalize_url(url: str) -> str:
     """SQLAlchemy URL with an explicit driver: plain postgresql:// would pick whatever driver SQLAlchemy defaults to."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 

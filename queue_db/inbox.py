@@ -1,4 +1,5 @@
 """What the inbox sensor has already read: each file's path with the size and modification time it had then."""
+
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -13,8 +14,8 @@ def unchanged(engine: sa.Engine, observed: Mapping[str, tuple[int, int]]) -> set
     paths = list(observed)
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
-            "SELECT source_path, size_bytes, mtime_ns FROM inbox_files WHERE source_path = ANY(%(p)s)",
-            {"p": paths}).all()
+            "SELECT source_path, size_bytes, mtime_ns FROM inbox_files WHERE source_path = ANY(%(p)s)", {"p": paths}
+        ).all()
     return {r[0] for r in rows if observed.get(r[0]) == (int(r[1]), int(r[2]))}
 
 
@@ -29,5 +30,11 @@ def remember(engine: sa.Engine, seen: Sequence[tuple[str, int, int, str | None, 
                ON CONFLICT (source_path) DO UPDATE
                    SET size_bytes = EXCLUDED.size_bytes, mtime_ns = EXCLUDED.mtime_ns,
                        document_id = EXCLUDED.document_id, outcome = EXCLUDED.outcome, seen_at = now()""",
-            {"p": [s[0] for s in seen], "s": [s[1] for s in seen], "m": [s[2] for s in seen],
-             "d": [s[3] for s in seen], "o": [s[4] for s in seen]})
+            {
+                "p": [s[0] for s in seen],
+                "s": [s[1] for s in seen],
+                "m": [s[2] for s in seen],
+                "d": [s[3] for s in seen],
+                "o": [s[4] for s in seen],
+            },
+        )

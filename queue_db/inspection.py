@@ -6,6 +6,7 @@ kind's rule differently.
 Each reads the `processing` rows through the kinds' partial heartbeat indexes, or one document's rows through its
 foreign-key index: the cost follows the work in flight, not the size of the corpus.
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -19,49 +20,76 @@ def _union(parts: list[str]) -> str:
 
 def held_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
     """kind, count of tasks held by a worker."""
-    return _union([f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t WHERE {k.held_sql('t')}"
-                   for k in kinds])
+    return _union([f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t WHERE {k.held_sql('t')}" for k in kinds])
 
 
 def stuck_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
     """kind, count of held tasks whose heartbeat is older than %(stale_s)s seconds."""
-    return _union([
-        f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t WHERE {k.held_sql('t')} "
-        f"AND t.{k.col('last_heartbeat')} < now() - make_interval(secs => %(stale_s)s)" for k in kinds])
+    return _union(
+        [
+            f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t WHERE {k.held_sql('t')} "
+            f"AND t.{k.col('last_heartbeat')} < now() - make_interval(secs => %(stale_s)s)"
+            for k in kinds
+        ]
+    )
 
 
 def stale_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
     """kind, count (at most %(limit)s) of held tasks whose heartbeat is older than %(stale_s)s seconds: the oldest
     entries of each kind's partial heartbeat index, so the cost stays bounded whatever the corpus holds."""
-    return _union([
-        f"SELECT '{k.name}' AS kind, (SELECT count(*) FROM (SELECT 1 FROM {k.table} t WHERE {k.held_sql('t')} "
-        f"AND t.{k.col('last_heartbeat')} < now() - make_interval(secs => %(stale_s)s) "
-        f"LIMIT %(limit)s) s) AS n" for k in kinds])
+    return _union(
+        [
+            f"SELECT '{k.name}' AS kind, (SELECT count(*) FROM (SELECT 1 FROM {k.table} t WHERE {k.held_sql('t')} "
+            f"AND t.{k.col('last_heartbeat')} < now() - make_interval(secs => %(stale_s)s) "
+            f"LIMIT %(limit)s) s) AS n"
+            for k in kinds
+        ]
+    )
 
 
 def next_retry_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
     """kind, the earliest time a failed task of that kind backing off becomes claimable again."""
-    return _union([f"SELECT '{k.name}' AS kind, min(t.{k.col('next_attempt_at')}) AS at FROM {k.table} t "
-                   f"WHERE {k.backing_off_sql('t')}" for k in kinds])
+    return _union(
+        [
+            f"SELECT '{k.name}' AS kind, min(t.{k.col('next_attempt_at')}) AS at FROM {k.table} t "
+            f"WHERE {k.backing_off_sql('t')}"
+            for k in kinds
+        ]
+    )
 
 
 def holders_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
     """kind, worker id of every worker holding a task."""
-    return _union([f"SELECT DISTINCT '{k.name}' AS kind, t.{k.col('worker_id')} AS worker FROM {k.table} t "
-                   f"WHERE {k.held_sql('t')}" for k in kinds])
+    return _union(
+        [
+            f"SELECT DISTINCT '{k.name}' AS kind, t.{k.col('worker_id')} AS worker FROM {k.table} t "
+            f"WHERE {k.held_sql('t')}"
+            for k in kinds
+        ]
+    )
 
 
 def document_held_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
     """kind, count of tasks of document %(document_id)s held by a worker."""
-    return _union([f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t "
-                   f"WHERE t.{k.document_column} = %(document_id)s AND {k.held_sql('t')}" for k in kinds])
+    return _union(
+        [
+            f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t "
+            f"WHERE t.{k.document_column} = %(document_id)s AND {k.held_sql('t')}"
+            for k in kinds
+        ]
+    )
 
 
 def tenant_held_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS) -> str:
     """kind, count of tasks of tenant %(tenant)s's documents held by a worker (read through the heartbeat indexes)."""
-    return _union([f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t "
-                   f"JOIN documents d ON d.id = t.{k.document_column} "
-                   f"WHERE d.tenant_id = %(tenant)s AND {k.held_sql('t')}" for k in kinds])
+    return _union(
+        [
+            f"SELECT '{k.name}' AS kind, count(*) AS n FROM {k.table} t "
+            f"JOIN documents d ON d.id = t.{k.document_column} "
+            f"WHERE d.tenant_id = %(tenant)s AND {k.held_sql('t')}"
+            for k in kinds
+        ]
+    )
 
 
 def tenant_held_count(conn: sa.Connection, tenant: str, kinds: tuple[TaskKind, ...] = ALL_KINDS) -> int:
@@ -76,8 +104,9 @@ def stuck_counts(conn: sa.Connection, stale_s: float) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in conn.exec_driver_sql(stuck_sql(), {"stale_s": stale_s}).all()}
 
 
-def stale_counts(conn: sa.Connection, stale_s: float, kinds: tuple[TaskKind, ...] = ALL_KINDS,
-                 limit: int = 1000) -> dict[str, int]:
+def stale_counts(
+    conn: sa.Connection, stale_s: float, kinds: tuple[TaskKind, ...] = ALL_KINDS, limit: int = 1000
+) -> dict[str, int]:
     """Per kind, how many held tasks (counting at most `limit`) have a heartbeat older than `stale_s` seconds."""
     return {r[0]: int(r[1]) for r in conn.exec_driver_sql(stale_sql(kinds), {"stale_s": stale_s, "limit": limit})}
 
@@ -88,7 +117,8 @@ def waiting_work(engine: sa.Engine) -> dict[str, float | int | None]:
     with engine.connect() as conn:
         held = sum(held_counts(conn).values())
         soonest = conn.exec_driver_sql(
-            f"SELECT EXTRACT(EPOCH FROM min(at) - now())::float8 FROM ({next_retry_sql()}) r").scalar()
+            f"SELECT EXTRACT(EPOCH FROM min(at) - now())::float8 FROM ({next_retry_sql()}) r"
+        ).scalar()
     return {"processing": held, "next_retry_in_s": soonest}
 
 
@@ -97,7 +127,9 @@ def holding_workers(engine: sa.Engine) -> set[str]:
         return {r[1] for r in conn.exec_driver_sql(holders_sql()).all() if r[1]}
 
 
-def document_held_counts(conn: sa.Connection, document_id: str,
-                         kinds: tuple[TaskKind, ...] = ALL_KINDS) -> dict[str, int]:
-    return {r[0]: int(r[1]) for r in conn.exec_driver_sql(document_held_sql(kinds),
-                                                          {"document_id": str(document_id)}).all()}
+def document_held_counts(
+    conn: sa.Connection, document_id: str, kinds: tuple[TaskKind, ...] = ALL_KINDS
+) -> dict[str, int]:
+    return {
+        r[0]: int(r[1]) for r in conn.exec_driver_sql(document_held_sql(kinds), {"document_id": str(document_id)}).all()
+    }

@@ -4,6 +4,7 @@ document  <stem>-<hash8>            e.g. annual-report-1a2b3c4d (another tenant'
 page      <document>/p0003
 chunk     <document>/p0003/c012
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -4,6 +4,7 @@
 An empty database is built by the migrations too, never from queue_db/schema.sql (the readable dump of their
 result): one path builds every database, so the files every deployment runs are the ones every test database runs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -59,19 +60,25 @@ def _ensure_version_table(conn: sa.Connection) -> None:
 
 
 def _recorded(migration: Migration) -> str:
-    return (f"INSERT INTO {VERSION_TABLE} (version, name, checksum) "
-            f"VALUES ({migration.version}, '{migration.name}', '{migration.checksum}')")
+    return (
+        f"INSERT INTO {VERSION_TABLE} (version, name, checksum) "
+        f"VALUES ({migration.version}, '{migration.name}', '{migration.checksum}')"
+    )
 
 
 def upgrade_script(after_version: int = 0) -> str:
     """The SQL `upgrade()` would run on a database at `after_version`, as one psql script: each migration in its
     own transaction with its version recorded, for a DBA who applies it by hand. Reads no database."""
-    parts = [f"-- docqueue schema migrations after version {after_version} (docqueue db upgrade --sql)",
-             f"{_VERSION_TABLE_DDL};"]
+    parts = [
+        f"-- docqueue schema migrations after version {after_version} (docqueue db upgrade --sql)",
+        f"{_VERSION_TABLE_DDL};",
+    ]
     for migration in available_migrations():
         if migration.version > after_version:
-            parts.append(f"-- {migration.version:04d}_{migration.name}\nBEGIN;\n{migration.sql.rstrip()}\n"
-                         f"{_recorded(migration)};\nCOMMIT;")
+            parts.append(
+                f"-- {migration.version:04d}_{migration.name}\nBEGIN;\n{migration.sql.rstrip()}\n"
+                f"{_recorded(migration)};\nCOMMIT;"
+            )
     return "\n\n".join(parts) + "\n"
 
 

@@ -4,6 +4,7 @@ A task is completed, failed (by error class), blocked (pending behind a task tha
 failed is never chunked, a chunk whose embedding failed never reaches GraphRAG) or open (pending or processing,
 work still to come). A document's phase is blocked the same way. The rules are the kinds' own (queue_db.phases).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,19 +19,26 @@ def _tasks_sql(phases: PhaseRegistry = PHASES) -> str:
     document's expansion and a page's chunking are completed once their status is their children's roll-up."""
     parts = []
     for k in phases.kinds:
-        outcome = (f"CASE WHEN NOT ({k.owns('t')}) THEN 'completed' WHEN t.{k.status} = 'failed' THEN 'failed' "
-                   f"WHEN t.{k.status} = 'completed' THEN 'completed' WHEN {k.blocked_sql('t')} THEN 'blocked' "
-                   f"ELSE 'open' END")
-        error_class = (f"CASE WHEN ({k.owns('t')}) AND t.{k.status} = 'failed' "
-                       f"THEN COALESCE(t.{k.col('error_class')}, 'unclassified') END")
-        parts.append(f"SELECT '{k.name}' AS kind, {outcome} AS outcome, {error_class} AS error_class, count(*) AS n "
-                     f"FROM {k.table} t GROUP BY 2, 3")
+        outcome = (
+            f"CASE WHEN NOT ({k.owns('t')}) THEN 'completed' WHEN t.{k.status} = 'failed' THEN 'failed' "
+            f"WHEN t.{k.status} = 'completed' THEN 'completed' WHEN {k.blocked_sql('t')} THEN 'blocked' "
+            f"ELSE 'open' END"
+        )
+        error_class = (
+            f"CASE WHEN ({k.owns('t')}) AND t.{k.status} = 'failed' "
+            f"THEN COALESCE(t.{k.col('error_class')}, 'unclassified') END"
+        )
+        parts.append(
+            f"SELECT '{k.name}' AS kind, {outcome} AS outcome, {error_class} AS error_class, count(*) AS n "
+            f"FROM {k.table} t GROUP BY 2, 3"
+        )
     return "\nUNION ALL ".join(parts)
 
 
 def _blocked_documents_sql(phases: PhaseRegistry = PHASES) -> str:
-    return "SELECT count(*) FROM documents d WHERE " + " OR ".join(phases.blocked_phase_sql(phase, "d")
-                                                                   for phase in phases)
+    return "SELECT count(*) FROM documents d WHERE " + " OR ".join(
+        phases.blocked_phase_sql(phase, "d") for phase in phases
+    )
 
 
 @dataclass
@@ -52,15 +60,24 @@ class Outcomes:
         return not self.failed_total and not self.blocked and not self.blocked_documents
 
     def as_dict(self) -> dict:
-        return {"completed": self.completed, "failed": self.failed_total, "failed_by_error_class": self.failed,
-                "blocked": self.blocked, "blocked_documents": self.blocked_documents, "open": self.open,
-                "by_kind": self.by_kind}
+        return {
+            "completed": self.completed,
+            "failed": self.failed_total,
+            "failed_by_error_class": self.failed,
+            "blocked": self.blocked,
+            "blocked_documents": self.blocked_documents,
+            "open": self.open,
+            "by_kind": self.by_kind,
+        }
 
     def sentence(self) -> str:
         classes = ", ".join(f"{name}: {n}" for name, n in sorted(self.failed.items()))
-        return (f"{self.completed} task(s) completed, {self.failed_total} failed" + (f" ({classes})" if classes else "")
-                + f", {self.blocked} blocked behind failed ones ({self.blocked_documents} document(s) with a phase "
-                  f"blocked), {self.open} open")
+        return (
+            f"{self.completed} task(s) completed, {self.failed_total} failed"
+            + (f" ({classes})" if classes else "")
+            + f", {self.blocked} blocked behind failed ones ({self.blocked_documents} document(s) with a phase "
+            f"blocked), {self.open} open"
+        )
 
 
 def task_outcomes(engine: sa.Engine, phases: PhaseRegistry = PHASES) -> Outcomes:

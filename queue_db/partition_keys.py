@@ -5,6 +5,7 @@
 - `ready_candidates()` lists claimable tasks with their block/position, in claim order, for run planning;
 - `rows_for_keys()` maps partition keys of a run back to task rows.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,10 +21,14 @@ TABLE = TABLE_OF_LEVEL
 # columns giving (document_key, page_number, chunk_index) for rows of a level, aliased t
 _KEY_SELECT = {
     Level.DOCUMENT: ("t.document_key AS document_key, NULL::int AS page_number, NULL::int AS chunk_index", ""),
-    Level.PAGE: ("d.document_key AS document_key, t.page_number AS page_number, NULL::int AS chunk_index",
-                 "JOIN documents d ON d.id = t.document_id"),
-    Level.CHUNK: ("d.document_key AS document_key, p.page_number AS page_number, t.chunk_index AS chunk_index",
-                  "JOIN documents d ON d.id = t.document_id JOIN task_queue_page p ON p.id = t.page_id"),
+    Level.PAGE: (
+        "d.document_key AS document_key, t.page_number AS page_number, NULL::int AS chunk_index",
+        "JOIN documents d ON d.id = t.document_id",
+    ),
+    Level.CHUNK: (
+        "d.document_key AS document_key, p.page_number AS page_number, t.chunk_index AS chunk_index",
+        "JOIN documents d ON d.id = t.document_id JOIN task_queue_page p ON p.id = t.page_id",
+    ),
 }
 # what ready_candidates picks of a task row before joining it: its key's own parts and the parents' ids
 _PICKED = {
@@ -49,6 +54,7 @@ def key_of(level: Level, row: Mapping[Any, Any]) -> str:
 class Candidate(NamedTuple):
     """A ready task (or a document due a roll-up) where its partition sits. A tuple, and its key formatted only when
     asked for, because a tick reads thousands and planning needs the keys at the ends of its ranges only."""
+
     id: str
     block: int
     pos: int
@@ -60,14 +66,17 @@ class Candidate(NamedTuple):
 
     @property
     def key(self) -> str:
-        return key_of(self.level, {"document_key": self.document_key, "page_number": self.page_number,
-                                   "chunk_index": self.chunk_index})
+        return key_of(
+            self.level,
+            {"document_key": self.document_key, "page_number": self.page_number, "chunk_index": self.chunk_index},
+        )
 
 
 @dataclass(frozen=True)
 class BlockShare:
     """The registration blocks one of `of` cooperating runners plans (`docqueue run --workers`): block % of ==
     index. Filtered in the query, so a runner's candidates are its own however the work is spread."""
+
     of: int
     index: int
 
@@ -79,10 +88,15 @@ def unregistered(engine: sa.Engine, level: Level, limit: int = 10_000) -> list[d
     """Rows without a registered partition, in the order their keys must be added (one block)."""
     select, joins = _KEY_SELECT[level]
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            f"""SELECT t.id::text AS id, {select} FROM {TABLE[level]} t {joins}
+        rows = (
+            conn.exec_driver_sql(
+                f"""SELECT t.id::text AS id, {select} FROM {TABLE[level]} t {joins}
                 WHERE t.partition_block IS NULL ORDER BY {_BLOCK_ORDER[level]} LIMIT %(n)s""",
-            {"n": limit}).mappings().all()
+                {"n": limit},
+            )
+            .mappings()
+            .all()
+        )
     return [{**dict(r), "key": key_of(level, r)} for r in rows]
 
 
@@ -96,12 +110,14 @@ def record_block(engine: sa.Engine, level: Level, ids_in_order: Sequence[str]) -
             f"""UPDATE {TABLE[level]} t SET partition_block = %(block)s, partition_pos = v.pos - 1
                 FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS v(id, pos)
                 WHERE t.id = v.id AND t.partition_block IS NULL""",
-            {"block": block, "ids": list(ids_in_order)})
+            {"block": block, "ids": list(ids_in_order)},
+        )
     return int(block)
 
 
-def ready_candidates_sql(kind: TaskKind, documents: bool = False,
-                         share: BlockShare | None = None) -> tuple[tuple[str, ...], str]:
+def ready_candidates_sql(
+    kind: TaskKind, documents: bool = False, share: BlockShare | None = None
+) -> tuple[tuple[str, ...], str]:
     """The planner settings and the statement of `ready_candidates` (parameters: n, documents)."""
     select, joins = _KEY_SELECT[kind.level]
     only = f"AND t.{kind.document_column} = ANY(%(documents)s::uuid[])" if documents else ""
@@ -112,22 +128,30 @@ def ready_candidates_sql(kind: TaskKind, documents: bool = False,
     # to some documents is small: there the planner's choice stands.
     settings = () if documents else ("SET LOCAL enable_sort = off",)
     # Only the columns the key and the order need are picked, and only the picked rows are joined to their parents.
-    return settings, f"""WITH picked AS MATERIALIZED (
+    return (
+        settings,
+        f"""WITH picked AS MATERIALIZED (
                     SELECT t.id, t.partition_block, t.partition_pos, t.priority, t.{kind.status},
-                           t.{kind.col('retry_count')}, t.created_at, {_PICKED[kind.level]}
+                           t.{kind.col("retry_count")}, t.created_at, {_PICKED[kind.level]}
                     FROM {kind.table} t
-                    WHERE {kind.claimable_sql('t')} AND t.partition_block IS NOT NULL {only}
-                          {share.sql('t') if share else ''}
-                    ORDER BY {kind.claim_order_sql('t')}
+                    WHERE {kind.claimable_sql("t")} AND t.partition_block IS NOT NULL {only}
+                          {share.sql("t") if share else ""}
+                    ORDER BY {kind.claim_order_sql("t")}
                     LIMIT %(n)s)
                 SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos,
-                       COALESCE(t.{kind.col('retry_count')}, 0) AS retries, {select}
+                       COALESCE(t.{kind.col("retry_count")}, 0) AS retries, {select}
                 FROM picked t {joins}
-                ORDER BY {kind.claim_order_sql('t')}"""
+                ORDER BY {kind.claim_order_sql("t")}""",
+    )
 
 
-def ready_candidates(engine: sa.Engine, kind: TaskKind, limit: int, documents: Sequence[str] | None = None,
-                     share: BlockShare | None = None) -> list[Candidate]:
+def ready_candidates(
+    engine: sa.Engine,
+    kind: TaskKind,
+    limit: int,
+    documents: Sequence[str] | None = None,
+    share: BlockShare | None = None,
+) -> list[Candidate]:
     """At most `limit` claimable tasks of `kind` with registered partitions, in claim order (priority, failed
     first, oldest); `documents`: of these documents only; `share`: in these registration blocks only."""
     settings, statement = ready_candidates_sql(kind, documents is not None, share)
@@ -154,46 +178,73 @@ def rows_for_keys(engine: sa.Engine, kind: TaskKind, keys: Sequence[str]) -> dic
         match = "d.document_key = v.doc AND p.page_number = v.page AND t.chunk_index = v.chunk"
         joins = "JOIN documents d ON d.id = t.document_id JOIN task_queue_page p ON p.id = t.page_id"
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            f"""SELECT v.key, t.id::text AS id, t.{kind.status}::text AS status,
-                       t.{kind.col('worker_id')} AS worker_id, COALESCE(t.{kind.col('retry_count')}, 0) AS retries,
-                       t.max_retries, t.{kind.col('error')} AS error, t.{kind.col('error_class')} AS error_class
+        rows = (
+            conn.exec_driver_sql(
+                f"""SELECT v.key, t.id::text AS id, t.{kind.status}::text AS status,
+                       t.{kind.col("worker_id")} AS worker_id, COALESCE(t.{kind.col("retry_count")}, 0) AS retries,
+                       t.max_retries, t.{kind.col("error")} AS error, t.{kind.col("error_class")} AS error_class
                 FROM unnest(%(keys)s::text[], %(docs)s::text[], %(pages)s::int[], %(chunks)s::int[])
                      AS v(key, doc, page, chunk)
                 JOIN {kind.table} t ON TRUE {joins}
                 WHERE {match}""",
-            {"keys": list(keys), "docs": [p.document_key for p in parsed],
-             "pages": [p.page_number for p in parsed], "chunks": [p.chunk_index for p in parsed]}).mappings().all()
+                {
+                    "keys": list(keys),
+                    "docs": [p.document_key for p in parsed],
+                    "pages": [p.page_number for p in parsed],
+                    "chunks": [p.chunk_index for p in parsed],
+                },
+            )
+            .mappings()
+            .all()
+        )
     return {r["key"]: dict(r) for r in rows}
 
 
 def rollup_columns(phase: str | PhaseSpec, phases: PhaseRegistry = PHASES) -> tuple[str, str, str]:
     """A phase's document status, completion time and roll-up time columns."""
     spec = phases.phase(phase)
-    return (spec.rollup_column(Level.DOCUMENT, "status"), spec.rollup_column(Level.DOCUMENT, "completed_at"),
-            spec.rollup_column(Level.DOCUMENT, "rollup_at"))
+    return (
+        spec.rollup_column(Level.DOCUMENT, "status"),
+        spec.rollup_column(Level.DOCUMENT, "completed_at"),
+        spec.rollup_column(Level.DOCUMENT, "rollup_at"),
+    )
 
 
-def rollup_candidates(engine: sa.Engine, phase: str | PhaseSpec, limit: int, documents: Sequence[str] | None = None,
-                      share: BlockShare | None = None, phases: PhaseRegistry = PHASES) -> list[Candidate]:
+def rollup_candidates(
+    engine: sa.Engine,
+    phase: str | PhaseSpec,
+    limit: int,
+    documents: Sequence[str] | None = None,
+    share: BlockShare | None = None,
+    phases: PhaseRegistry = PHASES,
+) -> list[Candidate]:
     """Documents whose phase reached a final status (completed/failed) since their roll-up was last written;
     `documents`: among these only; `share`: in these registration blocks only."""
     status, completed_at, rollup_at = rollup_columns(phase, phases)
     only = ("" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])") + (share.sql("t") if share else "")
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            f"""SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos, t.document_key
+        rows = (
+            conn.exec_driver_sql(
+                f"""SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos, t.document_key
                 FROM documents t
                 WHERE t.partition_block IS NOT NULL AND t.{status} IN ('completed', 'failed')
                   AND (t.{rollup_at} IS NULL OR t.{rollup_at} < COALESCE(t.{completed_at}, t.updated_at)) {only}
                 ORDER BY t.priority DESC, t.updated_at
-                LIMIT %(n)s""", {"n": limit, "documents": list(documents or ())}).mappings().all()
-    return [Candidate(r["id"], int(r["block"]), int(r["pos"]), 0, r["document_key"], None, None, Level.DOCUMENT)
-            for r in rows]
+                LIMIT %(n)s""",
+                {"n": limit, "documents": list(documents or ())},
+            )
+            .mappings()
+            .all()
+        )
+    return [
+        Candidate(r["id"], int(r["block"]), int(r["pos"]), 0, r["document_key"], None, None, Level.DOCUMENT)
+        for r in rows
+    ]
 
 
-def document_rollup(engine: sa.Engine, phase: str | PhaseSpec, document_keys: Sequence[str],
-                    phases: PhaseRegistry = PHASES) -> dict[str, dict]:
+def document_rollup(
+    engine: sa.Engine, phase: str | PhaseSpec, document_keys: Sequence[str], phases: PhaseRegistry = PHASES
+) -> dict[str, dict]:
     """Per document: its phase status and the figures a roll-up materialization shows (a phase without figures
     of its own: its units of work, completed and failed)."""
     if not document_keys:
@@ -202,8 +253,10 @@ def document_rollup(engine: sa.Engine, phase: str | PhaseSpec, document_keys: Se
     status, _, _ = rollup_columns(spec, phases)
     leaf = spec.leaf
     unit = "p" if leaf.level is Level.PAGE else "c"
-    generic = (f"count({unit}.id) AS units, count({unit}.id) FILTER (WHERE {unit}.{leaf.status} = 'completed') "
-               f"AS units_completed, count({unit}.id) FILTER (WHERE {unit}.{leaf.status} = 'failed') AS units_failed")
+    generic = (
+        f"count({unit}.id) AS units, count({unit}.id) FILTER (WHERE {unit}.{leaf.status} = 'completed') "
+        f"AS units_completed, count({unit}.id) FILTER (WHERE {unit}.{leaf.status} = 'failed') AS units_failed"
+    )
     figures = {
         "ocr": """count(p.id) AS pages, count(p.id) FILTER (WHERE p.ocr_status = 'completed') AS pages_completed,
                   count(p.id) FILTER (WHERE p.ocr_status = 'failed') AS pages_failed,
@@ -225,25 +278,36 @@ def document_rollup(engine: sa.Engine, phase: str | PhaseSpec, document_keys: Se
                        COALESCE(sum(c.relationships_extracted), 0) AS relationships,
                        round(COALESCE(sum(c.graphrag_seconds), 0)::numeric, 2)::float AS seconds""",
     }.get(spec.name, generic)
-    source = ("LEFT JOIN task_queue_page p ON p.document_id = d.id" if leaf.level is Level.PAGE
-              else "LEFT JOIN task_queue_chunk c ON c.document_id = d.id")
+    source = (
+        "LEFT JOIN task_queue_page p ON p.document_id = d.id"
+        if leaf.level is Level.PAGE
+        else "LEFT JOIN task_queue_chunk c ON c.document_id = d.id"
+    )
     error_col = spec.rollup_column(Level.DOCUMENT, "error")
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            f"""SELECT d.document_key, d.id::text AS id, d.filename,
+        rows = (
+            conn.exec_driver_sql(
+                f"""SELECT d.document_key, d.id::text AS id, d.filename,
                        CASE WHEN {phases.blocked_phase_sql(spec, "d")} THEN 'blocked' ELSE d.{status}::text END
                            AS status, d.{error_col} AS error,
                        {figures}
                 FROM documents d {source}
                 WHERE d.document_key = ANY(%(keys)s)
-                GROUP BY d.id""", {"keys": list(document_keys)}).mappings().all()
+                GROUP BY d.id""",
+                {"keys": list(document_keys)},
+            )
+            .mappings()
+            .all()
+        )
     return {r["document_key"]: dict(r) for r in rows}
 
 
-def mark_rolled_up(engine: sa.Engine, phase: str | PhaseSpec, document_ids: Sequence[str],
-                   phases: PhaseRegistry = PHASES) -> None:
+def mark_rolled_up(
+    engine: sa.Engine, phase: str | PhaseSpec, document_ids: Sequence[str], phases: PhaseRegistry = PHASES
+) -> None:
     _, _, rollup_at = rollup_columns(phase, phases)
     if document_ids:
         with engine.begin() as conn:
-            conn.exec_driver_sql(f"UPDATE documents SET {rollup_at} = now() WHERE id = ANY(%(ids)s::uuid[])",
-                                 {"ids": list(document_ids)})
+            conn.exec_driver_sql(
+                f"UPDATE documents SET {rollup_at} = now() WHERE id = ANY(%(ids)s::uuid[])", {"ids": list(document_ids)}
+            )

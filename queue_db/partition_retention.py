@@ -8,6 +8,7 @@ The queue rows keep their whole history. A retired task put back to work gets it
 trg_*_unretire trigger clears its block when any phase of its row leaves `completed`, and the sensors register
 its key anew.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -29,11 +30,13 @@ def live_completed_sql(level: Level, phases: PhaseRegistry = PHASES) -> str:
     done = " AND ".join(f"t.{status} = 'completed'" for status, _ in phases.level_columns(level))
     return f"{done} AND t.partition_block IS NOT NULL AND t.partition_retired_at IS NULL"
 
+
 RETIRABLE_LEVELS = (Level.PAGE, Level.CHUNK)
 
 
-def retire_before(conn: sa.Connection, level: Level, retention_s: float, max_completed: int,
-                  phases: PhaseRegistry = PHASES) -> datetime:
+def retire_before(
+    conn: sa.Connection, level: Level, retention_s: float, max_completed: int, phases: PhaseRegistry = PHASES
+) -> datetime:
     """The completion time before which a live completed partition of `level` is retired: the retention's
     cut-off, or later when more than `max_completed` completed partitions are live (reads at most
     max_completed + 1 index entries)."""
@@ -41,15 +44,24 @@ def retire_before(conn: sa.Connection, level: Level, retention_s: float, max_com
     done_at = done_at_sql(level, phases)
     beyond_max = conn.exec_driver_sql(
         f"""SELECT {done_at} FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}
-            ORDER BY {done_at} DESC OFFSET %(n)s LIMIT 1""", {"n": max_completed}).scalar()
+            ORDER BY {done_at} DESC OFFSET %(n)s LIMIT 1""",
+        {"n": max_completed},
+    ).scalar()
     if beyond_max is not None:
         # the (max_completed + 1)-th newest goes, with everything older
         cutoff = max(cutoff, beyond_max + timedelta(microseconds=1))
     return cutoff
 
 
-def retire_batch(engine: sa.Engine, level: Level, retention_s: float, max_completed: int, batch: int,
-                 delete_keys: Callable[[Sequence[str]], None], phases: PhaseRegistry = PHASES) -> int:
+def retire_batch(
+    engine: sa.Engine,
+    level: Level,
+    retention_s: float,
+    max_completed: int,
+    batch: int,
+    delete_keys: Callable[[Sequence[str]], None],
+    phases: PhaseRegistry = PHASES,
+) -> int:
     """Retire up to `batch` partitions of `level`, oldest first: mark the rows, call `delete_keys` with their
     partition keys, and commit the marks only once the keys are gone. The marked rows stay locked until then,
     so a task put back to work meanwhile waits, and then finds its row retired and has its partition registered
@@ -58,8 +70,9 @@ def retire_batch(engine: sa.Engine, level: Level, retention_s: float, max_comple
     done_at = done_at_sql(level, phases)
     with engine.begin() as conn:
         before = retire_before(conn, level, retention_s, max_completed, phases)
-        rows = conn.exec_driver_sql(
-            f"""WITH due AS (
+        rows = (
+            conn.exec_driver_sql(
+                f"""WITH due AS (
                     SELECT t.id FROM {TABLE[level]} t
                     WHERE {live_completed_sql(level, phases)} AND {done_at} < %(before)s
                     ORDER BY {done_at} LIMIT %(n)s
@@ -69,26 +82,36 @@ def retire_batch(engine: sa.Engine, level: Level, retention_s: float, max_comple
                     FROM due WHERE t.id = due.id
                     RETURNING t.*)
                 SELECT {select} FROM marked t {joins}""",
-            {"before": before, "n": batch}).mappings().all()
+                {"before": before, "n": batch},
+            )
+            .mappings()
+            .all()
+        )
         if rows:
             delete_keys([key_of(level, row) for row in rows])
     return len(rows)
 
 
-def retirement_due(engine: sa.Engine, level: Level, retention_s: float, max_completed: int,
-                   phases: PhaseRegistry = PHASES) -> bool:
+def retirement_due(
+    engine: sa.Engine, level: Level, retention_s: float, max_completed: int, phases: PhaseRegistry = PHASES
+) -> bool:
     """Whether `retire_batch` would retire anything of `level` now: as cheap as its own cut-off (at most
     max_completed + 1 index entries), then the oldest live completed partition."""
     done_at = done_at_sql(level, phases)
     with engine.connect() as conn:
         before = retire_before(conn, level, retention_s, max_completed, phases)
-        return bool(conn.exec_driver_sql(
-            f"""SELECT EXISTS (SELECT 1 FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}
-                               AND {done_at} < %(before)s)""", {"before": before}).scalar())
+        return bool(
+            conn.exec_driver_sql(
+                f"""SELECT EXISTS (SELECT 1 FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}
+                               AND {done_at} < %(before)s)""",
+                {"before": before},
+            ).scalar()
+        )
 
 
 def live_completed(engine: sa.Engine, level: Level, phases: PhaseRegistry = PHASES) -> int:
     """How many completed partitions of `level` are live (tests and benchmarks; linear in that number)."""
     with engine.connect() as conn:
         return conn.exec_driver_sql(
-            f"SELECT count(*) FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}").scalar_one()
+            f"SELECT count(*) FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}"
+        ).scalar_one()

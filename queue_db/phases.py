@@ -16,6 +16,7 @@ release, stuck, waiting, held, statistics, retry, requeue, delete) is built from
 registry's kinds, so a kind added to a phase reaches all of them. The claim indexes carry exactly the claim
 predicates (`index_gate_sql`) so every claim reads an index in order.
 """
+
 from __future__ import annotations
 
 import random
@@ -61,8 +62,9 @@ class RetryPolicy:
         return f"now() + make_interval(secs => {self.delay_sql(retries_sql)})"
 
     @classmethod
-    def from_settings(cls, max_retries: int, backoff_base_s: float, backoff_max_s: float,
-                      jitter: float = 0.0) -> "RetryPolicy":
+    def from_settings(
+        cls, max_retries: int, backoff_base_s: float, backoff_max_s: float, jitter: float = 0.0
+    ) -> "RetryPolicy":
         return cls(base_s=backoff_base_s, cap_s=backoff_max_s, attempts=max_retries, jitter=jitter)
 
 
@@ -130,22 +132,28 @@ class TaskKind:
     def backing_off_sql(self, alias: str = "t") -> str:
         """Failed rows that will be claimable once their back-off ends (not those failed for good)."""
         attempt = f"{alias}.{self.col('next_attempt_at')}"
-        return (f"{alias}.{self.status} = 'failed' AND ({self.owns(alias)}) "
-                f"AND {alias}.{self.col('retry_count')} < {self.max_retries_sql(alias)} "
-                f"AND {attempt} > now() AND {attempt} < '{NEVER}'::timestamptz")
+        return (
+            f"{alias}.{self.status} = 'failed' AND ({self.owns(alias)}) "
+            f"AND {alias}.{self.col('retry_count')} < {self.max_retries_sql(alias)} "
+            f"AND {attempt} > now() AND {attempt} < '{NEVER}'::timestamptz"
+        )
 
     def failed_for_good_sql(self, alias: str = "t") -> str:
         """Failed rows no automatic retry will take again: out of retries, or failed as not retryable."""
-        return (f"{alias}.{self.status} = 'failed' AND ({self.owns(alias)}) "
-                f"AND ({alias}.{self.col('retry_count')} >= {self.max_retries_sql(alias)} "
-                f"OR {alias}.{self.col('next_attempt_at')} >= '{NEVER}'::timestamptz)")
+        return (
+            f"{alias}.{self.status} = 'failed' AND ({self.owns(alias)}) "
+            f"AND ({alias}.{self.col('retry_count')} >= {self.max_retries_sql(alias)} "
+            f"OR {alias}.{self.col('next_attempt_at')} >= '{NEVER}'::timestamptz)"
+        )
 
     def blocked_sql(self, alias: str = "t") -> str:
         """Pending rows that can never become ready: the task they wait for failed for good."""
         if self.depends_on is None:
             return "FALSE"
-        return (f"{alias}.{self.status} = 'pending' AND ({self.owns(alias)}) "
-                f"AND ({self.depends_on.failed_for_good_sql(alias)})")
+        return (
+            f"{alias}.{self.status} = 'pending' AND ({self.owns(alias)}) "
+            f"AND ({self.depends_on.failed_for_good_sql(alias)})"
+        )
 
     def work_left_sql(self, alias: str = "t") -> str:
         """Rows of this kind that still run without a person acting: ready now, held, or retried after back-off."""
@@ -172,8 +180,9 @@ class TaskKind:
 
     @property
     def parent_levels(self) -> tuple[Level, ...]:
-        return {Level.DOCUMENT: (), Level.PAGE: (Level.DOCUMENT,),
-                Level.CHUNK: (Level.PAGE, Level.DOCUMENT)}[self.level]
+        return {Level.DOCUMENT: (), Level.PAGE: (Level.DOCUMENT,), Level.CHUNK: (Level.PAGE, Level.DOCUMENT)}[
+            self.level
+        ]
 
 
 def _aliased(predicate: str, alias: str) -> str:
@@ -186,47 +195,101 @@ NEVER = "9999-12-31T00:00:00Z"
 
 # returned columns that do not live on the task row
 _RETURNED_ELSEWHERE = {
-    "content": "(SELECT x.content FROM task_queue_chunk_text x WHERE x.chunk_task_id = {a}.id) AS content",
+    "content": "(SELECT x.content FROM task_queue_chunk_text x WHERE x.chunk_task_id = {a}.id) AS content"
 }
 
 OCR_DOCUMENT = TaskKind(
-    name="ocr_document", level=Level.DOCUMENT, table="documents", prefix="ocr",
-    ready_sql="t.pages_created_at IS NULL", owns_sql="t.pages_created_at IS NULL", label="documents",
-    returning=("id", "document_key", "filename", "storage_key", "source_path", "password_ref", "mime_type",
-               "retry_count", "max_retries"),
-    column_overrides={"worker_id": "current_worker_id", "retry_count": "retry_count",
-                      "last_heartbeat": "last_heartbeat", "next_attempt_at": "next_attempt_at",
-                      "completed_at": "pages_created_at"},
+    name="ocr_document",
+    level=Level.DOCUMENT,
+    table="documents",
+    prefix="ocr",
+    ready_sql="t.pages_created_at IS NULL",
+    owns_sql="t.pages_created_at IS NULL",
+    label="documents",
+    returning=(
+        "id",
+        "document_key",
+        "filename",
+        "storage_key",
+        "source_path",
+        "password_ref",
+        "mime_type",
+        "retry_count",
+        "max_retries",
+    ),
+    column_overrides={
+        "worker_id": "current_worker_id",
+        "retry_count": "retry_count",
+        "last_heartbeat": "last_heartbeat",
+        "next_attempt_at": "next_attempt_at",
+        "completed_at": "pages_created_at",
+    },
 )
 OCR_PAGE = TaskKind(
-    name="ocr_page", level=Level.PAGE, table="task_queue_page", prefix="ocr",
-    ready_sql="TRUE", label="ocr_pages",
+    name="ocr_page",
+    level=Level.PAGE,
+    table="task_queue_page",
+    prefix="ocr",
+    ready_sql="TRUE",
+    label="ocr_pages",
     returning=("id", "document_id", "page_number", "ocr_retry_count", "max_retries"),
     result_columns={"page_file_path": "text", "ocr_method": "text", "ocr_chars": "int", "ocr_seconds": "real"},
 )
 VECTOR_PAGE = TaskKind(
-    name="vector_page", level=Level.PAGE, table="task_queue_page", prefix="vector",
-    ready_sql="t.chunked_at IS NULL AND t.ocr_status = 'completed'", owns_sql="t.chunked_at IS NULL",
-    label="chunking_pages", ready_since_sql="t.ocr_completed_at", column_overrides={"completed_at": "chunked_at"},
+    name="vector_page",
+    level=Level.PAGE,
+    table="task_queue_page",
+    prefix="vector",
+    ready_sql="t.chunked_at IS NULL AND t.ocr_status = 'completed'",
+    owns_sql="t.chunked_at IS NULL",
+    label="chunking_pages",
+    ready_since_sql="t.ocr_completed_at",
+    column_overrides={"completed_at": "chunked_at"},
     returning=("id", "document_id", "page_number", "page_file_path", "vector_retry_count", "max_retries"),
 )
 VECTOR_CHUNK = TaskKind(
-    name="vector_chunk", level=Level.CHUNK, table="task_queue_chunk", prefix="vector",
+    name="vector_chunk",
+    level=Level.CHUNK,
+    table="task_queue_chunk",
+    prefix="vector",
     # seed: "only where parent page OCR is completed". OFFSET 0 keeps the gate a probe of the page's primary key
     # per chunk row: without it the planner may hash every OCR-completed page once (a whole-table scan of the page
     # table) wherever the gate sits inside an OR, as in work_left_sql (tests/integration/test_tick_plans.py)
     ready_sql="EXISTS (SELECT 1 FROM task_queue_page gate WHERE gate.id = t.page_id AND gate.ocr_status = 'completed' "
-              "OFFSET 0)",
+    "OFFSET 0)",
     label="vector_chunks",
-    returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
-               "vector_retry_count", "max_retries"),
+    returning=(
+        "id",
+        "page_id",
+        "document_id",
+        "chunk_id",
+        "chunk_index",
+        "chunk_content_hash",
+        "content",
+        "vector_retry_count",
+        "max_retries",
+    ),
     result_columns={"vector_seconds": "real", "vector_reused_from": "text"},
 )
 GRAPHRAG_CHUNK = TaskKind(
-    name="graphrag_chunk", level=Level.CHUNK, table="task_queue_chunk", prefix="graphrag",
-    ready_sql="t.vector_status = 'completed'", label="graphrag_chunks", ready_since_sql="t.vector_completed_at",
-    returning=("id", "page_id", "document_id", "chunk_id", "chunk_index", "chunk_content_hash", "content",
-               "graphrag_retry_count", "max_retries"),
+    name="graphrag_chunk",
+    level=Level.CHUNK,
+    table="task_queue_chunk",
+    prefix="graphrag",
+    ready_sql="t.vector_status = 'completed'",
+    label="graphrag_chunks",
+    ready_since_sql="t.vector_completed_at",
+    returning=(
+        "id",
+        "page_id",
+        "document_id",
+        "chunk_id",
+        "chunk_index",
+        "chunk_content_hash",
+        "content",
+        "graphrag_retry_count",
+        "max_retries",
+    ),
     result_columns={"entities_extracted": "int", "relationships_extracted": "int", "graphrag_seconds": "real"},
 )
 
@@ -387,7 +450,9 @@ class PhaseRegistry:
         upto = self.index(phase)
         work = " OR ".join(
             f"EXISTS (SELECT 1 FROM {k.table} w WHERE w.{k.document_column} = {alias}.id AND {k.work_left_sql('w')})"
-            for k in self.kinds if self.index(k.phase) <= upto)
+            for k in self.kinds
+            if self.index(k.phase) <= upto
+        )
         return f"({alias}.{phase.document_status_column} = 'pending' AND NOT ({work}))"
 
 
@@ -399,12 +464,25 @@ def short_table(table: str) -> str:
     return _SHORT_TABLE.get(table, table)
 
 
-OCR = PhaseSpec("ocr", (OCR_DOCUMENT, OCR_PAGE), document_status_column="ocr_status", pool="ocr",
-                celery_queue="ocr", handler="ocr")
-VECTOR = PhaseSpec("vector", (VECTOR_PAGE, VECTOR_CHUNK), document_status_column="vector_index_status",
-                   pool="vector", celery_queue="vector", handler="vector")
-GRAPHRAG = PhaseSpec("graphrag", (GRAPHRAG_CHUNK,), document_status_column="graphrag_index_status",
-                     pool="graphrag", celery_queue="graphrag", handler="graphrag")
+OCR = PhaseSpec(
+    "ocr", (OCR_DOCUMENT, OCR_PAGE), document_status_column="ocr_status", pool="ocr", celery_queue="ocr", handler="ocr"
+)
+VECTOR = PhaseSpec(
+    "vector",
+    (VECTOR_PAGE, VECTOR_CHUNK),
+    document_status_column="vector_index_status",
+    pool="vector",
+    celery_queue="vector",
+    handler="vector",
+)
+GRAPHRAG = PhaseSpec(
+    "graphrag",
+    (GRAPHRAG_CHUNK,),
+    document_status_column="graphrag_index_status",
+    pool="graphrag",
+    celery_queue="graphrag",
+    handler="graphrag",
+)
 
 PHASES = PhaseRegistry((OCR, VECTOR, GRAPHRAG))
 

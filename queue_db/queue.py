@@ -12,6 +12,7 @@ Concurrency design, in one place:
   a parent always leaves it equal to the rule applied to its children (no lost bubble-up under concurrency);
 - completions and failures are fenced: they apply only to rows still `processing` by the same worker id.
 """
+
 from __future__ import annotations
 
 from .administration import Administration, Correction
@@ -23,8 +24,17 @@ from .transactions import create_queue_engine
 from .transitions import Settlement, Transition, make_worker_id
 
 __all__ = [
-    "MAX_ERROR_CHARS", "NEVER", "Correction", "Settlement", "TaskQueue", "Transition", "clean_text",
-    "create_queue_engine", "document_key_for", "make_worker_id", "source_path_text",
+    "MAX_ERROR_CHARS",
+    "NEVER",
+    "Correction",
+    "Settlement",
+    "TaskQueue",
+    "Transition",
+    "clean_text",
+    "create_queue_engine",
+    "document_key_for",
+    "make_worker_id",
+    "source_path_text",
 ]
 
 

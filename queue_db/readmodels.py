@@ -5,6 +5,7 @@ Every whole-corpus view reads a bounded set, whatever the history holds: status 
 idx_documents_listing; the counts only the tasks not completed, through the partial status and heartbeat indexes,
 with the completed ones as the total (an index-only count) less those; the timings a sample of about
 DOCQUEUE_STATS_WINDOW completed tasks per type."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from .phases import PHASES, Level, PhaseRegistry, PhaseSpec, TaskKind
 
 if TYPE_CHECKING:
     import pandas as pd
+
 
 def _progress_sql(phases: PhaseRegistry) -> str:
     """The status listing's query, from the phase specs: per phase its document status and roll-up error, the
@@ -31,25 +33,34 @@ def _progress_sql(phases: PhaseRegistry) -> str:
     for phase in phases:
         leaf = phase.leaf
         if leaf.level in counted:
-            counted[leaf.level] += [(f"{phase.column_prefix}_{outcome}_{leaf.level.value}s",
-                                     f"COUNT(*) FILTER (WHERE x.{leaf.status} = '{outcome}')")
-                                    for outcome in ("completed", "failed")]
+            counted[leaf.level] += [
+                (
+                    f"{phase.column_prefix}_{outcome}_{leaf.level.value}s",
+                    f"COUNT(*) FILTER (WHERE x.{leaf.status} = '{outcome}')",
+                )
+                for outcome in ("completed", "failed")
+            ]
     aggregates = {}
     for level, columns in counted.items():
         failed = [f"x.{k.col('failed_at')}" for k in kinds if k.level is level]
-        aggregates[level] = ", ".join([*(f"{expr} AS {name}" for name, expr in columns),
-                                       f"MAX(GREATEST({', '.join(failed)})) AS failed_at" if failed
-                                       else "NULL::timestamptz AS failed_at"])
+        aggregates[level] = ", ".join(
+            [
+                *(f"{expr} AS {name}" for name, expr in columns),
+                f"MAX(GREATEST({', '.join(failed)})) AS failed_at" if failed else "NULL::timestamptz AS failed_at",
+            ]
+        )
     statuses = ", ".join(f"d.{phase.rollup_column(Level.DOCUMENT, 'status')}" for phase in phases)
-    counts = ", ".join(f"{'p' if level is Level.PAGE else 'c'}.{name}"
-                       for level, columns in counted.items() for name, _ in columns)
+    counts = ", ".join(
+        f"{'p' if level is Level.PAGE else 'c'}.{name}" for level, columns in counted.items() for name, _ in columns
+    )
     errors = ", ".join(f"d.{phase.rollup_column(Level.DOCUMENT, 'error')}" for phase in phases)
     document_kinds = [k for k in kinds if k.level is Level.DOCUMENT]
     classes = [f"d.{k.col('error_class')}" for k in document_kinds]
     error_class = f"COALESCE({', '.join(classes)})" if classes else "NULL::varchar"
     last_failed = ", ".join([*(f"d.{k.col('failed_at')}" for k in document_kinds), "p.failed_at", "c.failed_at"])
-    blocked = ", ".join(f"CASE WHEN {phases.blocked_phase_sql(phase, 'd')} THEN '{phase.value}' END"
-                        for phase in phases)
+    blocked = ", ".join(
+        f"CASE WHEN {phases.blocked_phase_sql(phase, 'd')} THEN '{phase.value}' END" for phase in phases
+    )
     return f"""
 SELECT d.id, d.document_key, d.tenant_id, d.filename, d.priority, {statuses},
        COALESCE(d.page_count, 0) AS page_count, p.total_pages, p.total_chunks, {counts},
@@ -89,7 +100,8 @@ def _open_tasks_sql(k: TaskKind, select: str, group: str = "", tenant: str | Non
     return "\nUNION ALL ".join(
         f"SELECT {select} FROM {k.table} t WHERE t.{k.status} IN ({statuses[0]}) AND ({k.owns('t')})"
         f"{_in_tenant(k, tenant)}{group}"
-        for statuses in _OPEN_STATUSES)
+        for statuses in _OPEN_STATUSES
+    )
 
 
 def _statistics_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -> str:
@@ -100,8 +112,11 @@ def _statistics_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -
     totals: dict[tuple[str, str], list[str]] = {}
     for k in phases.kinds:
         status = f"CASE WHEN {k.blocked_sql('t')} THEN 'blocked' ELSE t.{k.status}::text END"
-        branches.append(_open_tasks_sql(k, f"'{k.label}' AS task_type, {status} AS status, COUNT(*) AS count",
-                                        " GROUP BY 2", tenant))
+        branches.append(
+            _open_tasks_sql(
+                k, f"'{k.label}' AS task_type, {status} AS status, COUNT(*) AS count", " GROUP BY 2", tenant
+            )
+        )
         totals.setdefault((k.table, f"({k.owns('t')}){_in_tenant(k, tenant)}"), []).append(k.label)
     for (table, owns), labels in totals.items():
         branches.append(f"SELECT '{','.join(labels)}', 'total', COUNT(*) FROM {table} t WHERE {owns}")
@@ -114,14 +129,14 @@ def _timings_sql(k: TaskKind, percent: float | None, window: int, tenant: str | 
     sample = f" TABLESAMPLE SYSTEM ({percent:.6f})" if percent is not None else ""
     return f"""
 WITH samples AS (
-    SELECT EXTRACT(EPOCH FROM t.{k.col('started_at')} - {k.ready_since_sql}) AS wait_s,
-           EXTRACT(EPOCH FROM t.{k.col('completed_at')} - t.{k.col('started_at')}) AS run_s
+    SELECT EXTRACT(EPOCH FROM t.{k.col("started_at")} - {k.ready_since_sql}) AS wait_s,
+           EXTRACT(EPOCH FROM t.{k.col("completed_at")} - t.{k.col("started_at")}) AS run_s
     FROM {k.table} t{sample}
-    WHERE (t.{k.status} = 'completed' OR NOT ({k.owns('t')}))
-      AND t.{k.col('completed_at')} IS NOT NULL AND t.{k.col('started_at')} IS NOT NULL{_in_tenant(k, tenant)}
+    WHERE (t.{k.status} = 'completed' OR NOT ({k.owns("t")}))
+      AND t.{k.col("completed_at")} IS NOT NULL AND t.{k.col("started_at")} IS NOT NULL{_in_tenant(k, tenant)}
     LIMIT {int(window)}
 )
-SELECT '{k.label}' AS task_type, COUNT(*) AS completed, {'TRUE' if sample else 'FALSE'} AS sampled,
+SELECT '{k.label}' AS task_type, COUNT(*) AS completed, {"TRUE" if sample else "FALSE"} AS sampled,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_s) AS wait_median_s,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY wait_s) AS wait_p95_s,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY run_s) AS run_median_s,
@@ -132,11 +147,20 @@ FROM samples HAVING COUNT(*) > 0
 
 def _error_classes_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -> str:
     """Completion clears a task's error class, so only open tasks carry one."""
-    return "\nUNION ALL ".join(
-        "SELECT task_type, error_class, SUM(count)::bigint AS count FROM ("
-        + _open_tasks_sql(k, f"'{k.label}' AS task_type, t.{k.col('error_class')} AS error_class, COUNT(*) AS count",
-                          f" AND t.{k.col('error_class')} IS NOT NULL GROUP BY 2", tenant)
-        + ") o GROUP BY 1, 2" for k in phases.kinds) + "\nORDER BY 1, 2"
+    return (
+        "\nUNION ALL ".join(
+            "SELECT task_type, error_class, SUM(count)::bigint AS count FROM ("
+            + _open_tasks_sql(
+                k,
+                f"'{k.label}' AS task_type, t.{k.col('error_class')} AS error_class, COUNT(*) AS count",
+                f" AND t.{k.col('error_class')} IS NOT NULL GROUP BY 2",
+                tenant,
+            )
+            + ") o GROUP BY 1, 2"
+            for k in phases.kinds
+        )
+        + "\nORDER BY 1, 2"
+    )
 
 
 def phase_progress(engine: sa.Engine, phases: PhaseRegistry = PHASES) -> dict[str, dict[str, int]]:
@@ -144,10 +168,14 @@ def phase_progress(engine: sa.Engine, phases: PhaseRegistry = PHASES) -> dict[st
     sql = "\nUNION ALL ".join(
         f"SELECT '{phase.value}', count(*), count(*) FILTER (WHERE t.{k.status} = 'completed'), "
         f"count(*) FILTER (WHERE t.{k.status} = 'failed') FROM {k.table} t"
-        for phase in phases for k in (phase.leaf,))
+        for phase in phases
+        for k in (phase.leaf,)
+    )
     with engine.connect() as conn:
-        return {r[0]: {"total": int(r[1]), "completed": int(r[2]), "failed": int(r[3])}
-                for r in conn.exec_driver_sql(sql).all()}
+        return {
+            r[0]: {"total": int(r[1]), "completed": int(r[2]), "failed": int(r[3])}
+            for r in conn.exec_driver_sql(sql).all()
+        }
 
 
 def _rows(engine: sa.Engine, sql: str, params: dict | None = None) -> tuple[list[dict], list[str]]:
@@ -162,9 +190,15 @@ def _frame(rows: list[dict], columns: list[str]) -> "pd.DataFrame":
     return pd.DataFrame(rows, columns=columns)
 
 
-def document_progress_rows(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
-                           after_key: str | None = None, tenant: str | None = None,
-                           phases: PhaseRegistry = PHASES) -> list[dict]:
+def document_progress_rows(
+    engine: sa.Engine,
+    document_id: str | None = None,
+    *,
+    limit: int | None = None,
+    after_key: str | None = None,
+    tenant: str | None = None,
+    phases: PhaseRegistry = PHASES,
+) -> list[dict]:
     """Per document: each phase's status, error and completed/failed tasks of its deepest kind; pages, chunks.
     In registration order; `limit` documents after the one keyed `after_key` (a page of a long listing, read
     through idx_documents_listing, or idx_documents_tenant_listing for one `tenant`, so every page costs the
@@ -172,9 +206,14 @@ def document_progress_rows(engine: sa.Engine, document_id: str | None = None, *,
     return _document_progress_query(engine, document_id, limit, after_key, tenant, phases)[0]
 
 
-def _document_progress_query(engine: sa.Engine, document_id: str | None, limit: int | None,
-                             after_key: str | None, tenant: str | None = None,
-                             phases: PhaseRegistry = PHASES) -> tuple[list[dict], list[str]]:
+def _document_progress_query(
+    engine: sa.Engine,
+    document_id: str | None,
+    limit: int | None,
+    after_key: str | None,
+    tenant: str | None = None,
+    phases: PhaseRegistry = PHASES,
+) -> tuple[list[dict], list[str]]:
     clauses, params = [], {"tenant": tenant}
     if document_id is not None:
         clauses.append("id = %(id)s")
@@ -200,13 +239,18 @@ def _document_progress(engine: sa.Engine, sql: str, params: dict) -> tuple[list[
     return rows, columns
 
 
-def document_progress(engine: sa.Engine, document_id: str | None = None, *, limit: int | None = None,
-                      after_key: str | None = None, tenant: str | None = None) -> "pd.DataFrame":
+def document_progress(
+    engine: sa.Engine,
+    document_id: str | None = None,
+    *,
+    limit: int | None = None,
+    after_key: str | None = None,
+    tenant: str | None = None,
+) -> "pd.DataFrame":
     return _frame(*_document_progress_query(engine, document_id, limit, after_key, tenant))
 
 
-def queue_statistics_rows(engine: sa.Engine, tenant: str | None = None,
-                          phases: PhaseRegistry = PHASES) -> list[dict]:
+def queue_statistics_rows(engine: sa.Engine, tenant: str | None = None, phases: PhaseRegistry = PHASES) -> list[dict]:
     """task_type x status x count over every kind (the seed's query, plus documents and pages whose status is
     still their own), sorted by type and status; of one tenant's documents when `tenant` is given."""
     rows, _ = _rows(engine, _statistics_sql(tenant, phases), {"tenant": tenant})
@@ -228,8 +272,9 @@ def queue_statistics(engine: sa.Engine, tenant: str | None = None) -> "pd.DataFr
     return _frame(queue_statistics_rows(engine, tenant), ["task_type", "status", "count"])
 
 
-def phase_timings_rows(engine: sa.Engine, window: int | None = None, tenant: str | None = None,
-                       phases: PhaseRegistry = PHASES) -> list[dict]:
+def phase_timings_rows(
+    engine: sa.Engine, window: int | None = None, tenant: str | None = None, phases: PhaseRegistry = PHASES
+) -> list[dict]:
     """Queue wait and processing time (median, p95) per task type, over at most `window` completed tasks of each
     (DOCQUEUE_STATS_WINDOW, which the entry point hands in; None: its default): all of them while a table holds
     fewer rows, beyond that those of a random sample of the table's blocks sized to hold about `window` rows, so the
@@ -239,9 +284,11 @@ def phase_timings_rows(engine: sa.Engine, window: int | None = None, tenant: str
     tables = sorted({k.table for k in phases.kinds})
     with engine.connect() as conn:
         # the planner's row estimate, kept by autovacuum's ANALYZE: -1 for a table never analyzed (a new, small one)
-        estimates: dict[str, float] = dict(conn.exec_driver_sql(
-            "SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%(t)s) AND relkind = 'r'",
-            {"t": tables}).all())
+        estimates: dict[str, float] = dict(
+            conn.exec_driver_sql(
+                "SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%(t)s) AND relkind = 'r'", {"t": tables}
+            ).all()
+        )
     rows: list[dict] = []
     for k in phases.kinds:
         estimate = float(estimates.get(k.table) or -1)
@@ -253,8 +300,10 @@ def phase_timings_rows(engine: sa.Engine, window: int | None = None, tenant: str
 
 
 def phase_timings(engine: sa.Engine, window: int | None = None, tenant: str | None = None) -> "pd.DataFrame":
-    return _frame(phase_timings_rows(engine, window, tenant), ["task_type", "completed", "sampled", "wait_median_s",
-                                                       "wait_p95_s", "run_median_s", "run_p95_s"])
+    return _frame(
+        phase_timings_rows(engine, window, tenant),
+        ["task_type", "completed", "sampled", "wait_median_s", "wait_p95_s", "run_median_s", "run_p95_s"],
+    )
 
 
 def error_classes_rows(engine: sa.Engine, tenant: str | None = None, phases: PhaseRegistry = PHASES) -> list[dict]:
@@ -273,7 +322,9 @@ def documents_ready(engine: sa.Engine, phase: PhaseSpec, phases: PhaseRegistry =
     if previous is None:
         sql = f"SELECT id, filename FROM documents WHERE {phase.document_status_column} = 'pending' ORDER BY created_at"
     else:
-        sql = (f"SELECT id, filename FROM documents WHERE {previous.document_status_column} = 'completed' "
-               f"AND {phase.document_status_column} = 'pending' ORDER BY created_at")
+        sql = (
+            f"SELECT id, filename FROM documents WHERE {previous.document_status_column} = 'completed' "
+            f"AND {phase.document_status_column} = 'pending' ORDER BY created_at"
+        )
     rows, columns = _rows(engine, sql)
     return _frame([{**r, "id": str(r["id"])} for r in rows], columns)

@@ -1,5 +1,6 @@
 """Registering documents: new bytes become a pending document, known bytes (or a known idempotency key) return
 the document they already are, with its priority raised when asked more urgently."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ def check_priority(priority: int) -> None:
         raise ValueError(f"priority must be between 0 and 10, got {priority}")
 
 
-def apply_priority(conn: sa.Connection, document_id: str, priority: int,
-                   kinds: Sequence[TaskKind] = PHASES.kinds) -> dict[str, int]:
+def apply_priority(
+    conn: sa.Connection, document_id: str, priority: int, kinds: Sequence[TaskKind] = PHASES.kinds
+) -> dict[str, int]:
     """Set the priority of a document and of its pages and chunks with a phase (of `kinds`) still to finish,
     locking in the queue's order (chunks, pages, document)."""
     counts = {}
@@ -30,17 +32,25 @@ def apply_priority(conn: sa.Connection, document_id: str, priority: int,
         unfinished = " OR ".join(f"t.{k.status} <> 'completed'" for k in kinds if k.table == table)
         counts[level] = conn.exec_driver_sql(
             f"UPDATE {table} t SET priority = %(p)s, updated_at = now() WHERE t.document_id = %(d)s "
-            f"AND t.priority <> %(p)s AND ({unfinished})", {"p": priority, "d": document_id}).rowcount
+            f"AND t.priority <> %(p)s AND ({unfinished})",
+            {"p": priority, "d": document_id},
+        ).rowcount
     counts["documents"] = conn.exec_driver_sql(
         "UPDATE documents SET priority = %(p)s, updated_at = now() WHERE id = %(d)s AND priority <> %(p)s",
-        {"p": priority, "d": document_id}).rowcount
+        {"p": priority, "d": document_id},
+    ).rowcount
     return counts
 
 
 def _document_under_key(conn: sa.Connection, key: str, tenant: str, content_hash: str) -> dict | None:
     """The document `key` names in `tenant` (None when the key is new); IdempotencyConflict for other bytes."""
-    row = conn.exec_driver_sql("SELECT * FROM documents WHERE idempotency_key = %(k)s AND tenant_id = %(t)s",
-                               {"k": key, "t": tenant}).mappings().first()
+    row = (
+        conn.exec_driver_sql(
+            "SELECT * FROM documents WHERE idempotency_key = %(k)s AND tenant_id = %(t)s", {"k": key, "t": tenant}
+        )
+        .mappings()
+        .first()
+    )
     if row is not None and row["content_hash"] != content_hash:
         raise IdempotencyConflict(key, row["document_key"])
     return dict(row) if row is not None else None
@@ -79,8 +89,9 @@ class Registration(QueueConnection):
 
         def work(conn: sa.Connection) -> tuple[dict, bool]:
             for key_length in (8, 12, 16, 64):
-                row = conn.exec_driver_sql(
-                    """INSERT INTO documents (filename, filename_bytes, document_key, source_path, storage_key,
+                row = (
+                    conn.exec_driver_sql(
+                        """INSERT INTO documents (filename, filename_bytes, document_key, source_path, storage_key,
                                               size_bytes, content_hash, mime_type, priority, password_ref,
                                               metadata, max_retries, idempotency_key, tenant_id)
                        VALUES (%(filename)s, %(filename_bytes)s, %(key)s, %(source_path)s, %(storage_key)s,
@@ -88,27 +99,40 @@ class Registration(QueueConnection):
                                %(max_retries)s, %(idempotency_key)s, %(tenant)s)
                        ON CONFLICT DO NOTHING
                        RETURNING *""",
-                    {
-                        "filename": clean_text(filename, 1000), "filename_bytes": filename_bytes,
-                        "key": tenant_document_key(tenant, document_key_for(filename, content_hash, key_length)),
-                        "source_path": source_path_text(source_path) if source_path else None,
-                        "storage_key": storage_key,
-                        "size": size_bytes, "hash": content_hash, "mime": mime_type, "priority": priority,
-                        "password_ref": password_ref, "metadata": json.dumps(metadata or {}),
-                        "max_retries": self.phases.default_retry.attempts, "idempotency_key": idempotency_key,
-                        "tenant": tenant,
-                    },
-                ).mappings().first()
+                        {
+                            "filename": clean_text(filename, 1000),
+                            "filename_bytes": filename_bytes,
+                            "key": tenant_document_key(tenant, document_key_for(filename, content_hash, key_length)),
+                            "source_path": source_path_text(source_path) if source_path else None,
+                            "storage_key": storage_key,
+                            "size": size_bytes,
+                            "hash": content_hash,
+                            "mime": mime_type,
+                            "priority": priority,
+                            "password_ref": password_ref,
+                            "metadata": json.dumps(metadata or {}),
+                            "max_retries": self.phases.default_retry.attempts,
+                            "idempotency_key": idempotency_key,
+                            "tenant": tenant,
+                        },
+                    )
+                    .mappings()
+                    .first()
+                )
                 if row is not None:
                     return dict(row), True
                 if idempotency_key is not None:
                     named = _document_under_key(conn, idempotency_key, tenant, content_hash)
                     if named is not None:
                         return self._known(conn, named, priority)
-                existing = conn.exec_driver_sql(
-                    "SELECT * FROM documents WHERE content_hash = %(hash)s AND tenant_id = %(t)s",
-                    {"hash": content_hash, "t": tenant}
-                ).mappings().first()
+                existing = (
+                    conn.exec_driver_sql(
+                        "SELECT * FROM documents WHERE content_hash = %(hash)s AND tenant_id = %(t)s",
+                        {"hash": content_hash, "t": tenant},
+                    )
+                    .mappings()
+                    .first()
+                )
                 if existing is not None:
                     return self._registered_again(conn, dict(existing), idempotency_key, tenant, priority)
                 # the key collided with a different file's key: lengthen the hash part and try again
@@ -123,15 +147,21 @@ class Registration(QueueConnection):
             existing = {**existing, "priority": priority}
         return existing, False
 
-    def _registered_again(self, conn: sa.Connection, existing: dict, idempotency_key: str | None, tenant: str,
-                          priority: int) -> tuple[dict, bool]:
+    def _registered_again(
+        self, conn: sa.Connection, existing: dict, idempotency_key: str | None, tenant: str, priority: int
+    ) -> tuple[dict, bool]:
         """Bytes already registered: without a key they take this one, so it names them from then on."""
         if idempotency_key is not None and existing["idempotency_key"] is None:
             try:
                 with conn.begin_nested():
-                    updated = conn.exec_driver_sql(
-                        "UPDATE documents SET idempotency_key = %(k)s WHERE id = %(id)s RETURNING *",
-                        {"k": idempotency_key, "id": existing["id"]}).mappings().first()
+                    updated = (
+                        conn.exec_driver_sql(
+                            "UPDATE documents SET idempotency_key = %(k)s WHERE id = %(id)s RETURNING *",
+                            {"k": idempotency_key, "id": existing["id"]},
+                        )
+                        .mappings()
+                        .first()
+                    )
             except sa.exc.IntegrityError:
                 # other bytes took the key since the INSERT above: the key is theirs
                 keyed = _document_under_key(conn, idempotency_key, tenant, existing["content_hash"])
@@ -141,6 +171,9 @@ class Registration(QueueConnection):
         return self._known(conn, existing, priority)
 
     def set_storage_key(self, document_id: str, storage_key: str) -> None:
-        self._transaction(lambda conn: conn.exec_driver_sql(
-            "UPDATE documents SET storage_key = %(k)s, updated_at = now() WHERE id = %(id)s",
-            {"k": storage_key, "id": document_id}))
+        self._transaction(
+            lambda conn: conn.exec_driver_sql(
+                "UPDATE documents SET storage_key = %(k)s, updated_at = now() WHERE id = %(id)s",
+                {"k": storage_key, "id": document_id},
+            )
+        )

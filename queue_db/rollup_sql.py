@@ -20,6 +20,7 @@ per kind (`bubble_function`), called in the same pipelined round trip as the tra
 wire instead of five, which is most of the cost when a transaction settles a single task. A volatile function
 takes a new snapshot per statement, so each recount still sees what was committed before its lock.
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,8 +44,11 @@ GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true
 
 _SETTLED, _CLAIMED, _CHANGED = "docqueue.settled", "docqueue.claimed", "docqueue.changed"
 # a child level's column naming its parent of a level
-_PARENT_FK = {(Level.CHUNK, Level.PAGE): "page_id", (Level.CHUNK, Level.DOCUMENT): "document_id",
-              (Level.PAGE, Level.DOCUMENT): "document_id"}
+_PARENT_FK = {
+    (Level.CHUNK, Level.PAGE): "page_id",
+    (Level.CHUNK, Level.DOCUMENT): "document_id",
+    (Level.PAGE, Level.DOCUMENT): "document_id",
+}
 _CHILD_OF = {Level.DOCUMENT: Level.PAGE, Level.PAGE: Level.CHUNK}
 # how a roll-up's error names the child it comes from
 _UNALIASED = re.compile(r"\bt\.")
@@ -76,17 +80,19 @@ def recount_sql(phase: PhaseSpec, level: Level, ids_sql: str) -> str:
     started, completed, error = (phase.rollup_column(level, w) for w in ("started_at", "completed_at", "error"))
     child_status, child_error = child_column(phase, child, "status"), child_column(phase, child, "error")
     label, number = _CHILD_LABEL[child]
-    rule = (f"(SELECT docqueue_status_rule(count(*) FILTER (WHERE c.{child_status} = 'processing'), "
-            f"count(*) FILTER (WHERE c.{child_status} = 'pending'), "
-            f"count(*) FILTER (WHERE c.{child_status} = 'failed'), count(*)) "
-            f"FROM {child_table} c WHERE c.{fk} = p.id)")
+    rule = (
+        f"(SELECT docqueue_status_rule(count(*) FILTER (WHERE c.{child_status} = 'processing'), "
+        f"count(*) FILTER (WHERE c.{child_status} = 'pending'), "
+        f"count(*) FILTER (WHERE c.{child_status} = 'failed'), count(*)) "
+        f"FROM {child_table} c WHERE c.{fk} = p.id)"
+    )
     # a page with no chunks is complete; a document with no pages keeps its own status (its expansion's)
     new = f"COALESCE({rule}, 'completed')" if level is Level.PAGE else rule
     next_id = "p.document_id" if level is Level.PAGE else "NULL::uuid"
     return f"""
         WITH computed AS MATERIALIZED (
             SELECT p.id, p.{status} AS old, {new} AS new
-            FROM {table} p WHERE p.id = ANY({ids_sql}) AND {_expanded(level, 'p')}
+            FROM {table} p WHERE p.id = ANY({ids_sql}) AND {_expanded(level, "p")}
         )
         UPDATE {table} p
         SET {status} = computed.new,
@@ -111,22 +117,25 @@ def _processing_sql(phase: PhaseSpec, level: Level, ids_sql: str) -> str:
     return f"""
         UPDATE {table} p SET {status} = 'processing', {started} = COALESCE(p.{started}, now()),
                              {completed} = NULL, updated_at = now()
-        WHERE p.id = ANY({ids_sql}) AND {_expanded(level, 'p')} AND p.{status} IS DISTINCT FROM 'processing'
+        WHERE p.id = ANY({ids_sql}) AND {_expanded(level, "p")} AND p.{status} IS DISTINCT FROM 'processing'
         RETURNING {next_id} AS next_id"""
 
 
 def lock_sql(level: Level, ids_sql: str) -> str:
     """Lock parents of `level` in id order (the statement before their recount)."""
-    return (f"SELECT p.id FROM {TABLE_OF_LEVEL[level]} p WHERE p.id = ANY({ids_sql}) "
-            f"ORDER BY p.id FOR NO KEY UPDATE OF p")
+    return (
+        f"SELECT p.id FROM {TABLE_OF_LEVEL[level]} p WHERE p.id = ANY({ids_sql}) ORDER BY p.id FOR NO KEY UPDATE OF p"
+    )
 
 
 def _collect_and_lock(kind: TaskKind, level: Level) -> str:
     """The first statement after a transition of `kind` (%(worker)s, %(ids)s: the rows it settled): the parents
     of `level` of the rows settled and of the rows claimed, locked in id order, and remembered for the next one."""
     fk = _PARENT_FK[(kind.level, level)]
-    claimed_where = (f"t.{kind.status} = 'processing' AND ({kind.owns('t')}) "
-                     f"AND t.{kind.col('last_heartbeat')} = now() AND t.{kind.col('worker_id')} = %(worker)s")
+    claimed_where = (
+        f"t.{kind.status} = 'processing' AND ({kind.owns('t')}) "
+        f"AND t.{kind.col('last_heartbeat')} = now() AND t.{kind.col('worker_id')} = %(worker)s"
+    )
     return f"""
         WITH settled AS (
             SELECT COALESCE(array_agg(DISTINCT t.{fk}), '{{}}') AS ids FROM {kind.table} t
@@ -183,14 +192,20 @@ def bubble_function(kind: TaskKind) -> tuple[str, str] | None:
     statements = bubble_statements(kind)
     if not statements:
         return None
-    lines = [f"    {sql.strip()} INTO r;" if sql.lstrip().startswith(("WITH", "SELECT")) else f"    {sql.strip()};"
-             for sql in statements]
-    body = ("\nDECLARE r record;\nBEGIN\n"
-            + "\n".join(line.replace("%(worker)s", "p_worker").replace("%(ids)s", "p_ids") for line in lines)
-            + "\nEND\n")
+    lines = [
+        f"    {sql.strip()} INTO r;" if sql.lstrip().startswith(("WITH", "SELECT")) else f"    {sql.strip()};"
+        for sql in statements
+    ]
+    body = (
+        "\nDECLARE r record;\nBEGIN\n"
+        + "\n".join(line.replace("%(worker)s", "p_worker").replace("%(ids)s", "p_ids") for line in lines)
+        + "\nEND\n"
+    )
     name = f"docqueue_after_{kind.name}_{hashlib.sha256(body.encode()).hexdigest()[:10]}"
-    return name, (f"CREATE OR REPLACE FUNCTION {name}(p_worker text, p_ids uuid[]) RETURNS void "
-                  f"LANGUAGE plpgsql AS $body${body}$body$")
+    return name, (
+        f"CREATE OR REPLACE FUNCTION {name}(p_worker text, p_ids uuid[]) RETURNS void "
+        f"LANGUAGE plpgsql AS $body${body}$body$"
+    )
 
 
 def after_transition(kind: TaskKind) -> tuple[str, ...]:
@@ -216,11 +231,18 @@ def phase_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str]]:
     status_type = "task_status NOT NULL DEFAULT 'pending'"
     for phase in phases:
         for kind in phase.kinds:
-            for what, sql_type in (("status", status_type), ("worker_id", "varchar(100)"),
-                                   ("started_at", "timestamptz"), ("completed_at", "timestamptz"),
-                                   ("error", "text"), ("error_class", "varchar(32)"),
-                                   ("retry_count", "integer DEFAULT 0"), ("last_heartbeat", "timestamptz"),
-                                   ("next_attempt_at", "timestamptz"), ("failed_at", "timestamptz")):
+            for what, sql_type in (
+                ("status", status_type),
+                ("worker_id", "varchar(100)"),
+                ("started_at", "timestamptz"),
+                ("completed_at", "timestamptz"),
+                ("error", "text"),
+                ("error_class", "varchar(32)"),
+                ("retry_count", "integer DEFAULT 0"),
+                ("last_heartbeat", "timestamptz"),
+                ("next_attempt_at", "timestamptz"),
+                ("failed_at", "timestamptz"),
+            ):
                 column(kind.table, kind.col(what), sql_type)
             for name, sql_type in kind.result_columns.items():
                 column(kind.table, name, sql_type)
@@ -233,24 +255,35 @@ def phase_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str]]:
         for kind in phase.kinds:
             status, retries = kind.status, kind.col("retry_count")
             gate = kind.index_gate_sql if kind.index_gate_sql is not None else kind.ready_sql
-            claimable = (f"({status} = 'pending' OR ({status} = 'failed' AND {retries} < "
-                         f"{_UNALIASED.sub('', kind.max_retries_sql('t'))}))")
+            claimable = (
+                f"({status} = 'pending' OR ({status} = 'failed' AND {retries} < "
+                f"{_UNALIASED.sub('', kind.max_retries_sql('t'))}))"
+            )
             where = claimable if gate == "TRUE" else f"({_UNALIASED.sub('', gate)}) AND {claimable}"
-            index(claim_index_name(kind),
-                  f"{kind.table} (priority DESC, (CASE WHEN {status} = 'failed' THEN 0 ELSE 1 END), {retries}, "
-                  f"created_at) WHERE {where}")
+            index(
+                claim_index_name(kind),
+                f"{kind.table} (priority DESC, (CASE WHEN {status} = 'failed' THEN 0 ELSE 1 END), {retries}, "
+                f"created_at) WHERE {where}",
+            )
             if kind.level is not Level.DOCUMENT:  # a document's own task has idx_documents_heartbeat
                 short = short_table(kind.table)
-                index(f"idx_{short}_{kind.prefix}_heartbeat",
-                      f"{kind.table} ({kind.col('last_heartbeat')}) WHERE {status} = 'processing'")
-                index(f"idx_{short}_{kind.prefix}_status",
-                      f"{kind.table} ({status}) WHERE {status} IN ('pending', 'failed')")
-        status, completed, rollup_at = (phase.rollup_column(Level.DOCUMENT, w)
-                                        for w in ("status", "completed_at", "rollup_at"))
-        index(f"idx_documents_{phase.column_prefix}_rollup",
-              f"documents (priority DESC, updated_at) WHERE partition_block IS NOT NULL "
-              f"AND {status} IN ('completed', 'failed') "
-              f"AND ({rollup_at} IS NULL OR {rollup_at} < COALESCE({completed}, updated_at))")
+                index(
+                    f"idx_{short}_{kind.prefix}_heartbeat",
+                    f"{kind.table} ({kind.col('last_heartbeat')}) WHERE {status} = 'processing'",
+                )
+                index(
+                    f"idx_{short}_{kind.prefix}_status",
+                    f"{kind.table} ({status}) WHERE {status} IN ('pending', 'failed')",
+                )
+        status, completed, rollup_at = (
+            phase.rollup_column(Level.DOCUMENT, w) for w in ("status", "completed_at", "rollup_at")
+        )
+        index(
+            f"idx_documents_{phase.column_prefix}_rollup",
+            f"documents (priority DESC, updated_at) WHERE partition_block IS NOT NULL "
+            f"AND {status} IN ('completed', 'failed') "
+            f"AND ({rollup_at} IS NULL OR {rollup_at} < COALESCE({completed}, updated_at))",
+        )
     return ddl + [("function", *function) for kind in phases.kinds if (function := bubble_function(kind))]
 
 
@@ -269,16 +302,32 @@ def retention_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str, list[str]]
         done_at = _UNALIASED.sub("", done_at_sql(level, phases))
         live = _UNALIASED.sub("", live_completed_sql(level, phases))
         index, trigger = f"idx_{short}_retirable", f"trg_{short}_unretire"
-        ddl.append(("index", index, marker, [
-            f"DROP INDEX IF EXISTS {index}",
-            f"CREATE INDEX {index} ON {table} ({done_at}) WHERE {live}",
-            f"COMMENT ON INDEX {index} IS '{marker}'"]))
+        ddl.append(
+            (
+                "index",
+                index,
+                marker,
+                [
+                    f"DROP INDEX IF EXISTS {index}",
+                    f"CREATE INDEX {index} ON {table} ({done_at}) WHERE {live}",
+                    f"COMMENT ON INDEX {index} IS '{marker}'",
+                ],
+            )
+        )
         left = " OR ".join(f"NEW.{status} <> 'completed'" for status, _ in columns)
-        ddl.append(("trigger", f"{table}.{trigger}", marker, [
-            f"CREATE OR REPLACE TRIGGER {trigger} BEFORE UPDATE ON {table} FOR EACH ROW "
-            f"WHEN (NEW.partition_retired_at IS NOT NULL AND ({left})) "
-            "EXECUTE FUNCTION docqueue_unretire_partition()",
-            f"COMMENT ON TRIGGER {trigger} ON {table} IS '{marker}'"]))
+        ddl.append(
+            (
+                "trigger",
+                f"{table}.{trigger}",
+                marker,
+                [
+                    f"CREATE OR REPLACE TRIGGER {trigger} BEFORE UPDATE ON {table} FOR EACH ROW "
+                    f"WHEN (NEW.partition_retired_at IS NOT NULL AND ({left})) "
+                    "EXECUTE FUNCTION docqueue_unretire_partition()",
+                    f"COMMENT ON TRIGGER {trigger} ON {table} IS '{marker}'",
+                ],
+            )
+        )
     return ddl
 
 
@@ -286,21 +335,32 @@ def missing_phase_ddl(conn, phases: PhaseRegistry) -> list[str]:
     """The statements of phase_ddl whose column or index does not exist yet, and of retention_ddl whose object
     was made for other phases: taking a table's lock for a no-op ADD COLUMN IF NOT EXISTS on every start would
     queue behind (and block) the workers' transactions."""
-    columns = {f"{t}.{c}" for t, c in conn.exec_driver_sql(
-        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()")}
-    indexes = {r[0] for r in conn.exec_driver_sql(
-        "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+    columns = {
+        f"{t}.{c}"
+        for t, c in conn.exec_driver_sql(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        )
+    }
+    indexes = {
+        r[0] for r in conn.exec_driver_sql("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+    }
     absent = set(missing_bubble_functions(conn, phases))
     retention = retention_ddl(phases)
-    marked = dict(conn.exec_driver_sql(
-        """SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c
+    marked = dict(
+        conn.exec_driver_sql(
+            """SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c
            WHERE c.relkind = 'i' AND c.relname = ANY(%(names)s)
            UNION ALL
            SELECT r.relname || '.' || t.tgname, obj_description(t.oid, 'pg_trigger') FROM pg_trigger t
            JOIN pg_class r ON r.oid = t.tgrelid WHERE r.relname || '.' || t.tgname = ANY(%(names)s)""",
-        {"names": [name for _kind, name, _marker, _ddl in retention]}).all())
-    statements = [statement for kind, name, statement in phase_ddl(phases)
-                  if (name in absent if kind == "function" else name not in (columns if kind == "column" else indexes))]
+            {"names": [name for _kind, name, _marker, _ddl in retention]},
+        ).all()
+    )
+    statements = [
+        statement
+        for kind, name, statement in phase_ddl(phases)
+        if (name in absent if kind == "function" else name not in (columns if kind == "column" else indexes))
+    ]
     for _kind, name, marker, ddl in retention:
         if marked.get(name) != marker:
             statements += ddl
@@ -311,6 +371,7 @@ def missing_bubble_functions(conn, phases: PhaseRegistry) -> list[str]:
     """The bubble-up functions of these specs that the database lacks (it was upgraded by another version of the
     code): a queue refuses to start rather than fail on its first transition."""
     wanted = [function[0] for kind in phases.kinds if (function := bubble_function(kind))]
-    present = {r[0] for r in conn.exec_driver_sql("SELECT proname FROM pg_proc WHERE proname = ANY(%(n)s)",
-                                                  {"n": wanted})}
+    present = {
+        r[0] for r in conn.exec_driver_sql("SELECT proname FROM pg_proc WHERE proname = ANY(%(n)s)", {"n": wanted})
+    }
     return [name for name in wanted if name not in present]

@@ -1,5 +1,6 @@
 """The documents one `docqueue run --max-docs N` works on: the N most urgent unfinished ones, taken from
 idx_documents_unfinished (priority, then oldest), and whether any of them can still make progress."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -15,13 +16,14 @@ def unfinished_sql(phases: PhaseRegistry = PHASES) -> str:
     """Over documents d: not finished, its last phase can still run (a document waiting only on a task failed for
     good is not). For the default phases this is idx_documents_unfinished's predicate."""
     last = phases.phases[-1]
-    return (f"d.{last.document_status_column} IN ('pending', 'processing') "
-            f"AND NOT {phases.blocked_phase_sql(last, 'd')}")
+    return f"d.{last.document_status_column} IN ('pending', 'processing') AND NOT {phases.blocked_phase_sql(last, 'd')}"
 
 
 def most_urgent_sql(phases: PhaseRegistry = PHASES) -> str:
-    return (f"SELECT d.id::text FROM documents d WHERE {unfinished_sql(phases)} "
-            "ORDER BY d.priority DESC, d.created_at, d.id LIMIT %(n)s")
+    return (
+        f"SELECT d.id::text FROM documents d WHERE {unfinished_sql(phases)} "
+        "ORDER BY d.priority DESC, d.created_at, d.id LIMIT %(n)s"
+    )
 
 
 MOST_URGENT_SQL = most_urgent_sql()
@@ -40,6 +42,9 @@ def still_unfinished(engine: sa.Engine, document_ids: Sequence[str], phases: Pha
     if not document_ids:
         return 0
     with engine.connect() as conn:
-        return int(conn.exec_driver_sql(
-            f"SELECT count(*) FROM documents d WHERE d.id = ANY(%(ids)s::uuid[]) AND {unfinished_sql(phases)}",
-            {"ids": list(document_ids)}).scalar_one())
+        return int(
+            conn.exec_driver_sql(
+                f"SELECT count(*) FROM documents d WHERE d.id = ANY(%(ids)s::uuid[]) AND {unfinished_sql(phases)}",
+                {"ids": list(document_ids)},
+            ).scalar_one()
+        )

@@ -9,6 +9,7 @@ what it is: a database is built by applying every migration, dumped (`pg_dump --
     python -m queue_db.schema --check              # exit code 1 when queue_db/schema.sql is stale
     python -m queue_db.schema --admin-url URL      # build on that server instead of a throwaway embedded one
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,10 @@ _OBJECT_HEADER = re.compile(r"^-- Name: (?P<name>.*); Type: (?P<type>[A-Z ]+); S
 # what pg_dump prints that says nothing about the schema: session settings (they depend on the pg_dump version),
 # the psql-only \restrict guard (a random key per run), banner comments naming server and client versions, and the
 # `pg_attver` column option that some PostgreSQL 15 builds stamp on every column (its value differs per database)
-_NOISE = re.compile(r"^(SET |SELECT pg_catalog\.set_config\(|\\restrict |\\unrestrict |-- Dumped |"
-                    r"-- PostgreSQL database dump|ALTER TABLE ONLY \S+ ALTER COLUMN \S+ SET \(pg_attver=\d+\);$)")
+_NOISE = re.compile(
+    r"^(SET |SELECT pg_catalog\.set_config\(|\\restrict |\\unrestrict |-- Dumped |"
+    r"-- PostgreSQL database dump|ALTER TABLE ONLY \S+ ALTER COLUMN \S+ SET \(pg_attver=\d+\);$)"
+)
 
 
 def _libpq_url(url: str) -> str:
@@ -55,9 +58,18 @@ def _pg_dump_path() -> str:
 def dump_schema(url: str) -> str:
     """The schema of the database at `url`, as normalised `pg_dump --schema-only` text."""
     result = subprocess.run(
-        [_pg_dump_path(), "--schema-only", "--no-owner", "--no-privileges", "--no-tablespaces", "--dbname",
-         _libpq_url(url)],
-        capture_output=True, text=True, timeout=120,
+        [
+            _pg_dump_path(),
+            "--schema-only",
+            "--no-owner",
+            "--no-privileges",
+            "--no-tablespaces",
+            "--dbname",
+            _libpq_url(url),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if result.returncode != 0:
         raise RuntimeError(f"pg_dump failed ({result.returncode}): {result.stderr.strip()}")
@@ -161,15 +173,20 @@ def migrated_schema(admin_url: str) -> str:
 
 def stale_message(path: Path = SCHEMA_FILE) -> str:
     shown = "queue_db/schema.sql" if path == SCHEMA_FILE else str(path)
-    return (f"{shown} is stale: it differs from the schema the migrations build. "
-            f"Regenerate it with `{REGENERATE_COMMAND}` and commit it.")
+    return (
+        f"{shown} is stale: it differs from the schema the migrations build. "
+        f"Regenerate it with `{REGENERATE_COMMAND}` and commit it."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=REGENERATE_COMMAND, description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the file is stale; write nothing")
-    parser.add_argument("--admin-url", help="a server to build on (its `postgres` database), instead of a "
-                                            "throwaway embedded PostgreSQL 18, which the committed file comes from")
+    parser.add_argument(
+        "--admin-url",
+        help="a server to build on (its `postgres` database), instead of a "
+        "throwaway embedded PostgreSQL 18, which the committed file comes from",
+    )
     parser.add_argument("--output", type=Path, default=SCHEMA_FILE, help=f"default: {SCHEMA_FILE}")
     args = parser.parse_args(argv)
     if args.admin_url:
@@ -182,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         if current == text:
             print(f"{args.output} is up to date")
             return 0
-        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), text.splitlines(True),
-                                                   str(args.output), "generated"))
+        sys.stdout.writelines(
+            difflib.unified_diff(current.splitlines(True), text.splitlines(True), str(args.output), "generated")
+        )
         print(stale_message(args.output), file=sys.stderr)
         return 1
     args.output.write_text(text, encoding="utf-8")

@@ -5,6 +5,7 @@ A port is chosen free on a server's first start and recorded in its home; later 
 explicitly (a constructor argument or DOCQUEUE_PG_PORT / DOCQUEUE_BOLT_PORT) always wins, and when another process
 holds it the start is refused with one sentence rather than moved elsewhere, since the user asked for that port.
 """
+
 from __future__ import annotations
 
 import socket
@@ -69,9 +70,11 @@ def port_for_start(record: Path, explicit: int | None, host: str, server: str, v
     is chosen (and recorded) on the first start or when another process has taken the recorded one meanwhile."""
     if explicit is not None:
         if not _free_within(host, explicit, EXPLICIT_PORT_GRACE_S):
-            raise PortInUseError(f"port {host}:{explicit} ({variable}) for the embedded {server} is already in use "
-                                 f"by another process; stop that process, choose another port or unset {variable} "
-                                 "to let docqueue pick a free one")
+            raise PortInUseError(
+                f"port {host}:{explicit} ({variable}) for the embedded {server} is already in use "
+                f"by another process; stop that process, choose another port or unset {variable} "
+                "to let docqueue pick a free one"
+            )
         port = explicit
     else:
         recorded = recorded_port(record)

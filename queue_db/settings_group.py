@@ -1,6 +1,7 @@
 """How a setting is declared, read and reported: the base class of every settings group (one concern's
 environment variables), the declaration of one variable with its default and meaning, the parsing of durations,
 and the one-sentence error that names a bad variable without showing a secret."""
+
 from __future__ import annotations
 
 from typing import Any, ClassVar, Optional
@@ -28,8 +29,14 @@ def declare(default: Any, name: str, meaning: str, *, shown: str | None = None, 
 class SettingsGroup(BaseSettings):
     """One concern's variables. Empty values count as unset (the default applies); strings are stripped."""
 
-    model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True, case_sensitive=True,
-                                      str_strip_whitespace=True, populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+        case_sensitive=True,
+        str_strip_whitespace=True,
+        populate_by_name=True,
+    )
     title: ClassVar[str] = ""
 
     @classmethod
@@ -61,16 +68,19 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
-_EXPECTED = {"int_parsing": "must be a whole number", "int_from_float": "must be a whole number",
-             "float_parsing": "must be a number", "bool_parsing": "must be true or false"}
+_EXPECTED = {
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number",
+    "bool_parsing": "must be true or false",
+}
 
 
 def _sentence(group: type[SettingsGroup], exc: ValidationError) -> str:
     """The first error as `NAME must be …, got 'value'`: one sentence, never a secret's value."""
     error = exc.errors()[0]
     name = str(error["loc"][0]) if error["loc"] else group.__name__
-    secret = any(info.alias == name and "SecretStr" in repr(info.annotation)
-                 for info in group.model_fields.values())
+    secret = any(info.alias == name and "SecretStr" in repr(info.annotation) for info in group.model_fields.values())
     raw = error.get("input")
     shown = "" if secret else f", got {raw!r}"
     context = error.get("ctx") or {}

@@ -13,6 +13,7 @@ entity key     <tenant>:<normalised name>     (normalised names hold no `:`)
 DOCQUEUE_DEFAULT_TENANT names the tenant a command without --tenant means; the entry points read it and pass it
 in, so this module reads no settings.
 """
+
 from __future__ import annotations
 
 import re

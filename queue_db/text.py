@@ -1,4 +1,5 @@
 """Text as the queue stores it: no NUL bytes, undecodable bytes shown as escapes, bounded length."""
+
 from __future__ import annotations
 
 from typing import overload

@@ -1,5 +1,6 @@
 """Connections to the queue's database and the one rule for retrying a transaction: deadlocks, serialization
 failures and dropped connections are transient, everything else is the caller's error."""
+
 from __future__ import annotations
 
 import time
@@ -24,8 +25,9 @@ def create_queue_engine(url: str, pool_size: int = 5, max_overflow: int = 5) -> 
 
     # no pre-ping: it costs a round trip per checkout; a dead pooled connection raises on use instead, the
     # pool discards it, and the transition is retried on a fresh one (is_transient)
-    return sa.create_engine(normalize_url(url), pool_size=pool_size, max_overflow=max_overflow,
-                            pool_pre_ping=False, pool_recycle=1800)
+    return sa.create_engine(
+        normalize_url(url), pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=False, pool_recycle=1800
+    )
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -62,8 +64,9 @@ class QueueConnection:
     `settings` come from the entry point (None: the defaults); `phases` is the registry of phases the queue
     serves (None: PHASES), its default retry policy the one `settings` give (max_retries, back-off base and cap)."""
 
-    def __init__(self, engine: sa.Engine | str, settings: QueueSettings | None = None,
-                 phases: PhaseRegistry | None = None):
+    def __init__(
+        self, engine: sa.Engine | str, settings: QueueSettings | None = None, phases: PhaseRegistry | None = None
+    ):
         if isinstance(engine, str):
             engine = create_queue_engine(engine)
         self.engine = engine

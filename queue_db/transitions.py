@@ -1,5 +1,6 @@
 """The queue's transitions: claims, heartbeats, fenced completions and failures, expansion into
 child tasks, and the bubble-up that runs in the same transaction as each of them."""
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,15 @@ def make_worker_id(label: str = "worker") -> str:
 class Transitions(Registration):
     """Claims, heartbeats, fenced completions and failures, expansion into child tasks, and bubble-up."""
 
-    def _run(self, kind: TaskKind | None, statement: str, args: dict, *, bubble: bool = True,
-             conn: sa.Connection | None = None) -> list[dict]:
+    def _run(
+        self,
+        kind: TaskKind | None,
+        statement: str,
+        args: dict,
+        *,
+        bubble: bool = True,
+        conn: sa.Connection | None = None,
+    ) -> list[dict]:
         """Run one data-modifying statement ($1 = `args` as jsonb) and bubble the parents it returns (page_id,
         document_id) up, in one transaction: inside `conn` when given, else a transaction of its own."""
         phase = kind.phase if (bubble and kind is not None and kind.level is not Level.DOCUMENT) else None
@@ -73,8 +81,12 @@ class Transitions(Registration):
                     if row.get(column) is not None:
                         row[column] = str(row[column])
             if phase is not None and rows:
-                self._bubble(c, phase, sorted({r["page_id"] for r in rows if r.get("page_id")}),
-                             sorted({r["document_id"] for r in rows if r.get("document_id")}))
+                self._bubble(
+                    c,
+                    phase,
+                    sorted({r["page_id"] for r in rows if r.get("page_id")}),
+                    sorted({r["document_id"] for r in rows if r.get("document_id")}),
+                )
             return rows
 
         if conn is not None:
@@ -82,8 +94,9 @@ class Transitions(Registration):
         # one statement without a bubble-up is a transaction by itself
         return self._transaction(work) if phase is not None else self._autocommit(work)
 
-    def _pipelined(self, kind: TaskKind, worker_id: str, statements: Sequence[tuple[str, dict]],
-                   settled: Sequence[str] | None) -> list[list[dict]]:
+    def _pipelined(
+        self, kind: TaskKind, worker_id: str, statements: Sequence[tuple[str, dict]], settled: Sequence[str] | None
+    ) -> list[list[dict]]:
         """The hot path (claim, complete, fail, settle): BEGIN, each transition as a prepared statement (its plan is
         cached, unlike dynamic SQL), one bubble-up pass for all of them (rollup_sql.after_transition, prepared
         too), COMMIT, sent as one pipelined batch: one round trip. `settled` are the rows completed or failed; rows
@@ -138,13 +151,20 @@ class Transitions(Registration):
                 FOR UPDATE OF t SKIP LOCKED
             )
             UPDATE {kind.table} t
-            SET {kind.status} = 'processing', {kind.col('worker_id')} = $1->>'worker',
-                {kind.col('started_at')} = now(), {kind.col('last_heartbeat')} = now(), updated_at = now()
+            SET {kind.status} = 'processing', {kind.col("worker_id")} = $1->>'worker',
+                {kind.col("started_at")} = now(), {kind.col("last_heartbeat")} = now(), updated_at = now()
             WHERE t.id = ANY(ARRAY(SELECT id FROM picked))  -- probe the primary key, never a hash join over the table
             RETURNING {returning}, EXTRACT(EPOCH FROM now() - t.created_at)::float8 AS queue_wait_s"""
 
-    def claim(self, kind: TaskKind, worker_id: str, limit: int = 1, *, only_ids: Sequence[str] | None = None,
-              override_retry_limit: bool = False) -> list[dict]:
+    def claim(
+        self,
+        kind: TaskKind,
+        worker_id: str,
+        limit: int = 1,
+        *,
+        only_ids: Sequence[str] | None = None,
+        override_retry_limit: bool = False,
+    ) -> list[dict]:
         """Claim up to `limit` ready tasks of `kind` for `worker_id` and bubble `processing` up, atomically.
 
         `only_ids` restricts the claim to those rows (a Dagster partition range). `override_retry_limit` also
@@ -153,8 +173,9 @@ class Transitions(Registration):
         statement = self._claim_statement(kind, worker_id, limit, only_ids, override_retry_limit)
         return self._pipelined(kind, worker_id, [statement], None)[0] if statement else []
 
-    def _claim_statement(self, kind: TaskKind, worker_id: str, limit: int, only_ids: Sequence[str] | None,
-                         override_retry_limit: bool) -> tuple[str, dict] | None:
+    def _claim_statement(
+        self, kind: TaskKind, worker_id: str, limit: int, only_ids: Sequence[str] | None, override_retry_limit: bool
+    ) -> tuple[str, dict] | None:
         if limit <= 0 or (only_ids is not None and not only_ids):
             return None
         sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
@@ -172,10 +193,10 @@ class Transitions(Registration):
             WITH mine AS (
                 SELECT id FROM {kind.table}
                 WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'ids'))::uuid[])
-                  AND {kind.status} = 'processing' AND {kind.col('worker_id')} = $1->>'worker'
+                  AND {kind.status} = 'processing' AND {kind.col("worker_id")} = $1->>'worker'
                 ORDER BY id FOR UPDATE
             )
-            UPDATE {kind.table} t SET {kind.col('last_heartbeat')} = now()
+            UPDATE {kind.table} t SET {kind.col("last_heartbeat")} = now()
             FROM mine WHERE t.id = mine.id RETURNING t.id"""
         return {r["id"] for r in self._run(kind, sql, {"ids": ids, "worker": worker_id}, bubble=False)}
 
@@ -191,16 +212,24 @@ class Transitions(Registration):
         return f"""
             UPDATE {kind.table} t SET {set_sql}, updated_at = now()
             FROM (SELECT * FROM jsonb_to_recordset($1->'values') AS v({record}) ORDER BY v.id) v
-            WHERE t.id = v.id AND t.{kind.status} = 'processing' AND t.{kind.col('worker_id')} = $1->>'worker'
+            WHERE t.id = v.id AND t.{kind.status} = 'processing' AND t.{kind.col("worker_id")} = $1->>'worker'
             RETURNING t.id{parent_columns(kind)}"""
 
     def complete(self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str]) -> Transition:
         """Mark tasks completed (fenced) and bubble up. `results` are ids or dicts {id, <result columns>}."""
         return self.settle(kind, worker_id, completed=results).completed
 
-    def settle(self, kind: TaskKind, worker_id: str, *, completed: Sequence[dict] | Sequence[str] | None = None,
-               failed: Sequence[dict] = (), claim: int = 0, only_ids: Sequence[str] | None = None,
-               override_retry_limit: bool = False) -> Settlement:
+    def settle(
+        self,
+        kind: TaskKind,
+        worker_id: str,
+        *,
+        completed: Sequence[dict] | Sequence[str] | None = None,
+        failed: Sequence[dict] = (),
+        claim: int = 0,
+        only_ids: Sequence[str] | None = None,
+        override_retry_limit: bool = False,
+    ) -> Settlement:
         """Complete and fail a batch (both fenced) and claim up to `claim` next tasks (as `claim()` would), in one
         transaction with one bubble-up pass: what a worker loop sends between two batches, in one round trip."""
         complete = self._complete_statement(kind, worker_id, completed)
@@ -211,12 +240,15 @@ class Transitions(Registration):
         if not statements:
             return Settlement(Transition([], []), Transition([], []), [])
         results = iter(self._pipelined(kind, worker_id, statements, settled))
-        return Settlement(_outcome(complete[2], next(results)) if complete else Transition([], []),
-                          _outcome(fail[2], next(results)) if fail else Transition([], []),
-                          next(results) if next_claim else [])
+        return Settlement(
+            _outcome(complete[2], next(results)) if complete else Transition([], []),
+            _outcome(fail[2], next(results)) if fail else Transition([], []),
+            next(results) if next_claim else [],
+        )
 
-    def _complete_statement(self, kind: TaskKind, worker_id: str,
-                            results: Sequence[dict] | Sequence[str] | None) -> tuple[str, dict, list[str]] | None:
+    def _complete_statement(
+        self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str] | None
+    ) -> tuple[str, dict, list[str]] | None:
         """None: nothing to complete (`results` None means the caller completes nothing, as settle's default)."""
         if results is None:
             return None
@@ -227,26 +259,47 @@ class Transitions(Registration):
         if not ids:
             return None
         columns = {c: t for c, t in kind.result_columns.items() if any(c in r for r in results)}
-        set_sql = ", ".join([
-            f"{kind.status} = 'completed'", f"{kind.col('completed_at')} = now()",
-            f"{kind.col('error')} = NULL", f"{kind.col('error_class')} = NULL",
-            f"{kind.col('next_attempt_at')} = NULL", *(f"{c} = v.{c}" for c in columns),
-        ])
-        values = [{"id": str(r["id"]), **{c: (clean_text(r[c]) if isinstance(r.get(c), str) else r.get(c))
-                                          for c in columns}} for r in results]
+        set_sql = ", ".join(
+            [
+                f"{kind.status} = 'completed'",
+                f"{kind.col('completed_at')} = now()",
+                f"{kind.col('error')} = NULL",
+                f"{kind.col('error_class')} = NULL",
+                f"{kind.col('next_attempt_at')} = NULL",
+                *(f"{c} = v.{c}" for c in columns),
+            ]
+        )
+        values = [
+            {"id": str(r["id"]), **{c: (clean_text(r[c]) if isinstance(r.get(c), str) else r.get(c)) for c in columns}}
+            for r in results
+        ]
         return self._fenced_sql(kind, set_sql, columns), {"worker": worker_id, "values": values}, ids
 
-    def complete_document_expansion(self, worker_id: str, document_id: str, *, page_count: int,
-                                    encrypted: bool = False, metadata: dict | None = None) -> bool:
+    def complete_document_expansion(
+        self,
+        worker_id: str,
+        document_id: str,
+        *,
+        page_count: int,
+        encrypted: bool = False,
+        metadata: dict | None = None,
+    ) -> bool:
         """Create the document's page tasks (fenced on the expansion claim). A document with zero pages fails:
         nothing can be indexed from it, and calling it complete would hide a broken file."""
         sql = self._fenced_sql(
             OCR_DOCUMENT,
             "pages_created_at = now(), page_count = ($1->>'pages')::int, encrypted = ($1->>'encrypted')::boolean, "
             "metadata = t.metadata || ($1->'metadata'), ocr_error = NULL, ocr_error_class = NULL, "
-            "next_attempt_at = NULL, extraction_skipped = false", {})
-        args = {"worker": worker_id, "values": [{"id": str(document_id)}], "pages": page_count,
-                "encrypted": encrypted, "metadata": metadata or {}}
+            "next_attempt_at = NULL, extraction_skipped = false",
+            {},
+        )
+        args = {
+            "worker": worker_id,
+            "values": [{"id": str(document_id)}],
+            "pages": page_count,
+            "encrypted": encrypted,
+            "metadata": metadata or {},
+        }
 
         def work(conn: sa.Connection) -> bool:
             if not self._run(OCR_DOCUMENT, sql, args, bubble=False, conn=conn):
@@ -255,14 +308,17 @@ class Transitions(Registration):
                 conn.exec_driver_sql(
                     f"""UPDATE documents SET ocr_status = 'failed', ocr_error = 'empty: document has no pages',
                               ocr_error_class = 'empty', next_attempt_at = '{NEVER}', updated_at = now()
-                       WHERE id = %(id)s""", {"id": str(document_id)})
+                       WHERE id = %(id)s""",
+                    {"id": str(document_id)},
+                )
                 return True
             conn.exec_driver_sql(
                 """INSERT INTO task_queue_page (document_id, page_number, priority, max_retries)
                    SELECT d.id, n, d.priority, d.max_retries FROM documents d, generate_series(1, %(n)s) n
                    WHERE d.id = %(id)s
                    ON CONFLICT (document_id, page_number) DO NOTHING""",
-                {"id": str(document_id), "n": page_count})
+                {"id": str(document_id), "n": page_count},
+            )
             self._bubble(conn, self.phases.phases, document_ids=[str(document_id)])
             return True
 
@@ -278,7 +334,9 @@ class Transitions(Registration):
         sql = self._fenced_sql(
             VECTOR_PAGE,
             "chunked_at = now(), chunk_count = ($1->>'n')::int, embedding_skipped = (($1->>'n')::int = 0), "
-            "vector_error = NULL, vector_error_class = NULL, vector_next_attempt_at = NULL", {})
+            "vector_error = NULL, vector_error_class = NULL, vector_next_attempt_at = NULL",
+            {},
+        )
         args = {"worker": worker_id, "values": [{"id": str(page_id)}], "n": len(chunks)}
 
         def work(conn: sa.Connection) -> bool:
@@ -289,7 +347,8 @@ class Transitions(Registration):
                 page = conn.exec_driver_sql(
                     """SELECT d.document_key, p.page_number FROM task_queue_page p
                        JOIN documents d ON d.id = p.document_id WHERE p.id = %(page)s""",
-                    {"page": str(page_id)}).one()
+                    {"page": str(page_id)},
+                ).one()
                 ids = _derived_chunk_ids(page.document_key, page.page_number, chunks)
                 conn.exec_driver_sql(
                     """WITH c AS (
@@ -309,10 +368,15 @@ class Transitions(Registration):
                        INSERT INTO task_queue_chunk_text (chunk_task_id, content)
                        SELECT created.id, c.content FROM created JOIN c USING (chunk_index)
                        WHERE c.content IS NOT NULL""",
-                    {"page": str(page_id), "ids": ids,
-                     "idx": [c["chunk_index"] for c in chunks], "hashes": [c.get("content_hash") for c in chunks],
-                     "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
-                     "tokens": [c.get("token_count") for c in chunks]})
+                    {
+                        "page": str(page_id),
+                        "ids": ids,
+                        "idx": [c["chunk_index"] for c in chunks],
+                        "hashes": [c.get("content_hash") for c in chunks],
+                        "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
+                        "tokens": [c.get("token_count") for c in chunks],
+                    },
+                )
             document_ids = [str(rows[0]["document_id"])]
             self._bubble(conn, self.phases.phases, [str(page_id)], document_ids)
             return True
@@ -327,26 +391,38 @@ class Transitions(Registration):
         retries it."""
         return self.settle(kind, worker_id, failed=failures).failed
 
-    def _fail_statement(self, kind: TaskKind, worker_id: str,
-                        failures: Sequence[dict]) -> tuple[str, dict, list[str]] | None:
+    def _fail_statement(
+        self, kind: TaskKind, worker_id: str, failures: Sequence[dict]
+    ) -> tuple[str, dict, list[str]] | None:
         ids = [str(f["id"]) for f in failures]
         if not ids:
             return None
         retries = kind.col("retry_count")
         set_sql = f"""{kind.status} = 'failed', {retries} = COALESCE(t.{retries}, 0) + 1,
-                      {kind.col('failed_at')} = now(),
-                      {kind.col('error')} = v.err, {kind.col('error_class')} = v.cls,
-                      {kind.col('next_attempt_at')} = CASE WHEN v.retryable
+                      {kind.col("failed_at")} = now(),
+                      {kind.col("error")} = v.err, {kind.col("error_class")} = v.cls,
+                      {kind.col("next_attempt_at")} = CASE WHEN v.retryable
                           THEN {self.phases.retry_policy(kind).next_attempt_sql(f"COALESCE(t.{retries}, 0)")}
                           ELSE '{NEVER}'::timestamptz END"""
-        values = [{"id": str(f["id"]), "err": clean_text(str(f.get("error") or "unknown error")),
-                   "cls": str(f.get("error_class") or "error")[:32], "retryable": bool(f.get("retryable", True))}
-                  for f in failures]
+        values = [
+            {
+                "id": str(f["id"]),
+                "err": clean_text(str(f.get("error") or "unknown error")),
+                "cls": str(f.get("error_class") or "error")[:32],
+                "retryable": bool(f.get("retryable", True)),
+            }
+            for f in failures
+        ]
         sql = self._fenced_sql(kind, set_sql, {"err": "text", "cls": "text", "retryable": "boolean"})
         return sql, {"worker": worker_id, "values": values}, ids
 
-    def _bubble(self, conn: sa.Connection, phases: PhaseSpec | Sequence[PhaseSpec], page_ids: Sequence[str] = (),
-                document_ids: Sequence[str] = ()) -> list[Correction]:
+    def _bubble(
+        self,
+        conn: sa.Connection,
+        phases: PhaseSpec | Sequence[PhaseSpec],
+        page_ids: Sequence[str] = (),
+        document_ids: Sequence[str] = (),
+    ) -> list[Correction]:
         """Recompute the roll-ups of `phases` on these pages, then on these documents (rollup_sql.recount_sql: the
         one implementation of the rule's application), locking each level's parents in id order, once for all
         the phases, before reading their children."""
@@ -368,8 +444,10 @@ def _derived_chunk_ids(document_key: str, page_number: int, chunks: Sequence[dic
     ids = [chunk_id(document_key, page_number, c["chunk_index"], c.get("content_hash")) for c in chunks]
     for given, derived in zip((c.get("chunk_id") for c in chunks), ids):
         if given is not None and given != derived:
-            raise ValueError(f"chunk_id {given!r} is not this chunk's derived id {derived!r} "
-                             "(queue_db.keys.chunk_id: document key, page number, chunk index, content hash)")
+            raise ValueError(
+                f"chunk_id {given!r} is not this chunk's derived id {derived!r} "
+                "(queue_db.keys.chunk_id: document key, page number, chunk index, content hash)"
+            )
     return ids
 
 

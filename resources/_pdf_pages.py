@@ -6,6 +6,7 @@ every call, which would make a 2000-page document quadratic); a small converter 
 own takes over when pymupdf4llm raises. Pages without a usable text layer are rendered
 and read by RapidOCR with the models that ship inside its wheel.
 """
+
 from __future__ import annotations
 
 import re
@@ -103,8 +104,9 @@ def _forbid_model_downloads() -> None:
     from rapidocr.utils import download_file
 
     def refuse(*_args, **_kwargs):
-        raise PageConversionError("internal",
-                                  "internal: RapidOCR tried to download a file; models must ship in the wheel")
+        raise PageConversionError(
+            "internal", "internal: RapidOCR tried to download a file; models must ship in the wheel"
+        )
 
     download_file.DownloadFile.run = classmethod(refuse)  # type: ignore[assignment]
 
@@ -135,12 +137,7 @@ def text_layer_markdown(doc: pymupdf.Document, index: int, headers: HeaderSizes)
     try:
         single.insert_pdf(doc, from_page=index, to_page=index)
         markdown = pymupdf4llm.to_markdown(
-            single,
-            pages=[0],
-            hdr_info=headers,
-            ignore_images=True,
-            graphics_limit=GRAPHICS_LIMIT,
-            show_progress=False,
+            single, pages=[0], hdr_info=headers, ignore_images=True, graphics_limit=GRAPHICS_LIMIT, show_progress=False
         )
     except MemoryError:
         raise
@@ -194,7 +191,12 @@ def _list_item(line: str) -> str:
 
 # -- error classification -----------------------------------------------
 _MEMORY_WORDS = (
-    "out of memory", "malloc", "bad_alloc", "cannot allocate", "insufficient memory", "failed to allocate",
+    "out of memory",
+    "malloc",
+    "bad_alloc",
+    "cannot allocate",
+    "insufficient memory",
+    "failed to allocate",
     "failed to map segment",  # dlopen of a shared library under RLIMIT_AS
 )
 
@@ -207,4 +209,3 @@ def is_memory_error(exc: BaseException) -> bool:
         return True
     message = str(exc).lower()
     return any(word in message for word in _MEMORY_WORDS)
-

@@ -12,6 +12,7 @@ first message carries the settings:
 This module must stay importable without PyMuPDF/numpy side effects: heavy imports
 happen in `serve`, after the memory cap and thread counts are in place.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,12 @@ LAID_OUT_FILETYPES = frozenset({"png", "jpeg", "tiff", "epub", "xps"})
 
 # ONNX Runtime gets its thread count explicitly; numpy's BLAS is off the hot path, and
 # each idle OpenBLAS thread reserves address space that counts against the memory cap
-THREAD_ENV_VARS = {"OMP_NUM_THREADS": None, "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                   "NUMEXPR_NUM_THREADS": "1"}
+THREAD_ENV_VARS = {
+    "OMP_NUM_THREADS": None,
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+}
 
 
 def main(argv: list[str]) -> None:
@@ -133,8 +138,16 @@ class _Worker:
             if op == "inspect":
                 return ("ok", self.inspect(request["path"], request.get("password"), filetype))
             if op == "convert":
-                return ("ok", self.convert(request["path"], request.get("password"), request["page_number"],
-                                           request.get("boilerplate") or (), filetype))
+                return (
+                    "ok",
+                    self.convert(
+                        request["path"],
+                        request.get("password"),
+                        request["page_number"],
+                        request.get("boilerplate") or (),
+                        filetype,
+                    ),
+                )
             return ("error", "internal", f"internal: unknown worker request {op!r}")
         except (WorkerFailure, PageConversionError) as failure:
             return ("error", failure.error_class, failure.reason)
@@ -224,8 +237,9 @@ class _Worker:
         self._open = self._open_document(path, password, key, stat.st_size, filetype)
         return self._open
 
-    def _open_document(self, path: str, password: str | None, key: tuple, size: int,
-                       filetype: str = "pdf") -> _OpenDocument:
+    def _open_document(
+        self, path: str, password: str | None, key: tuple, size: int, filetype: str = "pdf"
+    ) -> _OpenDocument:
         from resources._pdf_pages import is_memory_error
 
         pymupdf = self.pymupdf
@@ -242,7 +256,8 @@ class _Worker:
                 if is_memory_error(exc):
                     raise
                 raise WorkerFailure(
-                    "corrupt", f"corrupt: cannot open as PDF ({_short(_without_path(str(exc), path))})") from None
+                    "corrupt", f"corrupt: cannot open as PDF ({_short(_without_path(str(exc), path))})"
+                ) from None
         try:
             encrypted = bool(doc.needs_pass) or bool(doc.is_encrypted)
             if doc.needs_pass:
@@ -277,8 +292,9 @@ class _Worker:
         except Exception as exc:
             if is_memory_error(exc):
                 raise
-            raise WorkerFailure("corrupt", f"corrupt: cannot open as {filetype.upper()} "
-                                           f"({_short(_without_path(str(exc), path))})") from None
+            raise WorkerFailure(
+                "corrupt", f"corrupt: cannot open as {filetype.upper()} ({_short(_without_path(str(exc), path))})"
+            ) from None
         try:
             count = source.page_count
             limit = int(self.settings["max_pages"])
@@ -292,8 +308,9 @@ class _Worker:
         except Exception as exc:
             if is_memory_error(exc):
                 raise
-            raise WorkerFailure("corrupt", f"corrupt: cannot lay out the {filetype.upper()} "
-                                           f"({_short(_without_path(str(exc), path))})") from None
+            raise WorkerFailure(
+                "corrupt", f"corrupt: cannot lay out the {filetype.upper()} ({_short(_without_path(str(exc), path))})"
+            ) from None
         finally:
             source.close()
 
@@ -342,7 +359,8 @@ class _Worker:
                 raise
             if strict:
                 raise WorkerFailure(
-                    "corrupt", f"corrupt: page {index + 1} text cannot be read ({_short(str(exc))})") from None
+                    "corrupt", f"corrupt: page {index + 1} text cannot be read ({_short(str(exc))})"
+                ) from None
             return None
 
     def _close_document(self) -> None:

@@ -19,6 +19,7 @@ chunk that already exists *replaces* its contribution: mentions and relation chu
 first, in the same transaction, so a retried (possibly non-deterministic, e.g. LLM) extraction never leaves stale
 entities behind.
 """
+
 from __future__ import annotations
 
 import random
@@ -49,18 +50,19 @@ def page_id(document_id: str, page_number: int) -> str:
 @dataclass
 class DocumentAliases:
     """What the short forms of one document resolve to."""
-    canonical: dict[str, str] = field(default_factory=dict)    # short key -> full key
+
+    canonical: dict[str, str] = field(default_factory=dict)  # short key -> full key
     entities: dict[str, Entity] = field(default_factory=dict)  # full key -> the entity written for it
 
 
 # chunk ids are 32 hex digits (queue_db.keys.chunk_id): the space chunk_id_pages cuts into ranges
-_ID_SPACE = 16 ** 32
+_ID_SPACE = 16**32
 
 
 # -- batching ----------------------------------------------------------------------------------------------------------
 def _batches(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 def _last_write_wins(chunks: Iterable[ChunkGraph]) -> list[ChunkGraph]:
@@ -73,6 +75,7 @@ def _last_write_wins(chunks: Iterable[ChunkGraph]) -> list[ChunkGraph]:
 @dataclass
 class _ChunkContent:
     """One chunk's entities (under their document-level keys) and relations, deduplicated and checked."""
+
     entities: dict[str, Entity]
     relations: set[tuple[str, str, str]]
     aliases: dict[str, list[str]] = field(default_factory=dict)  # full key -> the short keys the chunk used for it
@@ -138,19 +141,43 @@ class _Batch:
         for chunk in chunks:
             content = _chunk_content(chunk, (aliases or {}).get(chunk.document_id))
             pid = page_id(chunk.document_id, chunk.page_number)
-            pages[pid] = {"id": pid, "document_id": chunk.document_id, "number": chunk.page_number,
-                          "tenant_id": chunk.tenant_id}
-            rows.append({"id": chunk.chunk_id, "page_id": pid, "document_id": chunk.document_id,
-                         "page_number": chunk.page_number, "index": chunk.chunk_index, "tenant_id": chunk.tenant_id})
+            pages[pid] = {
+                "id": pid,
+                "document_id": chunk.document_id,
+                "number": chunk.page_number,
+                "tenant_id": chunk.tenant_id,
+            }
+            rows.append(
+                {
+                    "id": chunk.chunk_id,
+                    "page_id": pid,
+                    "document_id": chunk.document_id,
+                    "page_number": chunk.page_number,
+                    "index": chunk.chunk_index,
+                    "tenant_id": chunk.tenant_id,
+                }
+            )
             for key, entity in content.entities.items():
-                entities.setdefault(key, {"key": key, "name": entity.name, "type": entity.type,
-                                          "tenant_id": chunk.tenant_id})
-                mentions.append({"chunk_id": chunk.chunk_id, "key": key, "aliases": content.aliases.get(key, []),
-                                 "tenant_id": chunk.tenant_id})
+                entities.setdefault(
+                    key, {"key": key, "name": entity.name, "type": entity.type, "tenant_id": chunk.tenant_id}
+                )
+                mentions.append(
+                    {
+                        "chunk_id": chunk.chunk_id,
+                        "key": key,
+                        "aliases": content.aliases.get(key, []),
+                        "tenant_id": chunk.tenant_id,
+                    }
+                )
             for signature in content.relations:
                 relations.setdefault(signature, set()).add(chunk.chunk_id)
-            keep.append({"chunk_id": chunk.chunk_id, "keep_keys": sorted(content.entities),
-                         "keep_relations": sorted(_SIG_SEP.join(sig) for sig in content.relations)})
+            keep.append(
+                {
+                    "chunk_id": chunk.chunk_id,
+                    "keep_keys": sorted(content.entities),
+                    "keep_relations": sorted(_SIG_SEP.join(sig) for sig in content.relations),
+                }
+            )
         # sorted so concurrent writers touch shared nodes in the same order
         return cls(
             chunk_ids=[row["id"] for row in rows],
@@ -159,8 +186,10 @@ class _Batch:
             chunks=rows,
             entities=sorted(entities.values(), key=lambda r: r["key"]),
             mentions=mentions,
-            relations=[{"source": s, "target": t, "type": ty, "chunk_ids": sorted(ids)}
-                       for (s, t, ty), ids in sorted(relations.items())],
+            relations=[
+                {"source": s, "target": t, "type": ty, "chunk_ids": sorted(ids)}
+                for (s, t, ty), ids in sorted(relations.items())
+            ],
             keep=keep,
         )
 
@@ -191,8 +220,9 @@ def _document_aliases(written_rows: list[dict], chunks: list[ChunkGraph]) -> tup
     recorded: dict[str, str] = {}
     written: set[str] = set()
     for rec in written_rows:
-        known.setdefault(rec["key"], Entity(name=rec["name"] or rec["key"], type=rec["type"] or "OTHER",
-                                            key=rec["key"]))
+        known.setdefault(
+            rec["key"], Entity(name=rec["name"] or rec["key"], type=rec["type"] or "OTHER", key=rec["key"])
+        )
         pairs.add((rec["key"], rec["type"] or "OTHER"))
         written.add(rec["key"])
         for short in rec["aliases"] or []:
@@ -211,8 +241,9 @@ def _document_aliases(written_rows: list[dict], chunks: list[ChunkGraph]) -> tup
 def _repoint(tx, document_id: str, short: str, full: str) -> set[str]:
     """Moves one document's mentions of `short`, and the relations its chunks state with it, to `full`; returns the
     entity keys that lost a relation or a mention."""
-    chunk_ids = sorted({rec["chunk_id"] for rec in tx.run(cypher.REPOINT_MENTIONS, document_id=document_id, short=short,
-                                                          full=full)})
+    chunk_ids = sorted(
+        {rec["chunk_id"] for rec in tx.run(cypher.REPOINT_MENTIONS, document_id=document_id, short=short, full=full)}
+    )
     if not chunk_ids:
         return set()
     moved, removed = [], []
@@ -222,8 +253,9 @@ def _repoint(tx, document_id: str, short: str, full: str) -> set[str]:
             removed.append({"source": source, "target": target, "type": rec["type"], "chunk_ids": rec["chunk_ids"]})
             source, target = (full, rec["other"]) if outgoing else (rec["other"], full)
             if source != target:  # a relation between the short and the full form is no relation
-                moved.append({"source": source, "target": target, "type": rec["type"],
-                              "chunk_ids": sorted(rec["chunk_ids"])})
+                moved.append(
+                    {"source": source, "target": target, "type": rec["type"], "chunk_ids": sorted(rec["chunk_ids"])}
+                )
     touched = {short} | {row["source"] for row in removed} | {row["target"] for row in removed}
     if removed:
         tx.run(cypher.REMOVE_RELATION_CHUNKS, rows=removed).consume()
@@ -237,14 +269,16 @@ def _write_batch(tx, chunks: list[ChunkGraph]) -> _Batch:
     documents = _document_rows(chunks)
     tx.run(cypher.MERGE_DOCUMENTS, rows=documents).consume()
     written: dict[str, list[dict]] = {row["id"]: [] for row in documents}
-    for rec in tx.run(cypher.DOCUMENT_ENTITIES, document_ids=list(written),
-                      rewritten=sorted(chunk.chunk_id for chunk in chunks)):
+    for rec in tx.run(
+        cypher.DOCUMENT_ENTITIES, document_ids=list(written), rewritten=sorted(chunk.chunk_id for chunk in chunks)
+    ):
         written[rec["document_id"]].append(rec.data())
     aliases: dict[str, DocumentAliases] = {}
     repoints: list[tuple[str, str, str]] = []
     for document_id, rows in written.items():
         aliases[document_id], moving = _document_aliases(
-            rows, [chunk for chunk in chunks if chunk.document_id == document_id])
+            rows, [chunk for chunk in chunks if chunk.document_id == document_id]
+        )
         repoints.extend((document_id, short, aliases[document_id].canonical[short]) for short in sorted(moving))
     batch = _Batch.of(chunks, aliases)
     existing = [rec["id"] for rec in tx.run(cypher.EXISTING_CHUNKS, ids=batch.chunk_ids)]
@@ -273,23 +307,34 @@ def _delete_chunk_batch(tx, chunk_ids: list[str]) -> None:
     if released:
         tx.run(cypher.DELETE_ORPHAN_ENTITIES, keys=sorted(released)).consume()
     if page_ids:
-        doc_ids = [rec["document_id"] for rec in tx.run(cypher.DELETE_EMPTY_PAGES, ids=sorted(set(page_ids)))
-                   if rec["document_id"] is not None]
+        doc_ids = [
+            rec["document_id"]
+            for rec in tx.run(cypher.DELETE_EMPTY_PAGES, ids=sorted(set(page_ids)))
+            if rec["document_id"] is not None
+        ]
         if doc_ids:
             tx.run(cypher.DELETE_EMPTY_DOCUMENTS, ids=sorted(set(doc_ids))).consume()
 
 
 # -- the store ---------------------------------------------------------------------------------------------------------
 class GraphStore:
-    def __init__(self, uri: str, user: str, password: str, database: str | None = None, *,
-                 batch_size: int = BATCH_SIZE, tx_timeout_s: float = TX_TIMEOUT_S,
-                 conflict_retries: int = CONFLICT_RETRIES):
+    def __init__(
+        self,
+        uri: str,
+        user: str,
+        password: str,
+        database: str | None = None,
+        *,
+        batch_size: int = BATCH_SIZE,
+        tx_timeout_s: float = TX_TIMEOUT_S,
+        conflict_retries: int = CONFLICT_RETRIES,
+    ):
         self.database = database or None
         self.batch_size = batch_size or BATCH_SIZE
         self.conflict_retries = conflict_retries
         timeout = tx_timeout_s or TX_TIMEOUT_S
         self._driver = neo4j.GraphDatabase.driver(
-            uri, auth=(user, password), max_transaction_retry_time=timeout, connection_timeout=min(timeout, 15.0),
+            uri, auth=(user, password), max_transaction_retry_time=timeout, connection_timeout=min(timeout, 15.0)
         )
         self._closed = False
         self._schema_ready = False
@@ -351,8 +396,7 @@ class GraphStore:
     def delete_document(self, document_id: str) -> None:
         self.delete_chunks(self.chunk_ids_with_writes(document_id))
         # pages or a document left without chunks (e.g. an interrupted earlier delete)
-        self._write(lambda tx: tx.run(
-            "MATCH (p:Page {document_id: $id}) DETACH DELETE p", id=document_id).consume())
+        self._write(lambda tx: tx.run("MATCH (p:Page {document_id: $id}) DETACH DELETE p", id=document_id).consume())
         self._write(lambda tx: tx.run("MATCH (d:Document {id: $id}) DETACH DELETE d", id=document_id).consume())
 
     # -- reads ---------------------------------------------------------------------------------------------------
@@ -380,11 +424,12 @@ class GraphStore:
             if upper is None:
                 rows = self._read("MATCH (c:Chunk) WHERE c.id >= $lower RETURN c.id AS id", lower=lower)
             else:
-                rows = self._read("MATCH (c:Chunk) WHERE c.id >= $lower AND c.id < $upper RETURN c.id AS id",
-                                  lower=lower, upper=upper)
+                rows = self._read(
+                    "MATCH (c:Chunk) WHERE c.id >= $lower AND c.id < $upper RETURN c.id AS id", lower=lower, upper=upper
+                )
             ids = sorted(row["id"] for row in rows)
             for start in range(0, len(ids), page_size):
-                yield ids[start:start + page_size]
+                yield ids[start : start + page_size]
             if upper is None:
                 return
             lower = upper
@@ -392,8 +437,9 @@ class GraphStore:
             width = max(1, int(width * min(16.0, max(0.25, page_size / max(len(ids), 1)))))
 
     def duplicate_entities(self) -> list[str]:
-        rows = self._read("MATCH (e:Entity) WITH e.key AS entity_key, count(*) AS n WHERE n > 1 "
-                          "RETURN entity_key ORDER BY entity_key")
+        rows = self._read(
+            "MATCH (e:Entity) WITH e.key AS entity_key, count(*) AS n WHERE n > 1 RETURN entity_key ORDER BY entity_key"
+        )
         return [row["entity_key"] for row in rows]
 
     def entity(self, name: str, limit: int = 100, tenant: str = BASE_TENANT) -> dict | None:
@@ -401,35 +447,51 @@ class GraphStore:
         book that names "Lawrence Lessig"); the most mentioned one when several documents resolved it differently.
         Only `tenant`'s: its entity keys are its own, so its mentions and relations are too."""
         key = tenant_entity_key(tenant, normalize_entity_name(name))
-        found = self._read("MATCH (e:Entity {key: $key}) RETURN e.name AS name, e.type AS type, e.key AS key",
-                           key=key)
+        found = self._read("MATCH (e:Entity {key: $key}) RETURN e.name AS name, e.type AS type, e.key AS key", key=key)
         if not found:
             found = self._read(
                 "MATCH (:Chunk)-[m:MENTIONS]->(e:Entity) WHERE $key IN m.aliases "
                 "RETURN e.name AS name, e.type AS type, e.key AS key, count(m) AS n ORDER BY n DESC, key LIMIT 1",
-                key=key)
+                key=key,
+            )
             if not found:
                 return None
             found = [{field: found[0][field] for field in ("name", "type", "key")}]
             key = found[0]["key"]
-        aliases = self._read("MATCH (:Entity {key: $key})<-[m:MENTIONS]-(:Chunk) WHERE m.aliases IS NOT NULL "
-                             "UNWIND m.aliases AS alias RETURN DISTINCT alias ORDER BY alias", key=key)
+        aliases = self._read(
+            "MATCH (:Entity {key: $key})<-[m:MENTIONS]-(:Chunk) WHERE m.aliases IS NOT NULL "
+            "UNWIND m.aliases AS alias RETURN DISTINCT alias ORDER BY alias",
+            key=key,
+        )
         mentions = self._read(
             "MATCH (e:Entity {key: $key})<-[:MENTIONS]-(c:Chunk)<-[:HAS_CHUNK]-(:Page)<-[:HAS_PAGE]-(d:Document) "
             "RETURN DISTINCT d.id AS document_id, d.filename AS filename, c.page_number AS page_number "
-            "ORDER BY document_id, page_number LIMIT $limit", key=key, limit=limit)
+            "ORDER BY document_id, page_number LIMIT $limit",
+            key=key,
+            limit=limit,
+        )
         outgoing = self._read(
             "MATCH (e:Entity {key: $key})-[r:RELATED_TO]->(o:Entity) "
             "RETURN o.name AS name, o.type AS type, r.type AS rel_type, r.weight AS weight "
-            "ORDER BY weight DESC, name LIMIT $limit", key=key, limit=limit)
+            "ORDER BY weight DESC, name LIMIT $limit",
+            key=key,
+            limit=limit,
+        )
         incoming = self._read(
             "MATCH (e:Entity {key: $key})<-[r:RELATED_TO]-(o:Entity) "
             "RETURN o.name AS name, o.type AS type, r.type AS rel_type, r.weight AS weight "
-            "ORDER BY weight DESC, name LIMIT $limit", key=key, limit=limit)
+            "ORDER BY weight DESC, name LIMIT $limit",
+            key=key,
+            limit=limit,
+        )
         related = [{**row, "direction": "out"} for row in outgoing] + [{**row, "direction": "in"} for row in incoming]
         related.sort(key=lambda row: (-(row["weight"] or 0), row["name"] or ""))
-        return {**found[0], "aliases": [bare_entity_key(row["alias"]) for row in aliases], "mentions": mentions,
-                "related": related[:limit]}
+        return {
+            **found[0],
+            "aliases": [bare_entity_key(row["alias"]) for row in aliases],
+            "mentions": mentions,
+            "related": related[:limit],
+        }
 
     def counts(self) -> dict:
         queries = {

@@ -15,6 +15,7 @@ Everything lives under one directory (`<DOCQUEUE_HOME>/bolt`, `bolt_home()`):
 Environment: DOCQUEUE_BOLT_PORT (unset: the home's own port), DOCQUEUE_BOLT_HEAP_MB (512, the JVM's -Xmx),
 DOCQUEUE_BOLT_JAVA_OPTS (extra JVM flags, appended last so they override ours).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -80,8 +81,14 @@ def bolt_home(settings: Settings) -> Path:
 class BoltServer:
     """Manages one detached ArcadeDB server with the Bolt plugin, listening on `host` only."""
 
-    def __init__(self, home: Path | str, port: int | None = None, host: str = "127.0.0.1",
-                 heap_mb: int = default(GraphConfig, "bolt_heap_mb"), java_opts: str = ""):
+    def __init__(
+        self,
+        home: Path | str,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        heap_mb: int = default(GraphConfig, "bolt_heap_mb"),
+        java_opts: str = "",
+    ):
         self.home = Path(home).expanduser().resolve()
         # None: the home's own port, chosen free on the first start
         self.explicit_port = port or None
@@ -98,8 +105,12 @@ class BoltServer:
     def from_settings(cls, settings: Settings) -> "BoltServer":
         """The embedded server of the home `settings` name, as DOCQUEUE_BOLT_* configure it."""
         graph = settings.graph
-        return cls(bolt_home(settings), port=graph.bolt_port or None, heap_mb=graph.bolt_heap_mb,
-                   java_opts=graph.bolt_java_opts)
+        return cls(
+            bolt_home(settings),
+            port=graph.bolt_port or None,
+            heap_mb=graph.bolt_heap_mb,
+            java_opts=graph.bolt_java_opts,
+        )
 
     # -- files -------------------------------------------------------------------------------------------------
     @property
@@ -211,8 +222,13 @@ class BoltServer:
         started = time.monotonic()
         with open(self.log_file, "wb") as log:
             proc = subprocess.Popen(
-                self._command(port), cwd=self.home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True,
+                self._command(port),
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
             )
         _STARTED.append(proc)
         self._write_state(proc.pid, port)
@@ -245,15 +261,19 @@ class BoltServer:
             "arcadedb.serverMetrics": "false",
         }
         return [
-            str(java), f"-Xmx{self.heap_mb}m", f"-Xms{min(self.heap_mb, 64)}m",
+            str(java),
+            f"-Xmx{self.heap_mb}m",
+            f"-Xms{min(self.heap_mb, 64)}m",
             # a small heap on 2 shared cores: the serial collector avoids G1's extra threads and memory, and the
             # C1-only JIT starts about twice as fast and, measured here, writes as fast as C2 while the extractor
             # and OCR compete for the same cores (C2's compile threads only paid off after thousands of chunks)
-            "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
             # last occurrence wins in HotSpot, so these override the defaults above (e.g. -XX:TieredStopAtLevel=4)
             *shlex.split(self.java_opts),
             *[f"-D{key}={value}" for key, value in properties.items()],
-            "-cp", str(package / "jars" / "*"),
+            "-cp",
+            str(package / "jars" / "*"),
             _SERVER_CLASS,
         ]
 
@@ -268,16 +288,18 @@ class BoltServer:
                 raise BoltServerError(f"the Bolt server exited during startup; log tail:\n{self._log_tail()}")
             if accepts_connections(self.host, self.port):
                 try:
-                    with neo4j.GraphDatabase.driver(self.uri, auth=(self.user, self.password),
-                                                    connection_timeout=2, max_connection_pool_size=1) as driver:
+                    with neo4j.GraphDatabase.driver(
+                        self.uri, auth=(self.user, self.password), connection_timeout=2, max_connection_pool_size=1
+                    ) as driver:
                         with driver.session(database=self.database) as session:
                             session.run("RETURN 1 AS ok").consume()
                     return
                 except Exception as exc:  # not ready yet: auth store, database or plugin still coming up
                     last_error = type(exc).__name__
             time.sleep(0.1)
-        raise BoltServerError(f"the Bolt server did not become ready in time ({last_error}); "
-                              f"log tail:\n{self._log_tail()}")
+        raise BoltServerError(
+            f"the Bolt server did not become ready in time ({last_error}); log tail:\n{self._log_tail()}"
+        )
 
     def _log_tail(self) -> str:
         try:

@@ -1,5 +1,6 @@
 """PostgreSQL: the queue's database as a Dagster resource (DOCQUEUE_DATABASE_URL, else the embedded server), and
 `open_queue(settings)` for the entry points that use the queue without Dagster."""
+
 from __future__ import annotations
 
 import threading
@@ -55,8 +56,10 @@ def get_queue(settings: QueueSettings, url: str) -> TaskQueue:
     with engine.connect() as conn:
         absent = missing_bubble_functions(conn, PHASES)
     if absent:
-        raise SchemaNotReady(f"the queue database lacks this version's bubble-up functions ({', '.join(absent)}): "
-                             "run `docqueue db upgrade`")
+        raise SchemaNotReady(
+            f"the queue database lacks this version's bubble-up functions ({', '.join(absent)}): "
+            "run `docqueue db upgrade`"
+        )
     return TaskQueue(engine, settings)
 
 
@@ -78,17 +81,27 @@ class DatabaseResource(dg.ConfigurableResource):
     @classmethod
     def from_settings(cls, settings: Settings) -> "DatabaseResource":
         queue = QueueSettings.from_config(settings.queue)
-        return cls(url=dg.EnvVar("DOCQUEUE_DATABASE_URL") if secret_value(settings.database.database_url) else "",
-                   home=settings.database.home, pg_port=settings.database.pg_port,
-                   poll_interval_s=queue.poll_interval_s, heartbeat_interval_s=queue.heartbeat_interval_s,
-                   stale_timeout_s=queue.stale_timeout_s, max_retries=queue.max_retries,
-                   retry_backoff_base_s=queue.retry_backoff_base_s, retry_backoff_max_s=queue.retry_backoff_max_s)
+        return cls(
+            url=dg.EnvVar("DOCQUEUE_DATABASE_URL") if secret_value(settings.database.database_url) else "",
+            home=settings.database.home,
+            pg_port=settings.database.pg_port,
+            poll_interval_s=queue.poll_interval_s,
+            heartbeat_interval_s=queue.heartbeat_interval_s,
+            stale_timeout_s=queue.stale_timeout_s,
+            max_retries=queue.max_retries,
+            retry_backoff_base_s=queue.retry_backoff_base_s,
+            retry_backoff_max_s=queue.retry_backoff_max_s,
+        )
 
     def queue_settings(self) -> QueueSettings:
-        return QueueSettings(poll_interval_s=self.poll_interval_s, heartbeat_interval_s=self.heartbeat_interval_s,
-                             stale_timeout_s=self.stale_timeout_s, max_retries=self.max_retries,
-                             retry_backoff_base_s=self.retry_backoff_base_s,
-                             retry_backoff_max_s=self.retry_backoff_max_s)
+        return QueueSettings(
+            poll_interval_s=self.poll_interval_s,
+            heartbeat_interval_s=self.heartbeat_interval_s,
+            stale_timeout_s=self.stale_timeout_s,
+            max_retries=self.max_retries,
+            retry_backoff_base_s=self.retry_backoff_base_s,
+            retry_backoff_max_s=self.retry_backoff_max_s,
+        )
 
     def get_queue(self) -> TaskQueue:
         url = self.url.get_value() if isinstance(self.url, dg.EnvVar) else self.url

@@ -1,5 +1,6 @@
 """The embedder's Dagster resource, apart from resources/embeddings.py so that the embedder itself (a search, a
 command) loads without Dagster."""
+
 from __future__ import annotations
 
 import dagster as dg
@@ -29,10 +30,21 @@ class EmbeddingResource(dg.ConfigurableResource):
     @classmethod
     def from_settings(cls, settings: Settings) -> "EmbeddingResource":
         embedding = settings.embedding
-        return cls(model=embedding.model, batch_size=embedding.batch_size, threads=embedding.threads,
-                   max_windows=embedding.max_windows, max_batch_tokens=embedding.batch_tokens,
-                   timeout_s=embedding.timeout_s, dedup=embedding.dedup)
+        return cls(
+            model=embedding.model,
+            batch_size=embedding.batch_size,
+            threads=embedding.threads,
+            max_windows=embedding.max_windows,
+            max_batch_tokens=embedding.batch_tokens,
+            timeout_s=embedding.timeout_s,
+            dedup=embedding.dedup,
+        )
 
     def get_embedder(self) -> Embedder:
-        return get_embedder(self.model, batch_size=self.batch_size, threads=self.threads,
-                            max_windows=self.max_windows, max_batch_tokens=self.max_batch_tokens)
+        return get_embedder(
+            self.model,
+            batch_size=self.batch_size,
+            threads=self.threads,
+            max_windows=self.max_windows,
+            max_batch_tokens=self.max_batch_tokens,
+        )

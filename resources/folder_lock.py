@@ -5,6 +5,7 @@ Embedded storage is single-process, so every embedded store opens its folder onl
 (DOCQUEUE_QDRANT_LOCK_TIMEOUT) and then raises QdrantStorageBusy. A holder may keep the folder open for a linger
 after its last operation; a waiter asks it to let go by touching `<lock>.wait`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -41,7 +42,8 @@ def _acquire_lock_file(lock_path: Path, deadline: float, timeout_s: float):
                 raise QdrantStorageBusy(
                     f"embedded Qdrant storage {lock_path.parent} stayed locked by another process for "
                     f"{timeout_s:g}s (DOCQUEUE_QDRANT_LOCK_TIMEOUT); set DOCQUEUE_QDRANT_URL to a Qdrant "
-                    f"server for concurrent access") from None
+                    f"server for concurrent access"
+                ) from None
             # jitter keeps two waiters from polling in lockstep
             time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
             delay = min(delay * 2, 0.2)
@@ -110,7 +112,8 @@ class LocalFolder:
         if not self._gate.acquire(timeout=max(timeout_s, 0)):
             raise QdrantStorageBusy(
                 f"embedded Qdrant storage {self.folder} stayed busy in this process for {timeout_s:g}s "
-                f"(DOCQUEUE_QDRANT_LOCK_TIMEOUT)")
+                f"(DOCQUEUE_QDRANT_LOCK_TIMEOUT)"
+            )
         try:
             if self._handle is None:
                 if self._lock_handle is None:
@@ -157,8 +160,9 @@ class LocalFolder:
             if self._handle is None or self._pid != os.getpid():
                 self._ticking = False
                 return
-            if self._depth == 0 and (time.monotonic() - self._idle_since >= self.linger_s
-                                     or _asked_since(self.lock_path, self._opened_ns)):
+            if self._depth == 0 and (
+                time.monotonic() - self._idle_since >= self.linger_s or _asked_since(self.lock_path, self._opened_ns)
+            ):
                 self._disconnect()
                 self._ticking = False
                 return
@@ -242,6 +246,7 @@ def open_waiting_for_outsiders(open_once, busy, folder: Path, deadline: float, t
             if remaining <= 0:
                 raise QdrantStorageBusy(
                     f"embedded Qdrant storage {folder} is held by a client outside docqueue for more than "
-                    f"{timeout_s:g}s (DOCQUEUE_QDRANT_LOCK_TIMEOUT)") from None
+                    f"{timeout_s:g}s (DOCQUEUE_QDRANT_LOCK_TIMEOUT)"
+                ) from None
             time.sleep(min(remaining, delay))
             delay = min(delay * 2, 0.5)

@@ -11,6 +11,7 @@ pipe, so its other threads (heartbeats) keep running while a page is converted.
 Failures always arrive as `DocumentError` with a short readable `reason`, an
 `error_class` and whether retrying can help.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,10 +63,15 @@ class PdfLimits:
     def from_config(cls, env: StorageConfig) -> "PdfLimits":
         """The limits DOCQUEUE_MAX_FILE_MB, DOCQUEUE_MAX_PAGES, ... set, from the entry point's settings."""
         return cls(
-            max_file_bytes=int(env.max_file_mb * MB), max_pages=env.max_pages,
-            max_render_pixels=env.max_render_pixels, page_timeout_s=env.page_timeout_s,
-            max_memory_mb=env.worker_memory_mb, ocr_dpi=env.ocr_dpi, min_text_chars=env.min_text_chars,
-            ocr_threads=env.ocr_threads, worker_start_timeout_s=env.worker_start_timeout_s,
+            max_file_bytes=int(env.max_file_mb * MB),
+            max_pages=env.max_pages,
+            max_render_pixels=env.max_render_pixels,
+            page_timeout_s=env.page_timeout_s,
+            max_memory_mb=env.worker_memory_mb,
+            ocr_dpi=env.ocr_dpi,
+            min_text_chars=env.min_text_chars,
+            ocr_threads=env.ocr_threads,
+            worker_start_timeout_s=env.worker_start_timeout_s,
         )
 
     def worker_settings(self) -> dict:
@@ -147,12 +153,17 @@ class PdfProcessor:
     def inspect(self, path: str | Path, password: str | None = None, filetype: str = "pdf") -> DocumentInfo:
         """`filetype` is PyMuPDF's name for the content (pdf, png, jpeg, tiff, epub, xps, ...)."""
         checked = self._checked_path(path)
-        payload = self._call({"op": "inspect", "path": checked, "password": password, "filetype": filetype},
-                             "inspecting the document")
+        payload = self._call(
+            {"op": "inspect", "path": checked, "password": password, "filetype": filetype}, "inspecting the document"
+        )
         return DocumentInfo(**payload)
 
     def convert_page(
-        self, path: str | Path, page_number: int, password: str | None = None, boilerplate: Iterable[str] = (),
+        self,
+        path: str | Path,
+        page_number: int,
+        password: str | None = None,
+        boilerplate: Iterable[str] = (),
         filetype: str = "pdf",
     ) -> PageResult:
         if isinstance(page_number, bool) or not isinstance(page_number, int) or page_number < 1:
@@ -211,8 +222,9 @@ class PdfProcessor:
                 raise
             except Exception as exc:
                 self._worker.kill()
-                raise DocumentError(f"internal: PDF worker exchange failed ({type(exc).__name__})",
-                                    "internal") from None
+                raise DocumentError(
+                    f"internal: PDF worker exchange failed ({type(exc).__name__})", "internal"
+                ) from None
             except BaseException:
                 # interrupted mid-call (Ctrl-C, run termination): the worker's late reply
                 # would otherwise be read as the answer to the next request
@@ -275,8 +287,14 @@ class PdfProcessor:
         try:
             # the limits go on the command line: the worker reads nothing from its environment
             process = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_BOOT, _PROJECT_ROOT, str(child_fd),
-                 json.dumps(self.limits.worker_settings())],
+                [
+                    sys.executable,
+                    "-c",
+                    _WORKER_BOOT,
+                    _PROJECT_ROOT,
+                    str(child_fd),
+                    json.dumps(self.limits.worker_settings()),
+                ],
                 pass_fds=(child_fd,),
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
@@ -291,7 +309,8 @@ class PdfProcessor:
             self._worker.kill()
             raise DocumentError(
                 f"internal: PDF worker did not start within {_seconds(self.limits.worker_start_timeout_s)} s",
-                "internal")
+                "internal",
+            )
         try:
             message = parent_conn.recv()
         except (EOFError, OSError):
@@ -299,14 +318,14 @@ class PdfProcessor:
         if message[0] != "ready":
             self._worker.kill()
             error_class = "resource_limit" if "MemoryError" in message[1] else "internal"
-            raise DocumentError(f"{error_class.replace('_', ' ')}: PDF worker failed to start ({message[1]})",
-                                error_class)
+            raise DocumentError(
+                f"{error_class.replace('_', ' ')}: PDF worker failed to start ({message[1]})", error_class
+            )
 
 
 # A fresh interpreter with the folder holding `resources` first on its path, whatever the caller's PYTHONPATH.
 _PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
-_WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from resources._pdf_worker import main; "
-                "main(sys.argv[1:])")
+_WORKER_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from resources._pdf_worker import main; main(sys.argv[1:])"
 
 
 def _megabytes(size: int) -> str:
@@ -346,19 +365,33 @@ class OcrResource(dg.ConfigurableResource):
     @classmethod
     def from_settings(cls, settings: Settings) -> "OcrResource":
         storage = settings.storage
-        return cls(max_file_mb=storage.max_file_mb, max_pages=storage.max_pages,
-                   max_render_pixels=storage.max_render_pixels, page_timeout_s=storage.page_timeout_s,
-                   max_memory_mb=storage.worker_memory_mb, ocr_dpi=storage.ocr_dpi,
-                   min_text_chars=storage.min_text_chars, ocr_threads=storage.ocr_threads,
-                   worker_start_timeout_s=storage.worker_start_timeout_s)
+        return cls(
+            max_file_mb=storage.max_file_mb,
+            max_pages=storage.max_pages,
+            max_render_pixels=storage.max_render_pixels,
+            page_timeout_s=storage.page_timeout_s,
+            max_memory_mb=storage.worker_memory_mb,
+            ocr_dpi=storage.ocr_dpi,
+            min_text_chars=storage.min_text_chars,
+            ocr_threads=storage.ocr_threads,
+            worker_start_timeout_s=storage.worker_start_timeout_s,
+        )
 
     _processor: Optional[PdfProcessor] = PrivateAttr(default=None)
 
     def limits(self) -> PdfLimits:
         overrides = {
             name: getattr(self, name)
-            for name in ("max_pages", "max_render_pixels", "page_timeout_s", "max_memory_mb", "ocr_dpi",
-                         "min_text_chars", "ocr_threads", "worker_start_timeout_s")
+            for name in (
+                "max_pages",
+                "max_render_pixels",
+                "page_timeout_s",
+                "max_memory_mb",
+                "ocr_dpi",
+                "min_text_chars",
+                "ocr_threads",
+                "worker_start_timeout_s",
+            )
             if getattr(self, name) is not None
         }
         if self.max_file_mb is not None:

@@ -9,6 +9,7 @@
 Operations one backend alone has (moving an older folder, upgrading a collection's shape, merging the embedded
 tail) stay on that adapter; callers that need them hold the adapter, not the port.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
@@ -31,6 +32,7 @@ class VectorStoreError(RuntimeError):
 @dataclass
 class ChunkPoint:
     """A chunk as written: its id, dense vector and payload (resources/vector_payload.chunk_payload)."""
+
     chunk_id: str
     vector: Any  # a sequence of floats or a 1-d numpy array
     payload: dict = field(default_factory=dict)
@@ -55,6 +57,7 @@ class SearchHits(list):
 @dataclass(frozen=True)
 class StoredVector:
     """A point as read back: its vector and payload (what the vector phase copies for an identical chunk)."""
+
     vector: list[float]
     payload: dict
 
@@ -63,6 +66,7 @@ class StoredVector:
 class VectorStoreSettings:
     """Everything a vector store adapter may be configured with, built once by resources/vector_stores.py from the
     entry point's settings; each adapter's `from_settings(settings, model_id, dim)` takes what it uses."""
+
     url: str = field(default="", repr=False)  # may carry credentials
     api_key: str = field(default="", repr=False)
     path: str = ""  # the embedded store's folder
@@ -114,9 +118,17 @@ class VectorStore(Protocol):
     def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
         """The stored vectors and payloads of these chunks; a chunk without a point is absent."""
 
-    def search(self, vector=None, limit: int = 5, *, text: str | None = None, mode: str | None = None,
-               document_id: str | None = None, exclude_document_ids: Sequence[str] = (),
-               tenant: str | None = None) -> SearchHits:
+    def search(
+        self,
+        vector=None,
+        limit: int = 5,
+        *,
+        text: str | None = None,
+        mode: str | None = None,
+        document_id: str | None = None,
+        exclude_document_ids: Sequence[str] = (),
+        tenant: str | None = None,
+    ) -> SearchHits:
         """Hits for the dense `vector` and/or the `text`, mode one of SEARCH_MODES (hybrid when not given), within
         resources/vector_payload.search_filter(document_id, exclude_document_ids, tenant)."""
 

@@ -9,6 +9,7 @@ is still read (dense only, with a notice) until `docqueue reindex --phase vector
 `QdrantStore` implements resources/ports.VectorStore over a few primitives each adapter provides (write, scroll,
 retrieve, search, shape checks); its values come from its constructor, never from the environment.
 """
+
 from __future__ import annotations
 
 import abc
@@ -31,18 +32,15 @@ from resources.ports import (
     StoredVector,
     VectorStoreError,
 )
-from resources.vector_payload import (
-    PointFilter,
-    point_id,
-    search_filter,
-    stored_payload,
-)
+from resources.vector_payload import PointFilter, point_id, search_filter, stored_payload
 
 COLLECTION_PREFIX = "docqueue_chunks__"
 SCROLL_PAGE = 1000
 SPARSE_VECTOR = "text"  # the sparse vector's name; the dense one stays the unnamed default
-OLD_SHAPE_NOTICE = ("collection {collection} predates hybrid search, so this search used dense vectors only; run "
-                    "`docqueue reindex --phase vector` to upgrade it")
+OLD_SHAPE_NOTICE = (
+    "collection {collection} predates hybrid search, so this search used dense vectors only; run "
+    "`docqueue reindex --phase vector` to upgrade it"
+)
 LOCK_TIMEOUT_S = default(VectorStoreConfig, "lock_timeout_s")
 UPSERT_BATCH = default(VectorStoreConfig, "upsert_batch")
 HYBRID_CANDIDATES = default(VectorStoreConfig, "hybrid_candidates")
@@ -58,6 +56,7 @@ def collection_name(model_id: str) -> str:
 @dataclass
 class SearchQuery:
     """What a backend runs: the dense query and/or the sparse one, the mode, and the candidates per side."""
+
     mode: str
     dense: list[float] | None
     sparse: tuple[list[int], list[float]] | None
@@ -68,6 +67,7 @@ class SearchQuery:
 @dataclass
 class PreparedPoint:
     """A validated point: uuid5 id, float vector and the payload with chunk_id and a string document_id."""
+
     id: str
     vector: list[float]
     payload: dict
@@ -84,8 +84,11 @@ def dense_of(vector) -> list[float]:
 
 
 def stored_vectors(records) -> dict[str, StoredVector]:
-    return {r.payload["chunk_id"]: StoredVector(dense_of(r.vector), dict(r.payload))
-            for r in records if r.payload and r.payload.get("chunk_id") and r.vector is not None}
+    return {
+        r.payload["chunk_id"]: StoredVector(dense_of(r.vector), dict(r.payload))
+        for r in records
+        if r.payload and r.payload.get("chunk_id") and r.vector is not None
+    }
 
 
 class QdrantStore(abc.ABC):
@@ -93,8 +96,15 @@ class QdrantStore(abc.ABC):
 
     location: str = ""
 
-    def __init__(self, *, model_id: str, dim: int, lock_timeout_s: float = LOCK_TIMEOUT_S,
-                 upsert_batch: int = UPSERT_BATCH, hybrid_candidates: int = HYBRID_CANDIDATES):
+    def __init__(
+        self,
+        *,
+        model_id: str,
+        dim: int,
+        lock_timeout_s: float = LOCK_TIMEOUT_S,
+        upsert_batch: int = UPSERT_BATCH,
+        hybrid_candidates: int = HYBRID_CANDIDATES,
+    ):
         if dim < 1:
             raise ValueError(f"dim must be positive, got {dim}")
         self.model_id = model_id
@@ -192,9 +202,17 @@ class QdrantStore(abc.ABC):
     def _retrieve(self, ids: list[str], with_payload, with_vectors: bool) -> list:
         """The points of these ids that exist (none when the collection does not)."""
 
-    def search(self, vector=None, limit: int = 5, *, text: str | None = None, mode: str | None = None,
-               document_id: str | None = None, exclude_document_ids: Sequence[str] = (),
-               tenant: str | None = None) -> SearchHits:
+    def search(
+        self,
+        vector=None,
+        limit: int = 5,
+        *,
+        text: str | None = None,
+        mode: str | None = None,
+        document_id: str | None = None,
+        exclude_document_ids: Sequence[str] = (),
+        tenant: str | None = None,
+    ) -> SearchHits:
         """Hits for the dense `vector` and/or the `text`: mode hybrid (default; dense alone when no text is given),
         dense or sparse; `tenant` keeps only that tenant's (points written before tenants count as `default`'s)."""
         if not 1 <= limit <= MAX_SEARCH_LIMIT:
@@ -243,16 +261,18 @@ class QdrantStore(abc.ABC):
         by_id = {hit.chunk_id: hit for hit in dense_hits}
         by_id.update((hit.chunk_id, hit) for hit in sparse_hits)
         fused = fuse_hybrid([h.chunk_id for h in sparse_hits], [h.chunk_id for h in dense_hits], limit)
-        return [SearchHit(score=score, chunk_id=chunk_id, payload=by_id[chunk_id].payload)
-                for chunk_id, score in fused]
+        return [SearchHit(score=score, chunk_id=chunk_id, payload=by_id[chunk_id].payload) for chunk_id, score in fused]
 
     def _dense_only(self, request: SearchQuery) -> tuple[SearchQuery, str | None]:
         """The request a collection without the sparse vector can run, and the notice saying so."""
         if request.mode == "dense":
             return request, None
         if request.dense is None:
-            raise VectorStoreError(OLD_SHAPE_NOTICE.format(collection=self.collection)
-                                   .replace("so this search used dense vectors only", "so it has no sparse vectors"))
+            raise VectorStoreError(
+                OLD_SHAPE_NOTICE.format(collection=self.collection).replace(
+                    "so this search used dense vectors only", "so it has no sparse vectors"
+                )
+            )
         notice = OLD_SHAPE_NOTICE.format(collection=self.collection)
         return SearchQuery("dense", request.dense, None, request.limit, request.candidates), notice
 
@@ -283,5 +303,11 @@ class QdrantStore(abc.ABC):
 
 
 def hits_from(points) -> list[SearchHit]:
-    return [SearchHit(score=float(point.score), chunk_id=str((point.payload or {}).get("chunk_id", "")),
-                      payload=dict(point.payload or {})) for point in points]
+    return [
+        SearchHit(
+            score=float(point.score),
+            chunk_id=str((point.payload or {}).get("chunk_id", "")),
+            payload=dict(point.payload or {}),
+        )
+        for point in points
+    ]

@@ -27,6 +27,7 @@ points into a new one with both vectors, a page at a time, and swaps the folders
 A folder still holding qdrant-client's local-mode files (`meta.json`) is refused with one sentence
 until `docqueue db upgrade` has migrated it (resources/qdrant_migrate.py).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -77,12 +78,27 @@ def local_mode_files(path: Path) -> bool:
 class EdgeVectorStore(QdrantStore):
     is_embedded = True
 
-    def __init__(self, *, path: str | Path, model_id: str, dim: int, lock_timeout_s: float = LOCK_TIMEOUT_S,
-                 upsert_batch: int = UPSERT_BATCH, hybrid_candidates: int = HYBRID_CANDIDATES,
-                 linger_s: float = LINGER_S, segment_points: int = SEGMENT_POINTS, hnsw_ef: int = HNSW_EF,
-                 allow_local_mode_files: bool = False):
-        super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch,
-                         hybrid_candidates=hybrid_candidates)
+    def __init__(
+        self,
+        *,
+        path: str | Path,
+        model_id: str,
+        dim: int,
+        lock_timeout_s: float = LOCK_TIMEOUT_S,
+        upsert_batch: int = UPSERT_BATCH,
+        hybrid_candidates: int = HYBRID_CANDIDATES,
+        linger_s: float = LINGER_S,
+        segment_points: int = SEGMENT_POINTS,
+        hnsw_ef: int = HNSW_EF,
+        allow_local_mode_files: bool = False,
+    ):
+        super().__init__(
+            model_id=model_id,
+            dim=dim,
+            lock_timeout_s=lock_timeout_s,
+            upsert_batch=upsert_batch,
+            hybrid_candidates=hybrid_candidates,
+        )
         if not path:
             raise ValueError("the embedded Qdrant store needs its folder (DOCQUEUE_QDRANT_PATH)")
         self._refuse_local_mode = not allow_local_mode_files  # only the migration writes beside them
@@ -94,18 +110,33 @@ class EdgeVectorStore(QdrantStore):
         self.segment_points = segment_points
         self.hnsw_ef = hnsw_ef
         config = edge_config(dim, segment_points)
-        self._gate = local_folder(self.folder, open_shard(config, dim, segment_points, read_through=True),
-                                  lock_path=self.folder.parent / f"{self.collection}.lock", linger_s=linger_s)
-        self._tail_gate = local_folder(self.tail_folder, open_shard(config, dim, segment_points),
-                                       lock_path=self.folder.parent / f"{self.collection}{TAIL_SUFFIX}.lock",
-                                       linger_s=linger_s)
+        self._gate = local_folder(
+            self.folder,
+            open_shard(config, dim, segment_points, read_through=True),
+            lock_path=self.folder.parent / f"{self.collection}.lock",
+            linger_s=linger_s,
+        )
+        self._tail_gate = local_folder(
+            self.tail_folder,
+            open_shard(config, dim, segment_points),
+            lock_path=self.folder.parent / f"{self.collection}{TAIL_SUFFIX}.lock",
+            linger_s=linger_s,
+        )
 
     @classmethod
     def from_settings(cls, settings: VectorStoreSettings, model_id: str, dim: int) -> EdgeVectorStore:
         """The embedded store in `settings.path`."""
-        return cls(path=settings.path, model_id=model_id, dim=dim, lock_timeout_s=settings.lock_timeout_s,
-                   upsert_batch=settings.upsert_batch, hybrid_candidates=settings.hybrid_candidates,
-                   linger_s=settings.linger_s, segment_points=settings.segment_points, hnsw_ef=settings.hnsw_ef)
+        return cls(
+            path=settings.path,
+            model_id=model_id,
+            dim=dim,
+            lock_timeout_s=settings.lock_timeout_s,
+            upsert_batch=settings.upsert_batch,
+            hybrid_candidates=settings.hybrid_candidates,
+            linger_s=settings.linger_s,
+            segment_points=settings.segment_points,
+            hnsw_ef=settings.hnsw_ef,
+        )
 
     # ----------------------------------------------------------------- connections
 
@@ -117,8 +148,10 @@ class EdgeVectorStore(QdrantStore):
 
     def _refuse_old_storage(self) -> None:
         if self._refuse_local_mode and local_mode_files(self.root):
-            raise VectorStoreError(f"the embedded Qdrant folder {self.root} still holds the old local-mode "
-                                   f"storage; run `docqueue db upgrade` to migrate it")
+            raise VectorStoreError(
+                f"the embedded Qdrant folder {self.root} still holds the old local-mode "
+                f"storage; run `docqueue db upgrade` to migrate it"
+            )
 
     @contextmanager
     def _shard(self):
@@ -160,8 +193,10 @@ class EdgeVectorStore(QdrantStore):
             raise VectorStoreError(f"collection {self.collection} uses named vectors; docqueue expects one vector")
         size, distance = vectors[""].get("size"), vectors[""].get("distance")
         if size != self.dim or distance != "Cosine":
-            raise VectorStoreError(f"collection {self.collection} holds {size}-d {distance} vectors; "
-                                   f"{self.model_id} needs {self.dim}-d Cosine")
+            raise VectorStoreError(
+                f"collection {self.collection} holds {size}-d {distance} vectors; "
+                f"{self.model_id} needs {self.dim}-d Cosine"
+            )
 
     def _existing(self):
         """The open shard, or None when the collection was never written (reads stay empty, create nothing)."""
@@ -228,8 +263,7 @@ class EdgeVectorStore(QdrantStore):
                     target.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
                 copied = 0
                 for records in pages(shard, None, self.scroll_page, True, with_vector=True):
-                    points = [PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {}))
-                              for r in records]
+                    points = [PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {})) for r in records]
                     write_points(target, points, True, self.upsert_batch)
                     copied += len(points)
             finally:
@@ -251,7 +285,7 @@ class EdgeVectorStore(QdrantStore):
             for shard in shards:
                 if shard is not None:
                     for start in range(0, len(ids), self.upsert_batch):
-                        shard.update(qe.UpdateOperation.delete_points(ids[start:start + self.upsert_batch]))
+                        shard.update(qe.UpdateOperation.delete_points(ids[start : start + self.upsert_batch]))
 
     def delete_document(self, document_id: str) -> None:
         with self._both() as shards:
@@ -269,8 +303,9 @@ class EdgeVectorStore(QdrantStore):
             if tail is None:
                 return stored
             for records in pages(tail, condition, self.scroll_page, ["chunk_id"]):
-                stored += len(records) - (len(main.retrieve([r.id for r in records], False, False))
-                                          if main is not None else 0)
+                stored += len(records) - (
+                    len(main.retrieve([r.id for r in records], False, False)) if main is not None else 0
+                )
             return stored
 
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
@@ -291,15 +326,17 @@ class EdgeVectorStore(QdrantStore):
         with self._both() as (tail, main):
             if side == "main":
                 if main is not None:
-                    records, position = main.scroll(qe.ScrollRequest(offset=position, limit=limit,
-                                                                     with_payload=["chunk_id"], with_vector=False))
+                    records, position = main.scroll(
+                        qe.ScrollRequest(offset=position, limit=limit, with_payload=["chunk_id"], with_vector=False)
+                    )
                     if position is not None or records:
                         return records, ("main", position) if position is not None else ("tail", None)
                 side, position = "tail", None
             if tail is None:
                 return [], None
-            records, position = tail.scroll(qe.ScrollRequest(offset=position, limit=limit, with_payload=["chunk_id"],
-                                                             with_vector=False))
+            records, position = tail.scroll(
+                qe.ScrollRequest(offset=position, limit=limit, with_payload=["chunk_id"], with_vector=False)
+            )
             if main is not None and records:
                 merged = {str(r.id) for r in main.retrieve([r.id for r in records], False, False)}
                 records = [r for r in records if str(r.id) not in merged]
@@ -322,8 +359,11 @@ class EdgeVectorStore(QdrantStore):
                 return SearchHits(mode=request.mode)
             if not self._sparse:
                 request, notice = self._dense_only(request)
-            sparse = (qe.Query.Nearest(qe.SparseVector(*request.sparse), using=SPARSE_VECTOR)
-                      if request.sparse is not None else None)
+            sparse = (
+                qe.Query.Nearest(qe.SparseVector(*request.sparse), using=SPARSE_VECTOR)
+                if request.sparse is not None
+                else None
+            )
 
             dense_params = dense_search_params(self.hnsw_ef)
 
@@ -334,15 +374,27 @@ class EdgeVectorStore(QdrantStore):
                 for shard in (tail, main):
                     if shard is None:
                         continue
-                    for hit in hits_from(shard.query(qe.QueryRequest(limit=limit, query=query, filter=condition,
-                                                                     with_payload=True, with_vector=False,
-                                                                     params=params))):
+                    for hit in hits_from(
+                        shard.query(
+                            qe.QueryRequest(
+                                limit=limit,
+                                query=query,
+                                filter=condition,
+                                with_payload=True,
+                                with_vector=False,
+                                params=params,
+                            )
+                        )
+                    ):
                         found.setdefault(hit.chunk_id, hit)
                 return sorted(found.values(), key=lambda hit: -hit.score)[:limit]
 
             if request.mode == "hybrid":
-                hits = self._fuse(nearest(sparse, request.candidates),
-                                  nearest(qe.Query.Nearest(request.dense), request.candidates), request.limit)
+                hits = self._fuse(
+                    nearest(sparse, request.candidates),
+                    nearest(qe.Query.Nearest(request.dense), request.candidates),
+                    request.limit,
+                )
             else:
                 hits = nearest(sparse if request.mode == "sparse" else qe.Query.Nearest(request.dense), request.limit)
         return SearchHits(hits, mode=request.mode, notice=notice)
@@ -359,8 +411,14 @@ class EdgeVectorStore(QdrantStore):
             with self._shard() as main:
                 for records in pages(tail, None, self.upsert_batch, True, with_vector=True):
                     # the stored vectors as they are (a main shard of the older shape takes the dense one alone)
-                    main.update(qe.UpdateOperation.upsert_points(
-                        [qe.Point(r.id, r.vector if self._sparse else dense_of(r.vector), r.payload) for r in records]))
+                    main.update(
+                        qe.UpdateOperation.upsert_points(
+                            [
+                                qe.Point(r.id, r.vector if self._sparse else dense_of(r.vector), r.payload)
+                                for r in records
+                            ]
+                        )
+                    )
                     copied += len(records)
             # the open tail goes first, so its folder can be dropped while its lock is still held
             self._tail_gate.close_handle()
@@ -387,8 +445,12 @@ class EdgeVectorStore(QdrantStore):
                 return {"points": 0, "segments": 0, "indexed_vectors": 0}
             tail_info, main_info = (shard.info() if shard is not None else None for shard in (tail, main))
             parts = [part for part in (tail_info, main_info) if part is not None]
-            return {"points": self.count(), "segments": sum(part.segments_count for part in parts),
-                    "indexed_vectors": main_info.indexed_vectors_count if main_info is not None else 0}
+            return {
+                "points": self.count(),
+                "segments": sum(part.segments_count for part in parts),
+                "indexed_vectors": main_info.indexed_vectors_count if main_info is not None else 0,
+            }
+
 
 class _Nothing:
     def __enter__(self):

@@ -1,6 +1,7 @@
 """One Qdrant Edge shard as the embedded store (resources/qdrant_edge.py) keeps it: its config (how a segment is
 indexed and stored), how it is opened under the folder lock, how a point and a filter look to it, and its pages.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,12 +31,16 @@ def _current_config(folder: Path, config: qe.EdgeConfig, dim: int, segment_point
     segments with them); None for a shard of another shape, which _check_shape or upgrade_shape deal with."""
     persisted = persisted_config(folder)
     dense = (persisted.get("vectors") or {}).get("") or {}
-    if (dense.get("size") != dim or dense.get("distance") != "Cosine"
-            or SPARSE_VECTOR not in (persisted.get("sparse_vectors") or {})):
+    if (
+        dense.get("size") != dim
+        or dense.get("distance") != "Cosine"
+        or SPARSE_VECTOR not in (persisted.get("sparse_vectors") or {})
+    ):
         return None
     current = {"hnsw_config": HNSW_CONFIG, "quantization_config": QUANTIZATION_CONFIG}
-    if (all(persisted.get(key) == value for key, value in current.items())
-            and (persisted.get("optimizers") or {}).get("max_segment_size") == max_segment_kb(dim, segment_points)):
+    if all(persisted.get(key) == value for key, value in current.items()) and (persisted.get("optimizers") or {}).get(
+        "max_segment_size"
+    ) == max_segment_kb(dim, segment_points):
         return None  # nothing to change: the config on disk is left as it is
     return config
 
@@ -74,13 +79,15 @@ def open_shard(config: qe.EdgeConfig, dim: int, segment_points: int, read_throug
             return shard
 
         try:
-            return open_waiting_for_outsiders(open_once, lambda exc: _WAL_BUSY in str(exc), folder, deadline,
-                                              timeout_s)
+            return open_waiting_for_outsiders(open_once, lambda exc: _WAL_BUSY in str(exc), folder, deadline, timeout_s)
         except QdrantStorageBusy:
             raise
         except Exception as exc:  # noqa: BLE001  (the bindings raise plain Exception with the engine's message)
-            raise VectorStoreError(f"cannot open the Qdrant Edge shard {folder}: "
-                                   f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
+            raise VectorStoreError(
+                f"cannot open the Qdrant Edge shard {folder}: "
+                f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}"
+            ) from None
+
     return opener
 
 
@@ -88,14 +95,23 @@ def edge_filter(keep: PointFilter | None) -> qe.Filter | None:
     """resources/vector_payload.PointFilter in Qdrant Edge's terms."""
     if keep is None:
         return None
-    must: list = ([qe.FieldCondition(key="document_id", match=qe.MatchValue(keep.document_id))]
-                  if keep.document_id is not None else [])
+    must: list = (
+        [qe.FieldCondition(key="document_id", match=qe.MatchValue(keep.document_id))]
+        if keep.document_id is not None
+        else []
+    )
     if keep.tenant is not None:
         same_tenant = qe.FieldCondition(key="tenant_id", match=qe.MatchValue(keep.tenant))
-        must.append(qe.Filter(should=[same_tenant, qe.IsEmptyCondition("tenant_id")])
-                    if keep.untagged_are_tenants else same_tenant)
-    must_not = ([qe.FieldCondition(key="document_id", match=qe.MatchAny(list(keep.exclude_document_ids)))]
-                if keep.exclude_document_ids else None)
+        must.append(
+            qe.Filter(should=[same_tenant, qe.IsEmptyCondition("tenant_id")])
+            if keep.untagged_are_tenants
+            else same_tenant
+        )
+    must_not = (
+        [qe.FieldCondition(key="document_id", match=qe.MatchAny(list(keep.exclude_document_ids)))]
+        if keep.exclude_document_ids
+        else None
+    )
     return qe.Filter(must=must or None, must_not=must_not) if (must or must_not) else None
 
 
@@ -127,14 +143,17 @@ def edge_config(dim: int, segment_points: int) -> qe.EdgeConfig:
         vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=_MEMORY[VECTOR_MEMORY]),
         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         hnsw_config=qe.HnswIndexConfig(**HNSW, memory=_MEMORY[GRAPH_MEMORY]),
-        quantization_config=qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE,
-                                                        memory=_MEMORY[QUANTIZED_MEMORY]),
-        optimizers=qe.EdgeOptimizersConfig(max_segment_size=max_segment_kb(dim, segment_points)))
+        quantization_config=qe.ScalarQuantizationConfig(
+            qe.ScalarType.Int8, quantile=QUANTILE, memory=_MEMORY[QUANTIZED_MEMORY]
+        ),
+        optimizers=qe.EdgeOptimizersConfig(max_segment_size=max_segment_kb(dim, segment_points)),
+    )
 
 
 def dense_search_params(hnsw_ef: int) -> qe.SearchParams:
-    return qe.SearchParams(hnsw_ef=hnsw_ef,
-                           quantization=qe.QuantizationSearchParams(rescore=True, oversampling=OVERSAMPLING))
+    return qe.SearchParams(
+        hnsw_ef=hnsw_ef, quantization=qe.QuantizationSearchParams(rescore=True, oversampling=OVERSAMPLING)
+    )
 
 
 def edge_point(point: PreparedPoint, sparse: bool) -> qe.Point:
@@ -151,8 +170,11 @@ def pages(shard, condition, page_size: int, with_payload, with_vector: bool = Fa
     """A shard's points, page by page, in id order."""
     offset = None
     while True:
-        records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=page_size, filter=condition,
-                                                        with_payload=with_payload, with_vector=with_vector))
+        records, offset = shard.scroll(
+            qe.ScrollRequest(
+                offset=offset, limit=page_size, filter=condition, with_payload=with_payload, with_vector=with_vector
+            )
+        )
         if records:
             yield records
         if offset is None:
@@ -161,4 +183,4 @@ def pages(shard, condition, page_size: int, with_payload, with_vector: bool = Fa
 
 def write_points(shard, points: list[PreparedPoint], sparse: bool, batch: int) -> None:
     for start in range(0, len(points), batch):
-        shard.update(qe.UpdateOperation.upsert_points([edge_point(p, sparse) for p in points[start:start + batch]]))
+        shard.update(qe.UpdateOperation.upsert_points([edge_point(p, sparse) for p in points[start : start + batch]]))

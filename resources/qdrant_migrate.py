@@ -6,6 +6,7 @@ what local mode itself loads. Only then are the local-mode files (`meta.json`, `
 into `local-mode-migrated/`, so an interrupted migration simply runs again: upserts by id rewrite
 the same points.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -41,8 +42,13 @@ def migrate_local_mode(path: str | Path, batch: int = MIGRATE_BATCH, lock_timeou
             vectors = client.get_collection(name).config.params.vectors
             if not isinstance(vectors, qm.VectorParams):
                 raise VectorStoreError(f"collection {name} uses named vectors; docqueue expects one vector")
-            store = EdgeVectorStore(path=str(root), model_id=name[len(COLLECTION_PREFIX):], dim=vectors.size,
-                                    lock_timeout_s=lock_timeout_s, allow_local_mode_files=True)
+            store = EdgeVectorStore(
+                path=str(root),
+                model_id=name[len(COLLECTION_PREFIX) :],
+                dim=vectors.size,
+                lock_timeout_s=lock_timeout_s,
+                allow_local_mode_files=True,
+            )
             copied[store.collection] = _copy(client, name, store, batch)
     _move_aside(root)
     return {"collections": copied, "points": sum(copied.values())}
@@ -59,8 +65,9 @@ def _copy(client, name: str, store: EdgeVectorStore, batch: int) -> int:
                 break
         stored = store.count()
     if stored < total:
-        raise VectorStoreError(f"migration of {name} stored {stored} of {total} points; run `docqueue db upgrade` "
-                               f"again")
+        raise VectorStoreError(
+            f"migration of {name} stored {stored} of {total} points; run `docqueue db upgrade` again"
+        )
     return total
 
 

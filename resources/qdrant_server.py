@@ -5,6 +5,7 @@ Given a `path` instead of a `url` it drives qdrant-client's local mode, which do
 written by earlier versions (resources/qdrant_migrate.py) and to run the contract tests on the client API used with
 servers; that folder is opened under resources/folder_lock.py like the embedded store's.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,12 +32,7 @@ from resources.qdrant_base import (
     hits_from,
     sparse_of,
 )
-from resources.vector_payload import (
-    INDEXED_PAYLOAD,
-    PointFilter,
-    document_filter,
-    point_id,
-)
+from resources.vector_payload import INDEXED_PAYLOAD, PointFilter, document_filter, point_id
 
 REQUEST_TIMEOUT_S = default(VectorStoreConfig, "request_timeout_s")
 
@@ -53,17 +49,36 @@ def open_local_client(folder: Path, deadline: float, timeout_s: float) -> Qdrant
     folder.mkdir(parents=True, exist_ok=True)
     return open_waiting_for_outsiders(
         lambda: QdrantClient(path=str(folder)),
-        lambda exc: isinstance(exc, RuntimeError) and "already accessed" in str(exc), folder, deadline, timeout_s)
+        lambda exc: isinstance(exc, RuntimeError) and "already accessed" in str(exc),
+        folder,
+        deadline,
+        timeout_s,
+    )
 
 
 class ClientVectorStore(QdrantStore):
     """qdrant-client: a server at `url`, or local mode in the folder `path` (migration and tests only)."""
 
-    def __init__(self, *, url: str | None, path: str | None = None, api_key: str | None = None, model_id: str,
-                 dim: int, lock_timeout_s: float = LOCK_TIMEOUT_S, request_timeout_s: float = REQUEST_TIMEOUT_S,
-                 upsert_batch: int = UPSERT_BATCH, hybrid_candidates: int = HYBRID_CANDIDATES):
-        super().__init__(model_id=model_id, dim=dim, lock_timeout_s=lock_timeout_s, upsert_batch=upsert_batch,
-                         hybrid_candidates=hybrid_candidates)
+    def __init__(
+        self,
+        *,
+        url: str | None,
+        path: str | None = None,
+        api_key: str | None = None,
+        model_id: str,
+        dim: int,
+        lock_timeout_s: float = LOCK_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        upsert_batch: int = UPSERT_BATCH,
+        hybrid_candidates: int = HYBRID_CANDIDATES,
+    ):
+        super().__init__(
+            model_id=model_id,
+            dim=dim,
+            lock_timeout_s=lock_timeout_s,
+            upsert_batch=upsert_batch,
+            hybrid_candidates=hybrid_candidates,
+        )
         self._remote: QdrantClient | None = None
         self._local: LocalFolder | None = None
         self._ensured = False
@@ -71,9 +86,12 @@ class ClientVectorStore(QdrantStore):
         if url:
             self.location = _safe_location(url)
             # no version probe here: building a store must not do network I/O
-            self._remote = QdrantClient(url=url, api_key=api_key or None,
-                                        timeout=max(1, math.ceil(request_timeout_s or REQUEST_TIMEOUT_S)),
-                                        check_compatibility=False)
+            self._remote = QdrantClient(
+                url=url,
+                api_key=api_key or None,
+                timeout=max(1, math.ceil(request_timeout_s or REQUEST_TIMEOUT_S)),
+                check_compatibility=False,
+            )
         elif path:
             folder = Path(path).expanduser()
             self.location = str(folder)
@@ -84,9 +102,16 @@ class ClientVectorStore(QdrantStore):
     @classmethod
     def from_settings(cls, settings: VectorStoreSettings, model_id: str, dim: int) -> ClientVectorStore:
         """The store on the server at `settings.url`."""
-        return cls(url=settings.url, api_key=settings.api_key or None, model_id=model_id, dim=dim,
-                   lock_timeout_s=settings.lock_timeout_s, request_timeout_s=settings.request_timeout_s,
-                   upsert_batch=settings.upsert_batch, hybrid_candidates=settings.hybrid_candidates)
+        return cls(
+            url=settings.url,
+            api_key=settings.api_key or None,
+            model_id=model_id,
+            dim=dim,
+            lock_timeout_s=settings.lock_timeout_s,
+            request_timeout_s=settings.request_timeout_s,
+            upsert_batch=settings.upsert_batch,
+            hybrid_candidates=settings.hybrid_candidates,
+        )
 
     @property
     def is_embedded(self) -> bool:
@@ -136,8 +161,11 @@ class ClientVectorStore(QdrantStore):
         self._ensured = True
 
     def _create(self, client: QdrantClient, name: str) -> None:
-        client.create_collection(name, vectors_config=qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE),
-                                 sparse_vectors_config={SPARSE_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
+        client.create_collection(
+            name,
+            vectors_config=qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE),
+            sparse_vectors_config={SPARSE_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+        )
 
     def _check_shape(self, client: QdrantClient) -> None:
         params = client.get_collection(self.collection).config.params
@@ -148,7 +176,8 @@ class ClientVectorStore(QdrantStore):
         if vectors.size != self.dim or vectors.distance != qm.Distance.COSINE:
             raise VectorStoreError(
                 f"collection {self.collection} holds {vectors.size}-d {vectors.distance.value} vectors; "
-                f"{self.model_id} needs {self.dim}-d Cosine")
+                f"{self.model_id} needs {self.dim}-d Cosine"
+            )
 
     def _exists(self, client: QdrantClient) -> bool:
         return (self._ensured and self._remote is not None) or client.collection_exists(self.collection)
@@ -162,9 +191,14 @@ class ClientVectorStore(QdrantStore):
 
     def _write(self, client: QdrantClient, name: str, points: list[PreparedPoint], sparse: bool) -> None:
         for start in range(0, len(points), self.upsert_batch):
-            client.upsert(name, points=[qm.PointStruct(id=p.id, vector=_vectors(p) if sparse else p.vector,
-                                                       payload=p.payload)
-                                        for p in points[start:start + self.upsert_batch]], wait=True)
+            client.upsert(
+                name,
+                points=[
+                    qm.PointStruct(id=p.id, vector=_vectors(p) if sparse else p.vector, payload=p.payload)
+                    for p in points[start : start + self.upsert_batch]
+                ],
+                wait=True,
+            )
 
     def has_sparse(self) -> bool:
         with self._client() as client:
@@ -198,8 +232,9 @@ class ClientVectorStore(QdrantStore):
     def _copy(self, client: QdrantClient, source: str, target: str) -> int:
         copied, offset = 0, None
         while True:
-            records, offset = client.scroll(source, limit=self.scroll_page, offset=offset, with_payload=True,
-                                            with_vectors=True)
+            records, offset = client.scroll(
+                source, limit=self.scroll_page, offset=offset, with_payload=True, with_vectors=True
+            )
             points = [PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {})) for r in records]
             self._write(client, target, points, True)
             copied += len(points)
@@ -214,7 +249,7 @@ class ClientVectorStore(QdrantStore):
             if not self._exists(client):
                 return
             for start in range(0, len(ids), self.upsert_batch):
-                selector = qm.PointIdsList(points=ids[start:start + self.upsert_batch])
+                selector = qm.PointIdsList(points=ids[start : start + self.upsert_batch])
                 client.delete(self.collection, points_selector=selector, wait=True)
 
     def delete_document(self, document_id: str) -> None:
@@ -239,8 +274,14 @@ class ClientVectorStore(QdrantStore):
             condition = _condition(document_filter(document_id)) if document_id is not None else None
             offset = None
             while True:
-                records, offset = client.scroll(self.collection, scroll_filter=condition, limit=self.scroll_page,
-                                                offset=offset, with_payload=["chunk_id"], with_vectors=False)
+                records, offset = client.scroll(
+                    self.collection,
+                    scroll_filter=condition,
+                    limit=self.scroll_page,
+                    offset=offset,
+                    with_payload=["chunk_id"],
+                    with_vectors=False,
+                )
                 found.update(record.payload["chunk_id"] for record in records if record.payload)
                 if offset is None:
                     return found
@@ -249,8 +290,9 @@ class ClientVectorStore(QdrantStore):
         with self._client() as client:
             if not self._exists(client):
                 return [], None
-            return client.scroll(self.collection, limit=limit, offset=offset, with_payload=["chunk_id"],
-                                 with_vectors=False)
+            return client.scroll(
+                self.collection, limit=limit, offset=offset, with_payload=["chunk_id"], with_vectors=False
+            )
 
     def _retrieve(self, ids: list[str], with_payload, with_vectors: bool) -> list:
         with self._client() as client:
@@ -268,17 +310,31 @@ class ClientVectorStore(QdrantStore):
             if not self._sparse:
                 request, notice = self._dense_only(request)
             condition = _condition(keep)
-            sparse = (qm.SparseVector(indices=request.sparse[0], values=request.sparse[1])
-                      if request.sparse is not None else None)
+            sparse = (
+                qm.SparseVector(indices=request.sparse[0], values=request.sparse[1])
+                if request.sparse is not None
+                else None
+            )
 
             def nearest(query, using, limit):
-                return hits_from(client.query_points(self.collection, query=query, using=using, limit=limit,
-                                                     query_filter=condition, with_payload=True,
-                                                     with_vectors=False).points)
+                return hits_from(
+                    client.query_points(
+                        self.collection,
+                        query=query,
+                        using=using,
+                        limit=limit,
+                        query_filter=condition,
+                        with_payload=True,
+                        with_vectors=False,
+                    ).points
+                )
 
             if request.mode == "hybrid":
-                hits = self._fuse(nearest(sparse, SPARSE_VECTOR, request.candidates),
-                                  nearest(request.dense, None, request.candidates), request.limit)
+                hits = self._fuse(
+                    nearest(sparse, SPARSE_VECTOR, request.candidates),
+                    nearest(request.dense, None, request.candidates),
+                    request.limit,
+                )
             elif request.mode == "sparse":
                 hits = nearest(sparse, SPARSE_VECTOR, request.limit)
             else:
@@ -295,17 +351,25 @@ def _vectors(point: PreparedPoint) -> dict:
     return vectors
 
 
-
 def _condition(keep: PointFilter | None) -> qm.Filter | None:
     """resources/vector_payload.PointFilter in qdrant-client's terms."""
     if keep is None:
         return None
-    must: list = ([qm.FieldCondition(key="document_id", match=qm.MatchValue(value=keep.document_id))]
-                  if keep.document_id is not None else [])
+    must: list = (
+        [qm.FieldCondition(key="document_id", match=qm.MatchValue(value=keep.document_id))]
+        if keep.document_id is not None
+        else []
+    )
     if keep.tenant is not None:
         same_tenant = qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=keep.tenant))
-        must.append(qm.Filter(should=[same_tenant, qm.IsEmptyCondition(is_empty=qm.PayloadField(key="tenant_id"))])
-                    if keep.untagged_are_tenants else same_tenant)
-    must_not = ([qm.FieldCondition(key="document_id", match=qm.MatchAny(any=list(keep.exclude_document_ids)))]
-                if keep.exclude_document_ids else None)
+        must.append(
+            qm.Filter(should=[same_tenant, qm.IsEmptyCondition(is_empty=qm.PayloadField(key="tenant_id"))])
+            if keep.untagged_are_tenants
+            else same_tenant
+        )
+    must_not = (
+        [qm.FieldCondition(key="document_id", match=qm.MatchAny(any=list(keep.exclude_document_ids)))]
+        if keep.exclude_document_ids
+        else None
+    )
     return qm.Filter(must=must or None, must_not=must_not) if (must or must_not) else None

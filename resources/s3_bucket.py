@@ -4,6 +4,7 @@ with a cap, and one object downloaded with a byte limit, pinned to the version t
 Credentials come from boto3's usual sources (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN); they
 are never logged and never part of an error message here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,16 @@ class S3Object:
 class S3Bucket:
     """Objects of `bucket` under `prefix`, through one boto3 client (made on first use unless given)."""
 
-    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None, region: str | None = None,
-                 timeout_s: float = 60.0, client=None):
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        timeout_s: float = 60.0,
+        client=None,
+    ):
         self.bucket, self.prefix, self.endpoint_url, self.region = bucket, prefix, endpoint_url, region
         self.timeout_s, self._client = timeout_s, client
 
@@ -45,10 +54,12 @@ class S3Bucket:
             import boto3
             from botocore.config import Config
 
-            config = Config(connect_timeout=self.timeout_s, read_timeout=self.timeout_s,
-                            retries={"max_attempts": 3, "mode": "standard"})
-            self._client = boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
-                                        config=config)
+            config = Config(
+                connect_timeout=self.timeout_s,
+                read_timeout=self.timeout_s,
+                retries={"max_attempts": 3, "mode": "standard"},
+            )
+            self._client = boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config)
         return self._client
 
     def list_objects(self, max_listed: int) -> list[S3Object]:
@@ -59,14 +70,23 @@ class S3Bucket:
         objects: list[S3Object] = []
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix, PaginationConfig={"PageSize": 1000})
+                Bucket=self.bucket, Prefix=self.prefix, PaginationConfig={"PageSize": 1000}
+            )
             for page in pages:
                 for item in page.get("Contents", ()):
-                    objects.append(S3Object(item["Key"], item.get("ETag", ""), int(item.get("Size", 0)),
-                                            item["LastModified"].timestamp()))
+                    objects.append(
+                        S3Object(
+                            item["Key"],
+                            item.get("ETag", ""),
+                            int(item.get("Size", 0)),
+                            item["LastModified"].timestamp(),
+                        )
+                    )
                 if len(objects) > max_listed:
-                    raise S3Unavailable(f"more than {max_listed} objects under {self.url}; narrow "
-                                        "DOCQUEUE_S3_PREFIX or raise DOCQUEUE_S3_MAX_LIST")
+                    raise S3Unavailable(
+                        f"more than {max_listed} objects under {self.url}; narrow "
+                        "DOCQUEUE_S3_PREFIX or raise DOCQUEUE_S3_MAX_LIST"
+                    )
         except ClientError as exc:
             raise S3Unavailable(f"listing {self.url} failed: {_client_error(exc)}") from None
         except BotoCoreError as exc:
@@ -74,7 +94,7 @@ class S3Bucket:
         return objects
 
     def download(self, obj: S3Object, path: Path, limit: int) -> str:
-        """"ok", "gone" (changed or deleted since listed) or "too_large" (more than `limit` bytes). IfMatch pins
+        """ "ok", "gone" (changed or deleted since listed) or "too_large" (more than `limit` bytes). IfMatch pins
         the listed version: a key overwritten meanwhile is not downloaded under the old ETag."""
         from botocore.exceptions import BotoCoreError, ClientError
 

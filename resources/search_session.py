@@ -18,6 +18,7 @@ What a session holds, and for how long:
 
 A session is safe to share between threads (the embedder is, and the store serialises its operations).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
@@ -63,8 +64,12 @@ class SearchResult:
 
     def as_dict(self) -> dict[str, Any]:
         """Exactly what `docqueue search --json` prints."""
-        return {"query": self.query, "mode": self.mode, "notice": self.notice,
-                "hits": [asdict(hit) for hit in self.hits]}
+        return {
+            "query": self.query,
+            "mode": self.mode,
+            "notice": self.notice,
+            "hits": [asdict(hit) for hit in self.hits],
+        }
 
 
 class SearchSession:
@@ -83,16 +88,26 @@ class SearchSession:
         self.default_tenant = settings.tenant.default_tenant
         embedding = settings.embedding
         # the model first: it is the slow part, and an unknown model is said before anything is opened
-        self.embedder = get_embedder(embedding.model, batch_size=embedding.batch_size, threads=embedding.threads,
-                                     max_windows=embedding.max_windows, max_batch_tokens=embedding.batch_tokens)
+        self.embedder = get_embedder(
+            embedding.model,
+            batch_size=embedding.batch_size,
+            threads=embedding.threads,
+            max_windows=embedding.max_windows,
+            max_batch_tokens=embedding.batch_tokens,
+        )
         self._own_engine = engine is None
-        engine = engine if engine is not None else create_queue_engine(database_url(settings.database),
-                                                                       pool_size=1, max_overflow=4)
+        engine = (
+            engine
+            if engine is not None
+            else create_queue_engine(database_url(settings.database), pool_size=1, max_overflow=4)
+        )
         self._queue = TaskQueue(engine, QueueSettings.from_config(settings.queue))
         store_settings = vector_store_settings(settings)
         self.store: VectorStore = open_vector_store(
             replace(store_settings, linger_s=max(store_settings.linger_s, keep_open_s)),
-            self.embedder.model_id, self.embedder.dim)
+            self.embedder.model_id,
+            self.embedder.dim,
+        )
 
     def search(self, query: str, limit: int = 5, *, tenant: str | None = None, mode: str = "hybrid") -> SearchResult:
         """The best `limit` chunks of `tenant`'s documents (default: DOCQUEUE_DEFAULT_TENANT) for `query`; `mode`
@@ -102,11 +117,25 @@ class SearchSession:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
         tenant = checked_tenant(tenant, self.default_tenant)
         vector = self.embedder.embed_one(query)
-        found = self.store.search(vector, limit=limit, text=query, mode=mode,
-                                  exclude_document_ids=hidden_from_search(self._queue), tenant=tenant)
-        hits = [Hit(score=round(h.score, 4), document=h.payload.get("filename"),
-                    document_key=h.payload.get("document_key"), page=h.payload.get("page_number"),
-                    chunk=h.payload.get("chunk_index"), text=h.payload.get("text")) for h in found]
+        found = self.store.search(
+            vector,
+            limit=limit,
+            text=query,
+            mode=mode,
+            exclude_document_ids=hidden_from_search(self._queue),
+            tenant=tenant,
+        )
+        hits = [
+            Hit(
+                score=round(h.score, 4),
+                document=h.payload.get("filename"),
+                document_key=h.payload.get("document_key"),
+                page=h.payload.get("page_number"),
+                chunk=h.payload.get("chunk_index"),
+                text=h.payload.get("text"),
+            )
+            for h in found
+        ]
         return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits)
 
     def close(self) -> None:

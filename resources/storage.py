@@ -4,6 +4,7 @@ Keys look like ``<document_key>/page_0003_nohf.md``. Every write goes to a tempo
 file in the target folder and is renamed into place, so a worker killed mid-write
 never leaves a half-written page behind: readers see the old content or the new one.
 """
+
 from __future__ import annotations
 
 import os

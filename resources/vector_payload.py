@@ -8,6 +8,7 @@ A search keeps one document's points when asked, never the excluded documents' (
 complete) and only one tenant's; points written before tenants carry no tenant_id and are the base tenant's. Each
 adapter translates `PointFilter` into its own query language, and nothing else decides what a filter keeps.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -30,14 +31,34 @@ def point_id(chunk_id: str) -> str:
     return str(uuid.uuid5(DOCQUEUE_POINT_NAMESPACE, chunk_id))
 
 
-def chunk_payload(*, document_id: str, document_key: str, tenant_id: str, filename: str, page_number: int,
-                  chunk_index: int, text: str, content_hash: str, tokens: int, embedded_tokens: int,
-                  vector_reused_from: str | None = None) -> dict:
+def chunk_payload(
+    *,
+    document_id: str,
+    document_key: str,
+    tenant_id: str,
+    filename: str,
+    page_number: int,
+    chunk_index: int,
+    text: str,
+    content_hash: str,
+    tokens: int,
+    embedded_tokens: int,
+    vector_reused_from: str | None = None,
+) -> dict:
     """The payload of a chunk's point. `embedded_tokens` < `tokens` says the vector covers only the start of the
     text (DOCQUEUE_EMBED_MAX_WINDOWS); `vector_reused_from` names the chunk whose vector was copied."""
-    payload = {"document_id": document_id, "document_key": document_key, "tenant_id": tenant_id,
-               "filename": filename, "page_number": page_number, "chunk_index": chunk_index, "text": text,
-               "content_hash": content_hash, "tokens": tokens, "embedded_tokens": embedded_tokens}
+    payload = {
+        "document_id": document_id,
+        "document_key": document_key,
+        "tenant_id": tenant_id,
+        "filename": filename,
+        "page_number": page_number,
+        "chunk_index": chunk_index,
+        "text": text,
+        "content_hash": content_hash,
+        "tokens": tokens,
+        "embedded_tokens": embedded_tokens,
+    }
     if vector_reused_from is not None:
         payload["vector_reused_from"] = vector_reused_from
     return payload
@@ -57,6 +78,7 @@ def stored_payload(point: ChunkPoint) -> dict:
 @dataclass(frozen=True)
 class PointFilter:
     """Which points a search, count or delete keeps; empty fields keep everything."""
+
     document_id: str | None = None
     exclude_document_ids: tuple[str, ...] = ()
     tenant: str | None = None
@@ -67,11 +89,15 @@ class PointFilter:
         return self.tenant == BASE_TENANT
 
 
-def search_filter(document_id: str | None = None, exclude_document_ids: Sequence[str] = (),
-                  tenant: str | None = None) -> PointFilter | None:
+def search_filter(
+    document_id: str | None = None, exclude_document_ids: Sequence[str] = (), tenant: str | None = None
+) -> PointFilter | None:
     """What a search keeps (None: every point)."""
-    found = PointFilter(str(document_id) if document_id is not None and str(document_id) else None,
-                        tuple(str(d) for d in exclude_document_ids), tenant)
+    found = PointFilter(
+        str(document_id) if document_id is not None and str(document_id) else None,
+        tuple(str(d) for d in exclude_document_ids),
+        tenant,
+    )
     return found if (found.document_id or found.exclude_document_ids or found.tenant is not None) else None
 
 

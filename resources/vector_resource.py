@@ -1,5 +1,6 @@
 """The vector store's Dagster resource, apart from resources/vector_stores.py so that opening a store (a search, a
 command) needs no Dagster."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,15 +43,18 @@ class QdrantResource(dg.ConfigurableResource):
     def from_settings(cls, settings: Settings) -> QdrantResource:
         """The resource an entry point builds once from its settings; secrets go in as `dg.EnvVar`s."""
         built = vector_store_settings(settings)
-        return cls(url=dg.EnvVar("DOCQUEUE_QDRANT_URL") if built.url else None,
-                   api_key=dg.EnvVar("DOCQUEUE_QDRANT_API_KEY") if built.api_key else None,
-                   **{name: getattr(built, name) for name in PLAIN_FIELDS})
+        return cls(
+            url=dg.EnvVar("DOCQUEUE_QDRANT_URL") if built.url else None,
+            api_key=dg.EnvVar("DOCQUEUE_QDRANT_API_KEY") if built.api_key else None,
+            **{name: getattr(built, name) for name in PLAIN_FIELDS},
+        )
 
     def store_settings(self) -> VectorStoreSettings:
         url, api_key = _resolved(self.url) or "", _resolved(self.api_key) or ""
         if not url and not self.path:
-            raise ValueError("QdrantResource has neither a url nor a path: build it with "
-                             "QdrantResource.from_settings(settings)")
+            raise ValueError(
+                "QdrantResource has neither a url nor a path: build it with QdrantResource.from_settings(settings)"
+            )
         return VectorStoreSettings(url=url, api_key=api_key, **{name: getattr(self, name) for name in PLAIN_FIELDS})
 
     def get_store(self, model_id: str, dim: int) -> VectorStore:

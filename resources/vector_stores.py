@@ -8,6 +8,7 @@ its line here and its importing function. An adapter's module is imported only w
 qdrant-client alone takes most of a second to import, which the embedded store's users (and `docqueue search` on
 it) do not pay.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -49,10 +50,17 @@ def vector_store_settings(settings: Settings) -> VectorStoreSettings:
     `<DOCQUEUE_HOME>/qdrant`)."""
     vector = settings.vector
     return VectorStoreSettings(
-        url=secret_value(vector.url), api_key=secret_value(vector.api_key), path=_embedded_path(settings),
-        lock_timeout_s=vector.lock_timeout_s, request_timeout_s=vector.request_timeout_s,
-        upsert_batch=vector.upsert_batch, hybrid_candidates=vector.hybrid_candidates, linger_s=vector.linger_s,
-        segment_points=vector.segment_points, hnsw_ef=vector.hnsw_ef)
+        url=secret_value(vector.url),
+        api_key=secret_value(vector.api_key),
+        path=_embedded_path(settings),
+        lock_timeout_s=vector.lock_timeout_s,
+        request_timeout_s=vector.request_timeout_s,
+        upsert_batch=vector.upsert_batch,
+        hybrid_candidates=vector.hybrid_candidates,
+        linger_s=vector.linger_s,
+        segment_points=vector.segment_points,
+        hnsw_ef=vector.hnsw_ef,
+    )
 
 
 def _embedded_path(settings: Settings) -> str:

@@ -1,5 +1,6 @@
 """Shared fixtures: a real PostgreSQL for the whole session (the embedded server, or DOCQUEUE_TEST_PG_ADMIN_URL),
 a migrated template database, and a fresh clone of it per test."""
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,16 @@ def pg_admin_url(tmp_path_factory) -> str:
     home = Path(tempfile.mkdtemp(prefix="docqueue-test-pg-"))
     # durability settings off: a test database is thrown away, and fsync costs most of the test time
     # a free port: several checkouts of the project may run their suites side by side
-    server = EmbeddedPostgres(home, port=_free_port(), extra_settings={
-        "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "300"})
+    server = EmbeddedPostgres(
+        home,
+        port=_free_port(),
+        extra_settings={
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": "300",
+        },
+    )
     server.ensure_running()
     yield f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
     server.stop(mode="immediate")
@@ -100,8 +109,9 @@ def engine(database_url):
 
 @pytest.fixture
 def settings() -> QueueSettings:
-    return QueueSettings(heartbeat_interval_s=0.2, stale_timeout_s=2.0, max_retries=3,
-                         retry_backoff_base_s=0.0, retry_backoff_max_s=0.0)
+    return QueueSettings(
+        heartbeat_interval_s=0.2, stale_timeout_s=2.0, max_retries=3, retry_backoff_base_s=0.0, retry_backoff_max_s=0.0
+    )
 
 
 @pytest.fixture
@@ -145,10 +155,15 @@ def docqueue_env(tmp_path, monkeypatch, create_database, migrated_template, bolt
     queue_url = create_database(template=migrated_template)
     dagster_url = create_database(prefix="dagster")
     for name, value in {
-        "DOCQUEUE_HOME": str(home), "DOCQUEUE_DATABASE_URL": queue_url, "DOCQUEUE_DAGSTER_PG_URL": dagster_url,
-        "DAGSTER_HOME": str(home / "dagster"), "DOCQUEUE_NEO4J_URI": bolt_server.uri,
-        "DOCQUEUE_NEO4J_USER": bolt_server.user, "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password,
-        "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"), "DOCQUEUE_QDRANT_URL": "",
+        "DOCQUEUE_HOME": str(home),
+        "DOCQUEUE_DATABASE_URL": queue_url,
+        "DOCQUEUE_DAGSTER_PG_URL": dagster_url,
+        "DAGSTER_HOME": str(home / "dagster"),
+        "DOCQUEUE_NEO4J_URI": bolt_server.uri,
+        "DOCQUEUE_NEO4J_USER": bolt_server.user,
+        "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password,
+        "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
+        "DOCQUEUE_QDRANT_URL": "",
     }.items():
         monkeypatch.setenv(name, value)
     if bolt_server.database:

@@ -9,6 +9,7 @@ also returns the ground-truth text). Shared by the OCR, storage, vector and grap
   lines starting "|"        -> a table ("|a|b|" rows, first row is the header), drawn with ruling lines
   anything else             -> a paragraph
 """
+
 from __future__ import annotations
 
 import html
@@ -135,8 +136,9 @@ def _draw_table(page: pymupdf.Page, y: float, rows: list[list[str]]) -> float:
     return y + len(rows) * height
 
 
-def wide_table_pdf(directory: Path, name: str, rows: list[list[str]], size: tuple[float, float] = (2592, 1728),
-                   fontsize: float = 5) -> Path:
+def wide_table_pdf(
+    directory: Path, name: str, rows: list[list[str]], size: tuple[float, float] = (2592, 1728), fontsize: float = 5
+) -> Path:
     """One drawing-sheet-sized page (ARCH E1 landscape by default) holding one ruled table: `rows[0]` is the
     header row (empty cells stay empty, so pymupdf4llm names them ColN), each cell as tall as its text needs."""
     doc = pymupdf.open()
@@ -174,8 +176,13 @@ def scanned_pdf(directory: Path, name: str, text: str = SCANNED_TEXT, dpi: int =
     """A page holding only a picture of `text` (no text layer); returns (path, text)."""
     source = pymupdf.open()
     page = source.new_page(width=LETTER[0], height=LETTER[1])
-    spare = page.insert_textbox(pymupdf.Rect(MARGIN, MARGIN, LETTER[0] - MARGIN, LETTER[1] - MARGIN),
-                                text, fontsize=12, fontname="tiro", lineheight=1.4)
+    spare = page.insert_textbox(
+        pymupdf.Rect(MARGIN, MARGIN, LETTER[0] - MARGIN, LETTER[1] - MARGIN),
+        text,
+        fontsize=12,
+        fontname="tiro",
+        lineheight=1.4,
+    )
     if spare < 0:
         raise ValueError("text does not fit on one scanned page")
     picture = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY).tobytes("png")
@@ -189,20 +196,29 @@ def scanned_pdf(directory: Path, name: str, text: str = SCANNED_TEXT, dpi: int =
 def encrypted_pdf(directory: Path, name: str, password: str) -> Path:
     doc = pymupdf.open()
     page = doc.new_page(width=LETTER[0], height=LETTER[1])
-    page.insert_textbox(pymupdf.Rect(MARGIN, MARGIN, 540, 300),
-                        "Confidential salary review for the engineering department. "
-                        "Only holders of the password may read these figures.", fontsize=12)
+    page.insert_textbox(
+        pymupdf.Rect(MARGIN, MARGIN, 540, 300),
+        "Confidential salary review for the engineering department. "
+        "Only holders of the password may read these figures.",
+        fontsize=12,
+    )
     path = Path(directory) / name
-    doc.save(path, encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw=password, owner_pw=password + "-owner",
-             permissions=pymupdf.PDF_PERM_ACCESSIBILITY)
+    doc.save(
+        path,
+        encryption=pymupdf.PDF_ENCRYPT_AES_256,
+        user_pw=password,
+        owner_pw=password + "-owner",
+        permissions=pymupdf.PDF_PERM_ACCESSIBILITY,
+    )
     doc.close()
     return path
 
 
 def two_topic_pdfs(directory: Path) -> tuple[Path, Path]:
     """Two short documents on unrelated topics (TWO_TOPICS: beekeeping, volcanoes)."""
-    paths = [text_pdf(directory, f"{topic}.pdf", [blocks], footer_page_numbers=False)
-             for topic, blocks in TWO_TOPICS.items()]
+    paths = [
+        text_pdf(directory, f"{topic}.pdf", [blocks], footer_page_numbers=False) for topic, blocks in TWO_TOPICS.items()
+    ]
     return paths[0], paths[1]
 
 
@@ -272,8 +288,9 @@ def huge_image_pdf(directory: Path, name: str = "huge_image.pdf", side: int = 20
     doc = pymupdf.open()
     page = doc.new_page(width=288, height=288)
     image = doc.get_new_xref()
-    doc.update_object(image, f"<</Type/XObject/Subtype/Image/Width {side}/Height {side}"
-                             f"/ColorSpace/DeviceGray/BitsPerComponent 8>>")
+    doc.update_object(
+        image, f"<</Type/XObject/Subtype/Image/Width {side}/Height {side}/ColorSpace/DeviceGray/BitsPerComponent 8>>"
+    )
     doc.update_stream(image, data, compress=False)
     doc.xref_set_key(image, "Filter", "/FlateDecode")
     content = doc.get_new_xref()

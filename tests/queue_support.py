@@ -1,4 +1,5 @@
 """Helpers that drive the queue through its public API to build realistic states quickly."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,23 +30,41 @@ def ocr_all(queue: TaskQueue, doc: dict) -> None:
     worker = make_worker_id("ocr")
     page_ids = [p["id"] for p in queue.pages(doc["id"])]
     claimed = queue.claim(OCR_PAGE, worker, len(page_ids), only_ids=page_ids)
-    queue.complete(OCR_PAGE, worker, [{"id": c["id"], "page_file_path": f"x/page_{c['page_number']:04d}_nohf.md",
-                                        "ocr_method": "text-layer", "ocr_chars": 10, "ocr_seconds": 0.1}
-                                       for c in claimed])
+    queue.complete(
+        OCR_PAGE,
+        worker,
+        [
+            {
+                "id": c["id"],
+                "page_file_path": f"x/page_{c['page_number']:04d}_nohf.md",
+                "ocr_method": "text-layer",
+                "ocr_chars": 10,
+                "ocr_seconds": 0.1,
+            }
+            for c in claimed
+        ],
+    )
 
 
 def chunk_all(queue: TaskQueue, doc: dict, chunks_per_page: int) -> None:
     worker = make_worker_id("chunk")
     page_ids = [p["id"] for p in queue.pages(doc["id"])]
     for page in queue.claim(VECTOR_PAGE, worker, len(page_ids), only_ids=page_ids):
-        chunks = [{"chunk_index": i, "content_hash": new_hash(),
-                   "content": f"chunk {i} of page {page['page_number']}", "token_count": 5}
-                  for i in range(chunks_per_page)]
+        chunks = [
+            {
+                "chunk_index": i,
+                "content_hash": new_hash(),
+                "content": f"chunk {i} of page {page['page_number']}",
+                "token_count": 5,
+            }
+            for i in range(chunks_per_page)
+        ]
         assert queue.complete_chunking(worker, page["id"], chunks)
 
 
-def build_document(queue: TaskQueue, pages: int = 2, chunks_per_page: int = 3, name: str = "report.pdf",
-                   priority: int = 0) -> dict:
+def build_document(
+    queue: TaskQueue, pages: int = 2, chunks_per_page: int = 3, name: str = "report.pdf", priority: int = 0
+) -> dict:
     """A document expanded, OCR'd and chunked: its chunks wait for the vector phase."""
     doc = register(queue, name, priority)
     expand(queue, doc, pages)
@@ -54,8 +73,9 @@ def build_document(queue: TaskQueue, pages: int = 2, chunks_per_page: int = 3, n
     return queue.document(str(doc["id"]))
 
 
-def bulk_seed(engine, documents: int, pages_per_document: int, chunks_per_page: int, *,
-              chunk_vector_status: str = "pending") -> None:
+def bulk_seed(
+    engine, documents: int, pages_per_document: int, chunks_per_page: int, *, chunk_vector_status: str = "pending"
+) -> None:
     """Set-based seeding of the state the API produces for expanded, OCR'd, chunked documents (fast enough
     for 100,000+ chunk rows). Used by the concurrency and EXPLAIN tests and the benchmarks."""
     tag = f"bulk{uuid.uuid4().hex[:8]}"
@@ -66,13 +86,16 @@ def bulk_seed(engine, documents: int, pages_per_document: int, chunks_per_page: 
                SELECT %(tag)s || '-' || n || '.pdf', %(tag)s || '-' || n,
                       encode(sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'hex'), 1000, %(pages)s, now(),
                       'completed', now()
-               FROM generate_series(1, %(docs)s) n""", {"docs": documents, "pages": pages_per_document, "tag": tag})
+               FROM generate_series(1, %(docs)s) n""",
+            {"docs": documents, "pages": pages_per_document, "tag": tag},
+        )
         conn.exec_driver_sql(
             """INSERT INTO task_queue_page (document_id, page_number, page_file_path, ocr_status, ocr_completed_at,
                                             chunked_at, chunk_count)
                SELECT d.id, n, %(tag)s || '/page_' || n || '_nohf.md', 'completed', now(), now(), %(chunks)s
                FROM documents d, generate_series(1, %(pages)s) n WHERE d.filename LIKE %(tag)s || '-%%'""",
-            {"pages": pages_per_document, "chunks": chunks_per_page, "tag": tag})
+            {"pages": pages_per_document, "chunks": chunks_per_page, "tag": tag},
+        )
         conn.exec_driver_sql(
             """WITH created AS (
                    INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
@@ -83,12 +106,15 @@ def bulk_seed(engine, documents: int, pages_per_document: int, chunks_per_page: 
                    RETURNING id, chunk_index)
                INSERT INTO task_queue_chunk_text (chunk_task_id, content)
                SELECT id, 'text ' || chunk_index FROM created""",
-            {"chunks": chunks_per_page, "status": chunk_vector_status, "tag": tag})
+            {"chunks": chunks_per_page, "status": chunk_vector_status, "tag": tag},
+        )
         conn.exec_driver_sql(
             "UPDATE task_queue_page SET vector_status = %(s)s::task_status WHERE page_file_path LIKE %(tag)s || '/%%'",
-            {"s": chunk_vector_status, "tag": tag})
+            {"s": chunk_vector_status, "tag": tag},
+        )
         conn.exec_driver_sql(
             "UPDATE documents SET vector_index_status = %(s)s::task_status WHERE filename LIKE %(tag)s || '-%%'",
-            {"s": chunk_vector_status, "tag": tag})
+            {"s": chunk_vector_status, "tag": tag},
+        )
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")

@@ -1,4 +1,5 @@
 """The assets of the code location, made from the phase specs: one per task kind, one roll-up per phase."""
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -12,6 +13,7 @@ from orchestration.pipeline import PageLimits
 from queue_db.phases import PhaseRegistry
 
 
-def phase_assets(phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler],
-                 limits: PageLimits = PageLimits()) -> list[dg.AssetsDefinition]:
+def phase_assets(
+    phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler], limits: PageLimits = PageLimits()
+) -> list[dg.AssetsDefinition]:
     return [*task_assets(phases, handlers, limits), *rollup_assets(phases)]

@@ -10,6 +10,7 @@ id), heartbeats them from a background thread, processes them in batches through
 A run launched by a person (UI backfill, manual launch) overrides the retry limit and back-off; a run launched by
 a docqueue sensor or `docqueue run` respects them.
 """
+
 from __future__ import annotations
 
 import time
@@ -69,22 +70,38 @@ class EarlierAttempt:
     def holds(self, remaining: list[str], log=None) -> bool:
         """True (after one poll interval) while an earlier delivery still holds some of `remaining`."""
         rows = rows_for_keys(self.queue.engine, self.kind, [self.key_of_id[i] for i in remaining])
-        held = [key for key, row in rows.items() if row["status"] == "processing"
-                and (row["worker_id"] or "").startswith(self.run_prefix) and row["worker_id"] != self.worker_id]
+        held = [
+            key
+            for key, row in rows.items()
+            if row["status"] == "processing"
+            and (row["worker_id"] or "").startswith(self.run_prefix)
+            and row["worker_id"] != self.worker_id
+        ]
         if not held:
             return False
         if log and not self.announced:
             self.announced = True
-            log.info(f"{self.kind.name}: {len(held)} task(s) of this range are held by an earlier delivery of this "
-                     f"step; waiting until they settle or their heartbeat goes stale "
-                     f"({self.queue.settings.stale_timeout_s:g} s)")
+            log.info(
+                f"{self.kind.name}: {len(held)} task(s) of this range are held by an earlier delivery of this "
+                f"step; waiting until they settle or their heartbeat goes stale "
+                f"({self.queue.settings.stale_timeout_s:g} s)"
+            )
         time.sleep(self.poll_s)
         self.queue.recover_stale()
         return True
 
 
-def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: list[str], worker_id: str, *,
-                 override_retry_limit: bool, log=None, run_prefix: str | None = None) -> RangeReport:
+def process_keys(
+    queue: TaskQueue,
+    pipeline: Pipeline,
+    kind: TaskKind,
+    keys: list[str],
+    worker_id: str,
+    *,
+    override_retry_limit: bool,
+    log=None,
+    run_prefix: str | None = None,
+) -> RangeReport:
     """Claim, heartbeat, process and settle the tasks behind `keys`. Dagster-free, so it is testable alone.
     `run_prefix` (the worker-id prefix of this run) makes it wait for tasks an earlier delivery of the step holds."""
     started = time.perf_counter()
@@ -97,14 +114,16 @@ def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: lis
     batch = CLAIM_BATCH.get(kind.name, DEFAULT_CLAIM_BATCH)
     # a task whose last attempt died with its worker may be what kills workers (poison input): it is claimed
     # alone, first, so it cannot take a batch of good tasks down with it again and again
-    suspects = [row["id"] for row in rows.values() if row["status"] != "completed"
-                and row.get("error_class") == "worker_lost"]
+    suspects = [
+        row["id"] for row in rows.values() if row["status"] != "completed" and row.get("error_class") == "worker_lost"
+    ]
     isolated = set(suspects)
     with Heartbeat(queue, kind, worker_id) as heartbeat:
         while remaining:
             if suspects:
-                tasks = queue.claim(kind, worker_id, 1, only_ids=[suspects.pop(0)],
-                                    override_retry_limit=override_retry_limit)
+                tasks = queue.claim(
+                    kind, worker_id, 1, only_ids=[suspects.pop(0)], override_retry_limit=override_retry_limit
+                )
                 if not tasks:
                     continue  # not claimable now: reported with the rest below
             else:
@@ -117,8 +136,10 @@ def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: lis
             claimed = _process_claimed(pipeline, kind, worker_id, tasks, heartbeat, key_of_id, report)
             remaining = [i for i in remaining if i not in claimed]
             if log:
-                log.info(f"{kind.name}: {len(report.completed)} completed, {len(report.failed)} failed, "
-                         f"{len(remaining)} left of {len(keys)}")
+                log.info(
+                    f"{kind.name}: {len(report.completed)} completed, {len(report.failed)} failed, "
+                    f"{len(remaining)} left of {len(keys)}"
+                )
         report.lost += [key_of_id[i] for i in heartbeat.lost if key_of_id.get(i) not in report.lost]
     _report_unclaimed(queue, kind, [key_of_id[i] for i in remaining], report)
     report.not_ready.update({k: "no such task (unknown partition key)" for k in keys if k not in rows})
@@ -126,8 +147,15 @@ def process_keys(queue: TaskQueue, pipeline: Pipeline, kind: TaskKind, keys: lis
     return report
 
 
-def _process_claimed(pipeline: Pipeline, kind: TaskKind, worker_id: str, tasks: list[dict], heartbeat: Heartbeat,
-                     key_of_id: dict[str, str], report: RangeReport) -> set[str]:
+def _process_claimed(
+    pipeline: Pipeline,
+    kind: TaskKind,
+    worker_id: str,
+    tasks: list[dict],
+    heartbeat: Heartbeat,
+    key_of_id: dict[str, str],
+    report: RangeReport,
+) -> set[str]:
     """Process claimed tasks under the heartbeat and sort their outcomes into `report`; returns the claimed ids."""
     claimed = [t["id"] for t in tasks]
     waits = {t["id"]: t.get("queue_wait_s") for t in tasks}
@@ -202,8 +230,11 @@ def log_materializations(context: dg.AssetExecutionContext, materializations: li
     batch_id, last = generate_event_batch_id(), len(materializations) - 1
     for index, materialization in enumerate(materializations):
         # logged (stored) here; appended so the step yields it like an event from context.log_event
-        logged.append(DagsterEvent.asset_materialization(
-            step_context, materialization, DagsterEventBatchMetadata(batch_id, index == last)))
+        logged.append(
+            DagsterEvent.asset_materialization(
+                step_context, materialization, DagsterEventBatchMetadata(batch_id, index == last)
+            )
+        )
 
 
 HEADLINE_KEYS = 3
@@ -224,13 +255,24 @@ def log_failures(context: dg.AssetExecutionContext, reasons: dict[str, tuple[str
     metadata, so the partition's own events say why it failed (Dagster stores no failure event of its own per
     partition here). `reasons`: key -> (error class, reason, retryable)."""
     for key, (error_class, reason, retryable) in reasons.items():
-        context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata={
-            "status": "failed", "error_class": error_class or "unknown", "reason": reason,
-            "retryable": retryable, "run_id": context.run.run_id}))
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=context.asset_key,
+                partition=key,
+                metadata={
+                    "status": "failed",
+                    "error_class": error_class or "unknown",
+                    "reason": reason,
+                    "retryable": retryable,
+                    "run_id": context.run.run_id,
+                },
+            )
+        )
 
 
-def _fail_range(context: dg.AssetExecutionContext, kind: TaskKind, keys: list[str], report: RangeReport,
-                manual: bool, summary: dict) -> None:
+def _fail_range(
+    context: dg.AssetExecutionContext, kind: TaskKind, keys: list[str], report: RangeReport, manual: bool, summary: dict
+) -> None:
     """Fail the step for the keys whose task failed (and, in a run a person launched, those not ready): each
     failed key's reason on its own partition, the first ones in the failure's headline."""
     reasons = {key: (o.error_class, o.error or "failed", o.retryable) for key, o in report.failed.items()}
@@ -239,11 +281,14 @@ def _fail_range(context: dg.AssetExecutionContext, kind: TaskKind, keys: list[st
     log_failures(context, reasons)
     lines = [f"{key}: {reason}" for key, (_, reason, _) in list(reasons.items())[:40]]
     counts = f"{len(report.failed)} of {len(keys)} {kind.name} tasks failed" + (
-        f", {len(report.not_ready)} not ready" if manual and report.not_ready else "")
+        f", {len(report.not_ready)} not ready" if manual and report.not_ready else ""
+    )
     raise dg.Failure(
         description=failure_headline({key: reason for key, (_, reason, _) in reasons.items()}, counts),
-        metadata={**{k: v for k, v in summary.items() if k != "error_classes"},
-                  "errors": dg.MetadataValue.md("\n".join(f"- `{line}`" for line in lines) or "-")},
+        metadata={
+            **{k: v for k, v in summary.items() if k != "error_classes"},
+            "errors": dg.MetadataValue.md("\n".join(f"- `{line}`" for line in lines) or "-"),
+        },
         # what retrying cannot fix (corrupt, empty, encrypted, ...) is not worth retrying the run either
         allow_retries=any(retryable for _, _, retryable in reasons.values()),
     )
@@ -257,38 +302,54 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
     manual = is_manual_run(dict(context.run.tags))
     run_prefix = f"run:{context.run.run_id}:"
     worker_id = make_worker_id(run_prefix[:-1])
-    report = process_keys(queue, pipeline, kind, keys, worker_id, override_retry_limit=manual, log=context.log,
-                          run_prefix=run_prefix)
+    report = process_keys(
+        queue, pipeline, kind, keys, worker_id, override_retry_limit=manual, log=context.log, run_prefix=run_prefix
+    )
     if after is not None:
         after(report)
     asset_key = context.asset_key
-    materializations = [dg.AssetMaterialization(asset_key=asset_key, partition=key, metadata=outcome.metadata)
-                        for key, outcome in report.completed.items()]
+    materializations = [
+        dg.AssetMaterialization(asset_key=asset_key, partition=key, metadata=outcome.metadata)
+        for key, outcome in report.completed.items()
+    ]
     failing = bool(report.failed) or (manual and bool(report.not_ready))
     if failing or manual:
         # a completed task is materialized truth; do not let this run's failure mark it failed
-        materializations += [dg.AssetMaterialization(asset_key=asset_key, partition=key,
-                                                     metadata={"note": "task already completed"})
-                             for key in report.already_completed]
+        materializations += [
+            dg.AssetMaterialization(asset_key=asset_key, partition=key, metadata={"note": "task already completed"})
+            for key in report.already_completed
+        ]
     log_materializations(context, materializations)
     summary = {
-        "keys": len(keys), "completed": len(report.completed), "failed": len(report.failed),
-        "already_completed": len(report.already_completed), "not_ready": len(report.not_ready),
-        "taken_elsewhere": len(report.taken_elsewhere), "lost_to_recovery": len(report.lost),
+        "keys": len(keys),
+        "completed": len(report.completed),
+        "failed": len(report.failed),
+        "already_completed": len(report.already_completed),
+        "not_ready": len(report.not_ready),
+        "taken_elsewhere": len(report.taken_elsewhere),
+        "lost_to_recovery": len(report.lost),
         "seconds": round(report.seconds, 2),
         "error_classes": dict(Counter(o.error_class for o in report.failed.values())),
     }
     context.log.info(f"{kind.name} range {keys[0]} .. {keys[-1]}: {summary}")
     # one observation per run: the UI plots these over time (throughput, failures, error classes, queue wait)
-    waits = [o.metadata["queue_wait_s"] for o in (*report.completed.values(), *report.failed.values())
-             if "queue_wait_s" in o.metadata]
+    waits = [
+        o.metadata["queue_wait_s"]
+        for o in (*report.completed.values(), *report.failed.values())
+        if "queue_wait_s" in o.metadata
+    ]
     settled = len(report.completed) + len(report.failed)
-    context.log_event(dg.AssetObservation(asset_key=asset_key, metadata={
-        **{k: v for k, v in summary.items() if k != "error_classes"},
-        "tasks_per_second": round(settled / report.seconds, 3) if report.seconds else 0.0,
-        "queue_wait_median_s": round(sorted(waits)[len(waits) // 2], 3) if waits else 0.0,
-        "error_classes": dg.MetadataValue.json(summary["error_classes"]),
-    }))
+    context.log_event(
+        dg.AssetObservation(
+            asset_key=asset_key,
+            metadata={
+                **{k: v for k, v in summary.items() if k != "error_classes"},
+                "tasks_per_second": round(settled / report.seconds, 3) if report.seconds else 0.0,
+                "queue_wait_median_s": round(sorted(waits)[len(waits) // 2], 3) if waits else 0.0,
+                "error_classes": dg.MetadataValue.json(summary["error_classes"]),
+            },
+        )
+    )
     if failing:
         _fail_range(context, kind, keys, report, manual, summary)
     if False:  # pragma: no cover - makes this a generator so output_required=False applies

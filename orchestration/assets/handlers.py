@@ -5,6 +5,7 @@ phase has a task kind at, which `Pipeline` function processes that kind's claime
 resources it opens beside the queue's database and the storage. A phase is added by adding its spec and one
 entry here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,10 +46,14 @@ def pipeline_method(name: str) -> Callable[[Pipeline, str, Sequence[dict]], list
 
 
 HANDLERS: dict[str, PhaseHandler] = {
-    "ocr": {Level.DOCUMENT: KindWork(pipeline_method("expand_documents"), ("ocr",)),
-            Level.PAGE: KindWork(pipeline_method("ocr_pages"), ("ocr",))},
-    "vector": {Level.PAGE: KindWork(pipeline_method("chunk_pages")),
-               Level.CHUNK: KindWork(pipeline_method("embed_chunks"), ("embeddings", "qdrant"), closes_pipeline=True)},
+    "ocr": {
+        Level.DOCUMENT: KindWork(pipeline_method("expand_documents"), ("ocr",)),
+        Level.PAGE: KindWork(pipeline_method("ocr_pages"), ("ocr",)),
+    },
+    "vector": {
+        Level.PAGE: KindWork(pipeline_method("chunk_pages")),
+        Level.CHUNK: KindWork(pipeline_method("embed_chunks"), ("embeddings", "qdrant"), closes_pipeline=True),
+    },
     "graphrag": {Level.CHUNK: KindWork(pipeline_method("extract_chunks"), ("neo4j", "extraction"))},
 }
 
@@ -61,9 +66,10 @@ def kind_work(handlers: Mapping[str, PhaseHandler], spec: PhaseSpec, kind: TaskK
     try:
         return handlers[spec.handler][kind.level]
     except KeyError:
-        raise HandlerError(f"phase {spec.name!r} names handler {spec.handler!r}, which has no work for its "
-                           f"{kind.level.value}-level kind {kind.name!r}; known handlers: {', '.join(handlers)}") \
-            from None
+        raise HandlerError(
+            f"phase {spec.name!r} names handler {spec.handler!r}, which has no work for its "
+            f"{kind.level.value}-level kind {kind.name!r}; known handlers: {', '.join(handlers)}"
+        ) from None
 
 
 class HandledTasks:
@@ -76,15 +82,22 @@ class HandledTasks:
         return self.work.run(self.pipeline, worker_id, tasks)
 
 
-def process_tasks(pipeline: Pipeline, kind: TaskKind, worker_id: str, tasks: Sequence[dict], *,
-                  handlers: Mapping[str, PhaseHandler] = HANDLERS) -> list[Outcome]:
+def process_tasks(
+    pipeline: Pipeline,
+    kind: TaskKind,
+    worker_id: str,
+    tasks: Sequence[dict],
+    *,
+    handlers: Mapping[str, PhaseHandler] = HANDLERS,
+) -> list[Outcome]:
     """Process one kind's claimed tasks outside Dagster (tests, benches, the plain loop): the same work the kind's
     asset runs, found through its phase's handler."""
     return handled_tasks(pipeline, kind, handlers=handlers).process(kind, worker_id, tasks)
 
 
-def handled_tasks(pipeline: Pipeline, kind: TaskKind, *,
-                  handlers: Mapping[str, PhaseHandler] = HANDLERS) -> HandledTasks:
+def handled_tasks(
+    pipeline: Pipeline, kind: TaskKind, *, handlers: Mapping[str, PhaseHandler] = HANDLERS
+) -> HandledTasks:
     """The pipeline's work for `kind`, as assets.common.process_keys takes it (tests and benches that drive a
     range of keys without Dagster)."""
     return HandledTasks(pipeline, kind_work(handlers, kind.phase, kind))

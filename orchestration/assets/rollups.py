@@ -17,8 +17,7 @@ from queue_db.partition_keys import document_rollup, mark_rolled_up
 from queue_db.phases import PhaseRegistry, PhaseSpec
 
 # the roll-up assets' names; a phase without an entry rolls up into `document_<phase>`
-ROLLUP_ASSET_NAMES = {"ocr": "document_ocr", "vector": "document_vector_index",
-                      "graphrag": "document_graphrag_index"}
+ROLLUP_ASSET_NAMES = {"ocr": "document_ocr", "vector": "document_vector_index", "graphrag": "document_graphrag_index"}
 # what the last phase's roll-up opens to remove old versions everywhere
 RETIRING_RESOURCES = ("storage", "embeddings", "qdrant", "neo4j")
 
@@ -41,23 +40,41 @@ def _materialize_rollups(context: AssetExecutionContext, queue, phase: PhaseSpec
     completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
     # a blocked phase (pending, waiting on a task that failed for good) ends like a failed one: it cannot finish
     failed = {k: f for k, f in figures.items() if f["status"] in ("failed", "blocked")}
-    log_materializations(context, [dg.AssetMaterialization(
-        asset_key=context.asset_key, partition=key,
-        metadata={k: v for k, v in f.items() if k not in ("document_key", "id", "status", "error") and v is not None})
-        for key, f in completed.items()])
+    log_materializations(
+        context,
+        [
+            dg.AssetMaterialization(
+                asset_key=context.asset_key,
+                partition=key,
+                metadata={
+                    k: v for k, v in f.items() if k not in ("document_key", "id", "status", "error") and v is not None
+                },
+            )
+            for key, f in completed.items()
+        ],
+    )
     mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())], phases=phases)
     open_keys = [k for k in keys if k not in completed and k not in failed]
     if failed or (open_keys and is_manual_run(dict(context.run.tags))):
         reasons = {k: _rollup_reason(f) for k, f in failed.items()}
-        reasons.update({k: ("not_finished", "phase not finished "
-                                            f"({figures.get(k, {}).get('status', 'unknown document')})", True)
-                        for k in open_keys})
+        reasons.update(
+            {
+                k: (
+                    "not_finished",
+                    f"phase not finished ({figures.get(k, {}).get('status', 'unknown document')})",
+                    True,
+                )
+                for k in open_keys
+            }
+        )
         log_failures(context, reasons)
         lines = [f"- `{k}`: {reason}" for k, (_, reason, _) in list(reasons.items())[:40]]
         counts = f"{len(failed)} document(s) failed the {phase.name} phase"
-        raise dg.Failure(description=failure_headline({k: r for k, (_, r, _) in reasons.items()}, counts),
-                         metadata={"errors": dg.MetadataValue.md("\n".join(lines))},
-                         allow_retries=False)
+        raise dg.Failure(
+            description=failure_headline({k: r for k, (_, r, _) in reasons.items()}, counts),
+            metadata={"errors": dg.MetadataValue.md("\n".join(lines))},
+            allow_retries=False,
+        )
 
 
 def _rollup_reason(figures: dict) -> tuple[str, str, bool]:
@@ -75,15 +92,20 @@ def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.Asset
     phase = spec.name
 
     @dg.asset(
-        name=rollup_asset_name(spec), group_name=phase, partitions_def=documents_partitions,
-        backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, kinds={"postgres"},
-        owners=["team:docqueue"], tags={"docqueue/phase": phase},
-        pool=spec.pool, op_tags=celery_queue_tags(spec.celery_queue),
+        name=rollup_asset_name(spec),
+        group_name=phase,
+        partitions_def=documents_partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        output_required=False,
+        kinds={"postgres"},
+        owners=["team:docqueue"],
+        tags={"docqueue/phase": phase},
+        pool=spec.pool,
+        op_tags=celery_queue_tags(spec.celery_queue),
         deps=[dg.AssetDep(spec.leaf.name, partition_mapping=dg.AllPartitionMapping())],
         description=f"Per document: the {phase} phase rolled up from its children (seed bubble-up rule), with the "
-                    "document's figures. Materialized when the phase completed; failed when it failed."
-                    + (" Old versions of a document are removed here once their replacement is fully indexed."
-                       if last else ""),
+        "document's figures. Materialized when the phase completed; failed when it failed."
+        + (" Old versions of a document are removed here once their replacement is fully indexed." if last else ""),
         required_resource_keys={"database", *(RETIRING_RESOURCES if last else ())},
     )
     def rollup(context: AssetExecutionContext):
@@ -93,8 +115,9 @@ def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.Asset
             _materialize_rollups(context, queue, spec, phases)
         finally:
             if last:
-                _retire_old_versions(context, queue, resources.storage, resources.embeddings, resources.qdrant,
-                                     resources.neo4j)
+                _retire_old_versions(
+                    context, queue, resources.storage, resources.embeddings, resources.qdrant, resources.neo4j
+                )
         if False:  # pragma: no cover - generator, so output_required=False applies
             yield
 
@@ -108,8 +131,9 @@ def _retire_old_versions(context, queue, storage, embeddings, qdrant, neo4j) -> 
     store = qdrant.get_store(embedder.model_id, embedder.dim)
     graph = neo4j.get_store()
     try:
-        retired = retire_superseded(queue, instance=context.instance, storage=storage.get_storage(),
-                                    vector_store=store, graph_store=graph)
+        retired = retire_superseded(
+            queue, instance=context.instance, storage=storage.get_storage(), vector_store=store, graph_store=graph
+        )
     finally:
         store.close()
         graph.close()

@@ -34,22 +34,31 @@ ASSET_TEXT: dict[str, AssetText] = {
     "ocr_document": AssetText(
         "Opens the PDF (password from its reference if any), checks the limits, counts its pages and "
         "creates one OCR task and one `pages` partition per page. Fails with a readable reason for "
-        "corrupt, encrypted, empty or oversized files.", frozenset({"pymupdf", "postgres"})),
+        "corrupt, encrypted, empty or oversized files.",
+        frozenset({"pymupdf", "postgres"}),
+    ),
     "ocr_page": AssetText(
         "Converts one page to markdown: the text layer when the page has one (headings, lists and tables "
         "kept), RapidOCR when it has none; repeated headers/footers and page numbers removed. "
-        "Metadata per page: method, characters, seconds.", frozenset({"pymupdf", "postgres"})),
+        "Metadata per page: method, characters, seconds.",
+        frozenset({"pymupdf", "postgres"}),
+    ),
     "vector_page": AssetText(
         "Chunks a page's markdown (headings, paragraphs, lists and tables respected; token budget with "
         "overlap; deterministic ids) and creates one vector task and one `chunks` partition per chunk.",
-        frozenset({"python", "postgres"})),
+        frozenset({"python", "postgres"}),
+    ),
     "vector_chunk": AssetText(
         "Embeds a chunk with all-MiniLM-L6-v2 (int8 ONNX, 384 dims) and upserts it into Qdrant; the point "
-        "id is uuid5(chunk_id), so a retry overwrites instead of duplicating.", frozenset({"onnx", "qdrant"})),
+        "id is uuid5(chunk_id), so a retry overwrites instead of duplicating.",
+        frozenset({"onnx", "qdrant"}),
+    ),
     "graphrag_chunk": AssetText(
         "Extracts entities and relationships from a chunk (spaCy offline, or an OpenAI-compatible LLM) and "
         "MERGEs them into the graph: Document-Page-Chunk-MENTIONS-Entity, Entity-RELATED_TO-Entity. "
-        "Re-running a chunk changes nothing.", frozenset({"spacy", "neo4j"})),
+        "Re-running a chunk changes nothing.",
+        frozenset({"spacy", "neo4j"}),
+    ),
 }
 
 
@@ -57,7 +66,8 @@ def asset_text(kind: TaskKind) -> AssetText:
     """The kind's description and kinds; a kind without an entry is described from its spec."""
     return ASSET_TEXT.get(kind.name) or AssetText(
         f"Processes one {kind.level.value} of the {kind.phase.name} phase (handler `{kind.phase.handler}`); "
-        "one task per partition.")
+        "one task per partition."
+    )
 
 
 def _deps(kind: TaskKind, previous: TaskKind | None) -> list:
@@ -75,28 +85,47 @@ def _children_level(spec: PhaseSpec, kind: TaskKind) -> Level | None:
     return following.level if following is not None and following.level is not kind.level else None
 
 
-def task_asset(phases: PhaseRegistry, spec: PhaseSpec, kind: TaskKind, previous: TaskKind | None,
-               handlers: Mapping[str, PhaseHandler], limits: PageLimits) -> dg.AssetsDefinition:
+def task_asset(
+    phases: PhaseRegistry,
+    spec: PhaseSpec,
+    kind: TaskKind,
+    previous: TaskKind | None,
+    handlers: Mapping[str, PhaseHandler],
+    limits: PageLimits,
+) -> dg.AssetsDefinition:
     work = kind_work(handlers, spec, kind)
     text = asset_text(kind)
     creates = _children_level(spec, kind)
 
     @dg.asset(
-        name=kind.name, group_name=spec.name, partitions_def=PARTITIONS_BY_LEVEL[kind.level],
-        backfill_policy=SINGLE_RUN, output_required=False, kinds=set(text.kinds), owners=OWNERS,
-        tags={"docqueue/phase": spec.name}, pool=spec.pool, op_tags=celery_queue_tags(spec.celery_queue),
-        deps=_deps(kind, previous), description=text.description,
+        name=kind.name,
+        group_name=spec.name,
+        partitions_def=PARTITIONS_BY_LEVEL[kind.level],
+        backfill_policy=SINGLE_RUN,
+        output_required=False,
+        kinds=set(text.kinds),
+        owners=OWNERS,
+        tags={"docqueue/phase": spec.name},
+        pool=spec.pool,
+        op_tags=celery_queue_tags(spec.celery_queue),
+        deps=_deps(kind, previous),
+        description=text.description,
         required_resource_keys={*BASE_RESOURCES, *work.resources},
     )
     def task(context: dg.AssetExecutionContext):
         resources = context.resources
-        pipeline = Pipeline.from_resources(queue_of(resources.database, phases), resources.storage,
-                                           limits=limits,
-                                           **{name: getattr(resources, name) for name in work.resources})
+        pipeline = Pipeline.from_resources(
+            queue_of(resources.database, phases),
+            resources.storage,
+            limits=limits,
+            **{name: getattr(resources, name) for name in work.resources},
+        )
         after = None
         if creates is not None:
+
             def after(report):
                 register_partitions(context.instance, pipeline.queue.engine, creates)
+
         try:
             yield from materialize_range(context, kind, pipeline.queue, HandledTasks(pipeline, work), after=after)
         finally:
@@ -106,8 +135,9 @@ def task_asset(phases: PhaseRegistry, spec: PhaseSpec, kind: TaskKind, previous:
     return task
 
 
-def task_assets(phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler],
-                limits: PageLimits = PageLimits()) -> list[dg.AssetsDefinition]:
+def task_assets(
+    phases: PhaseRegistry, handlers: Mapping[str, PhaseHandler], limits: PageLimits = PageLimits()
+) -> list[dg.AssetsDefinition]:
     """Every kind's asset, in pipeline order."""
     assets, previous = [], None
     for spec in phases:

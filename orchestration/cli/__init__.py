@@ -3,6 +3,7 @@ with a non-zero exit code and a sentence that says what to do.
 
 The group knows each command's name, module and one-line help without importing the module, so `docqueue --help`,
 `--version` and each command import only what that command needs."""
+
 from __future__ import annotations
 
 import importlib
@@ -37,35 +38,69 @@ EXIT_CODES = f"""Exit codes:
 # tests/unit/test_cli_conventions.py checks each against the command's own docstring.
 COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("database", "The queue database."),
-    "delete": ("administration", ("Remove a document (or a whole tenant): rows, files, Qdrant points, graph nodes "
-                                  "and mentions, Dagster partitions.")),
-    "demo": ("ui", ("The main job: sample PDFs (text, scanned, broken) processed end to end on the embedded "
-                    "services.")),
+    "delete": (
+        "administration",
+        (
+            "Remove a document (or a whole tenant): rows, files, Qdrant points, graph nodes "
+            "and mentions, Dagster partitions."
+        ),
+    ),
+    "demo": (
+        "ui",
+        ("The main job: sample PDFs (text, scanned, broken) processed end to end on the embedded services."),
+    ),
     "graph": ("graph", "An entity, its type, its mentions (document, page) and its related entities."),
-    "ingest": ("intake", ("Register documents (PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML, DOCX, XLSX, "
-                          "CSV) or folders of them (recursively); `-` reads one document from standard input (with "
-                          "--name).")),
-    "priority": ("administration", ("Set DOCUMENT's PRIORITY (0-10, higher is claimed first) and its unfinished "
-                                    "pages' and chunks'.")),
-    "recover": ("administration", ("Release stale tasks (counting the attempt), re-index chunks whose re-index "
-                                   "waited for them, and reconcile parents.")),
-    "reindex": ("administration", ("Re-run a phase and the ones after it, keeping OCR (e.g. after changing the "
-                                   "embedding model).")),
+    "ingest": (
+        "intake",
+        (
+            "Register documents (PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML, DOCX, XLSX, "
+            "CSV) or folders of them (recursively); `-` reads one document from standard input (with "
+            "--name)."
+        ),
+    ),
+    "priority": (
+        "administration",
+        ("Set DOCUMENT's PRIORITY (0-10, higher is claimed first) and its unfinished pages' and chunks'."),
+    ),
+    "recover": (
+        "administration",
+        (
+            "Release stale tasks (counting the attempt), re-index chunks whose re-index "
+            "waited for them, and reconcile parents."
+        ),
+    ),
+    "reindex": (
+        "administration",
+        ("Re-run a phase and the ones after it, keeping OCR (e.g. after changing the embedding model)."),
+    ),
     "retry": ("administration", "Put failed tasks back to pending with their retries reset."),
-    "run": ("running", ("Process ready work through the Dagster definitions (recorded in the Dagster instance), then "
-                        "summarise every task: completed, failed by error class, blocked behind a failed earlier "
-                        "phase, open.")),
-    "search": ("search", ("Hybrid search over the vectors: embedding similarity and keyword matching, fused by "
-                          "rank.")),
-    "stats": ("inspection", ("Queue statistics (task type x status x count), queue wait and per-phase durations "
-                             "(over at most DOCQUEUE_STATS_WINDOW completed tasks per type: a sample once the history "
-                             "is longer).")),
-    "status": ("inspection", ("Per document: the three phase statuses, pages, chunks, progress and last errors, a "
-                              "page at a time.")),
+    "run": (
+        "running",
+        (
+            "Process ready work through the Dagster definitions (recorded in the Dagster instance), then "
+            "summarise every task: completed, failed by error class, blocked behind a failed earlier "
+            "phase, open."
+        ),
+    ),
+    "search": ("search", ("Hybrid search over the vectors: embedding similarity and keyword matching, fused by rank.")),
+    "stats": (
+        "inspection",
+        (
+            "Queue statistics (task type x status x count), queue wait and per-phase durations "
+            "(over at most DOCQUEUE_STATS_WINDOW completed tasks per type: a sample once the history "
+            "is longer)."
+        ),
+    ),
+    "status": (
+        "inspection",
+        ("Per document: the three phase statuses, pages, chunks, progress and last errors, a page at a time."),
+    ),
     "ui": ("ui", "Start the Dagster webserver and daemon (`dg dev`) on 127.0.0.1 with this project loaded."),
     "verify": ("inspection", "Cross-check queue, Qdrant and graph; exit 3 when anything is inconsistent."),
-    "worker": ("running", ("A cluster worker: runs the steps Dagster's Celery executor sends "
-                           "(DOCQUEUE_EXECUTOR=celery).")),
+    "worker": (
+        "running",
+        ("A cluster worker: runs the steps Dagster's Celery executor sends (DOCQUEUE_EXECUTOR=celery)."),
+    ),
 }
 
 
@@ -99,8 +134,12 @@ class _Commands(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
         with formatter.section("Commands"):
-            formatter.write_dl([(name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit))
-                                for name in self.list_commands(ctx)])
+            formatter.write_dl(
+                [
+                    (name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit))
+                    for name in self.list_commands(ctx)
+                ]
+            )
 
     def invoke(self, ctx: click.Context):
         try:

@@ -1,4 +1,5 @@
 """`python -m orchestration.cli`: the worker processes of `docqueue run --workers N` start so."""
+
 from orchestration.cli import main
 
 main()

@@ -1,4 +1,5 @@
 """Acting on the queue: `docqueue recover`, `retry`, `priority`, `delete` and `reindex`."""
+
 from __future__ import annotations
 
 import click
@@ -25,15 +26,24 @@ def recover(settings: Settings, stale_after: float | None, as_json: bool) -> Non
     reindexed = apply_reindex_requests(queue)
     corrections = queue.reconcile()
     payload = {**released, "reindexed_after_running": reindexed, "parents_corrected": len(corrections)}
-    emit(as_json, payload, lambda: click.echo(
-        f"released {released['released_total']} stale task(s) "
-        f"({', '.join(f'{k}: {v}' for k, v in by_kind.items() if v) or 'none'}); "
-        f"re-indexed {reindexed} chunk(s) that were running; corrected {len(corrections)} parent status(es)"))
+    emit(
+        as_json,
+        payload,
+        lambda: click.echo(
+            f"released {released['released_total']} stale task(s) "
+            f"({', '.join(f'{k}: {v}' for k, v in by_kind.items() if v) or 'none'}); "
+            f"re-indexed {reindexed} chunk(s) that were running; corrected {len(corrections)} parent status(es)"
+        ),
+    )
 
 
 @click.command()
-@click.option("--phase", type=click.Choice(phase_names()), default=None,
-              help="only this phase's failed tasks (default: every phase)")
+@click.option(
+    "--phase",
+    type=click.Choice(phase_names()),
+    default=None,
+    help="only this phase's failed tasks (default: every phase)",
+)
 @click.argument("document", required=False)
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 @click.pass_obj
@@ -42,9 +52,14 @@ def retry(settings: Settings, phase: str | None, document: str | None, as_json: 
     queue = open_queue(settings)
     doc_id = str(document_or_fail(queue, document)["id"]) if document else None
     counts = queue.retry_failed(Phase(phase) if phase else None, doc_id)
-    emit(as_json, {"retried": counts, "total": sum(counts.values())}, lambda: click.echo(
-        f"{sum(counts.values())} failed task(s) back to pending"
-        + (f" ({', '.join(f'{k}: {v}' for k, v in counts.items() if v)})" if sum(counts.values()) else "")))
+    emit(
+        as_json,
+        {"retried": counts, "total": sum(counts.values())},
+        lambda: click.echo(
+            f"{sum(counts.values())} failed task(s) back to pending"
+            + (f" ({', '.join(f'{k}: {v}' for k, v in counts.items() if v)})" if sum(counts.values()) else "")
+        ),
+    )
 
 
 @click.command()
@@ -57,9 +72,14 @@ def priority(settings: Settings, document: str, priority: int, as_json: bool) ->
     queue = open_queue(settings)
     row = document_or_fail(queue, document)
     counts = queue.set_priority(str(row["id"]), priority)
-    emit(as_json, {"document": row["document_key"], "priority": priority, **counts}, lambda: click.echo(
-        f"{row['document_key']}: priority {row['priority']} -> {priority} "
-        f"({counts['pages']} unfinished page(s), {counts['chunks']} unfinished chunk(s))"))
+    emit(
+        as_json,
+        {"document": row["document_key"], "priority": priority, **counts},
+        lambda: click.echo(
+            f"{row['document_key']}: priority {row['priority']} -> {priority} "
+            f"({counts['pages']} unfinished page(s), {counts['chunks']} unfinished chunk(s))"
+        ),
+    )
 
 
 @click.command()
@@ -82,25 +102,48 @@ def delete(settings: Settings, document: str | None, tenant: str | None, as_json
     if document is None:
         with service_errors(), opened_stores(settings) as (store, graph):
             try:
-                removed = delete_tenant(queue, tenant, instance=dagster_instance(settings), storage=_storage(settings),
-                                        vector_store=store, graph_store=graph, batch=settings.tenant.delete_batch)
+                removed = delete_tenant(
+                    queue,
+                    tenant,
+                    instance=dagster_instance(settings),
+                    storage=_storage(settings),
+                    vector_store=store,
+                    graph_store=graph,
+                    batch=settings.tenant.delete_batch,
+                )
             except RuntimeError as exc:
                 raise CliError(f"cannot delete tenant {tenant!r} now: {exc}") from None
-        emit(as_json, {"tenant": tenant, **removed}, lambda: click.echo(
-            f"deleted tenant {tenant}: {removed['documents']} document(s), {removed['points']} point(s), "
-            f"{removed['files']} file(s), {removed['partitions']} partition(s)"))
+        emit(
+            as_json,
+            {"tenant": tenant, **removed},
+            lambda: click.echo(
+                f"deleted tenant {tenant}: {removed['documents']} document(s), {removed['points']} point(s), "
+                f"{removed['files']} file(s), {removed['partitions']} partition(s)"
+            ),
+        )
         return
     found = document_or_fail(queue, document, tenant)
     with service_errors(), opened_stores(settings) as (store, graph):
         try:
-            removed = delete_everywhere(queue, found, instance=dagster_instance(settings), storage=_storage(settings),
-                                        vector_store=store, graph_store=graph)
+            removed = delete_everywhere(
+                queue,
+                found,
+                instance=dagster_instance(settings),
+                storage=_storage(settings),
+                vector_store=store,
+                graph_store=graph,
+            )
         except RuntimeError as exc:
             raise CliError(f"cannot delete {found['document_key']} now: {exc}") from None
     payload = {"document": found["document_key"], "id": str(found["id"]), **removed}
-    emit(as_json, payload, lambda: click.echo(
-        f"deleted {found['document_key']}: {removed['points']} point(s), {removed['files']} file(s), "
-        f"{removed['partitions']} partition(s)"))
+    emit(
+        as_json,
+        payload,
+        lambda: click.echo(
+            f"deleted {found['document_key']}: {removed['points']} point(s), {removed['files']} file(s), "
+            f"{removed['partitions']} partition(s)"
+        ),
+    )
 
 
 def _storage(settings: Settings):
@@ -111,8 +154,12 @@ def _storage(settings: Settings):
 
 
 @click.command()
-@click.option("--phase", type=click.Choice(phase_names(rerunnable=True)), required=True,
-              help="the first phase to run again; the later ones run again too")
+@click.option(
+    "--phase",
+    type=click.Choice(phase_names(rerunnable=True)),
+    required=True,
+    help="the first phase to run again; the later ones run again too",
+)
 @click.argument("document", required=False)
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 @click.pass_obj
@@ -123,13 +170,24 @@ def reindex(settings: Settings, phase: str, document: str | None, as_json: bool)
     upgraded = _upgrade_vector_shape(settings) if Phase(phase) is Phase.VECTOR else 0
     counts = reset_phase(queue, Phase(phase), doc_id)
     counts["points_upgraded"] = upgraded
-    upgrade = (f"; the vector collection now has sparse vectors ({upgraded} point(s) rewritten)" if upgraded
-               else "")
-    running = (f"; {counts['running']} chunk(s) still running will be re-indexed once they finish (by the recovery "
-               "job, or `docqueue recover`)") if counts["running"] else ""
-    emit(as_json, {"phase": phase, **counts}, lambda: click.echo(
-        f"{counts['chunks']} chunk(s) of {counts['documents']} document(s) will be re-indexed from the {phase} phase"
-        f"{upgrade}{running}; run `docqueue run --until-idle`"))
+    upgrade = f"; the vector collection now has sparse vectors ({upgraded} point(s) rewritten)" if upgraded else ""
+    running = (
+        (
+            f"; {counts['running']} chunk(s) still running will be re-indexed once they finish (by the recovery "
+            "job, or `docqueue recover`)"
+        )
+        if counts["running"]
+        else ""
+    )
+    emit(
+        as_json,
+        {"phase": phase, **counts},
+        lambda: click.echo(
+            f"{counts['chunks']} chunk(s) of {counts['documents']} document(s) will be re-indexed"
+            f" from the {phase} phase"
+            f"{upgrade}{running}; run `docqueue run --until-idle`"
+        ),
+    )
 
 
 def _upgrade_vector_shape(settings: Settings) -> int:

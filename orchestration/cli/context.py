@@ -1,5 +1,6 @@
 """What the commands start from besides the settings the group builds: the prepared environment (the
 databases' URLs and DAGSTER_HOME), the queue, and the checked arguments every command shares."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,8 +59,9 @@ def document_or_fail(queue: TaskQueue, ref: str, tenant: str | None = None) -> d
     document = queue.document(ref, tenant)
     if document is None:
         within = f" in tenant {tenant!r}" if tenant else ""
-        raise CliError(f"no document {ref!r}{within}: use an id, a document key or a content hash from "
-                       "`docqueue status`")
+        raise CliError(
+            f"no document {ref!r}{within}: use an id, a document key or a content hash from `docqueue status`"
+        )
     return document
 
 

@@ -1,4 +1,5 @@
 """`docqueue db`: the queue's schema and Dagster's storage (upgrade, status) and the embedded servers (stop)."""
+
 from __future__ import annotations
 
 import click
@@ -20,10 +21,20 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@click.option("--sql", "print_sql", is_flag=True,
-              help="print the queue schema's migrations as one psql script instead, without connecting anywhere")
-@click.option("--from", "from_version", type=click.IntRange(0), default=0, show_default=True,
-              help="with --sql: only the migrations after this version (`docqueue db status` shows a database's)")
+@click.option(
+    "--sql",
+    "print_sql",
+    is_flag=True,
+    help="print the queue schema's migrations as one psql script instead, without connecting anywhere",
+)
+@click.option(
+    "--from",
+    "from_version",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="with --sql: only the migrations after this version (`docqueue db status` shows a database's)",
+)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.pass_obj
 def db_upgrade(settings: Settings, print_sql: bool, from_version: int, as_json: bool) -> None:
@@ -40,16 +51,29 @@ def db_upgrade(settings: Settings, print_sql: bool, from_version: int, as_json: 
         created = ensure_dagster_database(environment.dagster_url, environment.queue_url)
         dagster_instance(settings).upgrade()
     vectors = _migrate_embedded_vectors(settings)
-    payload = {"applied": [f"{m.version:04d}_{m.name}" for m in applied],
-               "version": max(m.version for m in available_migrations()),
-               "database": redact(environment.queue_url),
-               "dagster_database": redact(environment.dagster_url), "dagster_database_created": created,
-               "vector_store_migrated": vectors}
-    emit(as_json, payload, lambda: click.echo(
-        (f"applied {len(applied)} migration(s): {', '.join(payload['applied'])}" if applied else "schema is up to date")
-        + f" (version {payload['version']}, {payload['database']}); Dagster's storage "
-        + ("created and migrated" if created else "is up to date") + f" ({payload['dagster_database']})"
-        + (f"; moved {vectors['points']} vectors from the old embedded Qdrant into Qdrant Edge" if vectors else "")))
+    payload = {
+        "applied": [f"{m.version:04d}_{m.name}" for m in applied],
+        "version": max(m.version for m in available_migrations()),
+        "database": redact(environment.queue_url),
+        "dagster_database": redact(environment.dagster_url),
+        "dagster_database_created": created,
+        "vector_store_migrated": vectors,
+    }
+    emit(
+        as_json,
+        payload,
+        lambda: click.echo(
+            (
+                f"applied {len(applied)} migration(s): {', '.join(payload['applied'])}"
+                if applied
+                else "schema is up to date"
+            )
+            + f" (version {payload['version']}, {payload['database']}); Dagster's storage "
+            + ("created and migrated" if created else "is up to date")
+            + f" ({payload['dagster_database']})"
+            + (f"; moved {vectors['points']} vectors from the old embedded Qdrant into Qdrant Edge" if vectors else "")
+        ),
+    )
 
 
 def _migrate_embedded_vectors(settings: Settings) -> dict:
@@ -62,8 +86,9 @@ def _migrate_embedded_vectors(settings: Settings) -> dict:
     from resources.vector_stores import vector_store_settings
 
     with service_errors():
-        return migrate_local_mode(vector_store_settings(settings).path, batch=vector.migrate_batch,
-                                  lock_timeout_s=vector.lock_timeout_s)
+        return migrate_local_mode(
+            vector_store_settings(settings).path, batch=vector.migrate_batch, lock_timeout_s=vector.lock_timeout_s
+        )
 
 
 @db.command("status")
@@ -76,13 +101,23 @@ def db_status(settings: Settings, as_json: bool) -> None:
         environment = prepared_environment(settings)
         pending = pending_migrations(open_engine(environment))
         dagster = dagster_storage_status(environment.dagster_url, lambda: dagster_instance(settings))
-    payload = {"queue": {"version": max(m.version for m in available_migrations()),
-                         "pending": [f"{m.version:04d}_{m.name}" for m in pending]},
-               "dagster": dagster}
+    payload = {
+        "queue": {
+            "version": max(m.version for m in available_migrations()),
+            "pending": [f"{m.version:04d}_{m.name}" for m in pending],
+        },
+        "dagster": dagster,
+    }
 
     def human() -> None:
-        click.echo("queue schema: " + (f"{len(pending)} migration(s) pending: {', '.join(payload['queue']['pending'])}"
-                                       if pending else f"up to date (version {payload['queue']['version']})"))
+        click.echo(
+            "queue schema: "
+            + (
+                f"{len(pending)} migration(s) pending: {', '.join(payload['queue']['pending'])}"
+                if pending
+                else f"up to date (version {payload['queue']['version']})"
+            )
+        )
         if dagster["database"] != "ok":
             click.echo(f"Dagster's storage: {dagster['database']}")
         for name, versions in dagster["storages"].items():
@@ -103,6 +138,11 @@ def db_stop(settings: Settings, as_json: bool) -> None:
     stopped_pg = embedded_postgres(settings.database).stop()
     bolt = BoltServer.from_settings(settings)
     stopped_bolt = bolt.is_running() and (bolt.stop() or True)
-    emit(as_json, {"postgres_stopped": stopped_pg, "bolt_stopped": bool(stopped_bolt)},
-         lambda: click.echo(f"embedded PostgreSQL {'stopped' if stopped_pg else 'was not running'}; "
-                            f"Bolt server {'stopped' if stopped_bolt else 'was not running'}"))
+    emit(
+        as_json,
+        {"postgres_stopped": stopped_pg, "bolt_stopped": bool(stopped_bolt)},
+        lambda: click.echo(
+            f"embedded PostgreSQL {'stopped' if stopped_pg else 'was not running'}; "
+            f"Bolt server {'stopped' if stopped_bolt else 'was not running'}"
+        ),
+    )

@@ -1,5 +1,6 @@
 """The one error mapping of the `docqueue` commands: a failure the user can act on is one sentence on stderr with
 an exit code, never a traceback (unless DOCQUEUE_DEBUG=1)."""
+
 from __future__ import annotations
 
 import sys
@@ -27,21 +28,33 @@ class CliError(click.ClickException):
 # importing them: `status` never pays for Dagster, Qdrant or the Bolt driver to learn that PostgreSQL is down.
 # tests/unit/test_cli_conventions.py imports every one, so a moved class fails there.
 SERVICE_FAILURES = {
-    "own": (("queue_db.server_ports", "PortInUseError"), ("orchestration.dagster_database", "DagsterStorageError"),
-            ("orchestration.stores", "UnknownEmbeddingModel")),
+    "own": (
+        ("queue_db.server_ports", "PortInUseError"),
+        ("orchestration.dagster_database", "DagsterStorageError"),
+        ("orchestration.stores", "UnknownEmbeddingModel"),
+    ),
     "postgres_start": (("queue_db.embedded_postgres", "EmbeddedPostgresError"),),
     "postgres": (("sqlalchemy.exc", "OperationalError"),),
     "bolt_start": (("resources.bolt_server", "BoltServerError"),),
-    "graph": (("neo4j.exceptions", "ServiceUnavailable"), ("neo4j.exceptions", "AuthError"),
-              ("neo4j.exceptions", "SessionExpired")),
-    "vectors": (("resources.ports", "VectorStoreError"),
-                ("qdrant_client.http.exceptions", "ResponseHandlingException"), ("httpx", "HTTPError")),
+    "graph": (
+        ("neo4j.exceptions", "ServiceUnavailable"),
+        ("neo4j.exceptions", "AuthError"),
+        ("neo4j.exceptions", "SessionExpired"),
+    ),
+    "vectors": (
+        ("resources.ports", "VectorStoreError"),
+        ("qdrant_client.http.exceptions", "ResponseHandlingException"),
+        ("httpx", "HTTPError"),
+    ),
 }
 
 
 def _is(exc: BaseException, kind: str) -> bool:
-    loaded = tuple(cls for module, name in SERVICE_FAILURES[kind]
-                   if (cls := getattr(sys.modules.get(module), name, None)) is not None)
+    loaded = tuple(
+        cls
+        for module, name in SERVICE_FAILURES[kind]
+        if (cls := getattr(sys.modules.get(module), name, None)) is not None
+    )
     return bool(loaded) and isinstance(exc, loaded)
 
 
@@ -50,17 +63,25 @@ def known_failure(exc: BaseException) -> CliError | None:
     if _is(exc, "own"):
         return CliError(str(exc))
     if _is(exc, "postgres_start"):
-        return CliError(f"the embedded PostgreSQL could not start ({first_line(exc)}); "
-                        "check DOCQUEUE_HOME is writable or set DOCQUEUE_DATABASE_URL")
+        return CliError(
+            f"the embedded PostgreSQL could not start ({first_line(exc)}); "
+            "check DOCQUEUE_HOME is writable or set DOCQUEUE_DATABASE_URL"
+        )
     if _is(exc, "postgres"):
-        return CliError(f"cannot connect to PostgreSQL ({first_line(getattr(exc, 'orig', None) or exc)}); check "
-                        "DOCQUEUE_DATABASE_URL or unset it to use the embedded server")
+        return CliError(
+            f"cannot connect to PostgreSQL ({first_line(getattr(exc, 'orig', None) or exc)}); check "
+            "DOCQUEUE_DATABASE_URL or unset it to use the embedded server"
+        )
     if _is(exc, "bolt_start"):
-        return CliError(f"the embedded Bolt server could not start ({first_line(exc)}); check DOCQUEUE_HOME is "
-                        "writable or set DOCQUEUE_NEO4J_URI")
+        return CliError(
+            f"the embedded Bolt server could not start ({first_line(exc)}); check DOCQUEUE_HOME is "
+            "writable or set DOCQUEUE_NEO4J_URI"
+        )
     if _is(exc, "graph"):
-        return CliError(f"cannot use the graph store ({type(exc).__name__}: {first_line(exc)}); "
-                        "check DOCQUEUE_NEO4J_URI, DOCQUEUE_NEO4J_USER and DOCQUEUE_NEO4J_PASSWORD")
+        return CliError(
+            f"cannot use the graph store ({type(exc).__name__}: {first_line(exc)}); "
+            "check DOCQUEUE_NEO4J_URI, DOCQUEUE_NEO4J_USER and DOCQUEUE_NEO4J_PASSWORD"
+        )
     if _is(exc, "vectors"):
         return CliError(f"cannot use the vector store ({type(exc).__name__}: {first_line(exc)}); {STORE_HINT}")
     return None
@@ -100,5 +121,6 @@ def service_errors():
         try:
             yield
         except OSError as exc:
-            raise CliError(f"cannot use the vector or graph store ({type(exc).__name__}: {first_line(exc)}); "
-                           + STORE_HINT) from None
+            raise CliError(
+                f"cannot use the vector or graph store ({type(exc).__name__}: {first_line(exc)}); " + STORE_HINT
+            ) from None

@@ -1,4 +1,5 @@
 """`docqueue graph`: an entity of the knowledge graph, its mentions and its related entities."""
+
 from __future__ import annotations
 
 import click
@@ -26,16 +27,23 @@ def graph(settings: Settings, entity: str, tenant: str | None, as_json: bool) ->
         finally:
             store.close()
     if found is None:
-        raise CliError(f"no entity {entity!r} in the graph of tenant {tenant!r} (names are matched case- and "
-                       "punctuation-insensitively)")
+        raise CliError(
+            f"no entity {entity!r} in the graph of tenant {tenant!r} (names are matched case- and "
+            "punctuation-insensitively)"
+        )
 
     def human() -> None:
         shown = console()
         shown.print(f"[bold]{found['name']}[/bold] ({found['type']})")
-        shown.print(table("mentions", ["document", "page"],
-                          [[m["filename"], m["page_number"]] for m in found["mentions"]]))
-        shown.print(table("related", ["entity", "type", "relation", "direction", "weight"],
-                          [[r["name"], r["type"], r["rel_type"], r["direction"], r["weight"]]
-                           for r in found["related"]]))
+        shown.print(
+            table("mentions", ["document", "page"], [[m["filename"], m["page_number"]] for m in found["mentions"]])
+        )
+        shown.print(
+            table(
+                "related",
+                ["entity", "type", "relation", "direction", "weight"],
+                [[r["name"], r["type"], r["rel_type"], r["direction"], r["weight"]] for r in found["related"]],
+            )
+        )
 
     emit(as_json, found, human)

@@ -1,5 +1,6 @@
 """Looking at the queue: `docqueue status` (per document), `stats` (per task kind) and `verify` (queue against
 the stores)."""
+
 from __future__ import annotations
 
 import click
@@ -15,22 +16,29 @@ from queue_db.readmodels import document_progress_rows, error_classes_rows, phas
 
 @click.command()
 @click.argument("document", required=False)
-@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True,
-              help="documents per page, in registration order")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    show_default=True,
+    help="documents per page, in registration order",
+)
 @click.option("--after", "after_key", metavar="KEY", help="the page after the document with this key")
 @tenant_option("only this tenant's documents (default: every tenant's)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document (its next_after names the next page)")
 @click.pass_obj
-def status(settings: Settings, document: str | None, limit: int, after_key: str | None, tenant: str | None,
-           as_json: bool) -> None:
+def status(
+    settings: Settings, document: str | None, limit: int, after_key: str | None, tenant: str | None, as_json: bool
+) -> None:
     """Per document: the three phase statuses, pages, chunks, progress and last errors, a page at a time."""
     tenant = tenant_filter(settings, tenant)
     queue = open_queue(settings)
     doc_id = str(document_or_fail(queue, document, tenant)["id"]) if document else None
     if after_key and queue.document(after_key) is None:
         raise CliError(f"no document with key {after_key!r} to continue after", EXIT_USAGE)
-    records = document_progress_rows(queue.engine, doc_id, limit=None if doc_id else limit, after_key=after_key,
-                                     tenant=tenant)
+    records = document_progress_rows(
+        queue.engine, doc_id, limit=None if doc_id else limit, after_key=after_key, tenant=tenant
+    )
     next_after = records[-1]["document_key"] if not doc_id and len(records) == limit else None
 
     def human() -> None:
@@ -46,30 +54,57 @@ def _print_status(records: list[dict], phases: PhaseRegistry = PHASES) -> None:
     and failed ones, the document's pages and chunks, why a phase was skipped, its last error."""
 
     def phase_cell(record: dict, phase: PhaseSpec) -> str:
-        status = "blocked" if phase.name in record["blocked_phases"] else \
-            record[phase.rollup_column(Level.DOCUMENT, "status")]
+        status = (
+            "blocked"
+            if phase.name in record["blocked_phases"]
+            else record[phase.rollup_column(Level.DOCUMENT, "status")]
+        )
         level = phase.leaf.level.value
-        completed, failed = (record.get(f"{phase.column_prefix}_{outcome}_{level}s") for outcome in
-                             ("completed", "failed"))
+        completed, failed = (
+            record.get(f"{phase.column_prefix}_{outcome}_{level}s") for outcome in ("completed", "failed")
+        )
         if completed is None:  # a document-level phase: its status says it all
             return status
         total = record.get(f"total_{level}s", 0)
         return f"{status} {completed}/{total}" + (f", {failed} failed" if failed else "")
 
     def notes(record: dict) -> str:
-        said = [f"{record['pages_without_text']} pages without text: embedding skipped"] \
-            if record["pages_without_text"] else []
+        said = (
+            [f"{record['pages_without_text']} pages without text: embedding skipped"]
+            if record["pages_without_text"]
+            else []
+        )
         return "; ".join(said + (["re-indexed on the text extracted before"] if record["extraction_skipped"] else []))
 
     def last_error(record: dict) -> str:
         return next((error for p in phases if (error := record[p.rollup_column(Level.DOCUMENT, "error")])), "")
 
-    console().print(table(
-        "documents", ["document", *(f"{p.name} (of {p.leaf.level.value}s)" for p in phases), "pages", "chunks",
-                      "notes", "last error", "failed at"],
-        [[r["document_key"], *(phase_cell(r, p) for p in phases), r["total_pages"], r["total_chunks"], notes(r),
-          last_error(r), r["last_failed_at"] or ""]
-         for r in records]))
+    console().print(
+        table(
+            "documents",
+            [
+                "document",
+                *(f"{p.name} (of {p.leaf.level.value}s)" for p in phases),
+                "pages",
+                "chunks",
+                "notes",
+                "last error",
+                "failed at",
+            ],
+            [
+                [
+                    r["document_key"],
+                    *(phase_cell(r, p) for p in phases),
+                    r["total_pages"],
+                    r["total_chunks"],
+                    notes(r),
+                    last_error(r),
+                    r["last_failed_at"] or "",
+                ]
+                for r in records
+            ],
+        )
+    )
 
 
 @click.command()
@@ -82,25 +117,49 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
     tenant = tenant_filter(settings, tenant)
     queue = open_queue(settings)
     window = settings.queue.stats_window
-    counts, timings, errors = (queue_statistics_rows(queue.engine, tenant),
-                               phase_timings_rows(queue.engine, window, tenant),
-                               error_classes_rows(queue.engine, tenant))
+    counts, timings, errors = (
+        queue_statistics_rows(queue.engine, tenant),
+        phase_timings_rows(queue.engine, window, tenant),
+        error_classes_rows(queue.engine, tenant),
+    )
 
     def human() -> None:
         shown = console()
-        shown.print(table("queue", ["task type", "status", "count"],
-                          [[r["task_type"], r["status"], r["count"]] for r in counts]))
-        shown.print(table("timings (seconds)",
-                          ["task type", "completed", "wait median", "wait p95", "run median", "run p95"],
-                          [[r["task_type"], f"{r['completed']}{' (sample)' if r['sampled'] else ''}",
-                            *(f"{r[k]:.3f}" if r[k] is not None else "" for k in
-                              ("wait_median_s", "wait_p95_s", "run_median_s", "run_p95_s"))] for r in timings]))
+        shown.print(
+            table(
+                "queue", ["task type", "status", "count"], [[r["task_type"], r["status"], r["count"]] for r in counts]
+            )
+        )
+        shown.print(
+            table(
+                "timings (seconds)",
+                ["task type", "completed", "wait median", "wait p95", "run median", "run p95"],
+                [
+                    [
+                        r["task_type"],
+                        f"{r['completed']}{' (sample)' if r['sampled'] else ''}",
+                        *(
+                            f"{r[k]:.3f}" if r[k] is not None else ""
+                            for k in ("wait_median_s", "wait_p95_s", "run_median_s", "run_p95_s")
+                        ),
+                    ]
+                    for r in timings
+                ],
+            )
+        )
         if any(r["sampled"] for r in timings):
-            shown.print(f"timings over at most {window:,} completed tasks per type, from a random sample of the "
-                        "table's blocks (DOCQUEUE_STATS_WINDOW)")
+            shown.print(
+                f"timings over at most {window:,} completed tasks per type, from a random sample of the "
+                "table's blocks (DOCQUEUE_STATS_WINDOW)"
+            )
         if errors:
-            shown.print(table("error classes", ["task type", "class", "count"],
-                              [[r["task_type"], r["error_class"], r["count"]] for r in errors]))
+            shown.print(
+                table(
+                    "error classes",
+                    ["task type", "class", "count"],
+                    [[r["task_type"], r["error_class"], r["count"]] for r in errors],
+                )
+            )
 
     emit(as_json, {"counts": counts, "timings": timings, "timings_window": window, "error_classes": errors}, human)
 
@@ -118,8 +177,16 @@ def verify(settings: Settings, as_json: bool) -> None:
     with service_errors(), opened_stores(settings) as (store, graph):
         report = verify_stores(queue, store, graph, page_size=settings.dagster.verify_page)
     payload = report.as_dict()
-    emit(as_json, payload, lambda: console().print(table(
-        "verify", ["check", "value"], [[k, v] for k, v in payload.items() if k != "examples"])))
+    emit(
+        as_json,
+        payload,
+        lambda: console().print(
+            table("verify", ["check", "value"], [[k, v] for k, v in payload.items() if k != "examples"])
+        ),
+    )
     if not report.consistent:
-        raise CliError("inconsistent: see the counts above; `docqueue recover` and the nightly reconciliation "
-                       "re-queue missing vectors and graph writes", EXIT_INCONSISTENT)
+        raise CliError(
+            "inconsistent: see the counts above; `docqueue recover` and the nightly reconciliation "
+            "re-queue missing vectors and graph writes",
+            EXIT_INCONSISTENT,
+        )

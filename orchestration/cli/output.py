@@ -1,4 +1,5 @@
 """What the commands print: one JSON document with --json, tables for a person otherwise."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """`docqueue run` (its worker processes and progress bars) and `docqueue worker` (a cluster's Celery worker)."""
+
 from __future__ import annotations
 
 import json
@@ -29,27 +30,51 @@ from queue_db.outcomes import task_outcomes
 from queue_db.phases import PHASES
 from queue_db.readmodels import phase_progress
 
-RUN_EXIT_CODES = (f"Exit codes: 0 every task completed (or is still open); {EXIT_TASKS_FAILED} tasks ended failed or "
-                  f"wait behind failed ones (`docqueue status` shows them, `docqueue retry` re-queues them); "
-                  f"{EXIT_FAILURE} a service is unreachable or a worker failed; {EXIT_USAGE} bad arguments.")
+RUN_EXIT_CODES = (
+    f"Exit codes: 0 every task completed (or is still open); {EXIT_TASKS_FAILED} tasks ended failed or "
+    f"wait behind failed ones (`docqueue status` shows them, `docqueue retry` re-queues them); "
+    f"{EXIT_FAILURE} a service is unreachable or a worker failed; {EXIT_USAGE} bad arguments."
+)
 
 
 @click.command(epilog=RUN_EXIT_CODES)
 @click.option("--until-idle", is_flag=True, help="exit once no ready work remains")
-@click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True,
-              help="worker processes, each taking its share of the ready work")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="worker processes, each taking its share of the ready work",
+)
 @click.option("--max-seconds", type=float, default=None, help="stop after this long even if work remains")
-@click.option("--max-docs", type=click.IntRange(1, 1000), default=None,
-              help="work only on the N most urgent unfinished documents (priority, then oldest), through every "
-                   "phase, then exit; one worker")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None,
-              help="log records of this level and above to stderr, the runs' Dagster logs included")
+@click.option(
+    "--max-docs",
+    type=click.IntRange(1, 1000),
+    default=None,
+    help="work only on the N most urgent unfinished documents (priority, then oldest), through every "
+    "phase, then exit; one worker",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default=None,
+    help="log records of this level and above to stderr, the runs' Dagster logs included",
+)
 @click.option("--worker-index", type=int, default=None, hidden=True)
 @click.option("--worker-group", type=int, default=0, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 @click.pass_obj
-def run(settings: Settings, until_idle: bool, workers: int, max_seconds: float | None, max_docs: int | None,
-        log_level: str | None, worker_index: int | None, worker_group: int, as_json: bool) -> None:
+def run(
+    settings: Settings,
+    until_idle: bool,
+    workers: int,
+    max_seconds: float | None,
+    max_docs: int | None,
+    log_level: str | None,
+    worker_index: int | None,
+    worker_group: int,
+    as_json: bool,
+) -> None:
     """Process ready work through the Dagster definitions (recorded in the Dagster instance), then summarise
     every task: completed, failed by error class, blocked behind a failed earlier phase, open."""
     if max_docs is not None and workers > 1:
@@ -65,37 +90,60 @@ def run(settings: Settings, until_idle: bool, workers: int, max_seconds: float |
         return
     queue = open_queue(settings)
     if worker_index is not None:  # a child of `run --workers N`
-        report = run_worker(queue, until_idle, worker_index, workers, max_seconds, worker_group, max_docs, log_level,
-                            settings=settings)
+        report = run_worker(
+            queue, until_idle, worker_index, workers, max_seconds, worker_group, max_docs, log_level, settings=settings
+        )
         click.echo(json.dumps(report))
         return
     dagster_instance(settings)
     check_stores(settings)
     started, started_at = time.monotonic(), _database_now(queue)
-    children = start_workers(workers, until_idle=until_idle, max_seconds=max_seconds, extra_args=[
-        *(["--max-docs", str(max_docs)] if max_docs is not None else []),
-        *(["--log-level", log_level] if log_level is not None else [])], show_logs=log_level is not None)
+    children = start_workers(
+        workers,
+        until_idle=until_idle,
+        max_seconds=max_seconds,
+        extra_args=[
+            *(["--max-docs", str(max_docs)] if max_docs is not None else []),
+            *(["--log-level", log_level] if log_level is not None else []),
+        ],
+        show_logs=log_level is not None,
+    )
     show_progress = sys.stdout.isatty() and not as_json
     _watch_progress(queue, children, show_progress)
     reports, errors = collect_workers(children)
     if errors:
         raise CliError(f"a worker failed: {errors[0]}")
     outcomes = task_outcomes(queue.engine)
-    payload = {"runs": sum(r["runs"] for r in reports), "failed_runs": sum(r["failed_runs"] for r in reports),
-               "seconds": round(time.monotonic() - started, 1), "progress": phase_progress(queue.engine),
-               "vectors_reused": vectors_reused_since(queue.engine, started_at), "summary": outcomes.as_dict()}
+    payload = {
+        "runs": sum(r["runs"] for r in reports),
+        "failed_runs": sum(r["failed_runs"] for r in reports),
+        "seconds": round(time.monotonic() - started, 1),
+        "progress": phase_progress(queue.engine),
+        "vectors_reused": vectors_reused_since(queue.engine, started_at),
+        "summary": outcomes.as_dict(),
+    }
     if max_docs is not None:
         payload["documents"] = [d for r in reports for d in r.get("documents", [])]
-    emit(as_json, payload, lambda: click.echo(
-        f"{payload['runs']} run(s), {payload['failed_runs']} with failed tasks, in {payload['seconds']} s"
-        + (f" over {len(payload['documents'])} document(s)" if max_docs is not None else "")
-        + f", {payload['vectors_reused']} vector(s) copied from identical chunks; "
-        + ", ".join(f"{phase}: {p['completed']}/{p['total']} completed, {p['failed']} failed"
-                    for phase, p in payload["progress"].items())
-        + f"\nsummary: {outcomes.sentence()}"))
+    emit(
+        as_json,
+        payload,
+        lambda: click.echo(
+            f"{payload['runs']} run(s), {payload['failed_runs']} with failed tasks, in {payload['seconds']} s"
+            + (f" over {len(payload['documents'])} document(s)" if max_docs is not None else "")
+            + f", {payload['vectors_reused']} vector(s) copied from identical chunks; "
+            + ", ".join(
+                f"{phase}: {p['completed']}/{p['total']} completed, {p['failed']} failed"
+                for phase, p in payload["progress"].items()
+            )
+            + f"\nsummary: {outcomes.sentence()}"
+        ),
+    )
     if not outcomes.clean:
-        raise CliError(f"{outcomes.failed_total} task(s) failed and {outcomes.blocked} wait behind failed ones: "
-                       "`docqueue status` shows them, `docqueue retry` re-queues them", EXIT_TASKS_FAILED)
+        raise CliError(
+            f"{outcomes.failed_total} task(s) failed and {outcomes.blocked} wait behind failed ones: "
+            "`docqueue status` shows them, `docqueue retry` re-queues them",
+            EXIT_TASKS_FAILED,
+        )
 
 
 def _database_now(queue):
@@ -149,12 +197,26 @@ def _watch_progress(queue, children, show: bool) -> None:
 
 
 @click.command()
-@click.option("--broker", envvar="DOCQUEUE_BROKER_URL", default="", show_envvar=True,
-              help="the Celery broker: redis://host:6379/0 or amqp://user:pass@host//")
-@click.option("--queues", default=",".join(worker_queues(PHASES)), show_default=True,
-              help="the phases whose steps this machine runs (comma-separated)")
-@click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True,
-              help="steps at once on this machine (one per core suits OCR and embedding)")
+@click.option(
+    "--broker",
+    envvar="DOCQUEUE_BROKER_URL",
+    default="",
+    show_envvar=True,
+    help="the Celery broker: redis://host:6379/0 or amqp://user:pass@host//",
+)
+@click.option(
+    "--queues",
+    default=",".join(worker_queues(PHASES)),
+    show_default=True,
+    help="the phases whose steps this machine runs (comma-separated)",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="steps at once on this machine (one per core suits OCR and embedding)",
+)
 @click.option("--name", default=None, help="the worker's name in Celery (default docqueue@<hostname>)")
 @click.pass_obj
 def worker(settings: Settings, broker: str, queues: str, concurrency: int, name: str | None) -> None:

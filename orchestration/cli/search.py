@@ -1,6 +1,7 @@
 """`docqueue search`: one hybrid search over the vectors, through the warm session applications keep open
 (resources/search_session.py). The module imports neither Dagster nor the graph driver: a search is start-up,
 the model and the store."""
+
 from __future__ import annotations
 
 import click
@@ -20,8 +21,9 @@ from resources.search_session import SearchSession
 @tenant_option("search this tenant's documents; default DOCQUEUE_DEFAULT_TENANT")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 @click.pass_obj
-def search(settings: Settings, text: str, limit: int, dense: bool, sparse: bool, tenant: str | None,
-           as_json: bool) -> None:
+def search(
+    settings: Settings, text: str, limit: int, dense: bool, sparse: bool, tenant: str | None, as_json: bool
+) -> None:
     """Hybrid search over the vectors: embedding similarity and keyword matching, fused by rank."""
     tenant = tenant_or_default(settings, tenant)
     if dense and sparse:
@@ -38,7 +40,12 @@ def search(settings: Settings, text: str, limit: int, dense: bool, sparse: bool,
         click.echo(found.notice, err=True)
 
     def human() -> None:
-        console().print(table(f"search ({found.mode}): {text}", ["score", "document", "page", "chunk", "text"],
-                              [[h.score, h.document, h.page, h.chunk, (h.text or "")[:200]] for h in found.hits]))
+        console().print(
+            table(
+                f"search ({found.mode}): {text}",
+                ["score", "document", "page", "chunk", "text"],
+                [[h.score, h.document, h.page, h.chunk, (h.text or "")[:200]] for h in found.hits],
+            )
+        )
 
     emit(as_json, found.as_dict(), human)

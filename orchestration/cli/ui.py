@@ -1,4 +1,5 @@
 """Seeing docqueue at work: `docqueue ui` (the Dagster webserver and daemon) and `docqueue demo`."""
+
 from __future__ import annotations
 
 import os
@@ -23,10 +24,12 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @click.command()
-@click.option("--port", type=click.IntRange(1, 65535), default=3000, show_default=True,
-              help="port of the webserver on 127.0.0.1")
-@click.option("--json", "as_json", is_flag=True,
-              help="print the UI's address as JSON on stdout (Dagster logs to stderr)")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=3000, show_default=True, help="port of the webserver on 127.0.0.1"
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="print the UI's address as JSON on stdout (Dagster logs to stderr)"
+)
 @click.pass_obj
 def ui(settings: Settings, port: int, as_json: bool) -> None:
     """Start the Dagster webserver and daemon (`dg dev`) on 127.0.0.1 with this project loaded."""
@@ -36,12 +39,25 @@ def ui(settings: Settings, port: int, as_json: bool) -> None:
     if not _port_free(port):
         raise CliError(f"port {port} on 127.0.0.1 is in use; choose another with --port", EXIT_USAGE)
     url = f"http://127.0.0.1:{port}"
-    emit(as_json, {"url": url, "dagster_home": str(environment.dagster_home)},
-         lambda: click.echo(f"Dagster UI on {url} (Ctrl-C stops it)", err=True))
+    emit(
+        as_json,
+        {"url": url, "dagster_home": str(environment.dagster_home)},
+        lambda: click.echo(f"Dagster UI on {url} (Ctrl-C stops it)", err=True),
+    )
     sys.stdout.flush()
     dg_cli = shutil.which("dg", path=str(Path(sys.executable).parent)) or "dg"
-    command = [dg_cli, "dev", "--use-active-venv", "--no-check-yaml", "--target-path", str(PROJECT_ROOT),
-               "-h", "127.0.0.1", "-p", str(port)]
+    command = [
+        dg_cli,
+        "dev",
+        "--use-active-venv",
+        "--no-check-yaml",
+        "--target-path",
+        str(PROJECT_ROOT),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+    ]
     os.environ["VIRTUAL_ENV"] = sys.prefix
     # with --json stdout carries that one document only: Dagster's own output goes to stderr.
     # `dg dev` gets a session of its own and exactly one interrupt from us: a second one (Ctrl-C reaching the
@@ -102,11 +118,17 @@ def demo(settings: Settings, as_json: bool) -> None:
 
 def _print_demo(summary: dict) -> None:
     shown = console()
-    shown.print(table("documents per phase status", ["phase", "completed", "failed", "blocked", "pending/processing"],
-                      [[p, c["completed"], c["failed"], c["blocked"], c["open"]]
-                       for p, c in summary["phases"].items()]))
-    shown.print(f"chunks: {summary['chunks']}   vectors: {summary['vectors']}   entities: {summary['entities']}   "
-                f"relationships: {summary['relationships']}")
+    shown.print(
+        table(
+            "documents per phase status",
+            ["phase", "completed", "failed", "blocked", "pending/processing"],
+            [[p, c["completed"], c["failed"], c["blocked"], c["open"]] for p, c in summary["phases"].items()],
+        )
+    )
+    shown.print(
+        f"chunks: {summary['chunks']}   vectors: {summary['vectors']}   entities: {summary['entities']}   "
+        f"relationships: {summary['relationships']}"
+    )
     for broken in summary["broken"]:
         shown.print(f"broken file [bold]{broken['filename']}[/bold]: {broken['error']}")
     if summary["search"]:

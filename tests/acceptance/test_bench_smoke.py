@@ -2,6 +2,7 @@
 rather than the next person who measures with it. Each must exit 0 and end with one line `RESULT {json}` holding
 the commit it measured. The figures of a tiny run mean nothing and are not checked; the full runs are by hand
 (docs/benchmarks.md). A new bench needs a row in SMOKE_ARGS, or in COVERED_ELSEWHERE with the test that runs it."""
+
 from __future__ import annotations
 
 import json
@@ -25,16 +26,37 @@ COMMIT = re.compile(r"[0-9a-f]{7,40}(-dirty)?")
 SMOKE_ARGS: dict[str, list[str]] = {
     "chunk_dedup": ["--admin-url", "{admin_url}", "--corpus", "{corpus}"],
     # the cheapest bench (no server, no model) against this checkout's HEAD, one round
-    "compare_revisions": ["--base", "HEAD", "--rounds", "1", "--", "tenant_search.py", "--points", "200",
-                          "--searches", "3"],
+    "compare_revisions": [
+        "--base",
+        "HEAD",
+        "--rounds",
+        "1",
+        "--",
+        "tenant_search.py",
+        "--points",
+        "200",
+        "--searches",
+        "3",
+    ],
     "dagster_storage": ["--keys", "5", "--admin-url", "{admin_url}"],
     "entity_resolution": ["--corpus", "{corpus}", "--examples", "1"],
     "orchestration_overhead": ["--documents", "1", "--pages", "1", "--admin-url", "{admin_url}"],
     # 1,000 live keys is the least the bench allows (one ranged run's keys); 1,000 more to retire
     "partition_retention": ["--n", "2000", "--live", "1000", "--repeats", "1", "--admin-url", "{admin_url}"],
     # PgQueuer is the bench extra's, not the test extra's: the contenders that need nothing more
-    "queue_throughput": ["--quick", "--workers", "2", "--batches", "50", "--tasks", "100", "--window", "0.5",
-                         "--contenders", "ours,ours_settle,bare"],
+    "queue_throughput": [
+        "--quick",
+        "--workers",
+        "2",
+        "--batches",
+        "50",
+        "--tasks",
+        "100",
+        "--window",
+        "0.5",
+        "--contenders",
+        "ours,ours_settle,bare",
+    ],
     # its own Redis and Celery workers (redis-server, as the cluster test starts it), three variants
     "scale_out": ["--documents", "1", "--pages", "1", "--runs-per-worker", "1", "--admin-url", "{admin_url}"],
     "stages": ["--text-pages", "1", "--scanned-pages", "1"],
@@ -57,14 +79,27 @@ def _corpus(folder: Path) -> Path:
     """One text PDF of three pages, as the corpus's MANIFEST lists it: chunk_dedup's second version leaves two of
     them unchanged (copies to reuse), and the names give entity resolution a short form to resolve."""
     folder.mkdir()
-    pf.text_pdf(folder, "railway.pdf", [
-        ["# Northern Railway", "Anna Keller directs the Northern Railway Company in Geneva. Keller presented the "
-                               "new timetable to the committee of the company."],
-        ["## Routes", "Passenger numbers between Zurich and Milan rose by twelve percent, while the freight "
-                      "volumes to Rotterdam remained stable over the whole year."],
-        ["## Outlook", "The committee in Geneva approved hourly trains between Zurich and Milan from the spring, "
-                       "and the board thanked the staff of the stations along the line."],
-    ])
+    pf.text_pdf(
+        folder,
+        "railway.pdf",
+        [
+            [
+                "# Northern Railway",
+                "Anna Keller directs the Northern Railway Company in Geneva. Keller presented the "
+                "new timetable to the committee of the company.",
+            ],
+            [
+                "## Routes",
+                "Passenger numbers between Zurich and Milan rose by twelve percent, while the freight "
+                "volumes to Rotterdam remained stable over the whole year.",
+            ],
+            [
+                "## Outlook",
+                "The committee in Geneva approved hourly trains between Zurich and Milan from the spring, "
+                "and the board thanked the staff of the stations along the line.",
+            ],
+        ],
+    )
     (folder / "MANIFEST.tsv").write_text("filename\tcategory\nrailway.pdf\ttext\n")
     return folder
 
@@ -85,14 +120,20 @@ def test_the_bench_runs_at_a_tiny_size(bench, pg_admin_url, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCQUEUE_", "DAGSTER_HOME"))}
     extra = SMOKE_ENV.get(bench, {})
     env.update(zip(extra, _filled(extra.values(), values)))
-    done = subprocess.run([sys.executable, str(BENCH / f"{bench}.py"), *_filled(SMOKE_ARGS[bench], values)],
-                          capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(BENCH / f"{bench}.py"), *_filled(SMOKE_ARGS[bench], values)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=env,
+        cwd=tmp_path,
+    )
     output = f"exit {done.returncode}\nstdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}"
     assert done.returncode == 0, output
     lines = done.stdout.rstrip().splitlines()
     assert lines and lines[-1].startswith("RESULT "), output
     assert sum(line.startswith("RESULT ") for line in lines) == 1, output
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     assert isinstance(result, dict) and COMMIT.fullmatch(result.get("commit") or ""), result
 
 

@@ -5,6 +5,7 @@ one processed environment built once per module (`story`): ingest, a crashed wor
 `run --until-idle --workers 2`. Read-only assertions come first; the tests that change the environment
 (retry, a second run, breaking the stores for `verify`) come last, in file order.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,13 @@ class Result:
 
 def docqueue(*args: str, env: dict | None = None, timeout: float = COMMAND_TIMEOUT_S) -> Result:
     started = time.monotonic()
-    proc = subprocess.run([DOCQUEUE, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+    proc = subprocess.run(
+        [DOCQUEUE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
     return Result(args, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started)
 
 
@@ -101,9 +107,12 @@ def document(engine: sa.Engine, filename: str) -> dict:
 
 
 def queue_row_counts(engine: sa.Engine) -> dict[str, int]:
-    return rows(engine, """SELECT (SELECT count(*) FROM documents) AS documents,
+    return rows(
+        engine,
+        """SELECT (SELECT count(*) FROM documents) AS documents,
                                   (SELECT count(*) FROM task_queue_page) AS pages,
-                                  (SELECT count(*) FROM task_queue_chunk) AS chunks""")[0]
+                                  (SELECT count(*) FROM task_queue_chunk) AS chunks""",
+    )[0]
 
 
 def all_phases(doc: dict) -> tuple[str, str, str]:
@@ -160,17 +169,29 @@ def _missing_password_file(tmp: Path) -> list[str]:
     return ["ingest", str(pf.encrypted_pdf(tmp, "locked.pdf", PASSWORD)), "--password-file", str(tmp / "nope.txt")]
 
 
-@pytest.mark.parametrize("make_args, says", [
-    (_missing_file, ["no such file", "nowhere.pdf"]),
-    (_folder_without_documents, ["archive.zip (unsupported: a ZIP archive", "data.bin (unsupported"]),
-    (_empty_folder, ["no files found"]),
-    (_archive_named_pdf, ["scan.pdf (unsupported: a ZIP archive", "the content decides"]),
-    (_missing_password_file, ["password file", "nope.txt"]),
-    (lambda tmp: ["status", "no-such-document"], ["no document 'no-such-document'", "docqueue status"]),
-    (lambda tmp: ["retry", "--phase", "ocr", "no-such-document"], ["no document 'no-such-document'"]),
-    (lambda tmp: ["graph", "Nobody In Particular"], ["no entity 'Nobody In Particular'"]),
-], ids=["missing-file", "folder-without-documents", "empty-folder", "archive-named-pdf", "missing-password-file",
-        "status-unknown-document", "retry-unknown-document", "graph-unknown-entity"])
+@pytest.mark.parametrize(
+    "make_args, says",
+    [
+        (_missing_file, ["no such file", "nowhere.pdf"]),
+        (_folder_without_documents, ["archive.zip (unsupported: a ZIP archive", "data.bin (unsupported"]),
+        (_empty_folder, ["no files found"]),
+        (_archive_named_pdf, ["scan.pdf (unsupported: a ZIP archive", "the content decides"]),
+        (_missing_password_file, ["password file", "nope.txt"]),
+        (lambda tmp: ["status", "no-such-document"], ["no document 'no-such-document'", "docqueue status"]),
+        (lambda tmp: ["retry", "--phase", "ocr", "no-such-document"], ["no document 'no-such-document'"]),
+        (lambda tmp: ["graph", "Nobody In Particular"], ["no entity 'Nobody In Particular'"]),
+    ],
+    ids=[
+        "missing-file",
+        "folder-without-documents",
+        "empty-folder",
+        "archive-named-pdf",
+        "missing-password-file",
+        "status-unknown-document",
+        "retry-unknown-document",
+        "graph-unknown-entity",
+    ],
+)
 def test_bad_input_is_refused_with_a_sentence_and_nothing_is_written(docqueue_env, tmp_path, make_args, says):
     engine = queue_engine(docqueue_env.queue_url)
     try:
@@ -188,8 +209,12 @@ def test_an_unreachable_database_is_one_sentence_without_the_password(docqueue_e
     unreachable = {"DOCQUEUE_DATABASE_URL": "postgresql://postgres:hunter2@127.0.0.1:1/x"}
     pdf = pf.text_pdf(tmp_path, "fine.pdf", ["Nothing special."])
     with ThreadPoolExecutor(max_workers=3) as pool:
-        results = list(pool.map(lambda args: docqueue(*args, env=unreachable),
-                                [["status", "--json"], ["ingest", str(pdf)], ["db", "upgrade"]]))
+        results = list(
+            pool.map(
+                lambda args: docqueue(*args, env=unreachable),
+                [["status", "--json"], ["ingest", str(pdf)], ["db", "upgrade"]],
+            )
+        )
     for result in results:
         message = refused(result, code=1)
         assert "cannot connect to PostgreSQL" in message and "DOCQUEUE_DATABASE_URL" in message, message
@@ -206,9 +231,15 @@ def test_ui_refuses_a_port_in_use(docqueue_env):
 
 
 def test_an_unreachable_graph_server_is_one_sentence_within_the_retry_budget(docqueue_env):
-    result = docqueue("graph", "anyone", env={"DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1",
-                                              "DOCQUEUE_NEO4J_PASSWORD": "hunter2",
-                                              "DOCQUEUE_CLI_GRAPH_RETRY_S": "0.5"})
+    result = docqueue(
+        "graph",
+        "anyone",
+        env={
+            "DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1",
+            "DOCQUEUE_NEO4J_PASSWORD": "hunter2",
+            "DOCQUEUE_CLI_GRAPH_RETRY_S": "0.5",
+        },
+    )
     message = refused(result, code=1)
     assert "cannot use the graph store" in message and "DOCQUEUE_NEO4J_URI" in message, message
     assert "hunter2" not in result.err
@@ -220,8 +251,11 @@ def test_demo_processes_its_samples_end_to_end(docqueue_env):
     assert summary["good_documents"] == summary["good_documents_completed"] == 3, summary["documents"]
     assert summary["phases"]["ocr"] == {"completed": 3, "failed": 1, "blocked": 0, "open": 0}
     # the broken file's later phases wait on its failed OCR: blocked, not pending forever
-    assert summary["phases"]["vector"] == summary["phases"]["graphrag"] == \
-        {"completed": 3, "failed": 0, "blocked": 1, "open": 0}
+    assert (
+        summary["phases"]["vector"]
+        == summary["phases"]["graphrag"]
+        == {"completed": 3, "failed": 0, "blocked": 1, "open": 0}
+    )
     (broken,) = summary["broken"]
     assert broken["filename"] == "broken-upload.pdf" and "corrupt" in broken["error"]
     assert summary["chunks"] == summary["vectors"] > 0 and summary["entities"] > 0
@@ -249,11 +283,13 @@ class Story:
     run_seconds: float = 0.0
 
 
-REPORT = [["# Annual Report", "Ada Lovelace founded the Analytical Society in London with Charles Babbage."],
-          ["## Finance", "Revenue grew in Paris and Berlin while the London office hired engineers."],
-          # the surname comes first: its chunk may be written before the full name's
-          ["## Law", "Professor Lessig met Jack Valenti in Washington to debate copyright terms."],
-          ["## Culture", "Lawrence Lessig wrote a book about free culture at Stanford University."]]
+REPORT = [
+    ["# Annual Report", "Ada Lovelace founded the Analytical Society in London with Charles Babbage."],
+    ["## Finance", "Revenue grew in Paris and Berlin while the London office hired engineers."],
+    # the surname comes first: its chunk may be written before the full name's
+    ["## Law", "Professor Lessig met Jack Valenti in Washington to debate copyright terms."],
+    ["## Culture", "Lawrence Lessig wrote a book about free culture at Stanford University."],
+]
 
 
 @pytest.fixture(scope="module")
@@ -266,11 +302,17 @@ def story(tmp_path_factory, create_database, migrated_template, bolt_server):
 
     tmp = tmp_path_factory.mktemp("cli")
     home = tmp / "home"
-    env = {"DOCQUEUE_HOME": str(home), "DOCQUEUE_DATABASE_URL": create_database(template=migrated_template),
-           "DOCQUEUE_DAGSTER_PG_URL": create_database(prefix="dagster"), "DAGSTER_HOME": str(home / "dagster"),
-           "DOCQUEUE_NEO4J_URI": bolt_server.uri, "DOCQUEUE_NEO4J_USER": bolt_server.user,
-           "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password, "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
-           "DOCQUEUE_QDRANT_URL": ""}
+    env = {
+        "DOCQUEUE_HOME": str(home),
+        "DOCQUEUE_DATABASE_URL": create_database(template=migrated_template),
+        "DOCQUEUE_DAGSTER_PG_URL": create_database(prefix="dagster"),
+        "DAGSTER_HOME": str(home / "dagster"),
+        "DOCQUEUE_NEO4J_URI": bolt_server.uri,
+        "DOCQUEUE_NEO4J_USER": bolt_server.user,
+        "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password,
+        "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
+        "DOCQUEUE_QDRANT_URL": "",
+    }
     if bolt_server.database:
         env["DOCQUEUE_NEO4J_DATABASE"] = bolt_server.database
     with pytest.MonkeyPatch.context() as patch:
@@ -291,10 +333,15 @@ def _write_files(tmp: Path) -> dict[str, Path]:
     bees, volcanoes = pf.two_topic_pdfs(inbox)
     password_file = tmp / "password.txt"
     password_file.write_text(PASSWORD + "\n")
-    return {"inbox": inbox, "bees": bees, "volcanoes": volcanoes,
-            "report": pf.text_pdf(inbox, "report.pdf", REPORT),
-            "broken": pf.truncated_pdf(tmp, "broken.pdf"),
-            "secret": pf.encrypted_pdf(tmp, "secret.pdf", PASSWORD), "password": password_file}
+    return {
+        "inbox": inbox,
+        "bees": bees,
+        "volcanoes": volcanoes,
+        "report": pf.text_pdf(inbox, "report.pdf", REPORT),
+        "broken": pf.truncated_pdf(tmp, "broken.pdf"),
+        "secret": pf.encrypted_pdf(tmp, "secret.pdf", PASSWORD),
+        "password": password_file,
+    }
 
 
 def _tell(story: Story) -> Story:
@@ -314,8 +361,10 @@ def _tell(story: Story) -> Story:
     assert queue.claim(OCR_DOCUMENT, "crashed-worker", only_ids=[str(report["id"])])
     assert queue.claim(OCR_DOCUMENT, "live-worker", only_ids=[str(volcanoes["id"])])
     with story.engine.begin() as conn:
-        conn.execute(sa.text("UPDATE documents SET last_heartbeat = now() - interval '1 hour' WHERE id = :id"),
-                     {"id": report["id"]})
+        conn.execute(
+            sa.text("UPDATE documents SET last_heartbeat = now() - interval '1 hour' WHERE id = :id"),
+            {"id": report["id"]},
+        )
     story.recovered = ok_json("recover", "--stale-after", "600")
     story.after_recover = {name: document(story.engine, name) for name in ("report.pdf", "volcanoes.pdf")}
     queue.release_workers(["live-worker"], "test: the live worker hands its task back")
@@ -331,13 +380,17 @@ GOOD = ("beekeeping.pdf", "volcanoes.pdf", "report.pdf", "secret.pdf")
 
 def test_ingest_reports_new_and_duplicate_per_file(story):
     folder, again = story.ingests
-    assert {Path(r["path"]).name: r["status"] for r in folder["results"]} == \
-        {"beekeeping.pdf": "new", "volcanoes.pdf": "new", "report.pdf": "new"}
+    assert {Path(r["path"]).name: r["status"] for r in folder["results"]} == {
+        "beekeeping.pdf": "new",
+        "volcanoes.pdf": "new",
+        "report.pdf": "new",
+    }
     assert folder["counts"] == {"new": 3, "duplicate": 0, "rejected": 0}
     first_ids = {Path(r["path"]).name: r["document_id"] for r in folder["results"]}
-    assert {Path(r["path"]).name: (r["status"], r["document_id"]) for r in again["results"]} == \
-        {"beekeeping.pdf": ("duplicate", first_ids["beekeeping.pdf"]),
-         "broken.pdf": ("new", str(document(story.engine, "broken.pdf")["id"]))}
+    assert {Path(r["path"]).name: (r["status"], r["document_id"]) for r in again["results"]} == {
+        "beekeeping.pdf": ("duplicate", first_ids["beekeeping.pdf"]),
+        "broken.pdf": ("new", str(document(story.engine, "broken.pdf")["id"])),
+    }
     for r in folder["results"] + again["results"]:
         assert r["document_key"].startswith(Path(r["path"]).stem + "-")
     assert rows(story.engine, "SELECT count(*) AS n FROM documents")[0]["n"] == 5
@@ -392,10 +445,13 @@ def test_run_until_idle_with_two_workers_completes_the_good_files(story):
     chunks = rows(story.engine, "SELECT count(*) AS n FROM task_queue_chunk")[0]["n"]
     assert progress["vector"] == progress["graphrag"] == {"total": chunks, "completed": chunks, "failed": 0}
     # the three ingests made three consecutive document blocks, so each worker owned at least one document
-    workers = rows(story.engine, """SELECT current_worker_id AS w FROM documents
+    workers = rows(
+        story.engine,
+        """SELECT current_worker_id AS w FROM documents
                                     UNION SELECT ocr_worker_id FROM task_queue_page
                                     UNION SELECT vector_worker_id FROM task_queue_chunk
-                                    UNION SELECT graphrag_worker_id FROM task_queue_chunk""")
+                                    UNION SELECT graphrag_worker_id FROM task_queue_chunk""",
+    )
     processes = {re.search(r":(\d+):[0-9a-f]{12}$", r["w"]).group(1) for r in workers if r["w"]}  # worker pid
     assert len(processes) == 2, workers  # both worker processes took part
 
@@ -403,8 +459,12 @@ def test_run_until_idle_with_two_workers_completes_the_good_files(story):
 def test_a_file_failed_for_good_does_not_keep_run_from_going_idle(story):
     broken = document(story.engine, "broken.pdf")
     assert broken["ocr_status"] == "failed" and "corrupt" in broken["ocr_error"]
-    failed = rows(story.engine, """SELECT ocr_next_attempt_at AS next FROM task_queue_page
-                                   WHERE document_id = :d AND ocr_status = 'failed'""", d=broken["id"])
+    failed = rows(
+        story.engine,
+        """SELECT ocr_next_attempt_at AS next FROM task_queue_page
+                                   WHERE document_id = :d AND ocr_status = 'failed'""",
+        d=broken["id"],
+    )
     if broken["pages_created_at"] is None:  # the file did not open at all
         failed = [{"next": broken["next_attempt_at"]}]
     assert failed and all(f["next"].year == 9999 for f in failed), failed  # never retried by itself
@@ -424,16 +484,38 @@ def test_run_until_idle_summarises_the_failure_and_exits_with_its_own_code(story
 
 def test_status_lists_every_document_and_one_by_key(story):
     report = document(story.engine, "report.pdf")
-    every, single, table = (succeeded(r) for r in together(
-        ("status", "--json"), ("status", report["document_key"], "--json"), ("status",)))
+    every, single, table = (
+        succeeded(r) for r in together(("status", "--json"), ("status", report["document_key"], "--json"), ("status",))
+    )
     listed = every.json()["documents"]
     assert sorted(d["filename"] for d in listed) == sorted(GOOD + ("broken.pdf",))
-    expected_keys = {"id", "document_key", "tenant_id", "filename", "priority", "ocr_status", "vector_index_status",
-                     "graphrag_index_status", "page_count", "total_pages", "ocr_completed_pages", "ocr_failed_pages",
-                     "total_chunks", "vector_completed_chunks", "graphrag_completed_chunks", "vector_failed_chunks",
-                     "graphrag_failed_chunks", "ocr_error",
-                     "vector_error", "graphrag_error", "error_class", "last_failed_at", "pages_without_text",
-                     "extraction_skipped", "blocked_phases"}
+    expected_keys = {
+        "id",
+        "document_key",
+        "tenant_id",
+        "filename",
+        "priority",
+        "ocr_status",
+        "vector_index_status",
+        "graphrag_index_status",
+        "page_count",
+        "total_pages",
+        "ocr_completed_pages",
+        "ocr_failed_pages",
+        "total_chunks",
+        "vector_completed_chunks",
+        "graphrag_completed_chunks",
+        "vector_failed_chunks",
+        "graphrag_failed_chunks",
+        "ocr_error",
+        "vector_error",
+        "graphrag_error",
+        "error_class",
+        "last_failed_at",
+        "pages_without_text",
+        "extraction_skipped",
+        "blocked_phases",
+    }
     assert all(set(d) == expected_keys for d in listed), listed[0].keys()
 
     (one,) = single.json()["documents"]
@@ -472,8 +554,10 @@ def test_verify_passes_on_a_consistent_environment(story):
 
 def test_search_finds_the_document_on_the_topic(story):
     bees_query, volcano_query = "how do beekeepers get honey out of the combs", "lava and ash from an erupting mountain"
-    bees, volcanoes = (succeeded(r) for r in together(("search", bees_query, "--limit", "3", "--json"),
-                                                       ("search", volcano_query, "--limit", "1")))
+    bees, volcanoes = (
+        succeeded(r)
+        for r in together(("search", bees_query, "--limit", "3", "--json"), ("search", volcano_query, "--limit", "1"))
+    )
     found = bees.json()
     assert found["query"] == bees_query and 1 <= len(found["hits"]) <= 3
     top = found["hits"][0]
@@ -507,13 +591,19 @@ def test_graph_finds_a_person_by_the_surname_the_document_also_uses(story):
 # -- from here on the tests change the environment (file order matters) ------------------------------------------
 def test_retry_puts_a_failed_task_back_to_pending(story):
     broken = document(story.engine, "broken.pdf")
-    before = rows(story.engine, "SELECT count(*) AS n FROM task_queue_page WHERE document_id = :d "
-                                "AND ocr_status = 'failed'", d=broken["id"])[0]["n"]
+    before = rows(
+        story.engine,
+        "SELECT count(*) AS n FROM task_queue_page WHERE document_id = :d AND ocr_status = 'failed'",
+        d=broken["id"],
+    )[0]["n"]
     retried = ok_json("retry", "--phase", "ocr", broken["document_key"])
     assert retried["total"] == retried["retried"]["ocr_document"] + retried["retried"].get("ocr_page", 0) >= 1
     again = document(story.engine, "broken.pdf")
-    failed_pages = rows(story.engine, "SELECT count(*) AS n FROM task_queue_page WHERE document_id = :d "
-                                      "AND ocr_status = 'failed'", d=broken["id"])[0]["n"]
+    failed_pages = rows(
+        story.engine,
+        "SELECT count(*) AS n FROM task_queue_page WHERE document_id = :d AND ocr_status = 'failed'",
+        d=broken["id"],
+    )[0]["n"]
     if before:
         assert failed_pages == 0
     else:

@@ -1,5 +1,6 @@
 """bench/cli_startup.py end to end at the smallest size: on a home with one processed document it times each light
 command once and a few warm searches, and ends with one `RESULT {json}` line whose figures are numbers."""
+
 from __future__ import annotations
 
 import json
@@ -15,15 +16,25 @@ def test_the_startup_bench_reports_every_figure(docqueue_env, tmp_path):
     note = tmp_path / "note.md"
     note.write_text("# Harbour\n\nStorm damage at the harbour: two boats sank and the pier lost its lights.\n")
     for args in (["ingest", str(note)], ["run", "--until-idle"]):
-        done = subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True,
-                              timeout=600, env=os.environ.copy())
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestration.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=os.environ.copy(),
+        )
         assert done.returncode == 0, done.stderr
-    bench = subprocess.run([sys.executable, str(REPO / "bench" / "cli_startup.py"), "--repeats", "1",
-                            "--searches", "5"], capture_output=True, text=True, timeout=600, env=os.environ.copy())
+    bench = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "cli_startup.py"), "--repeats", "1", "--searches", "5"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ.copy(),
+    )
     assert bench.returncode == 0, bench.stderr
     last = bench.stdout.strip().splitlines()[-1]
     assert last.startswith("RESULT "), bench.stdout
-    result = json.loads(last[len("RESULT "):])
+    result = json.loads(last[len("RESULT ") :])
     assert set(result["commands"]) == {"version", "help", "status", "stats", "search"}
     assert all(isinstance(v, float) for figures in result["commands"].values() for v in figures.values())
     assert result["session"]["p95_ms"] > 0 and result["session"]["searches"] == 5 and result["commit"]

@@ -13,6 +13,7 @@ which waits for the dead holder's heartbeats to go stale, and the others finish 
 vector point, the graph holds no duplicate, and the partitions show the queue's truth. Then the graph becomes
 unreachable, a re-index fails until its retries are spent, and a UI backfill of the failed partitions runs on the
 cluster once the graph is back."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -53,7 +54,9 @@ WORKERS = 3
 # small real-world PDFs with a text layer (OCR of scans would dominate the run time, not the cluster)
 CORPUS_SUBSET = ("pypdf__multicolumn.pdf",)
 TIMING = {
-    "HEARTBEAT_INTERVAL": "2", "STALE_TASK_TIMEOUT": "12", "DOCQUEUE_RETRY_BACKOFF_BASE": "1",
+    "HEARTBEAT_INTERVAL": "2",
+    "STALE_TASK_TIMEOUT": "12",
+    "DOCQUEUE_RETRY_BACKOFF_BASE": "1",
     "DOCQUEUE_RETRY_BACKOFF_MAX": "4",
     # a step whose worker vanished is handed to another worker after this many seconds without an ack
     "DOCQUEUE_CELERY_VISIBILITY_TIMEOUT": "20",
@@ -107,9 +110,13 @@ class Machines:
         _ip("link", "del", self.bridge, check=False)
 
     def reaches(self, namespace: str, port: int) -> bool:
-        probe = (f"import socket; socket.create_connection(({self.host_ip!r}, {port}), timeout=3).close()")
-        return subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", probe],
-                              capture_output=True, timeout=30).returncode == 0
+        probe = f"import socket; socket.create_connection(({self.host_ip!r}, {port}), timeout=3).close()"
+        return (
+            subprocess.run(
+                ["ip", "netns", "exec", namespace, sys.executable, "-c", probe], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
 
 
 def _namespaces_usable() -> str | None:
@@ -144,9 +151,26 @@ class Worker:
         self.namespace, self.log = namespace, log
         self._log_handle = open(log, "wb")
         self.process = subprocess.Popen(
-            ["ip", "netns", "exec", namespace, str(DOCQUEUE), "worker", "--broker", broker, "--concurrency", "1",
-             "--name", f"docqueue@{namespace}"],
-            cwd=log.parent, env=env, stdout=self._log_handle, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "ip",
+                "netns",
+                "exec",
+                namespace,
+                str(DOCQUEUE),
+                "worker",
+                "--broker",
+                broker,
+                "--concurrency",
+                "1",
+                "--name",
+                f"docqueue@{namespace}",
+            ],
+            cwd=log.parent,
+            env=env,
+            stdout=self._log_handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def pids(self) -> set[int]:
         try:
@@ -195,8 +219,9 @@ def _holders(queue) -> dict[str, set[str]]:
     """worker pid -> ids of the tasks it holds (`processing`) right now, across every kind."""
     held: dict[str, set[str]] = {}
     for kind in ALL_KINDS:
-        for task_id, worker in _rows(queue, f"SELECT t.id::text, t.{kind.col('worker_id')} FROM {kind.table} t "
-                                            f"WHERE {kind.held_sql('t')}"):
+        for task_id, worker in _rows(
+            queue, f"SELECT t.id::text, t.{kind.col('worker_id')} FROM {kind.table} t WHERE {kind.held_sql('t')}"
+        ):
             if worker:
                 held.setdefault(worker.rsplit(":", 2)[-2], set()).add(f"{kind.name}:{task_id}")
     return held
@@ -206,8 +231,11 @@ def _finishers(queue) -> set[int]:
     """Pids of the workers that settled tasks (the worker id stays on a settled row)."""
     pids = set()
     for kind in ALL_KINDS:
-        for (worker,) in _rows(queue, f"SELECT DISTINCT {kind.col('worker_id')} FROM {kind.table} "
-                                      f"WHERE {kind.status} = 'completed' AND {kind.col('worker_id')} IS NOT NULL"):
+        for (worker,) in _rows(
+            queue,
+            f"SELECT DISTINCT {kind.col('worker_id')} FROM {kind.table} "
+            f"WHERE {kind.status} = 'completed' AND {kind.col('worker_id')} IS NOT NULL",
+        ):
             pids.add(int(worker.rsplit(":", 2)[-2]))
     return pids
 
@@ -231,9 +259,24 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
         monkeypatch.setenv("DOCQUEUE_QDRANT_PATH", str(shared / "qdrant"))
         monkeypatch.setenv("DOCQUEUE_STORAGE_DIR", str(shared / "storage"))
         redis_port = free_port()
-        redis = subprocess.Popen(["redis-server", "--bind", machines.host_ip, "--port", str(redis_port), "--save", "",
-                                  "--appendonly", "no", "--protected-mode", "no"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        redis = subprocess.Popen(
+            [
+                "redis-server",
+                "--bind",
+                machines.host_ip,
+                "--port",
+                str(redis_port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         started.append(lambda: (redis.terminate(), redis.wait(timeout=10)))
         _wait_port(machines.host_ip, redis_port)
         broker = f"redis://{machines.host_ip}:{redis_port}/0"
@@ -246,32 +289,52 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
             started.append(relay.close)
         unreachable = [ns for ns in machines.namespaces if not machines.reaches(ns, redis_port)]
         if unreachable:
-            pytest.skip(f"cluster test skipped: namespaces {unreachable} cannot reach {machines.host_ip} over the "
-                        "bridge (a firewall on this host?)")
+            pytest.skip(
+                f"cluster test skipped: namespaces {unreachable} cannot reach {machines.host_ip} over the "
+                "bridge (a firewall on this host?)"
+            )
 
-        common = {**TIMING, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "DOCQUEUE_EXECUTOR": "celery",
-                  "DOCQUEUE_BROKER_URL": broker, "DOCQUEUE_STORAGE_DIR": str(shared / "storage"),
-                  "DOCQUEUE_QDRANT_PATH": str(shared / "qdrant"), "DOCQUEUE_QDRANT_URL": ""}
+        common = {
+            **TIMING,
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",
+            "DOCQUEUE_EXECUTOR": "celery",
+            "DOCQUEUE_BROKER_URL": broker,
+            "DOCQUEUE_STORAGE_DIR": str(shared / "storage"),
+            "DOCQUEUE_QDRANT_PATH": str(shared / "qdrant"),
+            "DOCQUEUE_QDRANT_URL": "",
+        }
         workers = []
         for i, namespace in enumerate(machines.namespaces):
             home = tmp_path / f"machine-{i}"
             home.mkdir()
-            env = {**os.environ, **common, "DOCQUEUE_HOME": str(home / "home"), "DAGSTER_HOME": str(home / "dagster"),
-                   "DOCQUEUE_DATABASE_URL": _with_host(docqueue_env.queue_url, machines.host_ip, postgres_relay.port),
-                   "DOCQUEUE_DAGSTER_PG_URL": _with_host(docqueue_env.dagster_url, machines.host_ip,
-                                                         postgres_relay.port),
-                   "DOCQUEUE_NEO4J_URI": f"bolt://{machines.host_ip}:{bolt_relay.port}"}
+            env = {
+                **os.environ,
+                **common,
+                "DOCQUEUE_HOME": str(home / "home"),
+                "DAGSTER_HOME": str(home / "dagster"),
+                "DOCQUEUE_DATABASE_URL": _with_host(docqueue_env.queue_url, machines.host_ip, postgres_relay.port),
+                "DOCQUEUE_DAGSTER_PG_URL": _with_host(docqueue_env.dagster_url, machines.host_ip, postgres_relay.port),
+                "DOCQUEUE_NEO4J_URI": f"bolt://{machines.host_ip}:{bolt_relay.port}",
+            }
             worker = Worker(namespace, env, home / "worker.log", broker)
             workers.append(worker)
             started.append(worker.stop)
 
         inbox = tmp_path / "inbox"
         inbox.mkdir()
-        ui_env = {**os.environ, **common, "DOCQUEUE_INBOX": str(inbox), "DOCQUEUE_SENSOR_INTERVAL": "1",
-                  # one run per worker slot and phase; small ranges, so every phase spreads over the machines
-                  "DOCQUEUE_PHASE_RUN_LIMITS": "ocr=3,vector=3,graphrag=3",
-                  "DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": "4", "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": "4",
-                  "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": "8", "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": "8"}
+        ui_env = {
+            **os.environ,
+            **common,
+            "DOCQUEUE_INBOX": str(inbox),
+            "DOCQUEUE_SENSOR_INTERVAL": "1",
+            # one run per worker slot and phase; small ranges, so every phase spreads over the machines
+            "DOCQUEUE_PHASE_RUN_LIMITS": "ocr=3,vector=3,graphrag=3",
+            "DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": "4",
+            "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": "4",
+            "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": "8",
+            "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": "8",
+        }
         ui = Ui(ui_env, tmp_path / "docqueue-ui.log")
         started.append(ui.stop)
         instance = dagster_instance(Settings.from_env())
@@ -310,8 +373,12 @@ def test_three_worker_machines_finish_the_corpus_when_one_is_killed_and_backfill
         for worker in workers:
             pids = worker.pids()
             all_worker_pids.update(pids)
-            if not any(t.startswith(("vector", "graphrag")) for pid in held if pid.isdigit() and int(pid) in pids
-                       for t in held[pid]):
+            if not any(
+                t.startswith(("vector", "graphrag"))
+                for pid in held
+                if pid.isdigit() and int(pid) in pids
+                for t in held[pid]
+            ):
                 continue
             worker.signal_tree(signal.SIGSTOP)
             time.sleep(1.0)  # a commit already on the wire lands before we look again
@@ -322,13 +389,18 @@ def test_three_worker_machines_finish_the_corpus_when_one_is_killed_and_backfill
             worker.signal_tree(signal.SIGCONT)
         return None
 
-    killed, killed_tasks, killed_pids = wait_for(victim, 300, "a worker machine to hold vector or graph tasks", ui,
-                                                 poll_s=0.2)
+    killed, killed_tasks, killed_pids = wait_for(
+        victim, 300, "a worker machine to hold vector or graph tasks", ui, poll_s=0.2
+    )
     killed.kill_tree()
     killed_at = time.monotonic()
 
-    wait_for(lambda: documents_done(queue, len(corpus)), 600,
-             "every document through all three phases on the two surviving machines", ui)
+    wait_for(
+        lambda: documents_done(queue, len(corpus)),
+        600,
+        "every document through all three phases on the two surviving machines",
+        ui,
+    )
     through = time.monotonic()
     all_worker_pids.update(*(w.pids() for w in workers if w is not killed))
 
@@ -336,16 +408,24 @@ def test_three_worker_machines_finish_the_corpus_when_one_is_killed_and_backfill
     for task in killed_tasks:
         name, task_id = task.split(":", 1)
         kind = next(k for k in ALL_KINDS if k.name == name)
-        status, worker, retries = _rows(queue, f"SELECT {kind.status}::text, {kind.col('worker_id')}, "
-                                               f"COALESCE({kind.col('retry_count')}, 0) FROM {kind.table} "
-                                               f"WHERE id = '{task_id}'")[0]
-        assert status == "completed" and int(worker.rsplit(":", 2)[-2]) not in killed_pids and retries >= 1, \
-            (task, status, worker, retries)
+        status, worker, retries = _rows(
+            queue,
+            f"SELECT {kind.status}::text, {kind.col('worker_id')}, "
+            f"COALESCE({kind.col('retry_count')}, 0) FROM {kind.table} "
+            f"WHERE id = '{task_id}'",
+        )[0]
+        assert status == "completed" and int(worker.rsplit(":", 2)[-2]) not in killed_pids and retries >= 1, (
+            task,
+            status,
+            worker,
+            retries,
+        )
     # every task ran on a worker machine, never on the Dagster host, and on more than one machine
     finishers = _finishers(queue)
     assert finishers <= all_worker_pids, finishers - all_worker_pids
-    machines_used = {w.namespace for w in workers for pid in finishers if pid in w.pids() or
-                     (w is killed and pid in killed_pids)}
+    machines_used = {
+        w.namespace for w in workers for pid in finishers if pid in w.pids() or (w is killed and pid in killed_pids)
+    }
     assert len(machines_used) >= 2, machines_used
 
     # nothing duplicated: one point per chunk, no duplicate node or relationship in the graph
@@ -363,8 +443,13 @@ def test_three_worker_machines_finish_the_corpus_when_one_is_killed_and_backfill
         stores.close()
 
     # the partitions tell the queue's truth
-    page_keys = {page_partition_key(r[0], r[1]) for r in _rows(
-        queue, "SELECT d.document_key, p.page_number FROM task_queue_page p JOIN documents d ON d.id = p.document_id")}
+    page_keys = {
+        page_partition_key(r[0], r[1])
+        for r in _rows(
+            queue,
+            "SELECT d.document_key, p.page_number FROM task_queue_page p JOIN documents d ON d.id = p.document_id",
+        )
+    }
     assert ui.partition_statuses("ocr_page")["materialized"] == page_keys
     for asset in ("vector_chunk", "graphrag_chunk"):
         statuses = ui.partition_statuses(asset)
@@ -375,16 +460,21 @@ def test_three_worker_machines_finish_the_corpus_when_one_is_killed_and_backfill
     victims = [row for row in chunks if row[1].startswith(document_key + "/")]
     bolt_relay.close()
     with queue.engine.begin() as conn:  # one attempt for the re-index: its failure is final at once
-        conn.exec_driver_sql("UPDATE task_queue_chunk SET max_retries = 1 WHERE id::text = ANY(%(ids)s)",
-                             {"ids": [row[0] for row in victims]})
-    assert queue.requeue(GRAPHRAG_CHUNK, [row[0] for row in victims], "test: re-index after a graph rebuild") \
-        == len(victims)
+        conn.exec_driver_sql(
+            "UPDATE task_queue_chunk SET max_retries = 1 WHERE id::text = ANY(%(ids)s)",
+            {"ids": [row[0] for row in victims]},
+        )
+    assert queue.requeue(GRAPHRAG_CHUNK, [row[0] for row in victims], "test: re-index after a graph rebuild") == len(
+        victims
+    )
     victim_keys = {row[1] for row in victims}
 
     def spent() -> bool:
         rows = [r for r in chunk_rows(queue) if r[1] in victim_keys]
-        return all(r[2] == "failed" and r[3] >= r[4] for r in rows) and \
-            victim_keys <= ui.partition_statuses("graphrag_chunk")["failed"]
+        return (
+            all(r[2] == "failed" and r[3] >= r[4] for r in rows)
+            and victim_keys <= ui.partition_statuses("graphrag_chunk")["failed"]
+        )
 
     wait_for(spent, 240, "the re-index to fail with every retry spent", ui)
     failed = ui.partition_statuses("graphrag_chunk")["failed"]
@@ -392,9 +482,15 @@ def test_three_worker_machines_finish_the_corpus_when_one_is_killed_and_backfill
 
     # the graph is back; a person backfills exactly the failed partitions, and the cluster runs the backfill
     bolt_relay.open()
-    launched = ui.graphql(LAUNCH_BACKFILL, params={
-        "partitionNames": sorted(failed), "assetSelection": [{"path": ["graphrag_chunk"]}], "fromFailure": False,
-        "tags": []})["launchPartitionBackfill"]
+    launched = ui.graphql(
+        LAUNCH_BACKFILL,
+        params={
+            "partitionNames": sorted(failed),
+            "assetSelection": [{"path": ["graphrag_chunk"]}],
+            "fromFailure": False,
+            "tags": [],
+        },
+    )["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
 
     def backfill_finished() -> str | None:
@@ -406,12 +502,19 @@ def test_three_worker_machines_finish_the_corpus_when_one_is_killed_and_backfill
     rows = [r for r in chunk_rows(queue) if r[1] in victim_keys]
     assert all(r[2] == "completed" for r in rows)
     surviving = set().union(*(w.pids() for w in workers if w is not killed))
-    backfillers = {int(w.rsplit(":", 2)[-2]) for (w,) in _rows(
-        queue, f"SELECT DISTINCT graphrag_worker_id FROM task_queue_chunk WHERE id::text IN "
-               f"({', '.join(repr(r[0]) for r in rows)})")}
+    backfillers = {
+        int(w.rsplit(":", 2)[-2])
+        for (w,) in _rows(
+            queue,
+            f"SELECT DISTINCT graphrag_worker_id FROM task_queue_chunk WHERE id::text IN "
+            f"({', '.join(repr(r[0]) for r in rows)})",
+        )
+    }
     assert backfillers <= surviving, "the backfill's step ran on a worker machine"
     statuses = ui.partition_statuses("graphrag_chunk")
     assert statuses["materialized"] == chunk_keys and not statuses["failed"]
-    print(f"\ncluster e2e: {len(corpus)} documents, {len(chunks)} chunks on {WORKERS} machines; one killed after "
-          f"{killed_at - started:.0f} s holding {len(killed_tasks)} task(s); all done {through - killed_at:.0f} s "
-          f"later; backfill of {len(victims)} partitions; total {time.monotonic() - started:.0f} s")
+    print(
+        f"\ncluster e2e: {len(corpus)} documents, {len(chunks)} chunks on {WORKERS} machines; one killed after "
+        f"{killed_at - started:.0f} s holding {len(killed_tasks)} task(s); all done {through - killed_at:.0f} s "
+        f"later; backfill of {len(victims)} partitions; total {time.monotonic() - started:.0f} s"
+    )

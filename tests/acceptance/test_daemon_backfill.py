@@ -2,6 +2,7 @@
 into the inbox, the sensors carrying them through OCR, vectors and the graph, and the UI's own GraphQL API for what
 a person sees and does. The graph goes away, re-indexing fails until the retries are spent, and a backfill of
 exactly the failed partitions -- what the UI launches -- brings them back once the graph is reachable again."""
+
 from __future__ import annotations
 
 import os
@@ -121,8 +122,14 @@ class Ui:
         self.url = f"http://127.0.0.1:{self.port}/graphql"
         self.log = log
         self._log_handle = open(log, "wb")
-        self.process = subprocess.Popen([str(DOCQUEUE), "ui", "--port", str(self.port)], cwd=REPO_ROOT, env=env,
-                                        stdout=self._log_handle, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            [str(DOCQUEUE), "ui", "--port", str(self.port)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=self._log_handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.client = httpx.Client(timeout=60)
 
     def graphql(self, query: str, **variables) -> dict:
@@ -135,8 +142,11 @@ class Ui:
     def partition_statuses(self, asset: str) -> dict[str, set[str]]:
         node = self.graphql(PARTITION_STATUSES, path=[asset])["assetNodeOrError"]
         statuses = node["assetPartitionStatuses"]
-        return {"materialized": set(statuses["materializedPartitions"]), "failed": set(statuses["failedPartitions"]),
-                "materializing": set(statuses["materializingPartitions"])}
+        return {
+            "materialized": set(statuses["materializedPartitions"]),
+            "failed": set(statuses["failedPartitions"]),
+            "materializing": set(statuses["materializingPartitions"]),
+        }
 
     def wait_until_serving(self, timeout_s: float) -> None:
         wait_for(lambda: self._answers(), timeout_s, "the webserver to answer GraphQL", self)
@@ -179,8 +189,10 @@ def wait_for(predicate, timeout_s: float, what: str, ui: Ui | None = None, poll_
         if value:
             return value
         time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}"
-                         + (f"\n--- docqueue ui log ---\n{ui.log_tail()}" if ui else ""))
+    raise AssertionError(
+        f"timed out after {timeout_s:.0f} s waiting for {what}"
+        + (f"\n--- docqueue ui log ---\n{ui.log_tail()}" if ui else "")
+    )
 
 
 # ------------------------------------------------------------------------------------------------ queue views
@@ -190,8 +202,9 @@ def _rows(queue, sql: str) -> list[tuple]:
 
 
 def documents_done(queue, expected: int) -> bool:
-    rows = _rows(queue, "SELECT ocr_status::text, vector_index_status::text, graphrag_index_status::text "
-                        "FROM documents")
+    rows = _rows(
+        queue, "SELECT ocr_status::text, vector_index_status::text, graphrag_index_status::text FROM documents"
+    )
     failed = [r for r in rows if "failed" in r]
     assert not failed, f"a document failed a phase: {rows}"
     return len(rows) == expected and all(r == ("completed", "completed", "completed") for r in rows)
@@ -199,10 +212,13 @@ def documents_done(queue, expected: int) -> bool:
 
 def chunk_rows(queue) -> list[tuple]:
     """(id, partition key, graphrag status, retries, max retries) of every chunk."""
-    rows = _rows(queue, """SELECT c.id::text, d.document_key, p.page_number, c.chunk_index, c.graphrag_status::text,
+    rows = _rows(
+        queue,
+        """SELECT c.id::text, d.document_key, p.page_number, c.chunk_index, c.graphrag_status::text,
                                   c.graphrag_retry_count, c.max_retries
                            FROM task_queue_chunk c JOIN task_queue_page p ON p.id = c.page_id
-                           JOIN documents d ON d.id = c.document_id""")
+                           JOIN documents d ON d.id = c.document_id""",
+    )
     return [(r[0], chunk_partition_key(r[1], r[2], r[3]), r[4], r[5], r[6]) for r in rows]
 
 
@@ -226,11 +242,15 @@ def deployment(docqueue_env, tmp_path):
     gate.open()
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    env = {**os.environ, "DOCQUEUE_INBOX": str(inbox), "DOCQUEUE_SENSOR_INTERVAL": "1",
-           "DOCQUEUE_NEO4J_URI": f"bolt://127.0.0.1:{gate.port}",
-           "MAX_TASK_RETRIES": "1",  # the graph outage spends every retry at once: only a person's backfill can help
-           "DOCQUEUE_GRAPH_TX_TIMEOUT_S": "5",  # how long a graph write keeps retrying an unreachable server
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "DOCQUEUE_INBOX": str(inbox),
+        "DOCQUEUE_SENSOR_INTERVAL": "1",
+        "DOCQUEUE_NEO4J_URI": f"bolt://127.0.0.1:{gate.port}",
+        "MAX_TASK_RETRIES": "1",  # the graph outage spends every retry at once: only a person's backfill can help
+        "DOCQUEUE_GRAPH_TX_TIMEOUT_S": "5",  # how long a graph write keeps retrying an unreachable server
+        "PYTHONUNBUFFERED": "1",
+    }
     ui = Ui(env, tmp_path / "docqueue-ui.log")
     instance = dagster_instance(Settings.from_env())
     try:
@@ -249,10 +269,24 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
 
     staging = tmp / "staging"
     staging.mkdir()
-    pdfs = [pf.text_pdf(staging, "lovelace.pdf", [["# Notes", "Ada Lovelace worked with Charles Babbage in London."],
-                                                  ["## Engines", "The Analytical Engine was designed in England."]]),
-            pf.text_pdf(staging, "curie.pdf", [["# Radium", "Marie Curie studied radioactivity in Paris."],
-                                               ["## Later", "Pierre Curie shared the Nobel Prize in Stockholm."]])]
+    pdfs = [
+        pf.text_pdf(
+            staging,
+            "lovelace.pdf",
+            [
+                ["# Notes", "Ada Lovelace worked with Charles Babbage in London."],
+                ["## Engines", "The Analytical Engine was designed in England."],
+            ],
+        ),
+        pf.text_pdf(
+            staging,
+            "curie.pdf",
+            [
+                ["# Radium", "Marie Curie studied radioactivity in Paris."],
+                ["## Later", "Pierre Curie shared the Nobel Prize in Stockholm."],
+            ],
+        ),
+    ]
     for pdf in pdfs:  # a rename is atomic: the sensor never sees half a file
         os.replace(pdf, inbox / pdf.name)
 
@@ -260,8 +294,13 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
     through = time.monotonic()
     chunks = chunk_rows(queue)
     chunk_keys = {row[1] for row in chunks}
-    page_keys = {page_partition_key(r[0], r[1]) for r in _rows(
-        queue, "SELECT d.document_key, p.page_number FROM task_queue_page p JOIN documents d ON d.id = p.document_id")}
+    page_keys = {
+        page_partition_key(r[0], r[1])
+        for r in _rows(
+            queue,
+            "SELECT d.document_key, p.page_number FROM task_queue_page p JOIN documents d ON d.id = p.document_id",
+        )
+    }
     assert len(page_keys) == 4 and chunk_keys
 
     # what the UI shows: every partition of every phase materialized, none failed
@@ -293,10 +332,15 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
 
     # the graph is back; the person backfills exactly the failed partitions, as the UI does
     gate.open()
-    launched = ui.graphql(LAUNCH_BACKFILL, params={
-        "partitionNames": sorted(failed), "assetSelection": [{"path": ["graphrag_chunk"]}], "fromFailure": False,
-        "tags": [],
-    })["launchPartitionBackfill"]
+    launched = ui.graphql(
+        LAUNCH_BACKFILL,
+        params={
+            "partitionNames": sorted(failed),
+            "assetSelection": [{"path": ["graphrag_chunk"]}],
+            "fromFailure": False,
+            "tags": [],
+        },
+    )["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
     backfill_id = launched["backfillId"]
 
@@ -312,8 +356,9 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
     import dagster as dg
 
     backfill_runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
-    assert backfill_runs and all("graphrag" in (r.run_op_concurrency.all_pools or ()) for r in backfill_runs), \
+    assert backfill_runs and all("graphrag" in (r.run_op_concurrency.all_pools or ()) for r in backfill_runs), (
         "a UI backfill needs its phase's pool slot"
+    )
     _assert_one_run_per_pool_at_a_time(instance)
 
     from queue_db.config import Settings
@@ -323,9 +368,11 @@ def test_sensors_carry_the_inbox_through_and_a_ui_backfill_repairs_failed_partit
     with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:
         assert {r[0] for r in _rows(queue, "SELECT chunk_id FROM task_queue_chunk")} <= graph.chunk_ids_with_writes()
     _print_timeline(instance)
-    print(f"\ndaemon e2e: webserver up in {serving - started:.0f} s, 2 PDFs through 3 phases in "
-          f"{through - serving:.0f} s, outage failed in {failed_at - through:.0f} s, backfill repaired in "
-          f"{time.monotonic() - failed_at:.0f} s")
+    print(
+        f"\ndaemon e2e: webserver up in {serving - started:.0f} s, 2 PDFs through 3 phases in "
+        f"{through - serving:.0f} s, outage failed in {failed_at - through:.0f} s, backfill repaired in "
+        f"{time.monotonic() - failed_at:.0f} s"
+    )
 
 
 def _assert_one_run_per_pool_at_a_time(instance) -> None:
@@ -338,8 +385,9 @@ def _assert_one_run_per_pool_at_a_time(instance) -> None:
         concurrency = record.dagster_run.run_op_concurrency
         if record.start_time and concurrency:
             for pool in concurrency.all_pools or ():
-                by_pool.setdefault(pool, []).append((record.start_time, record.end_time or float("inf"),
-                                                     record.dagster_run.job_name))
+                by_pool.setdefault(pool, []).append(
+                    (record.start_time, record.end_time or float("inf"), record.dagster_run.job_name)
+                )
     assert "graphrag" in by_pool, by_pool.keys()
     for pool, spans in by_pool.items():
         spans.sort()
@@ -359,5 +407,7 @@ def _print_timeline(instance) -> None:
 
     for record in records:
         run = record.dagster_run
-        print(f"  {run.job_name:28s} {run.status.value:8s} created {offset(record.create_timestamp.timestamp())} "
-              f"started {offset(record.start_time)} ended {offset(record.end_time)}")
+        print(
+            f"  {run.job_name:28s} {run.status.value:8s} created {offset(record.create_timestamp.timestamp())} "
+            f"started {offset(record.start_time)} ended {offset(record.end_time)}"
+        )

@@ -4,6 +4,7 @@ projects side by side on the embedded defaults, a fresh embedded home.
 The own server is DOCQUEUE_TEST_OWN_PG_URL (default: the PostgreSQL on 127.0.0.1:5432 with a superuser
 `postgres`); each test creates uniquely named databases and roles there and drops them at its end.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,9 @@ def user_env(home: Path, **settings: str) -> dict[str, str]:
 def run_as_user(env: dict, *args: str, timeout: float = 300) -> Result:
     """`docqueue` in exactly the user's environment (not layered over the test process's)."""
     started = time.monotonic()
-    proc = subprocess.run([DOCQUEUE, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**env, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [DOCQUEUE, *args], capture_output=True, text=True, timeout=timeout, env={**env, "COLUMNS": "200"}
+    )
     return Result(args, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started)
 
 
@@ -79,9 +81,14 @@ def test_one_url_to_an_own_server_takes_a_note_through_every_phase(own_server, b
     create("database", name, f'CREATE DATABASE "{name}"')
     clean_graph(bolt_server)
     (tmp_path / "note.md").write_text(NOTE)
-    env = user_env(tmp_path / "home", DOCQUEUE_DATABASE_URL=_url("postgres", name),
-                   DOCQUEUE_NEO4J_URI=bolt_server.uri, DOCQUEUE_NEO4J_USER=bolt_server.user,
-                   DOCQUEUE_NEO4J_PASSWORD=bolt_server.password, DOCQUEUE_NEO4J_DATABASE=bolt_server.database or "")
+    env = user_env(
+        tmp_path / "home",
+        DOCQUEUE_DATABASE_URL=_url("postgres", name),
+        DOCQUEUE_NEO4J_URI=bolt_server.uri,
+        DOCQUEUE_NEO4J_USER=bolt_server.user,
+        DOCQUEUE_NEO4J_PASSWORD=bolt_server.password,
+        DOCQUEUE_NEO4J_DATABASE=bolt_server.database or "",
+    )
     note = str(tmp_path / "note.md")
 
     # a server's database is migrated when its owner says so, never by the first command
@@ -136,14 +143,17 @@ def test_two_embedded_homes_side_by_side_complete_every_phase():
             (result,) = succeeded_json(run_as_user(env, "ingest", str(home / "note.md"), "--json"))["results"]
             assert result["status"] == "new"
         with ThreadPoolExecutor(max_workers=2) as pool:
-            runs = list(pool.map(lambda env: run_as_user(env, "run", "--until-idle", "--json", timeout=RUN_TIMEOUT_S),
-                                 envs))
+            runs = list(
+                pool.map(lambda env: run_as_user(env, "run", "--until-idle", "--json", timeout=RUN_TIMEOUT_S), envs)
+            )
         for run in runs:
             summary = succeeded_json(run)["summary"]
             assert summary["failed"] == summary["blocked"] == summary["open"] == 0, summary
             assert summary["by_kind"]["graphrag_chunk"]["completed"] >= 1, summary
-        ports = [{server: int((home / ".docqueue" / server / "port").read_text()) for server in ("postgres", "bolt")}
-                 for home in homes]
+        ports = [
+            {server: int((home / ".docqueue" / server / "port").read_text()) for server in ("postgres", "bolt")}
+            for home in homes
+        ]
         assert ports[0]["postgres"] != ports[1]["postgres"] and ports[0]["bolt"] != ports[1]["bolt"], ports
         for env in envs:
             found = succeeded_json(run_as_user(env, "graph", "ada lovelace", "--json"))
@@ -151,8 +161,10 @@ def test_two_embedded_homes_side_by_side_complete_every_phase():
         document = succeeded_json(run_as_user(envs[1], "status", "--json"))["documents"][0]["document_key"]
         deleted = succeeded_json(run_as_user(envs[1], "delete", document, "--json"))
         assert deleted["document"] == document and deleted["points"] >= 1
-        assert succeeded_json(run_as_user(envs[0], "status", "--json"))["documents"][0]["graphrag_index_status"] \
+        assert (
+            succeeded_json(run_as_user(envs[0], "status", "--json"))["documents"][0]["graphrag_index_status"]
             == "completed"
+        )
     finally:
         for env in envs:
             run_as_user(env, "db", "stop")

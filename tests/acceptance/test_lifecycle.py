@@ -1,4 +1,5 @@
 """Versions, deletion and re-indexing, end to end against the real stores (issue: other queue designs' features)."""
+
 from __future__ import annotations
 
 import dagster as dg
@@ -29,12 +30,16 @@ def env(docqueue_env, tmp_path):
 
     instance = dagster_instance(Settings.from_env())
     embedder = EmbeddingResource.from_settings(Settings.from_env()).get_embedder()
-    stores = {"queue": open_queue(Settings.from_env()),
-              "storage": StorageResource.from_settings(Settings.from_env()).get_storage(),
-              "instance": instance, "defs": defs, "embedder": embedder,
-              "qdrant": lambda: QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id,
-                                                                                          embedder.dim),
-              "graph": lambda: Neo4jResource.from_settings(Settings.from_env()).get_store(), "tmp": tmp_path}
+    stores = {
+        "queue": open_queue(Settings.from_env()),
+        "storage": StorageResource.from_settings(Settings.from_env()).get_storage(),
+        "instance": instance,
+        "defs": defs,
+        "embedder": embedder,
+        "qdrant": lambda: QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim),
+        "graph": lambda: Neo4jResource.from_settings(Settings.from_env()).get_store(),
+        "tmp": tmp_path,
+    }
     yield stores
     instance.dispose()
 
@@ -52,15 +57,17 @@ def run(env):
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings
 
-    return run_until_idle(env["defs"], env["instance"], env["queue"], settings=Settings.from_env(), until_idle=True,
-                          max_seconds=600)
+    return run_until_idle(
+        env["defs"], env["instance"], env["queue"], settings=Settings.from_env(), until_idle=True, max_seconds=600
+    )
 
 
 def search_documents(env, text: str) -> list[str]:
     store = env["qdrant"]()
     try:
-        hits = store.search(env["embedder"].embed_one(text), limit=5,
-                            exclude_document_ids=hidden_from_search(env["queue"]))
+        hits = store.search(
+            env["embedder"].embed_one(text), limit=5, exclude_document_ids=hidden_from_search(env["queue"])
+        )
     finally:
         store.close()
     return [h.payload["document_id"] for h in hits]
@@ -111,8 +118,9 @@ def test_delete_removes_everything_but_shared_entities(env):
     try:
         before = store.count()
         doc = queue.document(first.document_id)
-        removed = delete_everywhere(queue, doc, instance=env["instance"], storage=env["storage"],
-                                    vector_store=store, graph_store=graph)
+        removed = delete_everywhere(
+            queue, doc, instance=env["instance"], storage=env["storage"], vector_store=store, graph_store=graph
+        )
         assert removed["points"] >= 1 and removed["partitions"] >= 3
         assert queue.document(first.document_id) is None
         assert queue.chunks(document_id=first.document_id) == []
@@ -130,8 +138,14 @@ def test_delete_removes_everything_but_shared_entities(env):
 
 
 def test_reindex_keeps_ocr_and_never_duplicates(env):
-    path = pf.text_pdf(env["tmp"], "r.pdf", [["# Report", "Ada Lovelace met Charles Babbage in London."],
-                                             ["## More", "The Analytical Engine was designed in England."]])
+    path = pf.text_pdf(
+        env["tmp"],
+        "r.pdf",
+        [
+            ["# Report", "Ada Lovelace met Charles Babbage in London."],
+            ["## More", "The Analytical Engine was designed in England."],
+        ],
+    )
     [doc] = ingest(env, [path])
     run(env)
     queue = env["queue"]
@@ -157,6 +171,8 @@ def test_reindex_keeps_ocr_and_never_duplicates(env):
         store.close()
         graph.close()
     status = env["instance"].get_status_by_partition(
-        dg.AssetKey("vector_chunk"), env["instance"].get_dynamic_partitions("chunks"),
-        dg.DynamicPartitionsDefinition(name="chunks"))
+        dg.AssetKey("vector_chunk"),
+        env["instance"].get_dynamic_partitions("chunks"),
+        dg.DynamicPartitionsDefinition(name="chunks"),
+    )
     assert set(status.values()) == {dg.AssetPartitionStatus.MATERIALIZED}

@@ -1,6 +1,7 @@
 """Word, Excel and CSV documents through intake and the real pipeline to chunks, and hostile ones: a ZIP dressed
 as a DOCX, a DOCX whose body is not XML, a sheet past the row limit, a workbook that unpacks past its bound, a
 CSV with ragged rows and binary junk. Every file is generated here with python-docx and openpyxl."""
+
 from __future__ import annotations
 
 import random
@@ -20,15 +21,27 @@ SHEET_PAGE_ROWS = 3
 MAX_ROWS = 400
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-PARAGRAPHS = [f"Section {n} of the harbour report: the pilots guided {n * 3} cargo ships through the channel "
-              f"and logged the tides every hour." for n in range(1, 5)]
-DOCX_MARKDOWN = "\n\n".join([
-    "# Harbour Report", "# Traffic", *PARAGRAPHS[:2], "- Dredge the northern berth\n- Repaint the buoys",
-    "| Berth | Ships |\n|---|---|\n| North \\| East | 12 |\n| South | 7 |", "# Outlook", *PARAGRAPHS[2:]])
+PARAGRAPHS = [
+    f"Section {n} of the harbour report: the pilots guided {n * 3} cargo ships through the channel "
+    f"and logged the tides every hour."
+    for n in range(1, 5)
+]
+DOCX_MARKDOWN = "\n\n".join(
+    [
+        "# Harbour Report",
+        "# Traffic",
+        *PARAGRAPHS[:2],
+        "- Dredge the northern berth\n- Repaint the buoys",
+        "| Berth | Ships |\n|---|---|\n| North \\| East | 12 |\n| South | 7 |",
+        "# Outlook",
+        *PARAGRAPHS[2:],
+    ]
+)
 SALES = [("North", 120, 3.5), ("South", 80, 4.25), ("East", 95, 2.0), ("West", 60, 5.5), ("Centre", 30, 1.0)]
 CSV_ROWS = 250  # past the 2 KiB that detection reads, so the junk after them is not in the head
-CSV_TEXT = ("station;reading;unit\nalpha;12;mm\nbeta;7\ngamma;9;mm;late\ndelta;3;mm\n"
-            + "".join(f"s{n};{n};mm\n" for n in range(CSV_ROWS)))
+CSV_TEXT = "station;reading;unit\nalpha;12;mm\nbeta;7\ngamma;9;mm;late\ndelta;3;mm\n" + "".join(
+    f"s{n};{n};mm\n" for n in range(CSV_ROWS)
+)
 
 
 # -- generated inputs -------------------------------------------------------------------------------------------
@@ -135,18 +148,26 @@ def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_s
     defs, instance, queue, storage, tmp = office_env
     folder = tmp / "in"
     folder.mkdir()
-    files = {"report.docx": _report(folder / "report.docx"), "budget.xlsx": _workbook(folder / "budget.xlsx"),
-             "readings.csv": _csv_with_junk(folder / "readings.csv"),
-             "broken.docx": _docx_with_broken_body(folder / "broken.docx"),
-             "huge.xlsx": _big_sheet(folder / "huge.xlsx", MAX_ROWS + 50)}
+    files = {
+        "report.docx": _report(folder / "report.docx"),
+        "budget.xlsx": _workbook(folder / "budget.xlsx"),
+        "readings.csv": _csv_with_junk(folder / "readings.csv"),
+        "broken.docx": _docx_with_broken_body(folder / "broken.docx"),
+        "huge.xlsx": _big_sheet(folder / "huge.xlsx", MAX_ROWS + 50),
+    }
     rules = IntakeRules.from_settings(Settings.from_env())
     results = {Path(r.path).name: r for r in ingest_paths(queue, storage, [folder], rules=rules)}
-    assert {n: r.status for n, r in results.items()} == dict.fromkeys(files, "new"), \
-        {n: r.reason for n, r in results.items()}
+    assert {n: r.status for n, r in results.items()} == dict.fromkeys(files, "new"), {
+        n: r.reason for n, r in results.items()
+    }
     documents = {name: queue.document(r.document_id) for name, r in results.items()}
     assert {n: d["mime_type"] for n, d in documents.items()} == {
-        "report.docx": DOCX_MIME, "budget.xlsx": XLSX_MIME, "readings.csv": "text/csv", "broken.docx": DOCX_MIME,
-        "huge.xlsx": XLSX_MIME}
+        "report.docx": DOCX_MIME,
+        "budget.xlsx": XLSX_MIME,
+        "readings.csv": "text/csv",
+        "broken.docx": DOCX_MIME,
+        "huge.xlsx": XLSX_MIME,
+    }
     register_partitions(instance, queue.engine, Level.DOCUMENT)
 
     run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, max_seconds=300)
@@ -158,17 +179,23 @@ def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_s
     assert failed["broken.docx"].startswith("corrupt: the Word document cannot be read (")
     assert "\n" not in failed["broken.docx"] and "Traceback" not in failed["broken.docx"]
     with queue.engine.connect() as conn:  # nothing is left waiting or running
-        assert conn.exec_driver_sql("""SELECT (SELECT count(*) FROM task_queue_page
+        assert (
+            conn.exec_driver_sql("""SELECT (SELECT count(*) FROM task_queue_page
                                                 WHERE ocr_status IN ('pending', 'processing'))
                                              + (SELECT count(*) FROM task_queue_chunk
                                                 WHERE vector_status IN ('pending', 'processing')
-                                                   OR graphrag_status IN ('pending', 'processing'))""").scalar() == 0
+                                                   OR graphrag_status IN ('pending', 'processing'))""").scalar()
+            == 0
+        )
 
     pages = {}
     for name in ("report.docx", "budget.xlsx", "readings.csv"):
         document = documents[name]
-        assert (document["ocr_status"], document["vector_index_status"], document["graphrag_index_status"]) == \
-            ("completed", "completed", "completed"), (name, document["ocr_error"])
+        assert (document["ocr_status"], document["vector_index_status"], document["graphrag_index_status"]) == (
+            "completed",
+            "completed",
+            "completed",
+        ), (name, document["ocr_error"])
         rows = queue.pages(document["id"])
         pages[name] = [storage.get_text(p["page_file_path"]) for p in rows]
         assert {p["ocr_method"] for p in rows} == {name.rsplit(".", 1)[1]}
@@ -184,13 +211,16 @@ def test_office_documents_go_through_the_pipeline_and_hostile_ones_fail_with_a_s
     assert pages["budget.xlsx"] == [
         "## Sales (rows 2-4)\n\n" + header + "| North | 120 | 3.5 |\n| South | 80 | 4.25 |\n| East | 95 | 2 |",
         "## Sales (rows 5-8)\n\n" + header + "| West | 60 | 5.5 |\n| Centre | 30 | 1 |\n"
-                                             "| Total | 385 | =AVERAGE(C2:C6) |",
-        "## Staff (rows 2-2)\n\n| Name | Role |\n|---|---|\n| Ada | Pilot |"]
+        "| Total | 385 | =AVERAGE(C2:C6) |",
+        "## Staff (rows 2-2)\n\n| Name | Role |\n|---|---|\n| Ada | Pilot |",
+    ]
 
     # CSV: the same table pages; ragged rows padded to the widest, junk kept as (replaced) text, nothing lost
     csv_pages = pages["readings.csv"]
-    assert csv_pages[0] == ("| station | reading | unit |  |\n|---|---|---|---|\n| alpha | 12 | mm |  |\n"
-                            "| beta | 7 |  |  |\n| gamma | 9 | mm | late |")
+    assert csv_pages[0] == (
+        "| station | reading | unit |  |\n|---|---|---|---|\n| alpha | 12 | mm |  |\n"
+        "| beta | 7 |  |  |\n| gamma | 9 | mm | late |"
+    )
     assert all(p.startswith("| station | reading | unit |") for p in csv_pages)
     assert all(len(p) <= PAGE_CHARS for p in csv_pages)
     body = "\n".join(p.split("\n", 2)[2] for p in csv_pages)
@@ -211,17 +241,23 @@ def test_hostile_office_files_are_refused_at_intake_and_nothing_is_stored(queue,
     bomb = _big_sheet(folder / "bomb.xlsx", 60_000)  # a few hundred KB that unpack to several MB
     assert bomb.stat().st_size < 1 << 20
     (folder / "junk.csv").write_bytes(random.Random(5).randbytes(3000))
-    results = {Path(r.path).name: r for r in ingest_paths(queue, LocalStorage(tmp_path / "store"), [folder],
-                                                          rules=IntakeRules.from_settings(Settings.from_env()))}
+    results = {
+        Path(r.path).name: r
+        for r in ingest_paths(
+            queue, LocalStorage(tmp_path / "store"), [folder], rules=IntakeRules.from_settings(Settings.from_env())
+        )
+    }
 
-    assert {n: r.status for n, r in results.items()} == dict.fromkeys(["letter.docx", "bomb.xlsx", "junk.csv"],
-                                                                       "rejected")
-    assert results["letter.docx"].reason == \
-        "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) (detected: application/zip)"
+    assert {n: r.status for n, r in results.items()} == dict.fromkeys(
+        ["letter.docx", "bomb.xlsx", "junk.csv"], "rejected"
+    )
+    assert (
+        results["letter.docx"].reason
+        == "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) (detected: application/zip)"
+    )
     assert results["bomb.xlsx"].reason.startswith("too large: unpacks to ")
     assert results["bomb.xlsx"].reason.endswith(" MB > limit 1 MB (DOCQUEUE_MAX_UNZIPPED_MB)")
-    assert results["junk.csv"].reason == \
-        "unsupported: unrecognised binary data (detected: application/octet-stream)"
+    assert results["junk.csv"].reason == "unsupported: unrecognised binary data (detected: application/octet-stream)"
     with queue.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM documents").scalar() == 0
     assert not list((tmp_path / "store").rglob("*.*"))
@@ -239,16 +275,19 @@ def test_reading_stops_at_the_time_limit_the_sheet_limit_and_rows_wider_than_a_p
     for path, mime in ((book, XLSX_MIME), (report, DOCX_MIME), (table, CSV_MIME)):
         with pytest.raises(DocumentError) as stopped:
             office_pages(path, mime, TextLimits(), OfficeLimits(timeout_s=1e-9))
-        assert (stopped.value.error_class, str(stopped.value)) == \
-            ("timeout", "timeout: reading the document took longer than 1e-09 s (DOCQUEUE_OFFICE_TIMEOUT)")
+        assert (stopped.value.error_class, str(stopped.value)) == (
+            "timeout",
+            "timeout: reading the document took longer than 1e-09 s (DOCQUEUE_OFFICE_TIMEOUT)",
+        )
     with pytest.raises(DocumentError, match=r"^too large: 3 sheets > limit 2 \(DOCQUEUE_MAX_SHEETS\)$"):
         office_pages(book, XLSX_MIME, TextLimits(), OfficeLimits(max_sheets=2))
     wide = tmp_path / "wide.csv"
     wide.write_text("a,b,c\n1,2,3\n" + ",".join(["x"] * 30) + "\n", encoding="utf-8")
     with pytest.raises(DocumentError) as refused:
         office_pages(wide, CSV_MIME, TextLimits(page_chars=400), OfficeLimits())
-    assert str(refused.value) == ("too large: row 3 has 30 columns, more than a page of 400 characters holds "
-                                  "(25; DOCQUEUE_TEXT_PAGE_CHARS)")
+    assert str(refused.value) == (
+        "too large: row 3 has 30 columns, more than a page of 400 characters holds (25; DOCQUEUE_TEXT_PAGE_CHARS)"
+    )
 
 
 def test_a_word_table_longer_than_a_page_repeats_its_header_on_every_page(tmp_path):

@@ -1,6 +1,7 @@
 """One ranged run over 500 chunk partitions, one of whose rows is corrupt: the Dagster instance must say exactly
 what the queue says -- 499 partitions materialized, 1 failed -- and the queue row carries the error and the count
 of the attempt. Per-partition truth inside a ranged run is what lets a person backfill exactly what failed."""
+
 from __future__ import annotations
 
 import dagster as dg
@@ -31,10 +32,15 @@ def truth_env(docqueue_env):
 def partition_status(instance, asset: str, partitions_name: str) -> dict[str, str]:
     """What the UI shows per partition: the instance's partition status."""
     keys = instance.get_dynamic_partitions(partitions_name)
-    statuses = instance.get_status_by_partition(dg.AssetKey(asset), keys,
-                                                dg.DynamicPartitionsDefinition(name=partitions_name)) or {}
-    names = {dg.AssetPartitionStatus.MATERIALIZED: "materialized", dg.AssetPartitionStatus.FAILED: "failed",
-             dg.AssetPartitionStatus.IN_PROGRESS: "in progress"}
+    statuses = (
+        instance.get_status_by_partition(dg.AssetKey(asset), keys, dg.DynamicPartitionsDefinition(name=partitions_name))
+        or {}
+    )
+    names = {
+        dg.AssetPartitionStatus.MATERIALIZED: "materialized",
+        dg.AssetPartitionStatus.FAILED: "failed",
+        dg.AssetPartitionStatus.IN_PROGRESS: "in progress",
+    }
     return {key: names.get(statuses.get(key), "missing") for key in keys}
 
 
@@ -62,7 +68,8 @@ def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_en
     with queue.engine.begin() as conn:
         bad_id = conn.exec_driver_sql(
             "UPDATE task_queue_chunk SET chunk_id = '' WHERE partition_pos = %(pos)s RETURNING id::text",
-            {"pos": len(keys) // 2}).scalar()
+            {"pos": len(keys) // 2},
+        ).scalar()
 
     planned = plan_runs(queue.engine, VECTOR_CHUNK, max_keys=len(keys))
     assert len(planned) == 1 and planned[0].size == len(keys)
@@ -78,7 +85,8 @@ def test_one_failing_chunk_in_a_ranged_run_is_the_only_failed_partition(truth_en
     with queue.engine.connect() as conn:
         rows = conn.exec_driver_sql(
             """SELECT id::text, vector_status::text, vector_retry_count, vector_error, vector_error_class
-               FROM task_queue_chunk""").all()
+               FROM task_queue_chunk"""
+        ).all()
     by_status = {}
     for row in rows:
         by_status.setdefault(row[1], []).append(row)
@@ -132,15 +140,19 @@ def test_a_failed_document_partition_carries_its_error_class_and_reason(truth_en
     assert statuses == {key: "failed" for key in expected}
     for key, error_class in expected.items():
         [record] = instance.fetch_observations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("ocr_document"), asset_partitions=[key]), limit=5).records
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("ocr_document"), asset_partitions=[key]), limit=5
+        ).records
         metadata = {k: v.value for k, v in record.asset_observation.metadata.items()}
         assert metadata["status"] == "failed" and metadata["error_class"] == error_class, metadata
         assert metadata["reason"].startswith(f"{error_class}: ") and "\n" not in metadata["reason"], metadata
         assert metadata["retryable"] is False
         assert metadata["reason"] == queue.document(key)["ocr_error"]  # the queue's own sentence
     [run] = instance.get_runs(filters=dg.RunsFilter(job_name="ocr_document_job"))
-    [failure] = [e.dagster_event for e in instance.all_logs(run.run_id)
-                 if e.dagster_event and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE]
+    [failure] = [
+        e.dagster_event
+        for e in instance.all_logs(run.run_id)
+        if e.dagster_event and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE
+    ]
     data = failure.step_failure_data
     assert data.error.cls_name == "Failure"
     headline = data.user_failure_data.description

@@ -1,5 +1,6 @@
 """End to end through the Dagster definitions, in-process against a real instance: PDFs in, vectors and graph
 out, and the instance's partition statuses tell exactly which tasks completed and which failed."""
+
 from __future__ import annotations
 
 import dagster as dg
@@ -40,10 +41,17 @@ def _ingest(queue, storage, instance, paths):
 def _status(instance, asset: str, partitions_def_name: str) -> dict[str, str]:
     """What the UI shows per partition: the instance's partition status (materialized / failed / missing)."""
     keys = instance.get_dynamic_partitions(partitions_def_name)
-    statuses = instance.get_status_by_partition(dg.AssetKey(asset), keys,
-                                                dg.DynamicPartitionsDefinition(name=partitions_def_name)) or {}
-    names = {dg.AssetPartitionStatus.MATERIALIZED: "materialized", dg.AssetPartitionStatus.FAILED: "failed",
-             dg.AssetPartitionStatus.IN_PROGRESS: "in progress"}
+    statuses = (
+        instance.get_status_by_partition(
+            dg.AssetKey(asset), keys, dg.DynamicPartitionsDefinition(name=partitions_def_name)
+        )
+        or {}
+    )
+    names = {
+        dg.AssetPartitionStatus.MATERIALIZED: "materialized",
+        dg.AssetPartitionStatus.FAILED: "failed",
+        dg.AssetPartitionStatus.IN_PROGRESS: "in progress",
+    }
     return {k: names.get(statuses.get(k), "missing") for k in keys}
 
 
@@ -54,9 +62,14 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
     from resources.graph_stores import Neo4jResource
 
     defs, instance, queue, storage, tmp = pipeline_env
-    good = pf.text_pdf(tmp, "report.pdf",
-                       [["# Annual Report", "Ada Lovelace founded the Analytical Society in London."],
-                        ["## Finance", "Revenue grew in Paris and Berlin."]])
+    good = pf.text_pdf(
+        tmp,
+        "report.pdf",
+        [
+            ["# Annual Report", "Ada Lovelace founded the Analytical Society in London."],
+            ["## Finance", "Revenue grew in Paris and Berlin."],
+        ],
+    )
     broken = pf.truncated_pdf(tmp)
     results = _ingest(queue, storage, instance, [good, broken])
     assert {r.status for r in results} == {"new"}
@@ -73,8 +86,11 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
         assert run.tags["user"].endswith("(docqueue run)")
 
     good_doc = queue.document(results[0].document_id)
-    assert (good_doc["ocr_status"], good_doc["vector_index_status"], good_doc["graphrag_index_status"]) == \
-        ("completed", "completed", "completed")
+    assert (good_doc["ocr_status"], good_doc["vector_index_status"], good_doc["graphrag_index_status"]) == (
+        "completed",
+        "completed",
+        "completed",
+    )
     pages = _status(instance, "ocr_page", "pages")
     good_pages = {k: v for k, v in pages.items() if k.startswith(good_doc["document_key"])}
     assert good_pages and set(good_pages.values()) == {"materialized"}
@@ -86,8 +102,11 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
     broken_doc = queue.document(results[1].document_id)
     assert broken_doc["ocr_status"] == "failed" and broken_doc["ocr_error"]
     broken_pages = {k: v for k, v in pages.items() if k.startswith(broken_doc["document_key"])}
-    failed_tasks = {f"{broken_doc['document_key']}/p{p['page_number']:04d}" for p in queue.pages(broken_doc["id"])
-                    if p["ocr_status"] == "failed"}
+    failed_tasks = {
+        f"{broken_doc['document_key']}/p{p['page_number']:04d}"
+        for p in queue.pages(broken_doc["id"])
+        if p["ocr_status"] == "failed"
+    }
     if broken_pages:  # a truncated file may open (with some pages) or not at all
         assert {k for k, v in broken_pages.items() if v == "failed"} == failed_tasks
     else:

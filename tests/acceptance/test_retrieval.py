@@ -1,5 +1,6 @@
 """bench/retrieval.py on a generated corpus: the real pipeline, the real `docqueue search`, and a floor under the
 known-item figures (a regression guard on what users get out, not a timed test)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -13,34 +14,47 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "retrieval.py"
 
 TOPICS = {
     "orchard": [
-        ["# Apple Orchard Care",
-         "Apple trees are pruned in late winter, before the buds swell, so that light reaches the centre of the crown.",
-         "Growers thin the young fruit in early summer and leave one apple per cluster to get larger fruit.",
-         "Codling moth larvae tunnel into the fruit, and pheromone traps tell the grower when to act."],
-        ["## Harvest and Storage",
-         "Ripe apples come off the spur with a gentle upward twist, and the seeds inside have turned brown.",
-         "Cold stores keep the harvest at one degree with little oxygen, which slows ripening for months.",
-         "Bruised fruit releases ethylene gas and spoils the sound apples stored beside it in the crate."],
+        [
+            "# Apple Orchard Care",
+            "Apple trees are pruned in late winter, before the buds swell, so that light reaches the centre of the "
+            "crown.",
+            "Growers thin the young fruit in early summer and leave one apple per cluster to get larger fruit.",
+            "Codling moth larvae tunnel into the fruit, and pheromone traps tell the grower when to act.",
+        ],
+        [
+            "## Harvest and Storage",
+            "Ripe apples come off the spur with a gentle upward twist, and the seeds inside have turned brown.",
+            "Cold stores keep the harvest at one degree with little oxygen, which slows ripening for months.",
+            "Bruised fruit releases ethylene gas and spoils the sound apples stored beside it in the crate.",
+        ],
     ],
     "railways": [
-        ["# Narrow Gauge Railways",
-         "Narrow gauge lines were laid through mountain valleys where a standard track would cost far too much.",
-         "Tight curves and steep gradients let the small locomotives climb to mines and quarries high above.",
-         "Many of these railways closed when lorries took over the freight after the second world war."],
-        ["## Preservation",
-         "Volunteers restored the steam engines in the old sheds and now run tourist trains every summer weekend.",
-         "The boiler of a steam locomotive is inspected by an engineer every ten years before it may be fired.",
-         "Coal, water and a fireman's patience decide how fast the train reaches the summit station."],
+        [
+            "# Narrow Gauge Railways",
+            "Narrow gauge lines were laid through mountain valleys where a standard track would cost far too much.",
+            "Tight curves and steep gradients let the small locomotives climb to mines and quarries high above.",
+            "Many of these railways closed when lorries took over the freight after the second world war.",
+        ],
+        [
+            "## Preservation",
+            "Volunteers restored the steam engines in the old sheds and now run tourist trains every summer weekend.",
+            "The boiler of a steam locomotive is inspected by an engineer every ten years before it may be fired.",
+            "Coal, water and a fireman's patience decide how fast the train reaches the summit station.",
+        ],
     ],
     "glaciers": [
-        ["# How Glaciers Move",
-         "A glacier forms where more snow falls in winter than melts in summer, year after year for centuries.",
-         "The weight of the ice makes it flow downhill, sliding on meltwater at its bed and deforming inside.",
-         "Crevasses open where the ice speeds up over a steep step in the valley floor beneath it."],
-        ["## Retreating Ice",
-         "Most Alpine glaciers have lost a third of their length since the end of the little ice age.",
-         "Scientists drill stakes into the surface and measure each autumn how much of them the melt exposed.",
-         "Meltwater lakes dammed by moraines can burst and flood the villages further down the valley."],
+        [
+            "# How Glaciers Move",
+            "A glacier forms where more snow falls in winter than melts in summer, year after year for centuries.",
+            "The weight of the ice makes it flow downhill, sliding on meltwater at its bed and deforming inside.",
+            "Crevasses open where the ice speeds up over a steep step in the valley floor beneath it.",
+        ],
+        [
+            "## Retreating Ice",
+            "Most Alpine glaciers have lost a third of their length since the end of the little ice age.",
+            "Scientists drill stakes into the surface and measure each autumn how much of them the melt exposed.",
+            "Meltwater lakes dammed by moraines can burst and flood the villages further down the valley.",
+        ],
     ],
 }
 
@@ -81,8 +95,9 @@ def test_known_item_retrieval_stays_above_its_floor(docqueue_env, tmp_path: Path
     corpus.mkdir()
     for name, pages in TOPICS.items():
         pf.text_pdf(corpus, f"{name}.pdf", pages)
-    report = retrieval.run([corpus], queries=30, seed=7, keywords=4, max_documents=None,
-                           process_inputs=True, workers=1, timeout=900)
+    report = retrieval.run(
+        [corpus], queries=30, seed=7, keywords=4, max_documents=None, process_inputs=True, workers=1, timeout=900
+    )
     assert report["corpus"]["documents"] == 3 and report["corpus"]["pages"] == 6
     assert report["corpus"]["max_chunk_tokens"] <= 400
     sentence, keywords = report["by_type"]["sentence"], report["by_type"]["keywords"]
@@ -95,15 +110,20 @@ def test_known_item_retrieval_stays_above_its_floor(docqueue_env, tmp_path: Path
     assert line["keywords_doc_hit_at_5"] >= 0.9 and line["keywords_mrr"] >= 0.8, report
     _assert_vectors_cover_their_chunks("Volunteers restored the steam engines in the old sheds")
     pages, _ = retrieval.indexed_pages()
-    assert retrieval.sample_queries(pages, 30, 7, 4) == retrieval.sample_queries(pages, 30, 7, 4) \
+    assert (
+        retrieval.sample_queries(pages, 30, 7, 4)
+        == retrieval.sample_queries(pages, 30, 7, 4)
         != retrieval.sample_queries(pages, 30, 8, 4)
+    )
 
 
 def test_sentences_leave_out_tables_headings_and_markup():
     retrieval = _load_bench()
-    markdown = "\n".join([
-        "# A heading that is long enough to look like a sentence of eight words.",
-        "|a table row|with enough words in its cells to pass as a sentence here|",
-        "Short one. This **sentence** has [a link](http://x.org) and enough words to be sampled.",
-    ])
+    markdown = "\n".join(
+        [
+            "# A heading that is long enough to look like a sentence of eight words.",
+            "|a table row|with enough words in its cells to pass as a sentence here|",
+            "Short one. This **sentence** has [a link](http://x.org) and enough words to be sampled.",
+        ]
+    )
     assert retrieval.sentences(markdown) == ["This sentence has a link and enough words to be sampled."]

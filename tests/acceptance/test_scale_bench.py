@@ -2,6 +2,7 @@
 Dagster's storage), measures every figure it does not skip, and ends with one `RESULT {json}` line whose figures
 are numbers, one per N. The webserver page, the nightly run and the model run are left out here (their own tests
 cover them); the full bench is run by hand (see docs/benchmarks.md, "scale.py")."""
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,28 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [0, 2000]
-SKIPPED = {"partitions_page": ("partitions_page_s",),
-           "nightly": ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_capped"),
-           "run_worker": ("run_worker_peak_rss_mb", "run_worker_peak_anon_mb", "run_worker_s")}
-AT_MAX = ("search_p95_ms_at_max", "partitions_page_s_at_max", "nightly_peak_rss_mb_at_max", "nightly_s_at_max",
-          "status_s_at_max", "stats_s_at_max", "run_worker_peak_rss_mb_at_max")
-PER_UNIT = {"claim_settle_tasks_per_s", "vector_write64_in_run_s", "search_p95_ms", "ranged_run_fixed_s",
-            "sensor_tick_s", "recovery_s"}
+SKIPPED = {
+    "partitions_page": ("partitions_page_s",),
+    "nightly": ("nightly_s", "nightly_peak_rss_mb", "nightly_peak_anon_mb", "nightly_capped"),
+    "run_worker": ("run_worker_peak_rss_mb", "run_worker_peak_anon_mb", "run_worker_s"),
+}
+AT_MAX = (
+    "search_p95_ms_at_max",
+    "partitions_page_s_at_max",
+    "nightly_peak_rss_mb_at_max",
+    "nightly_s_at_max",
+    "status_s_at_max",
+    "stats_s_at_max",
+    "run_worker_peak_rss_mb_at_max",
+)
+PER_UNIT = {
+    "claim_settle_tasks_per_s",
+    "vector_write64_in_run_s",
+    "search_p95_ms",
+    "ranged_run_fixed_s",
+    "sensor_tick_s",
+    "recovery_s",
+}
 # an empty store has nothing to recall: the one figure reported as null, with its reason, at N = 0
 NOT_MEASURED = {("search_recall_at_5", 0)}
 
@@ -27,17 +43,33 @@ NOT_MEASURED = {("search_recall_at_5", 0)}
 def _bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     # a user's environment, not the test session's: each N gets its own embedded servers under --root
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCQUEUE_", "DAGSTER_HOME"))}
-    return subprocess.run([sys.executable, str(REPO / "bench" / "scale.py"), *args], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / "scale.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def test_the_scale_bench_reports_each_figure_at_each_size(tmp_path):
-    done = _bench(tmp_path, "--sizes", ",".join(map(str, SIZES)), "--quick", "--skip", ",".join(SKIPPED),
-                  "--deadline", "400", "--root", str(tmp_path / "homes"))
+    done = _bench(
+        tmp_path,
+        "--sizes",
+        ",".join(map(str, SIZES)),
+        "--quick",
+        "--skip",
+        ",".join(SKIPPED),
+        "--deadline",
+        "400",
+        "--root",
+        str(tmp_path / "homes"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     last = done.stdout.rstrip().splitlines()[-1]
     assert last.startswith("RESULT ") and sum(line.startswith("RESULT ") for line in done.stdout.splitlines()) == 1
-    result = json.loads(last[len("RESULT "):])
+    result = json.loads(last[len("RESULT ") :])
 
     assert re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", result["commit"]), result["commit"]
     assert result["n"] == SIZES

@@ -1,6 +1,7 @@
 """The warm search session (resources/search_session.py) on real parts: the real model, the embedded vector store,
 a real queue. Its results are `docqueue search --json`'s, and it keeps answering while a run writes to the store it
 holds open, without keeping the run from finishing."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,13 @@ LATER = {
 
 
 def docqueue(*args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def write_documents(folder: Path, topics: dict[str, str]) -> Path:
@@ -72,9 +78,13 @@ def test_a_session_searches_while_a_run_writes_and_the_run_completes(processed, 
     assert ingest.returncode == 0, ingest.stderr
     searches, errors = 0, []
     with SearchSession(Settings.from_env()) as session:
-        run = subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "--until-idle", "--json"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "COLUMNS": "200"})
+        run = subprocess.Popen(
+            [sys.executable, "-m", "orchestration.cli", "run", "--until-idle", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while run.poll() is None and time.monotonic() < deadline:
             try:

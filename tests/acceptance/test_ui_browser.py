@@ -4,6 +4,7 @@ the partitions of each asset with exactly the statuses the queue holds.
 Headless Chromium from the distribution (`apt-get install chromium`), driven by Playwright without its own browser
 download. Screenshots land in test-artifacts/ (gitignored).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 DOCQUEUE = str(Path(sys.executable).with_name("docqueue"))
 CHROMIUM = Path(os.environ.get("DOCQUEUE_TEST_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 SERVER_START_S = 240  # webserver + daemon + code server on a shared 2-core machine
 UI_WAIT_MS = 90_000
 STOP_S = 90
@@ -47,8 +55,10 @@ def _page_statuses(queue_url: str) -> dict[str, str]:
     engine = sa.create_engine(queue_url.replace("postgresql://", "postgresql+psycopg://"))
     try:
         with engine.connect() as conn:
-            rows = conn.execute(sa.text("""SELECT d.document_key, p.page_number, p.ocr_status::text AS status
-                                           FROM task_queue_page p JOIN documents d ON d.id = p.document_id""")).all()
+            rows = conn.execute(
+                sa.text("""SELECT d.document_key, p.page_number, p.ocr_status::text AS status
+                                           FROM task_queue_page p JOIN documents d ON d.id = p.document_id""")
+            ).all()
     finally:
         engine.dispose()
     return {f"{r.document_key}/p{r.page_number:04d}": r.status for r in rows}
@@ -73,8 +83,13 @@ class UiServer:
     def __init__(self, port: int, log: Path):
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
-        self.proc = subprocess.Popen([DOCQUEUE, "ui", "--port", str(port), "--json"], stdout=subprocess.PIPE,
-                                     stderr=log.open("wb"), text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [DOCQUEUE, "ui", "--port", str(port), "--json"],
+            stdout=subprocess.PIPE,
+            stderr=log.open("wb"),
+            text=True,
+            start_new_session=True,
+        )
 
     def wait_until_serving(self) -> None:
         deadline = time.monotonic() + SERVER_START_S
@@ -132,8 +147,10 @@ def _alive(pid: int) -> bool:
 @pytest.fixture
 def chromium_path() -> Path:
     if not CHROMIUM.exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}: install Debian's `chromium` package (apt-get install chromium) "
-                    "or point DOCQUEUE_TEST_CHROMIUM at one")
+        pytest.skip(
+            f"no Chromium at {CHROMIUM}: install Debian's `chromium` package (apt-get install chromium) "
+            "or point DOCQUEUE_TEST_CHROMIUM at one"
+        )
     return CHROMIUM
 
 
@@ -142,8 +159,14 @@ def test_ui_shows_the_asset_graph_and_partitions_of_a_processed_corpus(docqueue_
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    pf.text_pdf(inbox, "handbook.pdf", [["# Staff Handbook", "Grace Hopper joined the Navy in New York."],
-                                        ["## Leave", "Holidays are agreed with the Boston office."]])
+    pf.text_pdf(
+        inbox,
+        "handbook.pdf",
+        [
+            ["# Staff Handbook", "Grace Hopper joined the Navy in New York."],
+            ["## Leave", "Holidays are agreed with the Boston office."],
+        ],
+    )
     pf.truncated_pdf(inbox, "broken.pdf")
     ingested = _docqueue_json("ingest", str(inbox))
     assert ingested["counts"]["new"] == 2
@@ -161,14 +184,21 @@ def test_ui_shows_the_asset_graph_and_partitions_of_a_processed_corpus(docqueue_
         announced = json.loads(server.proc.stdout.readline())
         assert announced["url"] == server.url and announced["dagster_home"] == str(docqueue_env.home / "dagster")
 
-        location = httpx.post(f"{server.url}/graphql", timeout=30, json={
-            "query": "{ workspaceOrError { ... on Workspace { locationEntries { name } } } }"}).json()
+        location = httpx.post(
+            f"{server.url}/graphql",
+            timeout=30,
+            json={"query": "{ workspaceOrError { ... on Workspace { locationEntries { name } } } }"},
+        ).json()
         (location_name,) = [e["name"] for e in location["data"]["workspaceOrError"]["locationEntries"]]
 
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch_persistent_context(
-                str(tmp_path / "chromium-profile"), executable_path=str(chromium_path), args=CHROMIUM_ARGS,
-                headless=True, viewport={"width": 1600, "height": 1000})
+                str(tmp_path / "chromium-profile"),
+                executable_path=str(chromium_path),
+                args=CHROMIUM_ARGS,
+                headless=True,
+                viewport={"width": 1600, "height": 1000},
+            )
             try:
                 page = browser.new_page()
                 page.set_default_timeout(UI_WAIT_MS)

@@ -9,6 +9,7 @@ Bolt server, e.g. a real Neo4j 5 -- its database is WIPED by `clean_graph`.
 
 `graph_store` (function scope) is a `GraphStore` on an emptied database with the schema in place.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,9 +48,11 @@ def clean_graph(endpoint: BoltEndpoint) -> None:
     with neo4j.GraphDatabase.driver(endpoint.uri, auth=(endpoint.user, endpoint.password)) as driver:
         with driver.session(database=endpoint.database) as session:
             while True:
-                deleted = session.execute_write(lambda tx: tx.run(
-                    "MATCH (n) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n",
-                    limit=_DELETE_BATCH).single()["n"])
+                deleted = session.execute_write(
+                    lambda tx: tx.run(
+                        "MATCH (n) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n", limit=_DELETE_BATCH
+                    ).single()["n"]
+                )
                 if deleted == 0:
                     return
 
@@ -58,9 +61,12 @@ def clean_graph(endpoint: BoltEndpoint) -> None:
 def bolt_server(tmp_path_factory) -> BoltEndpoint:
     external = os.environ.get("DOCQUEUE_TEST_NEO4J_URI", "").strip()
     if external:
-        yield BoltEndpoint(external, os.environ.get("DOCQUEUE_TEST_NEO4J_USER", "neo4j"),
-                           os.environ.get("DOCQUEUE_TEST_NEO4J_PASSWORD", ""),
-                           os.environ.get("DOCQUEUE_TEST_NEO4J_DATABASE") or None)
+        yield BoltEndpoint(
+            external,
+            os.environ.get("DOCQUEUE_TEST_NEO4J_USER", "neo4j"),
+            os.environ.get("DOCQUEUE_TEST_NEO4J_PASSWORD", ""),
+            os.environ.get("DOCQUEUE_TEST_NEO4J_DATABASE") or None,
+        )
         return
     server = BoltServer(home=tmp_path_factory.mktemp("bolt"), port=free_port())
     uri = server.ensure_running(timeout_s=120)

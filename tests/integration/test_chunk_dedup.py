@@ -1,6 +1,7 @@
 """Identical chunk text is embedded once: the vector phase copies the stored vector of an already embedded chunk of
 the same text (same model: the model's own collection) and embeds only the rest. Real PostgreSQL, the real model,
 both vector store backends (`client` is qdrant-client's local mode standing in for a server, as in test_qdrant)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -42,12 +43,21 @@ def chunked_document(queue, name: str, texts: list[str]) -> list[dict]:
     ocr_all(queue, doc)
     worker = make_worker_id("chunk")
     (page,) = queue.claim(VECTOR_PAGE, worker, 1, only_ids=[p["id"] for p in queue.pages(doc["id"])])
-    assert queue.complete_chunking(worker, page["id"], [
-        {"chunk_index": i, "content_hash": hashlib.sha256(t.encode()).hexdigest(), "content": t, "token_count": 9}
-        for i, t in enumerate(texts)])
+    assert queue.complete_chunking(
+        worker,
+        page["id"],
+        [
+            {"chunk_index": i, "content_hash": hashlib.sha256(t.encode()).hexdigest(), "content": t, "token_count": 9}
+            for i, t in enumerate(texts)
+        ],
+    )
     with queue.engine.connect() as conn:
-        ids = [r[0] for r in conn.exec_driver_sql(
-            "SELECT id::text FROM task_queue_chunk WHERE document_id = %s ORDER BY chunk_index", (str(doc["id"]),))]
+        ids = [
+            r[0]
+            for r in conn.exec_driver_sql(
+                "SELECT id::text FROM task_queue_chunk WHERE document_id = %s ORDER BY chunk_index", (str(doc["id"]),)
+            )
+        ]
     return ids
 
 
@@ -70,8 +80,11 @@ def embed(queue, pipeline, ids: list[str]):
 
 def reused_from(queue, ids: list[str]) -> list[str | None]:
     with queue.engine.connect() as conn:
-        rows = dict(conn.exec_driver_sql(
-            "SELECT id::text, vector_reused_from FROM task_queue_chunk WHERE id = ANY(%s::uuid[])", (ids,)).all())
+        rows = dict(
+            conn.exec_driver_sql(
+                "SELECT id::text, vector_reused_from FROM task_queue_chunk WHERE id = ANY(%s::uuid[])", (ids,)
+            ).all()
+        )
     return [rows[i] for i in ids]
 
 
@@ -143,7 +156,10 @@ def test_a_retried_batch_writes_the_same_points_once(queue, setup):
     assert all(o.ok and not o.rejected for o in outcomes)
     after = store.vectors([t["chunk_id"] for t in tasks])
     assert store.count() == 5
-    assert all(np.array_equal(before[c].vector, after[c].vector) and before[c].payload == after[c].payload
-               for c in before)
-    assert reused_from(queue, second)[:2] == [after[tasks[0]["chunk_id"]].payload["vector_reused_from"],
-                                              after[tasks[1]["chunk_id"]].payload["vector_reused_from"]]
+    assert all(
+        np.array_equal(before[c].vector, after[c].vector) and before[c].payload == after[c].payload for c in before
+    )
+    assert reused_from(queue, second)[:2] == [
+        after[tasks[0]["chunk_id"]].payload["vector_reused_from"],
+        after[tasks[1]["chunk_id"]].payload["vector_reused_from"],
+    ]

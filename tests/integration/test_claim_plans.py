@@ -1,4 +1,5 @@
 """The claim queries stay on their partial claim indexes on a table of 100,000+ rows (EXPLAIN-based)."""
+
 from __future__ import annotations
 
 import json
@@ -31,10 +32,13 @@ def big_queue(create_database, migrated_template):
     bulk_seed(engine, 60, 10, 100)
     bulk_seed(engine, 60, 10, 100, chunk_vector_status="completed")
     with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE task_queue_page SET ocr_status = 'pending', chunked_at = NULL "
-                             "WHERE page_number %% 2 = 0 AND ctid IN (SELECT ctid FROM task_queue_page LIMIT 3000)")
-        conn.exec_driver_sql("UPDATE task_queue_page SET chunked_at = NULL, vector_status = 'pending' "
-                             "WHERE page_number = 3")
+        conn.exec_driver_sql(
+            "UPDATE task_queue_page SET ocr_status = 'pending', chunked_at = NULL "
+            "WHERE page_number %% 2 = 0 AND ctid IN (SELECT ctid FROM task_queue_page LIMIT 3000)"
+        )
+        conn.exec_driver_sql(
+            "UPDATE task_queue_page SET chunked_at = NULL, vector_status = 'pending' WHERE page_number = 3"
+        )
         conn.exec_driver_sql("""INSERT INTO documents (filename, document_key, content_hash, size_bytes)
                                 SELECT 'new-' || n, 'new-' || n, md5(n::text) || md5(n::text), 1
                                 FROM generate_series(1, 5000) n""")
@@ -52,13 +56,15 @@ def test_claim_reads_its_partial_index_in_order(big_queue, kind):
         conn.exec_driver_sql("SET plan_cache_mode = force_custom_plan")  # as PL/pgSQL EXECUTE plans it
         conn.exec_driver_sql(f"PREPARE claim_stmt(jsonb) AS {statement}")
         plan = conn.exec_driver_sql(
-            f"EXPLAIN (FORMAT JSON) EXECUTE claim_stmt({_literal({'worker': 'w', 'limit': 50})})").scalar()
+            f"EXPLAIN (FORMAT JSON) EXECUTE claim_stmt({_literal({'worker': 'w', 'limit': 50})})"
+        ).scalar()
         conn.exec_driver_sql("DEALLOCATE ALL")
         conn.rollback()
     nodes = list(_nodes(plan[0]["Plan"]))
     shown = "\n".join(f"{n.get('Node Type')} {n.get('Relation Name', '')} {n.get('Index Name', '')}" for n in nodes)
-    assert any(n.get("Index Name") == EXPECTED_INDEX[kind] for n in nodes), \
+    assert any(n.get("Index Name") == EXPECTED_INDEX[kind] for n in nodes), (
         f"{kind.name} does not use its index:\n{shown}"
+    )
     assert not any(n["Node Type"] == "Sort" for n in nodes), f"{kind.name} sorts instead of reading in order:\n{shown}"
     assert not any(n["Node Type"] == "Seq Scan" for n in nodes), f"{kind.name} scans a whole table:\n{shown}"
 
@@ -75,8 +81,11 @@ def test_claim_by_partition_ids_uses_the_primary_key(big_queue):
         ids = [str(r[0]) for r in conn.exec_driver_sql("SELECT id FROM task_queue_chunk LIMIT 20")]
         conn.exec_driver_sql("SET plan_cache_mode = force_custom_plan")
         conn.exec_driver_sql(f"PREPARE claim_ids(jsonb) AS {statement}")
-        plan = json.dumps(conn.exec_driver_sql(
-            f"EXPLAIN (FORMAT JSON) EXECUTE claim_ids({_literal({'worker': 'w', 'limit': 50, 'only': ids})})").scalar())
+        plan = json.dumps(
+            conn.exec_driver_sql(
+                f"EXPLAIN (FORMAT JSON) EXECUTE claim_ids({_literal({'worker': 'w', 'limit': 50, 'only': ids})})"
+            ).scalar()
+        )
         conn.exec_driver_sql("DEALLOCATE ALL")
         conn.rollback()
     assert "task_queue_chunk_pkey" in plan and '"Node Type": "Seq Scan"' not in plan
@@ -116,8 +125,11 @@ def test_bubble_up_after_claim_and_complete_reads_parents_by_index(big_queue, ki
         raw.close()
     plans = [n for n in notices if "docqueue." in n or "task_queue_page p" in n or "documents p" in n]
     assert plans, "auto_explain showed no bubble-up statement"
-    scans = [n for n in notices if SETUP not in n
-             and any(f"Seq Scan on {t}" in n for t in ("task_queue_chunk", "task_queue_page", "documents"))]
+    scans = [
+        n
+        for n in notices
+        if SETUP not in n and any(f"Seq Scan on {t}" in n for t in ("task_queue_chunk", "task_queue_page", "documents"))
+    ]
     assert not scans, "a bubble-up statement scans a whole table:\n" + "\n----\n".join(scans)
 
 

@@ -1,6 +1,7 @@
 """Cluster configuration without a cluster: the executor chosen by the environment, the worker's refusals, the
 per-phase run limits sized by DOCQUEUE_PHASE_RUN_LIMITS, and the Kubernetes instance config
 (deploy/k8s/dagster.yaml) checked against Dagster's instance schema and dagster-k8s's K8sRunLauncher schema."""
+
 from __future__ import annotations
 
 import subprocess
@@ -103,15 +104,31 @@ def test_a_run_checks_its_steps_result_as_often_as_configured(monkeypatch):
 
 def test_a_worker_without_the_cluster_services_refuses_in_one_sentence(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DOCQUEUE_HOME": str(tmp_path / "home")}
-    done = subprocess.run([str(DOCQUEUE), "worker", "--broker", "redis://127.0.0.1:1/0"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(DOCQUEUE), "worker", "--broker", "redis://127.0.0.1:1/0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert "DOCQUEUE_DATABASE_URL" in done.stderr and "DOCQUEUE_STORAGE_DIR" in done.stderr
-    env.update({"DOCQUEUE_DATABASE_URL": "postgresql://x@127.0.0.1:1/q", "DOCQUEUE_DAGSTER_PG_URL": "postgresql://x@127.0.0.1:1/d",
-                "DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1", "DOCQUEUE_STORAGE_DIR": str(tmp_path),
-                "DOCQUEUE_QDRANT_PATH": str(tmp_path / "qdrant")})
-    done = subprocess.run([str(DOCQUEUE), "worker", "--broker", "redis://127.0.0.1:1/0"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    env.update(
+        {
+            "DOCQUEUE_DATABASE_URL": "postgresql://x@127.0.0.1:1/q",
+            "DOCQUEUE_DAGSTER_PG_URL": "postgresql://x@127.0.0.1:1/d",
+            "DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1",
+            "DOCQUEUE_STORAGE_DIR": str(tmp_path),
+            "DOCQUEUE_QDRANT_PATH": str(tmp_path / "qdrant"),
+        }
+    )
+    done = subprocess.run(
+        [str(DOCQUEUE), "worker", "--broker", "redis://127.0.0.1:1/0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "cannot reach the broker at redis://127.0.0.1:1/0" in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1

@@ -2,6 +2,7 @@
 
 Prints a file -> outcome table and the measured throughput at the end of the module.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,10 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("DOCQUEUE_CORPUS", REPO.parent / "shared" / "corpus"))
 MANIFEST = CORPUS / "MANIFEST.tsv"
 
-pytestmark = [
-    pytest.mark.corpus,
-    pytest.mark.skipif(not MANIFEST.is_file(), reason=f"corpus not found at {CORPUS}"),
-]
+pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not MANIFEST.is_file(), reason=f"corpus not found at {CORPUS}")]
 
 TEXT_PAGES_PER_FILE = 3
 
@@ -75,8 +73,10 @@ class Meter:
     def lines(self) -> list[str]:
         out = []
         for method, (pages, wall, cpu) in sorted(self.totals.items()):
-            out.append(f"  {method:<13} {int(pages):>3} pages  {pages / wall:6.2f} pages/s wall  "
-                       f"{cpu / pages:6.2f} worker CPU-s/page")
+            out.append(
+                f"  {method:<13} {int(pages):>3} pages  {pages / wall:6.2f} pages/s wall  "
+                f"{cpu / pages:6.2f} worker CPU-s/page"
+            )
         return out
 
 
@@ -129,8 +129,10 @@ def test_text_files_yield_their_real_words(processor, meter, outcomes, entry):
         page = meter.convert(processor, path, number, boilerplate=info.boilerplate)
         assert page.method == "text-layer"
         recalls.append(factory.word_recall(_layer_text(path, number), " ".join(comparable_words(page.markdown))))
-    outcomes[entry["filename"]] = (f"ok: {last}/{info.page_count} pages text-layer, layer-word recall "
-                                   f">= {min(recalls):.2f}, {len(info.boilerplate)} boilerplate lines")
+    outcomes[entry["filename"]] = (
+        f"ok: {last}/{info.page_count} pages text-layer, layer-word recall "
+        f">= {min(recalls):.2f}, {len(info.boilerplate)} boilerplate lines"
+    )
     assert min(recalls) >= 0.9, recalls
 
 
@@ -200,8 +202,9 @@ def test_corrupt_files_fail_specifically_or_repair(processor, outcomes, entry):
         if entry["filename"] == "pdfjs__Pages-tree-refs.pdf":
             assert error.reason == "corrupt: cycle in page tree"
     else:
-        outcomes[entry["filename"]] = (f"repaired: {info.page_count} page(s), {page.method}, "
-                                       f"{page.markdown.strip()!r:.40}")
+        outcomes[entry["filename"]] = (
+            f"repaired: {info.page_count} page(s), {page.method}, {page.markdown.strip()!r:.40}"
+        )
         assert info.repaired
         if entry["filename"] == "pdfjs__helloworld-bad.pdf":
             assert "Hello" in page.markdown
@@ -217,8 +220,11 @@ def test_other_files_finish_cleanly(processor, outcomes, entry):
     elapsed = time.monotonic() - started
     outcomes[entry["filename"]] = f"ok: {page.method}, {page.chars} chars in {elapsed:.1f} s"
     assert elapsed < 30
-    expected = {"pdfjs__bomb_giant.pdf": "GIANT JBIG2 BOMB", "pypdf__libreoffice-form.pdf": "Example for a Form",
-                "pdfjs__empty.pdf": ""}.get(entry["filename"])
+    expected = {
+        "pdfjs__bomb_giant.pdf": "GIANT JBIG2 BOMB",
+        "pypdf__libreoffice-form.pdf": "Example for a Form",
+        "pdfjs__empty.pdf": "",
+    }.get(entry["filename"])
     if expected is not None:
         assert expected in page.markdown
     if entry["filename"] == "pdfjs__empty.pdf":

@@ -4,6 +4,7 @@ Each test module run gets a throwaway database (created here, dropped at the end
 ``pg_admin_url``. The stock dagster-postgres storages open a connection per storage call, so the
 connection counts asserted below would be in the thousands without orchestration.dagster_pooled_storage.
 """
+
 import logging
 import multiprocessing
 import os
@@ -30,10 +31,7 @@ from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.run_coordinator import QueuedRunCoordinator
 from dagster._core.storage.partition_status_cache import AssetPartitionStatus
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster._serdes import serialize_value
 
 from orchestration.dagster_pooled_storage import (
@@ -142,11 +140,7 @@ def _all_materializations(instance: DagsterInstance, key: AssetKey) -> list:
 
 def _log_entry(run_id: str, message: str) -> EventLogEntry:
     return EventLogEntry(
-        error_info=None,
-        level=logging.INFO,
-        user_message=message,
-        run_id=run_id,
-        timestamp=time.time(),
+        error_info=None, level=logging.INFO, user_message=message, run_id=run_id, timestamp=time.time()
     )
 
 
@@ -180,23 +174,36 @@ def test_dagster_yaml_queues_runs_with_one_run_per_pool(instance):
 def test_every_asset_and_maintenance_op_declares_its_phase_as_pool():
     from orchestration.definitions import defs
 
-    pools = {key.path[-1]: (assets_def.op.pool, assets_def.tags_by_key[key]["docqueue/phase"])
-             for assets_def in defs.assets for key in assets_def.keys}
+    pools = {
+        key.path[-1]: (assets_def.op.pool, assets_def.tags_by_key[key]["docqueue/phase"])
+        for assets_def in defs.assets
+        for key in assets_def.keys
+    }
     assert pools and all(pool == phase for pool, phase in pools.values()), pools
     assert {p for p, _ in pools.values()} == {"ocr", "vector", "graphrag"}
-    maintenance = [node for job in ("recovery_job", "nightly_reconciliation_job")
-                   for node in defs.resolve_job_def(job).graph.node_defs]
-    assert {node.name for node in maintenance} == {"recover_stale_tasks", "retire_completed_partitions",
-                                                   "index_vector_tail", "reconcile_and_verify"}
+    maintenance = [
+        node
+        for job in ("recovery_job", "nightly_reconciliation_job")
+        for node in defs.resolve_job_def(job).graph.node_defs
+    ]
+    assert {node.name for node in maintenance} == {
+        "recover_stale_tasks",
+        "retire_completed_partitions",
+        "index_vector_tail",
+        "reconcile_and_verify",
+    }
     assert {node.pool for node in maintenance} == {"maintenance"}
 
 
-@pytest.mark.parametrize("selection, pools", [
-    ({"ocr_page"}, {"ocr"}),
-    ({"vector_chunk", "document_vector_index"}, {"vector"}),
-    ({"graphrag_chunk"}, {"graphrag"}),
-    ({"ocr_page", "graphrag_chunk"}, {"ocr", "graphrag"}),
-])
+@pytest.mark.parametrize(
+    "selection, pools",
+    [
+        ({"ocr_page"}, {"ocr"}),
+        ({"vector_chunk", "document_vector_index"}, {"vector"}),
+        ({"graphrag_chunk"}, {"graphrag"}),
+        ({"ocr_page", "graphrag_chunk"}, {"ocr", "graphrag"}),
+    ],
+)
 def test_a_run_launched_from_the_ui_needs_its_phases_pools(instance, selection, pools):
     """A UI backfill runs the implicit asset job, which carries no job tags; its steps' pools are what the queued
     run coordinator gates it on (with run granularity: one slot of each pool for the whole run)."""
@@ -232,9 +239,13 @@ def test_instance_ref_rebuilds_pooled_storages_without_the_url(instance, dagster
 
 
 def test_pool_bounds_come_from_yaml_over_env(dagster_home, tmp_path, monkeypatch):
-    yaml_text = (dagster_home / "dagster.yaml").read_text().replace(
-        "class: PooledPostgresRunStorage\n  config:\n",
-        "class: PooledPostgresRunStorage\n  config:\n    pool_size: 1\n    max_overflow: 0\n",
+    yaml_text = (
+        (dagster_home / "dagster.yaml")
+        .read_text()
+        .replace(
+            "class: PooledPostgresRunStorage\n  config:\n",
+            "class: PooledPostgresRunStorage\n  config:\n    pool_size: 1\n    max_overflow: 0\n",
+        )
     )
     (tmp_path / "dagster.yaml").write_text(yaml_text)
     monkeypatch.setenv(POOL_SIZE_ENV, "3")

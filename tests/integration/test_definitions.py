@@ -1,6 +1,7 @@
 """The Dagster code location loads and holds what the UI and the daemon rely on: the three dynamic partition
 definitions, the assets per phase, every sensor and schedule, the asset checks; and partition keys are always
 safe for Dagster (no commas, which break UI backfills, and none of the substrings Dagster refuses)."""
+
 from __future__ import annotations
 
 import os
@@ -38,22 +39,28 @@ def _nodes(repo) -> dict[str, object]:
 
 
 def test_three_dynamic_partition_definitions(repo):
-    used = {node.partitions_def.name for node in _nodes(repo).values()
-            if isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)}
+    used = {
+        node.partitions_def.name
+        for node in _nodes(repo).values()
+        if isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)
+    }
     assert used == {"documents", "pages", "chunks"}
     assert all(isinstance(node.partitions_def, dg.DynamicPartitionsDefinition) for node in _nodes(repo).values())
 
 
-@pytest.mark.parametrize("asset,group,partitions,kinds", [
-    ("ocr_document", "ocr", "documents", {"pymupdf", "postgres"}),
-    ("ocr_page", "ocr", "pages", {"pymupdf", "postgres"}),
-    ("document_ocr", "ocr", "documents", {"postgres"}),
-    ("vector_page", "vector", "pages", {"python", "postgres"}),
-    ("vector_chunk", "vector", "chunks", {"onnx", "qdrant"}),
-    ("document_vector_index", "vector", "documents", {"postgres"}),
-    ("graphrag_chunk", "graphrag", "chunks", {"spacy", "neo4j"}),
-    ("document_graphrag_index", "graphrag", "documents", {"postgres"}),
-])
+@pytest.mark.parametrize(
+    "asset,group,partitions,kinds",
+    [
+        ("ocr_document", "ocr", "documents", {"pymupdf", "postgres"}),
+        ("ocr_page", "ocr", "pages", {"pymupdf", "postgres"}),
+        ("document_ocr", "ocr", "documents", {"postgres"}),
+        ("vector_page", "vector", "pages", {"python", "postgres"}),
+        ("vector_chunk", "vector", "chunks", {"onnx", "qdrant"}),
+        ("document_vector_index", "vector", "documents", {"postgres"}),
+        ("graphrag_chunk", "graphrag", "chunks", {"spacy", "neo4j"}),
+        ("document_graphrag_index", "graphrag", "documents", {"postgres"}),
+    ],
+)
 def test_assets_per_phase(repo, asset, group, partitions, kinds):
     node = _nodes(repo)[asset]
     assert node.group_name == group
@@ -66,14 +73,22 @@ def test_assets_per_phase(repo, asset, group, partitions, kinds):
 
 def test_every_task_kind_has_an_asset_and_a_job(repo):
     nodes = _nodes(repo)
-    assert set(nodes) == {k.name for k in ALL_KINDS} | {"document_ocr", "document_vector_index",
-                                                         "document_graphrag_index"}
+    assert set(nodes) == {k.name for k in ALL_KINDS} | {
+        "document_ocr",
+        "document_vector_index",
+        "document_graphrag_index",
+    }
     jobs = {job.name for job in repo.get_all_jobs()}
     for kind in ALL_KINDS:
         assert f"{kind.name}_job" in jobs
         assert nodes[kind.name].group_name == kind.phase.value
-    assert {"rollup_ocr_job", "rollup_vector_job", "rollup_graphrag_job", "recovery_job",
-            "nightly_reconciliation_job"} <= jobs
+    assert {
+        "rollup_ocr_job",
+        "rollup_vector_job",
+        "rollup_graphrag_job",
+        "recovery_job",
+        "nightly_reconciliation_job",
+    } <= jobs
 
 
 def test_phase_dependencies(repo):
@@ -88,8 +103,15 @@ def test_phase_dependencies(repo):
 
 def test_sensors(repo):
     sensors = {sensor.name: sensor for sensor in repo.sensor_defs}
-    expected = {"inbox_sensor", "s3_intake_sensor", *(f"{kind.name}_sensor" for kind in ALL_KINDS),
-                "rollup_ocr_sensor", "rollup_vector_sensor", "rollup_graphrag_sensor", "recovery_sensor"}
+    expected = {
+        "inbox_sensor",
+        "s3_intake_sensor",
+        *(f"{kind.name}_sensor" for kind in ALL_KINDS),
+        "rollup_ocr_sensor",
+        "rollup_vector_sensor",
+        "rollup_graphrag_sensor",
+        "recovery_sensor",
+    }
     assert set(sensors) == expected
     for name, sensor in sensors.items():
         assert sensor.default_status == dg.DefaultSensorStatus.RUNNING, name
@@ -115,22 +137,38 @@ def test_schedules(repo):
 def test_schedules_and_sensors_follow_their_settings():
     """Loaded with other values (in a fresh process: the intervals are part of the definitions), the recovery
     sensor checks every TASK_QUEUE_CHECK_INTERVAL and the other sensors tick every DOCQUEUE_SENSOR_INTERVAL."""
-    script = ("from orchestration.definitions import defs\n"
-              "print(defs.get_sensor_def('recovery_sensor').minimum_interval_seconds)\n"
-              "print(defs.get_schedule_def('nightly_reconciliation').cron_schedule)\n"
-              "print(sorted({s.minimum_interval_seconds for s in defs.sensors if s.name != 'recovery_sensor'}))")
-    env = {**os.environ, "TASK_QUEUE_CHECK_INTERVAL": "420", "DOCQUEUE_SENSOR_INTERVAL": "40",
-           "DOCQUEUE_NIGHTLY_CRON": "30 1 * * *"}
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=Path(__file__).resolve().parents[2])
+    script = (
+        "from orchestration.definitions import defs\n"
+        "print(defs.get_sensor_def('recovery_sensor').minimum_interval_seconds)\n"
+        "print(defs.get_schedule_def('nightly_reconciliation').cron_schedule)\n"
+        "print(sorted({s.minimum_interval_seconds for s in defs.sensors if s.name != 'recovery_sensor'}))"
+    )
+    env = {
+        **os.environ,
+        "TASK_QUEUE_CHECK_INTERVAL": "420",
+        "DOCQUEUE_SENSOR_INTERVAL": "40",
+        "DOCQUEUE_NIGHTLY_CRON": "30 1 * * *",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["420", "30 1 * * *", "[40]"]
 
 
 def test_asset_checks(repo):
     checks = {(key.asset_key.to_user_string(), key.name) for key in repo.asset_graph.asset_check_keys}
-    assert checks == {("ocr_page", "no_task_stuck_in_processing"), ("document_ocr", "parents_agree_with_children"),
-                      ("vector_chunk", "vectors_agree_with_queue"), ("graphrag_chunk", "graph_agrees_with_queue")}
+    assert checks == {
+        ("ocr_page", "no_task_stuck_in_processing"),
+        ("document_ocr", "parents_agree_with_children"),
+        ("vector_chunk", "vectors_agree_with_queue"),
+        ("graphrag_chunk", "graph_agrees_with_queue"),
+    }
 
 
 def test_checks_run_in_their_own_job_not_in_the_task_jobs(defs):
@@ -138,8 +176,9 @@ def test_checks_run_in_their_own_job_not_in_the_task_jobs(defs):
     from orchestration.jobs import phase_jobs
     from queue_db.phases import PHASES
 
-    check_nodes = {f"{key.asset_key.to_user_string()}_{key.name}"
-                   for key in defs.resolve_asset_graph().asset_check_keys}
+    check_nodes = {
+        f"{key.asset_key.to_user_string()}_{key.name}" for key in defs.resolve_asset_graph().asset_check_keys
+    }
     for job in phase_jobs(PHASES):
         nodes = {node.name for node in defs.resolve_job_def(job.name).graph.node_defs}
         assert nodes and not nodes & check_nodes, (job.name, nodes)
@@ -153,10 +192,14 @@ def test_resources_keep_secrets_out_of_run_config(monkeypatch):
     literal field that code, run config or the UI's resource page could show."""
     from orchestration.code_location import build_resources
 
-    secrets = {"DOCQUEUE_DATABASE_URL": "postgresql://u:db-secret@127.0.0.1:1/x",
-               "DOCQUEUE_QDRANT_URL": "http://u:qdrant-secret@127.0.0.1:1", "DOCQUEUE_QDRANT_API_KEY": "key-secret",
-               "DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1", "DOCQUEUE_NEO4J_PASSWORD": "graph-secret",
-               "DOCQUEUE_LLM_API_KEY": "llm-secret"}
+    secrets = {
+        "DOCQUEUE_DATABASE_URL": "postgresql://u:db-secret@127.0.0.1:1/x",
+        "DOCQUEUE_QDRANT_URL": "http://u:qdrant-secret@127.0.0.1:1",
+        "DOCQUEUE_QDRANT_API_KEY": "key-secret",
+        "DOCQUEUE_NEO4J_URI": "bolt://127.0.0.1:1",
+        "DOCQUEUE_NEO4J_PASSWORD": "graph-secret",
+        "DOCQUEUE_LLM_API_KEY": "llm-secret",
+    }
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     resources = build_resources(Settings.from_env())
@@ -164,17 +207,40 @@ def test_resources_keep_secrets_out_of_run_config(monkeypatch):
         for field, value in resource.model_dump().items():
             if isinstance(value, str) and not isinstance(value, dg.EnvVar):
                 assert "secret" not in value, (name, field)
-    env_vars = {value.env_var_name for r in resources.values() for value in r.model_dump().values()
-                if isinstance(value, dg.EnvVar)}
-    assert {"DOCQUEUE_DATABASE_URL", "DOCQUEUE_QDRANT_URL", "DOCQUEUE_QDRANT_API_KEY", "DOCQUEUE_NEO4J_PASSWORD",
-            "DOCQUEUE_LLM_API_KEY"} <= env_vars
+    env_vars = {
+        value.env_var_name
+        for r in resources.values()
+        for value in r.model_dump().values()
+        if isinstance(value, dg.EnvVar)
+    }
+    assert {
+        "DOCQUEUE_DATABASE_URL",
+        "DOCQUEUE_QDRANT_URL",
+        "DOCQUEUE_QDRANT_API_KEY",
+        "DOCQUEUE_NEO4J_PASSWORD",
+        "DOCQUEUE_LLM_API_KEY",
+    } <= env_vars
 
 
 # ------------------------------------------------------------------------------------------------ partition keys
-_HOSTILE = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=120) | st.sampled_from([
-    "a,b.pdf", ",,,.pdf", "...", "../../etc/passwd", "C:\\Users\\x\\report,final.pdf", "..pdf", "\n\t\0.pdf",
-    "über,straße.PDF", "名前,テスト.pdf", "[a]{b}(c)*?.pdf", "-.pdf", ".hidden", "a" * 500 + ".pdf", "",
-])
+_HOSTILE = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=120) | st.sampled_from(
+    [
+        "a,b.pdf",
+        ",,,.pdf",
+        "...",
+        "../../etc/passwd",
+        "C:\\Users\\x\\report,final.pdf",
+        "..pdf",
+        "\n\t\0.pdf",
+        "über,straße.PDF",
+        "名前,テスト.pdf",
+        "[a]{b}(c)*?.pdf",
+        "-.pdf",
+        ".hidden",
+        "a" * 500 + ".pdf",
+        "",
+    ]
+)
 
 
 def _assert_safe(key: str) -> None:
@@ -183,8 +249,12 @@ def _assert_safe(key: str) -> None:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(filename=_HOSTILE, digest=st.binary(min_size=32, max_size=32), page=st.integers(1, 99_999),
-       chunk=st.integers(0, 9_999))
+@given(
+    filename=_HOSTILE,
+    digest=st.binary(min_size=32, max_size=32),
+    page=st.integers(1, 99_999),
+    chunk=st.integers(0, 9_999),
+)
 def test_partition_keys_are_comma_free_and_parse_back(filename, digest, page, chunk):
     content_hash = digest.hex()
     document = document_key_for(filename, content_hash)
@@ -221,7 +291,12 @@ def test_dg_check_defs_loads_the_project(docqueue_env):
 
     root = Path(__file__).resolve().parents[2]
     dg_cli = Path(sys.executable).parent / "dg"
-    result = subprocess.run([str(dg_cli), "check", "defs", "--use-active-venv", "--target-path", str(root)],
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "VIRTUAL_ENV": sys.prefix})
+    result = subprocess.run(
+        [str(dg_cli), "check", "defs", "--use-active-venv", "--target-path", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "VIRTUAL_ENV": sys.prefix},
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "Traceback" not in result.stderr

@@ -1,4 +1,5 @@
 """The embedded store's index: quantized HNSW that finds what exact search finds, and older shards brought to it."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,12 @@ def clustered(rng, n: int) -> np.ndarray:
 
 def fill(store: EdgeVectorStore, vectors: np.ndarray) -> list[str]:
     ids = [f"chunk-{i}" for i in range(len(vectors))]
-    store.upsert([ChunkPoint(cid, v, {"document_id": f"doc-{i // 100}", "text": f"passage {i}"})
-                  for i, (cid, v) in enumerate(zip(ids, vectors))])
+    store.upsert(
+        [
+            ChunkPoint(cid, v, {"document_id": f"doc-{i // 100}", "text": f"passage {i}"})
+            for i, (cid, v) in enumerate(zip(ids, vectors))
+        ]
+    )
     return ids
 
 
@@ -68,20 +73,26 @@ def test_a_shard_with_older_index_settings_gets_todays_and_is_rebuilt_by_optimiz
     config_file.write_text(json.dumps(config))
     shard = qe.EdgeShard.load(str(store.folder))
     vectors = clustered(rng, POINTS)
-    shard.update(qe.UpdateOperation.upsert_points(
-        [qe.Point(i, v.tolist(), {"document_id": "old"}) for i, v in enumerate(vectors)]))
+    shard.update(
+        qe.UpdateOperation.upsert_points(
+            [qe.Point(i, v.tolist(), {"document_id": "old"}) for i, v in enumerate(vectors)]
+        )
+    )
     shard.optimize()
     shard.close()
     segments = sorted(store.folder.glob("segments/*/segment.json"))
-    assert all(json.loads(s.read_text())["config"]["vector_data"][""].get("quantization_config") is None
-               for s in segments)
+    assert all(
+        json.loads(s.read_text())["config"]["vector_data"][""].get("quantization_config") is None for s in segments
+    )
 
     assert store.count() == POINTS  # the first opening writes today's settings
     config = json.loads(config_file.read_text())
     assert config["hnsw_config"] == HNSW_CONFIG and config["quantization_config"] == QUANTIZATION_CONFIG
     assert store.optimize() is True  # the segments built with the old settings are rebuilt
-    quantized = [json.loads(s.read_text())["config"]["vector_data"][""].get("quantization_config")
-                 for s in store.folder.glob("segments/*/segment.json")]
+    quantized = [
+        json.loads(s.read_text())["config"]["vector_data"][""].get("quantization_config")
+        for s in store.folder.glob("segments/*/segment.json")
+    ]
     assert QUANTIZATION_CONFIG in quantized
     assert store.optimize() is False  # and stay built
     hits = store.search(vectors[7], limit=1)
@@ -101,8 +112,12 @@ def test_the_tail_is_indexed_once_enough_points_wait_and_segments_stop_growing(t
     assert store.index_tail(POINTS) is True and store.unindexed() == 0
 
     second = clustered(rng, POINTS)
-    store.upsert([ChunkPoint(f"later-{i}", v, {"document_id": "later", "text": f"later passage {i}"})
-                  for i, v in enumerate(second)])
+    store.upsert(
+        [
+            ChunkPoint(f"later-{i}", v, {"document_id": "later", "text": f"later passage {i}"})
+            for i, v in enumerate(second)
+        ]
+    )
     assert store.unindexed() == POINTS and store.index_tail(POINTS) is True
     info = store.info()
     # two builds of 8,000 points each: merged they would pass the 10,000-point cap, so they stay two segments
@@ -132,11 +147,11 @@ def test_the_recovery_job_indexes_the_waiting_tail(docqueue_env, monkeypatch):
         requested = tick(defs, instance, "recovery_sensor").run_requests
         assert [r.tags[RECOVERY_DUE_TAG] for r in requested] == [
             f"embedded vector index: {POINTS} point(s) written since the last index build; the index is rebuilt at "
-            f"DOCQUEUE_QDRANT_INDEX_TAIL={POINTS} points"]
+            f"DOCQUEUE_QDRANT_INDEX_TAIL={POINTS} points"
+        ]
         result = defs.resolve_job_def("recovery_job").execute_in_process(instance=instance)
         assert result.success
-        assert output_metadata(result, "index_vector_tail") == {"waiting": POINTS, "built": True,
-                                                                "index_tail": POINTS}
+        assert output_metadata(result, "index_vector_tail") == {"waiting": POINTS, "built": True, "index_tail": POINTS}
         assert "nothing to recover" in tick(defs, instance, "recovery_sensor").skip_message
     finally:
         instance.dispose()
@@ -156,10 +171,15 @@ def test_writes_go_to_the_tail_and_reads_see_both_shards_once(tmp_path):
     outsider = qe.EdgeShard.load(str(store.folder))
     try:
         again = [10, 11, 12]  # written again (a retried batch) before the tail is merged: in both shards now
-        store.upsert([ChunkPoint(ids[i], vectors[i], {"document_id": f"doc-{i // 100}", "text": f"passage {i}"})
-                      for i in again])
-        store.upsert([ChunkPoint(f"new-{i}", v, {"document_id": "doc-new", "text": f"new passage {i}"})
-                      for i, v in enumerate(clustered(rng, 20))])
+        store.upsert(
+            [ChunkPoint(ids[i], vectors[i], {"document_id": f"doc-{i // 100}", "text": f"passage {i}"}) for i in again]
+        )
+        store.upsert(
+            [
+                ChunkPoint(f"new-{i}", v, {"document_id": "doc-new", "text": f"new passage {i}"})
+                for i, v in enumerate(clustered(rng, 20))
+            ]
+        )
         assert store.unindexed() == 23
     finally:
         outsider.close()

@@ -1,4 +1,5 @@
 """The real all-MiniLM-L6-v2 int8 model through onnxruntime: quality, stability, batching, limits."""
+
 from __future__ import annotations
 
 import logging
@@ -10,13 +11,7 @@ from processing.tokenizer import count_tokens
 from queue_db.config import Settings
 from resources import embeddings
 from resources.embedding_resource import EmbeddingResource
-from resources.embeddings import (
-    MODELS,
-    Embedder,
-    EmbeddingError,
-    ModelSpec,
-    get_embedder,
-)
+from resources.embeddings import MODELS, Embedder, EmbeddingError, ModelSpec, get_embedder
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +45,10 @@ PARAPHRASES = [
     ("A monkey is playing drums.", "Someone in a gorilla costume is playing a set of drums."),
     ("The invoice must be paid within thirty days.", "Payment of the bill is due in a month."),
     ("PostgreSQL stores rows in heap pages.", "The Postgres database keeps table tuples in heap files."),
-    ("The patient was given antibiotics for the infection.",
-     "Doctors treated the bacterial infection with medication."),
+    (
+        "The patient was given antibiotics for the infection.",
+        "Doctors treated the bacterial infection with medication.",
+    ),
 ]
 
 
@@ -94,7 +91,8 @@ def test_long_text_is_covered_by_windows_not_truncated(embedder):
     combined = about_cooking + " " + about_astronomy
     assert count_tokens(combined) > 2 * 254
     cooking, astronomy, both, query = embedder.embed(
-        [about_cooking, about_astronomy, combined, "astronomers looking at galaxies through telescopes"])
+        [about_cooking, about_astronomy, combined, "astronomers looking at galaxies through telescopes"]
+    )
     assert cosine(both, astronomy) > 0.5  # plain truncation would keep only the cooking half
     assert cosine(both, cooking) > 0.5
     assert cosine(query, both) > cosine(query, cooking) + 0.1

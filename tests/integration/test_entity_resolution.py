@@ -1,6 +1,7 @@
 """Short forms resolved to the full name within a document, on a real Bolt server: one node per person, aliases on
 the mentions, the same graph whatever order and batching the chunks arrive in, no duplicates on re-runs, and deletes
 that still remove exactly what a document brought."""
+
 from __future__ import annotations
 
 import threading
@@ -11,28 +12,43 @@ from resources.bolt_graph import GraphStore
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 from tests.integration.test_graph_store import chunk, relationship_weights
 
-FULL = chunk("book", 1, 0, [("Lawrence Lessig", "PERSON"), ("Stanford University", "ORG")],
-             [("Lawrence Lessig", "Stanford University", "TEACH_AT")])
-SHORT = chunk("book", 2, 1, [("Lessig", "PERSON"), ("Jack Valenti", "PERSON")],
-              [("Lessig", "Jack Valenti", "MEET")])
-BOTH = chunk("book", 3, 2, [("Lessig", "PERSON"), ("Lawrence Lessig", "PERSON"), ("Jack Valenti", "PERSON")],
-             [("Lessig", "Jack Valenti", "DEBATE"), ("Lessig", "Lawrence Lessig", "CO_OCCURS")])
+FULL = chunk(
+    "book",
+    1,
+    0,
+    [("Lawrence Lessig", "PERSON"), ("Stanford University", "ORG")],
+    [("Lawrence Lessig", "Stanford University", "TEACH_AT")],
+)
+SHORT = chunk("book", 2, 1, [("Lessig", "PERSON"), ("Jack Valenti", "PERSON")], [("Lessig", "Jack Valenti", "MEET")])
+BOTH = chunk(
+    "book",
+    3,
+    2,
+    [("Lessig", "PERSON"), ("Lawrence Lessig", "PERSON"), ("Jack Valenti", "PERSON")],
+    [("Lessig", "Jack Valenti", "DEBATE"), ("Lessig", "Lawrence Lessig", "CO_OCCURS")],
+)
 
 
 def snapshot(store: GraphStore) -> dict:
     entities = store._read("MATCH (e:Entity) RETURN e.key AS key, e.name AS name, e.type AS type")
-    mentions = store._read("MATCH (c:Chunk)-[m:MENTIONS]->(e:Entity) "
-                           "RETURN c.id AS chunk, e.key AS key, m.aliases AS aliases")
-    return {"counts": store.counts(),
-            "entities": sorted((r["key"], r["name"], r["type"]) for r in entities),
-            "mentions": sorted((r["chunk"], r["key"], tuple(r["aliases"] or ())) for r in mentions),
-            "relations": relationship_weights(store)}
+    mentions = store._read(
+        "MATCH (c:Chunk)-[m:MENTIONS]->(e:Entity) RETURN c.id AS chunk, e.key AS key, m.aliases AS aliases"
+    )
+    return {
+        "counts": store.counts(),
+        "entities": sorted((r["key"], r["name"], r["type"]) for r in entities),
+        "mentions": sorted((r["chunk"], r["key"], tuple(r["aliases"] or ())) for r in mentions),
+        "relations": relationship_weights(store),
+    }
 
 
 EXPECTED_MENTIONS = [
-    ("book:1:0", "lawrence lessig", ()), ("book:1:0", "stanford university", ()),
-    ("book:2:1", "jack valenti", ()), ("book:2:1", "lawrence lessig", ("lessig",)),
-    ("book:3:2", "jack valenti", ()), ("book:3:2", "lawrence lessig", ("lessig",)),
+    ("book:1:0", "lawrence lessig", ()),
+    ("book:1:0", "stanford university", ()),
+    ("book:2:1", "jack valenti", ()),
+    ("book:2:1", "lawrence lessig", ("lessig",)),
+    ("book:3:2", "jack valenti", ()),
+    ("book:3:2", "lawrence lessig", ("lessig",)),
 ]
 
 
@@ -42,9 +58,11 @@ def test_a_surname_after_the_full_name_is_the_same_node_and_a_rerun_writes_nothi
     assert first["mentions"] == EXPECTED_MENTIONS
     assert [key for key, _, _ in first["entities"]] == ["jack valenti", "lawrence lessig", "stanford university"]
     assert ("lawrence lessig", "Lawrence Lessig", "PERSON") in first["entities"]
-    assert set(first["relations"]) == {("lawrence lessig", "stanford university", "TEACH_AT"),
-                                       ("lawrence lessig", "jack valenti", "MEET"),
-                                       ("lawrence lessig", "jack valenti", "DEBATE")}  # the self-relation is gone
+    assert set(first["relations"]) == {
+        ("lawrence lessig", "stanford university", "TEACH_AT"),
+        ("lawrence lessig", "jack valenti", "MEET"),
+        ("lawrence lessig", "jack valenti", "DEBATE"),
+    }  # the self-relation is gone
 
     for rerun in ([FULL, SHORT, BOTH], [BOTH], [SHORT], [SHORT, FULL]):
         graph_store.write_chunks(rerun)
@@ -107,8 +125,9 @@ def test_parallel_writers_of_one_document_resolve_against_each_other(graph_store
 
 
 def test_documents_merge_only_by_exact_name(graph_store):
-    other = chunk("essay", 1, 0, [("Lessig", "PERSON"), ("Jack Valenti", "PERSON")],
-                  [("Lessig", "Jack Valenti", "MEET")])
+    other = chunk(
+        "essay", 1, 0, [("Lessig", "PERSON"), ("Jack Valenti", "PERSON")], [("Lessig", "Jack Valenti", "MEET")]
+    )
     graph_store.write_chunks([FULL, SHORT, other])
     found = graph_store.entity("lessig")
     assert found["name"] == "Lessig" and {m["filename"] for m in found["mentions"]} == {"essay.pdf"}
@@ -124,8 +143,12 @@ def test_documents_merge_only_by_exact_name(graph_store):
 
 
 def test_a_surname_two_people_share_stays_itself(graph_store):
-    graph_store.write_chunks([chunk("econ", 1, 0, [("Adam Smith", "PERSON"), ("John Smith", "PERSON")]),
-                              chunk("econ", 2, 1, [("Smith", "PERSON")])])
+    graph_store.write_chunks(
+        [
+            chunk("econ", 1, 0, [("Adam Smith", "PERSON"), ("John Smith", "PERSON")]),
+            chunk("econ", 2, 1, [("Smith", "PERSON")]),
+        ]
+    )
     assert {key for key, _, _ in snapshot(graph_store)["entities"]} == {"adam smith", "john smith", "smith"}
 
 

@@ -1,6 +1,7 @@
 """Extractors for real: spaCy with the installed en_core_web_sm model, and the LLM extractor against a local
 OpenAI-compatible HTTP server on 127.0.0.1 that stands in for a real LLM (scripted answers, including malformed ones).
 """
+
 from __future__ import annotations
 
 import json
@@ -75,9 +76,11 @@ def test_spacy_finds_the_obvious_people_organisations_and_places(spacy_extractor
 
 def test_spacy_relations_from_verbs_appositives_and_sentences(spacy_extractor):
     first, second, passive, fourth = spacy_extractor.extract(KNOWN)
-    assert {("tim cook", "CEO_OF", "apple"),            # appositive "Tim Cook, the CEO of Apple"
-            ("tim cook", "VISIT", "berlin"),             # subject-verb-object
-            ("angela merkel", "MEET", "tim cook")} <= typed_relations(first)
+    assert {
+        ("tim cook", "CEO_OF", "apple"),  # appositive "Tim Cook, the CEO of Apple"
+        ("tim cook", "VISIT", "berlin"),  # subject-verb-object
+        ("angela merkel", "MEET", "tim cook"),
+    } <= typed_relations(first)
     assert {("microsoft", "ACQUIRE", "github"), ("satya nadella", "LEAD", "microsoft")} <= typed_relations(second)
     assert typed_relations(passive) == {("microsoft", "ACQUIRE", "github")}  # passive turned active
     assert ("marie curie", "DISCOVER_IN", "paris") in typed_relations(fourth)  # verb + preposition
@@ -108,7 +111,7 @@ def test_spacy_throughput_on_a_real_paper(spacy_extractor, record_property):
 
     with pymupdf.open(pdf) as document:
         text = "\n".join(page.get_text() for page in document)
-    chunks = [text[i:i + 1500] for i in range(0, len(text), 1500)][:24]  # enough to measure, fast on 2 cores
+    chunks = [text[i : i + 1500] for i in range(0, len(text), 1500)][:24]  # enough to measure, fast on 2 cores
     spacy_extractor.extract(chunks[:2])  # warm-up
     started = time.perf_counter()
     results = spacy_extractor.extract(chunks)
@@ -118,14 +121,17 @@ def test_spacy_throughput_on_a_real_paper(spacy_extractor, record_property):
     entities = sum(len(r.entities) for r in results)
     assert entities > len(chunks)  # an academic paper names systems, people and places throughout
     record_property("spacy_chunks_per_s", round(len(chunks) / elapsed, 1))
-    print(f"\nspaCy extraction: {len(chunks) / elapsed:.1f} chunks/s ({len(chunks)} chunks of 1500 chars, "
-          f"{entities} entities, {sum(len(r.relations) for r in results)} relations)")
+    print(
+        f"\nspaCy extraction: {len(chunks) / elapsed:.1f} chunks/s ({len(chunks)} chunks of 1500 chars, "
+        f"{entities} entities, {sum(len(r.relations) for r in results)} relations)"
+    )
 
 
 def test_extracted_graph_lands_in_the_store(spacy_extractor, graph_store):
     results = spacy_extractor.extract(KNOWN)
-    graph_store.write_chunks([ChunkGraph("news", "news.pdf", 1, f"news:{i}", i, extraction)
-                              for i, extraction in enumerate(results)])
+    graph_store.write_chunks(
+        [ChunkGraph("news", "news.pdf", 1, f"news:{i}", i, extraction) for i, extraction in enumerate(results)]
+    )
     cook = graph_store.entity("tim cook")
     assert {(r["name"], r["rel_type"]) for r in cook["related"]} >= {("Apple", "CEO_OF"), ("Berlin", "VISIT")}
     microsoft = graph_store.entity("Microsoft")
@@ -137,28 +143,47 @@ def test_extracted_graph_lands_in_the_store(spacy_extractor, graph_store):
 # -- LLM (a local stand-in for an OpenAI-compatible endpoint) ---------------------------------------------------------
 API_KEY = "sk-test-" + "s3cr3t" * 4
 
-GOOD = {"entities": [{"name": "Ada Lovelace", "type": "PERSON"}, {"name": "Charles Babbage", "type": "PERSON"},
-                     {"name": "Analytical Engine", "type": "PRODUCT"}],
-        "relations": [{"source": "Ada Lovelace", "target": "Charles Babbage", "type": "worked with"},
-                      {"source": "charles babbage", "target": "Analytical Engine", "type": "DESIGNED"}]}
+GOOD = {
+    "entities": [
+        {"name": "Ada Lovelace", "type": "PERSON"},
+        {"name": "Charles Babbage", "type": "PERSON"},
+        {"name": "Analytical Engine", "type": "PRODUCT"},
+    ],
+    "relations": [
+        {"source": "Ada Lovelace", "target": "Charles Babbage", "type": "worked with"},
+        {"source": "charles babbage", "target": "Analytical Engine", "type": "DESIGNED"},
+    ],
+}
 
 MALFORMED_ITEMS = {
-    "entities": [{"name": "Ada Lovelace", "type": "PERSON"}, {"name": 42, "type": "PERSON"}, {"type": "ORG"},
-                 {"name": "  ...  ", "type": "ORG"}, "London", {"name": "London", "type": None},
-                 {"name": "Royal Society", "type": "org"}],
-    "relations": [{"source": "Ada Lovelace", "target": "Royal Society", "type": "MEMBER_OF"},
-                  {"source": "Ada Lovelace", "target": "London", "type": "LIVED_IN"},   # London was dropped
-                  {"source": "Ada Lovelace", "target": "Nobody", "type": "KNEW"},       # not an entity at all
-                  {"source": "Ada Lovelace", "target": "ada lovelace", "type": "IS"},   # self-loop
-                  {"source": "Ada Lovelace", "target": "Royal Society", "type": 7},
-                  {"source": "Royal Society"}, ["Ada Lovelace", "Royal Society", "X"]],
+    "entities": [
+        {"name": "Ada Lovelace", "type": "PERSON"},
+        {"name": 42, "type": "PERSON"},
+        {"type": "ORG"},
+        {"name": "  ...  ", "type": "ORG"},
+        "London",
+        {"name": "London", "type": None},
+        {"name": "Royal Society", "type": "org"},
+    ],
+    "relations": [
+        {"source": "Ada Lovelace", "target": "Royal Society", "type": "MEMBER_OF"},
+        {"source": "Ada Lovelace", "target": "London", "type": "LIVED_IN"},  # London was dropped
+        {"source": "Ada Lovelace", "target": "Nobody", "type": "KNEW"},  # not an entity at all
+        {"source": "Ada Lovelace", "target": "ada lovelace", "type": "IS"},  # self-loop
+        {"source": "Ada Lovelace", "target": "Royal Society", "type": 7},
+        {"source": "Royal Society"},
+        ["Ada Lovelace", "Royal Society", "X"],
+    ],
 }
 
 
 def chat_reply(content: str, finish_reason: str = "stop") -> dict:
-    return {"id": "cmpl-1", "object": "chat.completion", "model": "stand-in",
-            "choices": [{"index": 0, "finish_reason": finish_reason,
-                         "message": {"role": "assistant", "content": content}}]}
+    return {
+        "id": "cmpl-1",
+        "object": "chat.completion",
+        "model": "stand-in",
+        "choices": [{"index": 0, "finish_reason": finish_reason, "message": {"role": "assistant", "content": content}}],
+    }
 
 
 class StandInLlm(BaseHTTPRequestHandler):
@@ -219,8 +244,17 @@ def llm_endpoint():
 @pytest.fixture
 def llm(llm_endpoint):
     StandInLlm.requests.clear()
-    extractor = LlmExtractor(LlmSettings(base_url=llm_endpoint, model="stand-in", api_key=API_KEY, timeout_s=10,
-                                         max_tokens=512, max_retries=2, concurrency=2))
+    extractor = LlmExtractor(
+        LlmSettings(
+            base_url=llm_endpoint,
+            model="stand-in",
+            api_key=API_KEY,
+            timeout_s=10,
+            max_tokens=512,
+            max_retries=2,
+            concurrency=2,
+        )
+    )
     yield extractor
     extractor.close()
 
@@ -234,10 +268,15 @@ def test_llm_request_asks_for_schema_output_and_parses_the_answer(llm):
     assert body["response_format"]["type"] == "json_schema"
     schema = body["response_format"]["json_schema"]["schema"]
     assert schema["required"] == ["entities", "relations"]
-    assert entities_of(result) == {"Ada Lovelace": "PERSON", "Charles Babbage": "PERSON",
-                                   "Analytical Engine": "PRODUCT"}
-    assert typed_relations(result) == {("ada lovelace", "WORKED_WITH", "charles babbage"),
-                                       ("charles babbage", "DESIGNED", "analytical engine")}
+    assert entities_of(result) == {
+        "Ada Lovelace": "PERSON",
+        "Charles Babbage": "PERSON",
+        "Analytical Engine": "PRODUCT",
+    }
+    assert typed_relations(result) == {
+        ("ada lovelace", "WORKED_WITH", "charles babbage"),
+        ("charles babbage", "DESIGNED", "analytical engine"),
+    }
     assert_well_formed(result)
 
 
@@ -271,8 +310,9 @@ def test_llm_retries_transient_server_errors(llm):
 
 def test_llm_key_never_appears_in_errors_or_logs(llm_endpoint, caplog):
     caplog.set_level(logging.DEBUG)
-    wrong = LlmExtractor(LlmSettings(base_url=llm_endpoint, model="stand-in", api_key=API_KEY + "-wrong",
-                                     timeout_s=10, max_retries=0))
+    wrong = LlmExtractor(
+        LlmSettings(base_url=llm_endpoint, model="stand-in", api_key=API_KEY + "-wrong", timeout_s=10, max_retries=0)
+    )
     with pytest.raises(LlmError) as raised:
         wrong.extract(["anything"])
     assert "401" in str(raised.value)
@@ -287,11 +327,13 @@ def test_llm_key_never_appears_in_errors_or_logs(llm_endpoint, caplog):
 
 def test_llm_unreachable_endpoint_fails_after_bounded_retries():
     import socket
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
-    extractor = LlmExtractor(LlmSettings(base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key=API_KEY,
-                                         timeout_s=2, max_retries=1))
+    extractor = LlmExtractor(
+        LlmSettings(base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key=API_KEY, timeout_s=2, max_retries=1)
+    )
     started = time.perf_counter()
     with pytest.raises(LlmError, match="after 2 attempts") as raised:
         extractor.extract(["text"])

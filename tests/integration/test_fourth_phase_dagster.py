@@ -4,6 +4,7 @@ asset on the `chunks` partitions, its job and sensor, its roll-up; the sensor re
 summary tasks, and the run materializes each of their partitions through the handler. Nothing in orchestration
 names the phase.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -28,8 +29,10 @@ def summarize_chunks(pipeline, worker_id: str, tasks: Sequence[dict]) -> list[Ou
     """The trivial handler: each claimed chunk's summary completed through the queue (fenced)."""
     results = [summarize(task) for task in tasks]
     rejected = set(pipeline.queue.complete(SUMMARY_CHUNK, worker_id, results).rejected)
-    return [Outcome(r["id"], True, rejected=r["id"] in rejected, metadata={"summary_chars": len(r["summary_text"])})
-            for r in results]
+    return [
+        Outcome(r["id"], True, rejected=r["id"] in rejected, metadata={"summary_chars": len(r["summary_text"])})
+        for r in results
+    ]
 
 
 # the phase's handler entry: the only line of orchestration the phase adds
@@ -54,8 +57,12 @@ def summary_env(docqueue_env):
 
 def _tick(defs, instance, sensor_name: str):
     sensor = defs.get_sensor_def(sensor_name)
-    with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor_name,
-                                 resources=build_resources(Settings.from_env())) as context:
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(),
+        definitions=defs,
+        sensor_name=sensor_name,
+        resources=build_resources(Settings.from_env()),
+    ) as context:
         return sensor.evaluate_tick(context)
 
 
@@ -92,36 +99,44 @@ def _keys(instance, request: dg.RunRequest) -> list[str]:
     chunks = dg.DynamicPartitionsDefinition(name="chunks")
     with dg.partition_loading_context(dynamic_partitions_store=instance):
         return chunks.get_partition_keys_in_range(
-            dg.PartitionKeyRange(request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG]))
+            dg.PartitionKeyRange(request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG])
+        )
 
 
 def _run(defs, instance, job: str, sensor: str, request: dg.RunRequest) -> bool:
     """The requested run, executed as the daemon launches it (tagged with its sensor)."""
-    return defs.resolve_job_def(job).execute_in_process(
-        instance=instance, tags={**request.tags, "dagster/sensor_name": sensor}).success
+    return (
+        defs.resolve_job_def(job)
+        .execute_in_process(instance=instance, tags={**request.tags, "dagster/sensor_name": sensor})
+        .success
+    )
 
 
 def test_the_sensor_requests_ranged_runs_that_materialize_the_ready_summaries(summary_env):
     defs, instance, queue = summary_env
     doc = _graph_indexed(queue, pages=2, chunks_per_page=2, graph=3)  # one chunk still waits for GraphRAG
     with queue.engine.connect() as conn:
-        ready = {chunk_partition_key(*r) for r in conn.exec_driver_sql(
-            "SELECT d.document_key, p.page_number, c.chunk_index FROM task_queue_chunk c "
-            "JOIN task_queue_page p ON p.id = c.page_id JOIN documents d ON d.id = c.document_id "
-            "WHERE c.graphrag_status = 'completed'")}
+        ready = {
+            chunk_partition_key(*r)
+            for r in conn.exec_driver_sql(
+                "SELECT d.document_key, p.page_number, c.chunk_index FROM task_queue_chunk c "
+                "JOIN task_queue_page p ON p.id = c.page_id JOIN documents d ON d.id = c.document_id "
+                "WHERE c.graphrag_status = 'completed'"
+            )
+        }
 
     requests = _tick(defs, instance, "summary_chunk_sensor").run_requests
 
-    assert requests and all(r.tags[KIND_TAG] == "summary_chunk" and r.tags[PHASE_TAG] == "summary"
-                            for r in requests)
+    assert requests and all(r.tags[KIND_TAG] == "summary_chunk" and r.tags[PHASE_TAG] == "summary" for r in requests)
     requested = [key for request in requests for key in _keys(instance, request)]
     assert sorted(requested) == sorted(ready) and len(ready) == 3
     for request in requests:
         assert _run(defs, instance, "summary_chunk_job", "summary_chunk_sensor", request)
     assert _materialized(instance, "summary_chunk") == set(requested)
     with queue.engine.connect() as conn:
-        summarized = conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk WHERE summary_status = 'completed' "
-                                          "AND summary_text IS NOT NULL").scalar()
+        summarized = conn.exec_driver_sql(
+            "SELECT count(*) FROM task_queue_chunk WHERE summary_status = 'completed' AND summary_text IS NOT NULL"
+        ).scalar()
     assert summarized == 3
     assert not _tick(defs, instance, "summary_chunk_sensor").run_requests  # nothing ready is left
     assert not _tick(defs, instance, "rollup_summary_sensor").run_requests  # the document's phase is open

@@ -1,5 +1,6 @@
 """GraphStore against a real Bolt server (embedded ArcadeDB, official neo4j driver): idempotence, concurrency,
 entity identity, deletes; plus the BoltServer lifecycle (races, restart, credentials, loopback only)."""
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,20 @@ from tests.integration.bolt_fixture import bolt_server, free_port, graph_store  
 REPO = Path(__file__).resolve().parents[2]
 
 
-def chunk(document_id: str, page: int, index: int, entities: list[tuple[str, str]],
-          relations: list[tuple[str, str, str]] = (), chunk_id: str | None = None) -> ChunkGraph:
+def chunk(
+    document_id: str,
+    page: int,
+    index: int,
+    entities: list[tuple[str, str]],
+    relations: list[tuple[str, str, str]] = (),
+    chunk_id: str | None = None,
+) -> ChunkGraph:
     return ChunkGraph(
-        document_id=document_id, filename=f"{document_id}.pdf", page_number=page,
-        chunk_id=chunk_id or f"{document_id}:{page}:{index}", chunk_index=index,
+        document_id=document_id,
+        filename=f"{document_id}.pdf",
+        page_number=page,
+        chunk_id=chunk_id or f"{document_id}:{page}:{index}",
+        chunk_index=index,
         extraction=Extraction(
             [Entity(name, type_) for name, type_ in entities],
             [Relation(normalize_entity_name(s), normalize_entity_name(t), ty) for s, t, ty in relations],
@@ -45,15 +55,23 @@ def corpus_of_chunks(n_docs: int = 3, chunks_per_doc: int = 12) -> list[ChunkGra
         for i in range(chunks_per_doc):
             person, org = people[(d + i) % len(people)], orgs[(d * 2 + i) % len(orgs)]
             other = people[(d + i + 1) % len(people)]
-            out.append(chunk(f"doc{d}", 1 + i // 4, i,
-                             [(person, "PERSON"), (org, "ORG"), (other, "PERSON"), (f"Topic {i % 7}", "WORK_OF_ART")],
-                             [(person, org, "WORK_AT"), (person, other, "CO_OCCURS"), (other, org, "CO_OCCURS")]))
+            out.append(
+                chunk(
+                    f"doc{d}",
+                    1 + i // 4,
+                    i,
+                    [(person, "PERSON"), (org, "ORG"), (other, "PERSON"), (f"Topic {i % 7}", "WORK_OF_ART")],
+                    [(person, org, "WORK_AT"), (person, other, "CO_OCCURS"), (other, org, "CO_OCCURS")],
+                )
+            )
     return out
 
 
 def relationship_weights(store: GraphStore) -> dict[tuple[str, str, str], tuple[int, list[str]]]:
-    rows = store._read("MATCH (a:Entity)-[r:RELATED_TO]->(b:Entity) "
-                       "RETURN a.key AS a, b.key AS b, r.type AS t, r.weight AS w, r.chunk_ids AS ids")
+    rows = store._read(
+        "MATCH (a:Entity)-[r:RELATED_TO]->(b:Entity) "
+        "RETURN a.key AS a, b.key AS b, r.type AS t, r.weight AS w, r.chunk_ids AS ids"
+    )
     return {(r["a"], r["b"], r["t"]): (r["w"], sorted(r["ids"])) for r in rows}
 
 
@@ -80,6 +98,7 @@ def test_batches_smaller_than_the_input_give_the_same_graph(graph_store, bolt_se
     graph_store.write_chunks(chunks)
     expected = graph_store.counts(), relationship_weights(graph_store)
     from tests.integration.bolt_fixture import clean_graph
+
     clean_graph(bolt_server)
     with bolt_server.store(batch_size=7) as small_batches:
         small_batches.write_chunks(chunks)
@@ -92,6 +111,7 @@ def test_concurrent_writers_of_the_same_chunks_leave_one_graph(graph_store, bolt
         reference.write_chunks(chunks)
         expected = reference.counts(), relationship_weights(reference)
     from tests.integration.bolt_fixture import clean_graph
+
     clean_graph(bolt_server)
 
     errors: list[BaseException] = []
@@ -105,8 +125,10 @@ def test_concurrent_writers_of_the_same_chunks_leave_one_graph(graph_store, bolt
         except BaseException as exc:  # reported below, with the other thread's outcome
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(chunks,)),
-               threading.Thread(target=writer, args=(list(reversed(chunks)),))]
+    threads = [
+        threading.Thread(target=writer, args=(chunks,)),
+        threading.Thread(target=writer, args=(list(reversed(chunks)),)),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -119,30 +141,43 @@ def test_concurrent_writers_of_the_same_chunks_leave_one_graph(graph_store, bolt
 # -- entity identity -------------------------------------------------------------------------------------------------
 def test_case_whitespace_and_punctuation_variants_are_one_entity(graph_store):
     variants = ["Apple Inc.", "APPLE INC", "apple  inc", " Apple Inc ", "Apple, Inc.", "Ａｐｐｌｅ Inc"]
-    graph_store.write_chunks([chunk("d", 1, i, [(name, "ORG"), ("Tim Cook", "PERSON")],
-                                    [("Tim Cook", name, "LEAD")]) for i, name in enumerate(variants)])
+    graph_store.write_chunks(
+        [
+            chunk("d", 1, i, [(name, "ORG"), ("Tim Cook", "PERSON")], [("Tim Cook", name, "LEAD")])
+            for i, name in enumerate(variants)
+        ]
+    )
     assert graph_store.counts()["entities"] == 2
     assert graph_store.duplicate_entities() == []
     apple = graph_store.entity("apple inc")
     assert apple["key"] == "apple inc" and apple["name"] == "Apple Inc."
-    assert apple["related"] == [{"name": "Tim Cook", "type": "PERSON", "rel_type": "LEAD",
-                                 "weight": len(variants), "direction": "in"}]
+    assert apple["related"] == [
+        {"name": "Tim Cook", "type": "PERSON", "rel_type": "LEAD", "weight": len(variants), "direction": "in"}
+    ]
 
 
 def test_uniqueness_is_enforced_by_the_server(graph_store):
     import neo4j.exceptions
+
     graph_store.write_chunks([chunk("d", 1, 0, [("Apple", "ORG")])])
     with pytest.raises(neo4j.exceptions.ConstraintError):
         graph_store._write(lambda tx: tx.run("CREATE (:Entity {key: 'apple', name: 'dup'})").consume())
 
 
 def test_entity_lookup_reports_mentions_and_both_directions(graph_store):
-    graph_store.write_chunks([
-        chunk("report", 2, 0, [("Marie Curie", "PERSON"), ("Paris", "GPE")], [("Marie Curie", "Paris", "WORK_IN")]),
-        chunk("report", 5, 1, [("Marie Curie", "PERSON"), ("Pierre Curie", "PERSON")],
-              [("Pierre Curie", "Marie Curie", "MARRY")]),
-        chunk("letters", 1, 0, [("marie curie", "PERSON")]),
-    ])
+    graph_store.write_chunks(
+        [
+            chunk("report", 2, 0, [("Marie Curie", "PERSON"), ("Paris", "GPE")], [("Marie Curie", "Paris", "WORK_IN")]),
+            chunk(
+                "report",
+                5,
+                1,
+                [("Marie Curie", "PERSON"), ("Pierre Curie", "PERSON")],
+                [("Pierre Curie", "Marie Curie", "MARRY")],
+            ),
+            chunk("letters", 1, 0, [("marie curie", "PERSON")]),
+        ]
+    )
     found = graph_store.entity("MARIE CURIE")
     assert found["name"] == "Marie Curie" and found["type"] == "PERSON"
     assert found["mentions"] == [
@@ -151,16 +186,20 @@ def test_entity_lookup_reports_mentions_and_both_directions(graph_store):
         {"document_id": "report", "filename": "report.pdf", "page_number": 5},
     ]
     assert sorted((r["name"], r["rel_type"], r["direction"]) for r in found["related"]) == [
-        ("Paris", "WORK_IN", "out"), ("Pierre Curie", "MARRY", "in")]
+        ("Paris", "WORK_IN", "out"),
+        ("Pierre Curie", "MARRY", "in"),
+    ]
     assert graph_store.entity("Nobody At All") is None
 
 
 # -- rewrites and deletes ----------------------------------------------------------------------------------------------
 def test_rewriting_a_chunk_replaces_its_previous_extraction(graph_store):
-    graph_store.write_chunks([
-        chunk("d", 1, 0, [("Alpha", "ORG"), ("Beta", "ORG")], [("Alpha", "Beta", "OWN")]),
-        chunk("d", 1, 1, [("Alpha", "ORG"), ("Beta", "ORG")], [("Alpha", "Beta", "OWN")]),
-    ])
+    graph_store.write_chunks(
+        [
+            chunk("d", 1, 0, [("Alpha", "ORG"), ("Beta", "ORG")], [("Alpha", "Beta", "OWN")]),
+            chunk("d", 1, 1, [("Alpha", "ORG"), ("Beta", "ORG")], [("Alpha", "Beta", "OWN")]),
+        ]
+    )
     graph_store.write_chunks([chunk("d", 1, 0, [("Alpha", "ORG"), ("Gamma", "ORG")], [("Alpha", "Gamma", "OWN")])])
     weights = relationship_weights(graph_store)
     assert weights == {("alpha", "beta", "OWN"): (1, ["d:1:1"]), ("alpha", "gamma", "OWN"): (1, ["d:1:0"])}
@@ -171,12 +210,24 @@ def test_rewriting_a_chunk_replaces_its_previous_extraction(graph_store):
 
 
 def test_delete_document_keeps_entities_other_documents_mention(graph_store):
-    graph_store.write_chunks([
-        chunk("a", 1, 0, [("Ada Lovelace", "PERSON"), ("Charles Babbage", "PERSON"), ("London", "GPE")],
-              [("Ada Lovelace", "Charles Babbage", "CORRESPOND"), ("Ada Lovelace", "London", "LIVE_IN")]),
-        chunk("b", 1, 0, [("Ada Lovelace", "PERSON"), ("Charles Babbage", "PERSON"), ("Analytical Engine", "PRODUCT")],
-              [("Ada Lovelace", "Charles Babbage", "CORRESPOND"), ("Charles Babbage", "Analytical Engine", "DESIGN")]),
-    ])
+    graph_store.write_chunks(
+        [
+            chunk(
+                "a",
+                1,
+                0,
+                [("Ada Lovelace", "PERSON"), ("Charles Babbage", "PERSON"), ("London", "GPE")],
+                [("Ada Lovelace", "Charles Babbage", "CORRESPOND"), ("Ada Lovelace", "London", "LIVE_IN")],
+            ),
+            chunk(
+                "b",
+                1,
+                0,
+                [("Ada Lovelace", "PERSON"), ("Charles Babbage", "PERSON"), ("Analytical Engine", "PRODUCT")],
+                [("Ada Lovelace", "Charles Babbage", "CORRESPOND"), ("Charles Babbage", "Analytical Engine", "DESIGN")],
+            ),
+        ]
+    )
     assert relationship_weights(graph_store)[("ada lovelace", "charles babbage", "CORRESPOND")][0] == 2
 
     graph_store.delete_document("a")
@@ -197,8 +248,13 @@ def test_delete_document_keeps_entities_other_documents_mention(graph_store):
 
 
 def test_delete_chunks_removes_emptied_pages_and_documents_only(graph_store):
-    graph_store.write_chunks([chunk("d", 1, 0, [("X Corp", "ORG")]), chunk("d", 2, 1, [("Y Corp", "ORG")]),
-                              chunk("e", 1, 0, [("X Corp", "ORG")])])
+    graph_store.write_chunks(
+        [
+            chunk("d", 1, 0, [("X Corp", "ORG")]),
+            chunk("d", 2, 1, [("Y Corp", "ORG")]),
+            chunk("e", 1, 0, [("X Corp", "ORG")]),
+        ]
+    )
     graph_store.delete_chunks(["d:1:0"])
     assert graph_store.counts() == {"documents": 2, "pages": 2, "chunks": 2, "entities": 2, "relationships": 0}
     graph_store.delete_chunks(["d:2:1", "not-a-chunk"])
@@ -212,10 +268,12 @@ def test_write_throughput(graph_store, record_property):
     orgs = [f"Organisation {i}" for i in range(100)]
     chunks = []
     for i in range(200):
-        ents = [(people[(i * 7 + k) % 300], "PERSON") for k in range(5)] + \
-               [(orgs[(i * 3 + k) % 100], "ORG") for k in range(3)]
-        rels = [(ents[k][0], ents[5 + k % 3][0], "WORK_FOR") for k in range(5)] + \
-               [(ents[k][0], ents[k + 1][0], "CO_OCCURS") for k in range(4)]
+        ents = [(people[(i * 7 + k) % 300], "PERSON") for k in range(5)] + [
+            (orgs[(i * 3 + k) % 100], "ORG") for k in range(3)
+        ]
+        rels = [(ents[k][0], ents[5 + k % 3][0], "WORK_FOR") for k in range(5)] + [
+            (ents[k][0], ents[k + 1][0], "CO_OCCURS") for k in range(4)
+        ]
         chunks.append(chunk(f"bench{i // 40}", 1 + (i % 40) // 4, i % 40, ents, rels))
     started = time.perf_counter()
     graph_store.write_chunks(chunks)
@@ -225,8 +283,10 @@ def test_write_throughput(graph_store, record_property):
     again = time.perf_counter() - started
     record_property("graph_write_chunks_per_s", round(len(chunks) / first, 1))
     record_property("graph_rewrite_chunks_per_s", round(len(chunks) / again, 1))
-    print(f"\ngraph write: {len(chunks) / first:.0f} chunks/s (8 entities, 9 relations each), "
-          f"rewrite: {len(chunks) / again:.0f} chunks/s")
+    print(
+        f"\ngraph write: {len(chunks) / first:.0f} chunks/s (8 entities, 9 relations each), "
+        f"rewrite: {len(chunks) / again:.0f} chunks/s"
+    )
     counts = graph_store.counts()
     assert counts["chunks"] == 200 and counts["entities"] == 400 and counts["documents"] == 5
 
@@ -278,8 +338,16 @@ def _java_processes_for(home: Path) -> list[int]:
 def test_racing_starters_share_one_detached_server_that_keeps_data_across_restarts(tmp_path, monkeypatch):
     home, port = tmp_path / "bolt", free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    racers = [subprocess.Popen([sys.executable, "-c", _RACE_SCRIPT, str(home), str(port)], cwd=REPO, env=env,
-                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACE_SCRIPT, str(home), str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     results = [json.loads(racer.communicate(timeout=180)[0]) for racer in racers]
     server = BoltServer(home, port=port)
     try:
@@ -313,6 +381,7 @@ def test_racing_starters_share_one_detached_server_that_keeps_data_across_restar
 
 def test_wrong_password_is_refused_without_echoing_it(bolt_server):
     import neo4j.exceptions
+
     secret = "not-the-password-" + "x" * 8
     with GraphStore(bolt_server.uri, bolt_server.user, secret, bolt_server.database) as store:
         with pytest.raises(neo4j.exceptions.Neo4jError) as raised:
@@ -339,8 +408,10 @@ def test_resource_uses_the_configured_server_when_uri_is_set(graph_store, bolt_s
     with Neo4jResource.from_settings(Settings.from_env()).get_store() as store:
         assert store.entity("shared entity")["mentions"][0]["document_id"] == "d"
     # explicit fields win over the environment
-    resource = Neo4jResource(uri=bolt_server.uri, user=bolt_server.user, password="wrong-password",
-                             database=bolt_server.database or "")
+    resource = Neo4jResource(
+        uri=bolt_server.uri, user=bolt_server.user, password="wrong-password", database=bolt_server.database or ""
+    )
     import neo4j.exceptions
+
     with resource.get_store() as store, pytest.raises(neo4j.exceptions.AuthError):
         store.counts()

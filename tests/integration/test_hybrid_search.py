@@ -3,6 +3,7 @@
 `edge` is the embedded Qdrant Edge store; `client` is qdrant-client's local mode, standing in for a server (same
 client API, same query with prefetches and RRF fusion).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,17 @@ TARGETS = [
     "The ferry Kystvakt left Ålesund harbour at dawn carrying 37 crates of salted cod for the Bergen market.",
     "Gearbox model TX-9 overheats when the oil pump runs below 800 revolutions for longer than ten minutes.",
 ]
-SWAPS = [("412", "417"), ("Halvorsen", "Haraldsen"), ("October", "November"), ("37", "73"), ("Kystvakt", "Kystlys"),
-         ("dawn", "dusk"), ("TX-9", "TX-6"), ("800", "900"), ("ten", "twelve")]
+SWAPS = [
+    ("412", "417"),
+    ("Halvorsen", "Haraldsen"),
+    ("October", "November"),
+    ("37", "73"),
+    ("Kystvakt", "Kystlys"),
+    ("dawn", "dusk"),
+    ("TX-9", "TX-6"),
+    ("800", "900"),
+    ("ten", "twelve"),
+]
 FILLER = "The log book records the entry in the usual way, and the clerk signs it before the evening."
 
 
@@ -43,9 +53,14 @@ def embedder():
 
 def points_of(embedder, chunks, document_id="doc-1") -> list[ChunkPoint]:
     vectors = embedder.embed([text for _, text in chunks])
-    return [ChunkPoint(chunk_id, vector, {"document_id": document_id, "filename": "log.pdf", "page_number": i + 1,
-                                          "chunk_index": i, "text": text})
-            for i, ((chunk_id, text), vector) in enumerate(zip(chunks, vectors))]
+    return [
+        ChunkPoint(
+            chunk_id,
+            vector,
+            {"document_id": document_id, "filename": "log.pdf", "page_number": i + 1, "chunk_index": i, "text": text},
+        )
+        for i, ((chunk_id, text), vector) in enumerate(zip(chunks, vectors))
+    ]
 
 
 def test_a_verbatim_sentence_ranks_its_chunk_first_among_near_duplicates(store_at, embedder, tmp_path):
@@ -74,11 +89,14 @@ def test_a_verbatim_sentence_ranks_its_chunk_first_among_near_duplicates(store_a
 def write_old_collection(backend, path, points, dim):
     """A collection as docqueue made it before hybrid search: the dense vector only."""
     store = build_store(backend, path, dim=dim)
-    prepared = [PreparedPoint(store._prepare(p).id, [float(x) for x in p.vector], {**p.payload, "chunk_id": p.chunk_id})
-                for p in points]
+    prepared = [
+        PreparedPoint(store._prepare(p).id, [float(x) for x in p.vector], {**p.payload, "chunk_id": p.chunk_id})
+        for p in points
+    ]
     if backend == "edge":
-        shard = qe.EdgeShard.create(str(store.folder), qe.EdgeConfig(
-            vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)))
+        shard = qe.EdgeShard.create(
+            str(store.folder), qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine))
+        )
         shard.update(qe.UpdateOperation.upsert_points([qe.Point(p.id, p.vector, p.payload) for p in prepared]))
         shard.close()
     else:
@@ -86,10 +104,10 @@ def write_old_collection(backend, path, points, dim):
         from qdrant_client.http import models as qm
 
         client = QdrantClient(path=str(path))
-        client.create_collection(store.collection, vectors_config=qm.VectorParams(size=dim,
-                                                                                  distance=qm.Distance.COSINE))
-        client.upsert(store.collection, [qm.PointStruct(id=p.id, vector=p.vector, payload=p.payload)
-                                         for p in prepared])
+        client.create_collection(
+            store.collection, vectors_config=qm.VectorParams(size=dim, distance=qm.Distance.COSINE)
+        )
+        client.upsert(store.collection, [qm.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in prepared])
         client.close()
 
 

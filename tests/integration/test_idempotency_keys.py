@@ -1,4 +1,5 @@
 """Idempotency keys of document registration (migration 0013, TaskQueue.register_document) on real PostgreSQL."""
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -10,8 +11,13 @@ from tests.queue_support import new_hash
 
 
 def register(queue, content: str, **kwargs):
-    return queue.register_document(filename=kwargs.pop("filename", "note.md"), content_hash=new_hash(content),
-                                   size_bytes=len(content), mime_type="text/markdown", **kwargs)
+    return queue.register_document(
+        filename=kwargs.pop("filename", "note.md"),
+        content_hash=new_hash(content),
+        size_bytes=len(content),
+        mime_type="text/markdown",
+        **kwargs,
+    )
 
 
 def document_count(queue) -> int:
@@ -21,8 +27,7 @@ def document_count(queue) -> int:
 
 def test_the_same_key_twice_is_one_document(queue):
     first, created = register(queue, "minutes of the board", idempotency_key="request-17")
-    again, created_again = register(queue, "minutes of the board", filename="renamed.md",
-                                    idempotency_key="request-17")
+    again, created_again = register(queue, "minutes of the board", filename="renamed.md", idempotency_key="request-17")
     assert created and not created_again
     assert again["id"] == first["id"] and again["filename"] == "note.md"
     assert first["idempotency_key"] == "request-17"
@@ -33,8 +38,9 @@ def test_the_same_key_with_other_bytes_is_refused_and_changes_nothing(queue):
     first, _ = register(queue, "version one", idempotency_key="upload-1")
     with pytest.raises(IdempotencyConflict) as refused:
         register(queue, "version two", idempotency_key="upload-1")
-    assert str(refused.value) == ("idempotency key 'upload-1' was already used for different content "
-                                  f"(document {first['document_key']})")
+    assert str(refused.value) == (
+        f"idempotency key 'upload-1' was already used for different content (document {first['document_key']})"
+    )
     assert document_count(queue) == 1
     assert queue.document(str(first["id"]))["content_hash"] == new_hash("version one")
 
@@ -56,8 +62,10 @@ def test_content_hash_deduplication_stays_and_the_key_then_names_those_bytes(que
     assert document_count(queue) == 4
 
 
-@pytest.mark.parametrize("key, rule", [("", "non-empty"), ("   ", "non-empty"), ("x" * 256, "at most 255"),
-                                       ("line\nbreak", "control characters")])
+@pytest.mark.parametrize(
+    "key, rule",
+    [("", "non-empty"), ("   ", "non-empty"), ("x" * 256, "at most 255"), ("line\nbreak", "control characters")],
+)
 def test_invalid_keys_are_refused_before_anything_is_written(queue, key, rule):
     with pytest.raises(ValueError, match=rule):
         register(queue, "content", idempotency_key=key)

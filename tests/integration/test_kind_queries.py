@@ -5,6 +5,7 @@ beside a background document whose page was chunked and whose chunks are being e
 and the document's OCR status are their children's roll-up there, although the page still carries its chunking
 worker and an old heartbeat. No query may take those roll-ups for tasks a worker holds.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,7 @@ def _ready_for(queue: TaskQueue, kind: TaskKind, name: str) -> dict:
     """A document with exactly one task of `kind` ready (one page, one chunk)."""
     doc = register(queue, name)
     steps = [OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE, VECTOR_CHUNK, GRAPHRAG_CHUNK]
-    for step in steps[:steps.index(kind)]:
+    for step in steps[: steps.index(kind)]:
         if step is OCR_DOCUMENT:
             expand(queue, doc, 1)
         elif step is OCR_PAGE:
@@ -39,28 +40,43 @@ def _ready_for(queue: TaskQueue, kind: TaskKind, name: str) -> dict:
 
 def _ids_of(queue: TaskQueue, kind: TaskKind, doc: dict) -> list[str]:
     with queue.engine.connect() as conn:
-        return [r[0] for r in conn.exec_driver_sql(
-            f"SELECT id::text FROM {kind.table} WHERE {kind.document_column} = %(d)s ORDER BY id",
-            {"d": str(doc["id"])}).all()]
+        return [
+            r[0]
+            for r in conn.exec_driver_sql(
+                f"SELECT id::text FROM {kind.table} WHERE {kind.document_column} = %(d)s ORDER BY id",
+                {"d": str(doc["id"])},
+            ).all()
+        ]
 
 
 def _age_heartbeats(queue: TaskQueue, kind: TaskKind, ids: list[str], seconds: int = 3600) -> None:
     with queue.engine.begin() as conn:
         conn.exec_driver_sql(
             f"UPDATE {kind.table} SET {kind.col('last_heartbeat')} = now() - make_interval(secs => %(s)s) "
-            f"WHERE id = ANY(%(ids)s::uuid[])", {"s": seconds, "ids": ids})
+            f"WHERE id = ANY(%(ids)s::uuid[])",
+            {"s": seconds, "ids": ids},
+        )
 
 
 def _row(queue: TaskQueue, kind: TaskKind, task_id: str) -> dict:
     with queue.engine.connect() as conn:
-        return dict(conn.exec_driver_sql(f"SELECT * FROM {kind.table} WHERE id = %(id)s",
-                                         {"id": task_id}).mappings().one())
+        return dict(
+            conn.exec_driver_sql(f"SELECT * FROM {kind.table} WHERE id = %(id)s", {"id": task_id}).mappings().one()
+        )
 
 
 @pytest.fixture
 def backing_off_queue(engine) -> TaskQueue:
-    return TaskQueue(engine, QueueSettings(heartbeat_interval_s=0.2, stale_timeout_s=2.0, max_retries=3,
-                                           retry_backoff_base_s=BACKOFF_S, retry_backoff_max_s=BACKOFF_S))
+    return TaskQueue(
+        engine,
+        QueueSettings(
+            heartbeat_interval_s=0.2,
+            stale_timeout_s=2.0,
+            max_retries=3,
+            retry_backoff_base_s=BACKOFF_S,
+            retry_backoff_max_s=BACKOFF_S,
+        ),
+    )
 
 
 @pytest.fixture
@@ -76,8 +92,13 @@ def rolled_up(backing_off_queue) -> dict:
     _age_heartbeats(queue, OCR_DOCUMENT, [str(doc["id"])])
     page = _row(queue, VECTOR_PAGE, page_id)
     assert page["vector_status"] == "processing" and page["vector_worker_id"] and page["chunked_at"] is not None
-    return {"doc": doc, "page_id": page_id, "chunks": chunks, "embedder": embedder,
-            "stale_owners": [page["vector_worker_id"], queue.document(str(doc["id"]))["current_worker_id"]]}
+    return {
+        "doc": doc,
+        "page_id": page_id,
+        "chunks": chunks,
+        "embedder": embedder,
+        "stale_owners": [page["vector_worker_id"], queue.document(str(doc["id"]))["current_worker_id"]],
+    }
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.name)
@@ -166,8 +187,16 @@ def test_a_chunking_retry_in_back_off_is_waiting_work(backing_off_queue):
     assert waiting["next_retry_in_s"] is not None and waiting["next_retry_in_s"] > BACKOFF_S / 2
 
 
-@pytest.mark.parametrize("build", [inspection.held_sql, inspection.stuck_sql, inspection.next_retry_sql,
-                                   inspection.holders_sql, inspection.document_held_sql])
+@pytest.mark.parametrize(
+    "build",
+    [
+        inspection.held_sql,
+        inspection.stuck_sql,
+        inspection.next_retry_sql,
+        inspection.holders_sql,
+        inspection.document_held_sql,
+    ],
+)
 def test_generated_queries_name_every_kind(build):
     sql = build()
     assert all(f"'{kind.name}'" in sql and kind.table in sql for kind in ALL_KINDS)

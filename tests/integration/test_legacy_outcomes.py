@@ -1,5 +1,6 @@
 """Every shape the legacy (Phase 2) migration leaves ends in a stated, actionable state, and no chunk without text
 is ever embedded or extracted."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,8 @@ def legacy(create_database, settings):
                ('indexed.pdf', 'converted', 'indexed', %(p)s::jsonb, %(c)s::jsonb),
                ('converted-without-details.pdf', 'converted', 'pending', NULL, NULL),
                ('waiting.pdf', 'pending', 'pending', NULL, NULL)""",
-            {"p": json.dumps(PAGES), "c": json.dumps(CHUNKS)})
+            {"p": json.dumps(PAGES), "c": json.dumps(CHUNKS)},
+        )
     upgrade(engine)
     yield TaskQueue(engine, settings)
     engine.dispose()
@@ -42,20 +44,25 @@ def pipeline(legacy, tmp_path):
     from resources.qdrant_edge import EdgeVectorStore
     from resources.storage import LocalStorage
 
-    pipeline = Pipeline(legacy, storage=LocalStorage(tmp_path / "storage"),
-                        pdf=OcrResource.from_settings(Settings.from_env()).get_processor(),
-                        embedder=get_embedder(),
-                        extractor=ExtractionResource.from_settings(Settings.from_env()).get_extractor(),
-                        vector_store_factory=lambda model_id, dim: EdgeVectorStore(
-                            path=str(tmp_path / "qdrant"), model_id=model_id, dim=dim))
+    pipeline = Pipeline(
+        legacy,
+        storage=LocalStorage(tmp_path / "storage"),
+        pdf=OcrResource.from_settings(Settings.from_env()).get_processor(),
+        embedder=get_embedder(),
+        extractor=ExtractionResource.from_settings(Settings.from_env()).get_extractor(),
+        vector_store_factory=lambda model_id, dim: EdgeVectorStore(
+            path=str(tmp_path / "qdrant"), model_id=model_id, dim=dim
+        ),
+    )
     yield pipeline
     pipeline.close()
 
 
 def _document(queue: TaskQueue, filename: str) -> dict:
     with queue.engine.connect() as conn:
-        return dict(conn.exec_driver_sql("SELECT * FROM documents WHERE filename = %(f)s", {"f": filename})
-                    .mappings().one())
+        return dict(
+            conn.exec_driver_sql("SELECT * FROM documents WHERE filename = %(f)s", {"f": filename}).mappings().one()
+        )
 
 
 def test_a_document_converted_without_page_details_fails_with_what_to_do(legacy):

@@ -1,5 +1,6 @@
 """Schema migrations: idempotent, queue_db/schema.sql is what they build (fresh or step by step, with data), and
 the seed's legacy data migration."""
+
 from __future__ import annotations
 
 import difflib
@@ -23,21 +24,32 @@ def schema_of(engine: sa.Engine) -> dict:
             """SELECT table_name, column_name, data_type, udt_name, is_nullable, column_default,
                       character_maximum_length
                FROM information_schema.columns WHERE table_schema = 'public' AND table_name = ANY(%(t)s)""",
-            {"t": list(DOCQUEUE_TABLES)}).all()
+            {"t": list(DOCQUEUE_TABLES)},
+        ).all()
         indexes = conn.exec_driver_sql(
             "SELECT tablename, indexname, indexdef FROM pg_indexes "
             "WHERE schemaname = 'public' AND tablename = ANY(%(t)s)",
-            {"t": list(DOCQUEUE_TABLES)}).all()
+            {"t": list(DOCQUEUE_TABLES)},
+        ).all()
         constraints = conn.exec_driver_sql(
             """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint
-               WHERE conrelid::regclass::text = ANY(%(t)s)""", {"t": list(DOCQUEUE_TABLES)}).all()
+               WHERE conrelid::regclass::text = ANY(%(t)s)""",
+            {"t": list(DOCQUEUE_TABLES)},
+        ).all()
         enum = conn.exec_driver_sql(
             "SELECT enumlabel FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid "
-            "WHERE t.typname = 'task_status' ORDER BY enumsortorder").all()
+            "WHERE t.typname = 'task_status' ORDER BY enumsortorder"
+        ).all()
         functions = conn.exec_driver_sql(
-            "SELECT proname, md5(prosrc) FROM pg_proc WHERE proname LIKE 'docqueue%%' ORDER BY proname").all()
-    return {"columns": {tuple(map(str, c)) for c in columns}, "indexes": {tuple(i) for i in indexes},
-            "constraints": {tuple(c) for c in constraints}, "enum": [e[0] for e in enum], "functions": list(functions)}
+            "SELECT proname, md5(prosrc) FROM pg_proc WHERE proname LIKE 'docqueue%%' ORDER BY proname"
+        ).all()
+    return {
+        "columns": {tuple(map(str, c)) for c in columns},
+        "indexes": {tuple(i) for i in indexes},
+        "constraints": {tuple(c) for c in constraints},
+        "enum": [e[0] for e in enum],
+        "functions": list(functions),
+    }
 
 
 @pytest.fixture
@@ -65,8 +77,14 @@ def _url(engine: sa.Engine) -> str:
 def schema_difference(migrated: sa.Engine, reference: sa.Engine) -> str:
     """Unified diff of the two catalogs (normalised pg_dump --schema-only); empty when they are the same."""
     built, expected = schema_file.dump_schema(_url(migrated)), schema_file.dump_schema(_url(reference))
-    return "".join(difflib.unified_diff(expected.splitlines(True), built.splitlines(True),
-                                        "database built from queue_db/schema.sql", "database built by the migrations"))
+    return "".join(
+        difflib.unified_diff(
+            expected.splitlines(True),
+            built.splitlines(True),
+            "database built from queue_db/schema.sql",
+            "database built by the migrations",
+        )
+    )
 
 
 def assert_schema_file_describes(migrated: sa.Engine, reference: sa.Engine, how: str) -> None:
@@ -84,15 +102,17 @@ def assert_schema_file_is_built_through_the_latest_migration() -> None:
     built = schema_file.built_through(schema_file.SCHEMA_FILE.read_text(encoding="utf-8"))
     assert built == f"{latest.version:04d}_{latest.name}", (
         f"queue_db/schema.sql was built through migration {built}, the latest is "
-        f"{latest.version:04d}_{latest.name}: {schema_file.stale_message()}")
+        f"{latest.version:04d}_{latest.name}: {schema_file.stale_message()}"
+    )
 
 
 def test_schema_file_is_built_through_the_latest_migration():
     assert_schema_file_is_built_through_the_latest_migration()
 
 
-def test_a_new_migration_makes_the_schema_file_stale(create_database, from_schema_file, monkeypatch, tmp_path,
-                                                     pg_admin_url):
+def test_a_new_migration_makes_the_schema_file_stale(
+    create_database, from_schema_file, monkeypatch, tmp_path, pg_admin_url
+):
     """What an engineer adding migration 0013 sees until schema.sql is regenerated: both checks above fail and
     name the command, and the command's --check agrees until it has rewritten the file."""
     latest = available_migrations()[-1]
@@ -128,17 +148,35 @@ def test_seed_schema_is_present_verbatim(fresh):
     schema = schema_of(fresh)
     assert schema["enum"] == ["pending", "processing", "completed", "failed"]
     index_names = {i[1] for i in schema["indexes"]}
-    for name in ("idx_tqp_ocr_status", "idx_tqp_vector_status", "idx_tqp_graphrag_status", "idx_tqp_document",
-                 "idx_tqp_ocr_heartbeat", "idx_tqp_vector_heartbeat", "idx_tqp_graphrag_heartbeat",
-                 "idx_tqc_vector_status", "idx_tqc_graphrag_status", "idx_tqc_page", "idx_tqc_document",
-                 "idx_tqc_vector_heartbeat", "idx_tqc_graphrag_heartbeat"):
+    for name in (
+        "idx_tqp_ocr_status",
+        "idx_tqp_vector_status",
+        "idx_tqp_graphrag_status",
+        "idx_tqp_document",
+        "idx_tqp_ocr_heartbeat",
+        "idx_tqp_vector_heartbeat",
+        "idx_tqp_graphrag_heartbeat",
+        "idx_tqc_vector_status",
+        "idx_tqc_graphrag_status",
+        "idx_tqc_page",
+        "idx_tqc_document",
+        "idx_tqc_vector_heartbeat",
+        "idx_tqc_graphrag_heartbeat",
+    ):
         assert name in index_names
     cols = {(c[0], c[1]) for c in schema["columns"]}
-    for table, col in [("documents", "ocr_status"), ("documents", "vector_index_status"),
-                       ("documents", "graphrag_index_status"), ("documents", "current_worker_id"),
-                       ("documents", "last_heartbeat"), ("task_queue_page", "ocr_last_heartbeat"),
-                       ("task_queue_page", "chunk_count"), ("task_queue_chunk", "chunk_content_hash"),
-                       ("task_queue_chunk", "entities_extracted"), ("task_queue_chunk", "relationships_extracted")]:
+    for table, col in [
+        ("documents", "ocr_status"),
+        ("documents", "vector_index_status"),
+        ("documents", "graphrag_index_status"),
+        ("documents", "current_worker_id"),
+        ("documents", "last_heartbeat"),
+        ("task_queue_page", "ocr_last_heartbeat"),
+        ("task_queue_page", "chunk_count"),
+        ("task_queue_chunk", "chunk_content_hash"),
+        ("task_queue_chunk", "entities_extracted"),
+        ("task_queue_chunk", "relationships_extracted"),
+    ]:
         assert (table, col) in cols
 
 
@@ -166,13 +204,18 @@ def test_chunk_text_moves_off_the_queue_row(create_database, from_schema_file):
     with engine.begin() as conn:
         doc = conn.exec_driver_sql(
             "INSERT INTO documents (filename, pages_created_at, ocr_status) VALUES ('old.pdf', now(), 'completed') "
-            "RETURNING id").scalar()
+            "RETURNING id"
+        ).scalar()
         page = conn.exec_driver_sql(
             "INSERT INTO task_queue_page (document_id, page_number, ocr_status, chunked_at) "
-            "VALUES (%(d)s, 1, 'completed', now()) RETURNING id", {"d": doc}).scalar()
+            "VALUES (%(d)s, 1, 'completed', now()) RETURNING id",
+            {"d": doc},
+        ).scalar()
         conn.exec_driver_sql(
             "INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, content) "
-            "VALUES (%(p)s, %(d)s, 'c0', 0, 'first words'), (%(p)s, %(d)s, 'c1', 1, NULL)", {"p": page, "d": doc})
+            "VALUES (%(p)s, %(d)s, 'c0', 0, 'first words'), (%(p)s, %(d)s, 'c1', 1, NULL)",
+            {"p": page, "d": doc},
+        )
     upgrade(engine)
     assert_schema_file_describes(engine, from_schema_file, "upgrading a version-11 database that holds chunk text")
     claimed = TaskQueue(engine).claim(VECTOR_CHUNK, "migration-test", 5)
@@ -205,36 +248,56 @@ def test_legacy_database_migrates_its_progress(create_database, from_schema_file
     engine = create_queue_engine(create_database())
     with engine.begin() as conn:
         conn.exec_driver_sql(LEGACY_SCHEMA)
-        pages = {"pages": [{"page_number": 1, "page_file_path": "indexed/page_0001_nohf.md"},
-                           {"page_number": 2, "page_file_path": "indexed/page_0002_nohf.md"}]}
-        chunks = {"chunks": [{"page_number": 1, "chunk_index": 0, "chunk_id": "c-1-0", "content_hash": "h10"},
-                             {"page_number": 1, "chunk_index": 1, "chunk_id": "c-1-1", "content_hash": "h11"}]}
+        pages = {
+            "pages": [
+                {"page_number": 1, "page_file_path": "indexed/page_0001_nohf.md"},
+                {"page_number": 2, "page_file_path": "indexed/page_0002_nohf.md"},
+            ]
+        }
+        chunks = {
+            "chunks": [
+                {"page_number": 1, "chunk_index": 0, "chunk_id": "c-1-0", "content_hash": "h10"},
+                {"page_number": 1, "chunk_index": 1, "chunk_id": "c-1-1", "content_hash": "h11"},
+            ]
+        }
         conn.exec_driver_sql(
             """INSERT INTO documents (filename, convert_status, index_status, ocr_details, indexing_details) VALUES
                ('Indexed Report.pdf', 'converted', 'indexed', %(p)s::jsonb, %(c)s::jsonb),
                ('converted.pdf', 'converted', 'pending', %(p1)s::jsonb, NULL),
                ('new.pdf', 'pending', 'pending', NULL, NULL)""",
-            {"p": json.dumps(pages), "c": json.dumps(chunks),
-             "p1": json.dumps({"pages": [{"page_number": 1, "page_file_path": "conv/page_0001_nohf.md"}]})})
+            {
+                "p": json.dumps(pages),
+                "c": json.dumps(chunks),
+                "p1": json.dumps({"pages": [{"page_number": 1, "page_file_path": "conv/page_0001_nohf.md"}]}),
+            },
+        )
         conn.exec_driver_sql("INSERT INTO task_queue (task_type, status) VALUES ('convert', 'done')")
     upgrade(engine)
     with engine.connect() as conn:
-        docs = {r.filename: r for r in conn.exec_driver_sql(
-            "SELECT filename, ocr_status, vector_index_status, graphrag_index_status, page_count, document_key "
-            "FROM documents").all()}
+        docs = {
+            r.filename: r
+            for r in conn.exec_driver_sql(
+                "SELECT filename, ocr_status, vector_index_status, graphrag_index_status, page_count, document_key "
+                "FROM documents"
+            ).all()
+        }
         indexed_pages = conn.exec_driver_sql(
             """SELECT p.page_number, p.ocr_status, p.vector_status, p.graphrag_status, p.chunk_count
                FROM task_queue_page p
-               JOIN documents d ON d.id = p.document_id WHERE d.filename = 'Indexed Report.pdf' ORDER BY 1""").all()
+               JOIN documents d ON d.id = p.document_id WHERE d.filename = 'Indexed Report.pdf' ORDER BY 1"""
+        ).all()
         chunk_rows = conn.exec_driver_sql(
-            "SELECT chunk_id, vector_status, graphrag_status FROM task_queue_chunk ORDER BY 1").all()
+            "SELECT chunk_id, vector_status, graphrag_status FROM task_queue_chunk ORDER BY 1"
+        ).all()
         legacy_rows = conn.exec_driver_sql("SELECT count(*) FROM task_queue").scalar()
     assert docs["Indexed Report.pdf"][1:5] == ("completed", "completed", "completed", 2)
     assert docs["Indexed Report.pdf"].document_key.startswith("indexed-report-")
     assert docs["converted.pdf"][1:5] == ("completed", "pending", "pending", 1)
     assert docs["new.pdf"][1:4] == ("pending", "pending", "pending")
-    assert [tuple(r) for r in indexed_pages] == [(1, "completed", "completed", "completed", 2),
-                                                 (2, "completed", "completed", "completed", 0)]
+    assert [tuple(r) for r in indexed_pages] == [
+        (1, "completed", "completed", "completed", 2),
+        (2, "completed", "completed", "completed", 0),
+    ]
     assert [tuple(r) for r in chunk_rows] == [("c-1-0", "completed", "completed"), ("c-1-1", "completed", "completed")]
     assert legacy_rows == 1  # the old table is kept (seed migration Phase 1)
     # and apart from the legacy columns/table, the schema is the one queue_db/schema.sql describes

@@ -1,4 +1,5 @@
 """PdfProcessor on generated PDFs: real PyMuPDF, real RapidOCR, a real worker process."""
+
 from __future__ import annotations
 
 import os
@@ -255,8 +256,9 @@ def test_timeout_kills_and_replaces_the_worker(scanned, report_pdf: Path):
         impatient.inspect(report_pdf)
         first_pid = impatient.worker_pid
         started = time.monotonic()
-        error = _assert_fails(lambda: impatient.convert_page(path, 1), "timeout",
-                              "timeout: page 1 took more than 0.5 s")
+        error = _assert_fails(
+            lambda: impatient.convert_page(path, 1), "timeout", "timeout: page 1 took more than 0.5 s"
+        )
         assert error.retryable is True and time.monotonic() - started < 5
         assert impatient.worker_pid is None and not _pid_alive(first_pid)
         assert "Quarterly" in impatient.convert_page(report_pdf, 1).markdown  # a fresh worker took over
@@ -304,8 +306,11 @@ def test_interrupted_call_does_not_leak_its_reply_into_the_next(scanned, report_
 def test_memory_cap_gives_resource_limit_and_recovers(pdf_dir: Path, report_pdf: Path):
     huge = factory.huge_image_pdf(pdf_dir, "huge_for_cap.pdf")  # 400 MB once decoded
     with PdfProcessor(PdfLimits(max_memory_mb=700)) as capped:
-        error = _assert_fails(lambda: capped.convert_page(huge, 1), "resource_limit",
-                              "resource limit: page 1 exceeded the 700 MB memory cap")
+        error = _assert_fails(
+            lambda: capped.convert_page(huge, 1),
+            "resource_limit",
+            "resource limit: page 1 exceeded the 700 MB memory cap",
+        )
         assert error.retryable is True
         assert "Quarterly" in capped.convert_page(report_pdf, 1).markdown
 

@@ -1,6 +1,7 @@
 """Partition retention against a real queue database and a real Dagster instance on PostgreSQL: completed pages
 and chunks leave Dagster after the retention or beyond the max-completed count, a batch at a time, failed and
 pending ones stay, the queue keeps every row, and a retired task put back to work gets its partition again."""
+
 from __future__ import annotations
 
 import re
@@ -41,11 +42,15 @@ def _chunks(queue) -> list[dict]:
     from queue_db.keys import chunk_partition_key
 
     with queue.engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            """SELECT c.id::text AS id, d.document_key, p.page_number, c.chunk_index, c.partition_retired_at,
+        rows = (
+            conn.exec_driver_sql(
+                """SELECT c.id::text AS id, d.document_key, p.page_number, c.chunk_index, c.partition_retired_at,
                       c.partition_block FROM task_queue_chunk c JOIN task_queue_page p ON p.id = c.page_id
                JOIN documents d ON d.id = c.document_id ORDER BY d.document_key, p.page_number, c.chunk_index"""
-        ).mappings().all()
+            )
+            .mappings()
+            .all()
+        )
     return [{**r, "key": chunk_partition_key(r["document_key"], r["page_number"], r["chunk_index"])} for r in rows]
 
 
@@ -56,7 +61,9 @@ def _complete(queue, ids: list[str], days_ago: float, status: str = "completed")
             """UPDATE task_queue_chunk SET vector_status = %(s)s::task_status, graphrag_status = %(s)s::task_status,
                       vector_completed_at = now() - make_interval(secs => %(ago)s),
                       graphrag_completed_at = now() - make_interval(secs => %(ago)s)
-               WHERE id = ANY(%(ids)s::uuid[])""", {"s": status, "ago": days_ago * DAY_S, "ids": ids})
+               WHERE id = ANY(%(ids)s::uuid[])""",
+            {"s": status, "ago": days_ago * DAY_S, "ids": ids},
+        )
         conn.exec_driver_sql(
             """UPDATE task_queue_page p SET vector_status = 'completed', graphrag_status = 'completed',
                       vector_completed_at = now() - make_interval(secs => %(ago)s),
@@ -64,7 +71,9 @@ def _complete(queue, ids: list[str], days_ago: float, status: str = "completed")
                       ocr_completed_at = now() - make_interval(secs => %(ago)s)
                WHERE NOT EXISTS (SELECT 1 FROM task_queue_chunk c WHERE c.page_id = p.id
                                  AND (c.vector_status <> 'completed' OR c.graphrag_status <> 'completed'))
-                 AND p.vector_status <> 'completed'""", {"ago": days_ago * DAY_S})
+                 AND p.vector_status <> 'completed'""",
+            {"ago": days_ago * DAY_S},
+        )
 
 
 def test_completed_partitions_older_than_the_retention_leave_dagster_and_failed_ones_stay(env):
@@ -73,8 +82,10 @@ def test_completed_partitions_older_than_the_retention_leave_dagster_and_failed_
     build_document(queue, pages=1, chunks_per_page=4, name="new.pdf")  # 4 chunks
     before = _registered(instance, queue)
     chunks = _chunks(queue)
-    old, new = [c for c in chunks if c["document_key"].startswith("old")], \
-               [c for c in chunks if c["document_key"].startswith("new")]
+    old, new = (
+        [c for c in chunks if c["document_key"].startswith("old")],
+        [c for c in chunks if c["document_key"].startswith("new")],
+    )
     _complete(queue, [c["id"] for c in old[:6]], days_ago=10)
     _complete(queue, [c["id"] for c in old[6:7]], days_ago=10, status="failed")  # stays backfillable
     _complete(queue, [c["id"] for c in new], days_ago=1)
@@ -90,11 +101,15 @@ def test_completed_partitions_older_than_the_retention_leave_dagster_and_failed_
     assert len(after) == 12, "the queue keeps every row"
     assert all(after[c["id"]]["partition_retired_at"] is not None for c in old[:6])
     # idempotent: nothing left to retire
-    assert retire_partitions(instance, queue.engine, retention_s=7 * DAY_S, max_completed=1000, batch=100) == \
-        {"pages": 0, "chunks": 0}
+    assert retire_partitions(instance, queue.engine, retention_s=7 * DAY_S, max_completed=1000, batch=100) == {
+        "pages": 0,
+        "chunks": 0,
+    }
     # with a shorter retention the new document's page and chunks, completed a day ago, go too
-    assert retire_partitions(instance, queue.engine, retention_s=DAY_S / 2, max_completed=1000, batch=100) == \
-        {"pages": 1, "chunks": 4}
+    assert retire_partitions(instance, queue.engine, retention_s=DAY_S / 2, max_completed=1000, batch=100) == {
+        "pages": 1,
+        "chunks": 4,
+    }
     assert len(instance.get_dynamic_partitions("pages")) == 1
 
 
@@ -121,8 +136,10 @@ def test_a_retired_task_put_back_to_work_gets_its_partition_again(env):
     _registered(instance, queue)
     chunks = _chunks(queue)
     _complete(queue, [c["id"] for c in chunks], days_ago=10)
-    assert retire_partitions(instance, queue.engine, retention_s=DAY_S, max_completed=100, batch=100) == \
-        {"pages": 1, "chunks": 3}
+    assert retire_partitions(instance, queue.engine, retention_s=DAY_S, max_completed=100, batch=100) == {
+        "pages": 1,
+        "chunks": 3,
+    }
     assert instance.get_dynamic_partitions("chunks") == [] and instance.get_dynamic_partitions("pages") == []
 
     assert queue.requeue(VECTOR_CHUNK, [chunks[1]["id"]], "repair: completed chunk had no Qdrant point") == 1
@@ -132,12 +149,15 @@ def test_a_retired_task_put_back_to_work_gets_its_partition_again(env):
     assert after["chunks"] == {chunks[1]["key"]}, "only the requeued chunk is registered again"
     assert len(after["pages"]) == 1, "its page is back at work too, so it is registered again"
     # the others stay retired, and nothing live is retired while it waits
-    assert retire_partitions(instance, queue.engine, retention_s=DAY_S, max_completed=100, batch=100) == \
-        {"pages": 0, "chunks": 0}
+    assert retire_partitions(instance, queue.engine, retention_s=DAY_S, max_completed=100, batch=100) == {
+        "pages": 0,
+        "chunks": 0,
+    }
 
 
-@pytest.mark.parametrize("value, seconds", [("7d", 7 * DAY_S), ("36h", 36 * 3600.0), ("90m", 5400.0),
-                                            ("3600", 3600.0), ("2w", 14 * DAY_S)])
+@pytest.mark.parametrize(
+    "value, seconds", [("7d", 7 * DAY_S), ("36h", 36 * 3600.0), ("90m", 5400.0), ("3600", 3600.0), ("2w", 14 * DAY_S)]
+)
 def test_the_retention_reads_durations(monkeypatch, value, seconds):
     monkeypatch.setenv("DOCQUEUE_PARTITION_RETENTION", value)
     assert settings(DagsterConfig).partition_retention_s == seconds
@@ -168,7 +188,8 @@ def test_the_recovery_job_retires_with_the_settings(env, monkeypatch):
     defs = build_definitions(Settings.from_env())  # the code location as it loads with these settings
     due = tick(defs, instance, "recovery_sensor")
     assert [r.tags[RECOVERY_DUE_TAG] for r in due.run_requests] == [
-        "completed partitions due for retirement: pages, chunks"]
+        "completed partitions due for retirement: pages, chunks"
+    ]
     result = defs.resolve_job_def("recovery_job").execute_in_process(instance=instance)
 
     assert result.success
@@ -176,7 +197,8 @@ def test_the_recovery_job_retires_with_the_settings(env, monkeypatch):
     assert len(instance.get_dynamic_partitions("chunks")) == 1
     # the batch left one chunk older than the retention: the next tick asks again, so a backlog drains run by run
     assert [r.tags[RECOVERY_DUE_TAG] for r in tick(defs, instance, "recovery_sensor").run_requests] == [
-        "completed partitions due for retirement: chunks"]
+        "completed partitions due for retirement: chunks"
+    ]
 
 
 @pytest.mark.parametrize("level, index", [(Level.PAGE, "idx_tqp_retirable"), (Level.CHUNK, "idx_tqc_retirable")])
@@ -189,10 +211,14 @@ def test_the_rule_generated_from_the_phases_is_the_retirable_index(env, level, i
         return re.sub(r"\bt\.", "", sql)
 
     with queue.engine.connect() as conn:
-        conn.exec_driver_sql(f"CREATE INDEX generated_rule ON {TABLE[level]} (({unaliased(done_at_sql(level))})) "
-                             f"WHERE {unaliased(live_completed_sql(level))}")
-        definitions = dict(conn.exec_driver_sql(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN (%(a)s, 'generated_rule')",
-            {"a": index}).all())
+        conn.exec_driver_sql(
+            f"CREATE INDEX generated_rule ON {TABLE[level]} (({unaliased(done_at_sql(level))})) "
+            f"WHERE {unaliased(live_completed_sql(level))}"
+        )
+        definitions = dict(
+            conn.exec_driver_sql(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN (%(a)s, 'generated_rule')", {"a": index}
+            ).all()
+        )
         conn.rollback()
     assert definitions[index].replace(index, "X") == definitions["generated_rule"].replace("generated_rule", "X")

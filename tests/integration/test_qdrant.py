@@ -4,6 +4,7 @@
 server can run here, and local mode speaks the same client API docqueue uses with a server, so it stands
 in for server mode.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,6 +56,7 @@ def backend(request) -> str:
 def store_at(backend):
     def build(path: Path, dim: int = DIM, model_id: str = MODEL, **kwargs) -> VectorStore:
         return build_store(backend, path, dim, model_id, **kwargs)
+
     return build
 
 
@@ -64,8 +66,14 @@ def random_points(document_id: str, count: int, *, seed: int = 0, prefix: str = 
         ChunkPoint(
             chunk_id=f"{prefix}{document_id}-{index:04d}",
             vector=rng.normal(size=DIM).astype(np.float32),
-            payload={"document_id": document_id, "filename": f"{document_id}.pdf", "page_number": 1,
-                     "chunk_index": index, "text": f"text {index}", "content_hash": "0" * 64},
+            payload={
+                "document_id": document_id,
+                "filename": f"{document_id}.pdf",
+                "page_number": 1,
+                "chunk_index": index,
+                "text": f"text {index}",
+                "content_hash": "0" * 64,
+            },
         )
         for index in range(count)
     ]
@@ -198,14 +206,16 @@ WRITER = textwrap.dedent("""
 
 def _spawn(args: list[str], env_extra: dict | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
-    return subprocess.Popen([sys.executable, *args], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, *args], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_two_processes_alternately_writing_the_same_folder_lose_nothing(backend, store_at, tmp_path):
     folder, go_file, batches = tmp_path / "q", tmp_path / "go", 15
-    writers = [_spawn(["-c", WRITER, str(folder), name, str(go_file), str(batches), backend])
-               for name in ("alpha", "beta")]
+    writers = [
+        _spawn(["-c", WRITER, str(folder), name, str(go_file), str(batches), backend]) for name in ("alpha", "beta")
+    ]
     time.sleep(0.5)  # both import and wait at the start line, so they really contend
     go_file.touch()
     outputs = [writer.communicate(timeout=180) for writer in writers]
@@ -349,15 +359,26 @@ def test_search_finds_the_document_a_phrase_comes_from(store_at, tmp_path):
     store = store_at(tmp_path / "q", dim=embedder.dim)
     points = []
     for document_id, markdown in (("doc-cooking", COOKING), ("doc-astronomy", ASTRONOMY)):
-        chunks = chunk_markdown(markdown, page_key=f"{document_id}:1", target_tokens=48, overlap_tokens=8,
-                                max_tokens=96)
+        chunks = chunk_markdown(
+            markdown, page_key=f"{document_id}:1", target_tokens=48, overlap_tokens=8, max_tokens=96
+        )
         assert len(chunks) >= 2
         vectors = embedder.embed([chunk.text for chunk in chunks])
-        points += [ChunkPoint(chunk.chunk_id, vector,
-                              {"document_id": document_id, "filename": f"{document_id}.pdf", "page_number": 1,
-                               "chunk_index": chunk.index, "text": chunk.text,
-                               "content_hash": chunk.content_hash})
-                   for chunk, vector in zip(chunks, vectors)]
+        points += [
+            ChunkPoint(
+                chunk.chunk_id,
+                vector,
+                {
+                    "document_id": document_id,
+                    "filename": f"{document_id}.pdf",
+                    "page_number": 1,
+                    "chunk_index": chunk.index,
+                    "text": chunk.text,
+                    "content_hash": chunk.content_hash,
+                },
+            )
+            for chunk, vector in zip(chunks, vectors)
+        ]
     assert store.upsert(points) == len(points)
     queries = {
         "doc-cooking": "simmer crushed tomatoes with basil",

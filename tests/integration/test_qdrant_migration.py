@@ -1,4 +1,5 @@
 """A folder written by qdrant-client's local mode moves into Qdrant Edge shards, on real storage both sides."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,10 @@ def test_local_mode_folder_is_refused_then_migrated_with_ids_vectors_and_payload
         store.count()
 
     report = migrate_local_mode(folder, batch=7)  # 32 points in batches of 7: five scroll pages
-    assert report == {"points": 37, "collections": {"docqueue_chunks__all_minilm_l6_v2_int8": 32,
-                                                    "docqueue_chunks__other_model": 5}}
+    assert report == {
+        "points": 37,
+        "collections": {"docqueue_chunks__all_minilm_l6_v2_int8": 32, "docqueue_chunks__other_model": 5},
+    }
     assert not (folder / "meta.json").exists() and (folder / MIGRATED_FOLDER / "meta.json").is_file()
     assert (store.count(), store.count("doc-a"), store.count("doc-b")) == (32, 23, 9)
     assert store.chunk_ids() == {p.chunk_id for p in points}

@@ -1,4 +1,5 @@
 """Every transition of the queue against a real PostgreSQL."""
+
 from __future__ import annotations
 
 import time
@@ -48,9 +49,11 @@ def test_full_lifecycle_bubbles_every_phase_to_completed(queue):
     assert queue.document(str(doc["id"]))["ocr_completed_at"] is not None
 
     for page in queue.claim(VECTOR_PAGE, worker, 5):
-        queue.complete_chunking(worker, page["id"], [
-            {"chunk_index": i, "content_hash": new_hash(), "content": "x", "token_count": 1}
-            for i in range(2)])
+        queue.complete_chunking(
+            worker,
+            page["id"],
+            [{"chunk_index": i, "content_hash": new_hash(), "content": "x", "token_count": 1} for i in range(2)],
+        )
     assert queue.claim(GRAPHRAG_CHUNK, worker, 10) == []  # gated: vector not done
     chunks = queue.claim(VECTOR_CHUNK, worker, 10)
     assert len(chunks) == 4
@@ -58,13 +61,15 @@ def test_full_lifecycle_bubbles_every_phase_to_completed(queue):
     queue.complete(VECTOR_CHUNK, worker, [{"id": c["id"], "vector_seconds": 0.01} for c in chunks])
     assert statuses(queue, doc["id"]) == ("completed", "completed", "pending")
     chunks = queue.claim(GRAPHRAG_CHUNK, worker, 10)
-    result = queue.complete(GRAPHRAG_CHUNK, worker, [
-        {"id": c["id"], "entities_extracted": 3, "relationships_extracted": 1} for c in chunks])
+    result = queue.complete(
+        GRAPHRAG_CHUNK, worker, [{"id": c["id"], "entities_extracted": 3, "relationships_extracted": 1} for c in chunks]
+    )
     assert len(result.applied) == 4 and result.rejected == []
     assert statuses(queue, doc["id"]) == ("completed", "completed", "completed")
     assert all(c["entities_extracted"] == 3 for c in queue.chunks(document_id=doc["id"]))
-    assert all(p["vector_status"] == "completed" and p["graphrag_status"] == "completed"
-               for p in queue.pages(doc["id"]))
+    assert all(
+        p["vector_status"] == "completed" and p["graphrag_status"] == "completed" for p in queue.pages(doc["id"])
+    )
 
 
 def test_vector_page_task_waits_for_ocr_of_that_page(queue):
@@ -82,8 +87,9 @@ def test_vector_chunk_is_gated_on_its_page_ocr(queue, engine):
     doc = build_document(queue, pages=1, chunks_per_page=2)
     # an operator re-opened the page's OCR: its chunks must not be claimable until OCR completes again
     with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE task_queue_page SET ocr_status = 'pending' WHERE document_id = %(d)s",
-                             {"d": str(doc["id"])})
+        conn.exec_driver_sql(
+            "UPDATE task_queue_page SET ocr_status = 'pending' WHERE document_id = %(d)s", {"d": str(doc["id"])}
+        )
     assert queue.claim(VECTOR_CHUNK, make_worker_id(), 10) == []
 
 
@@ -107,17 +113,35 @@ def test_chunk_ids_are_derived_by_the_queue_and_a_foreign_one_is_refused(queue):
     worker = make_worker_id()
     first, second = sorted(queue.claim(VECTOR_PAGE, worker, 2), key=lambda p: p["page_number"])
     page_key = page_partition_key(doc["document_key"], first["page_number"])
-    from_chunker = chunk_markdown("# Title\n\nOne paragraph of text.\n\nAnother paragraph.", page_key=page_key,
-                                  target_tokens=8, overlap_tokens=0, max_tokens=16)
+    from_chunker = chunk_markdown(
+        "# Title\n\nOne paragraph of text.\n\nAnother paragraph.",
+        page_key=page_key,
+        target_tokens=8,
+        overlap_tokens=0,
+        max_tokens=16,
+    )
     assert len(from_chunker) >= 2
-    assert queue.complete_chunking(worker, first["id"], [
-        {"chunk_id": c.chunk_id, "chunk_index": c.index, "content_hash": c.content_hash, "content": c.text,
-         "token_count": c.token_count} for c in from_chunker])
+    assert queue.complete_chunking(
+        worker,
+        first["id"],
+        [
+            {
+                "chunk_id": c.chunk_id,
+                "chunk_index": c.index,
+                "content_hash": c.content_hash,
+                "content": c.text,
+                "token_count": c.token_count,
+            }
+            for c in from_chunker
+        ],
+    )
     stored = {c["chunk_index"]: c["chunk_id"] for c in queue.chunks(page_id=first["id"])}
     assert stored == {c.index: c.chunk_id for c in from_chunker}
 
-    same_content = [{"chunk_index": c.index, "content_hash": c.content_hash, "content": c.text, "token_count": 1}
-                    for c in from_chunker]
+    same_content = [
+        {"chunk_index": c.index, "content_hash": c.content_hash, "content": c.text, "token_count": 1}
+        for c in from_chunker
+    ]
     with pytest.raises(ValueError, match="derived id"):
         queue.complete_chunking(worker, second["id"], [{**same_content[0], "chunk_id": from_chunker[0].chunk_id}])
     assert queue.chunks(page_id=second["id"]) == []
@@ -152,11 +176,15 @@ def test_failure_retries_after_backoff_then_stays_failed(engine):
     build_document(queue, pages=1, chunks_per_page=1)
     worker = make_worker_id()
     task = queue.claim(VECTOR_CHUNK, worker, 1)[0]
-    queue.fail(VECTOR_CHUNK, worker,
-               [{"id": task["id"], "error": "qdrant: connection refused", "error_class": "connection"}])
+    queue.fail(
+        VECTOR_CHUNK, worker, [{"id": task["id"], "error": "qdrant: connection refused", "error_class": "connection"}]
+    )
     chunk = queue.chunks()[0]
-    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == \
-        ("failed", 1, "connection")
+    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == (
+        "failed",
+        1,
+        "connection",
+    )
     assert queue.claim(VECTOR_CHUNK, worker, 1) == []  # back-off not elapsed
     time.sleep(0.7)
     again = queue.claim(VECTOR_CHUNK, worker, 1)
@@ -174,8 +202,11 @@ def test_non_retryable_failure_is_never_claimed_again(queue):
     doc = register(queue)
     worker = make_worker_id()
     queue.claim(OCR_DOCUMENT, worker, 1)
-    queue.fail(OCR_DOCUMENT, worker, [{"id": doc["id"], "error": "encrypted: password required",
-                                       "error_class": "encrypted", "retryable": False}])
+    queue.fail(
+        OCR_DOCUMENT,
+        worker,
+        [{"id": doc["id"], "error": "encrypted: password required", "error_class": "encrypted", "retryable": False}],
+    )
     row = queue.document(str(doc["id"]))
     assert (row["ocr_status"], row["retry_count"], row["ocr_error"]) == ("failed", 1, "encrypted: password required")
     assert queue.claim(OCR_DOCUMENT, worker, 1) == []
@@ -233,8 +264,11 @@ def test_stale_tasks_are_released_and_the_attempt_is_counted(queue, engine):
             conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '5 minutes'")
         queue.recover_stale(stale_after_s=60)
     chunk = queue.chunks()[0]
-    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == \
-        ("failed", 3, "worker_lost")
+    assert (chunk["vector_status"], chunk["vector_retry_count"], chunk["vector_error_class"]) == (
+        "failed",
+        3,
+        "worker_lost",
+    )
     assert queue.claim(VECTOR_CHUNK, worker, 1) == []
 
 
@@ -248,7 +282,8 @@ def test_heartbeat_keeps_a_slow_task_and_reports_lost_ones(queue, engine):
     with engine.begin() as conn:
         conn.exec_driver_sql(
             "UPDATE task_queue_chunk SET vector_last_heartbeat = now() - interval '1 hour' WHERE id = %(i)s",
-            {"i": tasks[0]["id"]})
+            {"i": tasks[0]["id"]},
+        )
     assert queue.recover_stale(stale_after_s=1.0)["vector_chunk"] == 1
     assert queue.heartbeat(VECTOR_CHUNK, worker, [t["id"] for t in tasks]) == {tasks[1]["id"]}
 
@@ -308,8 +343,12 @@ def test_read_models(queue, engine):
     queue.complete(VECTOR_CHUNK, worker, [c["id"] for c in queue.claim(VECTOR_CHUNK, worker, 4)])
     progress = document_progress(engine, str(doc["id"]))
     row = progress.iloc[0].to_dict()
-    assert (row["total_pages"], row["ocr_completed_pages"], row["total_chunks"],
-            row["vector_completed_chunks"]) == (2, 2, 6, 4)
+    assert (row["total_pages"], row["ocr_completed_pages"], row["total_chunks"], row["vector_completed_chunks"]) == (
+        2,
+        2,
+        6,
+        4,
+    )
     stats = queue_statistics(engine)
     counts = {(r.task_type, r.status): r.count for r in stats.itertuples()}
     assert counts[("vector_chunks", "completed")] == 4 and counts[("vector_chunks", "pending")] == 2
@@ -319,9 +358,10 @@ def test_read_models(queue, engine):
 
 
 def test_hostile_text_is_stored_verbatim(queue):
-    name = "'; DROP TABLE documents; -- \"quoted\" \u00e9\u00e8 \x00nul.pdf"
-    doc, _ = queue.register_document(filename=name, content_hash=new_hash(), size_bytes=1,
-                                     filename_bytes=name.encode("utf-8", "surrogateescape"))
+    name = '\'; DROP TABLE documents; -- "quoted" \u00e9\u00e8 \x00nul.pdf'
+    doc, _ = queue.register_document(
+        filename=name, content_hash=new_hash(), size_bytes=1, filename_bytes=name.encode("utf-8", "surrogateescape")
+    )
     stored = queue.document(str(doc["id"]))
     assert stored["filename"] == name.replace("\x00", "\\x00")
     assert bytes(stored["filename_bytes"]) == name.encode()
@@ -365,9 +405,12 @@ def test_document_progress_pages_through_documents_in_registration_order(queue, 
     assert list(second["document_key"]) == keys[2:4]
     assert list(document_progress(engine, limit=2, after_key=keys[4])["document_key"]) == []
     with engine.connect() as conn:
-        plan = "\n".join(r[0] for r in conn.exec_driver_sql(
-            "EXPLAIN SELECT * FROM documents ORDER BY created_at, id LIMIT 2").all())
+        plan = "\n".join(
+            r[0] for r in conn.exec_driver_sql("EXPLAIN SELECT * FROM documents ORDER BY created_at, id LIMIT 2").all()
+        )
     assert "idx_documents_listing" in plan or "Seq Scan" in plan  # tiny tables may be scanned; the index exists
     with engine.connect() as conn:
-        assert conn.exec_driver_sql(
-            "SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_documents_listing'").scalar() == 1
+        assert (
+            conn.exec_driver_sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_documents_listing'").scalar()
+            == 1
+        )

@@ -1,4 +1,5 @@
 """8 worker processes drain 20,000 chunk tasks: each completed exactly once, parents completed."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -57,12 +58,18 @@ def test_eight_processes_complete_each_task_exactly_once(database_url, engine, q
 def _assert_vector_phase_completed_everywhere(engine, queue) -> None:
     """Every chunk, page and document completed the vector phase, and the roll-ups agree with their children."""
     with engine.connect() as conn:
-        assert conn.exec_driver_sql(
-            "SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'").scalar() == 0
-        assert conn.exec_driver_sql(
-            "SELECT count(*) FROM task_queue_page WHERE vector_status <> 'completed'").scalar() == 0
-        assert conn.exec_driver_sql(
-            "SELECT count(*) FROM documents WHERE vector_index_status <> 'completed'").scalar() == 0
+        assert (
+            conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'").scalar()
+            == 0
+        )
+        assert (
+            conn.exec_driver_sql("SELECT count(*) FROM task_queue_page WHERE vector_status <> 'completed'").scalar()
+            == 0
+        )
+        assert (
+            conn.exec_driver_sql("SELECT count(*) FROM documents WHERE vector_index_status <> 'completed'").scalar()
+            == 0
+        )
     assert queue.reconcile() == []
 
 
@@ -78,8 +85,13 @@ def _drain_settling(url: str, batch: int, out) -> None:
     while empty_in_a_row < 3:
         first_try_unlucky = [t for t in held if t["vector_retry_count"] == 0 and int(t["id"][:8], 16) % 7 == 0]
         done = [t["id"] for t in held if t not in first_try_unlucky]
-        result = queue.settle(VECTOR_CHUNK, worker, completed=done, claim=batch,
-                              failed=[{"id": t["id"], "error": "unlucky"} for t in first_try_unlucky])
+        result = queue.settle(
+            VECTOR_CHUNK,
+            worker,
+            completed=done,
+            claim=batch,
+            failed=[{"id": t["id"], "error": "unlucky"} for t in first_try_unlucky],
+        )
         assert not result.completed.rejected and not result.failed.rejected
         applied.extend(result.completed.applied)
         failed.extend(result.failed.applied)
@@ -93,7 +105,8 @@ def _drain_settling(url: str, batch: int, out) -> None:
 def _deadlocks(engine) -> int:
     with engine.connect() as conn:
         return conn.exec_driver_sql(
-            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()").scalar()
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).scalar()
 
 
 def test_workers_settling_and_claiming_in_one_transaction_lose_nothing_and_never_deadlock(database_url, engine, queue):

@@ -1,5 +1,6 @@
 """The bubble-up rule, property-tested: for any set of children, and after any sequence of transitions through the
 queue, the parent equals the seed's rule."""
+
 from __future__ import annotations
 
 import uuid
@@ -43,10 +44,12 @@ def test_parent_always_equals_the_rule_of_its_children(queue, engine, pages):
         for page, child_statuses in zip(page_rows, pages):
             chunks = queue.chunks(page_id=page["id"])
             for chunk, status in zip(chunks, child_statuses):
-                conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_status = %(s)s WHERE id = %(i)s",
-                                     {"s": status, "i": str(chunk["id"])})
+                conn.exec_driver_sql(
+                    "UPDATE task_queue_chunk SET vector_status = %(s)s WHERE id = %(i)s",
+                    {"s": status, "i": str(chunk["id"])},
+                )
             # children beyond the drawn list are removed so the drawn list is the whole set
-            for chunk in chunks[len(child_statuses):]:
+            for chunk in chunks[len(child_statuses) :]:
                 conn.exec_driver_sql("DELETE FROM task_queue_chunk WHERE id = %(i)s", {"i": str(chunk["id"])})
     queue.reconcile()
     page_rows = queue.pages(doc["id"])
@@ -63,8 +66,9 @@ def test_live_transitions_keep_parents_equal_to_the_rule(queue, outcomes):
 
     doc = build_document(queue, pages=1, chunks_per_page=len(outcomes), name=f"{uuid.uuid4().hex}.pdf")
     worker = make_worker_id()
-    tasks = queue.claim(VECTOR_CHUNK, worker, len(outcomes),
-                        only_ids=[c["id"] for c in queue.chunks(document_id=doc["id"])])
+    tasks = queue.claim(
+        VECTOR_CHUNK, worker, len(outcomes), only_ids=[c["id"] for c in queue.chunks(document_id=doc["id"])]
+    )
     for task, outcome in zip(sorted(tasks, key=lambda t: t["chunk_index"]), outcomes):
         if outcome == "complete":
             queue.complete(VECTOR_CHUNK, worker, [task["id"]])
@@ -82,25 +86,32 @@ TASK_KINDS = ["ocr_page", "vector_page", "vector_chunk", "graphrag_chunk"]
 DOCUMENT_STATUS = {"ocr": "ocr_status", "vector": "vector_index_status", "graphrag": "graphrag_index_status"}
 
 document_strategy = st.tuples(
-    st.integers(1, 3),                                   # pages
-    st.sampled_from(["expanded", "ocr", "chunked"]),     # how far the queue took it before the transitions
-    st.integers(0, 3),                                   # chunks per page when it starts chunked
+    st.integers(1, 3),  # pages
+    st.sampled_from(["expanded", "ocr", "chunked"]),  # how far the queue took it before the transitions
+    st.integers(0, 3),  # chunks per page when it starts chunked
 )
 
 
 def _snapshot(engine, document_ids: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
     """Documents, pages and chunks of `document_ids`, read in one transaction."""
     with engine.connect() as conn:
+
         def rows(sql: str) -> list[dict]:
             return [dict(r) for r in conn.exec_driver_sql(sql, {"ids": document_ids}).mappings().all()]
 
-        documents = rows("SELECT id::text, ocr_status::text, vector_index_status::text, graphrag_index_status::text "
-                         "FROM documents WHERE id = ANY(%(ids)s::uuid[])")
-        pages = rows("SELECT id::text, document_id::text, chunked_at IS NOT NULL AS chunked, ocr_status::text, "
-                     "vector_status::text, graphrag_status::text FROM task_queue_page "
-                     "WHERE document_id = ANY(%(ids)s::uuid[])")
-        chunks = rows("SELECT id::text, page_id::text, vector_status::text, graphrag_status::text "
-                      "FROM task_queue_chunk WHERE document_id = ANY(%(ids)s::uuid[])")
+        documents = rows(
+            "SELECT id::text, ocr_status::text, vector_index_status::text, graphrag_index_status::text "
+            "FROM documents WHERE id = ANY(%(ids)s::uuid[])"
+        )
+        pages = rows(
+            "SELECT id::text, document_id::text, chunked_at IS NOT NULL AS chunked, ocr_status::text, "
+            "vector_status::text, graphrag_status::text FROM task_queue_page "
+            "WHERE document_id = ANY(%(ids)s::uuid[])"
+        )
+        chunks = rows(
+            "SELECT id::text, page_id::text, vector_status::text, graphrag_status::text "
+            "FROM task_queue_chunk WHERE document_id = ANY(%(ids)s::uuid[])"
+        )
     return documents, pages, chunks
 
 
@@ -115,15 +126,17 @@ def _parents_against_the_rule(engine, document_ids: list[str]) -> list[str]:
         for phase in ("vector", "graphrag"):
             expected = seed_rule([c[f"{phase}_status"] for c in children])
             if page[f"{phase}_status"] != expected:
-                wrong.append(f"page {page['id']} {phase}: {page[f'{phase}_status']}, its "
-                             f"{len(children)} chunks say {expected}")
+                wrong.append(
+                    f"page {page['id']} {phase}: {page[f'{phase}_status']}, its {len(children)} chunks say {expected}"
+                )
     for document in documents:
         children = [p for p in pages if p["document_id"] == document["id"]]
         for phase, column in DOCUMENT_STATUS.items():
             expected = seed_rule([p[f"{phase}_status"] for p in children])
             if document[column] != expected:
-                wrong.append(f"document {document['id']} {phase}: {document[column]}, its "
-                             f"{len(children)} pages say {expected}")
+                wrong.append(
+                    f"document {document['id']} {phase}: {document[column]}, its {len(children)} pages say {expected}"
+                )
     return wrong
 
 
@@ -160,8 +173,9 @@ class BubbleAfterTransitions(RuleBasedStateMachine):
 
     @rule(kind_name=st.sampled_from(TASK_KINDS), who=st.integers(0, 1), count=st.integers(1, 4))
     def claim(self, kind_name, who, count):
-        claimed = self.queue.claim(KINDS_BY_NAME[kind_name], self.workers[who], count,
-                                   only_ids=self._candidates(kind_name))
+        claimed = self.queue.claim(
+            KINDS_BY_NAME[kind_name], self.workers[who], count, only_ids=self._candidates(kind_name)
+        )
         self.held.setdefault((kind_name, who), []).extend(t["id"] for t in claimed)
 
     def _take(self, data, count: int) -> tuple[str, int, list[str]]:
@@ -177,9 +191,14 @@ class BubbleAfterTransitions(RuleBasedStateMachine):
         kind_name, who, settled = self._take(data, count)
         if kind_name == VECTOR_PAGE.name:
             for page_id in settled:  # a page's vector task completes by being cut into chunks
-                assert self.queue.complete_chunking(self.workers[who], page_id, [
-                    {"chunk_index": i, "content_hash": new_hash(), "content": f"chunk {i}", "token_count": 2}
-                    for i in range(chunk_count)])
+                assert self.queue.complete_chunking(
+                    self.workers[who],
+                    page_id,
+                    [
+                        {"chunk_index": i, "content_hash": new_hash(), "content": f"chunk {i}", "token_count": 2}
+                        for i in range(chunk_count)
+                    ],
+                )
         else:
             assert self.queue.complete(KINDS_BY_NAME[kind_name], self.workers[who], settled).rejected == []
 
@@ -199,8 +218,14 @@ class BubbleAfterTransitions(RuleBasedStateMachine):
         kind = KINDS_BY_NAME[kind_name]
         half = 0 if kind is VECTOR_PAGE else (len(settled) + 1) // 2
         failures = [{"id": i, "error": "failed attempt", "retryable": retryable} for i in settled[half:]]
-        result = self.queue.settle(kind, self.workers[who], completed=None if kind is VECTOR_PAGE else settled[:half],
-                                   failed=failures, claim=claim, only_ids=self._candidates(kind_name))
+        result = self.queue.settle(
+            kind,
+            self.workers[who],
+            completed=None if kind is VECTOR_PAGE else settled[:half],
+            failed=failures,
+            claim=claim,
+            only_ids=self._candidates(kind_name),
+        )
         assert result.completed.rejected == [] and result.failed.rejected == []
         self.held[(kind_name, who)].extend(t["id"] for t in result.claimed)
 
@@ -211,5 +236,7 @@ class BubbleAfterTransitions(RuleBasedStateMachine):
 
 
 def test_bubble_after_keeps_every_parent_equal_to_the_rule(queue, engine):
-    run_state_machine_as_test(lambda: BubbleAfterTransitions(queue, engine),
-                              settings=hsettings(max_examples=25, stateful_step_count=25, deadline=None))
+    run_state_machine_as_test(
+        lambda: BubbleAfterTransitions(queue, engine),
+        settings=hsettings(max_examples=25, stateful_step_count=25, deadline=None),
+    )

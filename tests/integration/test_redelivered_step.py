@@ -2,6 +2,7 @@
 Redis, of one that outlived the visibility timeout) against the real queue: it waits for the tasks an earlier
 delivery of the same run holds, takes them over only once their heartbeat is stale, and never takes over a live
 holder's tasks."""
+
 from __future__ import annotations
 
 import threading
@@ -30,9 +31,13 @@ class CompletingWork:
 
 def _retries(queue, ids) -> dict[str, int]:
     with queue.engine.connect() as conn:
-        return {r[0]: r[1] for r in conn.exec_driver_sql(
-            "SELECT id::text, COALESCE(vector_retry_count, 0) FROM task_queue_chunk WHERE id::text = ANY(%(i)s)",
-            {"i": list(ids)}).all()}
+        return {
+            r[0]: r[1]
+            for r in conn.exec_driver_sql(
+                "SELECT id::text, COALESCE(vector_retry_count, 0) FROM task_queue_chunk WHERE id::text = ANY(%(i)s)",
+                {"i": list(ids)},
+            ).all()
+        }
 
 
 def test_a_dead_earlier_delivery_is_waited_out_then_its_tasks_are_taken_over(queue):
@@ -43,9 +48,15 @@ def test_a_dead_earlier_delivery_is_waited_out_then_its_tasks_are_taken_over(que
     dead_ids = {str(t["id"]) for t in dead}
     work = CompletingWork(queue)
     started = time.monotonic()
-    report = process_keys(queue, work, VECTOR_CHUNK, keys,
-                          make_worker_id("run:11111111-2222-3333-4444-555555555555"), override_retry_limit=False,
-                          run_prefix="run:11111111-2222-3333-4444-555555555555:")
+    report = process_keys(
+        queue,
+        work,
+        VECTOR_CHUNK,
+        keys,
+        make_worker_id("run:11111111-2222-3333-4444-555555555555"),
+        override_retry_limit=False,
+        run_prefix="run:11111111-2222-3333-4444-555555555555:",
+    )
     waited = time.monotonic() - started
     assert sorted(report.completed) == sorted(keys) and not report.taken_elsewhere, report
     assert waited >= queue.settings.stale_timeout_s * 0.9, "the dead holder's tasks went stale before the takeover"
@@ -57,8 +68,9 @@ def test_without_the_run_prefix_the_held_tasks_are_left_to_recovery(queue):
     build_document(queue, pages=1, chunks_per_page=3)
     keys = [r[1] for r in chunk_rows(queue)]
     queue.claim(VECTOR_CHUNK, "run:11111111-2222-3333-4444-555555555555:other-host:1:deadbeef", 2)
-    report = process_keys(queue, CompletingWork(queue), VECTOR_CHUNK, keys, make_worker_id("plain"),
-                          override_retry_limit=False)
+    report = process_keys(
+        queue, CompletingWork(queue), VECTOR_CHUNK, keys, make_worker_id("plain"), override_retry_limit=False
+    )
     assert len(report.completed) == 1 and len(report.taken_elsewhere) == 2
 
 
@@ -82,9 +94,15 @@ def test_a_live_earlier_delivery_keeps_its_tasks_and_finishes_them(queue):
     thread.start()
     work = CompletingWork(queue)
     try:
-        report = process_keys(queue, work, VECTOR_CHUNK, keys,
-                              make_worker_id("run:aaaaaaaa-2222-3333-4444-555555555555"), override_retry_limit=False,
-                              run_prefix="run:aaaaaaaa-2222-3333-4444-555555555555:")
+        report = process_keys(
+            queue,
+            work,
+            VECTOR_CHUNK,
+            keys,
+            make_worker_id("run:aaaaaaaa-2222-3333-4444-555555555555"),
+            override_retry_limit=False,
+            run_prefix="run:aaaaaaaa-2222-3333-4444-555555555555:",
+        )
     finally:
         stop.set()
         thread.join(10)

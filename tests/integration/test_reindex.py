@@ -1,5 +1,6 @@
 """Re-indexing at the queue level: chunks whose task is running are counted and re-indexed once they settle, the
 phase's timings start afresh, and the deadlock retry covers the whole reset."""
+
 from __future__ import annotations
 
 from queue_db.lifecycle import apply_reindex_requests, reset_phase
@@ -72,8 +73,9 @@ def test_skipped_phases_are_told_apart_from_done_ones(queue):
     worker = make_worker_id("chunk")
     first, second = queue.claim(VECTOR_PAGE, worker, 2)
     assert queue.complete_chunking(worker, first["id"], [])  # a page with no text: nothing to embed
-    assert queue.complete_chunking(worker, second["id"], [
-        {"chunk_index": 0, "content_hash": "a" * 64, "content": "some words", "token_count": 2}])
+    assert queue.complete_chunking(
+        worker, second["id"], [{"chunk_index": 0, "content_hash": "a" * 64, "content": "some words", "token_count": 2}]
+    )
     progress = document_progress(queue.engine, str(doc["id"])).iloc[0]
     assert (progress["pages_without_text"], progress["extraction_skipped"]) == (1, False)
 

@@ -1,5 +1,6 @@
 """Run planning against a real queue: a planning round reads only as many ready tasks as its runs can hold, yet
 ranges already in flight and other runners' blocks never crowd out the runs it should plan."""
+
 from __future__ import annotations
 
 from orchestration.planning import candidate_limit, plan_runs
@@ -21,7 +22,8 @@ def _seed(engine) -> None:
                    priority = CASE WHEN d.rn <= 2 THEN 5 ELSE 0 END,
                    created_at = timestamp '2026-01-01' + (((d.rn - 1) %% 2) * 100 + c.chunk_index) * interval '1 s'
                FROM (SELECT id, row_number() OVER (ORDER BY document_key) AS rn FROM documents) d
-               WHERE c.document_id = d.id""")
+               WHERE c.document_id = d.id"""
+        )
 
 
 def _key(engine, block: int, pos: int) -> str:
@@ -29,7 +31,9 @@ def _key(engine, block: int, pos: int) -> str:
         row = conn.exec_driver_sql(
             """SELECT d.document_key, p.page_number, c.chunk_index FROM task_queue_chunk c
                JOIN documents d ON d.id = c.document_id JOIN task_queue_page p ON p.id = c.page_id
-               WHERE c.partition_block = %(b)s AND c.partition_pos = %(p)s""", {"b": block, "p": pos}).one()
+               WHERE c.partition_block = %(b)s AND c.partition_pos = %(p)s""",
+            {"b": block, "p": pos},
+        ).one()
     return chunk_partition_key(*row)
 
 
@@ -54,5 +58,7 @@ def test_ranges_in_flight_do_not_crowd_out_the_runs_a_tick_asks_for(engine):
     in_flight = {10: [(0, 149)]}  # the 150 most urgent tasks are covered by a queued run
     runs = plan_runs(engine, VECTOR_CHUNK, max_keys=50, max_runs=2, in_flight=in_flight)
     assert [(r.block, r.start_pos, r.end_pos) for r in runs] == [(10, 150, 199), (11, 0, 49)]
-    assert [(r.start_key, r.end_key) for r in runs] == [(_key(engine, 10, 150), _key(engine, 10, 199)),
-                                                        (_key(engine, 11, 0), _key(engine, 11, 49))]
+    assert [(r.start_key, r.end_key) for r in runs] == [
+        (_key(engine, 10, 150), _key(engine, 10, 199)),
+        (_key(engine, 11, 0), _key(engine, 11, 49)),
+    ]

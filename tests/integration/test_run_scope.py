@@ -1,5 +1,6 @@
 """`docqueue run --max-docs N` and `--log-level`: the N most urgent unfinished documents, chosen through
 idx_documents_unfinished, go through every phase and the run ends; the others are left as they were."""
+
 from __future__ import annotations
 
 import logging
@@ -14,17 +15,20 @@ from tests.queue_support import register
 
 DOCQUEUE = str(Path(sys.executable).with_name("docqueue"))
 REPO = Path(__file__).resolve().parents[2]
-NOTE = ("# Field notes\n\nThe survey team mapped the river delta near Harwick and counted the nesting herons along "
-        "the eastern bank.\n\nDr. Ada Brennan of Northfield University reported count number {n} to the Wildlife "
-        "Council in spring.\n")
+NOTE = (
+    "# Field notes\n\nThe survey team mapped the river delta near Harwick and counted the nesting herons along "
+    "the eastern bank.\n\nDr. Ada Brennan of Northfield University reported count number {n} to the Wildlife "
+    "Council in spring.\n"
+)
 
 
 def test_the_most_urgent_unfinished_documents_come_from_the_index(queue):
     low, high, other_high = register(queue, "a.pdf", 1), register(queue, "b.pdf", 5), register(queue, "c.pdf", 5)
     done = register(queue, "d.pdf", 9)
     with queue.engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE documents SET graphrag_index_status = 'completed' WHERE id = %s",
-                             (str(done["id"]),))
+        conn.exec_driver_sql(
+            "UPDATE documents SET graphrag_index_status = 'completed' WHERE id = %s", (str(done["id"]),)
+        )
     assert most_urgent_unfinished(queue.engine, 2) == [str(high["id"]), str(other_high["id"])]
     assert most_urgent_unfinished(queue.engine, 1000)[-1] == str(low["id"])
     assert still_unfinished(queue.engine, [str(done["id"]), str(low["id"])]) == 1
@@ -36,8 +40,9 @@ def test_the_most_urgent_unfinished_documents_come_from_the_index(queue):
         most_urgent_unfinished(queue.engine, 0)
 
 
-def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(docqueue_env, tmp_path, capfd,
-                                                                                monkeypatch):
+def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(
+    docqueue_env, tmp_path, capfd, monkeypatch
+):
     """The worker of `docqueue run --max-docs 1 --log-level info` (in-process: a CLI run costs two process starts):
     the older of the two urgent notes is done, roll-ups included; the others are untouched. Its vector runs are
     followed by the tail indexing the recovery schedule does under the daemon."""
@@ -58,13 +63,26 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(d
         path.write_text(NOTE.format(n=n))
         ingest_file(queue, storage, path, priority=priority)
     capfd.readouterr()
-    report = run_worker(queue, until_idle=True, index=0, workers=1, max_seconds=240, group=0, max_docs=1,
-                        log_level="info", settings=Settings.from_env())
+    report = run_worker(
+        queue,
+        until_idle=True,
+        index=0,
+        workers=1,
+        max_seconds=240,
+        group=0,
+        max_docs=1,
+        log_level="info",
+        settings=Settings.from_env(),
+    )
     logged = capfd.readouterr().err
     with queue.engine.connect() as conn:
-        rows = {r["filename"]: r for r in conn.exec_driver_sql(
-            "SELECT id::text, filename, ocr_status::text, vector_index_status::text, graphrag_index_status::text, "
-            "graphrag_rollup_at FROM documents").mappings()}
+        rows = {
+            r["filename"]: r
+            for r in conn.exec_driver_sql(
+                "SELECT id::text, filename, ocr_status::text, vector_index_status::text, graphrag_index_status::text, "
+                "graphrag_rollup_at FROM documents"
+            ).mappings()
+        }
     assert report["documents"] == [rows["note2.md"]["id"]]
     assert (rows["note2.md"]["vector_index_status"], rows["note2.md"]["graphrag_index_status"]) == ("completed",) * 2
     assert rows["note2.md"]["graphrag_rollup_at"] is not None
@@ -96,11 +114,17 @@ def test_log_level_sets_docqueue_and_dagster_loggers():
     assert run_config(None)["loggers"]["console"]["config"]["log_level"] == "CRITICAL"
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--max-docs", "0"], "Invalid value for '--max-docs': 0 is not in the range 1<=x<=1000."),
-    (["--max-docs", "2", "--workers", "2"], "docqueue: --max-docs runs in one worker: drop --workers or --max-docs"),
-    (["--log-level", "loud"], "Invalid value for '--log-level': 'loud' is not one of"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--max-docs", "0"], "Invalid value for '--max-docs': 0 is not in the range 1<=x<=1000."),
+        (
+            ["--max-docs", "2", "--workers", "2"],
+            "docqueue: --max-docs runs in one worker: drop --workers or --max-docs",
+        ),
+        (["--log-level", "loud"], "Invalid value for '--log-level': 'loud' is not one of"),
+    ],
+)
 def test_bad_operator_controls_are_one_sentence(args, says):
     proc = subprocess.run([DOCQUEUE, "run", *args], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr

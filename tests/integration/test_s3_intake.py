@@ -1,6 +1,7 @@
 """Intake from an S3-compatible object store, against a real S3 server (moto in server mode on 127.0.0.1): the
 sensor registers each object once, a changed object becomes a new version, the same bytes under another key are
 the same document, unsupported objects are rejected with their reason, and ticks are bounded."""
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,12 @@ def bucket(s3_endpoint, monkeypatch):
     """A fresh bucket, with the credentials and endpoint in the environment the way an operator sets them."""
     import boto3
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "docqueue-test", "AWS_SECRET_ACCESS_KEY": SECRET,
-                        "AWS_REGION": "us-east-1", "DOCQUEUE_S3_URL": s3_endpoint}.items():
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "docqueue-test",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_REGION": "us-east-1",
+        "DOCQUEUE_S3_URL": s3_endpoint,
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     name = f"docqueue-{uuid.uuid4().hex[:12]}"
@@ -60,13 +65,19 @@ def _tick(defs, instance, cursor: str | None):
     from queue_db.config import Settings
 
     sensor = defs.resolve_sensor_def("s3_intake_sensor")
-    with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor.name,
-                                 resources=build_resources(Settings.from_env()), cursor=cursor) as context:
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(),
+        definitions=defs,
+        sensor_name=sensor.name,
+        resources=build_resources(Settings.from_env()),
+        cursor=cursor,
+    ) as context:
         return sensor.evaluate_tick(context)
 
 
-def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(docqueue_env, bucket, tmp_path,
-                                                                              monkeypatch):
+def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(
+    docqueue_env, bucket, tmp_path, monkeypatch
+):
     from orchestration.code_location import build_definitions
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
@@ -98,10 +109,12 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
 
         with queue.engine.connect() as conn:
             rows = conn.exec_driver_sql(
-                "SELECT source_path, mime_type, filename FROM documents ORDER BY source_path").all()
+                "SELECT source_path, mime_type, filename FROM documents ORDER BY source_path"
+            ).all()
         assert [tuple(r) for r in rows] == [
             (f"s3://{name}/inbox/notes.md", "text/markdown", "notes.md"),
-            (f"s3://{name}/inbox/report.pdf", "application/pdf", "report.pdf")]
+            (f"s3://{name}/inbox/report.pdf", "application/pdf", "report.pdf"),
+        ]
         assert len(instance.get_dynamic_partitions("documents")) == 2
 
         changed = pf.text_pdf(tmp_path, "report-v2.pdf", [["# Harbour Report", "Nine ships returned this time."]])
@@ -111,7 +124,8 @@ def test_sensor_registers_objects_once_and_a_changed_object_as_a_new_version(doc
         with queue.engine.connect() as conn:
             versions = conn.exec_driver_sql(
                 "SELECT id, supersedes FROM documents WHERE source_path = %(p)s ORDER BY created_at",
-                {"p": f"s3://{name}/inbox/report.pdf"}).all()
+                {"p": f"s3://{name}/inbox/report.pdf"},
+            ).all()
         assert len(versions) == 2 and versions[1][1] == versions[0][0] and versions[0][1] is None
         assert "0 new, 0 new version(s)" in _tick(defs, instance, fourth.cursor).skip_message
 
@@ -143,9 +157,10 @@ def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucke
     reasons = {r.path.rsplit("/", 1)[1]: r.reason for r in report.results}
     assert reasons == {
         "archive.pdf": "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) "
-                       "(detected: application/zip)",
+        "(detected: application/zip)",
         "big.txt": "too large: more than 0.00954 MB (DOCQUEUE_MAX_FILE_MB)",
-        "empty.txt": "empty: zero-byte file"}
+        "empty.txt": "empty: zero-byte file",
+    }
     assert {r.status for r in report.results} == {"rejected"} and report.remaining == 0
     # a rejected object is remembered: not downloaded again on the next pass
     assert ingest_s3(queue, storage, source, report.cursor, scratch=scratch, rules=rules).results == []
@@ -157,8 +172,10 @@ def test_rejections_bounds_and_failures_say_why_without_credentials(queue, bucke
     listed = client.head_object(Bucket=name, Key="inbox/moving.txt")
     stale = S3Object("inbox/moving.txt", listed["ETag"], listed["ContentLength"], listed["LastModified"].timestamp())
     _put(client, name, "inbox/moving.txt", b"second words of a note")
-    assert _ingest_object(queue, storage, source.objects(), stale, priority=0, rules=IntakeRules(),
-                          scratch=scratch) is None
+    assert (
+        _ingest_object(queue, storage, source.objects(), stale, priority=0, rules=IntakeRules(), scratch=scratch)
+        is None
+    )
 
     missing = S3Source(bucket=f"missing-{uuid.uuid4().hex[:8]}", endpoint_url=source.endpoint_url)
     with pytest.raises(S3Unavailable) as failure:

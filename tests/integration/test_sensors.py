@@ -1,6 +1,7 @@
 """The sensors' ticks against a real queue database and a real Dagster instance (`docqueue_env`), evaluated the
 way the daemon does: partitions registered, ranged run requests batched and tagged, nothing requested twice while
 a run is in flight, the phase gates respected, the inbox read safely, and a tick bounded on 1,000,000 chunks."""
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,12 @@ def tick(defs, instance, sensor_name: str):
     from queue_db.config import Settings
 
     sensor = defs.get_sensor_def(sensor_name)
-    with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=sensor_name,
-                                 resources=build_resources(Settings.from_env())) as ctx:
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(),
+        definitions=defs,
+        sensor_name=sensor_name,
+        resources=build_resources(Settings.from_env()),
+    ) as ctx:
         return sensor.evaluate_tick(ctx)
 
 
@@ -72,12 +77,16 @@ def queue_run(defs, instance, request: dg.RunRequest, job: str) -> dg.DagsterRun
     from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
-    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="orchestration.definitions"),
-                                           location_name="docqueue")
+    location = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(module_name="orchestration.definitions"), location_name="docqueue"
+    )
     tags = {**request.tags, **({RUN_KEY_TAG: request.run_key} if request.run_key else {})}
     return instance.create_run_for_job(
-        job_def=defs.resolve_job_def(job), tags=tags, status=dg.DagsterRunStatus.QUEUED,
-        remote_job_origin=RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job))
+        job_def=defs.resolve_job_def(job),
+        tags=tags,
+        status=dg.DagsterRunStatus.QUEUED,
+        remote_job_origin=RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job),
+    )
 
 
 def keys_in_range(instance, partitions_name: str, start: str, end: str) -> list[str]:
@@ -93,7 +102,9 @@ def chunk_keys(queue, where: str = "TRUE", args: dict | None = None) -> list[str
             f"""SELECT d.document_key, p.page_number, c.chunk_index FROM task_queue_chunk c
                 JOIN task_queue_page p ON p.id = c.page_id JOIN documents d ON d.id = c.document_id
                 WHERE {where} ORDER BY c.partition_block, c.partition_pos, d.created_at, d.id, p.page_number,
-                                       c.chunk_index""", args or {}).all()
+                                       c.chunk_index""",
+            args or {},
+        ).all()
     return [chunk_partition_key(*r) for r in rows]
 
 
@@ -136,7 +147,8 @@ def test_every_sensor_says_in_one_sentence_why_its_tick_requested_nothing(env, m
     assert tick(loaded(), instance, "inbox_sensor").skip_message == f"inbox {inbox} does not exist"
     inbox.mkdir()
     assert tick(loaded(), instance, "inbox_sensor").skip_message == (
-        "inbox: 0 file(s), 0 unchanged, 0 new, 0 new version(s), 0 duplicate, 0 rejected; 0 partition(s) registered")
+        "inbox: 0 file(s), 0 unchanged, 0 new, 0 new version(s), 0 duplicate, 0 rejected; 0 partition(s) registered"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ run requests
@@ -160,7 +172,7 @@ def test_ready_chunks_are_registered_and_requested_as_batched_ranges(env, monkey
         assert request.tags["dagster/sensor_name"] == "vector_chunk_sensor"
         keys = keys_in_range(instance, "chunks", request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG])
         start, end = span(request)
-        assert keys == expected[start:end + 1]  # the Dagster range is exactly the planned positions
+        assert keys == expected[start : end + 1]  # the Dagster range is exactly the planned positions
         covered += keys
     assert covered == expected
     assert {block(r) for r in requests} == {block(requests[0])}  # registered as one block
@@ -193,7 +205,8 @@ def test_nothing_is_requested_twice_while_a_run_is_in_flight(env):
     again = tick(defs, instance, "vector_chunk_sensor").run_requests
     assert [r.tags[SPAN_TAG] for r in again] == [first[0].tags[SPAN_TAG]]
     assert again[0].run_key is None or not instance.get_runs(
-        filters=dg.RunsFilter(tags={RUN_KEY_TAG: again[0].run_key, "dagster/sensor_name": "vector_chunk_sensor"}))
+        filters=dg.RunsFilter(tags={RUN_KEY_TAG: again[0].run_key, "dagster/sensor_name": "vector_chunk_sensor"})
+    )
 
 
 def test_a_failed_attempt_is_requested_again_after_its_back_off(env):
@@ -203,8 +216,11 @@ def test_a_failed_attempt_is_requested_again_after_its_back_off(env):
     run = queue_run(defs, instance, request, "vector_chunk_job")
     worker = f"run:{run.run_id}:test"
     claimed = queue.claim(VECTOR_CHUNK, worker, 10)
-    queue.fail(VECTOR_CHUNK, worker, [{"id": c["id"], "error": "ConnectionError: refused", "error_class": "connection"}
-                                      for c in claimed])
+    queue.fail(
+        VECTOR_CHUNK,
+        worker,
+        [{"id": c["id"], "error": "ConnectionError: refused", "error_class": "connection"} for c in claimed],
+    )
     instance.report_run_failed(run)
     assert not tick(defs, instance, "vector_chunk_sensor").run_requests  # backing off (DOCQUEUE_RETRY_BACKOFF_BASE)
     with queue.engine.begin() as conn:  # the back-off elapses
@@ -377,10 +393,12 @@ def _seed_registered_chunks(engine) -> int:
             conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
         constraints = conn.exec_driver_sql(
             """SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
-               WHERE conrelid = 'task_queue_chunk'::regclass AND contype IN ('p', 'u')""").all()
+               WHERE conrelid = 'task_queue_chunk'::regclass AND contype IN ('p', 'u')"""
+        ).all()
         indexes = conn.exec_driver_sql(
             """SELECT indexname, indexdef FROM pg_indexes i WHERE tablename = 'task_queue_chunk'
-               AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)""").all()
+               AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)"""
+        ).all()
         for name, _ in indexes:
             conn.exec_driver_sql(f'DROP INDEX "{name}"')
         for name, _ in constraints:
@@ -392,13 +410,17 @@ def _seed_registered_chunks(engine) -> int:
                SELECT %(tag)s || '-' || n || '.pdf', %(tag)s || '-' || lpad(n::text, 6, '0'),
                       encode(sha256(convert_to(%(tag)s || n, 'UTF8')), 'hex'), 1000, %(pages)s, now(), 'completed',
                       now(), 'pending', now() - make_interval(secs => %(docs)s - n)
-               FROM generate_series(1, %(docs)s) n""", args)
+               FROM generate_series(1, %(docs)s) n""",
+            args,
+        )
         conn.exec_driver_sql(
             """INSERT INTO task_queue_page (document_id, page_number, page_file_path, ocr_status, ocr_completed_at,
                                             chunked_at, chunk_count, vector_status, created_at)
                SELECT d.id, n, 'x/page_' || n || '_nohf.md', 'completed', now(), now(), %(chunks)s, 'pending',
                       d.created_at
-               FROM documents d, generate_series(1, %(pages)s) n WHERE d.filename LIKE %(tag)s || '-%%'""", args)
+               FROM documents d, generate_series(1, %(pages)s) n WHERE d.filename LIKE %(tag)s || '-%%'""",
+            args,
+        )
         # documents are created one second apart, so key order is document number, page, chunk: position arithmetic
         conn.exec_driver_sql(
             """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
@@ -408,9 +430,13 @@ def _seed_registered_chunks(engine) -> int:
                FROM documents d JOIN task_queue_page p ON p.document_id = d.id, generate_series(0, %(chunks)s - 1) n,
                     LATERAL (SELECT ((right(d.document_key, 6)::int - 1) * %(pages)s + p.page_number - 1) * %(chunks)s
                                     + n AS i) s
-               WHERE d.filename LIKE %(tag)s || '-%%'""", args)
-        conn.exec_driver_sql("SELECT setval('docqueue_partition_block_seq', %(last)s)",
-                             {"last": args["first"] + DOCS * PAGES * CHUNKS // BLOCK})
+               WHERE d.filename LIKE %(tag)s || '-%%'""",
+            args,
+        )
+        conn.exec_driver_sql(
+            "SELECT setval('docqueue_partition_block_seq', %(last)s)",
+            {"last": args["first"] + DOCS * PAGES * CHUNKS // BLOCK},
+        )
         for name, definition in constraints:
             conn.exec_driver_sql(f'ALTER TABLE task_queue_chunk ADD CONSTRAINT "{name}" {definition}')
         for _, definition in indexes:
@@ -436,9 +462,12 @@ def test_a_tick_stays_bounded_on_a_million_chunks(env):
     # the daemon creates their runs, now in flight. Without Dagster's range tags: the lookup reads only the docqueue
     # tags, and creating a ranged run writes one planned event per key (10,000 here), which is not the tick's cost
     for request in first:
-        queue_run(defs, instance, dg.RunRequest(tags={k: v for k, v in request.tags.items()
-                                                      if k not in (RANGE_START_TAG, RANGE_END_TAG)}),
-                  "vector_chunk_job")
+        queue_run(
+            defs,
+            instance,
+            dg.RunRequest(tags={k: v for k, v in request.tags.items() if k not in (RANGE_START_TAG, RANGE_END_TAG)}),
+            "vector_chunk_job",
+        )
     assert len(in_flight_positions(instance, "vector_chunk")[block(first[0])]) >= 1
 
     started = time.perf_counter()
@@ -450,11 +479,14 @@ def test_a_tick_stays_bounded_on_a_million_chunks(env):
 
     in_flight = spans(first)
     assert all(block >= first_block for block, _, _ in in_flight)
-    assert second and all(not (b == b2 and s <= e2 and s2 <= e) for b, s, e in spans(second)
-                          for b2, s2, e2 in in_flight), "a range in flight was requested again"
+    assert second and all(
+        not (b == b2 and s <= e2 and s2 <= e) for b, s, e in spans(second) for b2, s2, e2 in in_flight
+    ), "a range in flight was requested again"
     sizes = [span(r)[1] - span(r)[0] + 1 for r in first]
-    print(f"\n1M chunks: seeded in {seeded:.1f} s; tick {first_tick:.2f} s (empty instance), "
-          f"{second_tick:.2f} s with {len(first)} runs in flight; run sizes {sizes}")
+    print(
+        f"\n1M chunks: seeded in {seeded:.1f} s; tick {first_tick:.2f} s (empty instance), "
+        f"{second_tick:.2f} s with {len(first)} runs in flight; run sizes {sizes}"
+    )
     assert first_tick < 20 and second_tick < 20, "a sensor tick must stay well under the 60 s daemon timeout"
     # what one of those runs would process maps back to exactly its rows
     keys = _keys_at(queue, second[0])
@@ -464,5 +496,8 @@ def test_a_tick_stays_bounded_on_a_million_chunks(env):
 
 def _keys_at(queue, request: dg.RunRequest) -> list[str]:
     start, end = span(request)
-    return chunk_keys(queue, "c.partition_block = %(b)s AND c.partition_pos BETWEEN %(s)s AND %(e)s",
-                      {"b": block(request), "s": start, "e": end})
+    return chunk_keys(
+        queue,
+        "c.partition_block = %(b)s AND c.partition_pos BETWEEN %(s)s AND %(e)s",
+        {"b": block(request), "s": start, "e": end},
+    )

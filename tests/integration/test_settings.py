@@ -1,5 +1,6 @@
 """The settings layer at the edges: a bad variable stops the CLI and the code location with one sentence naming it,
 TASK_QUEUE_ENABLED=false keeps `docqueue run` off the queue, and WORKER_POLL_INTERVAL paces the runner."""
+
 from __future__ import annotations
 
 import os
@@ -22,18 +23,33 @@ def _environment(**changes: str) -> dict[str, str]:
 
 
 def test_the_cli_names_a_bad_variable_in_one_sentence():
-    proc = subprocess.run([DOCQUEUE, "status"], capture_output=True, text=True, timeout=120, cwd=REPO,
-                          env=_environment(DOCQUEUE_SENSOR_INTERVAL="abc"))
+    proc = subprocess.run(
+        [DOCQUEUE, "status"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=_environment(DOCQUEUE_SENSOR_INTERVAL="abc"),
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"docqueue: {TYPO}"
     assert proc.stdout == ""
 
 
 def test_the_cli_never_shows_a_secret_while_naming_a_bad_variable():
-    proc = subprocess.run([DOCQUEUE, "status"], capture_output=True, text=True, timeout=120, cwd=REPO,
-                          env=_environment(MAX_TASK_RETRIES="-1", DOCQUEUE_NEO4J_PASSWORD="hunter2-graph",
-                                           DOCQUEUE_DATABASE_URL="postgresql://u:hunter2-db@127.0.0.1:1/q",
-                                           DOCQUEUE_LLM_API_KEY="hunter2-llm"))
+    proc = subprocess.run(
+        [DOCQUEUE, "status"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=_environment(
+            MAX_TASK_RETRIES="-1",
+            DOCQUEUE_NEO4J_PASSWORD="hunter2-graph",
+            DOCQUEUE_DATABASE_URL="postgresql://u:hunter2-db@127.0.0.1:1/q",
+            DOCQUEUE_LLM_API_KEY="hunter2-llm",
+        ),
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "docqueue: MAX_TASK_RETRIES must be at least 0, got -1"
     assert "hunter2" not in proc.stderr + proc.stdout
@@ -42,13 +58,21 @@ def test_the_cli_never_shows_a_secret_while_naming_a_bad_variable():
 def test_the_code_location_fails_to_load_with_the_sentence(tmp_path):
     """Loaded by Dagster itself (the loader the webserver and daemon use), with an instance of its own."""
     dagster = str(Path(sys.executable).with_name("dagster"))
-    proc = subprocess.run([dagster, "definitions", "validate", "-m", "orchestration.definitions"],
-                          capture_output=True, text=True, timeout=300, cwd=REPO,
-                          env=_environment(DOCQUEUE_SENSOR_INTERVAL="abc", DAGSTER_HOME=str(tmp_path)))
+    proc = subprocess.run(
+        [dagster, "definitions", "validate", "-m", "orchestration.definitions"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=_environment(DOCQUEUE_SENSOR_INTERVAL="abc", DAGSTER_HOME=str(tmp_path)),
+    )
     output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # Dagster's log colours
     assert proc.returncode != 0
-    assert re.search(r"Validation failed for code location orchestration\.definitions:\s+"
-                     rf"queue_db\.settings_group\.SettingsError: {re.escape(TYPO)}\n", output), output
+    assert re.search(
+        r"Validation failed for code location orchestration\.definitions:\s+"
+        rf"queue_db\.settings_group\.SettingsError: {re.escape(TYPO)}\n",
+        output,
+    ), output
     # stopped by the validation at the top of the code location, before any module read the variable itself
     assert "orchestration/definitions.py" in output and "orchestration/sensors.py" not in output
     assert "pydantic" not in output
@@ -106,8 +130,9 @@ def test_the_runner_polls_every_worker_poll_interval(runner_env, monkeypatch):
         rounds.clear()
         monkeypatch.setenv("WORKER_POLL_INTERVAL", poll)
         queue.settings = QueueSettings.from_config(Settings.from_env().queue)
-        runner.run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=False,
-                              max_seconds=seconds)
+        runner.run_until_idle(
+            defs, instance, queue, settings=Settings.from_env(), until_idle=False, max_seconds=seconds
+        )
         return len(rounds)
 
     assert planning_rounds("3", seconds=1.0) == 1  # one round, then a 3 s wait outlasts the budget

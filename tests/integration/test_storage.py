@@ -1,4 +1,5 @@
 """LocalStorage on the real filesystem: key rules, atomic writes, listing and deletion."""
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,19 @@ def test_missing_key_raises_file_not_found(storage: LocalStorage):
 
 @pytest.mark.parametrize(
     "key",
-    ["/etc/passwd", "../outside.md", "doc/../../outside.md", "doc/./p.md", "doc//p.md", "a\x00b", "doc\\p.md",
-     "", "/", "C:/windows/x", "doc/.tmp-sneaky"],
+    [
+        "/etc/passwd",
+        "../outside.md",
+        "doc/../../outside.md",
+        "doc/./p.md",
+        "doc//p.md",
+        "a\x00b",
+        "doc\\p.md",
+        "",
+        "/",
+        "C:/windows/x",
+        "doc/.tmp-sneaky",
+    ],
 )
 def test_rejects_dangerous_keys(storage: LocalStorage, key: str):
     with pytest.raises(InvalidKeyError):
@@ -149,8 +161,12 @@ def test_killed_writer_leaves_old_or_new_content(tmp_path: Path):
         "print('ready', flush=True)\n"
         "while True: s.put_bytes('doc/page.md', b'N' * 50_000_000)\n"
     )
-    writer = subprocess.Popen([sys.executable, "-c", script, str(root)], cwd=REPO, stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    writer = subprocess.Popen(
+        [sys.executable, "-c", script, str(root)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert writer.stdout.readline().strip() == b"ready"
         time.sleep(0.7)

@@ -2,6 +2,7 @@
 
 The same file in two tenants is two documents; idempotency keys, search, the graph and status stay within their
 tenant; `docqueue delete --tenant` removes one tenant from every store and leaves the other whole."""
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,14 @@ from queue_db.phases import ALL_KINDS
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
-NOTE = ("# Harbour report\n\nLawrence Lessig met Ada Lovelace in Copenhagen to discuss the lighthouse budget. "
-        "The Copenhagen harbour authority approved the lighthouse repairs for the winter season.\n")
-OTHER = ("# Orchard notes\n\nMarie Curie planted apple trees near Uppsala. The Uppsala orchard gave a record "
-         "harvest of apples this autumn.\n")
+NOTE = (
+    "# Harbour report\n\nLawrence Lessig met Ada Lovelace in Copenhagen to discuss the lighthouse budget. "
+    "The Copenhagen harbour authority approved the lighthouse repairs for the winter season.\n"
+)
+OTHER = (
+    "# Orchard notes\n\nMarie Curie planted apple trees near Uppsala. The Uppsala orchard gave a record "
+    "harvest of apples this autumn.\n"
+)
 
 
 def cli(*args: str, ok: bool = True) -> dict | str:
@@ -89,8 +94,10 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
     assert [d["document_key"] for d in acme_status] == [acme[0]["document_key"]]
     assert acme_status[0]["vector_index_status"] == "completed"
     assert {d["tenant_id"] for d in cli("status")["documents"]} == {"default", "acme"}
-    counts = {tenant: {(r["task_type"], r["status"]): r["count"] for r in cli("stats", *args)["counts"]}
-              for tenant, args in (("acme", ("--tenant", "acme")), ("all", ()))}
+    counts = {
+        tenant: {(r["task_type"], r["status"]): r["count"] for r in cli("stats", *args)["counts"]}
+        for tenant, args in (("acme", ("--tenant", "acme")), ("all", ()))
+    }
     assert counts["acme"][("vector_chunks", "completed")] == acme_status[0]["total_chunks"]
     assert counts["all"][("vector_chunks", "completed")] > counts["acme"][("vector_chunks", "completed")]
 
@@ -99,12 +106,15 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
     assert acme_hits and {h["document_key"] for h in acme_hits} == {acme[0]["document_key"]}
     plain_hits = cli("search", "lighthouse budget", "--limit", "10")["hits"]
     assert plain_hits and {h["document_key"] for h in plain_hits} <= {r["document_key"] for r in plain}
-    assert any(h["document_key"] == plain[1]["document_key"] for h in
-               cli("search", "apple orchard harvest", "--limit", "10")["hits"])
+    assert any(
+        h["document_key"] == plain[1]["document_key"]
+        for h in cli("search", "apple orchard harvest", "--limit", "10")["hits"]
+    )
 
     # graph: each tenant has its own entity node; acme never sees the default tenant's Uppsala
-    assert [m["document_id"] for m in cli("graph", "Copenhagen", "--tenant", "acme")["mentions"]] \
-        == [acme[0]["document_id"]]
+    assert [m["document_id"] for m in cli("graph", "Copenhagen", "--tenant", "acme")["mentions"]] == [
+        acme[0]["document_id"]
+    ]
     assert {m["document_id"] for m in cli("graph", "Copenhagen")["mentions"]} == {plain[0]["document_id"]}
     assert cli("graph", "Uppsala")["mentions"]
     assert "no entity 'Uppsala' in the graph of tenant 'acme'" in cli("graph", "Uppsala", "--tenant", "acme", ok=False)
@@ -118,8 +128,9 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
 
     def acme_in_graph() -> int:
         with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:
-            return graph._read("MATCH (n) WHERE n.tenant_id = 'acme' OR n.key STARTS WITH 'acme:' "
-                               "RETURN count(n) AS n")[0]["n"]
+            return graph._read(
+                "MATCH (n) WHERE n.tenant_id = 'acme' OR n.key STARTS WITH 'acme:' RETURN count(n) AS n"
+            )[0]["n"]
 
     instance = dagster_instance(Settings.from_env())
     assert acme[0]["document_key"] in instance.get_dynamic_partitions(PARTITION_DEFS["documents"])
@@ -156,13 +167,13 @@ def test_idempotency_key_and_refusals_are_per_tenant(env):
 
     # library API: the tenant is part of registration
     row, created = queue.register_document(filename="x.md", content_hash="ab" * 32, size_bytes=3, tenant="beta")
-    again, created_again = queue.register_document(filename="x.md", content_hash="ab" * 32, size_bytes=3,
-                                                   tenant="beta")
+    again, created_again = queue.register_document(filename="x.md", content_hash="ab" * 32, size_bytes=3, tenant="beta")
     assert created and not created_again and again["id"] == row["id"] and row["tenant_id"] == "beta"
 
 
-@pytest.mark.parametrize("command", [["ingest", "README.md"], ["status"], ["stats"], ["search", "x"],
-                                     ["graph", "x"], ["delete"]])
+@pytest.mark.parametrize(
+    "command", [["ingest", "README.md"], ["status"], ["stats"], ["search", "x"], ["graph", "x"], ["delete"]]
+)
 def test_a_bad_tenant_name_is_one_sentence(tmp_path, monkeypatch, command):
     # refused before any service is asked: no databases needed
     monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path))
@@ -176,10 +187,13 @@ def test_delete_tenant_refuses_while_its_tasks_run_and_resumes_after_an_interrup
     from orchestration import store_cleanup
     from queue_db.phases import OCR_DOCUMENT
 
-    docs = [queue.register_document(filename=f"n{i}.md", content_hash=f"{i:02d}" * 32, size_bytes=1,
-                                    tenant="acme", mime_type="text/markdown")[0] for i in range(5)]
-    kept, _ = queue.register_document(filename="k.md", content_hash="ff" * 32, size_bytes=1,
-                                      mime_type="text/markdown")
+    docs = [
+        queue.register_document(
+            filename=f"n{i}.md", content_hash=f"{i:02d}" * 32, size_bytes=1, tenant="acme", mime_type="text/markdown"
+        )[0]
+        for i in range(5)
+    ]
+    kept, _ = queue.register_document(filename="k.md", content_hash="ff" * 32, size_bytes=1, mime_type="text/markdown")
     worker = make_worker_id()
     assert queue.claim(OCR_DOCUMENT, worker, 1, only_ids=[str(docs[0]["id"])])
     output = cli("delete", "--tenant", "acme", ok=False)
@@ -210,8 +224,13 @@ def test_delete_tenant_refuses_while_its_tasks_run_and_resumes_after_an_interrup
 def test_short_forms_resolve_within_a_tenant_and_never_across(graph_store):
     from tests.integration.test_graph_store import chunk
 
-    full = chunk("a-book", 1, 0, [("Lawrence Lessig", "PERSON"), ("Stanford University", "ORG")],
-                 [("Lawrence Lessig", "Stanford University", "TEACH_AT")])
+    full = chunk(
+        "a-book",
+        1,
+        0,
+        [("Lawrence Lessig", "PERSON"), ("Stanford University", "ORG")],
+        [("Lawrence Lessig", "Stanford University", "TEACH_AT")],
+    )
     short = chunk("a-book", 1, 1, [("Lessig", "PERSON")])
     elsewhere = chunk("d-book", 1, 0, [("Lessig", "PERSON"), ("Stanford University", "ORG")])
     for written in (full, short):
@@ -229,17 +248,33 @@ def test_short_forms_resolve_within_a_tenant_and_never_across(graph_store):
     assert graph_store.duplicate_entities() == []
 
 
-
 def test_a_bad_default_tenant_setting_is_one_sentence(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path))
     monkeypatch.setenv("DOCQUEUE_DEFAULT_TENANT", "Bad Name")
     output = cli("search", "x", ok=False)
-    assert output.strip() == ("docqueue: DOCQUEUE_DEFAULT_TENANT must be 1 to 63 characters of a-z, 0-9, `_` and "
-                              "`-`, starting with a letter or digit, got 'Bad Name'")
+    assert output.strip() == (
+        "docqueue: DOCQUEUE_DEFAULT_TENANT must be 1 to 63 characters of a-z, 0-9, `_` and "
+        "`-`, starting with a letter or digit, got 'Bad Name'"
+    )
 
 
-NAMES = ["acme", "a", "0", "team_7-b", "x" * 63, "", "Acme", "-acme", "_acme", "x" * 64, "a b", "a:b", "acme\n",
-         "ünï", "a/b"]
+NAMES = [
+    "acme",
+    "a",
+    "0",
+    "team_7-b",
+    "x" * 63,
+    "",
+    "Acme",
+    "-acme",
+    "_acme",
+    "x" * 64,
+    "a b",
+    "a:b",
+    "acme\n",
+    "ünï",
+    "a/b",
+]
 
 
 def test_the_column_check_and_the_python_rule_agree_on_every_name(queue):
@@ -253,8 +288,9 @@ def test_the_column_check_and_the_python_rule_agree_on_every_name(queue):
     for name in NAMES:
         try:
             with queue.engine.begin() as conn:
-                conn.exec_driver_sql("UPDATE documents SET tenant_id = %(t)s WHERE id = %(d)s",
-                                     {"t": name, "d": doc["id"]})
+                conn.exec_driver_sql(
+                    "UPDATE documents SET tenant_id = %(t)s WHERE id = %(d)s", {"t": name, "d": doc["id"]}
+                )
             stored = True
         except sa.exc.IntegrityError:
             stored = False

@@ -2,6 +2,7 @@
 recovery run (stale-task release, re-index requests, partition retention) and a roll-up run sends to the queue
 database is captured as it runs, then EXPLAINed with its own parameters on a queue large enough that the planner
 prefers indexes; none may read a queue table with a sequential scan."""
+
 from __future__ import annotations
 
 import time
@@ -13,8 +14,15 @@ import sqlalchemy as sa
 from queue_db.partition_keys import document_rollup, mark_rolled_up
 from tests.queue_support import bulk_seed
 
-QUEUE_TABLES = {"documents", "task_queue_page", "task_queue_chunk", "task_queue_chunk_text", "reindex_requests",
-                "inbox_files", "idempotency_keys"}
+QUEUE_TABLES = {
+    "documents",
+    "task_queue_page",
+    "task_queue_chunk",
+    "task_queue_chunk_text",
+    "reindex_requests",
+    "inbox_files",
+    "idempotency_keys",
+}
 EXPLAINABLE = ("select", "with", "update", "insert", "delete")
 
 
@@ -44,13 +52,15 @@ def _seed(engine) -> None:
         for table in ("documents", "task_queue_page", "task_queue_chunk"):
             conn.exec_driver_sql(
                 f"""UPDATE {table} t SET partition_block = 1, partition_pos = n.pos
-                    FROM (SELECT id, row_number() OVER (ORDER BY id) AS pos FROM {table}) n WHERE n.id = t.id""")
+                    FROM (SELECT id, row_number() OVER (ORDER BY id) AS pos FROM {table}) n WHERE n.id = t.id"""
+            )
         conn.exec_driver_sql(
             """UPDATE task_queue_chunk SET graphrag_status = 'completed',
                       vector_completed_at = now() - interval '8 days',
                       graphrag_completed_at = now() - interval '8 days'
                WHERE id IN (SELECT id FROM task_queue_chunk WHERE vector_status = 'completed'
-                            ORDER BY id LIMIT 10000)""")
+                            ORDER BY id LIMIT 10000)"""
+        )
         conn.exec_driver_sql("UPDATE documents SET vector_completed_at = now() WHERE vector_index_status = 'completed'")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE")
@@ -71,8 +81,12 @@ def _tick(defs, instance, name: str):
     from orchestration.definitions import build_resources
     from queue_db.config import Settings
 
-    with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, sensor_name=name,
-                                 resources=build_resources(Settings.from_env())) as ctx:
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(),
+        definitions=defs,
+        sensor_name=name,
+        resources=build_resources(Settings.from_env()),
+    ) as ctx:
         return defs.get_sensor_def(name).evaluate_tick(ctx)
 
 
@@ -84,8 +98,13 @@ def _seq_scans(engine, statement, parameters) -> list[str]:
             cursor.execute("SET LOCAL enable_seqscan = off")
             cursor.execute("EXPLAIN (FORMAT JSON) " + statement, parameters)
             plan = cursor.fetchone()[0]
-            scans = sorted({n["Relation Name"] for n in _nodes(plan[0]["Plan"])
-                            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in QUEUE_TABLES})
+            scans = sorted(
+                {
+                    n["Relation Name"]
+                    for n in _nodes(plan[0]["Plan"])
+                    if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in QUEUE_TABLES
+                }
+            )
             if scans:  # the readable plan, for the failure message
                 cursor.execute("EXPLAIN " + statement, parameters)
                 scans.append("\n".join(row[0] for row in cursor.fetchall()))
@@ -134,7 +153,8 @@ def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
             offenders[" ".join(statement.split())[:300]] = scans
     print(f"\nseeded in {seeded:.1f} s; {len(captured.statements)} statements explained")
     assert not offenders, "sequential scans of queue tables:\n" + "\n".join(
-        f"{tables}: {statement}" for statement, tables in offenders.items())
+        f"{tables}: {statement}" for statement, tables in offenders.items()
+    )
 
 
 def _limit_child(node: dict) -> dict | None:
@@ -182,12 +202,15 @@ def test_status_page_reads_each_documents_chunks_through_its_index(engine):
 
     bulk_seed(engine, 60, 2, 100)  # analyzed with every vector pending
     with engine.begin() as conn:  # then most are embedded, before autovacuum analyzes again
-        conn.exec_driver_sql("UPDATE task_queue_chunk SET vector_status = 'completed', vector_completed_at = now() "
-                             "WHERE chunk_index < 90")
+        conn.exec_driver_sql(
+            "UPDATE task_queue_chunk SET vector_status = 'completed', vector_completed_at = now() "
+            "WHERE chunk_index < 90"
+        )
     captured = {}
     original = readmodels._document_progress
-    readmodels._document_progress = lambda e, sql, params: captured.update(sql=sql, params=params) or original(
-        e, sql, params)
+    readmodels._document_progress = lambda e, sql, params: (
+        captured.update(sql=sql, params=params) or original(e, sql, params)
+    )
     try:
         rows = readmodels.document_progress_rows(engine, limit=50)
     finally:

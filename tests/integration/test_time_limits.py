@@ -1,5 +1,6 @@
 """Per-phase time limits: a batch over its limit fails its tasks as `timeout`, to be retried; validation errors
 are not retried; error classes are stored and counted."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,9 +26,14 @@ def pipeline(queue, tmp_path):
     from resources.storage import LocalStorage
 
     embedder = get_embedder()
-    return Pipeline(queue, storage=LocalStorage(tmp_path / "storage"), embedder=embedder,
-                    vector_store_factory=lambda model_id, dim: EdgeVectorStore(
-                        path=str(tmp_path / "qdrant"), model_id=model_id, dim=dim))
+    return Pipeline(
+        queue,
+        storage=LocalStorage(tmp_path / "storage"),
+        embedder=embedder,
+        vector_store_factory=lambda model_id, dim: EdgeVectorStore(
+            path=str(tmp_path / "qdrant"), model_id=model_id, dim=dim
+        ),
+    )
 
 
 def test_an_embedding_batch_over_its_time_limit_fails_as_timeout_and_is_retried(queue, pipeline, monkeypatch, engine):
@@ -39,8 +45,9 @@ def test_an_embedding_batch_over_its_time_limit_fails_as_timeout_and_is_retried(
     assert [o.error_class for o in outcomes] == ["timeout"] * 3
     assert all(o.retryable and o.error.startswith("timeout: embedding batch took more than") for o in outcomes)
     rows = queue.chunks()
-    assert {(r["vector_status"], r["vector_retry_count"], r["vector_error_class"]) for r in rows} == \
-        {("failed", 1, "timeout")}
+    assert {(r["vector_status"], r["vector_retry_count"], r["vector_error_class"]) for r in rows} == {
+        ("failed", 1, "timeout")
+    }
     counts = {(r.task_type, r.error_class): r.count for r in error_classes(engine).itertuples()}
     assert counts[("vector_chunks", "timeout")] == 3
     # back-off is 0 in the test settings: the next claim takes them again, and with a sane limit they complete

@@ -1,4 +1,5 @@
 """The nightly repair on the embedded Qdrant Edge store: verification, orphan removal and requeueing."""
+
 from __future__ import annotations
 
 from orchestration.maintenance import nightly

@@ -1,6 +1,7 @@
 """Verification streams both sides a page at a time: with a page of two ids, inconsistencies planted on both sides
 of page boundaries are all found, on both vector backends and the real Bolt graph, and the nightly run repairs
 them with DOCQUEUE_VERIFY_PAGE set that small."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,6 +27,7 @@ def _recording_pages(store) -> list[int]:
         for page in pages(page_size):
             sizes.append(len(page))
             yield page
+
     store.chunk_id_pages = recorded
     return sizes
 
@@ -35,8 +37,13 @@ def _seed_vectors(queue, store, missing: set[int]) -> tuple[list[dict], list[str
     document = build_document(queue, pages=1, chunks_per_page=7)
     tasks = sorted(queue.claim(VECTOR_CHUNK, "verify-test", 7), key=lambda t: t["id"])
     vectors = random_points(str(document["id"]), 7)
-    store.upsert([ChunkPoint(t["chunk_id"], p.vector, p.payload)
-                  for i, (t, p) in enumerate(zip(tasks, vectors)) if i not in missing])
+    store.upsert(
+        [
+            ChunkPoint(t["chunk_id"], p.vector, p.payload)
+            for i, (t, p) in enumerate(zip(tasks, vectors))
+            if i not in missing
+        ]
+    )
     orphans = random_points("deleted-document", 3, seed=1)
     store.upsert(orphans)
     queue.complete(VECTOR_CHUNK, "verify-test", [{"id": t["id"]} for t in tasks])
@@ -85,9 +92,19 @@ def test_verify_reads_the_graph_once_a_page_at_a_time(queue, graph_store):
     queue.complete(VECTOR_CHUNK, "verify-test", [{"id": t["id"]} for t in vector])
     tasks = sorted(queue.claim(GRAPHRAG_CHUNK, "verify-test", 5), key=lambda t: t["id"])
     written = [t for i, t in enumerate(tasks) if i not in (1, 4)]
-    graph_store.write_chunks([ChunkGraph(str(document["id"]), "report.pdf", 1, t["chunk_id"], i,
-                                         Extraction(entities=[Entity("Acme Corp", "ORG")]))
-                              for i, t in enumerate(written)])
+    graph_store.write_chunks(
+        [
+            ChunkGraph(
+                str(document["id"]),
+                "report.pdf",
+                1,
+                t["chunk_id"],
+                i,
+                Extraction(entities=[Entity("Acme Corp", "ORG")]),
+            )
+            for i, t in enumerate(written)
+        ]
+    )
     queue.complete(GRAPHRAG_CHUNK, "verify-test", [{"id": t["id"]} for t in tasks])
     graph_store.write_chunks([ChunkGraph(str(document["id"]), "report.pdf", 1, "orphan-chunk", 9, Extraction())])
     read: list[int] = []
@@ -122,9 +139,16 @@ def test_the_store_checks_evaluate_streamed_in_their_job(docqueue_env, monkeypat
     store = QdrantResource.from_settings(Settings.from_env()).get_store(embedder.model_id, embedder.dim)
     document = build_document(queue, pages=1, chunks_per_page=5)
     tasks = queue.claim(VECTOR_CHUNK, "check-test", 5)
-    store.upsert([ChunkPoint(t["chunk_id"], [1.0] * embedder.dim,
-                             {"document_id": str(document["id"]), "chunk_index": i, "page_number": 1})
-                  for i, t in enumerate(tasks[1:])])
+    store.upsert(
+        [
+            ChunkPoint(
+                t["chunk_id"],
+                [1.0] * embedder.dim,
+                {"document_id": str(document["id"]), "chunk_index": i, "page_number": 1},
+            )
+            for i, t in enumerate(tasks[1:])
+        ]
+    )
     store.close()
     queue.complete(VECTOR_CHUNK, "check-test", [{"id": t["id"]} for t in tasks])
 
@@ -137,5 +161,9 @@ def test_the_store_checks_evaluate_streamed_in_their_job(docqueue_env, monkeypat
     vectors = evaluations["vectors_agree_with_queue"]
     assert not vectors.passed
     assert {k: v.value for k, v in vectors.metadata.items()} == {
-        "completed_chunks": 5, "points": 4, "missing_points": 1, "points_not_completed": 0}
+        "completed_chunks": 5,
+        "points": 4,
+        "missing_points": 1,
+        "points_not_completed": 0,
+    }
     assert evaluations["graph_agrees_with_queue"].passed

@@ -1,5 +1,6 @@
 """A drawing sheet's wide table through the real text layer (PyMuPDF + pymupdf4llm in the worker process) and the
 real chunker: no chunk past its maximum, no synthetic column names, every cell's text in some chunk."""
+
 from __future__ import annotations
 
 import re
@@ -42,10 +43,13 @@ def processor():
         yield shared
 
 
-@pytest.mark.parametrize("header, named", [
-    ([""] * COLUMNS, False),  # a table without a header: pymupdf4llm names every column ColN
-    (["Mark", "Type"] + [""] * (COLUMNS - 3) + ["Remarks"], True),
-])
+@pytest.mark.parametrize(
+    "header, named",
+    [
+        ([""] * COLUMNS, False),  # a table without a header: pymupdf4llm names every column ColN
+        (["Mark", "Type"] + [""] * (COLUMNS - 3) + ["Remarks"], True),
+    ],
+)
 def test_a_wide_table_is_chunked_within_bounds_and_keeps_every_cell(processor, tmp_path: Path, header, named):
     rows = _rows(header)
     pdf = factory.wide_table_pdf(tmp_path, "sheet.pdf", rows)

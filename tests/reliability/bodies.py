@@ -2,6 +2,7 @@
 
 Each one talks to the test through small files named in its spec, so the test can freeze (SIGSTOP), kill or
 release it at a precise point of its work."""
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,10 @@ def late_finisher(spec: dict) -> None:
         pipeline.extractor.extract(["Ada Lovelace lived in London."])
         graph = pipeline.graph
         write_chunks = graph.write_chunks
-        graph.write_chunks = lambda chunks: (writes.__setitem__("graph_chunks", writes["graph_chunks"] + len(chunks)),
-                                             write_chunks(chunks))[1]
+        graph.write_chunks = lambda chunks: (
+            writes.__setitem__("graph_chunks", writes["graph_chunks"] + len(chunks)),
+            write_chunks(chunks),
+        )[1]
     worker_id = make_worker_id("late-finisher")
     tasks = queue.claim(kind, worker_id, 1000)
     Path(spec["claimed"]).write_text(json.dumps({"worker": worker_id, "ids": [str(t["id"]) for t in tasks]}))
@@ -82,9 +85,15 @@ def late_finisher(spec: dict) -> None:
         _wait_for_file(spec["go"])
         outcomes = process_tasks(pipeline, kind, worker_id, tasks)
     pipeline.close()
-    Path(spec["result"]).write_text(json.dumps({
-        "writes": writes, "rejected": [o.id for o in outcomes if o.rejected],
-        "applied": [o.id for o in outcomes if not o.rejected]}))
+    Path(spec["result"]).write_text(
+        json.dumps(
+            {
+                "writes": writes,
+                "rejected": [o.id for o in outcomes if o.rejected],
+                "applied": [o.id for o in outcomes if not o.rejected],
+            }
+        )
+    )
 
 
 def _busy_python(seconds: float) -> int:
@@ -117,6 +126,16 @@ def busy_holder(spec: dict) -> None:
         rounds = _busy_python(spec["busy_s"])
     busy = time.monotonic() - started
     outcome = queue.complete(OCR_PAGE, worker_id, ids)
-    Path(spec["result"]).write_text(json.dumps({
-        "beats": heartbeat.beats, "errors": heartbeat.errors, "lost": sorted(heartbeat.lost), "rounds": rounds,
-        "busy_s": busy, "applied": outcome.applied, "rejected": outcome.rejected}))
+    Path(spec["result"]).write_text(
+        json.dumps(
+            {
+                "beats": heartbeat.beats,
+                "errors": heartbeat.errors,
+                "lost": sorted(heartbeat.lost),
+                "rounds": rounds,
+                "busy_s": busy,
+                "applied": outcome.applied,
+                "rejected": outcome.rejected,
+            }
+        )
+    )

@@ -1,13 +1,18 @@
 """Fixtures of the reliability suite: a docqueue environment with short, test-sized timeouts."""
+
 from __future__ import annotations
 
 import pytest
 
 # seconds; STALE_TASK_TIMEOUT must comfortably exceed HEARTBEAT_INTERVAL on a loaded 2-core machine
 FAST_SETTINGS = {
-    "STALE_TASK_TIMEOUT": "2", "HEARTBEAT_INTERVAL": "0.5", "MAX_TASK_RETRIES": "3",
-    "DOCQUEUE_RETRY_BACKOFF_BASE": "0.2", "DOCQUEUE_RETRY_BACKOFF_MAX": "1",
-    "DOCQUEUE_QDRANT_LOCK_TIMEOUT": "60", "DOCQUEUE_OCR_DPI": "150",
+    "STALE_TASK_TIMEOUT": "2",
+    "HEARTBEAT_INTERVAL": "0.5",
+    "MAX_TASK_RETRIES": "3",
+    "DOCQUEUE_RETRY_BACKOFF_BASE": "0.2",
+    "DOCQUEUE_RETRY_BACKOFF_MAX": "1",
+    "DOCQUEUE_QDRANT_LOCK_TIMEOUT": "60",
+    "DOCQUEUE_OCR_DPI": "150",
 }
 
 
@@ -61,8 +66,16 @@ class Pipeline:
         from orchestration.runner import run_until_idle
         from queue_db.config import Settings
 
-        return run_until_idle(self.defs, self.instance, self.queue, settings=Settings.from_env(), until_idle=True,
-                              poll_s=0.3, max_seconds=max_seconds, **kwargs)
+        return run_until_idle(
+            self.defs,
+            self.instance,
+            self.queue,
+            settings=Settings.from_env(),
+            until_idle=True,
+            poll_s=0.3,
+            max_seconds=max_seconds,
+            **kwargs,
+        )
 
 
 @pytest.fixture
@@ -98,10 +111,16 @@ def module_env(tmp_path_factory, create_database, migrated_template, bolt_server
     dagster_url = create_database(prefix="dagster")
     with pytest.MonkeyPatch.context() as patch:
         for name, value in {
-            "DOCQUEUE_HOME": str(home), "DOCQUEUE_DATABASE_URL": queue_url, "DOCQUEUE_DAGSTER_PG_URL": dagster_url,
-            "DAGSTER_HOME": str(home / "dagster"), "DOCQUEUE_NEO4J_URI": bolt_server.uri,
-            "DOCQUEUE_NEO4J_USER": bolt_server.user, "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password,
-            "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"), "DOCQUEUE_QDRANT_URL": "", **FAST_SETTINGS,
+            "DOCQUEUE_HOME": str(home),
+            "DOCQUEUE_DATABASE_URL": queue_url,
+            "DOCQUEUE_DAGSTER_PG_URL": dagster_url,
+            "DAGSTER_HOME": str(home / "dagster"),
+            "DOCQUEUE_NEO4J_URI": bolt_server.uri,
+            "DOCQUEUE_NEO4J_USER": bolt_server.user,
+            "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password,
+            "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
+            "DOCQUEUE_QDRANT_URL": "",
+            **FAST_SETTINGS,
         }.items():
             patch.setenv(name, value)
         if bolt_server.database:

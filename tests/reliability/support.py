@@ -1,4 +1,5 @@
 """What the fault tests share: worker processes to kill, polling the queue, and duplicate counts in the stores."""
+
 from __future__ import annotations
 
 import json
@@ -31,15 +32,21 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, interval_s: floa
 
 def processing_ids(queue: TaskQueue, kind: TaskKind) -> set[str]:
     with queue.engine.connect() as conn:
-        return {r[0] for r in conn.exec_driver_sql(
-            f"SELECT t.id::text FROM {kind.table} t WHERE {kind.held_sql('t')}").all()}
+        return {
+            r[0]
+            for r in conn.exec_driver_sql(f"SELECT t.id::text FROM {kind.table} t WHERE {kind.held_sql('t')}").all()
+        }
 
 
 def status_of(queue: TaskQueue, kind: TaskKind, ids: Iterable[str]) -> dict[str, str]:
     with queue.engine.connect() as conn:
-        return {r[0]: r[1] for r in conn.exec_driver_sql(
-            f"SELECT id::text, {kind.status}::text FROM {kind.table} WHERE id = ANY(%(ids)s::uuid[])",
-            {"ids": list(ids)}).all()}
+        return {
+            r[0]: r[1]
+            for r in conn.exec_driver_sql(
+                f"SELECT id::text, {kind.status}::text FROM {kind.table} WHERE id = ANY(%(ids)s::uuid[])",
+                {"ids": list(ids)},
+            ).all()
+        }
 
 
 @dataclass
@@ -49,9 +56,11 @@ class Recovery:
     seconds: float  # from the kill until the queue released the tasks
 
 
-def recover_after_kill(queue: TaskQueue, kind: TaskKind, ids: set[str], killed_at: float,
-                       timeout_s: float = 30.0) -> Recovery:
+def recover_after_kill(
+    queue: TaskQueue, kind: TaskKind, ids: set[str], killed_at: float, timeout_s: float = 30.0
+) -> Recovery:
     """Run stale recovery as the recovery job would (often), until every task of the dead worker is released."""
+
     def released():
         queue.recover_stale()
         return all(s != "processing" for s in status_of(queue, kind, ids).values())
@@ -91,11 +100,11 @@ _DUPLICATE_QUERIES = {
     "chunks": "MATCH (n:Chunk) WITH n.id AS k, count(*) AS c WHERE c > 1 RETURN count(*) AS n",
     "entities": "MATCH (n:Entity) WITH n.key AS k, count(*) AS c WHERE c > 1 RETURN count(*) AS n",
     "mentions": "MATCH (c:Chunk)-[m:MENTIONS]->(e:Entity) WITH c.id AS a, e.key AS b, count(m) AS c "
-                "WHERE c > 1 RETURN count(*) AS n",
+    "WHERE c > 1 RETURN count(*) AS n",
     "relationships": "MATCH (a:Entity)-[r:RELATED_TO]->(b:Entity) WITH a.key AS s, b.key AS t, r.type AS ty, "
-                     "count(r) AS c WHERE c > 1 RETURN count(*) AS n",
+    "count(r) AS c WHERE c > 1 RETURN count(*) AS n",
     "has_chunk": "MATCH (p:Page)-[r:HAS_CHUNK]->(c:Chunk) WITH p.id AS a, c.id AS b, count(r) AS c "
-                 "WHERE c > 1 RETURN count(*) AS n",
+    "WHERE c > 1 RETURN count(*) AS n",
 }
 
 
@@ -111,15 +120,24 @@ def store_figures(queue: TaskQueue, stores: Stores) -> dict:
     with queue.engine.connect() as conn:
         chunks = conn.exec_driver_sql("SELECT count(*) FROM task_queue_chunk").scalar()
     report = verify_stores(queue, stores.vector, stores.graph)
-    return {"chunks": int(chunks), "points": stores.vector.count(), "graph": stores.graph.counts(),
-            "duplicates": graph_duplicates(stores.graph), "verify": report.as_dict()}
+    return {
+        "chunks": int(chunks),
+        "points": stores.vector.count(),
+        "graph": stores.graph.counts(),
+        "duplicates": graph_duplicates(stores.graph),
+        "verify": report.as_dict(),
+    }
 
 
 def document_statuses(queue: TaskQueue) -> dict[str, tuple[str, str, str]]:
     with queue.engine.connect() as conn:
-        return {r[0]: (r[1], r[2], r[3]) for r in conn.exec_driver_sql(
-            "SELECT filename, ocr_status::text, vector_index_status::text, graphrag_index_status::text "
-            "FROM documents").all()}
+        return {
+            r[0]: (r[1], r[2], r[3])
+            for r in conn.exec_driver_sql(
+                "SELECT filename, ocr_status::text, vector_index_status::text, graphrag_index_status::text "
+                "FROM documents"
+            ).all()
+        }
 
 
 RECORDED: list[tuple[str, dict]] = []  # every test's figures, totalled at the end of the session
@@ -135,10 +153,12 @@ def totals_line() -> str | None:
     if not RECORDED:
         return None
     values = lambda key: [f[key] for _, f in RECORDED if isinstance(f.get(key), (int, float))]  # noqa: E731
-    return (f"[reliability] totals over {len(RECORDED)} fault tests: faults injected={sum(values('faults'))}, "
-            f"tasks recovered={sum(values('tasks_recovered'))}, "
-            f"slowest recovery={max(values('recovery_s_max'), default=0):.1f} s, "
-            f"duplicates={sum(values('duplicates'))}, tasks lost={sum(values('tasks_lost'))}")
+    return (
+        f"[reliability] totals over {len(RECORDED)} fault tests: faults injected={sum(values('faults'))}, "
+        f"tasks recovered={sum(values('tasks_recovered'))}, "
+        f"slowest recovery={max(values('recovery_s_max'), default=0):.1f} s, "
+        f"duplicates={sum(values('duplicates'))}, tasks lost={sum(values('tasks_lost'))}"
+    )
 
 
 class Zygote:
@@ -149,8 +169,14 @@ class Zygote:
 
         self.log_path = Path(log_dir) / "zygote.stderr"
         self._stderr = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.reliability.zygote"], cwd=REPO_ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.reliability.zygote"],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
         self._changed = threading.Condition()
         self.ready = False
         self.spawned: dict[str, int] = {}
@@ -184,8 +210,9 @@ class Zygote:
             if not self._changed.wait_for(lambda: predicate() or self.ready is None, timeout_s):
                 raise AssertionError(f"timed out waiting for {what}")
             if self.ready is None and not predicate():
-                raise AssertionError(f"the zygote died while waiting for {what}:\n"
-                                     f"{self.log_path.read_text(errors='replace')[-3000:]}")
+                raise AssertionError(
+                    f"the zygote died while waiting for {what}:\n{self.log_path.read_text(errors='replace')[-3000:]}"
+                )
             return predicate()
 
     def wait_ready(self, timeout_s: float = 180.0) -> "Zygote":

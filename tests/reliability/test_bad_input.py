@@ -1,6 +1,7 @@
 """Bad input, processed once for the module through the whole pipeline: every file of the shared corpus (when
 present) and generated hostile files. Each one either completes or ends with a clear reason, within bounds, and
 none of them affects the others. Prints a table file -> outcome."""
+
 from __future__ import annotations
 
 import csv
@@ -20,7 +21,9 @@ from tests.reliability.support import REPO_ROOT, announce
 ALL_COMPLETED = ("completed", "completed", "completed")
 CORPUS_LIMITS = {
     "DOCQUEUE_OCR_DPI": "72",  # OCR quality is test_corpus_ocr's subject; here only outcomes and bounds
-    "DOCQUEUE_PAGE_TIMEOUT": "60", "DOCQUEUE_MAX_PAGES": "2000", "DOCQUEUE_WORKER_MEMORY_MB": "2048",
+    "DOCQUEUE_PAGE_TIMEOUT": "60",
+    "DOCQUEUE_MAX_PAGES": "2000",
+    "DOCQUEUE_WORKER_MEMORY_MB": "2048",
     "DOCQUEUE_MAX_RENDER_PIXELS": "4000000",
     "MAX_TASK_RETRIES": "2",
 }
@@ -55,8 +58,13 @@ def _ingest_with_password_file(path: Path, password: str, folder: Path) -> None:
     secret = folder / f"{path.stem}.password"
     secret.write_text(password + "\n")
     secret.chmod(0o600)
-    done = subprocess.run([sys.executable, "-m", "orchestration.cli", "ingest", "--password-file", str(secret),
-                           "--json", str(path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", "ingest", "--password-file", str(secret), "--json", str(path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert password not in done.stdout + done.stderr
 
@@ -84,8 +92,9 @@ def processed(module_env, zygote, tmp_path_factory, request):
 
     work = tmp_path_factory.mktemp("bad-input")
     pipeline = Pipeline(work)
-    inputs: dict[str, tuple[str, Path]] = {f"generated: {label}": ("generated", path)
-                                           for label, path in _generated(work / "generated").items()}
+    inputs: dict[str, tuple[str, Path]] = {
+        f"generated: {label}": ("generated", path) for label, path in _generated(work / "generated").items()
+    }
     passwords = {}
     if CORPUS_DIR.is_dir():
         for row in _manifest():
@@ -110,8 +119,9 @@ def processed(module_env, zygote, tmp_path_factory, request):
     helper_report = helper.finish(900)
     report.runs += helper_report["runs"]
     seconds = time.monotonic() - started
-    outcomes = {label: _outcome(pipeline.queue, label, category, results[label])
-                for label, (category, _) in inputs.items()}
+    outcomes = {
+        label: _outcome(pipeline.queue, label, category, results[label]) for label, (category, _) in inputs.items()
+    }
     _print_table(request, outcomes, seconds, report, _phase_seconds(pipeline.queue))
     assert report.seconds < 900, "the run did not settle"
     yield pipeline, outcomes
@@ -126,8 +136,8 @@ def _outcome(queue, label: str, category: str, result) -> Outcome:
     reason = document["ocr_error"] or document["vector_error"] or document["graphrag_error"] or ""
     with queue.engine.connect() as conn:
         seconds = conn.exec_driver_sql(
-            "SELECT max(ocr_seconds) FROM task_queue_page WHERE document_id = %(d)s",
-            {"d": result.document_id}).scalar()
+            "SELECT max(ocr_seconds) FROM task_queue_page WHERE document_id = %(d)s", {"d": result.document_id}
+        ).scalar()
     return Outcome(label, category, status, reason, document["page_count"], seconds)
 
 
@@ -137,19 +147,26 @@ def _phase_seconds(queue) -> str:
             "SELECT (SELECT count(*) FROM task_queue_page), (SELECT sum(ocr_seconds) FROM task_queue_page),"
             " (SELECT count(*) FROM task_queue_page WHERE ocr_method LIKE 'ocr:%%'),"
             " (SELECT count(*) FROM task_queue_chunk), (SELECT sum(vector_seconds) FROM task_queue_chunk),"
-            " (SELECT sum(graphrag_seconds) FROM task_queue_chunk)").one()
-    return (f"{row[0]} pages ({row[2]} OCR'd) converted in {row[1] or 0:.0f} s, {row[3]} chunks embedded in "
-            f"{row[4] or 0:.0f} s and extracted in {row[5] or 0:.0f} s")
+            " (SELECT sum(graphrag_seconds) FROM task_queue_chunk)"
+        ).one()
+    return (
+        f"{row[0]} pages ({row[2]} OCR'd) converted in {row[1] or 0:.0f} s, {row[3]} chunks embedded in "
+        f"{row[4] or 0:.0f} s and extracted in {row[5] or 0:.0f} s"
+    )
 
 
 def _print_table(request, outcomes: dict[str, Outcome], seconds: float, report, phases: str) -> None:
-    lines = [f"[reliability] bad input: {len(outcomes)} files in {seconds:.0f} s ({report.runs} runs): {phases}",
-             f"{'file':44} {'category':10} {'pages':>5} {'max page s':>10}  outcome"]
+    lines = [
+        f"[reliability] bad input: {len(outcomes)} files in {seconds:.0f} s ({report.runs} runs): {phases}",
+        f"{'file':44} {'category':10} {'pages':>5} {'max page s':>10}  outcome",
+    ]
     for o in outcomes.values():
         pages = "" if o.pages is None else str(o.pages)
         slowest = "" if o.seconds is None else f"{o.seconds:.1f}"
-        lines.append(f"{o.name[:44]:44} {o.category:10} {pages:>5} {slowest:>10}  {o.status}"
-                     + (f"  ({o.reason[:90]})" if o.reason else ""))
+        lines.append(
+            f"{o.name[:44]:44} {o.category:10} {pages:>5} {slowest:>10}  {o.status}"
+            + (f"  ({o.reason[:90]})" if o.reason else "")
+        )
     counts = {}
     for o in outcomes.values():
         kind = "completed" if o.completed else ("rejected" if o.status == "rejected" else "failed")
@@ -172,8 +189,9 @@ def test_generated_hostile_files_fail_clearly_within_bounds(processed):
     blank = get("10,000 blank pages")
     assert blank.status.startswith("failed") and blank.reason == "too many pages: 10000 > limit 2000"
     nested = get("deeply nested objects")
-    assert nested.completed or (nested.status.startswith("failed")
-                                and nested.reason.startswith("page 1: corrupt:")), nested
+    assert nested.completed or (nested.status.startswith("failed") and nested.reason.startswith("page 1: corrupt:")), (
+        nested
+    )
     truncated = get("truncated")
     assert truncated.completed or truncated.reason.startswith(("corrupt:", "page ")), truncated
     giant = get("giant page (250 x 500 inches)")  # rendered within DOCQUEUE_MAX_RENDER_PIXELS
@@ -194,7 +212,7 @@ def test_nothing_is_left_in_flight_and_the_stores_agree(processed):
         assert "processing" not in phases, o
         assert o.status == "rejected" or o.completed or "failed" in phases, o
         if "pending" in phases:  # a later phase only waits behind a failed earlier one
-            assert "failed" in phases[:phases.index("pending")], o
+            assert "failed" in phases[: phases.index("pending")], o
         assert o.completed or o.reason, f"{o.name}: not completed and no reason given"
     assert not any(pipeline.queue.ready_counts().values())
     stores = Stores.open()

@@ -6,6 +6,7 @@
   maximum retries, while workers are also killed at random moments; every good document completes, the stores are
   consistent and hold no duplicates.
 """
+
 from __future__ import annotations
 
 import random
@@ -19,8 +20,9 @@ ALL_COMPLETED = ("completed", "completed", "completed")
 ROUNDS, CHAOS_SECONDS, MAX_RETRIES = 12, 40, 5
 
 
-def test_a_page_over_the_ocr_memory_cap_fails_after_its_retries_and_blocks_nothing(pipeline, tmp_path, monkeypatch,
-                                                                                    say):
+def test_a_page_over_the_ocr_memory_cap_fails_after_its_retries_and_blocks_nothing(
+    pipeline, tmp_path, monkeypatch, say
+):
     # the OCR engine alone needs more than this; text pages need far less
     monkeypatch.setenv("DOCQUEUE_WORKER_MEMORY_MB", "900")
     monkeypatch.setenv("MAX_TASK_RETRIES", "2")
@@ -37,8 +39,12 @@ def test_a_page_over_the_ocr_memory_cap_fails_after_its_retries_and_blocks_nothi
     page = pipeline.queue.pages(document["id"])[0]
     assert (page["ocr_status"], page["ocr_error_class"]) == ("failed", "resource_limit")
     assert page["ocr_retry_count"] == page["max_retries"] == 2
-    say(figures_line("poison (memory cap)", {"faults": page["ocr_retry_count"], "runs": report.runs,
-                                               "reason": document["ocr_error"]}))
+    say(
+        figures_line(
+            "poison (memory cap)",
+            {"faults": page["ocr_retry_count"], "runs": report.runs, "reason": document["ocr_error"]},
+        )
+    )
 
 
 def _document_id(queue, filename: str) -> str:
@@ -51,9 +57,14 @@ def _held_by(queue, pid: int) -> dict[str, set[str]]:
     held = {}
     with queue.engine.connect() as conn:
         for kind in ALL_KINDS:
-            ids = {r[0] for r in conn.exec_driver_sql(
-                f"SELECT t.id::text FROM {kind.table} t WHERE {kind.held_sql('t')} "
-                f"AND t.{kind.col('worker_id')} LIKE %(p)s", {"p": f"%:{pid}:%"}).all()}
+            ids = {
+                r[0]
+                for r in conn.exec_driver_sql(
+                    f"SELECT t.id::text FROM {kind.table} t WHERE {kind.held_sql('t')} "
+                    f"AND t.{kind.col('worker_id')} LIKE %(p)s",
+                    {"p": f"%:{pid}:%"},
+                ).all()
+            }
             if ids:
                 held[kind.name] = ids
     return held
@@ -62,9 +73,13 @@ def _held_by(queue, pid: int) -> dict[str, set[str]]:
 def _still_processing(queue, held: dict[str, set[str]]) -> bool:
     with queue.engine.connect() as conn:
         for kind in ALL_KINDS:
-            if kind.name in held and conn.exec_driver_sql(
-                    f"SELECT count(*) FROM {kind.table} t WHERE {kind.held_sql('t')} "
-                    f"AND t.id = ANY(%(ids)s::uuid[])", {"ids": list(held[kind.name])}).scalar():
+            if (
+                kind.name in held
+                and conn.exec_driver_sql(
+                    f"SELECT count(*) FROM {kind.table} t WHERE {kind.held_sql('t')} AND t.id = ANY(%(ids)s::uuid[])",
+                    {"ids": list(held[kind.name])},
+                ).scalar()
+            ):
                 return True
     return False
 
@@ -95,8 +110,11 @@ def test_chaos_random_kills_and_a_poison_document(pipeline, zygote, tmp_path, mo
     pipeline.reload_settings()
     queue = pipeline.queue
     # ten good pages: the poison page shares the last OCR batch (four pages) with two of them
-    good = [pf.text_pdf(tmp_path, f"{topic}-{i}.pdf", [blocks[:2], blocks[2:]], footer_page_numbers=False)
-            for i in range(3) for topic, blocks in pf.TWO_TOPICS.items()][:5]
+    good = [
+        pf.text_pdf(tmp_path, f"{topic}-{i}.pdf", [blocks[:2], blocks[2:]], footer_page_numbers=False)
+        for i in range(3)
+        for topic, blocks in pf.TWO_TOPICS.items()
+    ][:5]
     poison = pf.text_pdf(tmp_path, "poison.pdf", [["# Poison", "This page crashes every worker that opens it."]])
     pipeline.ingest([*good, poison])
 
@@ -156,12 +174,25 @@ def test_chaos_random_kills_and_a_poison_document(pipeline, zygote, tmp_path, mo
             "SELECT (SELECT count(*) FROM task_queue_page p JOIN documents d ON d.id = p.document_id "
             "        WHERE d.filename <> 'poison.pdf' AND p.ocr_status <> 'completed')"
             " + (SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'"
-            "    OR graphrag_status <> 'completed')").scalar()
+            "    OR graphrag_status <> 'completed')"
+        ).scalar()
     assert lost == 0
-    say(figures_line("chaos", {
-        "faults": len(kills) + self_kills, "rounds": rounds, "kills": len(kills), "poison_self_kills": self_kills,
-        "tasks_recovered": sum(kills), "recovery_s_median": round(sorted(recoveries)[len(recoveries) // 2], 1)
-        if recoveries else "-", "recovery_s_max": round(max(recoveries), 1) if recoveries else "-",
-        "documents_completed": sum(s == ALL_COMPLETED for s in statuses.values()), "chunks": figures["chunks"],
-        "duplicates": sum(figures["duplicates"].values()), "tasks_lost": lost,
-        "poison": f"failed after {page['ocr_retry_count']} attempts"}))
+    say(
+        figures_line(
+            "chaos",
+            {
+                "faults": len(kills) + self_kills,
+                "rounds": rounds,
+                "kills": len(kills),
+                "poison_self_kills": self_kills,
+                "tasks_recovered": sum(kills),
+                "recovery_s_median": round(sorted(recoveries)[len(recoveries) // 2], 1) if recoveries else "-",
+                "recovery_s_max": round(max(recoveries), 1) if recoveries else "-",
+                "documents_completed": sum(s == ALL_COMPLETED for s in statuses.values()),
+                "chunks": figures["chunks"],
+                "duplicates": sum(figures["duplicates"].values()),
+                "tasks_lost": lost,
+                "poison": f"failed after {page['ocr_retry_count']} attempts",
+            },
+        )
+    )

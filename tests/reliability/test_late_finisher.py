@@ -1,6 +1,7 @@
 """A late finisher after recovery: worker A claims chunks and freezes (SIGSTOP: a VM pause, a stopped process);
 its heartbeat stops, recovery hands the chunks to worker B, B completes them; then A wakes up and finishes.
 A's transitions are rejected and A writes nothing to Qdrant or the graph: B's result stands."""
+
 from __future__ import annotations
 
 import json
@@ -28,15 +29,23 @@ def _advance(queue, pipeline, kinds) -> None:
 
 def _late_finisher_round(zygote, queue, pipeline, kind, tmp_path) -> dict:
     files = {name: str(tmp_path / f"{kind.name}-{name}") for name in ("claimed", "go", "result")}
-    a = zygote.spawn(f"late-{kind.name}", tmp_path, target="tests.reliability.bodies:late_finisher",
-                     kind=kind.name, **files)
-    claim = wait_for(lambda: os.path.exists(files["claimed"]) and json.loads(open(files["claimed"]).read()), 120,
-                     what="worker A's claim")
+    a = zygote.spawn(
+        f"late-{kind.name}", tmp_path, target="tests.reliability.bodies:late_finisher", kind=kind.name, **files
+    )
+    claim = wait_for(
+        lambda: os.path.exists(files["claimed"]) and json.loads(open(files["claimed"]).read()),
+        120,
+        what="worker A's claim",
+    )
     assert claim["ids"], "worker A claimed nothing"
     os.kill(a.pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
-    wait_for(lambda: queue.recover_stale() and set(status_of(queue, kind, claim["ids"]).values()) == {"pending"},
-             30, 0.1, "A's tasks to be released")
+    wait_for(
+        lambda: queue.recover_stale() and set(status_of(queue, kind, claim["ids"]).values()) == {"pending"},
+        30,
+        0.1,
+        "A's tasks to be released",
+    )
     released_after = time.monotonic() - frozen_at
 
     worker_b = make_worker_id("worker-b")
@@ -69,8 +78,10 @@ def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, 
     stores = Stores.open()
     try:
         _advance(queue, work, (OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE))
-        rounds = {kind.name: _late_finisher_round(zygote, queue, work, kind, tmp_path)
-                  for kind in (VECTOR_CHUNK, GRAPHRAG_CHUNK)}
+        rounds = {
+            kind.name: _late_finisher_round(zygote, queue, work, kind, tmp_path)
+            for kind in (VECTOR_CHUNK, GRAPHRAG_CHUNK)
+        }
         chunks = queue.chunks()
         for kind in (VECTOR_CHUNK, GRAPHRAG_CHUNK):
             late = rounds[kind.name]
@@ -79,8 +90,9 @@ def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, 
             assert not late["result"]["applied"]
             # B owns the completed rows, and the lost attempt of A is counted
             phase = kind.phase.value
-            assert {(c[f"{phase}_status"], c[f"{phase}_worker_id"], c[f"{phase}_retry_count"]) for c in chunks} == \
-                {("completed", late["worker_b"], 1)}
+            assert {(c[f"{phase}_status"], c[f"{phase}_worker_id"], c[f"{phase}_retry_count"]) for c in chunks} == {
+                ("completed", late["worker_b"], 1)
+            }
         assert stores.vector.count() == len(chunks)
         assert stores.vector.chunk_ids() == {c["chunk_id"] for c in chunks}
         assert stores.graph.chunk_ids_with_writes() == {c["chunk_id"] for c in chunks}
@@ -88,8 +100,18 @@ def test_a_late_finisher_is_rejected_and_the_new_owners_result_stands(pipeline, 
     finally:
         stores.close()
         work.close()
-    say(figures_line("late finisher", {
-        "faults": 2, "tasks_recovered": sum(len(r["claim"]["ids"]) for r in rounds.values()),
-        "recovery_s_max": round(max(r["released_after_s"] for r in rounds.values()), 1), "chunks": len(chunks),
-        "late_transitions_rejected": sum(len(r["result"]["rejected"]) for r in rounds.values()),
-        "late_store_writes": 0, "duplicates": 0, "tasks_lost": 0}))
+    say(
+        figures_line(
+            "late finisher",
+            {
+                "faults": 2,
+                "tasks_recovered": sum(len(r["claim"]["ids"]) for r in rounds.values()),
+                "recovery_s_max": round(max(r["released_after_s"] for r in rounds.values()), 1),
+                "chunks": len(chunks),
+                "late_transitions_rejected": sum(len(r["result"]["rejected"]) for r in rounds.values()),
+                "late_store_writes": 0,
+                "duplicates": 0,
+                "tasks_lost": 0,
+            },
+        )
+    )

@@ -1,5 +1,6 @@
 """PostgreSQL restarted while runs are active: the worker and the sensors reconnect and carry on; every document
 completes and nothing is lost or duplicated. Runs on a PostgreSQL server of its own (the session's is shared)."""
+
 from __future__ import annotations
 
 import shutil
@@ -37,15 +38,19 @@ def own_postgres(rel_env, monkeypatch):
     from queue_db.queue import create_queue_engine
 
     home = Path(tempfile.mkdtemp(prefix="docqueue-restart-pg-"))  # not under pytest's 0700 basetemp
-    server = EmbeddedPostgres(home, port=_free_port(56100), extra_settings={
-        "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"})
+    server = EmbeddedPostgres(
+        home,
+        port=_free_port(56100),
+        extra_settings={"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"},
+    )
     queue_url = server.ensure_running()
     engine = create_queue_engine(queue_url)
     upgrade(engine)
     engine.dispose()
     monkeypatch.setenv("DOCQUEUE_DATABASE_URL", queue_url)
-    monkeypatch.setenv("DOCQUEUE_DAGSTER_PG_URL",
-                       server.url("dagster").replace("postgresql+psycopg://", "postgresql://"))
+    monkeypatch.setenv(
+        "DOCQUEUE_DAGSTER_PG_URL", server.url("dagster").replace("postgresql+psycopg://", "postgresql://")
+    )
     try:
         yield server
     finally:
@@ -59,9 +64,13 @@ def _inbox_tick(pipeline, inbox: Path) -> str:
     from resources.database import DatabaseResource
     from resources.storage import StorageResource
 
-    context = dg.build_sensor_context(instance=pipeline.instance,
-                                      resources={"database": DatabaseResource.from_settings(Settings.from_env()),
-                                                 "storage": StorageResource.from_settings(Settings.from_env())})
+    context = dg.build_sensor_context(
+        instance=pipeline.instance,
+        resources={
+            "database": DatabaseResource.from_settings(Settings.from_env()),
+            "storage": StorageResource.from_settings(Settings.from_env()),
+        },
+    )
     return inbox_sensor(Settings.from_env()).evaluate_tick(context).skip_message or ""
 
 
@@ -101,10 +110,20 @@ def test_postgres_restart_mid_run_loses_nothing(own_postgres, zygote, tmp_path, 
         stores.close()
     assert figures["verify"]["consistent"], figures["verify"]
     assert figures["points"] == figures["chunks"] > 0 and set(figures["duplicates"].values()) == {0}
-    say(figures_line("postgres restart", {"faults": len(outages), "outages_s": "/".join(f"{o:.1f}" for o in outages),
-                                            "worker_runs": report["runs"],
-                                            "failed_runs": report["failed_runs"], "documents": len(statuses),
-                                            "tasks_lost": 0, "duplicates": 0}))
+    say(
+        figures_line(
+            "postgres restart",
+            {
+                "faults": len(outages),
+                "outages_s": "/".join(f"{o:.1f}" for o in outages),
+                "worker_runs": report["runs"],
+                "failed_runs": report["failed_runs"],
+                "documents": len(statuses),
+                "tasks_lost": 0,
+                "duplicates": 0,
+            },
+        )
+    )
     pipeline.instance.dispose()
 
 

@@ -1,5 +1,6 @@
 """Security: parameterised SQL (hostile names, metadata and errors stored and shown verbatim), intake confined to
 the inbox, secrets kept out of logs, run metadata and error messages, services listening on 127.0.0.1 only."""
+
 from __future__ import annotations
 
 import http.server
@@ -32,8 +33,13 @@ HOSTILE_TEXT = "T'; DROP TABLE documents;-- \" \\ %s $1 \x00 end"
 
 
 def _cli(*args: str | bytes, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], cwd=REPO_ROOT, capture_output=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _hostile_pdf(folder: Path, name: bytes, number: int) -> Path:
@@ -49,8 +55,10 @@ def _hostile_pdf(folder: Path, name: bytes, number: int) -> Path:
 
 def _table_counts(queue) -> tuple[int, int, int]:
     with queue.engine.connect() as conn:
-        return tuple(conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()
-                     for t in ("documents", "task_queue_page", "task_queue_chunk"))
+        return tuple(
+            conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()
+            for t in ("documents", "task_queue_page", "task_queue_chunk")
+        )
 
 
 def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipeline, tmp_path, monkeypatch):
@@ -70,8 +78,9 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
 
     worker = make_worker_id("hostile")
 
-    work = Work(pipeline.queue, storage=pipeline.storage,
-                pdf=OcrResource.from_settings(Settings.from_env()).get_processor())
+    work = Work(
+        pipeline.queue, storage=pipeline.storage, pdf=OcrResource.from_settings(Settings.from_env()).get_processor()
+    )
     try:
         outcomes = process_tasks(work, OCR_DOCUMENT, worker, pipeline.queue.claim(OCR_DOCUMENT, worker, 10))
     finally:
@@ -82,8 +91,9 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
     page_worker = make_worker_id("nul")
     assert pipeline.queue.claim(OCR_PAGE, page_worker, 1, only_ids=[page["id"]])
     nasty_error = "bad \x00 byte \udcff and '; DROP TABLE task_queue_page;--"
-    assert pipeline.queue.fail(OCR_PAGE, page_worker, [{"id": page["id"], "error": nasty_error,
-                                                         "retryable": False}]).applied
+    assert pipeline.queue.fail(
+        OCR_PAGE, page_worker, [{"id": page["id"], "error": nasty_error, "retryable": False}]
+    ).applied
 
     status = _cli("status", "--json")
     assert status.returncode == 0, status.stderr[-2000:]
@@ -104,8 +114,9 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
         assert "'; DROP TABLE documents;-- \" \\ %s $1" in metadata["title"] and metadata["author"] == "O'Brien; --"
     assert shown[results[2].document_id]["ocr_error"] == f"encrypted: password variable {bad_ref[4:]} is not set"
     with pipeline.queue.engine.connect() as conn:
-        stored = conn.exec_driver_sql("SELECT ocr_error FROM task_queue_page WHERE id = %(i)s",
-                                      {"i": page["id"]}).scalar()
+        stored = conn.exec_driver_sql(
+            "SELECT ocr_error FROM task_queue_page WHERE id = %(i)s", {"i": page["id"]}
+        ).scalar()
     assert stored == "bad \\x00 byte \\xff and '; DROP TABLE task_queue_page;--"
     assert shown[results[0].document_id]["ocr_error"] == "page 1: " + stored
     assert pipeline.queue.document("x' OR '1'='1") is None  # a hostile lookup finds nothing, not everything
@@ -133,12 +144,18 @@ def test_intake_stays_inside_the_inbox_and_never_overwrites_a_document(pipeline,
     originals = {p: p.read_bytes() for p in (first, second, secret)}
 
     monkeypatch.setenv("DOCQUEUE_INBOX", str(inbox))
-    context = dg.build_sensor_context(instance=pipeline.instance,
-                                      resources={"database": DatabaseResource.from_settings(Settings.from_env()),
-                                                 "storage": StorageResource.from_settings(Settings.from_env())})
+    context = dg.build_sensor_context(
+        instance=pipeline.instance,
+        resources={
+            "database": DatabaseResource.from_settings(Settings.from_env()),
+            "storage": StorageResource.from_settings(Settings.from_env()),
+        },
+    )
     message = inbox_sensor(Settings.from_env()).evaluate_tick(context).skip_message
-    results = pipeline.ingest([inbox, inbox / ".." / "outside" / "secret.pdf", inbox / "link-to-secret.pdf",
-                               inbox / "linked-folder"], root=inbox)
+    results = pipeline.ingest(
+        [inbox, inbox / ".." / "outside" / "secret.pdf", inbox / "link-to-secret.pdf", inbox / "linked-folder"],
+        root=inbox,
+    )
     with pipeline.queue.engine.connect() as conn:
         registered = conn.exec_driver_sql("SELECT source_path, storage_key FROM documents ORDER BY source_path").all()
     assert [r[0] for r in registered] == [str(first.resolve()), str(second.resolve())], (message, registered)
@@ -182,16 +199,24 @@ def test_secrets_never_reach_logs_run_metadata_or_errors(rel_env, tmp_path, monk
 
     db_secret, neo4j_secret = "PgPlanted-8c1f-Secret", "Neo4jPlanted-51d2-Secret"
     llm_secret = "sk-LlmPlanted-e7a9-Secret"
-    secrets = {"db": db_secret, "neo4j": neo4j_secret, "llm": llm_secret, "llm-prefix": llm_secret[:12],
-               "bolt": rel_env.bolt.password}
+    secrets = {
+        "db": db_secret,
+        "neo4j": neo4j_secret,
+        "llm": llm_secret,
+        "llm-prefix": llm_secret[:12],
+        "bolt": rel_env.bolt.password,
+    }
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LeakyLlm)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     # the embedded server trusts local connections, so a planted password changes nothing but what could leak
     for name, value in {
         "DOCQUEUE_DATABASE_URL": _with_password(rel_env.queue_url, db_secret),
         "DOCQUEUE_DAGSTER_PG_URL": _with_password(rel_env.dagster_url, db_secret),
-        "DOCQUEUE_EXTRACTOR": "llm", "DOCQUEUE_LLM_BASE_URL": f"http://127.0.0.1:{server.server_port}/v1",
-        "DOCQUEUE_LLM_MODEL": "leaky", "DOCQUEUE_LLM_API_KEY": llm_secret, "DOCQUEUE_LLM_MAX_RETRIES": "0",
+        "DOCQUEUE_EXTRACTOR": "llm",
+        "DOCQUEUE_LLM_BASE_URL": f"http://127.0.0.1:{server.server_port}/v1",
+        "DOCQUEUE_LLM_MODEL": "leaky",
+        "DOCQUEUE_LLM_API_KEY": llm_secret,
+        "DOCQUEUE_LLM_MAX_RETRIES": "0",
         "MAX_TASK_RETRIES": "1",
     }.items():
         monkeypatch.setenv(name, value)
@@ -213,9 +238,11 @@ def test_secrets_never_reach_logs_run_metadata_or_errors(rel_env, tmp_path, monk
         assert sum(pipeline.queue.retry_failed().values()) >= 1
         pipeline.run_until_idle()
         graph_errors = {c["graphrag_error"] for c in pipeline.queue.chunks()}
-        outputs += [_cli("status", "--json"), _cli("verify", "--json"),
-                    _cli("status", "--json",
-                         env={"DOCQUEUE_DATABASE_URL": f"postgresql://u:{db_secret}@127.0.0.1:1/x"})]
+        outputs += [
+            _cli("status", "--json"),
+            _cli("verify", "--json"),
+            _cli("status", "--json", env={"DOCQUEUE_DATABASE_URL": f"postgresql://u:{db_secret}@127.0.0.1:1/x"}),
+        ]
     finally:
         server.shutdown()
     assert {(c["vector_status"], c["graphrag_status"]) for c in pipeline.queue.chunks()} == {("completed", "failed")}
@@ -224,12 +251,14 @@ def test_secrets_never_reach_logs_run_metadata_or_errors(rel_env, tmp_path, monk
     assert outputs[-1].returncode != 0 and b"cannot connect to PostgreSQL" in outputs[-1].stderr
     assert outputs[-2].returncode != 0  # verify cannot log in to the graph server
 
-    places: dict[str, bytes] = {f"cli {i} {stream}": getattr(out, stream) for i, out in enumerate(outputs)
-                                for stream in ("stdout", "stderr")}
+    places: dict[str, bytes] = {
+        f"cli {i} {stream}": getattr(out, stream) for i, out in enumerate(outputs) for stream in ("stdout", "stderr")
+    }
     with pipeline.queue.engine.connect() as conn:
         for table in ("documents", "task_queue_page", "task_queue_chunk"):
-            places[f"queue {table}"] = "\n".join(r[0] for r in conn.exec_driver_sql(
-                f"SELECT row_to_json(t)::text FROM {table} t").all()).encode()
+            places[f"queue {table}"] = "\n".join(
+                r[0] for r in conn.exec_driver_sql(f"SELECT row_to_json(t)::text FROM {table} t").all()
+            ).encode()
     runs = pipeline.instance.get_runs()
     assert len(runs) >= 8
     for run in runs:
@@ -239,15 +268,22 @@ def test_secrets_never_reach_logs_run_metadata_or_errors(rel_env, tmp_path, monk
     for path in Path(os.environ["DAGSTER_HOME"]).rglob("*"):
         if path.is_file():
             places[f"file {path}"] = path.read_bytes()
-    leaks = [(secret_name, place) for place, content in places.items() for secret_name, secret in secrets.items()
-             if secret.encode() in content]
+    leaks = [
+        (secret_name, place)
+        for place, content in places.items()
+        for secret_name, secret in secrets.items()
+        if secret.encode() in content
+    ]
     assert not leaks, leaks
     pipeline.instance.dispose()
 
 
 def _listening(pids: set[int]) -> list[tuple[int, str, int]]:
-    return [(c.pid, c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    return [
+        (c.pid, c.laddr.ip, c.laddr.port)
+        for c in psutil.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.pid in pids
+    ]
 
 
 def _loopback(ip: str) -> bool:
@@ -269,19 +305,34 @@ def test_started_services_listen_on_loopback_only(rel_env, pg_admin_url, say):
     from urllib.parse import urlsplit
 
     def owner_of(port: int) -> int:
-        return next(c.pid for c in psutil.net_connections(kind="inet")
-                    if c.status == psutil.CONN_LISTEN and c.laddr.port == port)
+        return next(
+            c.pid
+            for c in psutil.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        )
 
-    found = {"postgres": _listening(_tree(owner_of(urlsplit(pg_admin_url).port))),
-             "bolt": _listening(_tree(owner_of(urlsplit(rel_env.bolt.uri).port)))}
+    found = {
+        "postgres": _listening(_tree(owner_of(urlsplit(pg_admin_url).port))),
+        "bolt": _listening(_tree(owner_of(urlsplit(rel_env.bolt.uri).port))),
+    }
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    ui = subprocess.Popen([sys.executable, "-m", "orchestration.cli", "ui", "--port", str(port), "--json"],
-                          cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "orchestration.cli", "ui", "--port", str(port), "--json"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        wait_for(lambda: any(c.laddr.port == port for c in psutil.net_connections(kind="inet")
-                             if c.status == psutil.CONN_LISTEN), 240, 0.5, "the Dagster webserver to listen")
+        wait_for(
+            lambda: any(
+                c.laddr.port == port for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+            ),
+            240,
+            0.5,
+            "the Dagster webserver to listen",
+        )
         time.sleep(2)  # the daemon and code server come up beside it
         found["webserver, daemon, code server"] = _listening(_tree(ui.pid))
     finally:
@@ -294,6 +345,10 @@ def test_started_services_listen_on_loopback_only(rel_env, pg_admin_url, say):
     for service, sockets in found.items():
         assert sockets, f"{service}: no listening socket found"
         assert all(_loopback(ip) for _, ip, _ in sockets), (service, sockets)
-    say("[reliability] listening sockets: " + "; ".join(
-        f"{service}: " + ", ".join(sorted({f"{ip}:{port}" for _, ip, port in sockets}))
-        for service, sockets in found.items()))
+    say(
+        "[reliability] listening sockets: "
+        + "; ".join(
+            f"{service}: " + ", ".join(sorted({f"{ip}:{port}" for _, ip, port in sockets}))
+            for service, sockets in found.items()
+        )
+    )

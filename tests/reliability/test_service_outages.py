@@ -1,5 +1,6 @@
 """Qdrant and the Bolt server unavailable: the affected chunks fail with the connection error, are retried with
 back-off, and complete once the service is back; the OCR work already done is not touched."""
+
 from __future__ import annotations
 
 import subprocess
@@ -49,7 +50,8 @@ class _Outages:
             with self.queue.engine.connect() as conn:
                 rows = conn.exec_driver_sql(
                     f"SELECT min({phase}_retry_count), {phase}_error_class || ': ' || {phase}_error "
-                    f"FROM task_queue_chunk WHERE {phase}_status = 'failed' GROUP BY 2").all()
+                    f"FROM task_queue_chunk WHERE {phase}_status = 'failed' GROUP BY 2"
+                ).all()
             self.errors[phase] |= {r[1] for r in rows}
             if self.ocr_before is None and rows:
                 self.ocr_before = _ocr_pages(self.queue)  # OCR is done once vectors are attempted
@@ -68,8 +70,12 @@ class _Outages:
 
 def _ocr_pages(queue) -> dict:
     with queue.engine.connect() as conn:
-        return {r[0]: (r[1], r[2], r[3]) for r in conn.exec_driver_sql(
-            "SELECT id::text, ocr_status::text, ocr_completed_at, ocr_retry_count FROM task_queue_page").all()}
+        return {
+            r[0]: (r[1], r[2], r[3])
+            for r in conn.exec_driver_sql(
+                "SELECT id::text, ocr_status::text, ocr_completed_at, ocr_retry_count FROM task_queue_page"
+            ).all()
+        }
 
 
 def _hold_qdrant_lock(folder) -> subprocess.Popen:
@@ -81,18 +87,31 @@ def _hold_qdrant_lock(folder) -> subprocess.Popen:
     lock = folder / "edge" / f"{collection_name(DEFAULT_MODEL)}{TAIL_SUFFIX}.lock"  # the shard writes go to
     lock.parent.mkdir(parents=True, exist_ok=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import portalocker, sys; h = open(sys.argv[1], 'a+'); "
-         "portalocker.lock(h, portalocker.LockFlags.EXCLUSIVE); print('locked', flush=True); sys.stdin.read()",
-         str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import portalocker, sys; h = open(sys.argv[1], 'a+'); "
+            "portalocker.lock(h, portalocker.LockFlags.EXCLUSIVE); print('locked', flush=True); sys.stdin.read()",
+            str(lock),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "locked"
     return holder
 
 
 def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipeline, tmp_path, monkeypatch, rel_env, say):
     bolt = TcpProxy(urlsplit(rel_env.bolt.uri).port)  # down until the watcher brings it up
-    for name, value in {"DOCQUEUE_NEO4J_URI": f"bolt://127.0.0.1:{bolt.port}", "DOCQUEUE_QDRANT_LOCK_TIMEOUT": "1",
-                        "DOCQUEUE_GRAPH_TX_TIMEOUT_S": "2", "MAX_TASK_RETRIES": "6",
-                        "DOCQUEUE_RETRY_BACKOFF_BASE": "0.2", "DOCQUEUE_RETRY_BACKOFF_MAX": "1"}.items():
+    for name, value in {
+        "DOCQUEUE_NEO4J_URI": f"bolt://127.0.0.1:{bolt.port}",
+        "DOCQUEUE_QDRANT_LOCK_TIMEOUT": "1",
+        "DOCQUEUE_GRAPH_TX_TIMEOUT_S": "2",
+        "MAX_TASK_RETRIES": "6",
+        "DOCQUEUE_RETRY_BACKOFF_BASE": "0.2",
+        "DOCQUEUE_RETRY_BACKOFF_MAX": "1",
+    }.items():
         monkeypatch.setenv(name, value)
     # the settings above: the queue's retries and back-off, the graph's address, the store's lock timeout
     pipeline.reload_settings()
@@ -107,18 +126,27 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
             holder.kill()
         bolt.down()
         bolt.up()  # for the verification below
-    assert set(document_statuses(queue).values()) == {ALL_COMPLETED}, (document_statuses(queue), [
-        (c["vector_status"], c["vector_retry_count"], c["vector_error"], c["graphrag_status"], c["graphrag_error"])
-        for c in queue.chunks()], outages.errors, outages.down_s, outages.problems)
+    assert set(document_statuses(queue).values()) == {ALL_COMPLETED}, (
+        document_statuses(queue),
+        [
+            (c["vector_status"], c["vector_retry_count"], c["vector_error"], c["graphrag_status"], c["graphrag_error"])
+            for c in queue.chunks()
+        ],
+        outages.errors,
+        outages.down_s,
+        outages.problems,
+    )
     assert set(outages.down_s) == {"vector", "graphrag"}
     assert any("QdrantStorageBusy" in e and e.startswith("connection: ") for e in outages.errors["vector"])
-    assert any("ServiceUnavailable" in e and e.startswith("connection: ") for e in outages.errors["graphrag"]), \
+    assert any("ServiceUnavailable" in e and e.startswith("connection: ") for e in outages.errors["graphrag"]), (
         outages.errors
+    )
     assert outages.ocr_before and _ocr_pages(queue) == outages.ocr_before  # OCR untouched by the retries
     assert {v[2] for v in outages.ocr_before.values()} == {0}
     with queue.engine.connect() as conn:
         retries = conn.exec_driver_sql(
-            "SELECT min(vector_retry_count), min(graphrag_retry_count) FROM task_queue_chunk").one()
+            "SELECT min(vector_retry_count), min(graphrag_retry_count) FROM task_queue_chunk"
+        ).one()
     assert min(retries) >= FAILED_ATTEMPTS_BEFORE_RECOVERY
     stores = Stores.open()
     try:
@@ -127,12 +155,23 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
         stores.close()
     assert figures["verify"]["consistent"] and figures["points"] == figures["chunks"]
     assert set(figures["duplicates"].values()) == {0}
-    say(figures_line("service outages", {
-        "faults": 2, "duplicates": sum(figures["duplicates"].values()), "tasks_lost": 0,
-        "qdrant_down_s": round(outages.down_s["vector"], 1),
-        "bolt_down_s": round(outages.down_s["graphrag"] - outages.down_s["vector"], 1),
-        "failed_attempts_vector": retries[0], "failed_attempts_graphrag": retries[1], "runs": report.runs,
-        "failed_runs": report.failed_runs, "ocr_pages_untouched": len(outages.ocr_before)}))
+    say(
+        figures_line(
+            "service outages",
+            {
+                "faults": 2,
+                "duplicates": sum(figures["duplicates"].values()),
+                "tasks_lost": 0,
+                "qdrant_down_s": round(outages.down_s["vector"], 1),
+                "bolt_down_s": round(outages.down_s["graphrag"] - outages.down_s["vector"], 1),
+                "failed_attempts_vector": retries[0],
+                "failed_attempts_graphrag": retries[1],
+                "runs": report.runs,
+                "failed_runs": report.failed_runs,
+                "ocr_pages_untouched": len(outages.ocr_before),
+            },
+        )
+    )
 
 
 def test_a_back_off_ending_during_planning_does_not_end_the_run(pipeline, tmp_path, monkeypatch, say):
@@ -162,5 +201,9 @@ def test_a_back_off_ending_during_planning_does_not_end_the_run(pipeline, tmp_pa
     report = pipeline.run_until_idle()
     assert 0 in rounds and report.runs_by_name.get("ocr_document") == 1, (rounds, report)
     assert set(document_statuses(queue).values()) == {ALL_COMPLETED}
-    say(figures_line("back-off ending during planning", {"faults": 1, "rounds": len(rounds), "runs": report.runs,
-                                                          "tasks_lost": 0}))
+    say(
+        figures_line(
+            "back-off ending during planning",
+            {"faults": 1, "rounds": len(rounds), "runs": report.runs, "tasks_lost": 0},
+        )
+    )

@@ -2,6 +2,7 @@
 - CPU-heavy pure Python in the worker's own process (the Heartbeat thread gets the GIL at the switch interval);
 - OCR in the PdfProcessor child process (the worker only waits on a pipe);
 and a worker whose heartbeat stops (the process is frozen) loses its tasks after the stale timeout."""
+
 from __future__ import annotations
 
 import hashlib
@@ -40,7 +41,8 @@ def _watch(queue, kind, claim: dict, until, interval_s: float = 0.2) -> int:
             rows = conn.exec_driver_sql(
                 f"SELECT {kind.status}::text, {kind.col('worker_id')} FROM {kind.table} "
                 "WHERE id = ANY(%(ids)s::uuid[])",
-                {"ids": claim["ids"]}).all()
+                {"ids": claim["ids"]},
+            ).all()
         assert set(rows) == {("processing", claim["worker"])}, f"a live worker was robbed after {passes} passes: {rows}"
         time.sleep(interval_s)
     return passes
@@ -52,8 +54,11 @@ def test_busy_python_keeps_its_tasks_and_a_frozen_worker_loses_them(pipeline, zy
     files = {name: str(tmp_path / f"busy-{name}") for name in ("claimed", "result")}
     busy_s = 4 * STALE_S
     busy = zygote.spawn("busy", tmp_path, target="tests.reliability.bodies:busy_holder", busy_s=busy_s, **files)
-    claim = wait_for(lambda: os.path.exists(files["claimed"]) and json.loads(open(files["claimed"]).read()), 60,
-                     what="the busy worker's claim")
+    claim = wait_for(
+        lambda: os.path.exists(files["claimed"]) and json.loads(open(files["claimed"]).read()),
+        60,
+        what="the busy worker's claim",
+    )
     passes = _watch(queue, OCR_PAGE, claim, lambda: os.path.exists(files["result"]))
     busy.finish(60)
     result = json.loads(open(files["result"]).read())
@@ -66,22 +71,44 @@ def test_busy_python_keeps_its_tasks_and_a_frozen_worker_loses_them(pipeline, zy
     _page_tasks(queue, 2)
     files = {name: str(tmp_path / f"frozen-{name}") for name in ("claimed", "result")}
     frozen = zygote.spawn("frozen", tmp_path, target="tests.reliability.bodies:busy_holder", busy_s=60, **files)
-    claim = wait_for(lambda: os.path.exists(files["claimed"]) and json.loads(open(files["claimed"]).read()), 60,
-                     what="the frozen worker's claim")
+    claim = wait_for(
+        lambda: os.path.exists(files["claimed"]) and json.loads(open(files["claimed"]).read()),
+        60,
+        what="the frozen worker's claim",
+    )
     os.kill(frozen.pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
-    wait_for(lambda: queue.recover_stale() and set(status_of(queue, OCR_PAGE, claim["ids"]).values()) == {"pending"},
-             30, 0.1, "the frozen worker's tasks to be released")
+    wait_for(
+        lambda: queue.recover_stale() and set(status_of(queue, OCR_PAGE, claim["ids"]).values()) == {"pending"},
+        30,
+        0.1,
+        "the frozen worker's tasks to be released",
+    )
     released_after = time.monotonic() - frozen_at
     frozen.kill()
     with queue.engine.connect() as conn:
-        errors = {r[0] for r in conn.exec_driver_sql(
-            "SELECT ocr_error_class || ': ' || ocr_error FROM task_queue_page WHERE id = ANY(%(ids)s::uuid[])",
-            {"ids": claim["ids"]}).all()}
+        errors = {
+            r[0]
+            for r in conn.exec_driver_sql(
+                "SELECT ocr_error_class || ': ' || ocr_error FROM task_queue_page WHERE id = ANY(%(ids)s::uuid[])",
+                {"ids": claim["ids"]},
+            ).all()
+        }
     assert len(errors) == 1 and next(iter(errors)).startswith("worker_lost: worker lost: heartbeat stale since")
-    say(figures_line("busy worker", {"faults": 1, "tasks_recovered": len(claim["ids"]),
-                                       "recovery_s_max": round(released_after, 1), "busy_s": round(result["busy_s"], 1),
-                                       "beats": result["beats"], "recovery_passes_survived": passes, "robbed": 0}))
+    say(
+        figures_line(
+            "busy worker",
+            {
+                "faults": 1,
+                "tasks_recovered": len(claim["ids"]),
+                "recovery_s_max": round(released_after, 1),
+                "busy_s": round(result["busy_s"], 1),
+                "beats": result["beats"],
+                "recovery_passes_survived": passes,
+                "robbed": 0,
+            },
+        )
+    )
 
 
 def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path, say, monkeypatch):
@@ -115,8 +142,9 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
         keys = [f"{r.document_key}/p0001" for r in ingested]
         recoverer = threading.Thread(target=recover_often, daemon=True)
         recoverer.start()
-        report = process_keys(queue, handled_tasks(work, OCR_PAGE), OCR_PAGE, keys, make_worker_id("ocr"),
-                              override_retry_limit=False)
+        report = process_keys(
+            queue, handled_tasks(work, OCR_PAGE), OCR_PAGE, keys, make_worker_id("ocr"), override_retry_limit=False
+        )
     finally:
         stop.set()
         work.close()
@@ -124,10 +152,19 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
     with queue.engine.connect() as conn:
         rows = conn.exec_driver_sql(
             "SELECT ocr_retry_count, ocr_method, EXTRACT(EPOCH FROM ocr_completed_at - ocr_started_at) "
-            "FROM task_queue_page").all()
+            "FROM task_queue_page"
+        ).all()
     assert {(r[0], r[1]) for r in rows} == {(0, "ocr:rapidocr")}
     longest = max(float(r[2]) for r in rows)
     assert longest >= 2 * settings.stale_timeout_s, f"the batch was too fast to prove anything ({longest:.1f} s)"
-    say(figures_line("OCR child process", {"pages": len(rows), "longest_hold_s": round(longest, 1),
-                                             "stale_timeout_s": settings.stale_timeout_s,
-                                             "recovery_passes_survived": passes[0]}))
+    say(
+        figures_line(
+            "OCR child process",
+            {
+                "pages": len(rows),
+                "longest_hold_s": round(longest, 1),
+                "stale_timeout_s": settings.stale_timeout_s,
+                "recovery_passes_survived": passes[0],
+            },
+        )
+    )

@@ -5,6 +5,7 @@ Services out of reach: the queue's PostgreSQL URL on a closed port, a Bolt URI o
 on a closed port, and the embedded PostgreSQL's or Bolt server's explicit port held by another listener. The
 commands run in parallel subprocesses: each is mostly interpreter start-up.
 """
+
 from __future__ import annotations
 
 import re
@@ -78,14 +79,20 @@ def listener():
 def reachable(tmp_path, create_database, migrated_template, bolt_server):
     """Settings under which every service answers, with one registered document; the scenarios break one each."""
     (tmp_path / "note.md").write_text(NOTE)
-    settings = {"DOCQUEUE_DATABASE_URL": create_database(template=migrated_template),
-                "DOCQUEUE_DAGSTER_PG_URL": create_database(prefix="dagster"),
-                "DOCQUEUE_NEO4J_URI": bolt_server.uri, "DOCQUEUE_NEO4J_USER": bolt_server.user,
-                "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password, "DOCQUEUE_NEO4J_DATABASE": bolt_server.database or "",
-                "DOCQUEUE_CLI_GRAPH_RETRY_S": "0.5", "DOCQUEUE_QDRANT_TIMEOUT": "2"}
+    settings = {
+        "DOCQUEUE_DATABASE_URL": create_database(template=migrated_template),
+        "DOCQUEUE_DAGSTER_PG_URL": create_database(prefix="dagster"),
+        "DOCQUEUE_NEO4J_URI": bolt_server.uri,
+        "DOCQUEUE_NEO4J_USER": bolt_server.user,
+        "DOCQUEUE_NEO4J_PASSWORD": bolt_server.password,
+        "DOCQUEUE_NEO4J_DATABASE": bolt_server.database or "",
+        "DOCQUEUE_CLI_GRAPH_RETRY_S": "0.5",
+        "DOCQUEUE_QDRANT_TIMEOUT": "2",
+    }
     home = tmp_path / "home"
-    (registered,) = succeeded(run_as_user(user_env(home, **settings), "ingest", str(tmp_path / "note.md"),
-                                          "--json")).json()["results"]
+    (registered,) = succeeded(
+        run_as_user(user_env(home, **settings), "ingest", str(tmp_path / "note.md"), "--json")
+    ).json()["results"]
     files = {"note": str(tmp_path / "note.md"), "document": registered["document_key"], "ui_port": _closed_port()}
     return home, settings, files
 
@@ -99,13 +106,21 @@ def test_every_command_fails_with_one_sentence_when_a_service_is_out_of_reach(re
     closed = _closed_port()
     scenarios = {
         "queue database on a closed port": (
-            QUEUE, {**settings, "DOCQUEUE_DATABASE_URL": f"postgresql://postgres:hunter2@127.0.0.1:{closed}/docqueue"}),
+            QUEUE,
+            {**settings, "DOCQUEUE_DATABASE_URL": f"postgresql://postgres:hunter2@127.0.0.1:{closed}/docqueue"},
+        ),
         "embedded PostgreSQL's port taken": (
-            QUEUE, {**_without(settings, "DOCQUEUE_DATABASE_URL", "DOCQUEUE_DAGSTER_PG_URL"),
-                    "DOCQUEUE_PG_PORT": str(listener)}),
+            QUEUE,
+            {
+                **_without(settings, "DOCQUEUE_DATABASE_URL", "DOCQUEUE_DAGSTER_PG_URL"),
+                "DOCQUEUE_PG_PORT": str(listener),
+            },
+        ),
         "Bolt server on a closed port": (GRAPH, {**settings, "DOCQUEUE_NEO4J_URI": f"bolt://127.0.0.1:{closed}"}),
         "embedded Bolt server's port taken": (
-            GRAPH, {**_without(settings, "DOCQUEUE_NEO4J_URI"), "DOCQUEUE_BOLT_PORT": str(listener)}),
+            GRAPH,
+            {**_without(settings, "DOCQUEUE_NEO4J_URI"), "DOCQUEUE_BOLT_PORT": str(listener)},
+        ),
         "Qdrant server on a closed port": (VECTORS, {**settings, "DOCQUEUE_QDRANT_URL": f"http://127.0.0.1:{closed}"}),
     }
     jobs = []
@@ -115,8 +130,11 @@ def test_every_command_fails_with_one_sentence_when_a_service_is_out_of_reach(re
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda job: run_as_user(job[1], *job[2], timeout=240), jobs))
 
-    problems = [f"{scenario} / docqueue {' '.join(result.args)}: {problem}"
-                for (scenario, _, _), result in zip(jobs, results) if (problem := _problem(result))]
+    problems = [
+        f"{scenario} / docqueue {' '.join(result.args)}: {problem}"
+        for (scenario, _, _), result in zip(jobs, results)
+        if (problem := _problem(result))
+    ]
     assert not problems, "\n".join(problems)
 
 

@@ -1,5 +1,6 @@
 """Workers SIGKILLed mid-task in each phase: their tasks go back after the stale timeout, are re-run, and the
 stores end with exactly one point per chunk and no duplicate graph nodes or relationships."""
+
 from __future__ import annotations
 
 import time
@@ -23,8 +24,17 @@ ALL_COMPLETED = ("completed", "completed", "completed")
 
 def _corpus(tmp):
     bees, volcanoes = pf.two_topic_pdfs(tmp)
-    report = pf.text_pdf(tmp, "report.pdf", [pf.DEMO_PAGE, ["# Staff", "Ada Lovelace met Charles Babbage in London. "
-                                                             "Grace Hopper worked for the US Navy in Arlington."]])
+    report = pf.text_pdf(
+        tmp,
+        "report.pdf",
+        [
+            pf.DEMO_PAGE,
+            [
+                "# Staff",
+                "Ada Lovelace met Charles Babbage in London. Grace Hopper worked for the US Navy in Arlington.",
+            ],
+        ],
+    )
     return [bees, volcanoes, report]
 
 
@@ -35,8 +45,12 @@ def test_a_worker_killed_in_each_phase_loses_nothing_and_duplicates_nothing(pipe
     for kind in (OCR_PAGE, VECTOR_CHUNK, GRAPHRAG_CHUNK):
         # its batches of the phase under test last at least half a second: long enough to be seen processing
         worker = zygote.spawn(f"kill-{kind.name}", tmp_path, slow_kinds=[kind.name], slow_s=0.5)
-        held = wait_for(lambda: processing_ids(queue, kind) or (not worker.alive() and worker.finish()), 180, 0.02,
-                        f"{kind.name} tasks in processing")
+        held = wait_for(
+            lambda: processing_ids(queue, kind) or (not worker.alive() and worker.finish()),
+            180,
+            0.02,
+            f"{kind.name} tasks in processing",
+        )
         assert isinstance(held, set), f"worker finished without being caught in {kind.name}: {held}"
         worker.kill()
         killed_at = time.monotonic()
@@ -73,14 +87,25 @@ def test_a_worker_killed_in_each_phase_loses_nothing_and_duplicates_nothing(pipe
         lost = conn.exec_driver_sql(
             "SELECT (SELECT count(*) FROM task_queue_page WHERE ocr_status <> 'completed')"
             " + (SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'"
-            "    OR graphrag_status <> 'completed')").scalar()
+            "    OR graphrag_status <> 'completed')"
+        ).scalar()
     assert lost == 0
-    say(figures_line("worker killed per phase", {
-        "faults": killed_runs, "tasks_recovered": sum(r.tasks for r in recoveries),
-        "recovery_s_max": round(max(r.seconds for r in recoveries), 1),
-        "recovery_s": "/".join(f"{r.kind}:{r.seconds:.1f}" for r in recoveries),
-        "chunks": first["chunks"], "points": first["points"],
-        "duplicates": sum(first["duplicates"].values()), "tasks_lost": lost, "final_runs": report.runs}))
+    say(
+        figures_line(
+            "worker killed per phase",
+            {
+                "faults": killed_runs,
+                "tasks_recovered": sum(r.tasks for r in recoveries),
+                "recovery_s_max": round(max(r.seconds for r in recoveries), 1),
+                "recovery_s": "/".join(f"{r.kind}:{r.seconds:.1f}" for r in recoveries),
+                "chunks": first["chunks"],
+                "points": first["points"],
+                "duplicates": sum(first["duplicates"].values()),
+                "tasks_lost": lost,
+                "final_runs": report.runs,
+            },
+        )
+    )
 
 
 def _failure_message(instance, run_id: str) -> str:

@@ -14,6 +14,7 @@ Protocol (one line each, stdin -> stdout):
     (a worker's report)                          ->  report <name> <pid> <json>
     quit                                         ->  (exits once its workers are gone)
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,15 @@ def _child(name: str, spec: dict) -> None:
         inject_crash(spec["crash_on"])
     instance = dagster_instance(Settings.from_env())
     queue = open_queue(Settings.from_env())
-    report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True,
-                            poll_s=spec.get("poll", 0.3), max_seconds=spec.get("max_seconds", 300))
+    report = run_until_idle(
+        defs,
+        instance,
+        queue,
+        settings=Settings.from_env(),
+        until_idle=True,
+        poll_s=spec.get("poll", 0.3),
+        max_seconds=spec.get("max_seconds", 300),
+    )
     line = json.dumps({"runs": report.runs, "failed_runs": report.failed_runs, "seconds": round(report.seconds, 2)})
     sys.stdout.write(f"report {name} {os.getpid()} {line}\n")
     sys.stdout.flush()

@@ -1,4 +1,5 @@
 """Chunker behaviour on hand-written and generated markdown (real model tokenizer, no services)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -11,12 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from processing import tokenizer as vendored_tokenizer
-from processing.chunking import (
-    MAX_CHUNKS_PER_PAGE,
-    Chunk,
-    TooManyChunksError,
-    chunk_markdown,
-)
+from processing.chunking import MAX_CHUNKS_PER_PAGE, Chunk, TooManyChunksError, chunk_markdown
 from processing.tokenizer import count_tokens, load_tokenizer
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank."
@@ -89,17 +85,19 @@ def test_prose_chunks_stay_near_the_target():
 
 
 def test_heading_starts_a_chunk_and_carries_its_path():
-    markdown = "\n\n".join([
-        "Preamble text before any heading.",
-        "# Report",
-        "Intro paragraph.",
-        "## Methods",
-        "We measured things.",
-        "### Details",
-        "Fine print.",
-        "## Results",
-        "It worked.",
-    ])
+    markdown = "\n\n".join(
+        [
+            "Preamble text before any heading.",
+            "# Report",
+            "Intro paragraph.",
+            "## Methods",
+            "We measured things.",
+            "### Details",
+            "Fine print.",
+            "## Results",
+            "It worked.",
+        ]
+    )
     chunks = chunk_markdown(markdown, page_key="p")
     assert [(c.heading, c.text.splitlines()[0]) for c in chunks] == [
         ("", "Preamble text before any heading."),
@@ -187,8 +185,12 @@ def wide_table(columns: int, rows: int, header: list[str] | None = None, cell=No
 
 
 def cell_texts(markdown: str) -> list[str]:
-    return [cell.strip() for line in markdown.splitlines() for cell in line.strip().strip("|").split("|")
-            if cell.strip() and not set(cell.strip()) <= set("-:")]
+    return [
+        cell.strip()
+        for line in markdown.splitlines()
+        for cell in line.strip().strip("|").split("|")
+        if cell.strip() and not set(cell.strip()) <= set("-:")
+    ]
 
 
 def test_synthetic_column_names_are_dropped_with_their_separator():
@@ -227,13 +229,13 @@ def test_a_row_longer_than_the_maximum_is_split_between_cells_under_its_column_n
             for name, value in zip(columns, row.strip("|").split("|")):
                 assert value.startswith("r") and value.split()[0].endswith(f"c{name[4:]}")
     assert Counter(cell_texts(markdown)) - Counter(names) <= Counter(
-        cell for c in chunks for cell in cell_texts(c.text))
+        cell for c in chunks for cell in cell_texts(c.text)
+    )
 
 
 def test_a_cell_longer_than_the_maximum_is_cut_and_repeats_its_column_name():
     notes = " ".join(f"note{n} the slab is reinforced with steel mesh." for n in range(200))
-    markdown = wide_table(3, 1, header=["Mark", "Notes", "Finish"],
-                          cell=lambda r, c: notes if c == 1 else f"mark{c}")
+    markdown = wide_table(3, 1, header=["Mark", "Notes", "Finish"], cell=lambda r, c: notes if c == 1 else f"mark{c}")
     chunks = chunk_markdown(markdown, page_key="p", target_tokens=100, overlap_tokens=10, max_tokens=150)
     assert all(c.token_count <= 150 for c in chunks)
     note_parts = [c.text.splitlines() for c in chunks if "note" in c.text]
@@ -259,7 +261,8 @@ def test_a_header_too_long_to_repeat_goes_once_as_a_row():
     text = "\n".join(c.text for c in chunks)
     assert all(text.count(name + "|") >= 1 for name in names)
     assert Counter(cell_texts(markdown)) - Counter(names) <= Counter(
-        cell for c in chunks for cell in cell_texts(c.text))
+        cell for c in chunks for cell in cell_texts(c.text)
+    )
 
 
 # --------------------------------------------------------------------------- long text
@@ -333,12 +336,9 @@ def test_max_chunks_default_is_the_settings_default():
     assert MAX_CHUNKS_PER_PAGE == 200 == StorageConfig.model_fields["max_chunks_per_page"].default
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"target_tokens": 0},
-    {"overlap_tokens": -1},
-    {"overlap_tokens": 256},
-    {"max_tokens": 100},
-])
+@pytest.mark.parametrize(
+    "kwargs", [{"target_tokens": 0}, {"overlap_tokens": -1}, {"overlap_tokens": 256}, {"max_tokens": 100}]
+)
 def test_invalid_budgets_are_rejected(kwargs):
     with pytest.raises(ValueError):
         chunk_markdown("text", page_key="p", **kwargs)
@@ -392,7 +392,8 @@ def markdown_pages(draw) -> str:
 
 
 BUDGETS = st.tuples(st.integers(16, 80), st.integers(0, 11), st.integers(0, 60)).map(
-    lambda t: (t[0], min(t[1], t[0] - 1), t[0] + t[2]))
+    lambda t: (t[0], min(t[1], t[0] - 1), t[0] + t[2])
+)
 
 # The properties are about how a page is cut, at any size: the per-page cap (DOCQUEUE_MAX_CHUNKS_PER_PAGE, 200) has
 # tests of its own, and a generated table at a 16-token budget can need more chunks than that.
@@ -408,10 +409,12 @@ def _table_rows(markdown: str) -> set[str]:
 @given(markdown_pages(), BUDGETS)
 def test_chunking_is_deterministic(markdown, budget):
     target, overlap, maximum = budget
-    first = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
-                           max_chunks=UNCAPPED)
-    second = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
-                            max_chunks=UNCAPPED)
+    first = chunk_markdown(
+        markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum, max_chunks=UNCAPPED
+    )
+    second = chunk_markdown(
+        markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum, max_chunks=UNCAPPED
+    )
     assert first == second
     assert all(isinstance(c, Chunk) and c.text.strip() for c in first)
     assert [c.index for c in first] == list(range(len(first)))
@@ -431,22 +434,25 @@ def _words(text: str) -> list[str]:
 def test_every_word_is_kept_and_only_words_in_long_table_cells_are_cut(markdown, budget):
     target, overlap, maximum = budget
     assume("Col" not in markdown)  # synthetic header names are dropped on purpose
-    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
-                            max_chunks=UNCAPPED)
+    chunks = chunk_markdown(
+        markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum, max_chunks=UNCAPPED
+    )
     assert not _content(markdown) - _content("".join(c.text for c in chunks)), "text of the input is missing"
     input_words = set(_words(markdown))
     for chunk in chunks:
         for word in _words(chunk.text):
-            assert word in input_words or "|" in chunk.text and any(word in whole for whole in input_words), \
+            assert word in input_words or "|" in chunk.text and any(word in whole for whole in input_words), (
                 f"{word!r} is neither a word of the input nor a cut of a table cell's word"
+            )
 
 
 @PROPERTY_SETTINGS
 @given(markdown_pages(), BUDGETS)
 def test_without_overlap_the_words_appear_once_in_order_apart_from_tables(markdown, budget):
     target, _, maximum = budget
-    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=0, max_tokens=maximum,
-                            max_chunks=UNCAPPED)
+    chunks = chunk_markdown(
+        markdown, page_key="k", target_tokens=target, overlap_tokens=0, max_tokens=maximum, max_chunks=UNCAPPED
+    )
     if not any(line.strip().startswith("|") for line in markdown.splitlines()):
         assert [w for c in chunks for w in words_of(c.text)] == words_of(markdown)
 
@@ -456,8 +462,9 @@ def test_without_overlap_the_words_appear_once_in_order_apart_from_tables(markdo
 def test_table_rows_that_fit_half_the_maximum_are_never_cut(markdown, budget):
     target, overlap, maximum = budget
     assume("Col" not in markdown)
-    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
-                            max_chunks=UNCAPPED)
+    chunks = chunk_markdown(
+        markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum, max_chunks=UNCAPPED
+    )
     lines = [line.strip() for line in markdown.splitlines()]
     headers = {line for line, following in zip(lines, lines[1:]) if line.startswith("|") and following.startswith("|-")}
     output = {line.strip() for c in chunks for line in c.text.splitlines()}
@@ -470,8 +477,9 @@ def test_table_rows_that_fit_half_the_maximum_are_never_cut(markdown, budget):
 @given(markdown_pages(), BUDGETS)
 def test_every_chunk_respects_max_tokens(markdown, budget):
     target, overlap, maximum = budget
-    chunks = chunk_markdown(markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum,
-                            max_chunks=UNCAPPED)
+    chunks = chunk_markdown(
+        markdown, page_key="k", target_tokens=target, overlap_tokens=overlap, max_tokens=maximum, max_chunks=UNCAPPED
+    )
     assert all(chunk.token_count <= maximum for chunk in chunks)
 
 

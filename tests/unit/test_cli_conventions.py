@@ -1,5 +1,6 @@
 """CLI conventions: a version, help on every option, the exit codes in --help (checked on the click objects,
 without running a command), commands loaded only when named, and one error mapping."""
+
 from __future__ import annotations
 
 import importlib
@@ -30,9 +31,12 @@ def _commands(group: click.Group, prefix: str = ""):
 
 
 def test_every_visible_option_and_command_says_what_it_does():
-    missing = [f"docqueue {name} {param.opts[0]}" for name, command in _commands(main)
-               for param in command.params
-               if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()]
+    missing = [
+        f"docqueue {name} {param.opts[0]}"
+        for name, command in _commands(main)
+        for param in command.params
+        if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()
+    ]
     assert not missing, f"options without help text: {missing}"
     assert all((command.help or "").strip() for _, command in _commands(main))
 
@@ -60,15 +64,17 @@ def test_help_lists_every_exit_code_and_version_answers():
 
 def test_help_and_version_load_no_command_and_no_settings():
     # a fresh interpreter: this one has loaded the commands already
-    probe = ("import sys; from orchestration.cli import main\n"
-             "for args in (['--help'], ['--version']):\n"
-             "    try:\n"
-             "        main(args)\n"
-             "    except SystemExit:\n"
-             "        pass\n"
-             "heavy = sorted(m for m in sys.modules if m.startswith(('orchestration.cli.', 'queue_db', 'sqlalchemy',\n"
-             "               'pydantic', 'dagster', 'rich')) and m not in ('orchestration.cli.errors',))\n"
-             "print(heavy, file=sys.stderr)\n")
+    probe = (
+        "import sys; from orchestration.cli import main\n"
+        "for args in (['--help'], ['--version']):\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('orchestration.cli.', 'queue_db', 'sqlalchemy',\n"
+        "               'pydantic', 'dagster', 'rich')) and m not in ('orchestration.cli.errors',))\n"
+        "print(heavy, file=sys.stderr)\n"
+    )
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
 

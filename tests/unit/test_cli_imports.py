@@ -2,6 +2,7 @@
 store) never import Dagster, the graph driver, qdrant-client or pandas, which cost seconds of start-up. Checked in
 a fresh interpreter, on the modules each command's code loads (its module, and its help resolved through the
 group, which builds the settings)."""
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,21 @@ print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["status", "--help"], ["stats", "--help"], ["search", "--help"]],
-                         ids=lambda args: " ".join(args))
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["status", "--help"], ["stats", "--help"], ["search", "--help"]],
+    ids=lambda args: " ".join(args),
+)
 def test_a_light_command_imports_no_heavy_library(args, tmp_path):
     env = {"PYTHONPATH": str(REPO_ROOT), "DOCQUEUE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    probe = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True,
-                           env=env, cwd=REPO_ROOT, timeout=120)
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        timeout=120,
+    )
     assert probe.returncode == 0, probe.stderr
     loaded = set(json.loads(probe.stdout.strip().splitlines()[-1]))
     assert not loaded & set(HEAVY), f"docqueue {' '.join(args)} imports {sorted(loaded & set(HEAVY))}"

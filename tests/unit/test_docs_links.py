@@ -1,6 +1,7 @@
 """Every relative link of README.md and docs/*.md resolves: the file exists, and a `#section` names a heading the
 target has (GitHub's anchors). The documents are split by reader and link to each other, so a renamed heading or a
 moved page must fail here rather than leave a reader at a dead end."""
+
 from __future__ import annotations
 
 import re
@@ -58,8 +59,15 @@ def broken_links(document: Path) -> list[str]:
 
 def test_the_documents_are_there():
     names = {path.relative_to(ROOT).as_posix() for path in DOCUMENTS}
-    assert {"README.md", "docs/architecture.md", "docs/configuration.md", "docs/operations.md",
-            "docs/benchmarks.md", "docs/development.md", "docs/usage.md"} <= names
+    assert {
+        "README.md",
+        "docs/architecture.md",
+        "docs/configuration.md",
+        "docs/operations.md",
+        "docs/benchmarks.md",
+        "docs/development.md",
+        "docs/usage.md",
+    } <= names
 
 
 def test_every_relative_link_resolves():
@@ -76,8 +84,14 @@ def test_every_page_of_docs_is_reachable_from_the_readme():
 def test_a_broken_link_is_found(tmp_path):
     (tmp_path / "other.md").write_text("# Other\n\n## A section: with `code`, punctuation\n", encoding="utf-8")
     page = tmp_path / "page.md"
-    page.write_text("[ok](other.md#a-section-with-code-punctuation) [file](missing.md) [anchor](other.md#nowhere)\n"
-                    "```\n[in code](missing.md)\n```\n[web](https://example.org/x) `[inline](missing.md)`\n"
-                    "[self](#page) [self-missing](#gone)\n\n# Page\n", encoding="utf-8")
-    assert broken_links(page) == ["missing.md: no such file", "other.md#nowhere: no heading #nowhere in other.md",
-                                  "#gone: no heading #gone in page.md"]
+    page.write_text(
+        "[ok](other.md#a-section-with-code-punctuation) [file](missing.md) [anchor](other.md#nowhere)\n"
+        "```\n[in code](missing.md)\n```\n[web](https://example.org/x) `[inline](missing.md)`\n"
+        "[self](#page) [self-missing](#gone)\n\n# Page\n",
+        encoding="utf-8",
+    )
+    assert broken_links(page) == [
+        "missing.md: no such file",
+        "other.md#nowhere: no heading #nowhere in other.md",
+        "#gone: no heading #gone in page.md",
+    ]

@@ -1,4 +1,5 @@
 """Reciprocal rank fusion and the hybrid search's weights, without a store."""
+
 from __future__ import annotations
 
 from processing.fusion import HYBRID_WEIGHTS, RRF_K, fuse_hybrid, fuse_rrf

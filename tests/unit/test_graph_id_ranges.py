@@ -1,4 +1,5 @@
 """How the graph is walked for verification: bounded ranges of ids that together cover every id once, in order."""
+
 from __future__ import annotations
 
 import hashlib

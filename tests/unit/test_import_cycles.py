@@ -5,6 +5,7 @@ level or inside a function, relative ones resolved) is an edge to the deepest do
 function-local import is an edge like any other: hiding one side of a cycle inside a function leaves the cycle.
 A package's `__init__` and one of its own submodules importing each other is not counted (the package re-exports).
 """
+
 from __future__ import annotations
 
 import ast
@@ -13,6 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("queue_db", "processing", "resources", "orchestration")
+
 
 def module_files() -> dict[str, Path]:
     modules = {}

@@ -1,5 +1,6 @@
 """Pure logic of the input types and the object-store cursor: content detection, HTML to markdown, the split of
 text into pages, and which objects a cursor still has to take."""
+
 from __future__ import annotations
 
 import codecs
@@ -26,30 +27,33 @@ def _zip(entries: dict[str, bytes], stored_first: str | None = None) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize("head, expected", [
-    (b"%PDF-1.7\n%\xe2\xe3", "application/pdf"),
-    (b"garbage before the header %PDF-1.4", "application/pdf"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00", "image/png"),
-    (b"\xff\xd8\xff\xe0\x00\x10JFIF", "image/jpeg"),
-    (b"II*\x00\x08\x00", "image/tiff"),
-    (b"MM\x00*\x00\x00", "image/tiff"),
-    (b"\x7fELF\x02\x01\x01" + bytes(50), "application/x-executable"),
-    (b"MZ\x90\x00\x03" + bytes(50), "application/vnd.microsoft.portable-executable"),
-    (b"\x1f\x8b\x08\x00" + bytes(20), "application/gzip"),
-    (b"GIF89a\x01\x00", "image/gif"),
-    (bytes(range(256)) * 4, "application/octet-stream"),
-    (b"Just a plain note.\nSecond line.\n", "text/plain"),
-    ("Caf\u00e9 cr\u00e8me and na\u00efve r\u00e9sum\u00e9.".encode("cp1252"), "text/plain"),
-    (codecs.BOM_UTF8 + b"Plain text with a byte-order mark.", "text/plain"),
-    (codecs.BOM_UTF16_LE + "A UTF-16 note.".encode("utf-16-le"), "text/plain"),
-    (b"# Title\n\nSome words.\n", "text/markdown"),
-    (b"Notes\n\n- one item\n- see [docs](https://example.org)\n", "text/markdown"),
-    (b"  <!DOCTYPE html><html><body><p>x</p></body></html>", "text/html"),
-    (b"<?xml version='1.0'?><html xmlns='http://www.w3.org/1999/xhtml'><body/></html>", "text/html"),
-    (b"<div><p>a fragment</p></div>", "text/html"),
-    (b"<?xml version='1.0'?><catalog><item>1</item></catalog>", "application/xml"),
-    (b"<svg xmlns='http://www.w3.org/2000/svg'></svg>", "image/svg+xml"),
-])
+@pytest.mark.parametrize(
+    "head, expected",
+    [
+        (b"%PDF-1.7\n%\xe2\xe3", "application/pdf"),
+        (b"garbage before the header %PDF-1.4", "application/pdf"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "image/png"),
+        (b"\xff\xd8\xff\xe0\x00\x10JFIF", "image/jpeg"),
+        (b"II*\x00\x08\x00", "image/tiff"),
+        (b"MM\x00*\x00\x00", "image/tiff"),
+        (b"\x7fELF\x02\x01\x01" + bytes(50), "application/x-executable"),
+        (b"MZ\x90\x00\x03" + bytes(50), "application/vnd.microsoft.portable-executable"),
+        (b"\x1f\x8b\x08\x00" + bytes(20), "application/gzip"),
+        (b"GIF89a\x01\x00", "image/gif"),
+        (bytes(range(256)) * 4, "application/octet-stream"),
+        (b"Just a plain note.\nSecond line.\n", "text/plain"),
+        ("Caf\u00e9 cr\u00e8me and na\u00efve r\u00e9sum\u00e9.".encode("cp1252"), "text/plain"),
+        (codecs.BOM_UTF8 + b"Plain text with a byte-order mark.", "text/plain"),
+        (codecs.BOM_UTF16_LE + "A UTF-16 note.".encode("utf-16-le"), "text/plain"),
+        (b"# Title\n\nSome words.\n", "text/markdown"),
+        (b"Notes\n\n- one item\n- see [docs](https://example.org)\n", "text/markdown"),
+        (b"  <!DOCTYPE html><html><body><p>x</p></body></html>", "text/html"),
+        (b"<?xml version='1.0'?><html xmlns='http://www.w3.org/1999/xhtml'><body/></html>", "text/html"),
+        (b"<div><p>a fragment</p></div>", "text/html"),
+        (b"<?xml version='1.0'?><catalog><item>1</item></catalog>", "application/xml"),
+        (b"<svg xmlns='http://www.w3.org/2000/svg'></svg>", "image/svg+xml"),
+    ],
+)
 def test_type_comes_from_the_content(head, expected):
     assert detect_type(head) == expected
 
@@ -60,9 +64,11 @@ def test_a_utf8_character_cut_by_the_head_is_still_text():
 
 
 def _content_types(main: str) -> bytes:
-    return ('<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Override '
-            f'PartName="/main.xml" ContentType="application/vnd.openxmlformats-officedocument.{main}.main+xml"/>'
-            '</Types>').encode()
+    return (
+        '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Override '
+        f'PartName="/main.xml" ContentType="application/vnd.openxmlformats-officedocument.{main}.main+xml"/>'
+        "</Types>"
+    ).encode()
 
 
 def test_zips_are_told_apart_by_their_directory(tmp_path):
@@ -73,13 +79,24 @@ def test_zips_are_told_apart_by_their_directory(tmp_path):
     pptx = _zip({"[Content_Types].xml": _content_types("presentationml.presentation"), "ppt/p.xml": b"<p/>"})
     odt = _zip({"mimetype": b"application/vnd.oasis.opendocument.text"}, "mimetype")
     plain = _zip({"a.txt": b"hello"})
-    expected = {"epub": "application/epub+zip", "xps": "application/vnd.ms-xpsdocument",
-                "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-                "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-                "pptx": "application/vnd.openxmlformats-officedocument",
-                "odt": "application/vnd.oasis.opendocument.text", "plain": "application/zip"}
-    for name, data in {"epub": epub, "xps": xps, "docx": docx, "xlsx": xlsx, "pptx": pptx, "odt": odt,
-                       "plain": plain}.items():
+    expected = {
+        "epub": "application/epub+zip",
+        "xps": "application/vnd.ms-xpsdocument",
+        "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "pptx": "application/vnd.openxmlformats-officedocument",
+        "odt": "application/vnd.oasis.opendocument.text",
+        "plain": "application/zip",
+    }
+    for name, data in {
+        "epub": epub,
+        "xps": xps,
+        "docx": docx,
+        "xlsx": xlsx,
+        "pptx": pptx,
+        "odt": odt,
+        "plain": plain,
+    }.items():
         path = tmp_path / f"{name}.bin"
         path.write_bytes(data)
         assert detect_type(data[:2048], path) == expected[name], name
@@ -91,37 +108,51 @@ def test_zips_are_told_apart_by_their_directory(tmp_path):
 
 def test_rejections_name_what_the_content_is():
     assert rejection_reason("image/png") is None and rejection_reason("text/html") is None
-    assert rejection_reason("application/zip") == \
-        "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) (detected: application/zip)"
+    assert (
+        rejection_reason("application/zip")
+        == "unsupported: a ZIP archive that is not a document (EPUB, XPS, DOCX or XLSX) (detected: application/zip)"
+    )
     assert rejection_reason("application/vnd.oasis.opendocument.text").startswith("unsupported: an OpenDocument file")
-    assert rejection_reason("application/x-whatever") == \
-        "unsupported: a file type docqueue does not read (detected: application/x-whatever)"
+    assert (
+        rejection_reason("application/x-whatever")
+        == "unsupported: a file type docqueue does not read (detected: application/x-whatever)"
+    )
 
 
 def test_delimited_tables_are_csv_and_prose_with_commas_is_not():
-    tables = {"comma": "name,age,city\nann,3,paris\nbob,4,rome\n", "semicolon": "a;b\n1;2\n3;4",
-              "tab": "k\tv\nx\t1\n", "quoted": 'id,note\n1,"hello, world"\n2,"multi\nline"\n3,x\n',
-              "ragged": "a,b,c\n1,2,3\n4,5\n6,7,8\n9,10,11\n12,13,14,15\n"}
+    tables = {
+        "comma": "name,age,city\nann,3,paris\nbob,4,rome\n",
+        "semicolon": "a;b\n1;2\n3;4",
+        "tab": "k\tv\nx\t1\n",
+        "quoted": 'id,note\n1,"hello, world"\n2,"multi\nline"\n3,x\n',
+        "ragged": "a,b,c\n1,2,3\n4,5\n6,7,8\n9,10,11\n12,13,14,15\n",
+    }
     for name, text in tables.items():
         assert detect_type(text.encode()) == "text/csv", name
-    prose = {"paragraphs": "Hello, world.\n\nAnother, paragraph, here.\n",
-             "verse": "Roses are red, violets are blue\nSugar is sweet, and so are you\n",
-             "one line": "one line, with commas, only\n", "uneven": "a, b\nno commas here\nc, d, e, f\nplain\n"}
+    prose = {
+        "paragraphs": "Hello, world.\n\nAnother, paragraph, here.\n",
+        "verse": "Roses are red, violets are blue\nSugar is sweet, and so are you\n",
+        "one line": "one line, with commas, only\n",
+        "uneven": "a, b\nno commas here\nc, d, e, f\nplain\n",
+    }
     for name, text in prose.items():
         assert detect_type(text.encode()) == "text/plain", name
 
 
 # -- HTML ----------------------------------------------------------------------------------------------------------
 def test_html_becomes_markdown_without_scripts_or_styles():
-    html = ("<html><head><title>t</title><style>h1{}</style></head><body>"
-            "<script>var s = '<h1>no</h1>';</script><noscript>enable js</noscript>"
-            "<h2>Section  A</h2><p>One <em>two</em>\n three &amp; <a href='/x'>four</a>.<br>Five.</p>"
-            "<ol><li>first</li><li>second<ul><li>inner</li></ul></li></ol>"
-            "<table><tr><th>k</th><th>v</th></tr><tr><td>a|b</td><td>1</td></tr></table>"
-            "<pre>  keep\n    spacing</pre><blockquote><p>quoted</p></blockquote></body></html>")
+    html = (
+        "<html><head><title>t</title><style>h1{}</style></head><body>"
+        "<script>var s = '<h1>no</h1>';</script><noscript>enable js</noscript>"
+        "<h2>Section  A</h2><p>One <em>two</em>\n three &amp; <a href='/x'>four</a>.<br>Five.</p>"
+        "<ol><li>first</li><li>second<ul><li>inner</li></ul></li></ol>"
+        "<table><tr><th>k</th><th>v</th></tr><tr><td>a|b</td><td>1</td></tr></table>"
+        "<pre>  keep\n    spacing</pre><blockquote><p>quoted</p></blockquote></body></html>"
+    )
     assert html_to_markdown(html) == (
         "## Section A\n\nOne two three & four.\nFive.\n\n1. first\n2. second\n   - inner\n\n"
-        "| k    | v |\n| ---- | --- |\n| a\\|b | 1 |\n\n```\n  keep\n    spacing\n```\n> quoted")
+        "| k    | v |\n| ---- | --- |\n| a\\|b | 1 |\n\n```\n  keep\n    spacing\n```\n> quoted"
+    )
 
 
 def test_html_with_unclosed_tags_keeps_its_text():

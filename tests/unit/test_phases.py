@@ -1,4 +1,5 @@
 """The phase specs: the registry's order and lookups, the enum-like access callers use, and the retry policy."""
+
 from __future__ import annotations
 
 import pytest
@@ -64,6 +65,8 @@ def test_a_document_task_has_no_bubble_up_and_a_chunk_task_rolls_up_pages_then_d
     # the hot path sends one call of the generated function whose body runs those statements
     name, create = bubble_function(VECTOR_CHUNK)
     assert after_transition(VECTOR_CHUNK) == (f"SELECT {name}(%(worker)s, %(ids)s::uuid[])",)
-    assert all(statement.strip().replace("%(ids)s", "p_ids").replace("%(worker)s", "p_worker") in create
-               for statement in statements)
+    assert all(
+        statement.strip().replace("%(ids)s", "p_ids").replace("%(worker)s", "p_worker") in create
+        for statement in statements
+    )
     assert isinstance(Phase.OCR, PhaseSpec)

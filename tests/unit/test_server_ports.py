@@ -1,4 +1,5 @@
 """Each home's embedded servers keep ports of their own (queue_db.server_ports)."""
+
 from __future__ import annotations
 
 import socket

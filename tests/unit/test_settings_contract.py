@@ -7,6 +7,7 @@ Dagster itself builds from dagster.yaml in its own processes (webserver, daemon,
 module itself. Found with `ast`, so a mention in a comment or docstring is not a
 read, and a read inside a function is one.
 """
+
 from __future__ import annotations
 
 import ast
@@ -14,8 +15,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("queue_db", "processing", "resources", "orchestration")
-ENTRY_POINTS = ("orchestration/definitions.py", "orchestration/cli/", "orchestration/settings.py",
-                "orchestration/dagster_pooled_storage.py")
+ENTRY_POINTS = (
+    "orchestration/definitions.py",
+    "orchestration/cli/",
+    "orchestration/settings.py",
+    "orchestration/dagster_pooled_storage.py",
+)
 
 # Modules that still read the environment or look settings up, each with the reason. A module leaves this list when
 # it is fixed (the test fails while a listed module no longer reads, so the list never goes stale), and nothing
@@ -37,20 +42,36 @@ def environment_reads(tree: ast.AST) -> set[str]:
     from os), "settings()" (a call of a name or attribute `settings`) and "Settings.from_env()"."""
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb", "putenv") \
-                and isinstance(node.value, ast.Name) and node.value.id == "os":
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("environ", "getenv", "environb", "putenv")
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
             found.add("os.environ")
-        elif isinstance(node, ast.ImportFrom) and node.module == "os" \
-                and any(alias.name in ("environ", "getenv", "environb") for alias in node.names):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "os"
+            and any(alias.name in ("environ", "getenv", "environb") for alias in node.names)
+        ):
             found.add("os.environ")
         elif isinstance(node, ast.Call):
             function = node.func
-            name = function.id if isinstance(function, ast.Name) else \
-                function.attr if isinstance(function, ast.Attribute) else None
+            name = (
+                function.id
+                if isinstance(function, ast.Name)
+                else function.attr
+                if isinstance(function, ast.Attribute)
+                else None
+            )
             if name == "settings":
                 found.add("settings()")
-            elif name == "from_env" and isinstance(function, ast.Attribute) \
-                    and isinstance(function.value, ast.Name) and function.value.id == "Settings":
+            elif (
+                name == "from_env"
+                and isinstance(function, ast.Attribute)
+                and isinstance(function.value, ast.Name)
+                and function.value.id == "Settings"
+            ):
                 found.add("Settings.from_env()")
     return found
 
@@ -60,8 +81,7 @@ def offenders() -> dict[str, set[str]]:
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
             relative = path.relative_to(REPO).as_posix()
-            if any(relative == entry or (entry.endswith("/") and relative.startswith(entry))
-                   for entry in ENTRY_POINTS):
+            if any(relative == entry or (entry.endswith("/") and relative.startswith(entry)) for entry in ENTRY_POINTS):
                 continue
             reads = environment_reads(ast.parse(path.read_text(encoding="utf-8"), relative))
             if reads:
@@ -72,8 +92,10 @@ def offenders() -> dict[str, set[str]]:
 def test_below_the_entry_points_nothing_reads_the_environment():
     new = {path: sorted(reads - KNOWN_OFFENDERS.get(path, set())) for path, reads in offenders().items()}
     new = {path: reads for path, reads in new.items() if reads}
-    assert not new, ("read the environment below the entry points (take the value as a parameter, built by the "
-                     f"entry point from Settings): {new}")
+    assert not new, (
+        "read the environment below the entry points (take the value as a parameter, built by the "
+        f"entry point from Settings): {new}"
+    )
 
 
 def test_known_offenders_still_offend():
@@ -85,7 +107,9 @@ def test_known_offenders_still_offend():
 
 
 def test_the_scan_finds_each_kind_of_read():
-    source = ("import os\nfrom os import getenv\ndef f():\n    a = os.environ.get('X')\n"
-              "    return settings(G), Settings.from_env()\n'''os.environ in a docstring is no read'''\n")
+    source = (
+        "import os\nfrom os import getenv\ndef f():\n    a = os.environ.get('X')\n"
+        "    return settings(G), Settings.from_env()\n'''os.environ in a docstring is no read'''\n"
+    )
     assert environment_reads(ast.parse(source)) == {"os.environ", "settings()", "Settings.from_env()"}
     assert environment_reads(ast.parse("'''settings(G) and os.environ, only mentioned'''\n")) == set()

@@ -1,6 +1,7 @@
 """docs/configuration.md documents exactly the settings that exist, with their defaults: its settings tables are the
 ones `python -m queue_db.config_reference` renders, and every variable the README or any page of docs/ names is a
 setting (or one of the test-suite and benchmark switches listed here, which the application never reads)."""
+
 from __future__ import annotations
 
 import re
@@ -17,10 +18,20 @@ CONFIGURATION = REFERENCE.read_text(encoding="utf-8")
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SETTINGS = {name for group in ALL_GROUPS for name in group.variables()}
 # switches of the test suite, the benchmarks and the install scripts, listed at the end of docs/configuration.md
-NOT_SETTINGS = {"DOCQUEUE_CORPUS", "DOCQUEUE_SCALE_TESTS", "DOCQUEUE_TEST_NEO4J_URI", "DOCQUEUE_TEST_PG_ADMIN_URL",
-                "DOCQUEUE_TEST_OWN_PG_URL", "DOCQUEUE_TEST_CHROMIUM", "DOCQUEUE_BENCH_PG_ADMIN_URL", "DOCQUEUE_PYTHON"}
-VARIABLE = re.compile(r"\b(?:DOCQUEUE_[A-Z0-9_]*[A-Z0-9]|TASK_QUEUE_[A-Z_]+|WORKER_POLL_INTERVAL|HEARTBEAT_INTERVAL|"
-                      r"STALE_TASK_TIMEOUT|MAX_TASK_RETRIES)\b")
+NOT_SETTINGS = {
+    "DOCQUEUE_CORPUS",
+    "DOCQUEUE_SCALE_TESTS",
+    "DOCQUEUE_TEST_NEO4J_URI",
+    "DOCQUEUE_TEST_PG_ADMIN_URL",
+    "DOCQUEUE_TEST_OWN_PG_URL",
+    "DOCQUEUE_TEST_CHROMIUM",
+    "DOCQUEUE_BENCH_PG_ADMIN_URL",
+    "DOCQUEUE_PYTHON",
+}
+VARIABLE = re.compile(
+    r"\b(?:DOCQUEUE_[A-Z0-9_]*[A-Z0-9]|TASK_QUEUE_[A-Z_]+|WORKER_POLL_INTERVAL|HEARTBEAT_INTERVAL|"
+    r"STALE_TASK_TIMEOUT|MAX_TASK_RETRIES)\b"
+)
 
 
 def test_the_generator_writes_docs_configuration():
@@ -28,8 +39,9 @@ def test_the_generator_writes_docs_configuration():
 
 
 def test_the_configuration_tables_are_the_rendered_settings():
-    assert config_reference.documented_block(CONFIGURATION) == config_reference.render(), \
+    assert config_reference.documented_block(CONFIGURATION) == config_reference.render(), (
         "docs/configuration.md's settings tables are stale: run `python -m queue_db.config_reference`"
+    )
 
 
 def test_every_setting_has_a_row_with_its_default():
@@ -56,8 +68,9 @@ def test_the_switches_that_are_not_settings_are_never_read_by_the_application():
 
 def test_the_generator_reports_a_stale_document(tmp_path):
     stale = tmp_path / "configuration.md"
-    stale.write_text(CONFIGURATION.replace("| `DOCQUEUE_OCR_DPI` | 200 |", "| `DOCQUEUE_OCR_DPI` | 300 |"),
-                     encoding="utf-8")
+    stale.write_text(
+        CONFIGURATION.replace("| `DOCQUEUE_OCR_DPI` | 200 |", "| `DOCQUEUE_OCR_DPI` | 300 |"), encoding="utf-8"
+    )
     check = [sys.executable, "-m", "queue_db.config_reference", "--file", str(stale)]
     proc = subprocess.run([*check, "--check"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1 and "differ" in proc.stderr
@@ -68,6 +81,10 @@ def test_the_generator_reports_a_stale_document(tmp_path):
 def test_a_document_without_the_markers_is_refused(tmp_path):
     bare = tmp_path / "configuration.md"
     bare.write_text("# Configuration\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "queue_db.config_reference", "--file", str(bare), "--check"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "queue_db.config_reference", "--file", str(bare), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 1 and "markers are missing" in proc.stderr

@@ -12,8 +12,12 @@ def test_tokens_lowercase_unicode_words_without_stopwords():
 
 def test_term_ids_are_crc32_and_stable_across_processes():
     assert term_id("lessig") == zlib.crc32(b"lessig")
-    other = subprocess.run([sys.executable, "-c", "from processing.sparse import term_id; print(term_id('lessig'))"],
-                           capture_output=True, text=True, check=True)
+    other = subprocess.run(
+        [sys.executable, "-c", "from processing.sparse import term_id; print(term_id('lessig'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert int(other.stdout) == term_id("lessig")
 
 
@@ -32,4 +36,3 @@ def test_query_vector_counts_each_term_once():
     indices, values = query_vector("Law and law, LAW")
     assert indices == [term_id("law")] and values == [1.0]
     assert query_vector("the and") == ([], [])
-

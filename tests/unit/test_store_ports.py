@@ -1,4 +1,5 @@
 """Every adapter offers each member of its port (resources/ports.py), checked on the classes, without a store."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,20 +25,30 @@ def members(protocol) -> set[str]:
     return {name for name in declared if not name.startswith("_") or name in ("__enter__", "__exit__")}
 
 
-@pytest.mark.parametrize("protocol, adapter", [
-    (ports.VectorStore, EdgeVectorStore), (ports.VectorStore, ClientVectorStore),
-    (ports.GraphStore, BoltGraphStore), (ports.Embedder, Embedder), (ports.Extractor, SpacyExtractor),
-    (ports.Extractor, LlmExtractor), (ports.FileStore, LocalStorage), (ports.ObjectSource, S3Bucket),
-])
+@pytest.mark.parametrize(
+    "protocol, adapter",
+    [
+        (ports.VectorStore, EdgeVectorStore),
+        (ports.VectorStore, ClientVectorStore),
+        (ports.GraphStore, BoltGraphStore),
+        (ports.Embedder, Embedder),
+        (ports.Extractor, SpacyExtractor),
+        (ports.Extractor, LlmExtractor),
+        (ports.FileStore, LocalStorage),
+        (ports.ObjectSource, S3Bucket),
+    ],
+)
 def test_each_adapter_has_every_member_of_its_port(protocol, adapter):
     instance_attributes = {"model_id", "dim", "location", "name"}  # set in __init__
-    missing = {name for name in members(protocol)
-               if not hasattr(adapter, name) and name not in instance_attributes}
+    missing = {name for name in members(protocol) if not hasattr(adapter, name) and name not in instance_attributes}
     assert not missing, f"{adapter.__name__} lacks {sorted(missing)} of {protocol.__name__}"
     for name in members(protocol) - instance_attributes:
         if inspect.isfunction(getattr(protocol, name, None)) and inspect.isfunction(getattr(adapter, name, None)):
-            wanted = [p.name for p in inspect.signature(getattr(protocol, name)).parameters.values()
-                      if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            wanted = [
+                p.name
+                for p in inspect.signature(getattr(protocol, name)).parameters.values()
+                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            ]
             offered = inspect.signature(getattr(adapter, name)).parameters
             assert all(p in offered for p in wanted), (adapter.__name__, name, wanted, list(offered))
 
@@ -48,8 +59,10 @@ def test_every_vector_adapter_is_chosen_by_one_line_of_the_factory():
     settings = ports.VectorStoreSettings(url="https://user:secret@qdrant.example:6333", api_key="k", path="/nowhere")
     assert "secret" not in repr(settings) and "'k'" not in repr(settings)
     assert next(adapter for applies, adapter in ADAPTERS if applies(settings))() is ClientVectorStore
-    assert next(adapter for applies, adapter in ADAPTERS
-                if applies(ports.VectorStoreSettings(path="/x")))() is EdgeVectorStore
+    assert (
+        next(adapter for applies, adapter in ADAPTERS if applies(ports.VectorStoreSettings(path="/x")))()
+        is EdgeVectorStore
+    )
 
 
 def test_the_vector_resource_carries_exactly_the_store_settings():

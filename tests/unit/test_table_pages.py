@@ -1,4 +1,5 @@
 """How sheet and CSV rows are packed into table pages (processing/office_pages.py), as properties."""
+
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -12,12 +13,17 @@ row = st.lists(cell, min_size=1, max_size=12).filter(lambda r: r[-1] != "")  # t
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=st.lists(row, min_size=1, max_size=60), page_chars=st.sampled_from([200, 400, 1000]),
-       page_rows=st.integers(1, 20), sheet=st.sampled_from([None, "Sales", "A | B"]))
+@given(
+    rows=st.lists(row, min_size=1, max_size=60),
+    page_chars=st.sampled_from([200, 400, 1000]),
+    page_rows=st.integers(1, 20),
+    sheet=st.sampled_from([None, "Sales", "A | B"]),
+)
 def test_pages_keep_every_row_in_order_within_their_bounds(rows, page_chars, page_rows, sheet):
     numbered = [(n, r) for n, r in enumerate(rows, start=1)]
-    pages = _table_pages(iter(numbered), TextLimits(page_chars=page_chars), OfficeLimits(sheet_page_rows=page_rows),
-                         sheet)
+    pages = _table_pages(
+        iter(numbered), TextLimits(page_chars=page_chars), OfficeLimits(sheet_page_rows=page_rows), sheet
+    )
     body_rows = []
     for page in pages:
         lines = page.split("\n")
