@@ -42,7 +42,8 @@ from bench._result import print_result  # noqa: E402
 from bench.dagster_storage import env, throwaway_database  # noqa: E402
 from orchestration.dagster_pooled_storage import delete_dynamic_partitions, psycopg2_url  # noqa: E402
 from orchestration.partitions import chunks_partitions  # noqa: E402
-from queue_db.config import DagsterConfig, default  # noqa: E402
+from queue_db.config import default  # noqa: E402
+from queue_db.service_config import DagsterConfig  # noqa: E402
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 RANGE_KEYS = default(DagsterConfig, "max_keys_vector_chunk")

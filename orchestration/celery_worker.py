@@ -8,7 +8,7 @@ the environment the worker passes on), exactly as a run on the Dagster machine d
 from __future__ import annotations
 
 from orchestration.cluster import backend_url, celery_settings
-from queue_db.config import ClusterConfig
+from queue_db.service_config import ClusterConfig
 
 
 def preload_definitions() -> None:

@@ -14,7 +14,8 @@ import socket
 from typing import Iterable
 
 from orchestration.environment import redact
-from queue_db.config import ClusterConfig, Settings, secret_value
+from queue_db.config import Settings, secret_value
+from queue_db.service_config import ClusterConfig
 
 EXECUTOR_ENV, BROKER_ENV, BACKEND_ENV = "DOCQUEUE_EXECUTOR", "DOCQUEUE_BROKER_URL", "DOCQUEUE_CELERY_BACKEND"
 # dagster-celery routes a step to the Celery queue named by this op tag

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestration.dagster_database import check_dagster_storage, dagster_database_url
-from queue_db.config import ClusterConfig, Settings
+from queue_db.config import Settings
 from queue_db.database_urls import database_url
+from queue_db.service_config import ClusterConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INSTANCE_TEMPLATE = REPO_ROOT / "dagster.yaml"

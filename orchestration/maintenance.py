@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from orchestration.verify import verify_stores
-from queue_db.config import DagsterConfig, default
+from queue_db.config import default
 from queue_db.inspection import holding_workers, stale_counts
 from queue_db.lifecycle import apply_reindex_requests, reindex_due
 from queue_db.partition_retention import RETIRABLE_LEVELS, retirement_due
 from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
 from queue_db.queue import TaskQueue
+from queue_db.service_config import DagsterConfig
 from resources.embeddings import MODELS
 from resources.ports import VectorStoreError
 

@@ -22,10 +22,10 @@ import dagster as dg
 import sqlalchemy as sa
 
 from orchestration.dagster_pooled_storage import delete_dynamic_partitions
-from queue_db.config import DagsterConfig
 from queue_db.partition_keys import record_block, unregistered
 from queue_db.partition_retention import RETIRABLE_LEVELS, retire_batch
 from queue_db.phases import Level
+from queue_db.service_config import DagsterConfig
 
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")
 pages_partitions = dg.DynamicPartitionsDefinition(name="pages")

@@ -21,11 +21,12 @@ from processing.chunking import MAX_CHUNKS_PER_PAGE, chunk_markdown
 from processing.entities import ChunkGraph
 from processing.office_pages import OfficeLimits
 from processing.text_pages import TextLimits
-from queue_db.config import EmbeddingConfig, ExtractionConfig, Settings, StorageConfig, default
+from queue_db.config import Settings, StorageConfig, default
 from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.keys import page_partition_key
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
 from queue_db.queue import TaskQueue
+from queue_db.service_config import EmbeddingConfig, ExtractionConfig
 from resources.ports import ChunkPoint
 from resources.storage import page_file_key
 from resources.vector_payload import chunk_payload

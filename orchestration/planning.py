@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import dagster as dg
 import sqlalchemy as sa
 
-from queue_db.config import DagsterConfig
 from queue_db.partition_keys import BlockShare, Candidate, ready_candidates, rollup_candidates
 from queue_db.phases import PHASES, PhaseRegistry, PhaseSpec, TaskKind
+from queue_db.service_config import DagsterConfig
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"

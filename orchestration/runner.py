@@ -31,12 +31,13 @@ from orchestration.planning import (
     plan_rollup_runs,
     plan_runs,
 )
-from queue_db.config import DagsterConfig, QueueConfig, Settings
+from queue_db.config import QueueConfig, Settings
 from queue_db.inspection import waiting_work
 from queue_db.partition_keys import BlockShare
 from queue_db.phases import PHASES, Level, PhaseRegistry
 from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished
+from queue_db.service_config import DagsterConfig
 from resources.folder_lock import QdrantStorageBusy
 from resources.ports import VectorStoreError
 from resources.vector_resource import QdrantResource

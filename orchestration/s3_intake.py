@@ -26,8 +26,9 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from orchestration.intake import IngestResult, IntakeRules, ingest_file, too_large
-from queue_db.config import IntakeConfig, default
+from queue_db.config import default
 from queue_db.queue import TaskQueue
+from queue_db.service_config import IntakeConfig
 from resources.ports import ObjectSource
 from resources.s3_bucket import S3Bucket, S3Object, S3Unavailable  # noqa: F401 - S3Unavailable: callers catch it
 from resources.storage import LocalStorage

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from queue_db.config import EmbeddingConfig, Settings
+from queue_db.config import Settings
+from queue_db.service_config import EmbeddingConfig
 from resources.bolt_graph import GraphStore
 from resources.embeddings import MODELS, Embedder, get_embedder
 from resources.graph_stores import Neo4jResource

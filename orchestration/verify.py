@@ -18,8 +18,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from queue_db.config import DagsterConfig, default
+from queue_db.config import default
 from queue_db.queue import TaskQueue
+from queue_db.service_config import DagsterConfig
 
 _FIRST_ID = "00000000-0000-0000-0000-000000000000"
 

@@ -18,7 +18,8 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from queue_db.config import ExtractionConfig, default
+from queue_db.config import default
+from queue_db.service_config import ExtractionConfig
 from queue_db.tenants import BASE_TENANT, bare_entity_key, split_entity_key
 
 MAX_NAME_CHARS = 200

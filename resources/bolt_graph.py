@@ -31,7 +31,8 @@ import neo4j
 from neo4j.exceptions import ConstraintError
 
 from processing.entities import ChunkGraph, Entity, normalize_entity_name, resolve_aliases
-from queue_db.config import GraphConfig, default
+from queue_db.config import default
+from queue_db.service_config import GraphConfig
 from queue_db.tenants import BASE_TENANT, bare_entity_key, tenant_entity_key
 from resources import bolt_cypher as cypher
 

@@ -30,8 +30,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from queue_db.config import GraphConfig, Settings, default
+from queue_db.config import Settings, default
 from queue_db.server_ports import accepts_connections, port_for_start, recorded_port
+from queue_db.service_config import GraphConfig
 
 DATABASE = "docqueue"
 USER = "root"

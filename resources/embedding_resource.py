@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from queue_db.config import EmbeddingConfig, Settings, default
+from queue_db.config import Settings, default
+from queue_db.service_config import EmbeddingConfig
 from resources.embeddings import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_BATCH_TOKENS,

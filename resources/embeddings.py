@@ -25,7 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from processing.tokenizer import load_tokenizer, sha256_file
-from queue_db.config import EmbeddingConfig, default
+from queue_db.config import default
+from queue_db.service_config import EmbeddingConfig
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,8 @@ from typing import Any, Iterable
 import dagster
 
 from processing.entities import CO_OCCURS, EntityCollector, Extraction, ExtractionLimits, normalize_entity_name
-from queue_db.config import ExtractionConfig, Settings, default, secret_value
+from queue_db.config import Settings, default, secret_value
+from queue_db.service_config import ExtractionConfig
 from resources.ports import Extractor
 
 log = logging.getLogger(__name__)

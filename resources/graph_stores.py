@@ -7,7 +7,8 @@ from pathlib import Path
 
 import dagster
 
-from queue_db.config import GraphConfig, Settings, default
+from queue_db.config import Settings, default
+from queue_db.service_config import GraphConfig
 from resources.bolt_graph import BATCH_SIZE, CONFLICT_RETRIES, TX_TIMEOUT_S, GraphStore
 from resources.bolt_server import BoltServer, bolt_home
 

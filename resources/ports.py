@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from processing.entities import ChunkGraph, Extraction
-from queue_db.config import VectorStoreConfig, default
+from queue_db.config import default
+from queue_db.service_config import VectorStoreConfig
 
 SEARCH_MODES = ("hybrid", "dense", "sparse")
 MAX_SEARCH_LIMIT = 1000

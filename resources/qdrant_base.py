@@ -22,7 +22,8 @@ import numpy as np
 
 from processing.fusion import fuse_hybrid
 from processing.sparse import document_vector, query_vector
-from queue_db.config import VectorStoreConfig, default
+from queue_db.config import default
+from queue_db.service_config import VectorStoreConfig
 from resources.ports import (
     MAX_SEARCH_LIMIT,
     SEARCH_MODES,

@@ -37,7 +37,8 @@ from pathlib import Path
 
 import qdrant_edge as qe
 
-from queue_db.config import VectorStoreConfig, default
+from queue_db.config import default
+from queue_db.service_config import VectorStoreConfig
 from resources.folder_lock import local_folder
 from resources.ports import SearchHits, VectorStoreError, VectorStoreSettings
 from resources.qdrant_base import (

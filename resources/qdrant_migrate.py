@@ -14,7 +14,8 @@ from pathlib import Path
 
 from qdrant_client.http import models as qm
 
-from queue_db.config import VectorStoreConfig, default
+from queue_db.config import default
+from queue_db.service_config import VectorStoreConfig
 from resources.folder_lock import local_folder
 from resources.ports import VectorStoreError
 from resources.qdrant_base import COLLECTION_PREFIX, LOCK_TIMEOUT_S, PreparedPoint, dense_of

@@ -18,7 +18,8 @@ from qdrant_client import QdrantClient
 from qdrant_client.http import models as qm
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from queue_db.config import VectorStoreConfig, default
+from queue_db.config import default
+from queue_db.service_config import VectorStoreConfig
 from resources.folder_lock import LocalFolder, local_folder, open_waiting_for_outsiders
 from resources.ports import SearchHits, VectorStoreError, VectorStoreSettings
 from resources.qdrant_base import (

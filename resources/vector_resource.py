@@ -7,7 +7,8 @@ import dataclasses
 
 import dagster as dg
 
-from queue_db.config import Settings, VectorStoreConfig, default
+from queue_db.config import Settings, default
+from queue_db.service_config import VectorStoreConfig
 from resources.ports import VectorStore, VectorStoreSettings
 from resources.vector_stores import open_vector_store, vector_store_settings
 

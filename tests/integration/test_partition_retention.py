@@ -10,10 +10,11 @@ import pytest
 
 from orchestration.partitions import register_partitions, retire_partitions
 from orchestration.schedules import RECOVERY_DUE_TAG
-from queue_db.config import DagsterConfig, SettingsError, settings
+from queue_db.config import SettingsError, settings
 from queue_db.partition_keys import TABLE
 from queue_db.partition_retention import done_at_sql, live_completed, live_completed_sql
 from queue_db.phases import VECTOR_CHUNK, Level
+from queue_db.service_config import DagsterConfig
 from tests.integration.test_sensors import output_metadata, tick
 from tests.queue_support import build_document
 

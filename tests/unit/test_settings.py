@@ -10,18 +10,15 @@ import pytest
 from queue_db import config
 from queue_db.config import (
     ALL_GROUPS,
-    DagsterConfig,
     DatabaseConfig,
-    ExtractionConfig,
-    GraphConfig,
     QueueSettings,
     Settings,
     SettingsError,
     StorageConfig,
-    VectorStoreConfig,
     settings,
     validate_settings,
 )
+from queue_db.service_config import DagsterConfig, ExtractionConfig, GraphConfig, VectorStoreConfig
 
 EVERY_VARIABLE = [name for group in ALL_GROUPS for name in group.variables()]
 
