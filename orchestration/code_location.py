@@ -19,9 +19,9 @@ from orchestration.assets.handlers import HANDLERS, PhaseHandler
 from orchestration.checks import checks_job, phase_checks
 from orchestration.cluster import executor_for
 from orchestration.jobs import phase_jobs
-from orchestration.pipeline import PageLimits
 from orchestration.schedules import maintenance_jobs, maintenance_schedules, recovery_sensor
 from orchestration.sensors import intake_sensors, phase_sensors
+from orchestration.task_outcomes import PageLimits
 from queue_db.config import Settings
 from queue_db.phases import PHASES, PhaseRegistry
 from resources.database import DatabaseResource

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Sequence
 
 from orchestration.failures import SERVICE_ERROR_CLASSES, classify, within
 from orchestration.page_reading import PageReader
-from processing.chunking import MAX_CHUNKS_PER_PAGE, chunk_markdown
+from orchestration.task_outcomes import Outcome, PageLimits, VectorCopy, json_safe, one_by_one, textless_outcome
+from processing.chunking import chunk_markdown
 from processing.entities import ChunkGraph
-from processing.office_pages import OfficeLimits
-from processing.text_pages import TextLimits
-from queue_db.config import Settings, StorageConfig, default
+from queue_db.config import Settings, default
 from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.keys import page_partition_key
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, TaskKind
@@ -32,48 +30,6 @@ from resources.storage import page_file_key
 from resources.vector_payload import chunk_payload
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Outcome:
-    id: str
-    ok: bool
-    error: str | None = None
-    error_class: str | None = None
-    retryable: bool = True
-    metadata: dict = field(default_factory=dict)
-    rejected: bool = False  # the queue refused the transition: the task was no longer ours
-
-
-@dataclass(frozen=True)
-class VectorCopy:
-    """A chunk's vector copied from the chunk `source` (a chunk_id) of the same text instead of embedded."""
-
-    source: str
-    vector: list[float] | None = None
-    tokens: int = 0
-    embedded_tokens: int = 0
-    batch_index: int | None = None  # the source is this earlier task of the same batch, embedded now
-
-    def of(self, vector, tokens: int, embedded_tokens: int) -> "VectorCopy":
-        return VectorCopy(self.source, vector, tokens, embedded_tokens)
-
-
-ISOLATION_PROBES = 2
-
-
-@dataclass(frozen=True)
-class PageLimits:
-    """The bounds of reading a text or office file into pages and of cutting a page into chunks, as the entry point's
-    settings give them (DOCQUEUE_TEXT_PAGE_CHARS, DOCQUEUE_SHEET_PAGE_ROWS, DOCQUEUE_MAX_CHUNKS_PER_PAGE, ...)."""
-
-    text: TextLimits = field(default_factory=TextLimits)
-    office: OfficeLimits = field(default_factory=OfficeLimits)
-    max_chunks_per_page: int = MAX_CHUNKS_PER_PAGE
-
-    @classmethod
-    def from_config(cls, storage: StorageConfig) -> "PageLimits":
-        return cls(TextLimits.from_config(storage), OfficeLimits.from_config(storage), storage.max_chunks_per_page)
 
 
 class Pipeline:
@@ -241,7 +197,7 @@ class Pipeline:
                     metadata={
                         "boilerplate": list(info.boilerplate),
                         "repaired": info.repaired,
-                        "pdf": _json_safe(info.metadata),
+                        "pdf": json_safe(info.metadata),
                     },
                 )
                 outcomes.append(
@@ -500,7 +456,7 @@ class Pipeline:
         if textless:  # nothing to embed or extract: never send an empty text to the model
             skipped = {str(t["id"]) for t in textless}
             return [
-                *self._finish(kind, worker_id, [_textless(t) for t in textless], {}),
+                *self._finish(kind, worker_id, [textless_outcome(t) for t in textless], {}),
                 *self._settle_batch(kind, worker_id, [t for t in tasks if str(t["id"]) not in skipped], work),
             ]
         try:
@@ -511,28 +467,8 @@ class Pipeline:
                 return self._finish(
                     kind, worker_id, [Outcome(t["id"], False, reason, error_class, retryable) for t in tasks], {}
                 )
-            outcomes, results = self._one_by_one(worker_id, tasks, work)
+            outcomes, results = one_by_one(worker_id, tasks, work)
         return self._finish(kind, worker_id, outcomes, results)
-
-    def _one_by_one(self, worker_id: str, tasks: Sequence[dict], work) -> tuple[list[Outcome], dict[str, dict]]:
-        """Each task alone. When the first ISOLATION_PROBES tasks all fail, the cause is not one chunk's content
-        (a broken model or endpoint): the rest fail with that error untried, bounding the extra calls."""
-        outcomes, results = [], {}
-        for index, task in enumerate(tasks):
-            if index >= ISOLATION_PROBES and not any(o.ok for o in outcomes):
-                first = outcomes[0]
-                outcomes += [
-                    Outcome(t["id"], False, first.error, first.error_class, first.retryable) for t in tasks[index:]
-                ]
-                break
-            try:
-                done, extra = work(worker_id, [task])
-                outcomes += done
-                results.update(extra)
-            except Exception as exc:  # noqa: BLE001 - this task's own failure
-                reason, error_class, retryable = classify(exc)
-                outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
-        return outcomes, results
 
 
 class _Lazy:
@@ -545,28 +481,5 @@ class _Lazy:
         return self.value
 
 
-def _textless(task: dict) -> Outcome:
-    if task.get("content") is None:  # a chunk carried over from the legacy schema, which kept no chunk text
-        return Outcome(
-            task["id"],
-            False,
-            "legacy: this chunk's text was never stored (it came from the legacy "
-            "schema); re-ingest its document to chunk it again",
-            "legacy",
-            False,
-        )
-    return Outcome(task["id"], False, "empty: this chunk's text is blank", "empty", False)
-
-
 def _resolve(value):
     return value.get() if isinstance(value, _Lazy) else value
-
-
-def _json_safe(value):
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value.replace("\x00", "") if isinstance(value, str) else value
-    return str(value)

@@ -304,7 +304,7 @@ class QueueSettings:
     heartbeat_interval_s: float = default(QueueConfig, "heartbeat_interval_s")
     stale_timeout_s: float = default(QueueConfig, "stale_timeout_s")
     max_retries: int = default(QueueConfig, "max_retries")
-    # back-off before a failed task may be claimed again (the default queue_db.phases.RetryPolicy)
+    # back-off before a failed task may be claimed again (the default queue_db.retry_policy.RetryPolicy)
     retry_backoff_base_s: float = default(QueueConfig, "retry_backoff_base_s")
     retry_backoff_max_s: float = default(QueueConfig, "retry_backoff_max_s")
     claim_batch_size: int = 50  # no variable: ranged runs claim per task kind (assets.common.CLAIM_BATCH)

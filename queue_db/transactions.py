@@ -11,7 +11,8 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .config import QueueSettings
-from .phases import PHASES, PhaseRegistry, RetryPolicy
+from .phases import PHASES, PhaseRegistry
+from .retry_policy import RetryPolicy
 
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
 ATTEMPTS = 6

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import neo4j
 from neo4j.exceptions import ConstraintError
 
 from processing.entities import ChunkGraph, Entity, normalize_entity_name, resolve_aliases
+from processing.graph_content import DocumentAliases, chunk_content, chunk_keys, last_write_wins
 from queue_db.config import default
 from queue_db.service_config import GraphConfig
 from queue_db.tenants import BASE_TENANT, bare_entity_key, tenant_entity_key
@@ -48,14 +49,6 @@ def page_id(document_id: str, page_number: int) -> str:
     return f"{document_id}#p{page_number}"
 
 
-@dataclass
-class DocumentAliases:
-    """What the short forms of one document resolve to."""
-
-    canonical: dict[str, str] = field(default_factory=dict)  # short key -> full key
-    entities: dict[str, Entity] = field(default_factory=dict)  # full key -> the entity written for it
-
-
 # chunk ids are 32 hex digits (queue_db.keys.chunk_id): the space chunk_id_pages cuts into ranges
 _ID_SPACE = 16**32
 
@@ -64,61 +57,6 @@ _ID_SPACE = 16**32
 def _batches(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _last_write_wins(chunks: Iterable[ChunkGraph]) -> list[ChunkGraph]:
-    by_id: dict[str, ChunkGraph] = {}
-    for chunk in chunks:
-        by_id[chunk.chunk_id] = chunk
-    return list(by_id.values())
-
-
-@dataclass
-class _ChunkContent:
-    """One chunk's entities (under their document-level keys) and relations, deduplicated and checked."""
-
-    entities: dict[str, Entity]
-    relations: set[tuple[str, str, str]]
-    aliases: dict[str, list[str]] = field(default_factory=dict)  # full key -> the short keys the chunk used for it
-
-
-def _chunk_key(chunk: ChunkGraph, name: str) -> str:
-    """The graph key of a name an extraction gave (never prefixed: extractors know no tenants)."""
-    return tenant_entity_key(chunk.tenant_id, normalize_entity_name(name))
-
-
-def _chunk_keys(chunk: ChunkGraph) -> dict[str, Entity]:
-    # keys are normalised again here (idempotent) so a caller's hand-made key cannot split one entity in two
-    entities: dict[str, Entity] = {}
-    for entity in chunk.extraction.entities:
-        key = _chunk_key(chunk, entity.key or entity.name)
-        if key and key not in entities:
-            entities[key] = Entity(name=" ".join(entity.name.split()) or key, type=entity.type, key=key)
-    return entities
-
-
-def _chunk_content(chunk: ChunkGraph, aliases: DocumentAliases | None = None) -> _ChunkContent:
-    aliases = aliases or DocumentAliases()
-    extracted = _chunk_keys(chunk)
-    entities: dict[str, Entity] = {}
-    used: dict[str, set[str]] = {}
-    for key, entity in extracted.items():
-        full = aliases.canonical.get(key, key)
-        if full != key:
-            used.setdefault(full, set()).add(key)
-            entities.setdefault(full, aliases.entities[full])
-        elif key not in entities or key in used:  # the chunk's own spelling of a full name wins
-            entities[key] = entity
-    relations: set[tuple[str, str, str]] = set()
-    for relation in chunk.extraction.relations:
-        source, target = _chunk_key(chunk, relation.source), _chunk_key(chunk, relation.target)
-        for endpoint in (source, target):
-            if endpoint not in extracted:
-                raise ValueError(f"chunk {chunk.chunk_id}: relation endpoint {endpoint!r} is not one of its entities")
-        source, target = aliases.canonical.get(source, source), aliases.canonical.get(target, target)
-        if source != target and relation.type:
-            relations.add((source, target, relation.type))
-    return _ChunkContent(entities, relations, {full: sorted(keys) for full, keys in used.items()})
 
 
 @dataclass
@@ -140,7 +78,7 @@ class _Batch:
         entities: dict[str, dict] = {}
         relations: dict[tuple[str, str, str], set[str]] = {}
         for chunk in chunks:
-            content = _chunk_content(chunk, (aliases or {}).get(chunk.document_id))
+            content = chunk_content(chunk, (aliases or {}).get(chunk.document_id))
             pid = page_id(chunk.document_id, chunk.page_number)
             pages[pid] = {
                 "id": pid,
@@ -229,7 +167,7 @@ def _document_aliases(written_rows: list[dict], chunks: list[ChunkGraph]) -> tup
         for short in rec["aliases"] or []:
             recorded[short] = rec["key"]
     for chunk in chunks:
-        for key, entity in _chunk_keys(chunk).items():
+        for key, entity in chunk_keys(chunk).items():
             known.setdefault(key, entity)
             pairs.add((key, entity.type))
     canonical = resolve_aliases(pairs, recorded)
@@ -380,7 +318,7 @@ class GraphStore:
         """Write (or rewrite) these chunks; returns the distinct (entities, relationships) they state."""
         if not self._schema_ready:
             self.ensure_schema()
-        unique = _last_write_wins(chunks)
+        unique = last_write_wins(chunks)
         entity_keys: set[str] = set()
         relations: set[tuple[str, str, str]] = set()
         for part in _batches(unique, self.batch_size):

@@ -9,7 +9,7 @@ import dagster as dg
 from orchestration.assets.handlers import PhaseHandler
 from orchestration.assets.rollups import rollup_assets
 from orchestration.assets.tasks import task_assets
-from orchestration.pipeline import PageLimits
+from orchestration.task_outcomes import PageLimits
 from queue_db.phases import PhaseRegistry
 
 

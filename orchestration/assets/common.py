@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from orchestration.pipeline import Outcome, Pipeline
+from orchestration.pipeline import Pipeline
+from orchestration.task_outcomes import Outcome
 from queue_db.heartbeat import Heartbeat
 from queue_db.partition_keys import rows_for_keys
 from queue_db.phases import PHASES, PhaseRegistry, TaskKind

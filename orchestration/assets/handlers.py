@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from orchestration.pipeline import Outcome, Pipeline
+from orchestration.pipeline import Pipeline
+from orchestration.task_outcomes import Outcome
 from queue_db.phases import Level, PhaseSpec, TaskKind
 
 # the resources every task asset opens: the queue, and the storage its pipeline reads and writes

@@ -17,7 +17,8 @@ from orchestration.assets.common import materialize_range, queue_of
 from orchestration.assets.handlers import BASE_RESOURCES, HandledTasks, PhaseHandler, kind_work
 from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import PARTITIONS_BY_LEVEL, register_partitions
-from orchestration.pipeline import PageLimits, Pipeline
+from orchestration.pipeline import Pipeline
+from orchestration.task_outcomes import PageLimits
 from queue_db.phases import Level, PhaseRegistry, PhaseSpec, TaskKind
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()

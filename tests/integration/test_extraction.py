@@ -14,18 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from processing.entities import ChunkGraph, Extraction
+from processing.entities import CO_OCCURS, ChunkGraph, Extraction, ExtractionLimits
 from queue_db.config import Settings
-from resources.extraction import (
-    CO_OCCURS,
-    ExtractionLimits,
-    ExtractionResource,
-    LlmError,
-    LlmExtractor,
-    LlmSettings,
-    SpacyExtractor,
-    plain_text,
-)
+from resources.extraction import ExtractionResource, SpacyExtractor, plain_text
+from resources.llm_extraction import LlmError, LlmExtractor, LlmSettings
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,9 +15,10 @@ import sqlalchemy as sa
 from queue_db.config import QueueSettings
 from queue_db.migrate import upgrade
 from queue_db.partition_retention import live_completed
-from queue_db.phases import GRAPHRAG_CHUNK, PHASES, VECTOR_CHUNK, Level, PhaseSpec, RetryPolicy, TaskKind
+from queue_db.phases import GRAPHRAG_CHUNK, PHASES, VECTOR_CHUNK, Level, PhaseSpec, TaskKind
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
 from queue_db.readmodels import document_progress_rows, phase_progress, queue_statistics_rows
+from queue_db.retry_policy import RetryPolicy
 from queue_db.rollup_sql import missing_phase_ddl
 from tests.queue_support import build_document
 

@@ -15,8 +15,8 @@ import pytest
 from orchestration.assets.handlers import HANDLERS, KindWork
 from orchestration.code_location import build_definitions, build_resources
 from orchestration.partitions import register_partitions
-from orchestration.pipeline import Outcome
 from orchestration.planning import KIND_TAG, PHASE_TAG, RANGE_END_TAG, RANGE_START_TAG
+from orchestration.task_outcomes import Outcome
 from queue_db.config import Settings
 from queue_db.keys import chunk_partition_key
 from queue_db.migrate import upgrade

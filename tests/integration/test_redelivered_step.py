@@ -9,7 +9,7 @@ import threading
 import time
 
 from orchestration.assets.common import process_keys
-from orchestration.pipeline import Outcome
+from orchestration.task_outcomes import Outcome
 from queue_db.phases import VECTOR_CHUNK
 from queue_db.queue import make_worker_id
 from tests.acceptance.test_daemon_backfill import chunk_rows

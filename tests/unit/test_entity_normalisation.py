@@ -21,7 +21,8 @@ from processing.entities import (
     resolve_aliases,
     type_rule_violation,
 )
-from resources.bolt_graph import DocumentAliases, _Batch, _chunk_content, _last_write_wins
+from processing.graph_content import DocumentAliases, chunk_content, last_write_wins
+from resources.bolt_graph import _Batch
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ def _chunk(chunk_id, entities, relations, document_id="doc", page=1):
 
 
 def test_chunk_content_merges_variant_entities_and_drops_self_loops():
-    content = _chunk_content(
+    content = chunk_content(
         _chunk(
             "c",
             [("Apple", "ORG"), ("APPLE", "ORG"), ("Tim Cook", "PERSON")],
@@ -123,14 +124,14 @@ def test_hand_made_keys_are_normalised_before_writing():
         [Entity("Apple", "ORG", key="Apple Inc."), Entity("apple inc", "ORG")],
         [Relation("APPLE INC", "apple inc.", "SELF")],
     )
-    content = _chunk_content(chunk)
+    content = chunk_content(chunk)
     assert list(content.entities) == ["apple inc"]
     assert content.relations == set()  # a self-loop once both ends are one entity
 
 
 def test_relation_to_an_entity_the_chunk_does_not_have_is_rejected():
     with pytest.raises(ValueError, match="not one of its entities"):
-        _chunk_content(_chunk("c", [("Apple", "ORG")], [("apple", "google", "BUY")]))
+        chunk_content(_chunk("c", [("Apple", "ORG")], [("apple", "google", "BUY")]))
 
 
 def test_batch_aggregates_relation_chunk_ids_and_dedupes_nodes():
@@ -150,7 +151,7 @@ def test_batch_aggregates_relation_chunk_ids_and_dedupes_nodes():
 def test_last_write_of_a_chunk_id_wins():
     first = _chunk("c1", [("Apple", "ORG")], [])
     second = _chunk("c1", [("Google", "ORG")], [])
-    assert _last_write_wins([first, second]) == [second]
+    assert last_write_wins([first, second]) == [second]
 
 
 # -- type rules ------------------------------------------------------------------------------------------------------
@@ -275,13 +276,13 @@ def test_recorded_aliases_stand_when_the_names_no_longer_decide():
 
 def test_chunk_content_writes_a_short_form_as_its_full_name_with_the_alias():
     aliases = DocumentAliases({"lessig": "lawrence lessig"}, {"lawrence lessig": Entity("Lawrence Lessig", "PERSON")})
-    content = _chunk_content(
+    content = chunk_content(
         _chunk("c", [("Lessig", "PERSON"), ("Jack Valenti", "PERSON")], [("lessig", "jack valenti", "MEET")]), aliases
     )
     assert content.entities["lawrence lessig"].name == "Lawrence Lessig"
     assert content.aliases == {"lawrence lessig": ["lessig"]}
     assert content.relations == {("lawrence lessig", "jack valenti", "MEET")}
-    both = _chunk_content(
+    both = chunk_content(
         _chunk(
             "c", [("Lessig", "PERSON"), ("LAWRENCE LESSIG", "PERSON")], [("lessig", "lawrence lessig", "CO_OCCURS")]
         ),

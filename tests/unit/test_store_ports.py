@@ -10,7 +10,8 @@ import pytest
 from resources import ports
 from resources.bolt_graph import GraphStore as BoltGraphStore
 from resources.embeddings import Embedder
-from resources.extraction import LlmExtractor, SpacyExtractor
+from resources.extraction import SpacyExtractor
+from resources.llm_extraction import LlmExtractor
 from resources.qdrant_edge import EdgeVectorStore
 from resources.qdrant_server import ClientVectorStore
 from resources.s3_bucket import S3Bucket
