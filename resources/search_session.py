@@ -21,7 +21,7 @@ A session is safe to share between threads (the embedder is, and the store seria
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,6 +33,7 @@ from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
 from resources.embeddings import get_embedder
 from resources.ports import SEARCH_MODES, VectorStore
+from resources.search_copies import also_in, collapsed_search
 from resources.vector_stores import open_vector_store, vector_store_settings
 
 # how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
@@ -50,6 +51,9 @@ class Hit:
     page: int | None
     chunk: int | None
     text: str | None
+    # near-duplicate documents of its content group the text is also in: how many, and the first keys
+    also_in: int = 0
+    also_in_keys: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -109,21 +113,26 @@ class SearchSession:
             self.embedder.dim,
         )
 
-    def search(self, query: str, limit: int = 5, *, tenant: str | None = None, mode: str = "hybrid") -> SearchResult:
+    def search(
+        self, query: str, limit: int = 5, *, tenant: str | None = None, mode: str = "hybrid", all_copies: bool = False
+    ) -> SearchResult:
         """The best `limit` chunks of `tenant`'s documents (default: DOCQUEUE_DEFAULT_TENANT) for `query`; `mode`
         hybrid (default), dense or sparse. Versions still being indexed, and old ones once replaced, are left out,
-        as in `docqueue search`."""
+        as in `docqueue search`. A content group of near-duplicate documents gives one hit, which names the
+        others (`also_in`); `all_copies` shows every copy's hit."""
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
         tenant = checked_tenant(tenant, self.default_tenant)
         vector = self.embedder.embed_one(query)
-        found = self.store.search(
-            vector,
-            limit=limit,
-            text=query,
-            mode=mode,
-            exclude_document_ids=hidden_from_search(self._queue),
-            tenant=tenant,
+        hidden = hidden_from_search(self._queue)
+        found, kept, groups = collapsed_search(
+            lambda n: self.store.search(
+                vector, limit=n, text=query, mode=mode, exclude_document_ids=hidden, tenant=tenant
+            ),
+            self._queue.engine,
+            limit,
+            all_copies=all_copies,
+            hidden=hidden,
         )
         hits = [
             Hit(
@@ -133,8 +142,9 @@ class SearchSession:
                 page=h.payload.get("page_number"),
                 chunk=h.payload.get("chunk_index"),
                 text=h.payload.get("text"),
+                **also_in(h, groups),
             )
-            for h in found
+            for h in kept
         ]
         return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits)
 

@@ -10,7 +10,7 @@ from orchestration.cli.context import open_queue, tenant_option, tenant_or_defau
 from orchestration.cli.errors import EXIT_USAGE, CliError, service_errors
 from orchestration.cli.output import console, emit, table
 from queue_db.config import Settings
-from resources.search_session import SearchSession
+from resources.search_session import Hit, SearchSession
 
 
 @click.command()
@@ -18,11 +18,24 @@ from resources.search_session import SearchSession
 @click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True, help="hits to show")
 @click.option("--dense", is_flag=True, help="embedding similarity only (for comparison)")
 @click.option("--sparse", is_flag=True, help="keyword (BM25-style) matching only (for comparison)")
+@click.option(
+    "--all",
+    "all_copies",
+    is_flag=True,
+    help="show every copy: near-duplicate documents of one content group give one hit without it",
+)
 @tenant_option("search this tenant's documents; default DOCQUEUE_DEFAULT_TENANT")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 @click.pass_obj
 def search(
-    settings: Settings, text: str, limit: int, dense: bool, sparse: bool, tenant: str | None, as_json: bool
+    settings: Settings,
+    text: str,
+    limit: int,
+    dense: bool,
+    sparse: bool,
+    all_copies: bool,
+    tenant: str | None,
+    as_json: bool,
 ) -> None:
     """Hybrid search over the vectors: embedding similarity and keyword matching, fused by rank."""
     tenant = tenant_or_default(settings, tenant)
@@ -33,7 +46,7 @@ def search(
     with service_errors():
         session = SearchSession(settings, engine=queue.engine)
         try:
-            found = session.search(text, limit, tenant=tenant, mode=mode)
+            found = session.search(text, limit, tenant=tenant, mode=mode, all_copies=all_copies)
         finally:
             session.close()
     if found.notice and not as_json:
@@ -43,9 +56,17 @@ def search(
         console().print(
             table(
                 f"search ({found.mode}): {text}",
-                ["score", "document", "page", "chunk", "text"],
-                [[h.score, h.document, h.page, h.chunk, (h.text or "")[:200]] for h in found.hits],
+                ["score", "document", "page", "chunk", "text", "also in"],
+                [[h.score, h.document, h.page, h.chunk, (h.text or "")[:200], _copies_cell(h)] for h in found.hits],
             )
         )
 
     emit(as_json, found.as_dict(), human)
+
+
+def _copies_cell(hit: Hit) -> str:
+    """ "also in N documents: key, key…" for a hit whose document has near duplicates; empty otherwise."""
+    if not hit.also_in:
+        return ""
+    more = "…" if hit.also_in > len(hit.also_in_keys) else ""
+    return f"also in {hit.also_in} document{'s' if hit.also_in > 1 else ''}: {', '.join(hit.also_in_keys)}{more}"
