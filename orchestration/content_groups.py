@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 
 from processing.near_duplicates import SignatureLimits, signature
 from queue_db.config import NearDuplicateConfig
-from queue_db.near_duplicates import GroupPlacement, record_signature
+from queue_db.near_duplicates import GroupPlacement, copies_of, record_signature
 from queue_db.queue import TaskQueue
 from resources.storage import page_file_key
 
@@ -64,12 +64,17 @@ def place_documents(
     return placed
 
 
-def group_metadata(placement: GroupPlacement | None) -> dict:
-    """What the OCR roll-up's materialization says about the document's group (the Dagster UI shows it)."""
-    if placement is None or placement.group_id is None:
-        return {"content_group": "none", "copies": 0}
-    return {
-        "content_group": placement.representative_key or placement.group_id,
-        "copies": placement.copies,
-        "similarity": placement.similarity,
-    }
+def group_metadata(queue: TaskQueue, documents: Sequence[dict]) -> dict[str, dict]:
+    """Per document key, what the OCR roll-up's materialization says about the document's group once all of
+    them were placed (the Dagster UI shows it): its representative, how many other documents it holds, the
+    similarity the document joined with. One query."""
+    groups = copies_of(queue.engine, [str(d["id"]) for d in documents])
+    metadata = {}
+    for document in documents:
+        group = groups.get(str(document["id"]))
+        metadata[document["document_key"]] = (
+            {"content_group": group["representative"], "copies": group["count"], "similarity": group["similarity"]}
+            if group
+            else {"content_group": "none", "copies": 0}
+        )
+    return metadata

@@ -137,8 +137,8 @@ def rollup_asset(
             storage = resources.storage.get_storage()
 
             def grouped(completed: dict) -> dict:
-                placed = place_documents(queue, storage, list(completed.values()), near_duplicates)
-                return {key: group_metadata(placed.get(key)) for key in completed}
+                place_documents(queue, storage, list(completed.values()), near_duplicates)
+                return group_metadata(queue, list(completed.values()))
 
         try:
             _materialize_rollups(context, queue, spec, phases, grouped)
