@@ -9,6 +9,8 @@ import random
 import pytest
 
 from orchestration.content_groups import DEFAULTS, place_documents
+from orchestration.intake import ingest_paths
+from queue_db.lifecycle import delete_rows
 from queue_db.near_duplicates import copies_of, group_counts
 from queue_db.readmodels import document_progress_rows
 from resources.storage import LocalStorage, page_file_key
@@ -88,14 +90,11 @@ def test_a_group_survives_deletes_and_re_ingest(queue, storage):
     group = placed[third["document_key"]].group_id
     assert placed[second["document_key"]].group_id == group and placed[third["document_key"]].copies == 2
 
-    # the representative goes: the earliest remaining member takes its place
-    assert queue.document(first["id"]) is not None
-    with queue.engine.begin() as conn:
-        conn.exec_driver_sql("DELETE FROM documents WHERE id = %s", (first["id"],))
+    # the representative goes (as `docqueue delete` removes its rows): the earliest remaining member takes its place
+    assert delete_rows(queue, first["id"])
     assert copies_of(queue.engine, [second["id"]])[second["id"]]["representative"] == second["document_key"]
     # a group of one left is no group
-    with queue.engine.begin() as conn:
-        conn.exec_driver_sql("DELETE FROM documents WHERE id = %s", (second["id"],))
+    assert delete_rows(queue, second["id"])
     assert copies_of(queue.engine, [third["id"]]) == {}
     assert rows(queue, "content_groups") == 0 and rows(queue, "content_group_members") == 0
     assert rows(queue, "document_signatures") == 1
@@ -112,6 +111,25 @@ def test_a_group_survives_deletes_and_re_ingest(queue, storage):
         "copies": 1,
         "keys": [back["document_key"]],
     }
+
+
+def test_a_new_version_keeps_its_version_link_and_joins_the_group(queue, storage, tmp_path):
+    path = tmp_path / "inbox" / "policy.md"
+    path.parent.mkdir()
+    text = pages_of(5, pages=1, words=200)
+    documents = []
+    for content in (text, one_word_changed(text)):
+        path.write_text(content[0])
+        [registered] = ingest_paths(queue, storage, [path])
+        doc = queue.document(registered.document_id)
+        expand(queue, doc, 1)
+        ocr_all(queue, doc)
+        storage.put_text(page_file_key(doc["document_key"], 1), content[0])
+        documents.append({"id": str(doc["id"]), "document_key": doc["document_key"], "pages": 1})
+    old, new = documents
+    placed = place(queue, storage, old, new)
+    assert placed[new["document_key"]].representative_key == old["document_key"]
+    assert str(queue.document(new["id"])["supersedes"]) == old["id"]
 
 
 def test_finding_candidates_reads_the_band_index(queue, storage):
