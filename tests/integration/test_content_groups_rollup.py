@@ -12,7 +12,7 @@ from orchestration.partitions import register_partitions
 from queue_db.config import Settings
 from queue_db.phases import Level
 from resources.database import open_queue
-from resources.storage import StorageResource
+from resources.storage import LocalStorage, storage_root
 from tests.integration.test_content_groups import ocr_done, one_word_changed, pages_of, rows
 
 
@@ -52,7 +52,7 @@ def _rollup(defs, instance, settings) -> bool:
 def test_the_ocr_rollup_places_documents_and_shows_the_group(dagster_env):
     settings, instance = dagster_env
     queue = open_queue(settings)
-    storage = StorageResource.from_settings(settings).get_storage()
+    storage = LocalStorage(storage_root(settings))  # where the roll-up's storage resource reads
     text = pages_of(7)
     first = ocr_done(queue, storage, "leaflet.pdf", text)
     copy = ocr_done(queue, storage, "leaflet-copy.pdf", one_word_changed(text))
