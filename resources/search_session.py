@@ -6,8 +6,9 @@ What a session holds, and for how long:
 
 - the embedding model (the process-wide one of resources/embeddings.get_embedder: loaded once, kept after
   `close()` for the next session of this process);
-- a connection pool to the queue's database (one short read per search: the document versions search must not
-  show, queue_db.lifecycle.hidden_from_search), closed by `close()` unless the caller handed in its engine;
+- a connection pool to the queue's database (two short reads per search: the document versions search must not
+  show, queue_db.lifecycle.hidden_from_search, and the content groups of the hits' documents,
+  resources/search_copies.py), closed by `close()` unless the caller handed in its engine;
 - the vector store. A Qdrant server's client stays connected until `close()`. The embedded store (Qdrant Edge) is
   single-process: each search takes the folder's lock file (resources/folder_lock.py) and opens the shards, and the
   session keeps them open for up to `keep_open_s` seconds of idleness afterwards (the store's own linger,
