@@ -6,6 +6,8 @@ roll-up asset per phase spec; the last phase's also removes old versions of a do
 fully indexed. The OCR roll-up also places each completed document in its content group of near duplicates
 (orchestration/content_groups.py) and shows the group in the materialization's metadata."""
 
+from typing import Callable
+
 import dagster as dg
 from dagster import AssetExecutionContext
 
@@ -38,9 +40,14 @@ BLOCKED_REASON = "blocked: it waits on an earlier task that failed for good (fix
 
 
 def _materialize_rollups(
-    context: AssetExecutionContext, queue, phase: PhaseSpec, phases: PhaseRegistry, grouped: dict | None = None
+    context: AssetExecutionContext,
+    queue,
+    phase: PhaseSpec,
+    phases: PhaseRegistry,
+    grouped: Callable[[dict], dict] | None = None,
 ) -> None:
-    """`grouped`: per document key, what the roll-up adds to the metadata (the OCR roll-up's content groups)."""
+    """`grouped`: given the completed documents' figures by key, what the roll-up adds to each one's metadata (the
+    OCR roll-up places them in content groups and says where)."""
     keys = list(context.partition_keys)
     figures = document_rollup(queue.engine, phase, keys, phases=phases)
     completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
