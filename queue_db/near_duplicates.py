@@ -35,6 +35,8 @@ FROM probed p
 JOIN documents c ON c.id = p.document_id AND c.tenant_id = %(tenant)s
 JOIN document_signatures s ON s.document_id = p.document_id
 LEFT JOIN content_group_members m ON m.document_id = p.document_id
+-- a document already in a group stays there: no candidate
+WHERE NOT EXISTS (SELECT 1 FROM content_group_members mine WHERE mine.document_id = %(d)s)
 ORDER BY similarity DESC, c.created_at, c.id
 LIMIT 1
 """
@@ -65,61 +67,60 @@ def record_signature(
     """Store the document's signature and bands, then place it: it joins the group of its most similar candidate
     of the same tenant when their estimated Jaccard similarity is at least `threshold` (the two start a group when
     the candidate has none). One transaction."""
+    # a few round trips, each a statement bounded by the document: the transaction's cost is mostly their latency
     with engine.begin() as conn:
-        tenant = conn.exec_driver_sql("SELECT tenant_id FROM documents WHERE id = %(d)s", {"d": document_id}).scalar()
+        tenant = conn.exec_driver_sql(
+            """SELECT tenant_id, pg_advisory_xact_lock(hashtextextended('docqueue-content-groups:' || tenant_id, 0))
+               FROM documents WHERE id = %(d)s""",
+            {"d": document_id},
+        ).scalar()
         if tenant is None:  # deleted meanwhile: nothing to place
             return GroupPlacement(document_id, None, None, 0, None)
-        conn.exec_driver_sql(
-            "SELECT pg_advisory_xact_lock(hashtextextended('docqueue-content-groups:' || %(t)s, 0))", {"t": tenant}
-        )
         _store_signature(conn, document_id, minhash, bands, shingles)
-        if not _group_of(conn, document_id):
-            best = (
-                conn.exec_driver_sql(
-                    _CANDIDATES,
-                    {
-                        "bands": [b for b, _ in bands],
-                        "hashes": [h for _, h in bands],
-                        "d": document_id,
-                        "max": int(max_candidates),
-                        "minhash": list(minhash),
-                        "tenant": tenant,
-                    },
-                )
-                .mappings()
-                .first()
+        best = (
+            conn.exec_driver_sql(
+                _CANDIDATES,
+                {
+                    "bands": [b for b, _ in bands],
+                    "hashes": [h for _, h in bands],
+                    "d": document_id,
+                    "max": int(max_candidates),
+                    "minhash": list(minhash),
+                    "tenant": tenant,
+                },
             )
-            if best is not None and best["similarity"] >= threshold:
-                _join(conn, document_id, tenant, dict(best))
+            .mappings()
+            .first()
+        )
+        if best is not None and best["similarity"] >= threshold:
+            _join(conn, document_id, tenant, dict(best))
         return _placement(conn, document_id)
 
 
 def _store_signature(conn, document_id: str, minhash, bands, shingles: int) -> None:
+    """The signature upserted and the band rows replaced by the new set, in one statement (its sub-statements run
+    whether or not anything reads them): a band row that stays is neither deleted nor written again."""
     conn.exec_driver_sql(
-        """INSERT INTO document_signatures (document_id, minhash, shingles) VALUES (%(d)s, %(m)s, %(n)s)
-           ON CONFLICT (document_id) DO UPDATE SET minhash = EXCLUDED.minhash, shingles = EXCLUDED.shingles,
-               computed_at = now()
-           WHERE document_signatures.minhash IS DISTINCT FROM EXCLUDED.minhash""",
-        {"d": document_id, "m": list(minhash), "n": int(shingles)},
-    )
-    conn.exec_driver_sql(
-        """DELETE FROM document_signature_bands b WHERE b.document_id = %(d)s
-           AND (b.band, b.hash) NOT IN (SELECT * FROM unnest(%(bands)s::smallint[], %(hashes)s::bigint[]))""",
-        {"d": document_id, "bands": [b for b, _ in bands], "hashes": [h for _, h in bands]},
-    )
-    conn.exec_driver_sql(
-        """INSERT INTO document_signature_bands (band, hash, document_id)
-           SELECT band, hash, %(d)s FROM unnest(%(bands)s::smallint[], %(hashes)s::bigint[]) AS v(band, hash)
+        """WITH new_bands AS (SELECT * FROM unnest(%(bands)s::smallint[], %(hashes)s::bigint[]) AS v(band, hash)),
+           signed AS (
+               INSERT INTO document_signatures (document_id, minhash, shingles) VALUES (%(d)s, %(m)s, %(n)s)
+               ON CONFLICT (document_id) DO UPDATE SET minhash = EXCLUDED.minhash, shingles = EXCLUDED.shingles,
+                   computed_at = now()
+               WHERE document_signatures.minhash IS DISTINCT FROM EXCLUDED.minhash),
+           stale AS (
+               DELETE FROM document_signature_bands b WHERE b.document_id = %(d)s
+               AND (b.band, b.hash) NOT IN (SELECT band, hash FROM new_bands))
+           INSERT INTO document_signature_bands (band, hash, document_id)
+           SELECT band, hash, %(d)s FROM new_bands
            ON CONFLICT DO NOTHING""",
-        {"d": document_id, "bands": [b for b, _ in bands], "hashes": [h for _, h in bands]},
+        {
+            "d": document_id,
+            "m": list(minhash),
+            "n": int(shingles),
+            "bands": [b for b, _ in bands],
+            "hashes": [h for _, h in bands],
+        },
     )
-
-
-def _group_of(conn, document_id: str) -> str | None:
-    found = conn.exec_driver_sql(
-        "SELECT group_id::text FROM content_group_members WHERE document_id = %(d)s", {"d": document_id}
-    ).scalar()
-    return str(found) if found else None
 
 
 def _join(conn, document_id: str, tenant: str, best: dict) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from orchestration.content_groups import DEFAULTS, place_documents
 from orchestration.intake import ingest_paths
+from processing.near_duplicates import signature
 from queue_db.lifecycle import delete_rows
 from queue_db.near_duplicates import copies_of, group_counts
 from queue_db.readmodels import document_progress_rows
@@ -130,6 +131,19 @@ def test_a_new_version_keeps_its_version_link_and_joins_the_group(queue, storage
     placed = place(queue, storage, old, new)
     assert placed[new["document_key"]].representative_key == old["document_key"]
     assert str(queue.document(new["id"])["supersedes"]) == old["id"]
+
+
+def test_a_changed_text_replaces_the_signature_and_its_bands(queue, storage):
+    doc = ocr_done(queue, storage, "draft.pdf", pages_of(6))
+    place(queue, storage, doc)
+    storage.put_text(page_file_key(doc["document_key"], 1), pages_of(8, pages=1)[0])  # its OCR was redone
+    place(queue, storage, doc)
+    with queue.engine.connect() as conn:
+        bands = conn.exec_driver_sql(
+            "SELECT band, hash FROM document_signature_bands WHERE document_id = %s ORDER BY band", (doc["id"],)
+        ).all()
+    texts = [storage.get_text(page_file_key(doc["document_key"], n)) for n in (1, 2, 3)]
+    assert [tuple(b) for b in bands] == signature(texts).bands()  # type: ignore[union-attr]
 
 
 def test_finding_candidates_reads_the_band_index(queue, storage):
