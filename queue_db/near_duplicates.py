@@ -174,36 +174,51 @@ def copies_of(
     engine: sa.Engine, document_ids: Sequence[str], exclude_document_ids: Sequence[str] = ()
 ) -> dict[str, dict]:
     """Per given document that sits in a content group: its group id, representative key, similarity, and the
-    other members (`count`, and the keys of the first LISTED_COPIES in registration order), leaving out
-    `exclude_document_ids` (versions search hides). One statement: the given documents' memberships by primary
-    key, each group's members through the group index."""
+    other members (`count`, and the keys of the first LISTED_COPIES to join), leaving out `exclude_document_ids`
+    (versions search hides). One statement: the given documents' memberships by primary key, then once per group
+    its members through the group index, which lists the first few in joining order without reading a large
+    group's rows (its count is an index-only count)."""
     if not document_ids:
         return {}
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
-            """SELECT m.document_id::text AS id, m.group_id::text AS group_id, m.similarity,
-                      rep.document_key AS representative, o.count, o.keys
-               FROM content_group_members m JOIN content_groups g ON g.id = m.group_id
-               LEFT JOIN documents rep ON rep.id = g.representative_id
-               CROSS JOIN LATERAL (
-                   SELECT count(*) AS count,
-                          (array_agg(d.document_key ORDER BY d.created_at, d.id))[1:%(listed)s] AS keys
-                   FROM content_group_members x JOIN documents d ON d.id = x.document_id
-                   WHERE x.group_id = m.group_id AND x.document_id <> m.document_id
-                     AND x.document_id <> ALL(%(hidden)s::uuid[])) o
-               WHERE m.document_id = ANY(%(ids)s::uuid[])""",
+            """WITH hit AS (SELECT document_id, group_id, similarity FROM content_group_members
+                            WHERE document_id = ANY(%(ids)s::uuid[])),
+               -- once per group, however many of the hits it holds
+               grp AS MATERIALIZED (
+                   SELECT g.id AS gid, rep.document_key AS representative, n.count, o.ids, o.keys
+                   FROM content_groups g LEFT JOIN documents rep ON rep.id = g.representative_id
+                   CROSS JOIN LATERAL (
+                       SELECT count(*) AS count FROM content_group_members x
+                       WHERE x.group_id = g.id AND x.document_id <> ALL(%(hidden)s::uuid[])) n
+                   CROSS JOIN LATERAL (
+                       SELECT array_agg(f.document_id::text ORDER BY f.joined_at, f.document_id) AS ids,
+                              array_agg(f.document_key ORDER BY f.joined_at, f.document_id) AS keys
+                       FROM (SELECT x.document_id, x.joined_at, d.document_key
+                             FROM content_group_members x JOIN documents d ON d.id = x.document_id
+                             WHERE x.group_id = g.id AND x.document_id <> ALL(%(hidden)s::uuid[])
+                             ORDER BY x.joined_at, x.document_id LIMIT %(listed)s + 1) f) o
+                   WHERE g.id IN (SELECT group_id FROM hit))
+               SELECT hit.document_id::text AS id, hit.group_id::text AS group_id, hit.similarity,
+                      grp.representative, grp.count, grp.ids, grp.keys
+               FROM hit JOIN grp ON grp.gid = hit.group_id""",
             {"ids": list(dict.fromkeys(document_ids)), "hidden": list(exclude_document_ids), "listed": LISTED_COPIES},
         ).mappings()
-        return {
-            r["id"]: {
-                "group_id": r["group_id"],
-                "representative": r["representative"],
-                "similarity": round(float(r["similarity"]), 4),
-                "count": int(r["count"]),
-                "keys": list(r["keys"] or []),
-            }
-            for r in rows
-        }
+        hidden = {str(d) for d in exclude_document_ids}
+        return {r["id"]: _copies(r, r["id"] in hidden) for r in rows}
+
+
+def _copies(row, hidden: bool) -> dict:
+    """A member's view of its group: the others, itself left out of the keys listed and of the count (where a
+    hidden member is not counted anyway)."""
+    others = [key for member, key in zip(row["ids"] or [], row["keys"] or []) if member != row["id"]]
+    return {
+        "group_id": row["group_id"],
+        "representative": row["representative"],
+        "similarity": round(float(row["similarity"]), 4),
+        "count": int(row["count"]) - (0 if hidden else 1),
+        "keys": others[:LISTED_COPIES],
+    }
 
 
 def group_counts(engine: sa.Engine, tenant: str | None = None) -> dict[str, int]:

@@ -642,7 +642,7 @@ ALTER TABLE ONLY public.task_queue_page
 
 -- INDEX: idx_content_group_members_group
 
-CREATE INDEX idx_content_group_members_group ON public.content_group_members USING btree (group_id);
+CREATE INDEX idx_content_group_members_group ON public.content_group_members USING btree (group_id, joined_at, document_id);
 
 -- INDEX: idx_content_groups_tenant
 

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS content_group_members (
     matched_document_id uuid,
     joined_at timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS idx_content_group_members_group ON content_group_members (group_id);
+-- a group's members in the order they joined: search lists the first few of a large group without reading it all
+CREATE INDEX IF NOT EXISTS idx_content_group_members_group ON content_group_members (group_id, joined_at, document_id);
 
 -- However a document goes (`docqueue delete`, a tenant's deletion, an old version retired), its group stays
 -- consistent: a group left with one member is no group, and a group whose representative went gets its earliest
