@@ -1,6 +1,6 @@
 """How long the light `docqueue` commands take from start to answer, each a new process, on the home the
 environment names (DOCQUEUE_HOME; run `docqueue ingest` and `docqueue run --until-idle` on a few files first), and
-the warm search session's latency on it.
+the warm search session's latency on it. `ingest` registers a new small note each time (they stay in the home).
 
     .venv/bin/python bench/cli_startup.py [--repeats 5] [--searches 200] [--query "..."]
 
@@ -16,6 +16,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,11 +42,18 @@ def timed(args: list[str]) -> tuple[float, float]:
     return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
-def commands(repeats: int, query: str) -> dict[str, dict[str, float]]:
-    table = {**COMMANDS, "search": ["search", query, "--json"]}
+def new_note(folder: Path) -> list[str]:
+    """`ingest` of one new small Markdown file: new content each time, so every call registers a document."""
+    note = folder / f"note-{time.monotonic_ns()}.md"
+    note.write_text(f"# Startup note\n\nA note written at {time.time_ns()} to time one ingest.\n", encoding="utf-8")
+    return ["ingest", str(note), "--json"]
+
+
+def commands(repeats: int, query: str, scratch: Path) -> dict[str, dict[str, float]]:
+    table = {**COMMANDS, "ingest": lambda: new_note(scratch), "search": ["search", query, "--json"]}
     figures = {}
     for name, args in table.items():
-        runs = [timed(args) for _ in range(repeats)]
+        runs = [timed(args() if callable(args) else args) for _ in range(repeats)]
         figures[name] = {
             "wall_s": round(statistics.median(w for w, _ in runs), 3),
             "cpu_s": round(statistics.median(c for _, c in runs), 3),
@@ -87,9 +95,11 @@ def main() -> None:
     from bench._result import print_result
 
     load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="cli-startup-") as scratch:
+        figures = commands(args.repeats, args.query, Path(scratch))
     print_result(
         {
-            "commands": commands(args.repeats, args.query),
+            "commands": figures,
             "session": session(args.searches, args.query),
             "repeats": args.repeats,
             "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
