@@ -32,7 +32,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from processing.errors import DocumentError
-from queue_db.config import Settings, StorageConfig, default
+from queue_db.config import PDF_FALLBACKS, Settings, StorageConfig, default
 from resources import _pdf_worker
 
 MB = 1024 * 1024
@@ -52,9 +52,14 @@ class PdfLimits:
     min_text_chars: int = default(StorageConfig, "min_text_chars")
     ocr_threads: int = default(StorageConfig, "ocr_threads")
     worker_start_timeout_s: float = default(StorageConfig, "worker_start_timeout_s")
+    pdf_fallback: str = default(StorageConfig, "pdf_fallback")
 
     def __post_init__(self):
+        if self.pdf_fallback not in PDF_FALLBACKS:
+            raise ValueError(f"PdfLimits.pdf_fallback must be one of {PDF_FALLBACKS}, got {self.pdf_fallback!r}")
         for item in dataclasses.fields(self):
+            if item.name == "pdf_fallback":
+                continue
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"PdfLimits.{item.name} must be a positive number, got {value!r}")
@@ -72,6 +77,7 @@ class PdfLimits:
             min_text_chars=env.min_text_chars,
             ocr_threads=env.ocr_threads,
             worker_start_timeout_s=env.worker_start_timeout_s,
+            pdf_fallback=env.pdf_fallback,
         )
 
     def worker_settings(self) -> dict:
@@ -82,6 +88,7 @@ class PdfLimits:
             "ocr_dpi": self.ocr_dpi,
             "max_render_pixels": self.max_render_pixels,
             "min_text_chars": self.min_text_chars,
+            "pdf_fallback": self.pdf_fallback,
         }
 
 
@@ -92,6 +99,7 @@ class DocumentInfo:
     repaired: bool
     boilerplate: list[str] = field(default_factory=list)  # normalised header/footer lines, see processing.page_cleanup
     metadata: dict = field(default_factory=dict)
+    engine: str | None = None  # what read the pages: "pymupdf", or "pdfium" when PyMuPDF found none
 
 
 @dataclass
@@ -361,6 +369,7 @@ class OcrResource(dg.ConfigurableResource):
     min_text_chars: Optional[int] = Field(default=None, description="DOCQUEUE_MIN_TEXT_CHARS (20)")
     ocr_threads: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_THREADS (2)")
     worker_start_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_WORKER_START_TIMEOUT (60)")
+    pdf_fallback: Optional[str] = Field(default=None, description="DOCQUEUE_PDF_FALLBACK (pdfium)")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "OcrResource":
@@ -375,6 +384,7 @@ class OcrResource(dg.ConfigurableResource):
             min_text_chars=storage.min_text_chars,
             ocr_threads=storage.ocr_threads,
             worker_start_timeout_s=storage.worker_start_timeout_s,
+            pdf_fallback=storage.pdf_fallback,
         )
 
     _processor: Optional[PdfProcessor] = PrivateAttr(default=None)
@@ -391,6 +401,7 @@ class OcrResource(dg.ConfigurableResource):
                 "min_text_chars",
                 "ocr_threads",
                 "worker_start_timeout_s",
+                "pdf_fallback",
             )
             if getattr(self, name) is not None
         }
