@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Iterable
 
 from processing.errors import DocumentError
-from queue_db.config import StorageConfig, default
+from queue_db.config import PDF_FALLBACKS, StorageConfig, default
 from resources import _pdf_worker
 
 MB = 1024 * 1024
@@ -49,9 +49,14 @@ class PdfLimits:
     min_text_chars: int = default(StorageConfig, "min_text_chars")
     ocr_threads: int = default(StorageConfig, "ocr_threads")
     worker_start_timeout_s: float = default(StorageConfig, "worker_start_timeout_s")
+    pdf_fallback: str = default(StorageConfig, "pdf_fallback")
 
     def __post_init__(self):
+        if self.pdf_fallback not in PDF_FALLBACKS:
+            raise ValueError(f"PdfLimits.pdf_fallback must be one of {PDF_FALLBACKS}, got {self.pdf_fallback!r}")
         for item in dataclasses.fields(self):
+            if item.name == "pdf_fallback":
+                continue
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"PdfLimits.{item.name} must be a positive number, got {value!r}")
@@ -69,6 +74,7 @@ class PdfLimits:
             min_text_chars=env.min_text_chars,
             ocr_threads=env.ocr_threads,
             worker_start_timeout_s=env.worker_start_timeout_s,
+            pdf_fallback=env.pdf_fallback,
         )
 
     def worker_settings(self) -> dict:
@@ -79,6 +85,7 @@ class PdfLimits:
             "ocr_dpi": self.ocr_dpi,
             "max_render_pixels": self.max_render_pixels,
             "min_text_chars": self.min_text_chars,
+            "pdf_fallback": self.pdf_fallback,
         }
 
 
@@ -89,6 +96,7 @@ class DocumentInfo:
     repaired: bool
     boilerplate: list[str] = field(default_factory=list)  # normalised header/footer lines, see processing.page_cleanup
     metadata: dict = field(default_factory=dict)
+    engine: str | None = None  # what read the pages: "pymupdf", or "pdfium" when PyMuPDF found none
 
 
 @dataclass

@@ -26,6 +26,7 @@ class OcrResource(dg.ConfigurableResource):
     min_text_chars: Optional[int] = Field(default=None, description="DOCQUEUE_MIN_TEXT_CHARS (20)")
     ocr_threads: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_THREADS (2)")
     worker_start_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_WORKER_START_TIMEOUT (60)")
+    pdf_fallback: Optional[str] = Field(default=None, description="DOCQUEUE_PDF_FALLBACK (pdfium)")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "OcrResource":
@@ -40,6 +41,7 @@ class OcrResource(dg.ConfigurableResource):
             min_text_chars=storage.min_text_chars,
             ocr_threads=storage.ocr_threads,
             worker_start_timeout_s=storage.worker_start_timeout_s,
+            pdf_fallback=storage.pdf_fallback,
         )
 
     _processor: Optional[PdfProcessor] = PrivateAttr(default=None)
@@ -56,6 +58,7 @@ class OcrResource(dg.ConfigurableResource):
                 "min_text_chars",
                 "ocr_threads",
                 "worker_start_timeout_s",
+                "pdf_fallback",
             )
             if getattr(self, name) is not None
         }

@@ -74,7 +74,11 @@ def _print_status(records: list[dict], phases: PhaseRegistry = PHASES) -> None:
             if record["pages_without_text"]
             else []
         )
-        return "; ".join(said + (["re-indexed on the text extracted before"] if record["extraction_skipped"] else []))
+        if record["extraction_skipped"]:
+            said.append("re-indexed on the text extracted before")
+        if record.get("engine") == "pdfium":
+            said.append("pages read by pdfium: PyMuPDF found none")
+        return "; ".join(said)
 
     def last_error(record: dict) -> str:
         return next((error for p in phases if (error := record[p.rollup_column(Level.DOCUMENT, "error")])), "")

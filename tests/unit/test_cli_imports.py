@@ -1,5 +1,5 @@
 """The light commands load only what they need: `docqueue --help`, `status`, `stats`, `ingest` and `search` (on the
-embedded store) never import Dagster, the graph driver, qdrant-client or pandas, which cost seconds of start-up.
+embedded store) never import Dagster, the graph driver, qdrant-client, pandas or pdfium, which cost start-up time.
 Checked in a fresh interpreter, on the modules each command's code loads (its module, and its help resolved through
 the group, which builds the settings)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("dagster", "neo4j", "qdrant_client", "pandas", "spacy", "fitz")
+HEAVY = ("dagster", "neo4j", "qdrant_client", "pandas", "spacy", "fitz", "pypdfium2")
 PROBE = """
 import json, sys
 from click.testing import CliRunner
