@@ -21,7 +21,7 @@ A session is safe to share between threads (the embedder is, and the store seria
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -32,7 +32,8 @@ from queue_db.lifecycle import hidden_from_search
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
 from resources.embeddings import get_embedder
-from resources.ports import SEARCH_MODES, VectorStore
+from resources.hit_entities import HitGraph
+from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, VectorStore
 from resources.vector_stores import open_vector_store, vector_store_settings
 
 # how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
@@ -50,6 +51,11 @@ class Hit:
     page: int | None
     chunk: int | None
     text: str | None
+    # from the graph (resources/hit_entities.py): the entities the chunk mentions, at most
+    # DOCQUEUE_SEARCH_ENTITIES_PER_HIT of `entities_total`, and with `graph=True` their strongest relations
+    entities: list[MentionedEntity] = field(default_factory=list)
+    entities_total: int = 0
+    related: list[RelatedEntity] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class SearchResult:
     mode: str
     notice: str | None
     hits: list[Hit]
+    graph_notice: str | None = None  # why the hits carry no entities when the graph did not answer
 
     def as_dict(self) -> dict[str, Any]:
         """Exactly what `docqueue search --json` prints."""
@@ -69,6 +76,7 @@ class SearchResult:
             "mode": self.mode,
             "notice": self.notice,
             "hits": [asdict(hit) for hit in self.hits],
+            "graph_notice": self.graph_notice,
         }
 
 
@@ -108,11 +116,23 @@ class SearchSession:
             self.embedder.model_id,
             self.embedder.dim,
         )
+        self.graph = HitGraph(settings)
 
-    def search(self, query: str, limit: int = 5, *, tenant: str | None = None, mode: str = "hybrid") -> SearchResult:
+    def search(
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        tenant: str | None = None,
+        mode: str = "hybrid",
+        entities: bool = True,
+        graph: bool = False,
+    ) -> SearchResult:
         """The best `limit` chunks of `tenant`'s documents (default: DOCQUEUE_DEFAULT_TENANT) for `query`; `mode`
         hybrid (default), dense or sparse. Versions still being indexed, and old ones once replaced, are left out,
-        as in `docqueue search`."""
+        as in `docqueue search`. Each hit carries the entities its chunk mentions (`entities=False`: none, the
+        graph is not read) and, with `graph=True`, the entities most related to those (`docqueue search
+        --graph`)."""
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
         tenant = checked_tenant(tenant, self.default_tenant)
@@ -136,13 +156,17 @@ class SearchSession:
             )
             for h in found
         ]
-        return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits)
+        graph_notice = None
+        if entities:
+            hits, graph_notice = self.graph.attach(hits, [h.chunk_id for h in found], tenant, related=graph)
+        return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits, graph_notice=graph_notice)
 
     def close(self) -> None:
         """Let go of the store and, when the session opened it, the database pool. The model stays loaded."""
         try:
             self.store.close()
         finally:
+            self.graph.close()
             if self._own_engine:
                 self._queue.engine.dispose()
 
