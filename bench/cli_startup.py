@@ -5,7 +5,9 @@ the warm search session's latency on it.
     .venv/bin/python bench/cli_startup.py [--repeats 5] [--searches 200] [--query "..."]
 
 Medians of wall and CPU seconds per command (the database server already running), the session's opening and
-its p50/p95 per search (embedding, both rankings, fusion), the load average; the last line is `RESULT {json}`.
+its p50/p95 per search (embedding, both rankings, fusion, and the hits' entities from the graph), side by side with
+the same searches without the graph (`plain`) and with the related entities of `--graph`, the load average; the
+last line is `RESULT {json}`.
 """
 
 from __future__ import annotations
@@ -54,26 +56,48 @@ def commands(repeats: int, query: str) -> dict[str, dict[str, float]]:
     return figures
 
 
-def session(searches: int, query: str) -> dict[str, float]:
+# the warm search's variants, measured side by side: without the graph, with each hit's entities (the default),
+# and with the related entities of `docqueue search --graph`
+VARIANTS = {"plain": {"entities": False}, "entities": {}, "graph": {"graph": True}}
+
+
+def percentiles(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+    return {
+        "p50_ms": round(1000 * ordered[len(ordered) // 2], 2),
+        "p95_ms": round(1000 * ordered[max(int(len(ordered) * 0.95) - 1, 0)], 2),
+    }
+
+
+def session(searches: int, query: str) -> dict:
     from queue_db.config import Settings
     from resources.search_session import SearchSession
 
     started = time.perf_counter()
     with SearchSession(Settings.from_env()) as warm:
         opened = time.perf_counter() - started
-        latencies = []
+        latencies: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        entities = 0
         for n in range(searches):
-            began = time.perf_counter()
-            warm.search(f"{query} {n % 7}", 5)
-            latencies.append(time.perf_counter() - began)
-    latencies.sort()
+            # each round runs every variant on the same query, in a rotating order, so none always goes first
+            names = list(VARIANTS)
+            for name in names[n % len(names) :] + names[: n % len(names)]:
+                began = time.perf_counter()
+                found = warm.search(f"{query} {n % 7}", 5, **VARIANTS[name])
+                latencies[name].append(time.perf_counter() - began)
+                entities += sum(len(hit.entities) for hit in found.hits) if name == "entities" else 0
+    variants = {name: percentiles(values) for name, values in latencies.items()}
     figures = {
         "open_s": round(opened, 3),
-        "p50_ms": round(1000 * latencies[len(latencies) // 2], 2),
-        "p95_ms": round(1000 * latencies[int(len(latencies) * 0.95) - 1], 2),
+        **variants["entities"],
         "searches": searches,
+        **{name: variants[name] for name in ("plain", "graph")},
+        "entities_added_p95_ms": round(variants["entities"]["p95_ms"] - variants["plain"]["p95_ms"], 2),
+        "entities_per_search": round(entities / max(searches, 1), 1),
     }
-    print(f"session  open {figures['open_s']:.3f} s  p50 {figures['p50_ms']} ms  p95 {figures['p95_ms']} ms")
+    print(f"session  open {figures['open_s']:.3f} s", flush=True)
+    for name, values in variants.items():
+        print(f"  {name:8s} p50 {values['p50_ms']} ms  p95 {values['p95_ms']} ms", flush=True)
     return figures
 
 
