@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from threading import Lock
+from threading import Lock, Thread
 from typing import TypeVar
 
 from queue_db.config import Settings
@@ -41,6 +41,14 @@ class HitGraph:
         self._quiet_until = 0.0
         self._notice: str | None = None
         self._lock = Lock()
+
+    def prepare(self) -> None:
+        """Load the Bolt driver in the background when this session will read a graph: its import (about half a
+        second, pandas included) then overlaps the model's loading instead of following the first search."""
+        if self.per_hit <= 0:
+            return
+        if self._settings.graph.uri or BoltServer.from_settings(self._settings).ever_started:
+            Thread(target=_load_driver, name="docqueue-graph-import", daemon=True).start()
 
     def lookup(
         self, chunk_ids: Sequence[str], tenant: str, *, related: bool = False
@@ -94,9 +102,7 @@ class HitGraph:
             if not server.is_running():
                 raise GraphStoreUnavailable("the embedded graph server is not running (`docqueue run` starts it)")
             connection = (server.uri, server.user, server.password, server.database)
-        from resources.bolt_graph import GraphStore as BoltGraphStore  # the Bolt driver loads when the graph is read
-
-        self._store = BoltGraphStore(*connection, tx_timeout_s=max(graph.cli_retry_s, 0.1))
+        self._store = _load_driver()(*connection, tx_timeout_s=max(graph.cli_retry_s, 0.1))
         return self._store
 
     def _unreachable(self, reason: str) -> str:
@@ -109,3 +115,10 @@ class HitGraph:
             store, self._store = self._store, None
         if store is not None:
             store.close()
+
+
+def _load_driver() -> type[GraphStore]:
+    # imported here: the Bolt driver (and the pandas it loads) is for the searches that read the graph only
+    from resources.bolt_graph import GraphStore as BoltGraphStore
+
+    return BoltGraphStore

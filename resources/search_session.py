@@ -94,6 +94,8 @@ class SearchSession:
 
     def __init__(self, settings: Settings, *, engine: sa.Engine | None = None, keep_open_s: float = KEEP_OPEN_S):
         self.default_tenant = settings.tenant.default_tenant
+        self.graph = HitGraph(settings)
+        self.graph.prepare()  # the Bolt driver loads while the model does
         embedding = settings.embedding
         # the model first: it is the slow part, and an unknown model is said before anything is opened
         self.embedder = get_embedder(
@@ -116,7 +118,6 @@ class SearchSession:
             self.embedder.model_id,
             self.embedder.dim,
         )
-        self.graph = HitGraph(settings)
 
     def search(
         self,
