@@ -112,6 +112,14 @@ def test_a_server_that_does_not_answer_is_one_sentence_and_left_alone_a_while(mo
     monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DOCQUEUE_NEO4J_URI", "")
     assert HitGraph(Settings.from_env()).lookup(["hit"], "default") == ({}, None)  # no graph was ever written here
+    (tmp_path / "home" / "bolt").mkdir(parents=True)
+    (tmp_path / "home" / "bolt" / "root_password").write_text("made by its first start")
+    stopped = HitGraph(Settings.from_env())
+    assert stopped.lookup(["hit"], "default") == (
+        {},
+        "Entities are not shown: the embedded graph server is not running (`docqueue run` starts it).",
+    )
+    assert stopped._store is None  # a search never starts the embedded server
     monkeypatch.setenv("DOCQUEUE_NEO4J_URI", f"bolt://127.0.0.1:{free_port()}")
     monkeypatch.setenv("DOCQUEUE_NEO4J_PASSWORD", "secret-password")
     hits = HitGraph(Settings.from_env())
