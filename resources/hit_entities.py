@@ -5,8 +5,9 @@ and one more for the related ones.
 Search works without the graph. The graph is opened on the first search that wants it, and only when it is there:
 a Bolt server at DOCQUEUE_NEO4J_URI, or the embedded one when it runs. A search never starts the embedded server
 (a JVM: seconds), so a home whose server is stopped shows hits without entities and one sentence saying so; a home
-that never wrote a graph shows them without a word. The Bolt driver loads with the first read, so `docqueue search`
-does not pay for it at start-up. A server that does not answer is left alone for RETRY_AFTER_S, so a warm session
+that never wrote a graph shows them without a word. The Bolt driver is imported only by a session that will read a
+graph, in the background while the model loads (`prepare`), never by `docqueue search`'s start-up
+(tests/unit/test_cli_imports.py). A server that does not answer is left alone for RETRY_AFTER_S, so a warm session
 never waits on it search after search.
 """
 

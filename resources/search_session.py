@@ -8,6 +8,8 @@ What a session holds, and for how long:
   `close()` for the next session of this process);
 - a connection pool to the queue's database (one short read per search: the document versions search must not
   show, queue_db.lifecycle.hidden_from_search), closed by `close()` unless the caller handed in its engine;
+- the graph's driver (resources/hit_entities.py), for the entities beside each hit: opened on the first search
+  that reads the graph, closed by `close()`; a graph that does not answer leaves the hits without entities;
 - the vector store. A Qdrant server's client stays connected until `close()`. The embedded store (Qdrant Edge) is
   single-process: each search takes the folder's lock file (resources/folder_lock.py) and opens the shards, and the
   session keeps them open for up to `keep_open_s` seconds of idleness afterwards (the store's own linger,
