@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from processing.entities import CO_OCCURS
 from resources.search_session import Hit
 
 
@@ -17,12 +18,14 @@ def entities_cell(hit: Hit) -> str:
 
 
 def related_cell(hit: Hit) -> str:
-    """`Entity -RELATION weight-> Other (TYPE)` a line, the arrow the way the relation points."""
+    """`Entity -RELATION weight-> Other (TYPE)` a line, the arrow the way the relation points; a co-occurrence has
+    no direction (its stored one is only the order of the two keys), so it has no arrow."""
     lines = []
     for rel in hit.related:
         edge = f"-{rel.relation} {rel.weight}-"
-        arrow = f"{edge}>" if rel.direction == "out" else f"<{edge}"
-        lines.append(f"{rel.entity} {arrow} {rel.name} ({rel.type})")
+        if rel.relation != CO_OCCURS:
+            edge = f"{edge}>" if rel.direction == "out" else f"<{edge}"
+        lines.append(f"{rel.entity} {edge} {rel.name} ({rel.type})")
     return "\n".join(lines)
 
 
