@@ -8,6 +8,8 @@ What a session holds, and for how long:
   `close()` for the next session of this process);
 - a connection pool to the queue's database (one short read per search: the document versions search must not
   show, queue_db.lifecycle.hidden_from_search), closed by `close()` unless the caller handed in its engine;
+- the graph's driver (resources/hit_entities.py), for the entities beside each hit: opened on the first search
+  that reads the graph, closed by `close()`; a graph that does not answer leaves the hits without entities;
 - the vector store. A Qdrant server's client stays connected until `close()`. The embedded store (Qdrant Edge) is
   single-process: each search takes the folder's lock file (resources/folder_lock.py) and opens the shards, and the
   session keeps them open for up to `keep_open_s` seconds of idleness afterwards (the store's own linger,
@@ -21,7 +23,7 @@ A session is safe to share between threads (the embedder is, and the store seria
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -32,7 +34,8 @@ from queue_db.lifecycle import hidden_from_search
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
 from resources.embeddings import get_embedder
-from resources.ports import SEARCH_MODES, VectorStore
+from resources.hit_entities import HitGraph
+from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, VectorStore
 from resources.vector_stores import open_vector_store, vector_store_settings
 
 # how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
@@ -50,6 +53,11 @@ class Hit:
     page: int | None
     chunk: int | None
     text: str | None
+    # from the graph (resources/hit_entities.py): the entities the chunk mentions, at most
+    # DOCQUEUE_SEARCH_ENTITIES_PER_HIT of `entities_total`, and with `graph=True` their strongest relations
+    entities: list[MentionedEntity] = field(default_factory=list)
+    entities_total: int = 0
+    related: list[RelatedEntity] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class SearchResult:
     mode: str
     notice: str | None
     hits: list[Hit]
+    graph_notice: str | None = None  # why the hits carry no entities when the graph did not answer
 
     def as_dict(self) -> dict[str, Any]:
         """Exactly what `docqueue search --json` prints."""
@@ -69,6 +78,7 @@ class SearchResult:
             "mode": self.mode,
             "notice": self.notice,
             "hits": [asdict(hit) for hit in self.hits],
+            "graph_notice": self.graph_notice,
         }
 
 
@@ -86,6 +96,8 @@ class SearchSession:
 
     def __init__(self, settings: Settings, *, engine: sa.Engine | None = None, keep_open_s: float = KEEP_OPEN_S):
         self.default_tenant = settings.tenant.default_tenant
+        self.graph = HitGraph(settings)
+        self.graph.prepare()  # the Bolt driver loads while the model does
         embedding = settings.embedding
         # the model first: it is the slow part, and an unknown model is said before anything is opened
         self.embedder = get_embedder(
@@ -109,10 +121,21 @@ class SearchSession:
             self.embedder.dim,
         )
 
-    def search(self, query: str, limit: int = 5, *, tenant: str | None = None, mode: str = "hybrid") -> SearchResult:
+    def search(
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        tenant: str | None = None,
+        mode: str = "hybrid",
+        entities: bool = True,
+        graph: bool = False,
+    ) -> SearchResult:
         """The best `limit` chunks of `tenant`'s documents (default: DOCQUEUE_DEFAULT_TENANT) for `query`; `mode`
         hybrid (default), dense or sparse. Versions still being indexed, and old ones once replaced, are left out,
-        as in `docqueue search`."""
+        as in `docqueue search`. Each hit carries the entities its chunk mentions (`entities=False`: none, the
+        graph is not read) and, with `graph=True`, the entities most related to those (`docqueue search
+        --graph`)."""
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
         tenant = checked_tenant(tenant, self.default_tenant)
@@ -136,13 +159,17 @@ class SearchSession:
             )
             for h in found
         ]
-        return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits)
+        graph_notice = None
+        if entities:
+            hits, graph_notice = self.graph.attach(hits, [h.chunk_id for h in found], tenant, related=graph)
+        return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits, graph_notice=graph_notice)
 
     def close(self) -> None:
         """Let go of the store and, when the session opened it, the database pool. The model stays loaded."""
         try:
             self.store.close()
         finally:
+            self.graph.close()
             if self._own_engine:
                 self._queue.engine.dispose()
 

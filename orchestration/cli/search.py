@@ -1,6 +1,7 @@
 """`docqueue search`: one hybrid search over the vectors, through the warm session applications keep open
-(resources/search_session.py). The module imports neither Dagster nor the graph driver: a search is start-up,
-the model and the store."""
+(resources/search_session.py), each hit with the entities its chunk mentions. The module imports neither Dagster
+nor the graph driver (it loads when the graph is read): a search is start-up, the model, the store and one read of
+the graph."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import click
 
 from orchestration.cli.context import open_queue, tenant_option, tenant_or_default
 from orchestration.cli.errors import EXIT_USAGE, CliError, service_errors
+from orchestration.cli.hit_graph import graph_columns
 from orchestration.cli.output import console, emit, table
 from queue_db.config import Settings
 from resources.search_session import SearchSession
@@ -18,11 +20,24 @@ from resources.search_session import SearchSession
 @click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True, help="hits to show")
 @click.option("--dense", is_flag=True, help="embedding similarity only (for comparison)")
 @click.option("--sparse", is_flag=True, help="keyword (BM25-style) matching only (for comparison)")
+@click.option(
+    "--graph",
+    "related",
+    is_flag=True,
+    help="also show, per hit, the entities most related to those its chunk mentions (DOCQUEUE_SEARCH_RELATED_PER_HIT)",
+)
 @tenant_option("search this tenant's documents; default DOCQUEUE_DEFAULT_TENANT")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 @click.pass_obj
 def search(
-    settings: Settings, text: str, limit: int, dense: bool, sparse: bool, tenant: str | None, as_json: bool
+    settings: Settings,
+    text: str,
+    limit: int,
+    dense: bool,
+    sparse: bool,
+    related: bool,
+    tenant: str | None,
+    as_json: bool,
 ) -> None:
     """Hybrid search over the vectors: embedding similarity and keyword matching, fused by rank."""
     tenant = tenant_or_default(settings, tenant)
@@ -33,18 +48,24 @@ def search(
     with service_errors():
         session = SearchSession(settings, engine=queue.engine)
         try:
-            found = session.search(text, limit, tenant=tenant, mode=mode)
+            found = session.search(text, limit, tenant=tenant, mode=mode, graph=related)
         finally:
             session.close()
     if found.notice and not as_json:
         click.echo(found.notice, err=True)
+    if found.graph_notice and not as_json:
+        click.echo(found.graph_notice, err=True)
 
     def human() -> None:
+        graph_names, graph_cells = graph_columns(found.hits, related)
         console().print(
             table(
                 f"search ({found.mode}): {text}",
-                ["score", "document", "page", "chunk", "text"],
-                [[h.score, h.document, h.page, h.chunk, (h.text or "")[:200]] for h in found.hits],
+                ["score", "document", "page", "chunk", "text", *graph_names],
+                [
+                    [h.score, h.document, h.page, h.chunk, (h.text or "")[:200], *cells]
+                    for h, cells in zip(found.hits, graph_cells, strict=True)
+                ],
             )
         )
 
