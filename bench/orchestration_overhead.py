@@ -88,7 +88,7 @@ def make_corpus(folder: Path, documents: int, pages: int) -> list[Path]:
 def _ingest(queue, corpus: Path) -> int:
     from orchestration.intake import ingest_paths
     from queue_db.config import Settings
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
 
     results = ingest_paths(queue, StorageResource.from_settings(Settings.from_env()).get_storage(), [corpus])
     assert all(r.status == "new" for r in results), [r.as_dict() for r in results if r.status != "new"]

@@ -130,7 +130,7 @@ def indexed_pages() -> tuple[list[Page], dict]:
     from processing.tokenizer import count_tokens_batch
     from queue_db.config import Settings
     from queue_db.lifecycle import hidden_from_search
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
 
     queue = open_queue(Settings.from_env())
     hidden = set(hidden_from_search(queue))

@@ -28,8 +28,8 @@ from resources.database import DatabaseResource
 from resources.embedding_resource import EmbeddingResource
 from resources.extraction import ExtractionResource
 from resources.graph_stores import Neo4jResource
-from resources.ocr import OcrResource
-from resources.storage import StorageResource
+from resources.ocr_resource import OcrResource
+from resources.storage_resource import StorageResource
 from resources.vector_resource import QdrantResource
 
 

@@ -15,7 +15,7 @@ from queue_db.config import QueueSettings, Settings
 from queue_db.migrate import upgrade
 from queue_db.phases import PHASES, Level
 from resources.database import get_queue, shared_engine
-from resources.storage import StorageResource
+from resources.storage_resource import StorageResource
 
 DEMO_QUERY = "How many containers did the harbour handle?"
 

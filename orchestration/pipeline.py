@@ -97,8 +97,8 @@ class Pipeline:
         from resources.embedding_resource import EmbeddingResource
         from resources.extraction import ExtractionResource
         from resources.graph_stores import Neo4jResource
-        from resources.ocr import OcrResource
-        from resources.storage import StorageResource
+        from resources.ocr_resource import OcrResource
+        from resources.storage_resource import StorageResource
         from resources.vector_resource import QdrantResource
 
         return cls.from_resources(
@@ -189,6 +189,7 @@ class Pipeline:
             try:
                 document = self.queue.document(task["id"])
                 info = self.page_reader.inspect(document)
+                engine = {"engine": info.engine} if info.engine else {}  # only the PDF worker's types have one
                 accepted = self.queue.complete_document_expansion(
                     worker_id,
                     task["id"],
@@ -198,6 +199,7 @@ class Pipeline:
                         "boilerplate": list(info.boilerplate),
                         "repaired": info.repaired,
                         "pdf": json_safe(info.metadata),
+                        **engine,
                     },
                 )
                 outcomes.append(
@@ -209,6 +211,7 @@ class Pipeline:
                             "pages": info.page_count,
                             "encrypted": info.encrypted,
                             "repaired": info.repaired,
+                            **engine,
                             "seconds": round(time.perf_counter() - started, 3),
                         },
                     )

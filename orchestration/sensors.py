@@ -24,7 +24,7 @@ from queue_db.inbox import remember, unchanged
 from queue_db.phases import Level, PhaseRegistry, PhaseSpec, TaskKind
 from queue_db.queue import source_path_text
 from resources.database import DatabaseResource
-from resources.storage import StorageResource
+from resources.storage_resource import StorageResource
 
 
 def _requests(planned) -> list[dg.RunRequest]:

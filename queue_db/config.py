@@ -134,6 +134,9 @@ def resolve_home(home: str) -> Path:
     return path
 
 
+PDF_FALLBACKS = ("pdfium", "off")
+
+
 class StorageConfig(SettingsGroup):
     title: ClassVar[str] = "Storage and limits"
 
@@ -169,6 +172,12 @@ class StorageConfig(SettingsGroup):
     worker_start_timeout_s: float = _var(
         60.0, "DOCQUEUE_WORKER_START_TIMEOUT", "seconds the conversion process may take to start", gt=0
     )
+    pdf_fallback: str = _var(
+        "pdfium",
+        "DOCQUEUE_PDF_FALLBACK",
+        "the second engine a PDF is given to when PyMuPDF cannot open it or finds no pages in it: `pdfium`, "
+        "or `off` to fail it at once",
+    )
     max_text_mb: float = _var(
         20.0, "DOCQUEUE_MAX_TEXT_MB", "largest text, Markdown, HTML or CSV file accepted (MB)", gt=0
     )
@@ -189,6 +198,14 @@ class StorageConfig(SettingsGroup):
     office_timeout_s: float = _var(
         120.0, "DOCQUEUE_OFFICE_TIMEOUT", "seconds to read one Word, Excel or CSV document into pages", gt=0
     )
+
+    @field_validator("pdf_fallback")
+    @classmethod
+    def _known_fallback(cls, value: str) -> str:
+        value = value.lower()
+        if value not in PDF_FALLBACKS:
+            raise ValueError(f"names an unknown PDF engine {value!r} (use {' or '.join(PDF_FALLBACKS)})")
+        return value
 
 
 class TenantConfig(SettingsGroup):

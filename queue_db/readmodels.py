@@ -67,6 +67,8 @@ SELECT d.id, d.document_key, d.tenant_id, d.filename, d.priority, {statuses},
        COALESCE(d.page_count, 0) AS page_count, p.total_pages, p.total_chunks, {counts},
        -- phases skipped on purpose: pages with no text to embed; text not extracted again for a re-index
        p.pages_without_text, d.extraction_skipped, {errors},
+       -- what read a PDF's pages: pymupdf, or pdfium when PyMuPDF found none (NULL for text and office files)
+       d.metadata->>'engine' AS engine,
        -- when any task of the document last failed (GREATEST skips NULLs)
        GREATEST({last_failed}) AS last_failed_at, {error_class} AS error_class,
        -- phases that wait on a task failed for good: a derived view, the stored status stays pending

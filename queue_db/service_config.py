@@ -125,6 +125,21 @@ class GraphConfig(SettingsGroup):
     cli_retry_s: float = _var(
         5.0, "DOCQUEUE_CLI_GRAPH_RETRY_S", "seconds CLI commands retry an unreachable graph server", ge=0
     )
+    search_entities: int = _var(
+        10,
+        "DOCQUEUE_SEARCH_ENTITIES_PER_HIT",
+        "entities shown beside each search hit, read from the graph in one query per search; 0: search never "
+        "reads the graph",
+        ge=0,
+        le=100,
+    )
+    search_related: int = _var(
+        5,
+        "DOCQUEUE_SEARCH_RELATED_PER_HIT",
+        "related entities `docqueue search --graph` adds to each hit, strongest relations first",
+        ge=0,
+        le=100,
+    )
 
 
 class ExtractionConfig(SettingsGroup):

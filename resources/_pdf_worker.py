@@ -1,6 +1,6 @@
 """The PDF worker process behind resources.ocr.PdfProcessor.
 
-Every PyMuPDF and OCR call happens here, in a fresh interpreter
+Every PyMuPDF, pdfium and OCR call happens here, in a fresh interpreter
 (``python -m resources._pdf_worker FD``: spawn semantics, never a fork of the caller)
 whose address space is capped, so a hostile PDF can at worst kill this process.
 The parent talks to it over a multiprocessing connection on file descriptor FD; the
@@ -96,6 +96,10 @@ class WorkerFailure(Exception):
         self.reason = reason
 
 
+class NoPagesFound(WorkerFailure):
+    """PyMuPDF opened the PDF but found no pages in it, or could not count them: worth a second opinion."""
+
+
 @dataclass
 class _OpenDocument:
     key: tuple
@@ -106,6 +110,7 @@ class _OpenDocument:
     repaired: bool
     sample: list[int]
     headers: Any = None
+    engine: str = "pymupdf"
 
 
 class _Worker:
@@ -179,6 +184,7 @@ class _Worker:
             "repaired": state.repaired,
             "boilerplate": find_boilerplate(edges),
             "metadata": _clean_metadata(state.doc),
+            "engine": state.engine,
         }
 
     def convert(self, path: str, password: str | None, page_number: int, boilerplate, filetype: str = "pdf") -> dict:
@@ -240,26 +246,57 @@ class _Worker:
     def _open_document(
         self, path: str, password: str | None, key: tuple, size: int, filetype: str = "pdf"
     ) -> _OpenDocument:
-        from resources._pdf_pages import is_memory_error
-
-        pymupdf = self.pymupdf
         if size == 0:
             raise WorkerFailure("empty", "empty: file is 0 bytes")
         if filetype != "pdf":
-            doc = self._open_as_pdf(path, filetype)
-        elif not _has_pdf_signature(path):
+            return self._opened(self._open_as_pdf(path, filetype), password, key)
+        if not _has_pdf_signature(path):
             raise WorkerFailure("unsupported", "unsupported: not a PDF file (no %PDF- header in the first 1 KiB)")
-        else:
-            try:
-                doc = pymupdf.open(path, filetype="pdf")
-            except Exception as exc:
-                if is_memory_error(exc):
-                    raise
-                raise WorkerFailure(
-                    "corrupt", f"corrupt: cannot open as PDF ({_short(_without_path(str(exc), path))})"
-                ) from None
+        return self._open_pdf(path, password, key)
+
+    def _open_pdf(self, path: str, password: str | None, key: tuple) -> _OpenDocument:
+        """PyMuPDF reads the PDF; when it cannot open it or finds no pages in it, pdfium is asked before the
+        document fails. An encrypted PDF PyMuPDF opens stays PyMuPDF's to refuse without its password."""
+        from resources._pdf_pages import is_memory_error
+
         try:
-            encrypted = bool(doc.needs_pass) or bool(doc.is_encrypted)
+            doc = self.pymupdf.open(path, filetype="pdf")
+        except Exception as exc:
+            if is_memory_error(exc):
+                raise
+            reason = f"corrupt: cannot open as PDF ({_short(_without_path(str(exc), path))})"
+            return self._second_opinion(path, password, key, WorkerFailure("corrupt", reason))
+        try:
+            return self._opened(doc, password, key)
+        except NoPagesFound as failure:
+            return self._second_opinion(path, password, key, failure)
+
+    def _second_opinion(self, path: str, password: str | None, key: tuple, failure: WorkerFailure) -> _OpenDocument:
+        """The pages pdfium reads, rebuilt into a PDF PyMuPDF opens; `failure`, PyMuPDF's verdict, when pdfium
+        cannot read any either (its sentence then says so) or the fallback is off."""
+        if self.settings["pdf_fallback"] != "pdfium":
+            raise failure
+        from resources._pdfium_rebuild import PdfiumFailure, PdfiumUnreadable, rebuild
+
+        try:
+            rebuilt = rebuild(path, password, int(self.settings["max_pages"]))
+        except PdfiumFailure as verdict:
+            raise WorkerFailure(verdict.error_class, verdict.reason) from None
+        except PdfiumUnreadable as why:
+            raise WorkerFailure(failure.error_class, f"{failure.reason}; {why}") from None
+        try:
+            doc = self.pymupdf.open("pdf", rebuilt.data)
+            return self._opened(doc, password, key, engine="pdfium", encrypted=rebuilt.encrypted)
+        except (NoPagesFound, self.pymupdf.FileDataError):
+            raise WorkerFailure(failure.error_class, f"{failure.reason}; pdfium's copy of it is no better") from None
+
+    def _opened(
+        self, doc, password: str | None, key: tuple, engine: str = "pymupdf", encrypted: bool = False
+    ) -> _OpenDocument:
+        """`doc` authenticated and its pages counted, or closed and the reason raised. pdfium's copy carries no
+        encryption of its own: `encrypted` says whether the original did."""
+        try:
+            encrypted = encrypted or bool(doc.needs_pass) or bool(doc.is_encrypted)
             if doc.needs_pass:
                 if not password:
                     raise WorkerFailure("encrypted", "encrypted: password required")
@@ -272,8 +309,9 @@ class _Worker:
                 doc=doc,
                 page_count=page_count,
                 encrypted=encrypted,
-                repaired=bool(doc.is_repaired),
+                repaired=bool(doc.is_repaired) or engine != "pymupdf",
                 sample=_sample_pages(page_count, BOILERPLATE_SAMPLE_PAGES),
+                engine=engine,
             )
         except BaseException:
             doc.close()
@@ -318,14 +356,14 @@ class _Worker:
         try:
             count = doc.page_count
         except Exception as exc:
-            raise WorkerFailure("corrupt", f"corrupt: cannot count pages ({_short(str(exc))})") from None
+            raise NoPagesFound("corrupt", f"corrupt: cannot count pages ({_short(str(exc))})") from None
         limit = int(self.settings["max_pages"])
         if count > limit:
             raise WorkerFailure("too_large", f"too many pages: {count} > limit {limit}")
         if count == 0:
             if doc.is_repaired:
-                raise WorkerFailure("corrupt", "corrupt: no pages could be recovered (the file needed repair)")
-            raise WorkerFailure("empty", "empty: document has no pages")
+                raise NoPagesFound("corrupt", "corrupt: no pages could be recovered (the file needed repair)")
+            raise NoPagesFound("empty", "empty: document has no pages")
         _check_page_tree(doc, node_budget=4 * limit + 64)
         return count
 

@@ -155,3 +155,30 @@ MATCH (d:Document {id: did})
 WHERE NOT EXISTS { (d)-[:HAS_PAGE]->(:Page) }
 DETACH DELETE d
 """
+
+# Search hits' entities: each chunk found through the chunk_id constraint's index, its mentions by name, cut to the
+# bound after counting them. A chunk of another tenant is left out (chunks from before tenants are `default`'s).
+CHUNK_ENTITIES = """
+UNWIND $chunk_ids AS chunk_id
+MATCH (c:Chunk {id: chunk_id})-[:MENTIONS]->(e:Entity)
+WHERE coalesce(c.tenant_id, $base_tenant) = $tenant
+WITH chunk_id, e ORDER BY e.name, e.key
+WITH chunk_id, collect(e.key) AS keys,
+     collect({name: coalesce(e.name, e.key), type: coalesce(e.type, 'OTHER')}) AS entities
+RETURN chunk_id, keys[..$limit] AS keys, entities[..$limit] AS entities, size(entities) AS total
+"""
+
+# The strongest relations of the entities a hit shows (each found through the entity_key constraint's index) to
+# entities it does not show. Entity keys carry the tenant, so the walk stays within the chunk's tenant.
+RELATED_ENTITIES = """
+UNWIND $rows AS row
+UNWIND row.keys AS key
+MATCH (e:Entity {key: key})-[r:RELATED_TO]-(o:Entity)
+WHERE NOT o.key IN row.keys
+WITH row.chunk_id AS chunk_id, e, r, o, CASE WHEN startNode(r) = e THEN 'out' ELSE 'in' END AS direction
+ORDER BY r.weight DESC, o.name, e.name, r.type
+WITH chunk_id, collect({entity: coalesce(e.name, e.key), name: coalesce(o.name, o.key),
+                        type: coalesce(o.type, 'OTHER'), relation: r.type, weight: coalesce(r.weight, 0),
+                        direction: direction}) AS related
+RETURN chunk_id, related[..$limit] AS related
+"""

@@ -25,10 +25,10 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import neo4j
-from neo4j.exceptions import ConstraintError
+from neo4j.exceptions import ConstraintError, DriverError, Neo4jError
 
 from processing.entities import ChunkGraph, Entity, normalize_entity_name, resolve_aliases
 from processing.graph_content import DocumentAliases, chunk_content, chunk_keys, last_write_wins
@@ -36,6 +36,7 @@ from queue_db.config import default
 from queue_db.service_config import GraphConfig
 from queue_db.tenants import BASE_TENANT, bare_entity_key, tenant_entity_key
 from resources import bolt_cypher as cypher
+from resources.ports import ChunkEntities, GraphStoreUnavailable, MentionedEntity, RelatedEntity
 
 BATCH_SIZE = default(GraphConfig, "batch_size")
 TX_TIMEOUT_S = default(GraphConfig, "tx_timeout_s")
@@ -431,6 +432,38 @@ class GraphStore:
             "mentions": mentions,
             "related": related[:limit],
         }
+
+    def chunk_entities(
+        self, chunk_ids: Sequence[str], per_chunk: int, related_per_chunk: int = 0, tenant: str = BASE_TENANT
+    ) -> dict[str, ChunkEntities]:
+        """The entities of search hits' chunks (resources/ports.GraphStore.chunk_entities). Each read is one
+        auto-commit query, one round trip without retries: a person waits on it, so a graph that does not answer
+        costs one attempt and is said as GraphStoreUnavailable."""
+        ids = sorted(set(chunk_ids))
+        if not ids or per_chunk <= 0:
+            return {}
+        shown = {
+            row["chunk_id"]: row
+            for row in self._read_once(
+                cypher.CHUNK_ENTITIES, chunk_ids=ids, limit=per_chunk, tenant=tenant, base_tenant=BASE_TENANT
+            )
+        }
+        related: dict[str, list[RelatedEntity]] = {}
+        if related_per_chunk > 0 and shown:
+            keys = [{"chunk_id": cid, "keys": row["keys"]} for cid, row in shown.items()]
+            for row in self._read_once(cypher.RELATED_ENTITIES, rows=keys, limit=related_per_chunk):
+                related[row["chunk_id"]] = [RelatedEntity(**r) for r in row["related"]]
+        return {
+            cid: ChunkEntities([MentionedEntity(**e) for e in row["entities"]], row["total"], related.get(cid, []))
+            for cid, row in shown.items()
+        }
+
+    def _read_once(self, query: str, **params) -> list[dict]:
+        try:
+            with self._session() as session:
+                return [rec.data() for rec in session.run(query, **params)]
+        except (DriverError, Neo4jError, OSError) as exc:
+            raise GraphStoreUnavailable(f"the graph server did not answer ({type(exc).__name__})") from exc
 
     def counts(self) -> dict:
         queries = {

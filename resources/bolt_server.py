@@ -201,6 +201,11 @@ class BoltServer:
             return None
         return pid
 
+    @property
+    def ever_started(self) -> bool:
+        """True once this home's server was started (its password is made on the first start)."""
+        return self._password_file.exists()
+
     def is_running(self) -> bool:
         return self._our_pid() is not None and accepts_connections(self.host, self.port)
 

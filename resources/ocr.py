@@ -26,13 +26,10 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
-
-import dagster as dg
-from pydantic import Field, PrivateAttr
+from typing import Iterable
 
 from processing.errors import DocumentError
-from queue_db.config import Settings, StorageConfig, default
+from queue_db.config import PDF_FALLBACKS, StorageConfig, default
 from resources import _pdf_worker
 
 MB = 1024 * 1024
@@ -52,9 +49,14 @@ class PdfLimits:
     min_text_chars: int = default(StorageConfig, "min_text_chars")
     ocr_threads: int = default(StorageConfig, "ocr_threads")
     worker_start_timeout_s: float = default(StorageConfig, "worker_start_timeout_s")
+    pdf_fallback: str = default(StorageConfig, "pdf_fallback")
 
     def __post_init__(self):
+        if self.pdf_fallback not in PDF_FALLBACKS:
+            raise ValueError(f"PdfLimits.pdf_fallback must be one of {PDF_FALLBACKS}, got {self.pdf_fallback!r}")
         for item in dataclasses.fields(self):
+            if item.name == "pdf_fallback":
+                continue
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"PdfLimits.{item.name} must be a positive number, got {value!r}")
@@ -72,6 +74,7 @@ class PdfLimits:
             min_text_chars=env.min_text_chars,
             ocr_threads=env.ocr_threads,
             worker_start_timeout_s=env.worker_start_timeout_s,
+            pdf_fallback=env.pdf_fallback,
         )
 
     def worker_settings(self) -> dict:
@@ -82,6 +85,7 @@ class PdfLimits:
             "ocr_dpi": self.ocr_dpi,
             "max_render_pixels": self.max_render_pixels,
             "min_text_chars": self.min_text_chars,
+            "pdf_fallback": self.pdf_fallback,
         }
 
 
@@ -92,6 +96,7 @@ class DocumentInfo:
     repaired: bool
     boilerplate: list[str] = field(default_factory=list)  # normalised header/footer lines, see processing.page_cleanup
     metadata: dict = field(default_factory=dict)
+    engine: str | None = None  # what read the pages: "pymupdf", or "pdfium" when PyMuPDF found none
 
 
 @dataclass
@@ -346,65 +351,3 @@ def _exit_description(code: int | None) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit code {code}"
-
-
-class OcrResource(dg.ConfigurableResource):
-    """Builds the PdfProcessor; the entry point fills the fields (`OcrResource.from_settings`), unset ones keep
-    PdfLimits' defaults."""
-
-    max_file_mb: Optional[float] = Field(default=None, description="DOCQUEUE_MAX_FILE_MB (200)")
-    max_pages: Optional[int] = Field(default=None, description="DOCQUEUE_MAX_PAGES (2000)")
-    max_render_pixels: Optional[int] = Field(default=None, description="DOCQUEUE_MAX_RENDER_PIXELS (25e6)")
-    page_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_PAGE_TIMEOUT (120)")
-    max_memory_mb: Optional[int] = Field(default=None, description="DOCQUEUE_WORKER_MEMORY_MB (3072)")
-    ocr_dpi: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_DPI (200)")
-    min_text_chars: Optional[int] = Field(default=None, description="DOCQUEUE_MIN_TEXT_CHARS (20)")
-    ocr_threads: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_THREADS (2)")
-    worker_start_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_WORKER_START_TIMEOUT (60)")
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> "OcrResource":
-        storage = settings.storage
-        return cls(
-            max_file_mb=storage.max_file_mb,
-            max_pages=storage.max_pages,
-            max_render_pixels=storage.max_render_pixels,
-            page_timeout_s=storage.page_timeout_s,
-            max_memory_mb=storage.worker_memory_mb,
-            ocr_dpi=storage.ocr_dpi,
-            min_text_chars=storage.min_text_chars,
-            ocr_threads=storage.ocr_threads,
-            worker_start_timeout_s=storage.worker_start_timeout_s,
-        )
-
-    _processor: Optional[PdfProcessor] = PrivateAttr(default=None)
-
-    def limits(self) -> PdfLimits:
-        overrides = {
-            name: getattr(self, name)
-            for name in (
-                "max_pages",
-                "max_render_pixels",
-                "page_timeout_s",
-                "max_memory_mb",
-                "ocr_dpi",
-                "min_text_chars",
-                "ocr_threads",
-                "worker_start_timeout_s",
-            )
-            if getattr(self, name) is not None
-        }
-        if self.max_file_mb is not None:
-            overrides["max_file_bytes"] = int(self.max_file_mb * MB)
-        return dataclasses.replace(PdfLimits(), **overrides)
-
-    def get_processor(self) -> PdfProcessor:
-        """One processor (one worker process) per resource instance, reused across calls."""
-        if self._processor is None:
-            self._processor = PdfProcessor(self.limits())
-        return self._processor
-
-    def teardown_after_execution(self, context) -> None:
-        if self._processor is not None:
-            self._processor.close()
-            self._processor = None

@@ -150,6 +150,41 @@ class VectorStore(Protocol):
     def __exit__(self, *exc_info: object) -> None: ...
 
 
+class GraphStoreUnavailable(RuntimeError):
+    """The graph server did not answer a read (down, unreachable, refused our credentials); one sentence."""
+
+
+@dataclass(frozen=True)
+class MentionedEntity:
+    """An entity a chunk mentions, as a search hit shows it."""
+
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class RelatedEntity:
+    """An entity related to one a chunk mentions: `entity` (the mentioned one's name) -[relation, weight]- `name`;
+    `direction` "out" when the relation points from `entity` to `name`."""
+
+    entity: str
+    name: str
+    type: str
+    relation: str
+    weight: int
+    direction: str
+
+
+@dataclass(frozen=True)
+class ChunkEntities:
+    """What the graph knows of one chunk: at most the bound asked of its entities (by name), how many it mentions in
+    all, and, when asked, the strongest relations of those entities to others."""
+
+    entities: list[MentionedEntity]
+    total: int
+    related: list[RelatedEntity] = field(default_factory=list)
+
+
 @runtime_checkable
 class GraphStore(Protocol):
     """The knowledge graph: documents, pages, chunks, their entities and relations."""
@@ -170,6 +205,13 @@ class GraphStore(Protocol):
     def duplicate_entities(self) -> list[str]: ...
 
     def entity(self, name: str, limit: int = 100, tenant: str = ...) -> dict | None: ...
+
+    def chunk_entities(
+        self, chunk_ids: Sequence[str], per_chunk: int, related_per_chunk: int = 0, tenant: str = ...
+    ) -> dict[str, ChunkEntities]:
+        """The entities of these chunks of `tenant`, `per_chunk` at most each, in one read; with `related_per_chunk`
+        also their strongest relations to entities the chunk does not show, in one more. A chunk the graph does not
+        hold is absent. Raises GraphStoreUnavailable when the server does not answer."""
 
     def counts(self) -> dict: ...
 

@@ -9,6 +9,8 @@ What a session holds, and for how long:
 - a connection pool to the queue's database (two short reads per search: the document versions search must not
   show, queue_db.lifecycle.hidden_from_search, and the content groups of the hits' documents,
   resources/search_copies.py), closed by `close()` unless the caller handed in its engine;
+- the graph's driver (resources/hit_entities.py), for the entities beside each hit: opened on the first search
+  that reads the graph, closed by `close()`; a graph that does not answer leaves the hits without entities;
 - the vector store. A Qdrant server's client stays connected until `close()`. The embedded store (Qdrant Edge) is
   single-process: each search takes the folder's lock file (resources/folder_lock.py) and opens the shards, and the
   session keeps them open for up to `keep_open_s` seconds of idleness afterwards (the store's own linger,
@@ -33,7 +35,8 @@ from queue_db.lifecycle import hidden_from_search
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
 from resources.embeddings import get_embedder
-from resources.ports import SEARCH_MODES, VectorStore
+from resources.hit_entities import HitGraph
+from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, VectorStore
 from resources.search_copies import also_in, collapsed_search
 from resources.vector_stores import open_vector_store, vector_store_settings
 
@@ -52,6 +55,11 @@ class Hit:
     page: int | None
     chunk: int | None
     text: str | None
+    # from the graph (resources/hit_entities.py): the entities the chunk mentions, at most
+    # DOCQUEUE_SEARCH_ENTITIES_PER_HIT of `entities_total`, and with `graph=True` their strongest relations
+    entities: list[MentionedEntity] = field(default_factory=list)
+    entities_total: int = 0
+    related: list[RelatedEntity] = field(default_factory=list)
     # near-duplicate documents of its content group the text is also in: how many, and the first keys
     also_in: int = 0
     also_in_keys: list[str] = field(default_factory=list)
@@ -66,6 +74,7 @@ class SearchResult:
     mode: str
     notice: str | None
     hits: list[Hit]
+    graph_notice: str | None = None  # why the hits carry no entities when the graph did not answer
 
     def as_dict(self) -> dict[str, Any]:
         """Exactly what `docqueue search --json` prints."""
@@ -74,6 +83,7 @@ class SearchResult:
             "mode": self.mode,
             "notice": self.notice,
             "hits": [asdict(hit) for hit in self.hits],
+            "graph_notice": self.graph_notice,
         }
 
 
@@ -91,6 +101,8 @@ class SearchSession:
 
     def __init__(self, settings: Settings, *, engine: sa.Engine | None = None, keep_open_s: float = KEEP_OPEN_S):
         self.default_tenant = settings.tenant.default_tenant
+        self.graph = HitGraph(settings)
+        self.graph.prepare()  # the Bolt driver loads while the model does
         embedding = settings.embedding
         # the model first: it is the slow part, and an unknown model is said before anything is opened
         self.embedder = get_embedder(
@@ -115,12 +127,22 @@ class SearchSession:
         )
 
     def search(
-        self, query: str, limit: int = 5, *, tenant: str | None = None, mode: str = "hybrid", all_copies: bool = False
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        tenant: str | None = None,
+        mode: str = "hybrid",
+        entities: bool = True,
+        graph: bool = False,
+        all_copies: bool = False,
     ) -> SearchResult:
         """The best `limit` chunks of `tenant`'s documents (default: DOCQUEUE_DEFAULT_TENANT) for `query`; `mode`
         hybrid (default), dense or sparse. Versions still being indexed, and old ones once replaced, are left out,
-        as in `docqueue search`. A content group of near-duplicate documents gives one hit, which names the
-        others (`also_in`); `all_copies` shows every copy's hit."""
+        as in `docqueue search`. Each hit carries the entities its chunk mentions (`entities=False`: none, the
+        graph is not read) and, with `graph=True`, the entities most related to those (`docqueue search
+        --graph`). A content group of near-duplicate documents gives one hit, which names the others
+        (`also_in`); `all_copies` shows every copy's hit."""
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
         tenant = checked_tenant(tenant, self.default_tenant)
@@ -147,13 +169,17 @@ class SearchSession:
             )
             for h in kept
         ]
-        return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits)
+        graph_notice = None
+        if entities:
+            hits, graph_notice = self.graph.attach(hits, [h.chunk_id for h in kept], tenant, related=graph)
+        return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits, graph_notice=graph_notice)
 
     def close(self) -> None:
         """Let go of the store and, when the session opened it, the database pool. The model stays loaded."""
         try:
             self.store.close()
         finally:
+            self.graph.close()
             if self._own_engine:
                 self._queue.engine.dispose()
 

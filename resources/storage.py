@@ -12,9 +12,6 @@ import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
 
-import dagster as dg
-from pydantic import Field
-
 from queue_db.config import Settings
 
 _TEMP_PREFIX = ".tmp-"
@@ -205,19 +202,3 @@ def storage_root(settings: Settings) -> Path:
     if configured:
         return Path(configured).expanduser()
     return Path(settings.database.home).expanduser().resolve() / "storage"
-
-
-class StorageResource(dg.ConfigurableResource):
-    """Where page markdown and other artefacts are kept; the entry point fills `root`
-    (`StorageResource.from_settings`)."""
-
-    root: str = Field(default="", description="Storage folder: DOCQUEUE_STORAGE_DIR or <DOCQUEUE_HOME>/storage.")
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> "StorageResource":
-        return cls(root=str(storage_root(settings)))
-
-    def get_storage(self) -> LocalStorage:
-        if not self.root:
-            raise ValueError("StorageResource has no root: build it with StorageResource.from_settings(settings)")
-        return LocalStorage(Path(self.root).expanduser())

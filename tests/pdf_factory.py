@@ -13,6 +13,7 @@ also returns the ground-truth text). Shared by the OCR, storage, vector and grap
 from __future__ import annotations
 
 import html
+import random
 import re
 import zlib
 from collections import Counter
@@ -315,6 +316,72 @@ def nested_objects_pdf(directory: Path, name: str = "nested.pdf", depth: int = 2
     ]
     path = Path(directory) / name
     path.write_bytes(raw_pdf(objects))
+    return path
+
+
+def broken_page_tree_pdf(directory: Path, name: str, sources: list[Path], flaw: str = "count") -> Path:
+    """The pages of `sources`, in order, in a PDF whose page tree PyMuPDF cannot read but pdfium can (see
+    `break_page_tree`)."""
+    doc = pymupdf.open()
+    for source in sources:
+        with pymupdf.open(source) as part:
+            doc.insert_pdf(part)
+    return break_page_tree(_save(doc, directory, name), flaw)
+
+
+def break_page_tree(path: Path, flaw: str = "count") -> Path:
+    """Break the page tree of the PDF at `path`, in place, so that PyMuPDF finds no pages and pdfium still does.
+
+    `flaw` "count": the page tree's /Count says 0 over its real kids (MuPDF trusts /Count; pdfium counts the
+    kids). "root": the catalog's /Pages names the first page instead of a page tree (MuPDF finds no page tree;
+    pdfium reads that one page). The object is patched in the bytes and the xref table written again, so neither
+    engine needs to repair the file."""
+    with pymupdf.open(path) as doc:
+        catalog = doc.pdf_catalog()
+        tree = int(doc.xref_get_key(catalog, "Pages")[1].split()[0])
+        first_page = doc[0].xref
+    data = path.read_bytes()
+    if flaw == "count":
+        data = _patched_object(data, tree, rb"/Count\s*\d+", b"/Count 0")
+    elif flaw == "root":
+        data = _patched_object(data, catalog, rb"/Pages\s+\d+\s+0\s+R", b"/Pages %d 0 R" % first_page)
+    else:
+        raise ValueError(f"unknown page tree flaw {flaw!r} (use count or root)")
+    path.write_bytes(data)
+    return path
+
+
+def _patched_object(data: bytes, xref: int, pattern: bytes, replacement: bytes) -> bytes:
+    start = data.index(b"\n%d 0 obj" % xref)
+    end = data.index(b"endobj", start)
+    body, found = re.subn(pattern, replacement, data[start:end], count=1)
+    if not found:
+        raise ValueError(f"object {xref} has nothing matching {pattern!r}")
+    return _with_fresh_xref(data[:start] + body + data[end:])
+
+
+def _with_fresh_xref(data: bytes) -> bytes:
+    """The classic xref table PyMuPDF writes, with every object's offset taken again after a patch moved them."""
+    table = data.rindex(b"\nxref\n") + 1
+    trailer = data.index(b"trailer", table)
+    offsets = {int(m[1]): m.start(1) for m in re.finditer(rb"(?m)^(\d+) 0 obj\b", data[:table])}
+    rows = [
+        b"%010d 00000 n \n" % offsets[n] if n in offsets else b"0000000000 65535 f \n"
+        for n in range(1, max(offsets) + 1)
+    ]
+    return (
+        data[:table]
+        + b"xref\n0 %d\n0000000000 65535 f \n" % (max(offsets) + 1)
+        + b"".join(rows)
+        + data[trailer : data.index(b"startxref", trailer)]
+        + b"startxref\n%d\n%%%%EOF\n" % table
+    )
+
+
+def unreadable_pdf(directory: Path, name: str = "unreadable.pdf") -> Path:
+    """A PDF header followed by noise: no engine finds an object in it."""
+    path = Path(directory) / name
+    path.write_bytes(b"%PDF-1.7\n" + random.Random(3).randbytes(3000))
     return path
 
 

@@ -148,7 +148,7 @@ def delete(settings: Settings, document: str | None, tenant: str | None, as_json
 
 def _storage(settings: Settings):
     # imported here, as in delete: the resources bring Dagster
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
 
     return StorageResource.from_settings(settings).get_storage()
 

@@ -75,7 +75,10 @@ def _print_status(records: list[dict], phases: PhaseRegistry = PHASES) -> None:
             if record["pages_without_text"]
             else []
         )
-        said += ["re-indexed on the text extracted before"] if record["extraction_skipped"] else []
+        if record["extraction_skipped"]:
+            said.append("re-indexed on the text extracted before")
+        if record.get("engine") == "pdfium":
+            said.append("pages read by pdfium: PyMuPDF found none")
         return "; ".join(said + _group_note(record))
 
     def last_error(record: dict) -> str:

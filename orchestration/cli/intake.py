@@ -10,12 +10,9 @@ import click
 from orchestration.cli.context import open_queue, tenant_option, tenant_or_default
 from orchestration.cli.errors import EXIT_USAGE, CliError
 from orchestration.cli.output import console, emit, table
-from orchestration.environment import dagster_instance
 from orchestration.intake import IntakeRules, ingest_paths, ingest_stream, iter_files
-from orchestration.partitions import register_partitions
 from queue_db.config import Settings
-from queue_db.phases import Level
-from resources.storage import StorageResource
+from resources.storage import LocalStorage, storage_root
 
 READABLE = "PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML, DOCX, XLSX or CSV files"
 
@@ -49,6 +46,8 @@ def ingest(
 ) -> None:
     """Register documents (PDF, PNG/JPEG/TIFF, EPUB, XPS, text, Markdown, HTML, DOCX, XLSX, CSV) or folders of them
     (recursively); `-` reads one document from standard input (with --name)."""
+    # Only the queue is written: each document's Dagster partition is registered by the next sensor tick or
+    # `docqueue run`, which both register every row without one, so ingest never loads Dagster.
     stdin = Path("-") in paths
     if stdin and len(paths) > 1:
         raise CliError("`-` (standard input) cannot be combined with other paths; ingest them separately", EXIT_USAGE)
@@ -77,7 +76,7 @@ def ingest(
             EXIT_USAGE,
         )
     queue = open_queue(settings)
-    storage = StorageResource.from_settings(settings).get_storage()
+    storage = LocalStorage(storage_root(settings))
     if stdin:
         results = [
             ingest_stream(
@@ -104,7 +103,6 @@ def ingest(
             tenant=tenant,
             rules=IntakeRules.from_settings(settings),
         )
-    register_partitions(dagster_instance(settings), queue.engine, Level.DOCUMENT)
     payload = {
         "tenant": tenant,
         "results": [r.as_dict() for r in results],

@@ -1,16 +1,28 @@
 """`docqueue search`: one hybrid search over the vectors, through the warm session applications keep open
-(resources/search_session.py). The module imports neither Dagster nor the graph driver: a search is start-up,
-the model and the store."""
+(resources/search_session.py), each hit with the entities its chunk mentions. The module imports neither Dagster
+nor the graph driver (it loads when the graph is read): a search is start-up, the model, the store and one read of
+the graph."""
 
 from __future__ import annotations
+
+import sys
 
 import click
 
 from orchestration.cli.context import open_queue, tenant_option, tenant_or_default
 from orchestration.cli.errors import EXIT_USAGE, CliError, service_errors
+from orchestration.cli.hit_graph import graph_columns
 from orchestration.cli.output import console, emit, table
 from queue_db.config import Settings
 from resources.search_session import Hit, SearchSession
+
+
+def without_data_frames() -> None:
+    """Mark pandas and pyarrow absent in this process. The Bolt driver imports them when they are installed, for
+    `Result.to_df()`, which search never calls: about 0.4 s of a search's start-up. A `docqueue search` process
+    builds no data frame, so the mark holds for the process's life."""
+    for name in ("pandas", "pyarrow"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 
 
 @click.command()
@@ -18,6 +30,12 @@ from resources.search_session import Hit, SearchSession
 @click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True, help="hits to show")
 @click.option("--dense", is_flag=True, help="embedding similarity only (for comparison)")
 @click.option("--sparse", is_flag=True, help="keyword (BM25-style) matching only (for comparison)")
+@click.option(
+    "--graph",
+    "related",
+    is_flag=True,
+    help="also show, per hit, the entities most related to those its chunk mentions (DOCQUEUE_SEARCH_RELATED_PER_HIT)",
+)
 @click.option(
     "--all",
     "all_copies",
@@ -33,6 +51,7 @@ def search(
     limit: int,
     dense: bool,
     sparse: bool,
+    related: bool,
     all_copies: bool,
     tenant: str | None,
     as_json: bool,
@@ -43,21 +62,28 @@ def search(
         raise CliError("--dense and --sparse exclude each other; give one, or neither for hybrid search", EXIT_USAGE)
     mode = "dense" if dense else "sparse" if sparse else "hybrid"
     queue = open_queue(settings)  # before the model loads: an unreachable database is said at once
+    without_data_frames()
     with service_errors():
         session = SearchSession(settings, engine=queue.engine)
         try:
-            found = session.search(text, limit, tenant=tenant, mode=mode, all_copies=all_copies)
+            found = session.search(text, limit, tenant=tenant, mode=mode, graph=related, all_copies=all_copies)
         finally:
             session.close()
     if found.notice and not as_json:
         click.echo(found.notice, err=True)
+    if found.graph_notice and not as_json:
+        click.echo(found.graph_notice, err=True)
 
     def human() -> None:
+        graph_names, graph_cells = graph_columns(found.hits, related)
         console().print(
             table(
                 f"search ({found.mode}): {text}",
-                ["score", "document", "page", "chunk", "text", "also in"],
-                [[h.score, h.document, h.page, h.chunk, (h.text or "")[:200], _copies_cell(h)] for h in found.hits],
+                ["score", "document", "page", "chunk", "text", *graph_names, "also in"],
+                [
+                    [h.score, h.document, h.page, h.chunk, (h.text or "")[:200], *cells, _copies_cell(h)]
+                    for h, cells in zip(found.hits, graph_cells, strict=True)
+                ],
             )
         )
 

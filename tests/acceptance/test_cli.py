@@ -514,6 +514,7 @@ def test_status_lists_every_document_and_one_by_key(story):
         "last_failed_at",
         "pages_without_text",
         "extraction_skipped",
+        "engine",
         "blocked_phases",
         "content_group",
     }

@@ -1,5 +1,6 @@
 """bench/cli_startup.py end to end at the smallest size: on a home with one processed document it times each light
-command once and a few warm searches, and ends with one `RESULT {json}` line whose figures are numbers."""
+command once and a few warm searches (without the graph, with the hits' entities, with --graph), and ends with one
+`RESULT {json}` line whose figures are numbers."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def test_the_startup_bench_reports_every_figure(docqueue_env, tmp_path):
     last = bench.stdout.strip().splitlines()[-1]
     assert last.startswith("RESULT "), bench.stdout
     result = json.loads(last[len("RESULT ") :])
-    assert set(result["commands"]) == {"version", "help", "status", "stats", "search"}
+    assert set(result["commands"]) == {"version", "help", "status", "stats", "ingest", "search", "search_plain"}
     assert all(isinstance(v, float) for figures in result["commands"].values() for v in figures.values())
     assert result["session"]["p95_ms"] > 0 and result["session"]["searches"] == 5 and result["commit"]
+    # the same searches without the graph and with --graph's related entities, side by side
+    assert all(result["session"][variant]["p95_ms"] > 0 for variant in ("plain", "graph"))
+    assert isinstance(result["session"]["entities_added_p95_ms"], float)
+    assert set(result["session"]["graph_read"]) == {"entities", "graph"}

@@ -25,7 +25,7 @@ def env(docqueue_env, tmp_path):
     from resources.database import open_queue
     from resources.embedding_resource import EmbeddingResource
     from resources.graph_stores import Neo4jResource
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
     from resources.vector_resource import QdrantResource
 
     instance = dagster_instance(Settings.from_env())

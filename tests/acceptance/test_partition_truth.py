@@ -117,7 +117,7 @@ def test_a_failed_document_partition_carries_its_error_class_and_reason(truth_en
     from orchestration.runner import execute
     from queue_db.config import Settings
     from queue_db.phases import OCR_DOCUMENT
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
     from tests import pdf_factory as pf
 
     defs, instance, queue = truth_env

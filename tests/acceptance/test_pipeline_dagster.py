@@ -20,7 +20,7 @@ def pipeline_env(docqueue_env, tmp_path):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import open_queue
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
 
     instance = dagster_instance(Settings.from_env())
     queue = open_queue(Settings.from_env())

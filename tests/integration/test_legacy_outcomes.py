@@ -40,7 +40,7 @@ def pipeline(legacy, tmp_path):
     from queue_db.config import Settings
     from resources.embeddings import get_embedder
     from resources.extraction import ExtractionResource
-    from resources.ocr import OcrResource
+    from resources.ocr_resource import OcrResource
     from resources.qdrant_edge import EdgeVectorStore
     from resources.storage import LocalStorage
 

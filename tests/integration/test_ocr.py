@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from queue_db.config import Settings
-from resources.ocr import DocumentError, OcrResource, PdfLimits, PdfProcessor
+from resources.ocr import DocumentError, PdfLimits, PdfProcessor
+from resources.ocr_resource import OcrResource
 from tests import pdf_factory as factory
 
 HEADER = "Northwind Logistics - Internal Report"

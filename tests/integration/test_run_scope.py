@@ -51,7 +51,7 @@ def test_max_docs_takes_the_most_urgent_document_through_every_phase_and_stops(
     from queue_db.config import Settings
     from resources.database import open_queue
     from resources.embeddings import DEFAULT_MODEL, MODELS
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
     from resources.vector_resource import QdrantResource
 
     monkeypatch.setenv("DOCQUEUE_QDRANT_INDEX_TAIL", "1")

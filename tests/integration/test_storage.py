@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from queue_db.config import Settings
-from resources.storage import InvalidKeyError, LocalStorage, StorageResource, page_file_key
+from resources.storage import InvalidKeyError, LocalStorage, page_file_key
+from resources.storage_resource import StorageResource
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -124,7 +124,7 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
     from orchestration.store_cleanup import PARTITION_DEFS
     from queue_db.config import Settings
     from resources.graph_stores import Neo4jResource
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
 
     def acme_in_graph() -> int:
         with Neo4jResource.from_settings(Settings.from_env()).get_store() as graph:

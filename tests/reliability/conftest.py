@@ -35,7 +35,7 @@ class Pipeline:
         from orchestration.environment import dagster_instance
         from queue_db.config import Settings
         from resources.database import open_queue
-        from resources.storage import StorageResource
+        from resources.storage_resource import StorageResource
 
         self.defs, self.instance = defs, dagster_instance(Settings.from_env())
         self.queue = open_queue(Settings.from_env())

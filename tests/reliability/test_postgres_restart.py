@@ -62,7 +62,7 @@ def _inbox_tick(pipeline, inbox: Path) -> str:
     from orchestration.sensors import inbox_sensor
     from queue_db.config import Settings
     from resources.database import DatabaseResource
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
 
     context = dg.build_sensor_context(
         instance=pipeline.instance,

@@ -74,7 +74,7 @@ def test_hostile_names_metadata_and_errors_are_stored_and_shown_verbatim(pipelin
     from orchestration.pipeline import Pipeline as Work
     from queue_db.config import Settings
     from queue_db.phases import OCR_PAGE
-    from resources.ocr import OcrResource
+    from resources.ocr_resource import OcrResource
 
     worker = make_worker_id("hostile")
 
@@ -129,7 +129,7 @@ def test_intake_stays_inside_the_inbox_and_never_overwrites_a_document(pipeline,
     from orchestration.sensors import inbox_sensor
     from queue_db.config import Settings
     from resources.database import DatabaseResource
-    from resources.storage import StorageResource
+    from resources.storage_resource import StorageResource
 
     inbox, outside = tmp_path / "inbox", tmp_path / "outside"
     (inbox / "a").mkdir(parents=True)

@@ -117,7 +117,7 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
     from orchestration.assets.handlers import handled_tasks, process_tasks
     from orchestration.pipeline import Pipeline as Work
     from queue_db.config import Settings
-    from resources.ocr import OcrResource
+    from resources.ocr_resource import OcrResource
 
     # one batch of twelve scanned pages (OCR model start-up included; claimed as one batch, not the usual four) must
     # outlast the stale timeout twice over even on a fast idle machine (0.4-1.2 s/page measured: one batch of four

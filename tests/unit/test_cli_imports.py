@@ -1,7 +1,7 @@
-"""The light commands load only what they need: `docqueue --help`, `status`, `stats` and `search` (on the embedded
-store) never import Dagster, the graph driver, qdrant-client or pandas, which cost seconds of start-up. Checked in
-a fresh interpreter, on the modules each command's code loads (its module, and its help resolved through the
-group, which builds the settings)."""
+"""The light commands load only what they need: `docqueue --help`, `status`, `stats`, `ingest` and `search` (on the
+embedded store) never import Dagster, the graph driver, qdrant-client, pandas or pdfium, which cost start-up time.
+Checked in a fresh interpreter, on the modules each command's code loads (its module, and its help resolved through
+the group, which builds the settings)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("dagster", "neo4j", "qdrant_client", "pandas", "spacy", "fitz")
+HEAVY = ("dagster", "neo4j", "qdrant_client", "pandas", "spacy", "fitz", "pypdfium2")
 PROBE = """
 import json, sys
 from click.testing import CliRunner
@@ -29,7 +29,7 @@ print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["status", "--help"], ["stats", "--help"], ["search", "--help"]],
+    [["--help"], ["status", "--help"], ["stats", "--help"], ["search", "--help"], ["ingest", "--help"]],
     ids=lambda args: " ".join(args),
 )
 def test_a_light_command_imports_no_heavy_library(args, tmp_path):

@@ -59,6 +59,7 @@ PREVIOUS_DEFAULTS = {
     "DOCQUEUE_MIN_TEXT_CHARS": 20,
     "DOCQUEUE_OCR_THREADS": min(2, os.cpu_count() or 1),
     "DOCQUEUE_WORKER_START_TIMEOUT": 60.0,
+    "DOCQUEUE_PDF_FALLBACK": "pdfium",
     "DOCQUEUE_MAX_TEXT_MB": 20.0,
     "DOCQUEUE_TEXT_PAGE_CHARS": 20_000,
     "DOCQUEUE_MAX_CHUNKS_PER_PAGE": 200,
@@ -97,6 +98,8 @@ PREVIOUS_DEFAULTS = {
     "DOCQUEUE_BOLT_HEAP_MB": 512,
     "DOCQUEUE_BOLT_JAVA_OPTS": "",
     "DOCQUEUE_CLI_GRAPH_RETRY_S": 5.0,
+    "DOCQUEUE_SEARCH_ENTITIES_PER_HIT": 10,
+    "DOCQUEUE_SEARCH_RELATED_PER_HIT": 5,
     "DOCQUEUE_EXTRACTOR": "spacy",
     "DOCQUEUE_EXTRACT_MAX_CHARS": 20_000,
     "DOCQUEUE_EXTRACT_BATCH_SIZE": 16,
@@ -187,6 +190,11 @@ def test_empty_counts_as_unset_and_values_are_stripped(clean_env):
         ("DOCQUEUE_MAX_FILE_MB", "0", "DOCQUEUE_MAX_FILE_MB must be greater than 0, got 0"),
         ("DOCQUEUE_PG_PORT", "70000", "DOCQUEUE_PG_PORT must be at most 65535, got 70000"),
         ("DOCQUEUE_EXTRACTOR", "gpt", "DOCQUEUE_EXTRACTOR names an unknown extractor 'gpt' (use spacy or llm)"),
+        (
+            "DOCQUEUE_PDF_FALLBACK",
+            "qpdf",
+            "DOCQUEUE_PDF_FALLBACK names an unknown PDF engine 'qpdf' (use pdfium or off)",
+        ),
         ("DOCQUEUE_NIGHTLY_CRON", "3am", "DOCQUEUE_NIGHTLY_CRON must be a cron expression of five fields, got '3am'"),
     ],
 )

@@ -1,0 +1,78 @@
+"""The OCR worker as a Dagster resource (resources/ocr.py holds the worker and its limits, free of Dagster, so the
+CLI's intake checks a file's bounds without importing Dagster)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from queue_db.config import Settings
+from resources.ocr import MB, PdfLimits, PdfProcessor
+
+
+class OcrResource(dg.ConfigurableResource):
+    """Builds the PdfProcessor; the entry point fills the fields (`OcrResource.from_settings`), unset ones keep
+    PdfLimits' defaults."""
+
+    max_file_mb: Optional[float] = Field(default=None, description="DOCQUEUE_MAX_FILE_MB (200)")
+    max_pages: Optional[int] = Field(default=None, description="DOCQUEUE_MAX_PAGES (2000)")
+    max_render_pixels: Optional[int] = Field(default=None, description="DOCQUEUE_MAX_RENDER_PIXELS (25e6)")
+    page_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_PAGE_TIMEOUT (120)")
+    max_memory_mb: Optional[int] = Field(default=None, description="DOCQUEUE_WORKER_MEMORY_MB (3072)")
+    ocr_dpi: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_DPI (200)")
+    min_text_chars: Optional[int] = Field(default=None, description="DOCQUEUE_MIN_TEXT_CHARS (20)")
+    ocr_threads: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_THREADS (2)")
+    worker_start_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_WORKER_START_TIMEOUT (60)")
+    pdf_fallback: Optional[str] = Field(default=None, description="DOCQUEUE_PDF_FALLBACK (pdfium)")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "OcrResource":
+        storage = settings.storage
+        return cls(
+            max_file_mb=storage.max_file_mb,
+            max_pages=storage.max_pages,
+            max_render_pixels=storage.max_render_pixels,
+            page_timeout_s=storage.page_timeout_s,
+            max_memory_mb=storage.worker_memory_mb,
+            ocr_dpi=storage.ocr_dpi,
+            min_text_chars=storage.min_text_chars,
+            ocr_threads=storage.ocr_threads,
+            worker_start_timeout_s=storage.worker_start_timeout_s,
+            pdf_fallback=storage.pdf_fallback,
+        )
+
+    _processor: Optional[PdfProcessor] = PrivateAttr(default=None)
+
+    def limits(self) -> PdfLimits:
+        overrides = {
+            name: getattr(self, name)
+            for name in (
+                "max_pages",
+                "max_render_pixels",
+                "page_timeout_s",
+                "max_memory_mb",
+                "ocr_dpi",
+                "min_text_chars",
+                "ocr_threads",
+                "worker_start_timeout_s",
+                "pdf_fallback",
+            )
+            if getattr(self, name) is not None
+        }
+        if self.max_file_mb is not None:
+            overrides["max_file_bytes"] = int(self.max_file_mb * MB)
+        return dataclasses.replace(PdfLimits(), **overrides)
+
+    def get_processor(self) -> PdfProcessor:
+        """One processor (one worker process) per resource instance, reused across calls."""
+        if self._processor is None:
+            self._processor = PdfProcessor(self.limits())
+        return self._processor
+
+    def teardown_after_execution(self, context) -> None:
+        if self._processor is not None:
+            self._processor.close()
+            self._processor = None
