@@ -53,7 +53,7 @@ def build_definitions(
     maintenance = maintenance_jobs(settings)
     checks = checks_job()
     return dg.Definitions(
-        assets=phase_assets(phases, handlers, PageLimits.from_config(settings.storage)),
+        assets=phase_assets(phases, handlers, PageLimits.from_config(settings.storage), settings.near_duplicates),
         asset_checks=phase_checks(settings, phases),
         jobs=[*phase_jobs(phases), maintenance.recovery, maintenance.reconciliation, checks],
         sensors=[*intake_sensors(settings), *phase_sensors(settings, phases), recovery_sensor(settings, maintenance)],

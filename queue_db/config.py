@@ -229,6 +229,38 @@ class TenantConfig(SettingsGroup):
         return value
 
 
+class NearDuplicateConfig(SettingsGroup):
+    title: ClassVar[str] = "Near-duplicate documents"
+
+    enabled: bool = _var(
+        True,
+        "DOCQUEUE_NEAR_DUP",
+        "`false`: no similarity signature is computed after OCR and no content group is formed",
+    )
+    # 0.7 from bench/near_duplicates.py: planted copies (a word changed per page, 2 % OCR errors) group with
+    # precision 1.0 and recall 0.96, while documents sharing all pages but one (J ≈ 0.5) estimate at most 0.63
+    threshold: float = _var(
+        0.7,
+        "DOCQUEUE_NEAR_DUP_THRESHOLD",
+        "estimated Jaccard similarity of two documents' word shingles from which they are one content group",
+        gt=0,
+        le=1,
+    )
+    max_pages: int = _var(200, "DOCQUEUE_NEAR_DUP_MAX_PAGES", "pages of a document its signature reads", gt=0)
+    max_chars: int = _var(
+        2_000_000, "DOCQUEUE_NEAR_DUP_MAX_CHARS", "characters of page text a document's signature reads", gt=0
+    )
+    max_shingles: int = _var(
+        20_000, "DOCQUEUE_NEAR_DUP_MAX_SHINGLES", "distinct word shingles a document's signature covers", gt=0
+    )
+    max_candidates: int = _var(
+        100,
+        "DOCQUEUE_NEAR_DUP_MAX_CANDIDATES",
+        "documents read per signature band when looking for a document's near duplicates",
+        gt=0,
+    )
+
+
 ALL_GROUPS: tuple[type[SettingsGroup], ...] = (
     QueueConfig,
     DatabaseConfig,
@@ -241,6 +273,7 @@ ALL_GROUPS: tuple[type[SettingsGroup], ...] = (
     IntakeConfig,
     ClusterConfig,
     TenantConfig,
+    NearDuplicateConfig,
 )
 
 G = TypeVar("G", bound=SettingsGroup)
@@ -294,6 +327,7 @@ class Settings:
     intake: IntakeConfig
     cluster: ClusterConfig
     tenant: TenantConfig
+    near_duplicates: NearDuplicateConfig
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -312,6 +346,7 @@ class Settings:
             intake=settings(IntakeConfig),
             cluster=settings(ClusterConfig),
             tenant=settings(TenantConfig),
+            near_duplicates=settings(NearDuplicateConfig),
         )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from .config import QueueConfig, default
+from .near_duplicates import copies_of
 from .phases import PHASES, Level, PhaseRegistry, PhaseSpec, TaskKind
 
 if TYPE_CHECKING:
@@ -232,13 +233,29 @@ def _document_progress_query(
 
 def _document_progress(engine: sa.Engine, sql: str, params: dict) -> tuple[list[dict], list[str]]:
     rows, columns = _rows(engine, sql, params)
+    groups = content_groups(engine, [str(row["id"]) for row in rows])
     for row in rows:
+        row["content_group"] = groups.get(str(row["id"]))
         row["id"] = str(row["id"])
         # SUM over integers comes back as Decimal: JSON wants a number
         row["total_chunks"] = int(row["total_chunks"])
         failed_at = row["last_failed_at"]
         row["last_failed_at"] = None if failed_at is None else failed_at.isoformat(timespec="seconds")
     return rows, columns
+
+
+def content_groups(engine: sa.Engine, document_ids: list[str]) -> dict[str, dict]:
+    """Per listed document in a content group: its representative, the similarity it joined with, and its copies
+    (how many, and the first keys); one query for the page of documents."""
+    return {
+        document_id: {
+            "representative": group["representative"],
+            "similarity": group["similarity"],
+            "copies": group["count"],
+            "keys": group["keys"],
+        }
+        for document_id, group in copies_of(engine, document_ids).items()
+    }
 
 
 def document_progress(
@@ -249,7 +266,8 @@ def document_progress(
     after_key: str | None = None,
     tenant: str | None = None,
 ) -> "pd.DataFrame":
-    return _frame(*_document_progress_query(engine, document_id, limit, after_key, tenant))
+    rows, columns = _document_progress_query(engine, document_id, limit, after_key, tenant)
+    return _frame(rows, [*columns, "content_group"])
 
 
 def queue_statistics_rows(engine: sa.Engine, tenant: str | None = None, phases: PhaseRegistry = PHASES) -> list[dict]:

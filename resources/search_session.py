@@ -6,8 +6,9 @@ What a session holds, and for how long:
 
 - the embedding model (the process-wide one of resources/embeddings.get_embedder: loaded once, kept after
   `close()` for the next session of this process);
-- a connection pool to the queue's database (one short read per search: the document versions search must not
-  show, queue_db.lifecycle.hidden_from_search), closed by `close()` unless the caller handed in its engine;
+- a connection pool to the queue's database (two short reads per search: the document versions search must not
+  show, queue_db.lifecycle.hidden_from_search, and the content groups of the hits' documents,
+  resources/search_copies.py), closed by `close()` unless the caller handed in its engine;
 - the graph's driver (resources/hit_entities.py), for the entities beside each hit: opened on the first search
   that reads the graph, closed by `close()`; a graph that does not answer leaves the hits without entities;
 - the vector store. A Qdrant server's client stays connected until `close()`. The embedded store (Qdrant Edge) is
@@ -36,6 +37,7 @@ from queue_db.tenants import checked_tenant
 from resources.embeddings import get_embedder
 from resources.hit_entities import HitGraph
 from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, VectorStore
+from resources.search_copies import also_in, collapsed_search
 from resources.vector_stores import open_vector_store, vector_store_settings
 
 # how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
@@ -58,6 +60,9 @@ class Hit:
     entities: list[MentionedEntity] = field(default_factory=list)
     entities_total: int = 0
     related: list[RelatedEntity] = field(default_factory=list)
+    # near-duplicate documents of its content group the text is also in: how many, and the first keys
+    also_in: int = 0
+    also_in_keys: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -130,23 +135,27 @@ class SearchSession:
         mode: str = "hybrid",
         entities: bool = True,
         graph: bool = False,
+        all_copies: bool = False,
     ) -> SearchResult:
         """The best `limit` chunks of `tenant`'s documents (default: DOCQUEUE_DEFAULT_TENANT) for `query`; `mode`
         hybrid (default), dense or sparse. Versions still being indexed, and old ones once replaced, are left out,
         as in `docqueue search`. Each hit carries the entities its chunk mentions (`entities=False`: none, the
         graph is not read) and, with `graph=True`, the entities most related to those (`docqueue search
-        --graph`)."""
+        --graph`). A content group of near-duplicate documents gives one hit, which names the others
+        (`also_in`); `all_copies` shows every copy's hit."""
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
         tenant = checked_tenant(tenant, self.default_tenant)
         vector = self.embedder.embed_one(query)
-        found = self.store.search(
-            vector,
-            limit=limit,
-            text=query,
-            mode=mode,
-            exclude_document_ids=hidden_from_search(self._queue),
-            tenant=tenant,
+        hidden = hidden_from_search(self._queue)
+        found, kept, groups = collapsed_search(
+            lambda n: self.store.search(
+                vector, limit=n, text=query, mode=mode, exclude_document_ids=hidden, tenant=tenant
+            ),
+            self._queue.engine,
+            limit,
+            all_copies=all_copies,
+            hidden=hidden,
         )
         hits = [
             Hit(
@@ -156,12 +165,13 @@ class SearchSession:
                 page=h.payload.get("page_number"),
                 chunk=h.payload.get("chunk_index"),
                 text=h.payload.get("text"),
+                **also_in(h, groups),
             )
-            for h in found
+            for h in kept
         ]
         graph_notice = None
         if entities:
-            hits, graph_notice = self.graph.attach(hits, [h.chunk_id for h in found], tenant, related=graph)
+            hits, graph_notice = self.graph.attach(hits, [h.chunk_id for h in kept], tenant, related=graph)
         return SearchResult(query=query, mode=found.mode, notice=found.notice, hits=hits, graph_notice=graph_notice)
 
     def close(self) -> None:

@@ -3,15 +3,20 @@
 A completed phase is a materialization with the document's figures; a failed phase fails the partition with the
 first failing child's error. Roll-ups are written when the queue says the phase reached a final status. One
 roll-up asset per phase spec; the last phase's also removes old versions of a document once their replacement is
-fully indexed."""
+fully indexed. The OCR roll-up also places each completed document in its content group of near duplicates
+(orchestration/content_groups.py) and shows the group in the materialization's metadata."""
+
+from typing import Callable
 
 import dagster as dg
 from dagster import AssetExecutionContext
 
 from orchestration.assets.common import failure_headline, is_manual_run, log_failures, log_materializations, queue_of
 from orchestration.cluster import celery_queue_tags
+from orchestration.content_groups import GROUPING_PHASE, group_metadata, place_documents
 from orchestration.partitions import documents_partitions
 from orchestration.store_cleanup import retire_superseded
+from queue_db.config import NearDuplicateConfig
 from queue_db.lifecycle import superseded_ready_for_removal
 from queue_db.partition_keys import document_rollup, mark_rolled_up
 from queue_db.phases import PhaseRegistry, PhaseSpec
@@ -34,10 +39,19 @@ def rollup_run_name(spec: PhaseSpec) -> str:
 BLOCKED_REASON = "blocked: it waits on an earlier task that failed for good (fix that one, then `docqueue retry`)"
 
 
-def _materialize_rollups(context: AssetExecutionContext, queue, phase: PhaseSpec, phases: PhaseRegistry) -> None:
+def _materialize_rollups(
+    context: AssetExecutionContext,
+    queue,
+    phase: PhaseSpec,
+    phases: PhaseRegistry,
+    grouped: Callable[[dict], dict] | None = None,
+) -> None:
+    """`grouped`: given the completed documents' figures by key, what the roll-up adds to each one's metadata (the
+    OCR roll-up places them in content groups and says where)."""
     keys = list(context.partition_keys)
     figures = document_rollup(queue.engine, phase, keys, phases=phases)
     completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
+    extra = grouped(completed) if grouped else {}
     # a blocked phase (pending, waiting on a task that failed for good) ends like a failed one: it cannot finish
     failed = {k: f for k, f in figures.items() if f["status"] in ("failed", "blocked")}
     log_materializations(
@@ -47,7 +61,12 @@ def _materialize_rollups(context: AssetExecutionContext, queue, phase: PhaseSpec
                 asset_key=context.asset_key,
                 partition=key,
                 metadata={
-                    k: v for k, v in f.items() if k not in ("document_key", "id", "status", "error") and v is not None
+                    **{
+                        k: v
+                        for k, v in f.items()
+                        if k not in ("document_key", "id", "status", "error") and v is not None
+                    },
+                    **extra.get(key, {}),
                 },
             )
             for key, f in completed.items()
@@ -87,9 +106,13 @@ def _rollup_reason(figures: dict) -> tuple[str, str, bool]:
     return (prefix if prefix.isidentifier() else "failed"), reason, False
 
 
-def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.AssetsDefinition:
-    """The phase's roll-up over its deepest kind; `last`: the last phase's, which also retires old versions."""
+def rollup_asset(
+    phases: PhaseRegistry, spec: PhaseSpec, last: bool, near_duplicates: NearDuplicateConfig | None = None
+) -> dg.AssetsDefinition:
+    """The phase's roll-up over its deepest kind; `last`: the last phase's, which also retires old versions; the
+    OCR phase's places documents in content groups by `near_duplicates` (the settings' defaults when None)."""
     phase = spec.name
+    grouping = phase == GROUPING_PHASE
 
     @dg.asset(
         name=rollup_asset_name(spec),
@@ -105,14 +128,27 @@ def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.Asset
         deps=[dg.AssetDep(spec.leaf.name, partition_mapping=dg.AllPartitionMapping())],
         description=f"Per document: the {phase} phase rolled up from its children (seed bubble-up rule), with the "
         "document's figures. Materialized when the phase completed; failed when it failed."
-        + (" Old versions of a document are removed here once their replacement is fully indexed." if last else ""),
-        required_resource_keys={"database", *(RETIRING_RESOURCES if last else ())},
+        + (" Old versions of a document are removed here once their replacement is fully indexed." if last else "")
+        + (
+            " Each document joins its content group of near duplicates here (`content_group`, `copies`)."
+            if grouping
+            else ""
+        ),
+        required_resource_keys={"database", *(RETIRING_RESOURCES if last else ()), *(("storage",) if grouping else ())},
     )
     def rollup(context: AssetExecutionContext):
         resources = context.resources
         queue = queue_of(resources.database, phases)
+        grouped = None
+        if grouping:
+            storage = resources.storage.get_storage()
+
+            def grouped(completed: dict) -> dict:
+                place_documents(queue, storage, list(completed.values()), near_duplicates)
+                return group_metadata(queue, list(completed.values()))
+
         try:
-            _materialize_rollups(context, queue, spec, phases)
+            _materialize_rollups(context, queue, spec, phases, grouped)
         finally:
             if last:
                 _retire_old_versions(
@@ -141,6 +177,8 @@ def _retire_old_versions(context, queue, storage, embeddings, qdrant, neo4j) -> 
         context.log.info(f"retired {len(retired)} old version(s): {[r['document_key'] for r in retired]}")
 
 
-def rollup_assets(phases: PhaseRegistry) -> list[dg.AssetsDefinition]:
+def rollup_assets(
+    phases: PhaseRegistry, near_duplicates: NearDuplicateConfig | None = None
+) -> list[dg.AssetsDefinition]:
     last = phases.phases[-1]
-    return [rollup_asset(phases, spec, spec is last) for spec in phases]
+    return [rollup_asset(phases, spec, spec is last, near_duplicates) for spec in phases]

@@ -10,6 +10,7 @@ from orchestration.cli.errors import EXIT_INCONSISTENT, EXIT_USAGE, CliError, se
 from orchestration.cli.output import console, emit, table
 from orchestration.verify import verify_stores
 from queue_db.config import Settings
+from queue_db.near_duplicates import group_counts
 from queue_db.phases import PHASES, Level, PhaseRegistry, PhaseSpec
 from queue_db.readmodels import document_progress_rows, error_classes_rows, phase_timings_rows, queue_statistics_rows
 
@@ -78,7 +79,7 @@ def _print_status(records: list[dict], phases: PhaseRegistry = PHASES) -> None:
             said.append("re-indexed on the text extracted before")
         if record.get("engine") == "pdfium":
             said.append("pages read by pdfium: PyMuPDF found none")
-        return "; ".join(said)
+        return "; ".join(said + _group_note(record))
 
     def last_error(record: dict) -> str:
         return next((error for p in phases if (error := record[p.rollup_column(Level.DOCUMENT, "error")])), "")
@@ -111,6 +112,15 @@ def _print_status(records: list[dict], phases: PhaseRegistry = PHASES) -> None:
     )
 
 
+def _group_note(record: dict) -> list[str]:
+    """The document's content group of near duplicates: its copies' keys and the group's representative."""
+    group = record.get("content_group")
+    if not group:
+        return []
+    keys = ", ".join(group["keys"]) + ("…" if group["copies"] > len(group["keys"]) else "")
+    return [f"near duplicates ({group['copies']}): {keys}; group of {group['representative']}"]
+
+
 @click.command()
 @tenant_option("only this tenant's tasks (default: the whole queue)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
@@ -126,6 +136,7 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
         phase_timings_rows(queue.engine, window, tenant),
         error_classes_rows(queue.engine, tenant),
     )
+    groups = group_counts(queue.engine, tenant)
 
     def human() -> None:
         shown = console()
@@ -156,6 +167,10 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
                 f"timings over at most {window:,} completed tasks per type, from a random sample of the "
                 "table's blocks (DOCQUEUE_STATS_WINDOW)"
             )
+        shown.print(
+            f"content groups: {groups['groups']:,}, holding {groups['copies']:,} near-duplicate cop"
+            f"{'y' if groups['copies'] == 1 else 'ies'} beside their representatives"
+        )
         if errors:
             shown.print(
                 table(
@@ -165,7 +180,17 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
                 )
             )
 
-    emit(as_json, {"counts": counts, "timings": timings, "timings_window": window, "error_classes": errors}, human)
+    emit(
+        as_json,
+        {
+            "counts": counts,
+            "timings": timings,
+            "timings_window": window,
+            "error_classes": errors,
+            "content_groups": groups,
+        },
+        human,
+    )
 
 
 @click.command()

@@ -14,7 +14,7 @@ from orchestration.cli.errors import EXIT_USAGE, CliError, service_errors
 from orchestration.cli.hit_graph import graph_columns
 from orchestration.cli.output import console, emit, table
 from queue_db.config import Settings
-from resources.search_session import SearchSession
+from resources.search_session import Hit, SearchSession
 
 
 def without_data_frames() -> None:
@@ -36,6 +36,12 @@ def without_data_frames() -> None:
     is_flag=True,
     help="also show, per hit, the entities most related to those its chunk mentions (DOCQUEUE_SEARCH_RELATED_PER_HIT)",
 )
+@click.option(
+    "--all",
+    "all_copies",
+    is_flag=True,
+    help="show every copy: near-duplicate documents of one content group give one hit without it",
+)
 @tenant_option("search this tenant's documents; default DOCQUEUE_DEFAULT_TENANT")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 @click.pass_obj
@@ -46,6 +52,7 @@ def search(
     dense: bool,
     sparse: bool,
     related: bool,
+    all_copies: bool,
     tenant: str | None,
     as_json: bool,
 ) -> None:
@@ -59,7 +66,7 @@ def search(
     with service_errors():
         session = SearchSession(settings, engine=queue.engine)
         try:
-            found = session.search(text, limit, tenant=tenant, mode=mode, graph=related)
+            found = session.search(text, limit, tenant=tenant, mode=mode, graph=related, all_copies=all_copies)
         finally:
             session.close()
     if found.notice and not as_json:
@@ -72,12 +79,20 @@ def search(
         console().print(
             table(
                 f"search ({found.mode}): {text}",
-                ["score", "document", "page", "chunk", "text", *graph_names],
+                ["score", "document", "page", "chunk", "text", *graph_names, "also in"],
                 [
-                    [h.score, h.document, h.page, h.chunk, (h.text or "")[:200], *cells]
+                    [h.score, h.document, h.page, h.chunk, (h.text or "")[:200], *cells, _copies_cell(h)]
                     for h, cells in zip(found.hits, graph_cells, strict=True)
                 ],
             )
         )
 
     emit(as_json, found.as_dict(), human)
+
+
+def _copies_cell(hit: Hit) -> str:
+    """ "also in N documents: key, key…" for a hit whose document has near duplicates; empty otherwise."""
+    if not hit.also_in:
+        return ""
+    more = "…" if hit.also_in > len(hit.also_in_keys) else ""
+    return f"also in {hit.also_in} document{'s' if hit.also_in > 1 else ''}: {', '.join(hit.also_in_keys)}{more}"

@@ -40,6 +40,7 @@ SMOKE_ARGS: dict[str, list[str]] = {
     ],
     "dagster_storage": ["--keys", "5", "--admin-url", "{admin_url}"],
     "entity_resolution": ["--corpus", "{corpus}", "--examples", "1"],
+    "near_duplicates": ["--families", "3", "--background", "100", "--searches", "3", "--admin-url", "{admin_url}"],
     "orchestration_overhead": ["--documents", "1", "--pages", "1", "--admin-url", "{admin_url}"],
     # 1,000 live keys is the least the bench allows (one ranged run's keys); 1,000 more to retire
     "partition_retention": ["--n", "2000", "--live", "1000", "--repeats", "1", "--admin-url", "{admin_url}"],

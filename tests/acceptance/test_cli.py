@@ -516,6 +516,7 @@ def test_status_lists_every_document_and_one_by_key(story):
         "extraction_skipped",
         "engine",
         "blocked_phases",
+        "content_group",
     }
     assert all(set(d) == expected_keys for d in listed), listed[0].keys()
 

@@ -144,7 +144,7 @@ def test_search_command_is_hybrid_by_default_with_dense_and_sparse_for_compariso
         def __init__(self, settings, *, engine):
             pass
 
-        def search(self, query, limit, *, tenant, mode, graph=False):
+        def search(self, query, limit, *, tenant, mode, graph=False, all_copies=False):
             calls.append(mode)
             return SearchResult(query=query, mode=mode, notice=None, hits=[])
 

@@ -1,0 +1,80 @@
+"""Near-duplicate documents: once a document's OCR rolled up complete, its page texts are read back from the file
+store, signed (processing/near_duplicates.py) and placed in a content group (queue_db/near_duplicates.py).
+
+It runs in the OCR roll-up, which runs once per document whose OCR reached a final status, and again only when
+that roll-up is redone: placing a document is idempotent, so at-least-once execution never duplicates a band row
+or a membership.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from processing.near_duplicates import SignatureLimits, signature
+from queue_db.config import NearDuplicateConfig
+from queue_db.near_duplicates import GroupPlacement, copies_of, record_signature
+from queue_db.queue import TaskQueue
+from resources.storage import page_file_key
+
+# the phase whose roll-up places documents in groups: the one that writes the pages' text
+GROUPING_PHASE = "ocr"
+# the settings' defaults, for callers that hand none in (built without reading the environment)
+DEFAULTS = NearDuplicateConfig.model_construct()
+
+
+def _page_texts(storage, document_key: str, page_count: int, config: NearDuplicateConfig) -> Iterator[str]:
+    """The first `max_pages` pages' markdown, `max_chars` characters in all; a page without a file (blank, or
+    its markdown removed) reads as nothing."""
+    budget = config.max_chars
+    for page_number in range(1, min(page_count, config.max_pages) + 1):
+        key = page_file_key(document_key, page_number)
+        if budget <= 0:
+            return
+        if storage.exists(key):
+            text = storage.get_text(key)[:budget]
+            budget -= len(text)
+            yield text
+
+
+def place_documents(
+    queue: TaskQueue, storage, documents: Sequence[dict], config: NearDuplicateConfig | None = None
+) -> dict[str, GroupPlacement]:
+    """Sign each document (rows with id, document_key and pages, as the OCR roll-up reads them) and place it in
+    its content group; per document key, where it stands. A document without words gets no signature and stays
+    out of every group."""
+    config = config if config is not None else DEFAULTS
+    if not config.enabled:
+        return {}
+    limits = SignatureLimits(max_chars=config.max_chars, max_shingles=config.max_shingles)
+    placed = {}
+    for document in documents:
+        texts = _page_texts(storage, document["document_key"], int(document.get("pages") or 0), config)
+        signed = signature(texts, limits)
+        if signed is None:
+            continue
+        placed[document["document_key"]] = record_signature(
+            queue.engine,
+            str(document["id"]),
+            signed.values,
+            signed.bands(),
+            signed.shingles,
+            threshold=config.threshold,
+            max_candidates=config.max_candidates,
+        )
+    return placed
+
+
+def group_metadata(queue: TaskQueue, documents: Sequence[dict]) -> dict[str, dict]:
+    """Per document key, what the OCR roll-up's materialization says about the document's group once all of
+    them were placed (the Dagster UI shows it): its representative, how many other documents it holds, the
+    similarity the document joined with. One query."""
+    groups = copies_of(queue.engine, [str(d["id"]) for d in documents])
+    metadata = {}
+    for document in documents:
+        group = groups.get(str(document["id"]))
+        metadata[document["document_key"]] = (
+            {"content_group": group["representative"], "copies": group["count"], "similarity": group["similarity"]}
+            if group
+            else {"content_group": "none", "copies": 0}
+        )
+    return metadata

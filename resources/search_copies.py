@@ -1,0 +1,64 @@
+"""Copies in search results: a content group of near-duplicate documents (queue_db/near_duplicates.py) shows as one
+hit, its best, saying in how many other documents of the group the text also is and their keys; `all_copies` keeps
+every hit and still says so. The group look-up is one query per search, by the hits' document ids.
+
+Collapsing drops hits, so the store is asked for `OVERFETCH` times the hits wanted, and once more for a deeper list
+when the copies still left too few."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import sqlalchemy as sa
+
+from queue_db.near_duplicates import copies_of
+from resources.ports import MAX_SEARCH_LIMIT, SearchHit
+
+# how many candidates a collapsing search asks the store for, per hit wanted
+OVERFETCH = 4
+
+
+def collapsed_search(
+    search: Callable[[int], Sequence[SearchHit]],
+    engine: sa.Engine,
+    limit: int,
+    *,
+    all_copies: bool,
+    hidden: Sequence[str] = (),
+) -> tuple[Sequence[SearchHit], list[SearchHit], dict[str, dict]]:
+    """Run `search(n)` (the store's best n hits) and keep `limit` of them, one per content group unless
+    `all_copies`. Returns what the store found, the hits kept, and the group of each kept hit's document."""
+    fetch = limit if all_copies else min(limit * OVERFETCH, MAX_SEARCH_LIMIT)
+    while True:
+        found = search(fetch)
+        groups = copies_of(engine, [_document_of(h) for h in found], hidden)
+        kept = found[:limit] if all_copies else one_per_group(found, groups, limit)
+        if all_copies or len(kept) >= limit or len(found) < fetch or fetch >= MAX_SEARCH_LIMIT:
+            return found, list(kept), groups
+        fetch = min(fetch * OVERFETCH, MAX_SEARCH_LIMIT)
+
+
+def one_per_group(hits: Sequence[SearchHit], groups: dict[str, dict], limit: int) -> list[SearchHit]:
+    """The first `limit` hits, best first, leaving out a hit whose document's content group already has one."""
+    kept, seen = [], set()
+    for hit in hits:
+        group = groups.get(_document_of(hit), {}).get("group_id")
+        if group is not None:
+            if group in seen:
+                continue
+            seen.add(group)
+        kept.append(hit)
+        if len(kept) == limit:
+            break
+    return kept
+
+
+def also_in(hit: SearchHit, groups: dict[str, dict]) -> dict:
+    """The hit's `also_in` (how many other documents of its content group there are) and `also_in_keys` (the
+    first of their keys)."""
+    group = groups.get(_document_of(hit))
+    return {"also_in": group["count"], "also_in_keys": group["keys"]} if group else {}
+
+
+def _document_of(hit: SearchHit) -> str:
+    return str(hit.payload.get("document_id"))

@@ -1,0 +1,82 @@
+"""The similarity signature (processing/near_duplicates.py): stable across processes, an estimate of the shingle
+sets' Jaccard similarity, bands that near duplicates share, and the bounds it reads within."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+from processing.near_duplicates import (
+    BANDS,
+    NUM_PERM,
+    SHINGLE_WORDS,
+    SignatureLimits,
+    estimated_jaccard,
+    shingle_hashes,
+    signature,
+)
+
+WORDS = [f"w{i}" for i in range(2000)]
+
+
+def text(seed: int, words: int = 300) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def shingles(page: str) -> set[str]:
+    words = page.lower().split()
+    return {" ".join(words[i : i + SHINGLE_WORDS]) for i in range(len(words) - SHINGLE_WORDS + 1)}
+
+
+def test_the_signature_is_the_same_in_another_process():
+    here = signature(["The harbour wall broke in the storm of 1953."])
+    probe = (
+        "from processing.near_duplicates import signature;"
+        "s = signature(['The harbour wall broke in the storm of 1953.']); print(list(s.values)); print(s.bands())"
+    )
+    there = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    values, bands = there.stdout.strip().splitlines()
+    assert here is not None and values == str(list(here.values)) and bands == str(here.bands())
+    # fixed by the format: a change here invalidates every stored signature
+    assert len(here.values) == NUM_PERM and len(here.bands()) == BANDS and here.values[:2] == (381726727, 505628727)
+
+
+def test_the_estimate_follows_the_jaccard_similarity():
+    page = text(1)
+    words = page.split()
+    for changed in (1, 5, 20):
+        edited = list(words)
+        for i in range(changed):
+            edited[10 + i * 13] = f"edit{i}"
+        other = " ".join(edited)
+        truth = len(shingles(page) & shingles(other)) / len(shingles(page) | shingles(other))
+        first, second = signature([page]), signature([other])
+        assert first is not None and second is not None
+        assert abs(estimated_jaccard(first, second) - truth) < 0.12, (changed, truth)
+    assert estimated_jaccard(signature([text(1)]), signature([text(2)])) < 0.1  # type: ignore[arg-type]
+
+
+def test_near_duplicates_share_a_band_and_unrelated_texts_do_not():
+    page = text(3)
+    edited = page.split()
+    edited[100] = "different"
+    near, far = signature([page]), signature([" ".join(edited)])
+    unrelated = signature([text(4)])
+    assert near is not None and far is not None and unrelated is not None
+    assert set(near.bands()) & set(far.bands())
+    assert not set(near.bands()) & set(unrelated.bands())
+
+
+def test_case_and_punctuation_do_not_matter_and_empty_text_has_no_signature():
+    assert signature(["Storm, harbour; wall!"]) == signature(["storm harbour wall"])
+    assert signature(["", "  \n", "—"]) is None
+    assert signature(["one"]) is not None  # fewer words than a shingle: the words are one shingle
+
+
+def test_the_bounds_hold():
+    long = [text(5, 5000)]
+    assert shingle_hashes(long, SignatureLimits(max_chars=10_000_000, max_shingles=100)).size == 100
+    short = shingle_hashes(long, SignatureLimits(max_chars=40, max_shingles=10_000))
+    assert 0 < short.size <= 40 // 3
