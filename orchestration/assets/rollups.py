@@ -9,6 +9,7 @@ import dagster as dg
 from dagster import AssetExecutionContext
 
 from orchestration.assets.common import failure_headline, is_manual_run, log_failures, log_materializations, queue_of
+from orchestration.check_evaluations import CheckSpec, log_check_evaluations, phase_check_specs
 from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import documents_partitions
 from orchestration.store_cleanup import retire_superseded
@@ -34,7 +35,9 @@ def rollup_run_name(spec: PhaseSpec) -> str:
 BLOCKED_REASON = "blocked: it waits on an earlier task that failed for good (fix that one, then `docqueue retry`)"
 
 
-def _materialize_rollups(context: AssetExecutionContext, queue, phase: PhaseSpec, phases: PhaseRegistry) -> None:
+def _materialize_rollups(
+    context: AssetExecutionContext, queue, phase: PhaseSpec, phases: PhaseRegistry, checks: list[CheckSpec]
+) -> None:
     keys = list(context.partition_keys)
     figures = document_rollup(queue.engine, phase, keys, phases=phases)
     completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
@@ -53,7 +56,11 @@ def _materialize_rollups(context: AssetExecutionContext, queue, phase: PhaseSpec
             for key, f in completed.items()
         ],
     )
-    mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())], phases=phases)
+    written = [f["id"] for f in (*completed.values(), *failed.values())]
+    mark_rolled_up(queue.engine, phase, written, phases=phases)
+    if written:
+        # the phase's checks, for what changed: before the failure below ends the step
+        log_check_evaluations(context, checks, written)
     open_keys = [k for k in keys if k not in completed and k not in failed]
     if failed or (open_keys and is_manual_run(dict(context.run.tags))):
         reasons = {k: _rollup_reason(f) for k, f in failed.items()}
@@ -90,6 +97,7 @@ def _rollup_reason(figures: dict) -> tuple[str, str, bool]:
 def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.AssetsDefinition:
     """The phase's roll-up over its deepest kind; `last`: the last phase's, which also retires old versions."""
     phase = spec.name
+    checks = [check for check in phase_check_specs(phases, rollup_asset_name) if check.phase is spec]
 
     @dg.asset(
         name=rollup_asset_name(spec),
@@ -106,13 +114,17 @@ def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.Asset
         description=f"Per document: the {phase} phase rolled up from its children (seed bubble-up rule), with the "
         "document's figures. Materialized when the phase completed; failed when it failed."
         + (" Old versions of a document are removed here once their replacement is fully indexed." if last else ""),
-        required_resource_keys={"database", *(RETIRING_RESOURCES if last else ())},
+        required_resource_keys={
+            "database",
+            *(RETIRING_RESOURCES if last else ()),
+            *(name for check in checks for name in check.resources),
+        },
     )
     def rollup(context: AssetExecutionContext):
         resources = context.resources
         queue = queue_of(resources.database, phases)
         try:
-            _materialize_rollups(context, queue, spec, phases)
+            _materialize_rollups(context, queue, spec, phases, checks)
         finally:
             if last:
                 _retire_old_versions(
