@@ -8,7 +8,14 @@ fully indexed."""
 import dagster as dg
 from dagster import AssetExecutionContext
 
-from orchestration.assets.common import failure_headline, is_manual_run, log_failures, log_materializations, queue_of
+from orchestration.assets.common import (
+    failure_headline,
+    is_manual_run,
+    log_failures,
+    log_materializations,
+    queue_of,
+    tag_launched_run,
+)
 from orchestration.check_evaluations import CheckSpec, log_check_evaluations, phase_check_specs
 from orchestration.cluster import celery_queue_tags
 from orchestration.partitions import documents_partitions
@@ -121,6 +128,7 @@ def rollup_asset(phases: PhaseRegistry, spec: PhaseSpec, last: bool) -> dg.Asset
         },
     )
     def rollup(context: AssetExecutionContext):
+        tag_launched_run(context, rollup_run_name(spec), phase, "document")
         resources = context.resources
         queue = queue_of(resources.database, phases)
         try:
