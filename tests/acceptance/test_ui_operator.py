@@ -39,6 +39,17 @@ from tests.integration.bolt_fixture import free_port
 pytestmark = pytest.mark.slow
 
 SENSOR_INTERVAL_S = 3
+# every check of the code location: each roll-up evaluates its phase's for its documents
+CHECKS = [
+    dg.AssetCheckKey(dg.AssetKey(asset), name)
+    for asset, name in (
+        ("ocr_document", "has_pages_or_stated_failure"),
+        ("ocr_page", "no_task_stuck_in_processing"),
+        ("document_ocr", "parents_agree_with_children"),
+        ("vector_chunk", "vectors_agree_with_queue"),
+        ("graphrag_chunk", "graph_agrees_with_queue"),
+    )
+]
 BACKFILL_WAIT_S = 120
 LAUNCH_BACKFILL = """mutation($params: LaunchBackfillParams!) {
   launchPartitionBackfill(backfillParams: $params) {
@@ -106,6 +117,9 @@ def test_the_ui_shows_reasons_checks_and_no_clutter_and_stops_entirely(
         assert run.tags["docqueue/range"].endswith(("document)", "documents)", "page)", "pages)", "chunk)", "chunks)"))
     failed_rollups = [r for r in first_runs if r.tags["docqueue/kind"] == "rollup_ocr" and r.is_failure]
     assert len(failed_rollups) == 1, "the encrypted file's roll-up fails once"
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(list(CHECKS))
+    assert set(latest) == set(CHECKS), f"never evaluated: {set(CHECKS) - set(latest)}"
+    assert all(r.event.dagster_event.asset_check_evaluation_data.passed for r in latest.values())
     ARTIFACTS.mkdir(exist_ok=True)
     port = free_port()
     server = UiServer(port, tmp_path / "ui.log")
