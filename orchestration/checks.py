@@ -1,146 +1,49 @@
-"""Asset checks: nothing stuck in processing, parents agree with children, stores agree with the queue.
+"""Asset checks: nothing stuck in processing, documents expanded or failed with a reason, parents agree with
+children, stores agree with the queue.
 
-Each check sits on an asset of the phase specs: the queue's two on the first phase (its deepest kind's asset
-and its roll-up), each store's on the deepest kind of the phase whose handler writes that store."""
-
-from __future__ import annotations
-
-from typing import Callable
+Each check is a spec of orchestration.check_evaluations, on an asset of the phase specs. Made into a Dagster asset
+check here, it evaluates the whole corpus: that is what the nightly `asset_checks` schedule runs. Each roll-up that
+wrote something evaluates its phase's checks for its own documents as well (assets.rollups), so the Checks tab
+shows every check evaluated within a day of any change."""
 
 import dagster as dg
+from dagster import AssetCheckExecutionContext
 
 from orchestration.assets.rollups import rollup_asset_name
-from orchestration.verify import verify_stores
+from orchestration.check_evaluations import CheckSpec, phase_check_specs
 from queue_db.config import Settings
-from queue_db.inspection import stuck_counts
 from queue_db.phases import PhaseRegistry
-from resources.database import DatabaseResource
-from resources.embedding_resource import EmbeddingResource
-from resources.graph_stores import Neo4jResource
-from resources.vector_resource import QdrantResource
 
 POOL = "maintenance"
 
 
-def _no_task_stuck_in_processing(asset: str) -> dg.AssetChecksDefinition:
+def _asset_check(spec: CheckSpec, page_size: int) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         pool=POOL,
-        asset=asset,
-        name="no_task_stuck_in_processing",
+        asset=spec.asset,
+        name=spec.name,
         blocking=False,
-        description="No task of any kind is `processing` with a heartbeat older than the stale timeout.",
+        description=spec.description,
+        required_resource_keys=set(spec.resources),
     )
-    def no_task_stuck_in_processing(database: DatabaseResource) -> dg.AssetCheckResult:
-        queue = database.get_queue()
-        with queue.engine.connect() as conn:
-            stuck = stuck_counts(conn, queue.settings.stale_timeout_s)
-        return dg.AssetCheckResult(passed=sum(stuck.values()) == 0, metadata=stuck)
+    def check(context: AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        passed, metadata = spec.evaluate(context.resources, None, page_size)
+        return dg.AssetCheckResult(passed=passed, metadata=metadata)
 
-    return no_task_stuck_in_processing
-
-
-def _parents_agree_with_children(asset: str) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
-        pool=POOL,
-        asset=asset,
-        name="parents_agree_with_children",
-        blocking=False,
-        description="Every page and document status equals the bubble-up rule over its children.",
-    )
-    def parents_agree_with_children(database: DatabaseResource) -> dg.AssetCheckResult:
-        disagreeing = database.get_queue().disagreeing_parents()
-        return dg.AssetCheckResult(passed=sum(disagreeing.values()) == 0, metadata=disagreeing)
-
-    return parents_agree_with_children
-
-
-def _vectors_agree_with_queue(asset: str, page_size: int) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
-        pool=POOL,
-        asset=asset,
-        name="vectors_agree_with_queue",
-        blocking=False,
-        description="Each completed vector chunk has exactly one Qdrant point and no point lacks a chunk "
-        "(both streamed, DOCQUEUE_VERIFY_PAGE ids at a time).",
-    )
-    def vectors_agree_with_queue(
-        database: DatabaseResource, embeddings: EmbeddingResource, qdrant: QdrantResource
-    ) -> dg.AssetCheckResult:
-        queue = database.get_queue()
-        embedder = embeddings.get_embedder()
-        store = qdrant.get_store(embedder.model_id, embedder.dim)
-        try:
-            store.ensure_collection()
-            report = verify_stores(queue, vector_store=store, page_size=page_size)
-        finally:
-            store.close()
-        missing, unknown = len(report.chunks_without_point), len(report.points_without_chunk)
-        extra = unknown + report.points_of_unfinished_chunks
-        return dg.AssetCheckResult(
-            passed=missing == 0 and extra == 0,
-            metadata={
-                "completed_chunks": report.completed_vector_chunks,
-                "points": report.points,
-                "missing_points": missing,
-                "points_not_completed": extra,
-            },
-        )
-
-    return vectors_agree_with_queue
-
-
-def _graph_agrees_with_queue(asset: str, page_size: int) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
-        pool=POOL,
-        asset=asset,
-        name="graph_agrees_with_queue",
-        blocking=False,
-        description="Each completed GraphRAG chunk has its graph writes; no duplicate entity nodes.",
-    )
-    def graph_agrees_with_queue(database: DatabaseResource, neo4j: Neo4jResource) -> dg.AssetCheckResult:
-        queue = database.get_queue()
-        graph = neo4j.get_store()
-        try:
-            report = verify_stores(queue, graph_store=graph, page_size=page_size)
-        finally:
-            graph.close()
-        missing = len(report.chunks_without_graph)
-        return dg.AssetCheckResult(
-            passed=missing == 0 and not report.duplicate_entities,
-            metadata={
-                "completed_chunks": report.completed_graph_chunks,
-                "chunks_with_writes": report.completed_graph_chunks - missing,
-                "missing": missing,
-                "duplicate_entities": len(report.duplicate_entities),
-            },
-        )
-
-    return graph_agrees_with_queue
-
-
-# the store each phase handler writes, checked against the queue on the phase's deepest kind
-STORE_CHECKS: dict[str, Callable[[str, int], dg.AssetChecksDefinition]] = {
-    "vector": _vectors_agree_with_queue,
-    "graphrag": _graph_agrees_with_queue,
-}
+    return check
 
 
 def phase_checks(settings: Settings, phases: PhaseRegistry) -> list[dg.AssetChecksDefinition]:
-    first = phases.phases[0]
     page_size = settings.dagster.verify_page
-    return [
-        _no_task_stuck_in_processing(first.leaf.name),
-        _parents_agree_with_children(rollup_asset_name(first)),
-        *(STORE_CHECKS[spec.handler](spec.leaf.name, page_size) for spec in phases if spec.handler in STORE_CHECKS),
-    ]
+    return [_asset_check(spec, page_size) for spec in phase_check_specs(phases, rollup_asset_name)]
 
 
-def checks_job() -> dg.UnresolvedAssetJobDefinition:
+def checks_job() -> "dg.UnresolvedAssetJobDefinition":
     """Every check, and nothing else: what the checks schedule runs (results show on each asset's Checks tab)."""
     return dg.define_asset_job(
         "asset_checks_job",
         selection=dg.AssetSelection.all_asset_checks(),
         tags={"docqueue/phase": "maintenance"},
-        description="Evaluates every asset check: nothing stuck, parents agree with children, stores agree with the "
-        "queue.",
+        description="Evaluates every asset check over the whole corpus: nothing stuck, documents expanded or failed "
+        "with a reason, parents agree with children, stores agree with the queue.",
     )

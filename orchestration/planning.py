@@ -21,6 +21,14 @@ KIND_TAG, PHASE_TAG = "docqueue/kind", "docqueue/phase"
 # where a run's range lies in the partition registration: `block:start-end` (what planning reads back to skip ranges
 # in flight; a person reads the range start and end keys instead)
 SPAN_TAG = "docqueue/span"
+# what a person reads: the range as "first key … last key (N documents)"
+RANGE_TAG = "docqueue/range"
+
+
+def range_text(first: str, last: str, size: int, unit: str) -> str:
+    """A run's range as a person reads it: "wild-1a2b … wild-9f8e (42 documents)", or "wild-1a2b (1 document)"."""
+    counted = f"{size} {unit}{'' if size == 1 else 's'}"
+    return f"{first} ({counted})" if first == last else f"{first} … {last} ({counted})"
 
 
 def parse_span(tags: dict) -> tuple[int, int, int] | None:
@@ -41,6 +49,10 @@ IN_FLIGHT_STATUSES = [
     dg.DagsterRunStatus.CANCELING,
 ]
 
+
+# documents whose repeated, already recorded failure one planning round marks rolled up without a run
+# (queue_db.partition_keys.settle_known_failures, read through the roll-up index)
+SETTLE_LIMIT = 1000
 
 # keys per run of a kind without its own DOCQUEUE_RUN_MAX_KEYS_<KIND> setting (a phase added by its spec alone)
 DEFAULT_MAX_KEYS = 200
@@ -64,6 +76,7 @@ class PlannedRun:
     end_key: str
     size: int
     retries: int
+    unit: str = "document"  # the level of its partitions, as the range tag counts them
 
     @property
     def tags(self) -> dict[str, str]:
@@ -73,6 +86,7 @@ class PlannedRun:
             KIND_TAG: self.name,
             PHASE_TAG: self.phase,
             SPAN_TAG: f"{self.block}:{self.start_pos}-{self.end_pos}",
+            RANGE_TAG: range_text(self.start_key, self.end_key, self.size, self.unit),
         }
 
     @property
@@ -188,5 +202,6 @@ def _as_run(
             group[-1].key,
             len(group),
             sum(c.retries for c in group),
+            group[0].level.value,
         ),
     )

@@ -25,6 +25,7 @@ from orchestration.maintenance import index_vector_tail as build_vector_tail
 from orchestration.partitions import register_partitions
 from orchestration.planning import (
     IN_FLIGHT_STATUSES,
+    SETTLE_LIMIT,
     PlannedRun,
     in_flight_positions,
     max_keys_per_run,
@@ -33,7 +34,7 @@ from orchestration.planning import (
 )
 from queue_db.config import QueueConfig, Settings
 from queue_db.inspection import waiting_work
-from queue_db.partition_keys import BlockShare
+from queue_db.partition_keys import BlockShare, settle_known_failures
 from queue_db.phases import PHASES, Level, PhaseRegistry
 from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished
@@ -48,6 +49,8 @@ QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 # host:pid:start-time of the `docqueue run` process executing an in-process run: nobody else can end such a run
 # if that process dies, and the tag's presence marks the run as automated rather than a person's
 RUNNER_TAG = "docqueue/runner"
+# the runner as a person reads it ("vm, pid 13306"); RUNNER_TAG stays, as what fail_abandoned_runs reads
+PROCESS_TAG = "docqueue/process"
 # the UI's "Launched by" column reads Dagster's `user` tag: a CLI run says so instead of "Manually launched"
 LAUNCHER_TAG = "user"
 
@@ -115,6 +118,10 @@ def this_process() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
 
 
+def process_text() -> str:
+    return f"{socket.gethostname()}, pid {os.getpid()}"
+
+
 def _process_gone(identity: str) -> bool:
     host, _, rest = identity.partition(":")
     pid, _, started = rest.partition(":")
@@ -178,6 +185,8 @@ def plan_next(
                 documents=documents,
             )
     for spec in phases:
+        # a failure the roll-up already shows needs no roll-up run (the sensors do the same)
+        settle_known_failures(queue.engine, spec, SETTLE_LIMIT, phases=phases)
         planned += plan_rollup_runs(
             queue.engine,
             spec,
@@ -194,7 +203,7 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, run: PlannedRun,
     job = defs.resolve_job_def(job_name(run.name))
     result = job.execute_in_process(
         instance=instance,
-        tags={**run.tags, RUNNER_TAG: this_process(), LAUNCHER_TAG: LAUNCHER},
+        tags={**run.tags, RUNNER_TAG: this_process(), PROCESS_TAG: process_text(), LAUNCHER_TAG: LAUNCHER},
         raise_on_error=False,
         run_config=run_config(log_level),
     )

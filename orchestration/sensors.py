@@ -17,10 +17,11 @@ from orchestration.assets.rollups import rollup_asset_name, rollup_run_name
 from orchestration.intake import IntakeRules, ingest_file, iter_files
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
-from orchestration.planning import in_flight_positions, max_keys_per_run, plan_rollup_runs, plan_runs
+from orchestration.planning import SETTLE_LIMIT, in_flight_positions, max_keys_per_run, plan_rollup_runs, plan_runs
 from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
 from queue_db.config import QueueConfig, Settings
 from queue_db.inbox import remember, unchanged
+from queue_db.partition_keys import settle_known_failures
 from queue_db.phases import Level, PhaseRegistry, PhaseSpec, TaskKind
 from queue_db.queue import source_path_text
 from resources.database import DatabaseResource
@@ -81,11 +82,20 @@ def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
         queue = database.get_queue()
+        settled = settle_known_failures(queue.engine, spec, SETTLE_LIMIT, phases=phases)
         planned = plan_rollup_runs(
             queue.engine, spec, phases=phases, in_flight=in_flight_positions(context.instance, run_name)
         )
+        again = (
+            f"; {len(settled)} document(s) failed the {phase} phase again with the reason their roll-up already "
+            f"shows (first: {settled[0]}), so no run"
+            if settled
+            else ""
+        )
         if not planned:
-            return dg.SkipReason(f"no document finished its {phase} phase")
+            return dg.SkipReason(f"no document finished its {phase} phase{again}")
+        if settled:
+            context.log.info(again[2:])
         return dg.SensorResult(run_requests=_requests(planned))
 
     return sensor

@@ -110,6 +110,37 @@ def verify_stores(
     return report
 
 
+def verify_documents(queue: TaskQueue, document_ids: list[str], vector_store=None, graph_store=None) -> VerifyReport:
+    """`verify_stores` for these documents only (a roll-up's): each one's completed chunks against the store's
+    chunks of that document, both directions. The cost is the documents', whatever the corpus holds; entity
+    duplicates are the nightly check's (they are not any one document's)."""
+    report = VerifyReport()
+    phase = "vector" if vector_store is not None else "graphrag"
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"""SELECT t.document_id::text, t.chunk_id, t.id::text, t.{phase}_status = 'completed'
+                FROM task_queue_chunk t WHERE t.document_id = ANY(%(ids)s::uuid[])""",
+            {"ids": list(document_ids)},
+        ).all()
+    chunks: dict[str, dict[str, tuple[str, bool]]] = {document_id: {} for document_id in document_ids}
+    for document_id, chunk_id, row_id, completed in rows:
+        chunks.setdefault(document_id, {})[chunk_id] = (row_id, bool(completed))
+    for document_id, known in chunks.items():
+        completed = {chunk_id: row_id for chunk_id, (row_id, done) in known.items() if done}
+        if vector_store is not None:
+            stored = vector_store.chunk_ids(document_id)
+            report.completed_vector_chunks += len(completed)
+            report.points += len(stored)
+            report.chunks_without_point += [row for chunk_id, row in completed.items() if chunk_id not in stored]
+            report.points_without_chunk += sorted(stored - known.keys())
+            report.points_of_unfinished_chunks += len((stored & known.keys()) - completed.keys())
+        if graph_store is not None:
+            written = graph_store.chunk_ids_with_writes(document_id)
+            report.completed_graph_chunks += len(completed)
+            report.chunks_without_graph += [row for chunk_id, row in completed.items() if chunk_id not in written]
+    return report
+
+
 def _graph_against_queue(queue: TaskQueue, pages: Iterable[list[str]]) -> tuple[int, list[str]]:
     """(chunks whose GraphRAG phase completed, the queue row ids of those without a Chunk node, sorted)."""
     with _loaded("docqueue_verify_graph", queue, pages) as conn:

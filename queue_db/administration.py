@@ -125,16 +125,27 @@ class Administration(Transitions):
                 later.append(other)
         return later
 
-    def _parents_out_of_line(self) -> dict[tuple[str, PhaseSpec], list[str]]:
-        """Read-only: (level, phase) -> ids of parents whose status differs from the rule over their children."""
+    def _parents_out_of_line(
+        self, document_ids: Sequence[str] | None = None, phases: Sequence[PhaseSpec] | None = None
+    ) -> dict[tuple[str, PhaseSpec], list[str]]:
+        """Read-only: (level, phase) -> ids of parents whose status differs from the rule over their children;
+        `document_ids`: of these documents and their pages only (through their primary key and page index), so the
+        cost is theirs, not the corpus's; `phases`: of these phases only."""
         found: dict[tuple[str, PhaseSpec], list[str]] = {}
+        # without a scope the statement goes without parameters, as before (no placeholder to fill)
+        scope = None if document_ids is None else {"ids": list(document_ids)}
         with self.engine.connect() as conn:
             for level in (Level.PAGE, Level.DOCUMENT):
                 table, child = TABLE_OF_LEVEL[level], {Level.PAGE: Level.CHUNK, Level.DOCUMENT: Level.PAGE}[level]
                 fk = "page_id" if level is Level.PAGE else "document_id"
                 expanded = EXPANDED_SQL[level].replace("t.", "p.")
+                only = (
+                    ""
+                    if document_ids is None
+                    else f"AND p.{'document_id' if level is Level.PAGE else 'id'} = ANY(%(ids)s::uuid[])"
+                )
                 for phase in self.phases:
-                    if level not in phase.rollup_levels:
+                    if level not in phase.rollup_levels or (phases is not None and phase not in phases):
                         continue
                     col, child_col = phase.rollup_column(level, "status"), child_column(phase, child, "status")
                     rollup = (
@@ -150,15 +161,20 @@ class Administration(Transitions):
                     found[(level.value, phase)] = [
                         str(r[0])
                         for r in conn.exec_driver_sql(
-                            f"""SELECT p.id FROM {table} p WHERE {expanded} {present}
-                            AND p.{col} IS DISTINCT FROM {expected} ORDER BY p.id"""
+                            f"""SELECT p.id FROM {table} p WHERE {expanded} {present} {only}
+                            AND p.{col} IS DISTINCT FROM {expected} ORDER BY p.id""",
+                            scope,
                         ).all()
                     ]
         return found
 
-    def disagreeing_parents(self) -> dict[str, int]:
-        """How many parents disagree with their children, per level and phase (0 everywhere when healthy)."""
-        return {f"{level}_{phase.value}": len(ids) for (level, phase), ids in self._parents_out_of_line().items()}
+    def disagreeing_parents(
+        self, document_ids: Sequence[str] | None = None, phases: Sequence[PhaseSpec] | None = None
+    ) -> dict[str, int]:
+        """How many parents disagree with their children, per level and phase (0 everywhere when healthy);
+        `document_ids`, `phases`: among these documents (and their pages) and phases only."""
+        out_of_line = self._parents_out_of_line(document_ids, phases)
+        return {f"{level}_{phase.value}": len(ids) for (level, phase), ids in out_of_line.items()}
 
     def reconcile(self, batch_size: int = 500) -> list[Correction]:
         """Recompute every parent from its children (the nightly job); returns what it corrected.

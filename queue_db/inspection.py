@@ -133,3 +133,25 @@ def document_held_counts(
     return {
         r[0]: int(r[1]) for r in conn.exec_driver_sql(document_held_sql(kinds), {"document_id": str(document_id)}).all()
     }
+
+
+def expansions_without_outcome(
+    engine: sa.Engine, kind: TaskKind, child_table: str, document_ids: list[str] | None = None
+) -> dict[str, int]:
+    """Of the documents (`document_ids`, else all) whose `kind` task expands them into `child_table` rows (a
+    document's OCR task and its pages): how many completed without a child, and how many failed without a stated
+    reason. 0 and 0 when every registered document has its children or a stated failure. Scoped, the documents'
+    primary key and the children's document index bound the cost; unscoped (the nightly checks) it reads them all."""
+    status, error = kind.status, kind.col("error")
+    only = "" if document_ids is None else "AND t.id = ANY(%(ids)s::uuid[])"
+    with engine.connect() as conn:
+        row = conn.exec_driver_sql(
+            f"""SELECT
+                  count(*) FILTER (WHERE t.{status} = 'completed'
+                                     AND NOT EXISTS (SELECT 1 FROM {child_table} c WHERE c.document_id = t.id)),
+                  count(*) FILTER (WHERE t.{status} = 'failed' AND COALESCE(btrim(t.{error}), '') = ''),
+                  count(*)
+                FROM documents t WHERE t.{status} IN ('completed', 'failed') {only}""",
+            {"ids": list(document_ids or ())},
+        ).one()
+    return {"completed_without_children": int(row[0]), "failed_without_reason": int(row[1]), "settled": int(row[2])}

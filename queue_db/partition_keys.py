@@ -220,15 +220,13 @@ def rollup_candidates(
 ) -> list[Candidate]:
     """Documents whose phase reached a final status (completed/failed) since their roll-up was last written;
     `documents`: among these only; `share`: in these registration blocks only."""
-    status, completed_at, rollup_at = rollup_columns(phase, phases)
     only = ("" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])") + (share.sql("t") if share else "")
     with engine.connect() as conn:
         rows = (
             conn.exec_driver_sql(
                 f"""SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos, t.document_key
                 FROM documents t
-                WHERE t.partition_block IS NOT NULL AND t.{status} IN ('completed', 'failed')
-                  AND (t.{rollup_at} IS NULL OR t.{rollup_at} < COALESCE(t.{completed_at}, t.updated_at)) {only}
+                WHERE {_waiting_for_rollup(phase, phases)} AND NOT {_known_failure(phase, phases)} {only}
                 ORDER BY t.priority DESC, t.updated_at
                 LIMIT %(n)s""",
                 {"n": limit, "documents": list(documents or ())},
@@ -240,6 +238,44 @@ def rollup_candidates(
         Candidate(r["id"], int(r["block"]), int(r["pos"]), 0, r["document_key"], None, None, Level.DOCUMENT)
         for r in rows
     ]
+
+
+def _waiting_for_rollup(phase: str | PhaseSpec, phases: PhaseRegistry) -> str:
+    """The predicate of the phase's partial roll-up index (idx_documents_<phase>_rollup), on alias `t`: a final
+    status reached since the roll-up was last written."""
+    status, completed_at, rollup_at = rollup_columns(phase, phases)
+    return (
+        f"t.partition_block IS NOT NULL AND t.{status} IN ('completed', 'failed') "
+        f"AND (t.{rollup_at} IS NULL OR t.{rollup_at} < COALESCE(t.{completed_at}, t.updated_at))"
+    )
+
+
+def _known_failure(phase: str | PhaseSpec, phases: PhaseRegistry) -> str:
+    """On alias `t`: the phase failed with the very error its last roll-up recorded (nothing new to roll up)."""
+    spec = phases.phase(phase)
+    status, error = spec.rollup_column(Level.DOCUMENT, "status"), spec.rollup_column(Level.DOCUMENT, "error")
+    recorded = spec.rollup_column(Level.DOCUMENT, "rollup_error")
+    return f"(t.{status} = 'failed' AND t.{recorded} IS NOT NULL AND t.{recorded} = COALESCE(t.{error}, 'failed'))"
+
+
+def settle_known_failures(
+    engine: sa.Engine, phase: str | PhaseSpec, limit: int, phases: PhaseRegistry = PHASES
+) -> list[str]:
+    """Mark rolled up, without a run, at most `limit` documents whose phase failed again with the error their last
+    roll-up recorded (a retry or a backfill of a file that can never succeed): the failure is on the partition
+    already, and a roll-up run would only fail once more. Read through the partial roll-up index, so the cost is
+    that of the documents settled. Returns their document keys."""
+    _, _, rollup_at = rollup_columns(phase, phases)
+    with engine.begin() as conn:
+        rows = conn.exec_driver_sql(
+            f"""UPDATE documents SET {rollup_at} = now() WHERE id IN (
+                    SELECT t.id FROM documents t
+                    WHERE {_waiting_for_rollup(phase, phases)} AND {_known_failure(phase, phases)}
+                    LIMIT %(n)s)
+                RETURNING document_key""",
+            {"n": limit},
+        ).all()
+    return [r[0] for r in rows]
 
 
 def document_rollup(
@@ -305,9 +341,16 @@ def document_rollup(
 def mark_rolled_up(
     engine: sa.Engine, phase: str | PhaseSpec, document_ids: Sequence[str], phases: PhaseRegistry = PHASES
 ) -> None:
-    _, _, rollup_at = rollup_columns(phase, phases)
+    """Record the roll-up of `document_ids`: its time, and the failure it wrote (NULL when the phase did not fail),
+    against which the next failure of the phase is compared (`settle_known_failures`)."""
+    spec = phases.phase(phase)
+    status, _, rollup_at = rollup_columns(spec, phases)
+    error, recorded = spec.rollup_column(Level.DOCUMENT, "error"), spec.rollup_column(Level.DOCUMENT, "rollup_error")
     if document_ids:
         with engine.begin() as conn:
             conn.exec_driver_sql(
-                f"UPDATE documents SET {rollup_at} = now() WHERE id = ANY(%(ids)s::uuid[])", {"ids": list(document_ids)}
+                f"""UPDATE documents SET {rollup_at} = now(),
+                        {recorded} = CASE WHEN {status} = 'failed' THEN COALESCE({error}, 'failed') END
+                    WHERE id = ANY(%(ids)s::uuid[])""",
+                {"ids": list(document_ids)},
             )

@@ -270,7 +270,7 @@ class PhaseSpec:
 
     `kinds` are its task kinds, outermost level first; its deepest kind's tasks are its units of work and every
     level above that one holds the phase's roll-up of its children. On documents the roll-up lives in
-    `document_status_column` and `<column_prefix>_started_at/_completed_at/_error/_rollup_at`; on pages in
+    `document_status_column` and `<column_prefix>_started_at/_completed_at/_error/_rollup_at/_rollup_error`; on pages in
     `<column_prefix>_status/_started_at/_completed_at/_error`. `pool` is its Dagster pool, `celery_queue` the
     Celery queue its steps run on, `handler` the name the orchestration layer maps to the code that does the work.
     """
@@ -308,7 +308,8 @@ class PhaseSpec:
         return self.leaf.parent_levels
 
     def rollup_column(self, level: Level, what: str) -> str:
-        """The roll-up column for `what` (status, started_at, completed_at, error, rollup_at) on `level`'s table."""
+        """The roll-up column for `what` (status, started_at, completed_at, error, rollup_at, rollup_error) on
+        `level`'s table."""
         if level is Level.DOCUMENT and what == "status":
             return self.document_status_column
         return f"{self.column_prefix}_{what}"

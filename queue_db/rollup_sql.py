@@ -252,6 +252,7 @@ def phase_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str]]:
             for what, sql_type in (("started_at", "timestamptz"), ("completed_at", "timestamptz"), ("error", "text")):
                 column(table, phase.rollup_column(level, what), sql_type)
         column("documents", phase.rollup_column(Level.DOCUMENT, "rollup_at"), "timestamptz")
+        column("documents", phase.rollup_column(Level.DOCUMENT, "rollup_error"), "text")
         for kind in phase.kinds:
             status, retries = kind.status, kind.col("retry_count")
             gate = kind.index_gate_sql if kind.index_gate_sql is not None else kind.ready_sql

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from orchestration.pipeline import Pipeline
+from orchestration.planning import KIND_TAG, PHASE_TAG, RANGE_TAG, range_text
 from orchestration.task_outcomes import Outcome
 from queue_db.heartbeat import Heartbeat
 from queue_db.partition_keys import rows_for_keys
@@ -53,6 +54,20 @@ def queue_of(database, phases: PhaseRegistry) -> TaskQueue:
 
 def is_manual_run(tags: dict) -> bool:
     return not any(tag in tags for tag in AUTOMATED_RUN_TAGS)
+
+
+def tag_launched_run(context: dg.AssetExecutionContext, name: str, phase: str, unit: str) -> None:
+    """Give a run a person launched (a UI backfill, a launch of the asset job) the docqueue tags a sensor's run
+    carries, so that the runs list reads the same whoever launched it. Dagster takes a backfill's run tags from
+    its dialog only (no hook of the code location sees the launch), so the step adds them to its run when it
+    starts. The span tag stays the planner's own: a backfill's range need not be one registration block."""
+    if KIND_TAG in context.run.tags:
+        return
+    keys = list(context.partition_keys)
+    context.instance.add_run_tags(
+        context.run.run_id,
+        {KIND_TAG: name, PHASE_TAG: phase, RANGE_TAG: range_text(keys[0], keys[-1], len(keys), unit)},
+    )
 
 
 class EarlierAttempt:
@@ -301,6 +316,7 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
     children)."""
     keys = list(context.partition_keys)
     manual = is_manual_run(dict(context.run.tags))
+    tag_launched_run(context, kind.name, kind.phase.name, kind.level.value)
     run_prefix = f"run:{context.run.run_id}:"
     worker_id = make_worker_id(run_prefix[:-1])
     report = process_keys(
@@ -333,7 +349,11 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
         "error_classes": dict(Counter(o.error_class for o in report.failed.values())),
     }
     context.log.info(f"{kind.name} range {keys[0]} .. {keys[-1]}: {summary}")
-    # one observation per run: the UI plots these over time (throughput, failures, error classes, queue wait)
+    if failing:
+        # a failed batch's summary goes with its failure (the step's failure event carries it), not as an
+        # observation the UI would show like any other
+        _fail_range(context, kind, keys, report, manual, summary)
+    # one observation per batch that did not fail: the UI plots these over time (throughput, queue wait)
     waits = [
         o.metadata["queue_wait_s"]
         for o in (*report.completed.values(), *report.failed.values())
@@ -351,7 +371,5 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
             },
         )
     )
-    if failing:
-        _fail_range(context, kind, keys, report, manual, summary)
     if False:  # pragma: no cover - makes this a generator so output_required=False applies
         yield

@@ -11,7 +11,15 @@ from typing import Callable
 import dagster as dg
 from dagster import AssetExecutionContext
 
-from orchestration.assets.common import failure_headline, is_manual_run, log_failures, log_materializations, queue_of
+from orchestration.assets.common import (
+    failure_headline,
+    is_manual_run,
+    log_failures,
+    log_materializations,
+    queue_of,
+    tag_launched_run,
+)
+from orchestration.check_evaluations import CheckSpec, log_check_evaluations, phase_check_specs
 from orchestration.cluster import celery_queue_tags
 from orchestration.content_groups import GROUPING_PHASE, group_metadata, place_documents
 from orchestration.partitions import documents_partitions
@@ -44,10 +52,12 @@ def _materialize_rollups(
     queue,
     phase: PhaseSpec,
     phases: PhaseRegistry,
+    checks: list[CheckSpec],
     grouped: Callable[[dict], dict] | None = None,
 ) -> None:
-    """`grouped`: given the completed documents' figures by key, what the roll-up adds to each one's metadata (the
-    OCR roll-up places them in content groups and says where)."""
+    """`checks`: the phase's checks, evaluated for the documents this roll-up wrote; `grouped`: given the completed
+    documents' figures by key, what the roll-up adds to each one's metadata (the OCR roll-up places them in content
+    groups and says where)."""
     keys = list(context.partition_keys)
     figures = document_rollup(queue.engine, phase, keys, phases=phases)
     completed = {k: f for k, f in figures.items() if f["status"] == "completed"}
@@ -72,7 +82,11 @@ def _materialize_rollups(
             for key, f in completed.items()
         ],
     )
-    mark_rolled_up(queue.engine, phase, [f["id"] for f in (*completed.values(), *failed.values())], phases=phases)
+    written = [f["id"] for f in (*completed.values(), *failed.values())]
+    mark_rolled_up(queue.engine, phase, written, phases=phases)
+    if written:
+        # the phase's checks, for what changed: before the failure below ends the step
+        log_check_evaluations(context, checks, written)
     open_keys = [k for k in keys if k not in completed and k not in failed]
     if failed or (open_keys and is_manual_run(dict(context.run.tags))):
         reasons = {k: _rollup_reason(f) for k, f in failed.items()}
@@ -113,6 +127,7 @@ def rollup_asset(
     OCR phase's places documents in content groups by `near_duplicates` (the settings' defaults when None)."""
     phase = spec.name
     grouping = phase == GROUPING_PHASE
+    checks = [check for check in phase_check_specs(phases, rollup_asset_name) if check.phase is spec]
 
     @dg.asset(
         name=rollup_asset_name(spec),
@@ -134,9 +149,15 @@ def rollup_asset(
             if grouping
             else ""
         ),
-        required_resource_keys={"database", *(RETIRING_RESOURCES if last else ()), *(("storage",) if grouping else ())},
+        required_resource_keys={
+            "database",
+            *(RETIRING_RESOURCES if last else ()),
+            *(("storage",) if grouping else ()),
+            *(name for check in checks for name in check.resources),
+        },
     )
     def rollup(context: AssetExecutionContext):
+        tag_launched_run(context, rollup_run_name(spec), phase, "document")
         resources = context.resources
         queue = queue_of(resources.database, phases)
         grouped = None
@@ -148,7 +169,7 @@ def rollup_asset(
                 return group_metadata(queue, list(completed.values()))
 
         try:
-            _materialize_rollups(context, queue, spec, phases, grouped)
+            _materialize_rollups(context, queue, spec, phases, checks, grouped)
         finally:
             if last:
                 _retire_old_versions(

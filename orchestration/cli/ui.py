@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import click
@@ -37,7 +39,7 @@ def ui(settings: Settings, port: int, as_json: bool) -> None:
     open_queue(settings, environment)
     check_dagster_storage(environment.dagster_url)
     if not _port_free(port):
-        raise CliError(f"port {port} on 127.0.0.1 is in use; choose another with --port", EXIT_USAGE)
+        raise CliError(_port_taken(port), EXIT_USAGE)
     url = f"http://127.0.0.1:{port}"
     emit(
         as_json,
@@ -64,10 +66,39 @@ def ui(settings: Settings, port: int, as_json: bool) -> None:
     # whole terminal group, or SIGTERM to the group) would break off its orderly shutdown of webserver and daemon.
     # Handlers first: a handled signal is default again in the child, while an ignored SIGINT (a background job of
     # a non-interactive shell) would be inherited, and `dg dev` maps SIGTERM to its SIGINT handling.
+    # Should this process die without a word (SIGKILL of its group), the kernel sends `dg dev` that same interrupt
+    # (the parent-death signal), and it shuts its webserver and daemon down as on Ctrl-C.
     server: list = []
     _forward_stop_signals(server)
-    server.append(subprocess.Popen(command, stdout=sys.stderr if as_json else None, start_new_session=True))
+    server.append(
+        subprocess.Popen(
+            command,
+            stdout=sys.stderr if as_json else None,
+            start_new_session=True,
+            preexec_fn=_interrupt_on_parent_death(os.getpid()),
+        )
+    )
     raise SystemExit(server[0].wait())
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _interrupt_on_parent_death(parent: int):
+    """In the child, before `dg dev` starts: SIGINT once `parent` dies (Linux; elsewhere nothing). A parent gone
+    already, between the fork and this call, interrupts at once."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def arm() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    return arm
 
 
 def _forward_stop_signals(server: list) -> None:
@@ -88,6 +119,41 @@ def _forward_stop_signals(server: list) -> None:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+
+
+def _port_taken(port: int) -> str:
+    """The sentence for a port in use, naming what serves it when that is a Dagster webserver (a `docqueue ui`
+    left running, for instance) and the process that listens, when this user may see it."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=3) as reply:
+            answer = json.loads(reply.read())
+        what = f"a Dagster webserver ({answer['dagster_webserver_version']}) already serves it"
+    except (OSError, ValueError, KeyError, TypeError):
+        what = "another program listens on it"
+    listener = _listener(port)
+    who = f" (pid {listener[0]}: {listener[1]})" if listener else ""
+    return f"port {port} on 127.0.0.1 is in use: {what}{who}; stop it, or choose another port with --port"
+
+
+def _listener(port: int) -> tuple[int, str] | None:
+    """(pid, command line) of the process listening on 127.0.0.1:`port`, read from /proc; None when unknown."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    # local address 0100007F:PORT (or 00000000 for any address) in state 0A, LISTEN; field 9 is the socket inode
+    inodes = {f[9] for f in (line.split() for line in lines) if f[3] == "0A" and f[1].split(":")[1] == f"{port:04X}"}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fds = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+            if any(fd[len("socket:[") : -1] in inodes for fd in fds if fd.startswith("socket:[")):
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                return int(proc.name), command[:160]
+        except OSError:
+            continue
+    return None
 
 
 def _port_free(port: int) -> bool:

@@ -44,8 +44,17 @@ STOP_S = 90
 LEFTOVER_GRACE_S = 60
 
 
+def checkout_env() -> dict[str, str]:
+    """The environment of the moment, with this checkout first on the path: the `docqueue` script (and every
+    process it starts) then runs this tree's code even where the virtualenv was installed from another one."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT) + (os.pathsep + path if path else "")}
+
+
 def _docqueue_json(*args: str, timeout: float = 600, code: int = 0):
-    proc = subprocess.run([DOCQUEUE, *args, "--json"], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [DOCQUEUE, *args, "--json"], capture_output=True, text=True, timeout=timeout, env=checkout_env()
+    )
     assert proc.returncode == code, f"docqueue {' '.join(args)} exited {proc.returncode}: {proc.stderr}"
     return json.loads(proc.stdout)
 
@@ -89,6 +98,7 @@ class UiServer:
             stderr=log.open("wb"),
             text=True,
             start_new_session=True,
+            env=checkout_env(),
         )
 
     def wait_until_serving(self) -> None:
@@ -103,12 +113,13 @@ class UiServer:
             time.sleep(1)
         raise AssertionError(f"the Dagster webserver did not answer within {SERVER_START_S} s:\n{self.log_tail()}")
 
-    def stop(self) -> dict[int, str]:
-        """SIGTERM to the group (docqueue asks `dagster dev` to shut down in order); returns processes left over,
-        which are then killed so a failing test leaves nothing behind."""
+    def stop(self, how: signal.Signals = signal.SIGTERM) -> dict[int, str]:
+        """`how` to the group: SIGTERM (docqueue asks `dagster dev` to shut down in order) or SIGKILL (the kernel
+        tells `dagster dev` its parent died); returns processes left over, which are then killed so a failing test
+        leaves nothing behind."""
         family = _descendants(self.proc.pid)
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.killpg(self.proc.pid, how)
             try:
                 self.proc.wait(timeout=STOP_S)
             except subprocess.TimeoutExpired:

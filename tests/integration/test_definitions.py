@@ -164,6 +164,7 @@ def test_schedules_and_sensors_follow_their_settings():
 def test_asset_checks(repo):
     checks = {(key.asset_key.to_user_string(), key.name) for key in repo.asset_graph.asset_check_keys}
     assert checks == {
+        ("ocr_document", "has_pages_or_stated_failure"),
         ("ocr_page", "no_task_stuck_in_processing"),
         ("document_ocr", "parents_agree_with_children"),
         ("vector_chunk", "vectors_agree_with_queue"),

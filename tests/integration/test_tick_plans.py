@@ -122,6 +122,7 @@ def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
     from orchestration.maintenance import recover, recovery_check
     from orchestration.partitions import retire_partitions
     from queue_db.config import DagsterConfig
+    from queue_db.inspection import expansions_without_outcome
 
     defs, instance, queue = env
     started = time.perf_counter()
@@ -142,6 +143,10 @@ def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
         for phase in ("ocr", "vector", "graphrag"):
             document_rollup(queue.engine, phase, [key for key, _ in documents])
             mark_rolled_up(queue.engine, phase, [id_ for _, id_ in documents])
+        # the checks a roll-up evaluates for its documents
+        ids = [id_ for _, id_ in documents]
+        queue.disagreeing_parents(ids, [queue.phases.phases[0]])
+        expansions_without_outcome(queue.engine, queue.phases.phases[0].kinds[0], "task_queue_page", ids)
     finally:
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", captured)
     assert len(captured.statements) > 20
