@@ -19,6 +19,7 @@ from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
 from orchestration.planning import in_flight_positions, max_keys_per_run, plan_rollup_runs, plan_runs
 from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
+from orchestration.sensor_ticks import surviving_database
 from queue_db.config import QueueConfig, Settings
 from queue_db.inbox import remember, unchanged
 from queue_db.phases import Level, PhaseRegistry, PhaseSpec, TaskKind
@@ -49,21 +50,27 @@ def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        queue = database.get_queue()
-        registered = register_partitions(context.instance, queue.engine, kind.level)
-        planned = plan_runs(
-            queue.engine,
-            kind,
-            in_flight=in_flight_positions(context.instance, kind.name),
-            max_keys=max_keys,
-            max_runs=max_runs,
-        )
-        if not planned:
-            known = f" ({registered} partitions registered)" if registered else ""
-            return dg.SkipReason(f"no ready {kind.name} tasks{known}")
-        return dg.SensorResult(run_requests=_requests(planned))
+        return surviving_database(context, lambda: _plan_kind(context, database, kind, max_keys, max_runs))
 
     return sensor
+
+
+def _plan_kind(
+    context: SensorEvaluationContext, database: DatabaseResource, kind: TaskKind, max_keys: int, max_runs: int
+):
+    queue = database.get_queue()
+    registered = register_partitions(context.instance, queue.engine, kind.level)
+    planned = plan_runs(
+        queue.engine,
+        kind,
+        in_flight=in_flight_positions(context.instance, kind.name),
+        max_keys=max_keys,
+        max_runs=max_runs,
+    )
+    if not planned:
+        known = f" ({registered} partitions registered)" if registered else ""
+        return dg.SkipReason(f"no ready {kind.name} tasks{known}")
+    return dg.SensorResult(run_requests=_requests(planned))
 
 
 def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -> dg.SensorDefinition:
@@ -80,15 +87,19 @@ def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        queue = database.get_queue()
-        planned = plan_rollup_runs(
-            queue.engine, spec, phases=phases, in_flight=in_flight_positions(context.instance, run_name)
-        )
-        if not planned:
-            return dg.SkipReason(f"no document finished its {phase} phase")
-        return dg.SensorResult(run_requests=_requests(planned))
+        return surviving_database(context, lambda: _plan_rollups(context, database, phases, spec))
 
     return sensor
+
+
+def _plan_rollups(context: SensorEvaluationContext, database: DatabaseResource, phases: PhaseRegistry, spec: PhaseSpec):
+    queue = database.get_queue()
+    planned = plan_rollup_runs(
+        queue.engine, spec, phases=phases, in_flight=in_flight_positions(context.instance, rollup_run_name(spec))
+    )
+    if not planned:
+        return dg.SkipReason(f"no document finished its {spec.name} phase")
+    return dg.SensorResult(run_requests=_requests(planned))
 
 
 def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
@@ -104,7 +115,7 @@ def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
     def sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        return _read_inbox(context, intake, rules, database, storage)
+        return surviving_database(context, lambda: _read_inbox(context, intake, rules, database, storage))
 
     return sensor
 
@@ -169,7 +180,7 @@ def s3_intake_sensor(settings: Settings) -> dg.SensorDefinition:
             return dg.SkipReason(QueueConfig.disabled_reason)
         if source is None:
             return dg.SkipReason("DOCQUEUE_S3_BUCKET is not set")
-        return _read_s3(context, source, scratch, rules, database, storage)
+        return surviving_database(context, lambda: _read_s3(context, source, scratch, rules, database, storage))
 
     return sensor
 
