@@ -283,6 +283,7 @@ def idle_in_transaction(bench: Bench) -> dict:
         },
         "throughput_drop": round(drop, 3) if drop is not None else None,
         "tuned": not args.untuned,
+        "idle_in_transaction_session_timeout_s": args.idle_timeout_s,
         "errors": fault["errors"] + clean["errors"],
     }
 
@@ -295,13 +296,18 @@ def _idle_run(bench: Bench, hold_snapshot: bool, clean_dead: int | None = None) 
     watcher = psycopg.connect(url, autocommit=True)
     if hold_snapshot:  # a report run at the wrong moment: a snapshot taken, then nothing
         holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        if args.idle_timeout_s:  # what docs/operations.md advises: the server ends such a session
+            holder.execute(f"SET idle_in_transaction_session_timeout = '{int(args.idle_timeout_s * 1000)}ms'")
         holder.execute("SELECT count(*) FROM documents").fetchone()  # the snapshot is taken here, then kept
     while _completed(watcher) < args.idle_tasks:
         time.sleep(0.25)
     mark = time.monotonic()
     time.sleep(1.1)  # the workers' statistics reach pg_stat_user_tables at most once a second
     dead_at_mark, hot_share = _dead_tuples(watcher)
-    holder.rollback()
+    try:
+        holder.rollback()
+    except psycopg.Error:  # idle_in_transaction_session_timeout ended it already
+        pass
     holder.close()
     time.sleep(args.window)
     after_end = time.monotonic()
@@ -409,6 +415,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-tasks", type=int, default=100_000, help="row 3: tasks that flow under the snapshot")
     parser.add_argument("--window", type=float, default=8.0, help="seconds of each clean and after-fault measure")
     parser.add_argument("--vacuum-timeout-s", type=float, default=180.0, help="row 3: wait for autovacuum")
+    parser.add_argument(
+        "--idle-timeout-s",
+        type=float,
+        default=0.0,
+        help="row 3: the snapshot's session has this idle_in_transaction_session_timeout (0: none)",
+    )
     parser.add_argument("--untuned", action="store_true", help="row 3 without migration 0025's table settings")
     parser.add_argument("--seed", type=int, default=26)
     parser.add_argument("--no-clean", action="store_true", help="the rows without their clean runs (tests)")
