@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -117,6 +118,10 @@ class WorkerReport:
     runs: int = 0
     errors: list[str] = field(default_factory=list)  # what escaped the queue's own retries
     log_lines: list[str] = field(default_factory=list)  # the queue's warnings (connection waits)
+    ledger: object = None  # the file of completed ids, when the worker may be killed
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "ledger": None}
 
 
 class _Lines(logging.Handler):
@@ -129,9 +134,18 @@ class _Lines(logging.Handler):
 
 
 def worker_loop(
-    url: str, app: str, batch: int, stop, settings: QueueSettings, run_batches: int = 0, ready=None, work_s: float = 0.0
+    url: str,
+    app: str,
+    batch: int,
+    stop,
+    settings: QueueSettings,
+    run_batches: int = 0,
+    ready=None,
+    work_s: float = 0.0,
+    ledger: str | None = None,
 ) -> WorkerReport:
     report = WorkerReport(app)
+    report.ledger = open(ledger, "a") if ledger else None
     logging.getLogger("queue_db").addHandler(_Lines(report.log_lines))
     if ready is not None:
         ready.wait(READY_TIMEOUT_S)
@@ -162,6 +176,9 @@ def _one_run(queue: TaskQueue, batch: int, stop, run_batches: int, report: Worke
             heartbeat.remove(held)
             report.settles.append(now)
             report.applied += result.completed.applied
+            if report.ledger and result.completed.applied:  # survives a SIGKILL: what this worker completed
+                report.ledger.write("".join(f"{i}\n" for i in result.completed.applied))
+                report.ledger.flush()
             report.rejected += len(result.completed.rejected)
             if result.completed.applied:
                 report.timeline.append((now, len(result.completed.applied)))
@@ -176,10 +193,12 @@ def _one_run(queue: TaskQueue, batch: int, stop, run_batches: int, report: Worke
                 time.sleep(work_s)  # the batch's own work, while the heartbeat thread keeps the tasks
 
 
-def _worker_process(url, app, batch, stop, settings, run_batches, ready, work_s, results) -> None:
+def _worker_process(url, app, batch, stop, settings, run_batches, ready, work_s, results, ledger=None) -> None:
     try:
-        results.put(worker_loop(url, app, batch, stop, settings, run_batches, ready, work_s))
+        results.put(worker_loop(url, app, batch, stop, settings, run_batches, ready, work_s, ledger))
     except BaseException as exc:  # the parent must learn of it rather than wait
+        if ready is not None:
+            ready.abort()
         report = WorkerReport(app, errors=[f"{type(exc).__name__}: {exc}"])
         results.put(report)
 
@@ -258,17 +277,31 @@ class Fleet:
         sensor_interval_s: float = 0.3,
         fresh_sensor_connections: bool = False,
         work_s: float = 0.0,
+        ledgers: Path | None = None,
     ):
         # forked: the children start with the parent's imports (Dagster's among them); the parent opens its own
         # connections only after the fleet started, so no child inherits one
         context = mp.get_context("fork")
+        self.context, self.ledgers, self.killed = context, ledgers, 0
+        self.worker_args = (url, batch, settings, run_batches, work_s)
         self.stop, self.results = context.Event(), context.Queue()
         self.ready = context.Barrier(workers + (sensors_home is not None) + 1)
         self.apps = [f"faults-w{i}" for i in range(workers)]
         self.processes = [
             context.Process(
                 target=_worker_process,
-                args=(url, app, batch, self.stop, settings, run_batches, self.ready, work_s, self.results),
+                args=(
+                    url,
+                    app,
+                    batch,
+                    self.stop,
+                    settings,
+                    run_batches,
+                    self.ready,
+                    work_s,
+                    self.results,
+                    self._ledger(app),
+                ),
                 daemon=True,
             )
             for app in self.apps
@@ -293,6 +326,26 @@ class Fleet:
             process.start()
         self.ready.wait(READY_TIMEOUT_S)  # every process imported and started: the clock starts now
         self.started = time.monotonic()
+
+    def _ledger(self, app: str) -> str | None:
+        return str(self.ledgers / f"{app}-{len(list(self.ledgers.iterdir()))}.ids") if self.ledgers else None
+
+    def kill_worker(self, rng: random.Random) -> None:
+        """SIGKILL one worker at whatever it is doing, and start another in its place (as a run's retry does)."""
+        index = rng.randrange(len(self.apps))
+        victim = self.processes[index]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(timeout=10)
+        self.killed += 1
+        url, batch, settings, run_batches, work_s = self.worker_args
+        app = self.apps[index]
+        replacement = self.context.Process(
+            target=_worker_process,
+            args=(url, app, batch, self.stop, settings, run_batches, None, work_s, self.results, self._ledger(app)),
+            daemon=True,
+        )
+        replacement.start()
+        self.processes[index] = replacement
 
     def finish(self, timeout_s: float = 120.0) -> tuple[list[WorkerReport], SensorReport | None]:
         self.stop.set()

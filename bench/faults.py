@@ -8,6 +8,7 @@ and the throughput during and after the fault against a clean run of the same fl
                     start runs (new connections), the sensors tick on fresh connections and `docqueue status` runs
   3 idle-in-tx      a session holds a REPEATABLE READ snapshot while --idle-tasks tasks (100,000) flow; dead tuples
                     in the queue tables, and how long they take to go after the snapshot is released
+  4 sigkill         a worker SIGKILLed --sigkills times (50) at random moments and replaced; the queue runs dry
 
 "Duplicate" on these queue-only rows is a task completed by two settles (a late worker overwriting the new owner);
 fenced completions the queue rejected (the task had been recovered and re-claimed) are counted beside it. Lost is a
@@ -16,7 +17,8 @@ recovery. The points, nodes and edges of the stores are checked by the reliabili
 
 Runs on an embedded PostgreSQL of its own (its own max_connections), never on a shared server:
 
-  .venv/bin/python bench/faults.py                       # rows 1-3 at full size (~10 min)
+  .venv/bin/python bench/faults.py                       # rows 1-3 at full size (~5 min)
+  .venv/bin/python bench/faults.py --rows 4               # row 4 (~2 min)
   .venv/bin/python bench/faults.py --rows 3 --untuned     # row 3 with the tables' storage settings reset
   .venv/bin/python bench/faults.py --quick                # a smoke run
 
@@ -44,7 +46,7 @@ from bench import _fault_kit as kit  # noqa: E402
 from bench._result import print_result  # noqa: E402
 from queue_db.config import QueueSettings  # noqa: E402
 
-ROWS = {1: "backend-kill", 2: "connections", 3: "idle-in-tx"}
+ROWS = {1: "backend-kill", 2: "connections", 3: "idle-in-tx", 4: "sigkill"}
 QUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk")
 SETTINGS = QueueSettings(
     heartbeat_interval_s=0.3, stale_timeout_s=3.0, max_retries=5, retry_backoff_base_s=0.2, retry_backoff_max_s=1.0
@@ -215,6 +217,7 @@ def connections_exhausted(bench: Bench) -> dict:
         "sensor_skips": len(sensor.skipped_unavailable) if sensor else 0,
         "sensor_skip_sample": (sensor.skipped_unavailable[:1] if sensor else []),
         "sensor_ticks_after": sum(1 for t in (sensor.ticks if sensor else []) if t > end),
+        "completed_after_release": kit.completed_between(reports, end, float("inf")),
         "sensor_log_sample": sorted(set(sensor.log_lines))[:2] if sensor else [],
         "cli": cli_result,
         "recovery_s": kit.recovered_after(reports, end, clean["tasks_per_s"] or 0),
@@ -352,8 +355,51 @@ def _wait_dead_tuples(conn: psycopg.Connection, since: float, timeout_s: float, 
     return None
 
 
+# ---------------------------------------------------------------------------------------------------- row 4
+def repeated_kills(bench: Bench) -> dict:
+    """Workers SIGKILLed at random moments and replaced; the queue runs dry. Each worker writes what it completed to
+    a ledger file as it goes (a killed worker cannot report), so a task completed twice shows in the ledgers."""
+    args = bench.args
+    rng = random.Random(args.seed + 4)
+    clean = bench.clean_rate(sensors=False)
+    url, _ = bench.clone()
+    ledgers = Path(tempfile.mkdtemp(prefix="ledgers-", dir=bench.home))
+    fleet = kit.Fleet(url, args.workers, args.batch, SETTINGS, ledgers=ledgers)
+    recovery = kit.TaskQueueHandle(url, SETTINGS)
+    with psycopg.connect(url, autocommit=True) as watcher:
+        total = watcher.execute("SELECT count(*) FROM task_queue_chunk").fetchone()[0]
+        start, done_at_start = time.monotonic(), _completed(watcher)
+        for _ in range(args.sigkills):
+            time.sleep(rng.uniform(0.05, 2 * args.sigkill_gap_s))
+            fleet.kill_worker(rng)
+            recovery.recover()  # the recovery job, as its sensor requests it
+        end, done_at_end = time.monotonic(), _completed(watcher)
+        while _completed(watcher) < total and time.monotonic() < end + args.drain_timeout_s:
+            recovery.recover()
+            time.sleep(0.5)
+        drained, done_at_drain = time.monotonic(), _completed(watcher)
+    reports, _ = fleet.finish()
+    recovery.close()
+    ledger = [kit.WorkerReport(path.stem, applied=path.read_text().split()) for path in ledgers.iterdir()]
+    check = kit.queue_check(url, ledger, SETTINGS)
+    return {
+        "faults_injected": fleet.killed,
+        "work_done": check["completed"],
+        **check,
+        "unfinished": total - check["completed"],
+        "released_during_run": recovery.released,
+        "drain_s": round(drained - end, 1),
+        "tasks_per_s": {
+            "clean": clean["tasks_per_s"],
+            "during": round((done_at_end - done_at_start) / max(1e-6, end - start), 1),
+            "after": round((done_at_drain - done_at_end) / max(1e-6, drained - end), 1),
+        },
+        "errors": clean["errors"] + _errors(reports, None),
+    }
+
+
 # ---------------------------------------------------------------------------------------------------- the run
-RUNNERS = {1: backend_kills, 2: connections_exhausted, 3: idle_in_transaction}
+RUNNERS = {1: backend_kills, 2: connections_exhausted, 3: idle_in_transaction, 4: repeated_kills}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -373,6 +419,7 @@ def run(args: argparse.Namespace) -> int:
         for name, f in rows.items()
         for what, bad in (
             ("tasks lost", f.get("tasks_lost")),
+            ("tasks unfinished", f.get("unfinished")),
             ("tasks completed twice", f.get("completed_twice")),
             ("roll-ups left wrong", f.get("rollup_mismatches") or f.get("reconcile_corrections")),
             ("errors", f.get("errors")),
@@ -381,7 +428,8 @@ def run(args: argparse.Namespace) -> int:
     ]
     for failure in failures:
         print(f"FAIL {failure}")
-    config = {k: getattr(args, k) for k in ("workers", "batch", "tasks", "kills", "hold_s", "idle_tasks", "window")}
+    names = ("workers", "batch", "tasks", "kills", "hold_s", "idle_tasks", "sigkills", "window")
+    config = {k: getattr(args, k) for k in names}
     print_result({"rows": rows, "config": config, "failures": failures}, sort_keys=True)
     return 1 if failures else 0
 
@@ -401,7 +449,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rows", default="1,2,3", help="comma-separated rows to run (default 1,2,3)")
+    parser.add_argument("--rows", default="1,2,3", help="comma-separated rows to run (default 1,2,3; 4 on request)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--tasks", type=int, default=None, help="tasks seeded (default: enough for the rows)")
@@ -410,6 +458,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--work-s", type=float, default=0.4, help="row 1: seconds a batch's work takes (heartbeats beat meanwhile)"
     )
+    parser.add_argument("--sigkills", type=int, default=50, help="row 4: workers SIGKILLed")
+    parser.add_argument("--sigkill-gap-s", type=float, default=0.5, help="row 4: mean seconds between kills")
+    parser.add_argument("--drain-timeout-s", type=float, default=300.0, help="row 4: wait for the queue to run dry")
     parser.add_argument("--hold-s", type=float, default=60.0, help="row 2: seconds every slot stays taken")
     parser.add_argument("--max-connections", type=int, default=40, help="the bench server's max_connections")
     parser.add_argument("--idle-tasks", type=int, default=100_000, help="row 3: tasks that flow under the snapshot")
@@ -435,6 +486,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.kills, args.hold_s, args.idle_tasks, args.window = 5, 3.0, 1000, 1.5
         args.kill_gap_s, args.vacuum_timeout_s, args.workers = 0.3, 5.0, 2
+        args.sigkills, args.sigkill_gap_s = 5, 0.3
     if args.tasks is None:
         args.tasks = max(20_000 if args.quick else 200_000, int(args.idle_tasks * 1.6))
     return args
