@@ -27,6 +27,24 @@ CONNECTION_WAIT_S = 300.0
 
 log = logging.getLogger(__name__)
 
+
+class _LostPipelineSync(logging.Filter):
+    """psycopg logs the failed closing sync of a pipeline whose connection died while the block's own error is
+    raised; that error is the one with_retries handles (the transaction again, on a fresh connection), so the
+    line would only repeat it, with an object's address, once or twice per lost connection of the hot path."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (
+            record.msg == "error ignored terminating %r: %s"
+            and len(args) == 2
+            and isinstance(args[0], psycopg.Pipeline)
+            and isinstance(args[1], psycopg.OperationalError)
+        )
+
+
+logging.getLogger("psycopg").addFilter(_LostPipelineSync())
+
 T = TypeVar("T")
 
 
