@@ -19,10 +19,10 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -258,6 +258,8 @@ def _sensor_process(url, home, stop, interval_s, fresh_connections, ready, resul
     try:
         results.put(sensor_loop(url, Path(home), stop, interval_s, fresh_connections, ready))
     except BaseException as exc:
+        if ready is not None:
+            ready.abort()
         results.put(SensorReport(errors=[f"sensor process: {type(exc).__name__}: {exc}"]))
 
 
@@ -324,7 +326,12 @@ class Fleet:
             )
         for process in self.processes:
             process.start()
-        self.ready.wait(READY_TIMEOUT_S)  # every process imported and started: the clock starts now
+        try:
+            self.ready.wait(READY_TIMEOUT_S)  # every process imported and started: the clock starts now
+        except threading.BrokenBarrierError:
+            workers_, sensors_ = self.finish(timeout_s=10)
+            errors = [e for r in workers_ for e in r.errors] + (sensors_.errors if sensors_ else [])
+            raise RuntimeError(f"the fleet did not start: {errors or 'a process did not report in time'}") from None
         self.started = time.monotonic()
 
     def _ledger(self, app: str) -> str | None:
@@ -490,9 +497,3 @@ class TaskQueueHandle:
 
     def close(self) -> None:
         self.queue.engine.dispose()
-
-
-def periodically(every_s: float, action: Callable[[], object], until: Callable[[], bool]) -> None:
-    while not until():
-        action()
-        time.sleep(every_s)

@@ -9,7 +9,7 @@ from typing import Callable, TypeVar
 import dagster as dg
 import sqlalchemy as sa
 
-from queue_db.transactions import is_transient, with_retries
+from queue_db.transactions import connection_wait, is_transient, with_retries
 
 T = TypeVar("T")
 
@@ -21,7 +21,8 @@ def surviving_database(context: dg.SensorEvaluationContext, evaluate: Callable[[
     """`evaluate()` (the tick: idempotent, so it is safe to run again), retried over transient database failures;
     still failing, a skipped tick that says why."""
     try:
-        return with_retries(evaluate, connection_wait_s=SENSOR_CONNECTION_WAIT_S)
+        with connection_wait(SENSOR_CONNECTION_WAIT_S):  # the waits of the queue calls inside the tick too
+            return with_retries(evaluate)
     except sa.exc.DBAPIError as exc:
         if not is_transient(exc):
             raise

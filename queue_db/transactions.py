@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, TypeVar
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import psycopg
 import sqlalchemy as sa
@@ -26,6 +28,8 @@ _FIRST_DELAY_S, _MAX_DELAY_S = 0.05, 2.0
 CONNECTION_WAIT_S = 300.0
 
 log = logging.getLogger(__name__)
+# when every wait for a slot in this context ends (connection_wait): a sensor tick has less time than a run
+_wait_deadline: ContextVar[float | None] = ContextVar("docqueue_connection_wait_deadline", default=None)
 
 
 class _LostPipelineSync(logging.Filter):
@@ -100,12 +104,26 @@ def with_retries(attempt: Callable[[], T], attempts: int = ATTEMPTS, connection_
         return result
 
 
+@contextmanager
+def connection_wait(seconds: float) -> Iterator[None]:
+    """Within this block, every wait for a free connection slot, however nested, ends `seconds` from now."""
+    token = _wait_deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _wait_deadline.reset(token)
+
+
 def _wait_for_slot(exc: BaseException, since: float | None, wait_s: float) -> float | None:
     """When the waiting for a free connection slot began (None: `exc` is no refused connection); raises `exc`
     once the wait is over."""
     if not is_connection_limit(exc):
         return None
-    now = time.monotonic()
+    now, deadline = time.monotonic(), _wait_deadline.get()
+    if deadline is not None:
+        if now >= deadline:
+            raise exc
+        wait_s = min(wait_s, deadline - (since or now))
     if since is None:
         log.warning("the queue database has no free connection (max_connections reached); waiting up to %.0f s", wait_s)
         return now

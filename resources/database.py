@@ -44,9 +44,9 @@ def get_queue(settings: QueueSettings, url: str) -> TaskQueue:
     migrations."""
     engine = shared_engine(url)
     # pooled connections are not pinged (create_queue_engine): after a server restart or a killed backend the first
-    # use finds them dead and the pool discards them, and with_retries goes on with a fresh one; a server with no
-    # free connection slot is waited for (queue_db.transactions.CONNECTION_WAIT_S)
-    missing = with_retries(lambda: pending_migrations(engine))
+    # use finds them dead and the pool discards them, so one more attempt goes on with a fresh one; a server with
+    # no free connection slot is waited for (queue_db.transactions.CONNECTION_WAIT_S, or the sensor tick's bound)
+    missing = with_retries(lambda: pending_migrations(engine), attempts=2)
     if missing:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
         raise SchemaNotReady(f"the queue database needs migrations ({names}): run `docqueue db upgrade`")
@@ -55,7 +55,7 @@ def get_queue(settings: QueueSettings, url: str) -> TaskQueue:
         with engine.connect() as conn:
             return missing_bubble_functions(conn, PHASES)
 
-    absent = with_retries(absent_functions)
+    absent = with_retries(absent_functions, attempts=2)
     if absent:
         raise SchemaNotReady(
             f"the queue database lacks this version's bubble-up functions ({', '.join(absent)}): "

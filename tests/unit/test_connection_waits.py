@@ -82,3 +82,21 @@ def test_a_lost_pipeline_sync_is_not_logged_twice(caplog):
         )
         logging.getLogger("psycopg").warning("something else")
     assert [r.getMessage() for r in caplog.records] == ["something else"]
+
+
+def test_a_sensor_ticks_bound_caps_every_wait_inside_it(monkeypatch, caplog):
+    from queue_db.transactions import connection_wait
+
+    monkeypatch.setattr(transactions.time, "sleep", lambda s: None)
+    clock = iter(range(0, 10_000, 5))
+    monkeypatch.setattr(transactions.time, "monotonic", lambda: next(clock))
+    inner, inner_calls = _failing([_refused(FULL) for _ in range(500)])
+
+    def tick():
+        return with_retries(inner)  # a queue call inside the tick, with the queue's own 300 s wait
+
+    with caplog.at_level(logging.WARNING, logger="queue_db.transactions"):
+        with connection_wait(20), pytest.raises(sa.exc.OperationalError):
+            with_retries(tick)
+    assert len(inner_calls) < 10, len(inner_calls)  # 20 s of a clock that moves 5 s a look, not 300 s
+    assert sum("no free connection" in r.getMessage() for r in caplog.records) == 1
