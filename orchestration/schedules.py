@@ -13,6 +13,7 @@ from orchestration.cluster import MAINTENANCE_QUEUE, celery_queue_tags
 from orchestration.maintenance import index_vector_tail as build_vector_tail
 from orchestration.maintenance import nightly, recover, recovery_check, vector_tail_sentence, vector_tail_waiting
 from orchestration.partitions import retire_partitions_as_configured
+from orchestration.sensor_ticks import surviving_database
 from queue_db.config import QueueConfig, Settings
 from resources.database import DatabaseResource
 from resources.embedding_resource import EmbeddingResource
@@ -211,6 +212,9 @@ def recovery_sensor(settings: Settings, jobs: MaintenanceJobs) -> dg.SensorDefin
     ):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
+        return surviving_database(context, lambda: check_recovery(context, database, embeddings, qdrant))
+
+    def check_recovery(context: SensorEvaluationContext, database: DatabaseResource, embeddings, qdrant):
         running = context.instance.get_runs_count(dg.RunsFilter(job_name=jobs.recovery.name, statuses=IN_FLIGHT))
         if running:
             return dg.SkipReason(

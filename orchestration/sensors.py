@@ -19,6 +19,7 @@ from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
 from orchestration.planning import SETTLE_LIMIT, in_flight_positions, max_keys_per_run, plan_rollup_runs, plan_runs
 from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
+from orchestration.sensor_ticks import surviving_database
 from queue_db.config import QueueConfig, Settings
 from queue_db.inbox import remember, unchanged
 from queue_db.partition_keys import settle_known_failures
@@ -50,21 +51,27 @@ def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        queue = database.get_queue()
-        registered = register_partitions(context.instance, queue.engine, kind.level)
-        planned = plan_runs(
-            queue.engine,
-            kind,
-            in_flight=in_flight_positions(context.instance, kind.name),
-            max_keys=max_keys,
-            max_runs=max_runs,
-        )
-        if not planned:
-            known = f" ({registered} partitions registered)" if registered else ""
-            return dg.SkipReason(f"no ready {kind.name} tasks{known}")
-        return dg.SensorResult(run_requests=_requests(planned))
+        return surviving_database(context, lambda: _plan_kind(context, database, kind, max_keys, max_runs))
 
     return sensor
+
+
+def _plan_kind(
+    context: SensorEvaluationContext, database: DatabaseResource, kind: TaskKind, max_keys: int, max_runs: int
+):
+    queue = database.get_queue()
+    registered = register_partitions(context.instance, queue.engine, kind.level)
+    planned = plan_runs(
+        queue.engine,
+        kind,
+        in_flight=in_flight_positions(context.instance, kind.name),
+        max_keys=max_keys,
+        max_runs=max_runs,
+    )
+    if not planned:
+        known = f" ({registered} partitions registered)" if registered else ""
+        return dg.SkipReason(f"no ready {kind.name} tasks{known}")
+    return dg.SensorResult(run_requests=_requests(planned))
 
 
 def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -> dg.SensorDefinition:
@@ -81,24 +88,28 @@ def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        queue = database.get_queue()
-        settled = settle_known_failures(queue.engine, spec, SETTLE_LIMIT, phases=phases)
-        planned = plan_rollup_runs(
-            queue.engine, spec, phases=phases, in_flight=in_flight_positions(context.instance, run_name)
-        )
-        again = (
-            f"; {len(settled)} document(s) failed the {phase} phase again with the reason their roll-up already "
-            f"shows (first: {settled[0]}), so no run"
-            if settled
-            else ""
-        )
-        if not planned:
-            return dg.SkipReason(f"no document finished its {phase} phase{again}")
-        if settled:
-            context.log.info(again[2:])
-        return dg.SensorResult(run_requests=_requests(planned))
+        return surviving_database(context, lambda: _plan_rollups(context, database, phases, spec))
 
     return sensor
+
+
+def _plan_rollups(context: SensorEvaluationContext, database: DatabaseResource, phases: PhaseRegistry, spec: PhaseSpec):
+    queue = database.get_queue()
+    settled = settle_known_failures(queue.engine, spec, SETTLE_LIMIT, phases=phases)
+    planned = plan_rollup_runs(
+        queue.engine, spec, phases=phases, in_flight=in_flight_positions(context.instance, rollup_run_name(spec))
+    )
+    again = (
+        f"; {len(settled)} document(s) failed the {spec.name} phase again with the reason their roll-up already "
+        f"shows (first: {settled[0]}), so no run"
+        if settled
+        else ""
+    )
+    if not planned:
+        return dg.SkipReason(f"no document finished its {spec.name} phase{again}")
+    if settled:
+        context.log.info(again[2:])
+    return dg.SensorResult(run_requests=_requests(planned))
 
 
 def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
@@ -114,7 +125,7 @@ def inbox_sensor(settings: Settings) -> dg.SensorDefinition:
     def sensor(context: SensorEvaluationContext, database: DatabaseResource, storage: StorageResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        return _read_inbox(context, intake, rules, database, storage)
+        return surviving_database(context, lambda: _read_inbox(context, intake, rules, database, storage))
 
     return sensor
 
@@ -179,7 +190,7 @@ def s3_intake_sensor(settings: Settings) -> dg.SensorDefinition:
             return dg.SkipReason(QueueConfig.disabled_reason)
         if source is None:
             return dg.SkipReason("DOCQUEUE_S3_BUCKET is not set")
-        return _read_s3(context, source, scratch, rules, database, storage)
+        return surviving_database(context, lambda: _read_s3(context, source, scratch, rules, database, storage))
 
     return sensor
 

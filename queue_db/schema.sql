@@ -455,7 +455,8 @@ CREATE TABLE public.documents (
     graphrag_rollup_error text,
     CONSTRAINT documents_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
     CONSTRAINT documents_tenant_id_shape CHECK ((tenant_id ~ '^[a-z0-9][a-z0-9_-]{0,62}$'::text))
-);
+)
+WITH (fillfactor='70', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='200', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
 
 -- TABLE: inbox_files
 
@@ -519,7 +520,8 @@ CREATE TABLE public.task_queue_chunk (
     graphrag_failed_at timestamp with time zone,
     partition_retired_at timestamp with time zone,
     vector_reused_from character varying(64)
-);
+)
+WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
 
 -- TABLE: task_queue_chunk_text
 
@@ -576,7 +578,8 @@ CREATE TABLE public.task_queue_page (
     vector_failed_at timestamp with time zone,
     embedding_skipped boolean DEFAULT false NOT NULL,
     partition_retired_at timestamp with time zone
-);
+)
+WITH (fillfactor='70', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='500', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
 
 -- CONSTRAINT: content_group_members content_group_members_pkey
 

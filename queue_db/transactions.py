@@ -3,8 +3,11 @@ failures and dropped connections are transient, everything else is the caller's 
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any, Callable, TypeVar
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import psycopg
 import sqlalchemy as sa
@@ -15,8 +18,36 @@ from .phases import PHASES, PhaseRegistry
 from .retry_policy import RetryPolicy
 
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
+# the server refuses a new connection while every slot is taken (max_connections): the refusal comes at connect
+# time, before any SQLSTATE reaches psycopg, so its text is what tells it apart
+_CONNECTION_LIMIT_TEXTS = ("too many clients", "remaining connection slots are reserved", "too many connections")
 ATTEMPTS = 6
 _FIRST_DELAY_S, _MAX_DELAY_S = 0.05, 2.0
+# how long a transaction waits for a free connection slot; a client holding every slot for a minute is an
+# incident an operator fixes, not a reason for a worker to drop its tasks
+CONNECTION_WAIT_S = 300.0
+
+log = logging.getLogger(__name__)
+# when every wait for a slot in this context ends (connection_wait): a sensor tick has less time than a run
+_wait_deadline: ContextVar[float | None] = ContextVar("docqueue_connection_wait_deadline", default=None)
+
+
+class _LostPipelineSync(logging.Filter):
+    """psycopg logs the failed closing sync of a pipeline whose connection died while the block's own error is
+    raised; that error is the one with_retries handles (the transaction again, on a fresh connection), so the
+    line would only repeat it, with an object's address, once or twice per lost connection of the hot path."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (
+            record.msg == "error ignored terminating %r: %s"
+            and len(args) == 2
+            and isinstance(args[0], psycopg.Pipeline)
+            and isinstance(args[1], psycopg.OperationalError)
+        )
+
+
+logging.getLogger("psycopg").addFilter(_LostPipelineSync())
 
 T = TypeVar("T")
 
@@ -43,19 +74,62 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-def with_retries(attempt: Callable[[], T], attempts: int = ATTEMPTS) -> T:
+def is_connection_limit(exc: BaseException) -> bool:
+    """The server refused a new connection because every slot is taken (max_connections reached)."""
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    return isinstance(exc, (OperationalError, psycopg.OperationalError)) and any(
+        t in text for t in _CONNECTION_LIMIT_TEXTS
+    )
+
+
+def with_retries(attempt: Callable[[], T], attempts: int = ATTEMPTS, connection_wait_s: float | None = None) -> T:
     """Run `attempt` (one whole transaction) until it succeeds, retrying transient failures with a doubling
-    pause (50 ms up to 2 s), `attempts` times at most; the last failure is raised."""
-    delay = _FIRST_DELAY_S
-    for number in range(1, attempts + 1):
+    pause (50 ms up to 2 s), `attempts` times at most; the last failure is raised. A refused connection (every
+    slot taken) is waited out instead, for `connection_wait_s` at most (CONNECTION_WAIT_S), with one log line."""
+    wait_s = CONNECTION_WAIT_S if connection_wait_s is None else connection_wait_s
+    delay, number, waiting_since = _FIRST_DELAY_S, 0, None
+    while True:
         try:
-            return attempt()
+            result = attempt()
         except (DBAPIError, psycopg.Error) as exc:
-            if number == attempts or not is_transient(exc):
+            waiting_since = _wait_for_slot(exc, waiting_since, wait_s)
+            number += waiting_since is None
+            if (waiting_since is None and number >= attempts) or not is_transient(exc):
                 raise
             time.sleep(delay)
             delay = min(delay * 2, _MAX_DELAY_S)
-    raise AssertionError("unreachable")
+            continue
+        if waiting_since is not None:
+            log.warning("the queue database accepts connections again after %.0f s", time.monotonic() - waiting_since)
+        return result
+
+
+@contextmanager
+def connection_wait(seconds: float) -> Iterator[None]:
+    """Within this block, every wait for a free connection slot, however nested, ends `seconds` from now."""
+    token = _wait_deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _wait_deadline.reset(token)
+
+
+def _wait_for_slot(exc: BaseException, since: float | None, wait_s: float) -> float | None:
+    """When the waiting for a free connection slot began (None: `exc` is no refused connection); raises `exc`
+    once the wait is over."""
+    if not is_connection_limit(exc):
+        return None
+    now, deadline = time.monotonic(), _wait_deadline.get()
+    if deadline is not None:
+        if now >= deadline:
+            raise exc
+        wait_s = min(wait_s, deadline - (since or now))
+    if since is None:
+        log.warning("the queue database has no free connection (max_connections reached); waiting up to %.0f s", wait_s)
+        return now
+    if now - since > wait_s:
+        raise exc
+    return since
 
 
 class QueueConnection:

@@ -15,6 +15,7 @@ from queue_db.migrate import pending_migrations
 from queue_db.phases import PHASES
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.rollup_sql import missing_bubble_functions
+from queue_db.transactions import with_retries
 
 _engines: dict[str, sa.Engine] = {}
 _lock = threading.Lock()
@@ -42,19 +43,19 @@ def get_queue(settings: QueueSettings, url: str) -> TaskQueue:
     """The task queue in the database at `url`, with the caller's queue settings; refused while the schema lacks
     migrations."""
     engine = shared_engine(url)
-    try:
-        missing = pending_migrations(engine)
-    except sa.exc.DBAPIError as exc:
-        if not exc.connection_invalidated:
-            raise
-        # pooled connections are not pinged (create_queue_engine): after a server restart the first use finds
-        # them dead and the pool discards them all, so this sensor tick or run goes on with a fresh one
-        missing = pending_migrations(engine)
+    # pooled connections are not pinged (create_queue_engine): after a server restart or a killed backend the first
+    # use finds them dead and the pool discards them, so one more attempt goes on with a fresh one; a server with
+    # no free connection slot is waited for (queue_db.transactions.CONNECTION_WAIT_S, or the sensor tick's bound)
+    missing = with_retries(lambda: pending_migrations(engine), attempts=2)
     if missing:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
         raise SchemaNotReady(f"the queue database needs migrations ({names}): run `docqueue db upgrade`")
-    with engine.connect() as conn:
-        absent = missing_bubble_functions(conn, PHASES)
+
+    def absent_functions() -> list[str]:
+        with engine.connect() as conn:
+            return missing_bubble_functions(conn, PHASES)
+
+    absent = with_retries(absent_functions, attempts=2)
     if absent:
         raise SchemaNotReady(
             f"the queue database lacks this version's bubble-up functions ({', '.join(absent)}): "

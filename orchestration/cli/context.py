@@ -15,6 +15,7 @@ from queue_db.migrate import pending_migrations, upgrade
 from queue_db.phases import Phase
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
+from queue_db.transactions import with_retries
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,9 @@ def open_queue(settings: Settings, environment: Environment | None = None) -> Ta
     embedded = settings.database.database_url is None
     with service_failures():
         engine = open_engine(environment or prepared_environment(settings))
-        missing = pending_migrations(engine)
+        # a server with every connection slot taken is waited for (one log line); any other failure to connect
+        # is reported at once
+        missing = with_retries(lambda: pending_migrations(engine), attempts=1)
         if missing and embedded:
             # the embedded database is docqueue's own: its first command creates the schema
             upgrade(engine)

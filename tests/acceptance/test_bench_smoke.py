@@ -40,6 +40,8 @@ SMOKE_ARGS: dict[str, list[str]] = {
     ],
     "dagster_storage": ["--keys", "5", "--admin-url", "{admin_url}"],
     "entity_resolution": ["--corpus", "{corpus}", "--examples", "1"],
+    # rows 1 and 2 run in tests/reliability/test_database_faults.py; the script's own run: row 3, its own server
+    "faults": ["--quick", "--rows", "3", "--no-clean", "--tasks", "3000", "--vacuum-timeout-s", "0"],
     "near_duplicates": ["--families", "3", "--background", "100", "--searches", "3", "--admin-url", "{admin_url}"],
     "orchestration_overhead": ["--documents", "1", "--pages", "1", "--admin-url", "{admin_url}"],
     # 1,000 live keys is the least the bench allows (one ranged run's keys); 1,000 more to retire

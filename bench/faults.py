@@ -1,0 +1,496 @@
+"""The fault matrix: each row injects one fault a PostgreSQL queue meets in production into a running fleet of
+queue workers (and the code location's sensors), then counts what was lost or done twice, how long recovery took,
+and the throughput during and after the fault against a clean run of the same fleet in the same invocation.
+
+  1 backend-kill    pg_terminate_backend on the workers' and sensors' connections, --kills times (20), each caught
+                    mid-claim, mid-completion, mid-bubble-up, mid-heartbeat or on a sensor's connection
+  2 connections     another client holds every connection slot for --hold-s seconds (60) while workers end and
+                    start runs (new connections), the sensors tick on fresh connections and `docqueue status` runs
+  3 idle-in-tx      a session holds a REPEATABLE READ snapshot while --idle-tasks tasks (100,000) flow; dead tuples
+                    in the queue tables, and how long they take to go after the snapshot is released
+  4 sigkill         a worker SIGKILLed --sigkills times (50) at random moments and replaced; the queue runs dry
+
+"Duplicate" on these queue-only rows is a task completed by two settles (a late worker overwriting the new owner);
+fenced completions the queue rejected (the task had been recovered and re-claimed) are counted beside it. Lost is a
+completion a worker was told applied that the database does not hold, or a task left processing or failed after
+recovery. The points, nodes and edges of the stores are checked by the reliability tests of the same rows.
+
+Runs on an embedded PostgreSQL of its own (its own max_connections), never on a shared server:
+
+  .venv/bin/python bench/faults.py                       # rows 1-3 at full size (~5 min)
+  .venv/bin/python bench/faults.py --rows 4               # row 4 (~2 min)
+  .venv/bin/python bench/faults.py --rows 3 --untuned     # row 3 with the tables' storage settings reset
+  .venv/bin/python bench/faults.py --quick                # a smoke run
+
+Prints a table and ends with one line `RESULT {json}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import psycopg  # noqa: E402
+
+from bench import _fault_kit as kit  # noqa: E402
+from bench._result import print_result  # noqa: E402
+from queue_db.config import QueueSettings  # noqa: E402
+
+ROWS = {1: "backend-kill", 2: "connections", 3: "idle-in-tx", 4: "sigkill"}
+QUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk")
+SETTINGS = QueueSettings(
+    heartbeat_interval_s=0.3, stale_timeout_s=3.0, max_retries=5, retry_backoff_base_s=0.2, retry_backoff_max_s=1.0
+)
+RUN_BATCHES = 20  # a ranged run's worth of batches, then the run's process (and its connections) ends
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.server = kit.OwnServer(args.max_connections, port_from=56400)
+        self.home = Path(tempfile.mkdtemp(prefix="docqueue-faults-home-"))
+        self.template = kit.seed(self.server, args.tasks) if not args.untuned else self._seed_untuned()
+        self.clones = 0
+
+    def _seed_untuned(self) -> str:
+        from bench.queue_throughput import Layout, seed_ours
+        from queue_db.migrate import upgrade
+        from queue_db.queue import create_queue_engine
+
+        url = self.server.create("faults_template")
+        engine = create_queue_engine(url, pool_size=1, max_overflow=0)
+        upgrade(engine)
+        engine.dispose()
+        with psycopg.connect(url, autocommit=True) as conn:
+            for table in QUEUE_TABLES:  # PostgreSQL's defaults, as before migration 0025
+                conn.execute(
+                    f"ALTER TABLE {table} RESET (fillfactor, autovacuum_vacuum_scale_factor, "
+                    "autovacuum_vacuum_threshold, autovacuum_vacuum_insert_scale_factor, "
+                    "autovacuum_analyze_scale_factor, autovacuum_vacuum_cost_delay)"
+                )
+        seed_ours(url, Layout.for_tasks(self.args.tasks))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM (ANALYZE)")
+        return "faults_template"
+
+    def clone(self) -> tuple[str, str]:
+        self.clones += 1
+        name = f"faults_run_{self.clones}"
+        return self.server.create(name, self.template), name
+
+    def fleet(
+        self, url: str, *, sensors: bool, run_batches: int = 0, fresh_sensor_connections=False, work_s: float = 0.0
+    ) -> kit.Fleet:
+        home = self.home / f"sensors-{self.clones}" if sensors else None
+        return kit.Fleet(
+            url,
+            self.args.workers,
+            self.args.batch,
+            SETTINGS,
+            sensors_home=home,
+            run_batches=run_batches,
+            fresh_sensor_connections=fresh_sensor_connections,
+            work_s=work_s,
+        )
+
+    def clean_rate(self, *, sensors: bool, run_batches: int = 0, fresh=False, work_s: float = 0.0) -> dict:
+        if self.args.no_clean:
+            return {"tasks_per_s": None, "errors": []}
+        url, _ = self.clone()
+        fleet = self.fleet(url, sensors=sensors, run_batches=run_batches, fresh_sensor_connections=fresh, work_s=work_s)
+        time.sleep(self.args.window)
+        end = time.monotonic()
+        reports, sensor = fleet.finish()
+        return {"tasks_per_s": kit.rate(reports, fleet.started, end), "errors": _errors(reports, sensor)}
+
+    def close(self) -> None:
+        self.server.stop()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _errors(reports: list[kit.WorkerReport], sensor: kit.SensorReport | None) -> list[str]:
+    return [f"{r.app}: {e}" for r in reports for e in r.errors] + (sensor.errors if sensor else [])
+
+
+# ---------------------------------------------------------------------------------------------------- row 1
+def backend_kills(bench: Bench) -> dict:
+    args = bench.args
+    rng = random.Random(args.seed)
+    clean = bench.clean_rate(sensors=True, work_s=args.work_s)
+    url, name = bench.clone()
+    fleet = bench.fleet(url, sensors=True, work_s=args.work_s)
+    recovery = kit.TaskQueueHandle(url, SETTINGS)
+    kills, missed = [], []
+    with psycopg.connect(bench.server.admin_url, autocommit=True) as admin:
+        time.sleep(1.0)
+        start = time.monotonic()
+        for moment in kit.kill_schedule(args.kills, rng):
+            time.sleep(rng.uniform(0.2, 2 * args.kill_gap_s))
+            kill = kit.kill_one(admin, moment, name, timeout_s=5.0)
+            (kills.append(kill) if kill else missed.append(moment))
+            recovery.recover()  # the recovery job, as its sensor requests it
+        end = time.monotonic()
+        time.sleep(args.window)
+        recovery.recover()
+        after_end = time.monotonic()
+    reports, sensor = fleet.finish()
+    recovery.close()
+    check = kit.queue_check(url, reports, SETTINGS)
+    by_app = {r.app: r.settles for r in reports}
+    if sensor:
+        by_app[kit.SENSOR_APP] = sensor.ticks
+    waits = [_next_after(by_app.get(k.app, []), k.at) for k in kills]
+    return {
+        "faults_injected": len(kills),
+        "by_moment": {m: sum(1 for k in kills if k.moment == m) for m in [*kit.MOMENTS, "sensor"]},
+        "not_caught": missed,
+        "work_done": check["completed"],
+        **check,
+        "recovery_s_max": max((w for w in waits if w is not None), default=None),
+        "recovery_s_median": _median([w for w in waits if w is not None]),
+        "unrecovered_victims": sum(1 for w in waits if w is None),
+        "released_during_run": recovery.released,
+        "sensor_ticks": len(sensor.ticks) if sensor else 0,
+        "sensor_ticks_after_last_kill": sum(1 for t in (sensor.ticks if sensor else []) if t > end),
+        "sensor_skips": len(sensor.skipped_unavailable) if sensor else 0,
+        "tasks_per_s": {
+            "clean": clean["tasks_per_s"],
+            "during": kit.rate(reports, start, end),
+            "after": kit.rate(reports, end, after_end),
+        },
+        "errors": clean["errors"] + _errors(reports, sensor),
+    }
+
+
+def _next_after(times: list[float], at: float) -> float | None:
+    later = [t for t in times if t > at]
+    return round(min(later) - at, 3) if later else None
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(values)
+    return values[len(values) // 2] if values else None
+
+
+# ---------------------------------------------------------------------------------------------------- row 2
+def connections_exhausted(bench: Bench) -> dict:
+    args = bench.args
+    clean = bench.clean_rate(sensors=True, run_batches=RUN_BATCHES, fresh=True)
+    url, _ = bench.clone()
+    fleet = bench.fleet(url, sensors=True, run_batches=RUN_BATCHES, fresh_sensor_connections=True)
+    time.sleep(1.0)
+    holder = kit.SlotHolder(bench.server.admin_url, args.max_connections + 10)
+    holder.take_all()
+    start = time.monotonic()
+    cli = _start_cli(url, bench.home)
+    while time.monotonic() < start + args.hold_s:  # slots a run frees are taken too
+        holder.take_all()
+        time.sleep(0.1)
+    held = len(holder.connections)
+    holder.release()
+    end = time.monotonic()
+    time.sleep(args.window)
+    after_end = time.monotonic()
+    reports, sensor = fleet.finish()
+    cli_result = _finish_cli(cli, start)
+    check = kit.queue_check(url, reports, SETTINGS)
+    waits = [line for r in reports for line in r.log_lines]
+    return {
+        "faults_injected": 1,
+        "slots_held": held,
+        "hold_s": round(end - start, 1),
+        "work_done": check["completed"],
+        **check,
+        "worker_wait_lines": len(waits),
+        "worker_log_sample": sorted(set(waits))[:2],
+        "tracebacks_in_worker_logs": sum(1 for line in waits if "traceback" in line),
+        "sensor_skips": len(sensor.skipped_unavailable) if sensor else 0,
+        "sensor_skip_sample": (sensor.skipped_unavailable[:1] if sensor else []),
+        "sensor_ticks_after": sum(1 for t in (sensor.ticks if sensor else []) if t > end),
+        "completed_after_release": kit.completed_between(reports, end, float("inf")),
+        "sensor_log_sample": sorted(set(sensor.log_lines))[:2] if sensor else [],
+        "cli": cli_result,
+        "recovery_s": kit.recovered_after(reports, end, clean["tasks_per_s"] or 0),
+        "tasks_per_s": {
+            "clean": clean["tasks_per_s"],
+            "during": kit.rate(reports, start, end),
+            "after": kit.rate(reports, end, after_end),
+        },
+        "errors": clean["errors"] + _errors(reports, sensor),
+    }
+
+
+def _start_cli(url: str, home: Path) -> subprocess.Popen:
+    import os
+
+    env = {**os.environ, "DOCQUEUE_DATABASE_URL": url, "DOCQUEUE_HOME": str(home / "cli"), "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestration.cli", "status"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish_cli(cli: subprocess.Popen, started: float) -> dict:
+    try:
+        _, stderr = cli.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        cli.kill()
+        _, stderr = cli.communicate()
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    return {
+        "exit_code": cli.returncode,
+        "seconds": round(time.monotonic() - started, 1),
+        "stderr_lines": lines[:3],
+        "traceback": any("Traceback" in line for line in lines),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- row 3
+def idle_in_transaction(bench: Bench) -> dict:
+    args = bench.args
+    clean = _idle_run(bench, hold_snapshot=False) if not args.no_clean else None
+    fault = _idle_run(bench, hold_snapshot=True, clean_dead=clean["dead_at_mark"] if clean else None)
+    if clean is None:  # the test's short form: the fault alone
+        clean = {"during": None, "after": None, "dead_at_mark": None, "hot_share": None, "errors": []}
+    drop = 1 - fault["during"] / clean["during"] if clean["during"] else None
+    return {
+        "faults_injected": 1,
+        "tasks_under_snapshot": fault["tasks"],
+        "snapshot_held_s": fault["seconds"],
+        "work_done": fault["check"]["completed"],
+        **fault["check"],
+        "dead_tuples": {"clean": clean["dead_at_mark"], "held": fault["dead_at_mark"]},
+        "dead_tuples_ratio": round(fault["dead_at_mark"] / max(1, clean["dead_at_mark"] or 0), 1),
+        "dead_tuples_recovery_s": fault["dead_recovery_s"],
+        "hot_update_share": {"clean": clean["hot_share"], "held": fault["hot_share"]},
+        "recovery_s": kit.recovered_after(fault["reports"], fault["mark"], clean["during"] or 0, share=0.9),
+        "tasks_per_s": {
+            "clean": clean["during"],
+            "during": fault["during"],
+            "after": fault["after"],
+            "clean_after": clean["after"],
+        },
+        "throughput_drop": round(drop, 3) if drop is not None else None,
+        "tuned": not args.untuned,
+        "idle_in_transaction_session_timeout_s": args.idle_timeout_s,
+        "errors": fault["errors"] + clean["errors"],
+    }
+
+
+def _idle_run(bench: Bench, hold_snapshot: bool, clean_dead: int | None = None) -> dict:
+    args = bench.args
+    url, _ = bench.clone()
+    fleet = bench.fleet(url, sensors=False)
+    holder = psycopg.connect(url)
+    watcher = psycopg.connect(url, autocommit=True)
+    if hold_snapshot:  # a report run at the wrong moment: a snapshot taken, then nothing
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        if args.idle_timeout_s:  # what docs/operations.md advises: the server ends such a session
+            holder.execute(f"SET idle_in_transaction_session_timeout = '{int(args.idle_timeout_s * 1000)}ms'")
+        holder.execute("SELECT count(*) FROM documents").fetchone()  # the snapshot is taken here, then kept
+    while _completed(watcher) < args.idle_tasks:
+        time.sleep(0.25)
+    mark = time.monotonic()
+    time.sleep(1.1)  # the workers' statistics reach pg_stat_user_tables at most once a second
+    dead_at_mark, hot_share = _dead_tuples(watcher)
+    try:
+        holder.rollback()
+    except psycopg.Error:  # idle_in_transaction_session_timeout ended it already
+        pass
+    holder.close()
+    time.sleep(args.window)
+    after_end = time.monotonic()
+    reports, _ = fleet.finish()
+    floor = max(dead_at_mark / 10, clean_dead or 0)
+    dead_recovery_s = _wait_dead_tuples(watcher, mark, args.vacuum_timeout_s, floor) if hold_snapshot else None
+    watcher.close()
+    return {
+        "reports": reports,
+        "mark": mark,
+        "tasks": kit.completed_between(reports, fleet.started, mark),
+        "seconds": round(mark - fleet.started, 1),
+        "during": kit.rate(reports, fleet.started, mark),
+        "after": kit.rate(reports, mark, after_end),
+        "dead_at_mark": dead_at_mark,
+        "hot_share": hot_share,
+        "dead_recovery_s": dead_recovery_s,
+        "check": kit.queue_check(url, reports, SETTINGS),
+        "errors": _errors(reports, None),
+    }
+
+
+def _completed(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM task_queue_chunk WHERE vector_status = 'completed'").fetchone()[0]
+
+
+def _dead_tuples(conn: psycopg.Connection) -> tuple[int, float | None]:
+    rows = conn.execute(
+        "SELECT sum(n_dead_tup), sum(n_tup_hot_upd), sum(n_tup_upd) FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+        (list(QUEUE_TABLES),),
+    ).fetchone()
+    return int(rows[0] or 0), (round(float(rows[1]) / float(rows[2]), 3) if rows[2] else None)
+
+
+def _wait_dead_tuples(conn: psycopg.Connection, since: float, timeout_s: float, floor: float) -> float | None:
+    """Seconds from the release until autovacuum brought the dead tuples down to `floor`: a tenth of their peak,
+    or the clean run's level, whichever is higher."""
+    while time.monotonic() < since + timeout_s:
+        if _dead_tuples(conn)[0] <= floor:
+            return round(time.monotonic() - since, 1)
+        time.sleep(1.0)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------- row 4
+def repeated_kills(bench: Bench) -> dict:
+    """Workers SIGKILLed at random moments and replaced; the queue runs dry. Each worker writes what it completed to
+    a ledger file as it goes (a killed worker cannot report), so a task completed twice shows in the ledgers."""
+    args = bench.args
+    rng = random.Random(args.seed + 4)
+    clean = bench.clean_rate(sensors=False)
+    url, _ = bench.clone()
+    ledgers = Path(tempfile.mkdtemp(prefix="ledgers-", dir=bench.home))
+    fleet = kit.Fleet(url, args.workers, args.batch, SETTINGS, ledgers=ledgers)
+    recovery = kit.TaskQueueHandle(url, SETTINGS)
+    with psycopg.connect(url, autocommit=True) as watcher:
+        total = watcher.execute("SELECT count(*) FROM task_queue_chunk").fetchone()[0]
+        start, done_at_start = time.monotonic(), _completed(watcher)
+        for _ in range(args.sigkills):
+            time.sleep(rng.uniform(0.05, 2 * args.sigkill_gap_s))
+            fleet.kill_worker(rng)
+            recovery.recover()  # the recovery job, as its sensor requests it
+        end, done_at_end = time.monotonic(), _completed(watcher)
+        while _completed(watcher) < total and time.monotonic() < end + args.drain_timeout_s:
+            recovery.recover()
+            time.sleep(0.5)
+        drained, done_at_drain = time.monotonic(), _completed(watcher)
+    reports, _ = fleet.finish()
+    recovery.close()
+    ledger = [kit.WorkerReport(path.stem, applied=path.read_text().split()) for path in ledgers.iterdir()]
+    check = kit.queue_check(url, ledger, SETTINGS)
+    return {
+        "faults_injected": fleet.killed,
+        "work_done": check["completed"],
+        **check,
+        "unfinished": total - check["completed"],
+        "released_during_run": recovery.released,
+        "drain_s": round(drained - end, 1),
+        "tasks_per_s": {
+            "clean": clean["tasks_per_s"],
+            "during": round((done_at_end - done_at_start) / max(1e-6, end - start), 1),
+            "after": round((done_at_drain - done_at_end) / max(1e-6, drained - end), 1),
+        },
+        "errors": clean["errors"] + _errors(reports, None),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- the run
+RUNNERS = {1: backend_kills, 2: connections_exhausted, 3: idle_in_transaction, 4: repeated_kills}
+
+
+def run(args: argparse.Namespace) -> int:
+    bench = Bench(args)
+    rows: dict[str, dict] = {}
+    try:
+        for number in args.rows:
+            began = time.monotonic()
+            figures = RUNNERS[number](bench)
+            figures["row_seconds"] = round(time.monotonic() - began, 1)
+            rows[f"{number}_{ROWS[number]}"] = figures
+            _print_row(number, figures)
+    finally:
+        bench.close()
+    failures = [
+        f"row {name}: {what}"
+        for name, f in rows.items()
+        for what, bad in (
+            ("tasks lost", f.get("tasks_lost")),
+            ("tasks unfinished", f.get("unfinished")),
+            ("tasks completed twice", f.get("completed_twice")),
+            ("roll-ups left wrong", f.get("rollup_mismatches") or f.get("reconcile_corrections")),
+            ("errors", f.get("errors")),
+        )
+        if bad
+    ]
+    for failure in failures:
+        print(f"FAIL {failure}")
+    names = ("workers", "batch", "tasks", "kills", "hold_s", "idle_tasks", "sigkills", "window")
+    config = {k: getattr(args, k) for k in names}
+    print_result({"rows": rows, "config": config, "failures": failures}, sort_keys=True)
+    return 1 if failures else 0
+
+
+def _print_row(number: int, f: dict) -> None:
+    speed = f["tasks_per_s"]
+    print(
+        f"row {number} {ROWS[number]:<12} faults {f['faults_injected']:>3}  done {f['work_done']:>7}  "
+        f"lost {f['tasks_lost']}  twice {f['completed_twice']}  rejected {f['fenced_rejected']}  "
+        f"roll-ups wrong {f['rollup_mismatches']}/{f['reconcile_corrections']}  tasks/s clean {speed['clean']} "
+        f"during {speed['during']} after {speed['after']}  ({f['row_seconds']} s)",
+        flush=True,
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", default="1,2,3", help="comma-separated rows to run (default 1,2,3; 4 on request)")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--tasks", type=int, default=None, help="tasks seeded (default: enough for the rows)")
+    parser.add_argument("--kills", type=int, default=20, help="row 1: backends killed")
+    parser.add_argument("--kill-gap-s", type=float, default=1.0, help="row 1: mean seconds between kills")
+    parser.add_argument(
+        "--work-s", type=float, default=0.4, help="row 1: seconds a batch's work takes (heartbeats beat meanwhile)"
+    )
+    parser.add_argument("--sigkills", type=int, default=50, help="row 4: workers SIGKILLed")
+    parser.add_argument("--sigkill-gap-s", type=float, default=0.5, help="row 4: mean seconds between kills")
+    parser.add_argument("--drain-timeout-s", type=float, default=300.0, help="row 4: wait for the queue to run dry")
+    parser.add_argument("--hold-s", type=float, default=60.0, help="row 2: seconds every slot stays taken")
+    parser.add_argument("--max-connections", type=int, default=40, help="the bench server's max_connections")
+    parser.add_argument("--idle-tasks", type=int, default=100_000, help="row 3: tasks that flow under the snapshot")
+    parser.add_argument("--window", type=float, default=8.0, help="seconds of each clean and after-fault measure")
+    parser.add_argument("--vacuum-timeout-s", type=float, default=180.0, help="row 3: wait for autovacuum")
+    parser.add_argument(
+        "--idle-timeout-s",
+        type=float,
+        default=0.0,
+        help="row 3: the snapshot's session has this idle_in_transaction_session_timeout (0: none)",
+    )
+    parser.add_argument("--untuned", action="store_true", help="row 3 without migration 0025's table settings")
+    parser.add_argument("--seed", type=int, default=26)
+    parser.add_argument("--no-clean", action="store_true", help="the rows without their clean runs (tests)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a few kills, seconds, 2,000 tasks")
+    args = parser.parse_args(argv)
+    try:
+        args.rows = sorted({int(r) for r in args.rows.split(",") if r.strip()})
+    except ValueError:
+        parser.error("--rows takes comma-separated row numbers, e.g. 1,3")
+    if not args.rows or set(args.rows) - set(ROWS):
+        parser.error(f"--rows takes numbers from {sorted(ROWS)}")
+    if args.quick:
+        args.kills, args.hold_s, args.idle_tasks, args.window = 5, 3.0, 1000, 1.5
+        args.kill_gap_s, args.vacuum_timeout_s, args.workers = 0.3, 5.0, 2
+        args.sigkills, args.sigkill_gap_s = 5, 0.3
+    if args.tasks is None:
+        args.tasks = max(20_000 if args.quick else 200_000, int(args.idle_tasks * 1.6))
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(run(parse_args()))
