@@ -76,13 +76,22 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
 
     report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, max_seconds=600)
     assert report.runs >= 5
-    # what the UI shows of a CLI run: who launched it, and the tags a person reads (range, kind, phase), plus one
-    # internal tag each for planning and for the runner
+    # what the UI shows of a CLI run: who launched it, and the tags a person reads (range, kind, phase, process),
+    # plus one internal tag each for planning and for the runner
     import dagster as dg
 
     for run in instance.get_runs(filters=dg.RunsFilter(tags={"docqueue/kind": "ocr_page"})):
         ours = {k for k in run.tags if not k.startswith("dagster/") and not k.startswith(".dagster/")}
-        assert ours == {"docqueue/kind", "docqueue/phase", "docqueue/span", "docqueue/runner", "user"}, run.tags
+        assert ours == {
+            "docqueue/kind",
+            "docqueue/phase",
+            "docqueue/range",
+            "docqueue/process",
+            "docqueue/span",
+            "docqueue/runner",
+            "user",
+        }, run.tags
+        assert run.tags["docqueue/range"].endswith(("page)", "pages)")), run.tags
         assert run.tags["user"].endswith("(docqueue run)")
 
     good_doc = queue.document(results[0].document_id)
