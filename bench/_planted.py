@@ -13,6 +13,7 @@ the documents' file names, also from a kept home evaluated again with --no-proce
 
 from __future__ import annotations
 
+import html
 import itertools
 import random
 import re
@@ -49,13 +50,11 @@ def _one_word_changed(text: str, rng: random.Random) -> str:
 
 
 def _write_text(page: pymupdf.Page, text: str) -> None:
-    """The text in the page's box, at the largest of a few sizes at which it fits (a longer page gets smaller
-    print rather than losing its end)."""
-    box = page.rect + (36, 36, -36, -36)
-    for size in (10, 8, 6, 5, 4, 3):
-        if page.insert_textbox(box, text, fontsize=size, fontname="helv") >= 0:
-            return
-    page.insert_textbox(box, text, fontsize=2, fontname="helv")
+    """The text in the page's box as HTML, shrunk until it fits (a longer page gets smaller print rather than
+    losing its end); HTML because the Story behind it falls back to fonts with any character, where the base-14
+    fonts print `?` for what is not Latin-1."""
+    body = "<br>".join(html.escape(line) for line in text.splitlines())
+    page.insert_htmlbox(page.rect + (36, 36, -36, -36), f"<p style='font-size:10pt'>{body}</p>", scale_low=0)
 
 
 def write_version(source: Path, folder: Path, rng: random.Random) -> Path:
