@@ -262,8 +262,9 @@ def search(text: str, mode: str = "hybrid") -> list[dict]:
     from orchestration.cli import main
 
     flags = [] if mode == "hybrid" else [f"--{mode}"]
+    # `--` ends the options: a sentence may begin with a dash (a list item of the page it came from)
     result = CliRunner().invoke(
-        main, ["search", text, "--limit", str(SEARCH_LIMIT), "--json", *flags], catch_exceptions=False
+        main, ["search", "--limit", str(SEARCH_LIMIT), "--json", *flags, "--", text], catch_exceptions=False
     )
     if result.exit_code != 0:
         raise SystemExit(f"docqueue search failed ({result.exit_code}): {result.output[-2000:]}")
