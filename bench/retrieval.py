@@ -10,19 +10,31 @@ as it is with --no-process). Queries are sampled, with a seeded generator, from 
   keywords  the same sentence shortened to its --keywords rarest words (document frequency over all pages), in
             their order in the sentence
 
-Each query runs through the `docqueue search` command itself (in-process, `--json --limit 10`), once per search
-mode given by --modes (hybrid, the default, and `--dense` / `--sparse` for comparison). Per mode and query type:
-doc hit@1 and @5 (the query's document among the first hits), page hit@5 (its page), MRR (reciprocal rank of the
-first hit from its document, 0 past rank 10). Also reported: pages and chunks indexed, the largest chunk in tokens.
+  shared    with --plant-copies or copies in the folders: a verbatim sentence found in more than one document,
+            attributed to one of them drawn at random
+
+--plant-copies N writes, for the first N inputs with a text layer, a version with one word changed per page and a
+re-scan (pages rendered at another DPI, turned a little, image-only: read by OCR) into a scratch folder and ingests
+them beside the inputs (bench/_planted.py); --text-layer-only takes only inputs with a text layer.
+
+Each query runs through the `docqueue search` command itself (in-process, `--json --limit 10`, copies collapsed
+into one hit per content group as users get them), once per search mode given by --modes (hybrid, the default, and
+`--dense` / `--sparse` for comparison). Per mode and query type: doc hit@1 and @5 (the query's document among the
+first hits), page hit@5 (its page), MRR (reciprocal rank of the first hit from its document, 0 past rank 10), group
+hit@1 (the first hit's document or one of its `also_in_keys` is the query's document). Also reported: pages and
+chunks indexed, the largest chunk in tokens, and the pair precision and recall of the content groups the pipeline
+formed (tables content_groups / content_group_members) against the families of original and planted copies.
 
   .venv/bin/python bench/retrieval.py [FOLDER ...] [--queries 100] [--seed 7] [--keywords 4]
         [--max-documents N] [--suffixes pdf] [--home DIR] [--no-process] [--workers 1]
-        [--modes dense,sparse,hybrid]
+        [--modes dense,sparse,hybrid] [--plant-copies N] [--text-layer-only]
 
-Ends with one line `RESULT {json}`: doc_hit_at_1, doc_hit_at_5, page_hit_at_5, mrr (verbatim sentences), the
-keyword figures as keywords_doc_hit_at_1, keywords_doc_hit_at_5, keywords_page_hit_at_5, keywords_mrr, and the
-counts, all of the first mode given (hybrid by default); with more than one mode, `by_mode` holds each mode's
-figures under the same names.
+Ends with one line `RESULT {json}`: doc_hit_at_1, doc_hit_at_5, page_hit_at_5, mrr (verbatim sentences found in
+one document only; doc_hit_at_1 again as unique_doc_hit_at_1), group_hit_at_1 and shared_queries (sentences found
+in several documents), group_precision, group_recall, planted_copies, the keyword figures as
+keywords_doc_hit_at_1, keywords_doc_hit_at_5, keywords_page_hit_at_5, keywords_mrr, and the counts, all of the
+first mode given (hybrid by default); with more than one mode, `by_mode` holds each mode's figures under the same
+names.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import _planted  # noqa: E402
 from bench._result import print_result  # noqa: E402
 
 DEFAULT_CORPUS = Path(os.environ.get("DOCQUEUE_CORPUS") or REPO.parent / "shared" / "corpus")
@@ -104,13 +117,18 @@ def _docqueue(*args: str, timeout: float, failed_tasks_ok: bool = False) -> str:
     return done.stdout
 
 
-def select_inputs(folders: list[Path], max_documents: int | None, suffixes: str = DEFAULT_SUFFIXES) -> list[Path]:
+def select_inputs(
+    folders: list[Path], max_documents: int | None, suffixes: str = DEFAULT_SUFFIXES, text_layer_only: bool = False
+) -> list[Path]:
     """The files with these suffixes directly inside the folders (sub-folders such as a corpus's ground truth and
-    its README are left out), sorted by path so a limited selection is stable."""
+    its README are left out), sorted by path so a limited selection is stable; with `text_layer_only`, those
+    PyMuPDF finds text in."""
     wanted = {"." + suffix.strip().lower().lstrip(".") for suffix in suffixes.split(",") if suffix.strip()}
     files = sorted(
         path for folder in folders for path in folder.iterdir() if path.is_file() and path.suffix.lower() in wanted
     )
+    if text_layer_only:
+        files = [path for path in files if _planted.has_text_layer(path)]
     return files[:max_documents] if max_documents else files
 
 
@@ -162,6 +180,24 @@ def indexed_pages() -> tuple[list[Page], dict]:
     }
 
 
+def content_groups() -> list[tuple[str, str, str | None]]:
+    """(document_key, file name, content group id or None) of each document whose vectors are complete and
+    visible to search: the groups as the pipeline formed them."""
+    from orchestration.cli.context import open_queue
+    from queue_db.config import Settings
+    from queue_db.lifecycle import hidden_from_search
+
+    queue = open_queue(Settings.from_env())
+    hidden = set(hidden_from_search(queue))
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            """SELECT d.id, d.document_key, d.filename, m.group_id
+               FROM documents d LEFT JOIN content_group_members m ON m.document_id = d.id
+               WHERE d.vector_index_status = 'completed' ORDER BY d.document_key"""
+        ).all()
+    return [(key, name, group and str(group)) for doc_id, key, name, group in rows if str(doc_id) not in hidden]
+
+
 def sentences(markdown: str) -> list[str]:
     """Prose sentences of a page: table rows and headings left out, markup removed."""
     prose = [line for line in markdown.splitlines() if line.strip() and not line.lstrip().startswith(("|", "#", "```"))]
@@ -180,15 +216,31 @@ def _content_words(text: str) -> list[str]:
     return [word for word in _WORD.findall(text) if len(word) >= 4 and word.lower() not in STOPWORDS]
 
 
+def _normal(sentence: str) -> str:
+    return " ".join(sentence.lower().split())
+
+
+def sample_shared_queries(pages: list[Page], count: int, seed: int) -> list[Query]:
+    """`count` verbatim sentences found in more than one document, each attributed to one page it is on, drawn
+    with random.Random(seed)."""
+    by_page = {(p.document_key, p.page_number): sentences(p.markdown) for p in pages}
+    documents: dict[str, set[str]] = {}
+    for (document_key, _), found in by_page.items():
+        for sentence in found:
+            documents.setdefault(_normal(sentence), set()).add(document_key)
+    candidates = sorted(
+        (key, s) for key, found in by_page.items() for s in dict.fromkeys(found) if len(documents[_normal(s)]) > 1
+    )
+    chosen = random.Random(seed).sample(candidates, min(count, len(candidates)))
+    return [Query("shared", sentence, document_key, page) for (document_key, page), sentence in chosen]
+
+
 def sample_queries(pages: list[Page], count: int, seed: int, keywords: int) -> list[Query]:
     """`count` sentences drawn with random.Random(seed), each as a verbatim query and as a keyword query."""
     by_page = {(p.document_key, p.page_number): sentences(p.markdown) for p in pages}
-    where = Counter(" ".join(s.lower().split()) for found in by_page.values() for s in set(found))
+    where = Counter(_normal(s) for found in by_page.values() for s in set(found))
     candidates = sorted(
-        (key, s)
-        for key, found in by_page.items()
-        for s in dict.fromkeys(found)
-        if where[" ".join(s.lower().split())] == 1
+        (key, s) for key, found in by_page.items() for s in dict.fromkeys(found) if where[_normal(s)] == 1
     )
     frequency = Counter(w.lower() for p in pages for w in set(_content_words(p.markdown)))
     chosen = random.Random(seed).sample(candidates, min(count, len(candidates)))
@@ -210,8 +262,9 @@ def search(text: str, mode: str = "hybrid") -> list[dict]:
     from orchestration.cli import main
 
     flags = [] if mode == "hybrid" else [f"--{mode}"]
+    # `--` ends the options: a sentence may begin with a dash (a list item of the page it came from)
     result = CliRunner().invoke(
-        main, ["search", text, "--limit", str(SEARCH_LIMIT), "--json", *flags], catch_exceptions=False
+        main, ["search", "--limit", str(SEARCH_LIMIT), "--json", *flags, "--", text], catch_exceptions=False
     )
     if result.exit_code != 0:
         raise SystemExit(f"docqueue search failed ({result.exit_code}): {result.output[-2000:]}")
@@ -233,6 +286,11 @@ def evaluate(queries: list[Query], mode: str = "hybrid") -> dict[str, dict]:
         for k in RANKS:
             total[f"doc_hit_at_{k}"] += query.document_key in documents[:k]
         total["page_hit_at_5"] += (query.document_key, query.page_number) in pages[:5]
+        # a collapsed hit stands for its whole content group: the document the sentence came from may be a copy
+        total["group_hit_at_1"] += bool(hits) and query.document_key in {
+            hits[0]["document_key"],
+            *hits[0].get("also_in_keys", []),
+        }
         total["mrr"] += 1 / rank if rank else 0
     return {
         kind: {
@@ -255,16 +313,21 @@ def run(
     timeout: float,
     suffixes: str = DEFAULT_SUFFIXES,
     modes: tuple[str, ...] = ("hybrid",),
+    plant_copies: int = 0,
+    text_layer_only: bool = False,
 ) -> dict:
     """The whole evaluation in this process's environment (DOCQUEUE_HOME and servers already chosen)."""
-    seconds = None
-    if process_inputs:
-        chosen = select_inputs(folders, max_documents, suffixes)
-        if not chosen:
-            raise SystemExit(f"no documents in {', '.join(map(str, folders))}")
-        seconds = process(chosen, workers, timeout)
+    seconds, planted = None, []
+    with tempfile.TemporaryDirectory(prefix="docqueue-planted-") as scratch:
+        if process_inputs:
+            chosen = select_inputs(folders, max_documents, suffixes, text_layer_only)
+            if not chosen:
+                raise SystemExit(f"no documents in {', '.join(map(str, folders))}")
+            planted = _planted.plant(chosen, plant_copies, Path(scratch), seed)
+            seconds = process([*chosen, *planted], workers, timeout)
     pages, corpus = indexed_pages()
-    sampled = sample_queries(pages, queries, seed, keywords)
+    groups = _planted.group_scores(content_groups())
+    sampled = sample_queries(pages, queries, seed, keywords) + sample_shared_queries(pages, queries, seed)
     by_mode, search_seconds = {}, {}
     for mode in modes:  # the same queries in every mode, one mode after the other
         started = time.perf_counter()
@@ -276,7 +339,9 @@ def run(
             "folders": [str(f) for f in folders],
             "max_documents": max_documents,
             "processing_seconds": round(seconds, 1) if seconds is not None else None,
+            "planted_files": [path.name for path in planted],
         },
+        "groups": groups,
         "seed": seed,
         "keywords": keywords,
         "search_seconds": search_seconds[modes[0]],
@@ -301,8 +366,13 @@ def result_line(report: dict) -> dict:
     line = {**_figures(report["by_type"]), "mode": report.get("mode", "hybrid")}
     if len(report.get("by_mode", {})) > 1:
         line["by_mode"] = {mode: _figures(by_type) for mode, by_type in report["by_mode"].items()}
+    shared = report["by_type"].get("shared", {})
     line.update(
         {
+            "unique_doc_hit_at_1": verbatim.get("doc_hit_at_1"),
+            "group_hit_at_1": shared.get("group_hit_at_1"),
+            "shared_queries": shared.get("queries", 0),
+            **{k: report["groups"][k] for k in ("group_precision", "group_recall", "planted_copies", "groups")},
             "queries": verbatim.get("queries", 0),
             "keyword_queries": short.get("queries", 0),
             **{k: report["corpus"][k] for k in ("documents", "pages", "chunks", "max_chunk_tokens")},
@@ -330,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         help="search modes to compare, comma-separated (hybrid, dense, sparse); the first one's "
         "figures are RESULT's top-level keys",
     )
+    parser.add_argument("--plant-copies", type=int, default=0, help="a version and a re-scan of N inputs")
+    parser.add_argument("--text-layer-only", action="store_true", help="only inputs with a text layer")
     args = parser.parse_args(argv)
     modes = tuple(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
     if not modes or set(modes) - set(MODES):
@@ -362,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
             timeout=args.timeout,
             suffixes=args.suffixes,
             modes=modes,
+            plant_copies=args.plant_copies,
+            text_layer_only=args.text_layer_only,
         )
     finally:
         if scratch is not None:
@@ -379,8 +453,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{mode:6s} {kind:9s} n={figures['queries']:4d}  doc@1 {figures['doc_hit_at_1']:.3f}  "
                 f"doc@5 {figures['doc_hit_at_5']:.3f}  page@5 {figures['page_hit_at_5']:.3f}  "
-                f"MRR {figures['mrr']:.3f}"
+                f"MRR {figures['mrr']:.3f}  group@1 {figures['group_hit_at_1']:.3f}"
             )
+    print(f"content groups: {json.dumps(report['groups'])}")
     print_result(result_line(report))
     return 0
 

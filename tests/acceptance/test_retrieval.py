@@ -95,10 +95,20 @@ def test_known_item_retrieval_stays_above_its_floor(docqueue_env, tmp_path: Path
     corpus.mkdir()
     for name, pages in TOPICS.items():
         pf.text_pdf(corpus, f"{name}.pdf", pages)
+    # one document also as a version with a word changed per page and as an image-only re-scan read by OCR
     report = retrieval.run(
-        [corpus], queries=30, seed=7, keywords=4, max_documents=None, process_inputs=True, workers=1, timeout=900
+        [corpus],
+        queries=30,
+        seed=7,
+        keywords=4,
+        max_documents=None,
+        process_inputs=True,
+        workers=1,
+        timeout=900,
+        plant_copies=1,
     )
-    assert report["corpus"]["documents"] == 3 and report["corpus"]["pages"] == 6
+    assert report["corpus"]["planted_files"] == ["planted-version__glaciers.pdf", "planted-rescan__glaciers.pdf"]
+    assert report["corpus"]["documents"] == 5 and report["corpus"]["pages"] == 10
     assert report["corpus"]["max_chunk_tokens"] <= 400
     sentence, keywords = report["by_type"]["sentence"], report["by_type"]["keywords"]
     assert sentence["queries"] == keywords["queries"] >= 15
@@ -108,6 +118,11 @@ def test_known_item_retrieval_stays_above_its_floor(docqueue_env, tmp_path: Path
     assert line["mode"] == "hybrid"
     assert line["doc_hit_at_1"] >= 0.9 and line["page_hit_at_5"] >= 0.9 and line["mrr"] >= 0.9, report
     assert line["keywords_doc_hit_at_5"] >= 0.9 and line["keywords_mrr"] >= 0.8, report
+    assert line["unique_doc_hit_at_1"] == line["doc_hit_at_1"]
+    # the three glaciers documents form the one group: no other pair is grouped, and the copies' sentences find it
+    assert line["planted_copies"] == 2 and report["groups"]["planted_pairs"] == 3, report["groups"]
+    assert line["group_precision"] == 1.0 and line["group_recall"] == 1.0, report["groups"]
+    assert line["shared_queries"] >= 10 and line["group_hit_at_1"] >= 0.9, report
     _assert_vectors_cover_their_chunks("Volunteers restored the steam engines in the old sheds")
     pages, _ = retrieval.indexed_pages()
     assert (

@@ -1,0 +1,125 @@
+"""Planted near-duplicates for bench/retrieval.py: copies of input PDFs written into a scratch folder, the family
+each document belongs to, and how well the pipeline's content groups match those families.
+
+Not a bench of its own (tests/acceptance/test_bench_smoke.py leaves out the modules whose names start with an
+underscore). Per chosen PDF with a text layer, two copies:
+
+  version  each page's text extracted with PyMuPDF, one word of it changed, written as a new text-layer PDF
+  rescan   each page rendered at another DPI, turned by a small angle, saved as an image-only PDF (read by OCR)
+
+A copy's file name says which original it copies (`planted-version__NAME.pdf`), so the families are read back from
+the documents' file names, also from a kept home evaluated again with --no-process.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import random
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pymupdf
+from PIL import Image
+
+PREFIXES = ("planted-version__", "planted-rescan__")
+RESCAN_DPI = 150
+RESCAN_ANGLE = 1.2  # degrees: the skew of a sheet laid slightly askew on a scanner
+MIN_TEXT_CHARS = 200  # a text layer with less than this is a stray label, not a page of prose to copy
+_CHANGEABLE = re.compile(r"\b[^\W\d_]{5,}\b")
+
+
+def has_text_layer(path: Path) -> bool:
+    """Whether PyMuPDF opens the file and finds enough text in its pages (broken or encrypted files are not)."""
+    try:
+        with pymupdf.open(path) as doc:
+            if doc.needs_pass or doc.page_count == 0:
+                return False
+            return sum(len(page.get_text().strip()) for page in doc) >= MIN_TEXT_CHARS
+    except Exception:  # noqa: BLE001 - any file PyMuPDF cannot read is no original to copy
+        return False
+
+
+def _one_word_changed(text: str, rng: random.Random) -> str:
+    words = list(_CHANGEABLE.finditer(text))
+    if not words:
+        return text
+    word = rng.choice(words)
+    return text[: word.start()] + word.group()[::-1].lower() + text[word.end() :]
+
+
+def _write_text(page: pymupdf.Page, text: str) -> None:
+    """The text in the page's box as HTML, shrunk until it fits (a longer page gets smaller print rather than
+    losing its end); HTML because the Story behind it falls back to fonts with any character, where the base-14
+    fonts print `?` for what is not Latin-1."""
+    body = "<br>".join(html.escape(line) for line in text.splitlines())
+    page.insert_htmlbox(page.rect + (36, 36, -36, -36), f"<p style='font-size:10pt'>{body}</p>", scale_low=0)
+
+
+def write_version(source: Path, folder: Path, rng: random.Random) -> Path:
+    target = folder / f"{PREFIXES[0]}{source.name}"
+    with pymupdf.open(source) as original, pymupdf.open() as copy:
+        for page in original:
+            new = copy.new_page(width=page.rect.width, height=page.rect.height)
+            _write_text(new, _one_word_changed(page.get_text(), rng))
+        copy.save(target, garbage=1)
+    return target
+
+
+def write_rescan(source: Path, folder: Path) -> Path:
+    target = folder / f"{PREFIXES[1]}{source.name}"
+    with pymupdf.open(source) as original, pymupdf.open() as copy:
+        for page in original:
+            pixmap = page.get_pixmap(dpi=RESCAN_DPI, colorspace=pymupdf.csGRAY)
+            image = Image.frombytes("L", (pixmap.width, pixmap.height), pixmap.samples)
+            turned = image.rotate(RESCAN_ANGLE, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=255)
+            path = folder / f".{target.stem}-{page.number}.png"
+            turned.save(path)
+            new = copy.new_page(width=page.rect.width, height=page.rect.height)
+            new.insert_image(new.rect, filename=str(path), keep_proportion=True)
+            path.unlink()
+        copy.save(target, garbage=1)
+    return target
+
+
+def plant(files: list[Path], count: int, folder: Path, seed: int) -> list[Path]:
+    """A version and a re-scan of each of the first `count` files with a text layer, written into `folder`."""
+    rng = random.Random(seed)
+    originals = [path for path in files if has_text_layer(path)][:count]
+    return [copy for source in originals for copy in (write_version(source, folder, rng), write_rescan(source, folder))]
+
+
+def family(filename: str) -> str:
+    """The original a document copies (its own file name for an original)."""
+    name = Path(filename).name
+    for prefix in PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def _pairs(groups: dict[str, set[str]]) -> set[frozenset[str]]:
+    return {frozenset(pair) for members in groups.values() for pair in itertools.combinations(sorted(members), 2)}
+
+
+def group_scores(documents: list[tuple[str, str, str | None]]) -> dict:
+    """Pair precision and recall of the content groups against the planted families, over the documents given as
+    (document_key, filename, content group id or None). A pair is two documents of one group (predicted) or of
+    one family (planted); None when there is no pair to count."""
+    planted: dict[str, set[str]] = defaultdict(set)
+    grouped: dict[str, set[str]] = defaultdict(set)
+    for key, filename, group in documents:
+        planted[family(filename)].add(key)
+        if group is not None:
+            grouped[group].add(key)
+    truth, found = _pairs(planted), _pairs(grouped)
+    right = len(truth & found)
+    return {
+        "planted_pairs": len(truth),
+        "grouped_pairs": len(found),
+        "group_precision": round(right / len(found), 4) if found else None,
+        "group_recall": round(right / len(truth), 4) if truth else None,
+        "planted_copies": sum(len(members) - 1 for members in planted.values() if len(members) > 1),
+        "groups": len(grouped),
+    }
