@@ -132,7 +132,12 @@ def test_tenants_are_isolated_and_delete_tenant_removes_one_everywhere(env):
                 "MATCH (n) WHERE n.tenant_id = 'acme' OR n.key STARTS WITH 'acme:' RETURN count(n) AS n"
             )[0]["n"]
 
+    from orchestration.partitions import register_partitions
+    from queue_db.phases import Level
+
     instance = dagster_instance(Settings.from_env())
+    # ingest writes only the queue: the partitions come from the next sensor tick or `docqueue run`, as here
+    register_partitions(instance, queue.engine, Level.DOCUMENT)
     assert acme[0]["document_key"] in instance.get_dynamic_partitions(PARTITION_DEFS["documents"])
     storage = StorageResource.from_settings(Settings.from_env()).get_storage()
     stored = {key: queue.document(key)["storage_key"] for key in (acme[0]["document_key"], plain[0]["document_key"])}
