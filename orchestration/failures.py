@@ -11,7 +11,7 @@ from processing.chunking import ChunkingError
 from processing.errors import DocumentError
 
 # failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
-SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout"})
+SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout", "auth"})
 
 
 class BatchTimeout(TimeoutError):
@@ -39,8 +39,18 @@ def within(limit_s: float, what: str, work):
     return box["value"]
 
 
+def refused_credentials(exc: BaseException) -> bool:
+    """A service that refused our user, password or key. Asking again cannot help and costs a failed login each
+    time, which servers count toward locking the account (ArcadeDB locks it for about half a minute)."""
+    if any(cls.__name__ == "AuthError" for cls in type(exc).__mro__):  # neo4j's, and its TokenExpired
+        return True
+    return type(exc).__name__ == "LlmError" and any(f"HTTP {code}" in str(exc) for code in (401, 403))
+
+
 def classify(exc: BaseException) -> tuple[str, str, bool]:
     """(reason, error class, retryable) for an exception raised while processing one task."""
+    if refused_credentials(exc):
+        return f"auth: credentials refused, fix them and `docqueue retry` ({type(exc).__name__}: {exc})", "auth", False
     if isinstance(exc, DocumentError):
         return exc.reason, exc.error_class, exc.retryable
     if isinstance(exc, PasswordError):
