@@ -117,7 +117,10 @@ def test_known_item_retrieval_stays_above_its_floor(docqueue_env, tmp_path: Path
     # hybrid search (the default): keyword queries find their document as reliably as verbatim sentences
     assert line["mode"] == "hybrid"
     assert line["doc_hit_at_1"] >= 0.9 and line["page_hit_at_5"] >= 0.9 and line["mrr"] >= 0.9, report
-    assert line["keywords_doc_hit_at_5"] >= 0.9 and line["keywords_mrr"] >= 0.8, report
+    # the rarest words of a glaciers sentence are on its planted copies too: the collapsed hit may name the
+    # original among its also-in documents, so the keyword floor is on the group-aware figure
+    assert line["keywords_group_hit_at_5"] >= 0.9 and line["keywords_mrr"] >= 0.8, report
+    assert line["keywords_doc_hit_at_5"] <= line["keywords_group_hit_at_5"]
     assert line["unique_doc_hit_at_1"] == line["doc_hit_at_1"]
     # the three glaciers documents form the one group: no other pair is grouped, and the copies' sentences find it
     assert line["planted_copies"] == 2 and report["groups"]["planted_pairs"] == 3, report["groups"]
