@@ -192,10 +192,13 @@ def test_the_ui_shows_reasons_checks_and_no_clutter_and_stops_entirely(
                 # a quiet period: the recovery sensor ticked every 2 s and requested nothing
                 page.goto(f"{server.url}/automation")
                 page.get_by_role("link", name="recovery_sensor").first.click()
-                # the tick list says "0 runs requested"; its status tag shows the skip reason on hover
-                expect(page.get_by_text("0 runs requested").nth(2)).to_be_visible()
-                page.get_by_text("0 runs requested").nth(1).hover()
-                expect(page.get_by_text("nothing to recover").first).to_be_visible(timeout=10_000)
+                # the tick list says "0 runs requested"; its status tag shows the skip reason on hover. The tags
+                # are the tooltip triggers (the "Latest tick" line's first, then one per row, beside each row's
+                # button of the same text); a row's tag is hovered, as the latest tick may still be evaluating.
+                tags = page.locator("tr span[data-state]").filter(has_text="0 runs requested")
+                expect(tags.nth(2)).to_be_visible()
+                tags.nth(2).hover()
+                expect(page.get_by_text("nothing to recover").first).to_be_visible()
                 page.screenshot(path=ARTIFACTS / "ui_quiet_recovery_sensor.png")
                 assert not instance.get_runs(filters=dg.RunsFilter(job_name="recovery_job"))
                 ticks = _sensor_ticks(instance, "recovery_sensor")
