@@ -12,7 +12,7 @@ its key anew.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -39,8 +39,9 @@ def retire_before(
 ) -> datetime:
     """The completion time before which a live completed partition of `level` is retired: the retention's
     cut-off, or later when more than `max_completed` completed partitions are live (reads at most
-    max_completed + 1 index entries)."""
-    cutoff = datetime.now(timezone.utc) - timedelta(seconds=retention_s)
+    max_completed + 1 index entries). The retention is counted on the database's clock, the one that stamped the
+    completions: a recovery job on a machine whose clock runs ahead would otherwise retire partitions early."""
+    cutoff = conn.exec_driver_sql("SELECT now() - make_interval(secs => %(s)s)", {"s": float(retention_s)}).scalar_one()
     done_at = done_at_sql(level, phases)
     beyond_max = conn.exec_driver_sql(
         f"""SELECT {done_at} FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}
