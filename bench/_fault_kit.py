@@ -10,6 +10,7 @@ connections, as a run's process does, so the next run needs new ones. The sensor
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -17,6 +18,7 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -116,6 +118,7 @@ class WorkerReport:
     applied: list[str] = field(default_factory=list)
     rejected: int = 0
     runs: int = 0
+    beats: int = 0  # heartbeats that reached the database
     errors: list[str] = field(default_factory=list)  # what escaped the queue's own retries
     log_lines: list[str] = field(default_factory=list)  # the queue's warnings (connection waits)
     ledger: object = None  # the file of completed ids, when the worker may be killed
@@ -171,6 +174,7 @@ def _one_run(queue: TaskQueue, batch: int, stop, run_batches: int, report: Worke
             except Exception as exc:  # a worker would crash here: counted, and its tasks left to recovery
                 report.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
                 heartbeat.remove(held)
+                report.beats += heartbeat.beats
                 return
             now = time.monotonic()
             heartbeat.remove(held)
@@ -186,6 +190,7 @@ def _one_run(queue: TaskQueue, batch: int, stop, run_batches: int, report: Worke
             heartbeat.add(held)
             batches += 1
             if ending:
+                report.beats += heartbeat.beats
                 return
             if not held:
                 time.sleep(0.1)
@@ -490,10 +495,101 @@ class TaskQueueHandle:
 
     def __init__(self, url: str, settings: QueueSettings):
         self.queue = TaskQueue(create_queue_engine(url, pool_size=1, max_overflow=1), settings)
-        self.released = 0
+        self.released = self.calls = 0
 
     def recover(self) -> None:
         self.released += sum(self.queue.recover_stale().values())
+        self.calls += 1
 
     def close(self) -> None:
         self.queue.engine.dispose()
+
+
+# ---------------------------------------------------------------------------------------------------- skewed clocks
+LIBFAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
+
+
+def libfaketime() -> Path | None:
+    """Debian's libfaketime (`apt-get install libfaketime`), or None when it is not installed."""
+    found = sorted(Path("/").glob(LIBFAKETIME_GLOB.lstrip("/")))
+    return found[0] if found else None
+
+
+class SkewedProcess:
+    """A queue process (bench/_skewed.py) whose wall clock runs `skew_s` seconds off the machine's, under
+    libfaketime. Its monotonic clock is left alone (FAKETIME_DONT_FAKE_MONOTONIC=1): with it faked, Python's timed
+    waits never return and a heartbeat thread never beats; left alone, it is the machine's, so the times the
+    process reports line up with the parent's. File times are left alone too (NO_FAKE_STAT=1), so the byte-code
+    caches the normal processes wrote stay valid."""
+
+    def __init__(self, skew_s: int, spec: dict, home: Path):
+        library = libfaketime()
+        if library is None:
+            raise RuntimeError(f"no libfaketime at {LIBFAKETIME_GLOB}: install Debian's `libfaketime` package")
+        self.skew_s, self.spec = skew_s, spec
+        env = {
+            **os.environ,
+            "LD_PRELOAD": str(library),
+            "FAKETIME": f"{skew_s:+d}",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "NO_FAKE_STAT": "1",
+            "PYTHONPATH": str(REPO),
+        }
+        home.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = home / f"skewed-{spec['mode']}-{skew_s:+d}-{id(self)}.log"
+        self._stderr = open(self.stderr_path, "w")
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "bench" / "_skewed.py"), json.dumps(spec)],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
+        self.ready: dict = {}
+
+    def wait_ready(self) -> dict:
+        """Its first line: its wall clock against the database's (`wall_skew_s`), and its monotonic clock's
+        distance from this process's (`monotonic_offset_s`, ~0 when the two clocks are one)."""
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the skewed {self.spec['mode']} process did not start: {self.stderr_tail()}")
+        self.ready = json.loads(line)
+        self.ready["monotonic_offset_s"] = round(self.ready["monotonic"] - time.monotonic(), 3)
+        return self.ready
+
+    def go(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+
+    def finish(self, timeout_s: float = 120.0) -> dict:
+        """Tell it to stop and return its report; {"errors": [...]} when it has none. The stop is a line, not the
+        end of its input: a worker forked after it started holds a copy of the pipe's end."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write("stop\n")
+            self.process.stdin.flush()
+        except OSError:  # it ended already; its report, if any, is in its output
+            pass
+        try:
+            out, _ = self.process.communicate(timeout=timeout_s)
+        except Exception:
+            self.process.kill()
+            out, _ = self.process.communicate()
+        finally:
+            self._stderr.close()
+        for line in reversed(out.splitlines()):
+            if line.startswith('{"report"'):
+                return json.loads(line)["report"]
+        return {
+            "errors": [f"skewed {self.spec['mode']} process (exit {self.process.returncode}): {self.stderr_tail()}"]
+        }
+
+    def stderr_tail(self) -> str:
+        if not self._stderr.closed:
+            self._stderr.flush()
+        lines = [line for line in self.stderr_path.read_text().splitlines() if line.strip()]
+        return " | ".join(lines[-3:])[-600:]

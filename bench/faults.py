@@ -9,6 +9,11 @@ and the throughput during and after the fault against a clean run of the same fl
   3 idle-in-tx      a session holds a REPEATABLE READ snapshot while --idle-tasks tasks (100,000) flow; dead tuples
                     in the queue tables, and how long they take to go after the snapshot is released
   4 sigkill         a worker SIGKILLed --sigkills times (50) at random moments and replaced; the queue runs dry
+  8 clock-skew      one worker's wall clock --skew-s seconds (600) ahead and one's as far behind, beside normal
+                    workers, with stale recovery run from a process ahead as well as from a normal one, for
+                    --skew-window-s (30); each batch's work (--skew-work-s, 4) outlasts the stale timeout (3 s), so
+                    only the heartbeats keep a task; and a retryable failure made by each skewed process becomes
+                    claimable after the configured back-off by the database's clock. Needs libfaketime.
 
 "Duplicate" on these queue-only rows is a task completed by two settles (a late worker overwriting the new owner);
 fenced completions the queue rejected (the task had been recovered and re-claimed) are counted beside it. Lost is a
@@ -19,6 +24,7 @@ Runs on an embedded PostgreSQL of its own (its own max_connections), never on a 
 
   .venv/bin/python bench/faults.py                       # rows 1-3 at full size (~5 min)
   .venv/bin/python bench/faults.py --rows 4               # row 4 (~2 min)
+  .venv/bin/python bench/faults.py --rows 8               # row 8 (~2 min)
   .venv/bin/python bench/faults.py --rows 3 --untuned     # row 3 with the tables' storage settings reset
   .venv/bin/python bench/faults.py --quick                # a smoke run
 
@@ -28,6 +34,7 @@ Prints a table and ends with one line `RESULT {json}`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import shutil
 import subprocess
@@ -45,13 +52,16 @@ import psycopg  # noqa: E402
 from bench import _fault_kit as kit  # noqa: E402
 from bench._result import print_result  # noqa: E402
 from queue_db.config import QueueSettings  # noqa: E402
+from queue_db.phases import VECTOR_CHUNK  # noqa: E402
 
-ROWS = {1: "backend-kill", 2: "connections", 3: "idle-in-tx", 4: "sigkill"}
+ROWS = {1: "backend-kill", 2: "connections", 3: "idle-in-tx", 4: "sigkill", 8: "clock-skew"}
 QUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk")
 SETTINGS = QueueSettings(
     heartbeat_interval_s=0.3, stale_timeout_s=3.0, max_retries=5, retry_backoff_base_s=0.2, retry_backoff_max_s=1.0
 )
 RUN_BATCHES = 20  # a ranged run's worth of batches, then the run's process (and its connections) ends
+# row 8: a back-off long enough to see a claim come early, short enough to wait for
+SKEW_SETTINGS = dataclasses.replace(SETTINGS, retry_backoff_base_s=2.0, retry_backoff_max_s=2.0)
 
 
 class Bench:
@@ -398,8 +408,205 @@ def repeated_kills(bench: Bench) -> dict:
     }
 
 
+# ---------------------------------------------------------------------------------------------------- row 8
+def clock_skew(bench: Bench) -> dict:
+    """A worker whose wall clock runs --skew-s ahead and one as far behind, beside normal workers, while stale
+    recovery runs from a process ahead and from a normal one. The queue stamps and judges every heartbeat, claim and
+    back-off by the database's clock, so no task may be released (every holder is alive and beating), stolen or
+    completed twice; the figures also say how many held tasks a recovery would have released had it judged by its
+    own clock, which is what makes the row a test: with the stale timeout at 3 s and the skew at 600 s, every one."""
+    args = bench.args
+    if kit.libfaketime() is None:
+        raise RuntimeError(f"row 8 needs libfaketime ({kit.LIBFAKETIME_GLOB}): apt-get install libfaketime")
+    normal = max(1, args.workers - 2)
+    clean = _skew_clean_rate(bench, normal + 2)
+    backoff = _backoff_check(bench)
+    url, _ = bench.clone()
+    spec = {"url": url, "settings": dataclasses.asdict(SKEW_SETTINGS), "batch": args.batch, "work_s": args.skew_work_s}
+    skewed = {
+        f"worker{skew:+d}": kit.SkewedProcess(
+            skew, {**spec, "mode": "worker", "app": f"faults-skew{skew:+d}"}, bench.home
+        )
+        for skew in (args.skew_s, -args.skew_s)
+    }
+    skewed[f"recovery+{args.skew_s}"] = kit.SkewedProcess(
+        args.skew_s, {**spec, "mode": "recover", "interval_s": 0.5}, bench.home
+    )
+    clocks = {name: process.wait_ready() for name, process in skewed.items()}
+    fleet = kit.Fleet(url, normal, args.batch, SKEW_SETTINGS, work_s=args.skew_work_s)
+    for process in skewed.values():
+        process.go()
+    recovery = kit.TaskQueueHandle(url, SKEW_SETTINGS)
+    start = fleet.started
+    while time.monotonic() < start + args.skew_window_s:
+        recovery.recover()  # the recovery job on a machine with a right clock
+        time.sleep(0.5)
+    end = time.monotonic()
+    finished = {name: process.finish() for name, process in skewed.items()}
+    reports, _ = fleet.finish()
+    recovery.close()
+    skewed_reports = [
+        kit.WorkerReport(
+            **{"app": f"skewed {name}", **{k: v for k, v in finished[name].items() if k in _REPORT_FIELDS}}
+        )
+        for name in finished
+        if name.startswith("worker")
+    ]
+    check = kit.queue_check(url, reports + skewed_reports, SKEW_SETTINGS)
+    skewed_recovery = finished[f"recovery+{args.skew_s}"]
+    errors = _errors(reports + skewed_reports, None) + skewed_recovery.get("errors", [])
+    return {
+        "faults_injected": len(skewed),
+        "skew_s": args.skew_s,
+        "stale_timeout_s": SKEW_SETTINGS.stale_timeout_s,
+        "workers": {"normal": normal, "skewed": 2},
+        "clocks": {
+            name: {
+                "wall_skew_s": clocks[name]["wall_skew_s"],
+                "wall_skew_s_at_end": finished[name].get("wall_skew_s_at_end"),
+                "monotonic_offset_s": clocks[name]["monotonic_offset_s"],
+            }
+            for name in skewed
+        },
+        "clock_not_skewed": sorted(
+            name
+            for name, process in skewed.items()
+            if not _skewed_by(clocks[name]["wall_skew_s"], process.skew_s)
+            or not _skewed_by(finished[name].get("wall_skew_s_at_end"), process.skew_s)
+        ),
+        "skewed_workers": {
+            r.app: {"completed": len(r.applied), "fenced_rejected": r.rejected, "heartbeats": r.beats}
+            for r in skewed_reports
+        },
+        "normal_workers": {
+            "completed": sum(len(r.applied) for r in reports),
+            "fenced_rejected": sum(r.rejected for r in reports),
+            "heartbeats": sum(r.beats for r in reports),
+        },
+        "work_done": check["completed"],
+        **check,
+        "recovery_calls": {"normal": recovery.calls, "skewed": skewed_recovery.get("calls", 0)},
+        "live_tasks_released": recovery.released + skewed_recovery.get("released", 0),
+        "would_release_by_own_clock": skewed_recovery.get("would_release_by_own_clock"),
+        "backoff": backoff,
+        "backoff_wrong": sorted(name for name, b in backoff.items() if isinstance(b, dict) and not b["right"]),
+        "tasks_per_s": {"clean": clean["tasks_per_s"], "during": kit.rate(reports + skewed_reports, start, end)},
+        "errors": clean["errors"] + errors,
+    }
+
+
+_REPORT_FIELDS = {f.name for f in dataclasses.fields(kit.WorkerReport)}
+
+
+def _skewed_by(measured: float | None, skew_s: int) -> bool:
+    """The process's clock is off by its skew, give or take 5 s (a start on a loaded machine)."""
+    return measured is not None and abs(measured - skew_s) < 5.0
+
+
+def _skew_clean_rate(bench: Bench, workers: int) -> dict:
+    """The same number of workers with the same work per batch, every clock right."""
+    args = bench.args
+    if args.no_clean:
+        return {"tasks_per_s": None, "errors": []}
+    url, _ = bench.clone()
+    fleet = kit.Fleet(url, workers, args.batch, SKEW_SETTINGS, work_s=args.skew_work_s)
+    recovery = kit.TaskQueueHandle(url, SKEW_SETTINGS)
+    while time.monotonic() < fleet.started + args.skew_window_s:
+        recovery.recover()
+        time.sleep(0.5)
+    end = time.monotonic()
+    reports, _ = fleet.finish()
+    recovery.close()
+    errors = _errors(reports, None) + (
+        [f"clean run released {recovery.released} live tasks"] if recovery.released else []
+    )
+    return {"tasks_per_s": kit.rate(reports, fleet.started, end), "errors": errors}
+
+
+def _backoff_check(bench: Bench, tasks: int = 10) -> dict:
+    """A process ahead and one behind each fail `tasks` tasks, retryable; the database then says when they are
+    claimable. Right is: not before the configured back-off has passed since the failure, and soon after it, by
+    the database's clock. A process clock would make them claimable 600 s early or 600 s late."""
+    args = bench.args
+    url, _ = bench.clone()
+    with psycopg.connect(url, autocommit=True) as conn:
+        pending = [
+            str(r[0])
+            for r in conn.execute(
+                f"SELECT id FROM {VECTOR_CHUNK.table} t WHERE {VECTOR_CHUNK.claimable_sql('t')} ORDER BY id LIMIT %s",
+                (2 * tasks,),
+            )
+        ]
+    spec = {"url": url, "settings": dataclasses.asdict(SKEW_SETTINGS), "mode": "backoff"}
+    processes = {
+        f"{skew:+d}": kit.SkewedProcess(skew, {**spec, "ids": ids}, bench.home)
+        for skew, ids in ((args.skew_s, pending[:tasks]), (-args.skew_s, pending[tasks:]))
+    }
+    for process in processes.values():  # both start (imports take a second or two) before either fails its tasks
+        process.wait_ready()
+    configured = SKEW_SETTINGS.retry_backoff_base_s
+    checks: dict = {"configured_s": configured}
+    with psycopg.connect(url, autocommit=True) as conn:
+        # one after the other: each one's tasks are watched from their failure on
+        for name, process in processes.items():
+            process.go()
+            result = process.finish()
+            failed = result.get("failed") or []
+            watched = _watch_backoff(conn, failed, configured)
+            checks[name] = {"failed": len(failed), **watched, "errors": result.get("errors", [])}
+            checks[name]["right"] = _backoff_right(watched, configured) and len(failed) == tasks
+    return checks
+
+
+def _backoff_right(watched: dict, configured: float) -> bool:
+    """The rows carry the configured back-off on the database's clock, none was claimable before it passed (when
+    a poll came that early), and all were claimable within 2 s after it."""
+    stamped, before, at = watched["stamped_s"], watched["last_unclaimable_age_s"], watched["claimable_at_age_s"]
+    return bool(
+        stamped
+        and all(abs(s - configured) < 0.001 for s in stamped)
+        and (before is None or before < configured)
+        and at is not None
+        and configured <= at < configured + 2.0
+    )
+
+
+def _watch_backoff(conn: psycopg.Connection, ids: list[str], configured_s: float) -> dict:
+    """Poll the claim rule over `ids` on the database's clock until every one is claimable: the age of the
+    failures (clock_timestamp() - failed_at) at the last poll that found some not claimable and at the first that
+    found all claimable; and the back-off stamped on the rows (next_attempt_at - failed_at, min and max)."""
+    if not ids:
+        return {"stamped_s": None, "last_unclaimable_age_s": None, "claimable_at_age_s": None}
+    at, failed_at = VECTOR_CHUNK.col("next_attempt_at"), VECTOR_CHUNK.col("failed_at")
+    stamped = conn.execute(
+        f"SELECT min(extract(epoch FROM {at} - {failed_at}))::float8, "
+        f"max(extract(epoch FROM {at} - {failed_at}))::float8 FROM {VECTOR_CHUNK.table} WHERE id = ANY(%s::uuid[])",
+        (ids,),
+    ).fetchone()
+    last_unclaimable = claimable_at = None
+    deadline = time.monotonic() + configured_s + 30.0
+    while time.monotonic() < deadline:
+        # one statement, one transaction: now() (the claim rule's clock) and clock_timestamp() agree to a millisecond
+        claimable, age = conn.execute(
+            f"SELECT count(*) FILTER (WHERE {VECTOR_CHUNK.claimable_sql('t')}), "
+            f"extract(epoch FROM clock_timestamp() - max(t.{failed_at}))::float8 "
+            f"FROM {VECTOR_CHUNK.table} t WHERE t.id = ANY(%s::uuid[])",
+            (ids,),
+        ).fetchone()
+        if claimable == len(ids):
+            claimable_at = round(age, 3)
+            break
+        last_unclaimable = round(age, 3)
+        time.sleep(0.05)
+    return {
+        "stamped_s": [round(stamped[0], 3), round(stamped[1], 3)],
+        "last_unclaimable_age_s": last_unclaimable,
+        "claimable_at_age_s": claimable_at,
+    }
+
+
 # ---------------------------------------------------------------------------------------------------- the run
-RUNNERS = {1: backend_kills, 2: connections_exhausted, 3: idle_in_transaction, 4: repeated_kills}
+RUNNERS = {1: backend_kills, 2: connections_exhausted, 3: idle_in_transaction, 4: repeated_kills, 8: clock_skew}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -422,13 +629,17 @@ def run(args: argparse.Namespace) -> int:
             ("tasks unfinished", f.get("unfinished")),
             ("tasks completed twice", f.get("completed_twice")),
             ("roll-ups left wrong", f.get("rollup_mismatches") or f.get("reconcile_corrections")),
+            ("live tasks released by stale recovery", f.get("live_tasks_released")),
+            ("clocks not skewed (the fault did not take)", f.get("clock_not_skewed")),
+            ("back-off not by the database's clock", f.get("backoff_wrong")),
             ("errors", f.get("errors")),
         )
         if bad
     ]
     for failure in failures:
         print(f"FAIL {failure}")
-    names = ("workers", "batch", "tasks", "kills", "hold_s", "idle_tasks", "sigkills", "window")
+    names = ("workers", "batch", "tasks", "kills", "hold_s", "idle_tasks", "sigkills", "window", "skew_s")
+    names += ("skew_window_s", "skew_work_s")
     config = {k: getattr(args, k) for k in names}
     print_result({"rows": rows, "config": config, "failures": failures}, sort_keys=True)
     return 1 if failures else 0
@@ -440,16 +651,29 @@ def _print_row(number: int, f: dict) -> None:
         f"row {number} {ROWS[number]:<12} faults {f['faults_injected']:>3}  done {f['work_done']:>7}  "
         f"lost {f['tasks_lost']}  twice {f['completed_twice']}  rejected {f['fenced_rejected']}  "
         f"roll-ups wrong {f['rollup_mismatches']}/{f['reconcile_corrections']}  tasks/s clean {speed['clean']} "
-        f"during {speed['during']} after {speed['after']}  ({f['row_seconds']} s)",
+        f"during {speed['during']}"
+        + (f" after {speed['after']}" if "after" in speed else "")
+        + f"  ({f['row_seconds']} s)",
         flush=True,
     )
+    if "live_tasks_released" in f:
+        backoff = {k: v["claimable_at_age_s"] for k, v in f["backoff"].items() if isinstance(v, dict)}
+        clocks = ", ".join(f"{name} {clock['wall_skew_s']:+.0f} s" for name, clock in f["clocks"].items())
+        print(
+            f"      clocks {clocks}  "
+            f"live tasks released {f['live_tasks_released']} (a recovery by its own clock: "
+            f"{f['would_release_by_own_clock']})  back-off {f['backoff']['configured_s']} s, claimable after {backoff}",
+            flush=True,
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rows", default="1,2,3", help="comma-separated rows to run (default 1,2,3; 4 on request)")
+    parser.add_argument(
+        "--rows", default="1,2,3", help="comma-separated rows to run (default 1,2,3; 4 and 8 on request)"
+    )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--tasks", type=int, default=None, help="tasks seeded (default: enough for the rows)")
@@ -457,6 +681,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kill-gap-s", type=float, default=1.0, help="row 1: mean seconds between kills")
     parser.add_argument(
         "--work-s", type=float, default=0.4, help="row 1: seconds a batch's work takes (heartbeats beat meanwhile)"
+    )
+    parser.add_argument("--skew-s", type=int, default=600, help="row 8: seconds the skewed clocks are off")
+    parser.add_argument("--skew-window-s", type=float, default=30.0, help="row 8: seconds the skewed fleet runs")
+    parser.add_argument(
+        "--skew-work-s", type=float, default=4.0, help="row 8: seconds a batch's work takes (beyond the stale timeout)"
     )
     parser.add_argument("--sigkills", type=int, default=50, help="row 4: workers SIGKILLed")
     parser.add_argument("--sigkill-gap-s", type=float, default=0.5, help="row 4: mean seconds between kills")
@@ -487,6 +716,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.kills, args.hold_s, args.idle_tasks, args.window = 5, 3.0, 1000, 1.5
         args.kill_gap_s, args.vacuum_timeout_s, args.workers = 0.3, 5.0, 2
         args.sigkills, args.sigkill_gap_s = 5, 0.3
+        args.skew_window_s = 10.0
     if args.tasks is None:
         args.tasks = max(20_000 if args.quick else 200_000, int(args.idle_tasks * 1.6))
     return args
