@@ -4,16 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh test
-# the browser test drives Debian's Chromium; without it that one test skips and says so
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-    || echo "test.sh: could not install chromium; the browser test will be skipped" >&2
-fi
-# the clock-skew test runs workers under Debian's libfaketime; without it that one test skips and says so
-if ! compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null && [ "$(id -u)" = "0" ] \
-  && command -v apt-get >/dev/null 2>&1; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfaketime >/dev/null) \
-    || echo "test.sh: could not install libfaketime; the clock-skew test will be skipped" >&2
+# Debian packages two tests drive: Chromium for the browser tests, libfaketime for the clock-skew test; without
+# one, its tests skip and say so
+wanted=()
+command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
+compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || wanted+=(libfaketime)
+if [ "${#wanted[@]}" -gt 0 ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${wanted[@]}" >/dev/null) \
+    || echo "test.sh: could not install ${wanted[*]}; the tests that drive them will be skipped" >&2
 fi
 # the house's habits first: lint with the complexity limit, the layout, and the types of queue_db and processing
 .venv/bin/ruff check --no-cache .
