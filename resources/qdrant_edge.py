@@ -236,6 +236,7 @@ class EdgeVectorStore(QdrantStore):
         except Exception as exc:
             if isinstance(exc, DiskFull) or not no_space(exc):
                 raise
+            self.close()  # the next operation opens the shards afresh from what reached the disk
             raise DiskFull(self.root) from None
 
     def close(self) -> None:
