@@ -35,7 +35,7 @@ NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class DiskFull(RuntimeError):
-    """A folder docqueue writes to (the storage folder, the embedded store's) has no space left. Nothing was
+    """A folder docqueue writes to (the storage folder, the embedded store's) has no space left. Nothing is
     half-written; the work is retried once space is freed. Not an OSError: the callers that turn a file-system
     error into "cannot use the store" must let this sentence through as it is."""
 
