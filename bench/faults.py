@@ -9,6 +9,11 @@ and the throughput during and after the fault against a clean run of the same fl
   3 idle-in-tx      a session holds a REPEATABLE READ snapshot while --idle-tasks tasks (100,000) flow; dead tuples
                     in the queue tables, and how long they take to go after the snapshot is released
   4 sigkill         a worker SIGKILLed --sigkills times (50) at random moments and replaced; the queue runs dry
+  5 disk-full       the pipeline itself (not the queue-only fleet): generated PDFs (--disk-documents x --disk-pages)
+                    run end to end in the plain loop (OCR, chunking, embedding into the embedded Qdrant, the graph on
+                    a Bolt server of the bench's own); the storage folder, then in a second run the Qdrant folder,
+                    is a tmpfs of its own, filled once --fill-at of that phase is done and freed --full-s seconds
+                    (10) later. Needs root (mount); skipped with one sentence otherwise
   8 clock-skew      one worker's wall clock --skew-s seconds (600) ahead and one's as far behind, beside normal
                     workers, with stale recovery run from a process ahead as well as from a normal one, for
                     --skew-window-s (30); each batch's work (--skew-work-s, 4) outlasts the stale timeout (3 s), so
@@ -18,12 +23,16 @@ and the throughput during and after the fault against a clean run of the same fl
 "Duplicate" on these queue-only rows is a task completed by two settles (a late worker overwriting the new owner);
 fenced completions the queue rejected (the task had been recovered and re-claimed) are counted beside it. Lost is a
 completion a worker was told applied that the database does not hold, or a task left processing or failed after
-recovery. The points, nodes and edges of the stores are checked by the reliability tests of the same rows.
+recovery. The points, nodes and edges of the stores are checked by the reliability tests of the same rows. Row 5
+counts them itself: points against chunks (and distinct chunk ids), duplicate graph nodes and relationships,
+temporary files left in the storage folder, and `docqueue verify`; its throughput is completions (pages OCRed,
+chunks embedded, chunks extracted) per second before, during and after the fault against a clean run.
 
 Runs on an embedded PostgreSQL of its own (its own max_connections), never on a shared server:
 
   .venv/bin/python bench/faults.py                       # rows 1-3 at full size (~5 min)
   .venv/bin/python bench/faults.py --rows 4               # row 4 (~2 min)
+  .venv/bin/python bench/faults.py --rows 5               # row 5, as root (~3 min)
   .venv/bin/python bench/faults.py --rows 8               # row 8 (~2 min)
   .venv/bin/python bench/faults.py --rows 3 --untuned     # row 3 with the tables' storage settings reset
   .venv/bin/python bench/faults.py --quick                # a smoke run
@@ -41,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import cached_property
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +64,7 @@ from bench._result import print_result  # noqa: E402
 from queue_db.config import QueueSettings  # noqa: E402
 from queue_db.phases import VECTOR_CHUNK  # noqa: E402
 
-ROWS = {1: "backend-kill", 2: "connections", 3: "idle-in-tx", 4: "sigkill", 8: "clock-skew"}
+ROWS = {1: "backend-kill", 2: "connections", 3: "idle-in-tx", 4: "sigkill", 5: "disk-full", 8: "clock-skew"}
 QUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk")
 SETTINGS = QueueSettings(
     heartbeat_interval_s=0.3, stale_timeout_s=3.0, max_retries=5, retry_backoff_base_s=0.2, retry_backoff_max_s=1.0
@@ -69,8 +79,12 @@ class Bench:
         self.args = args
         self.server = kit.OwnServer(args.max_connections, port_from=56400)
         self.home = Path(tempfile.mkdtemp(prefix="docqueue-faults-home-"))
-        self.template = kit.seed(self.server, args.tasks) if not args.untuned else self._seed_untuned()
         self.clones = 0
+
+    @cached_property
+    def template(self) -> str:
+        """The seeded queue rows 1-4 clone (row 5 alone never seeds it)."""
+        return kit.seed(self.server, self.args.tasks) if not self.args.untuned else self._seed_untuned()
 
     def _seed_untuned(self) -> str:
         from bench.queue_throughput import Layout, seed_ours
@@ -605,8 +619,115 @@ def _watch_backoff(conn: psycopg.Connection, ids: list[str], configured_s: float
     }
 
 
+# ---------------------------------------------------------------------------------------------------- row 5
+def disk_full(bench: Bench) -> dict:
+    """A clean run, then a run whose storage folder fills mid-OCR and one whose Qdrant folder fills mid-embedding,
+    each on fresh databases and tmpfs mounts (see bench/_disk_full.py)."""
+    from bench import _disk_full as disk
+    from bench.orchestration_overhead import free_port, make_corpus
+    from resources.bolt_server import BoltServer
+
+    args = bench.args
+    refused = disk.mounting_permitted()
+    if refused:
+        print(f"row 5 skipped: {refused}", flush=True)
+        return {"skipped": refused, "faults_injected": 0, "work_done": 0, "tasks_lost": 0, "errors": []}
+    corpus = bench.home / "corpus"
+    make_corpus(corpus, args.disk_documents, args.disk_pages)
+    bolt_server = BoltServer(home=bench.home / "bolt", port=free_port())
+    try:
+        bolt = {
+            "uri": bolt_server.ensure_running(timeout_s=180),
+            "user": bolt_server.user,
+            "password": bolt_server.password,
+            "database": bolt_server.database,
+        }
+        services = (bolt, _Databases(bench))
+        runs = {
+            fault or "clean": disk.run_one(args, fault, corpus, services, bench.home)
+            for fault in ((None,) if not args.no_clean else ()) + ("storage", "qdrant")
+        }
+    finally:
+        bolt_server.stop()
+    clean = runs.get("clean")
+    faulted = {name: runs[name] for name in ("storage", "qdrant")}
+    errors = [
+        f"{name}: {problem}"
+        for name, run in runs.items()
+        for problem, bad in (
+            ("tasks not completed", run["tasks_lost"]),
+            ("verify not clean", not run["verify_consistent"]),
+            ("duplicate points", run["duplicate_points"] or run["points"] != run["distinct_point_chunk_ids"]),
+            ("duplicate nodes or edges", run["duplicate_nodes_edges"]),
+            ("temporary files left", run["temp_files_left"]),
+            ("no disk-full failure met", name != "clean" and not run["errors"]),
+            (
+                f"an error other than one sentence naming the folder: {run['errors'][:1]}",
+                # the queue's error as the watcher reads it: "<error class>: <reason>"
+                any(
+                    not e.startswith(f"disk_full: disk full: no space left in {run['folder']}") or "\n" in e
+                    for e in run["errors"]
+                ),
+            ),
+        )
+        if bad
+    ]
+    return {
+        "faults_injected": len(faulted),
+        "work_done": sum(len(run["done"]) for run in faulted.values()),
+        "tasks_lost": sum(run["tasks_lost"] for run in runs.values()),
+        "completed_twice": sum((run["duplicate_points"] or 0) for run in runs.values()),
+        "duplicate_nodes_edges": sum((run["duplicate_nodes_edges"] or 0) for run in runs.values()),
+        "fenced_rejected": 0,
+        "rollup_mismatches": 0,
+        "reconcile_corrections": 0,
+        "corpus": {"documents": args.disk_documents, "pages": args.disk_pages},
+        "by_fault": {
+            name: {
+                "pages": run["pages"],
+                "chunks": run["chunks"],
+                "points": run["points"],
+                "failed_tasks": run["failed_tasks"],
+                "full_s": round(run["marks"]["freed"] - run["marks"]["filled"], 1),
+                "recovery_s": disk.recovery_s(run),
+                "error_sample": run["errors"][:1],
+                "temp_files_left": run["temp_files_left"],
+                "verify_consistent": run["verify_consistent"],
+                "per_s": disk.rates(run),
+                "clean_per_s": disk.clean_rates_alike(clean, run) if clean else None,
+            }
+            for name, run in faulted.items()
+        },
+        "recovery_s": max((disk.recovery_s(run) or 0.0) for run in faulted.values()),
+        "tasks_per_s": {
+            "clean": disk.rates(clean)["overall"] if clean else None,
+            "during": {name: disk.rates(run)["during"] for name, run in faulted.items()},
+            "after": {name: disk.rates(run)["after"] for name, run in faulted.items()},
+        },
+        "errors": errors,
+    }
+
+
+class _Databases:
+    """Row 5's databases on the bench's own server."""
+
+    def __init__(self, bench: Bench):
+        self.bench = bench
+
+    def create(self, prefix: str) -> str:
+        self.bench.clones += 1
+        return self.bench.server.create(f"{prefix}_{self.bench.clones}")
+
+
 # ---------------------------------------------------------------------------------------------------- the run
-RUNNERS = {1: backend_kills, 2: connections_exhausted, 3: idle_in_transaction, 4: repeated_kills, 8: clock_skew}
+RUNNERS = {
+    1: backend_kills,
+    2: connections_exhausted,
+    3: idle_in_transaction,
+    4: repeated_kills,
+    5: disk_full,
+    8: clock_skew,
+}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -640,12 +761,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"FAIL {failure}")
     names = ("workers", "batch", "tasks", "kills", "hold_s", "idle_tasks", "sigkills", "window", "skew_s")
     names += ("skew_window_s", "skew_work_s")
+    if 5 in args.rows:
+        names += ("disk_documents", "disk_pages", "storage_mib", "qdrant_extra_mib", "fill_at", "full_s")
     config = {k: getattr(args, k) for k in names}
     print_result({"rows": rows, "config": config, "failures": failures}, sort_keys=True)
     return 1 if failures else 0
 
 
 def _print_row(number: int, f: dict) -> None:
+    if number == 5:
+        _print_disk_row(f)
+        return
     speed = f["tasks_per_s"]
     print(
         f"row {number} {ROWS[number]:<12} faults {f['faults_injected']:>3}  done {f['work_done']:>7}  "
@@ -663,6 +789,29 @@ def _print_row(number: int, f: dict) -> None:
             f"      clocks {clocks}  "
             f"live tasks released {f['live_tasks_released']} (a recovery by its own clock: "
             f"{f['would_release_by_own_clock']})  back-off {f['backoff']['configured_s']} s, claimable after {backoff}",
+            flush=True,
+        )
+
+
+def _print_disk_row(f: dict) -> None:
+    if f.get("skipped"):
+        print(f"row 5 {ROWS[5]:<12} skipped: {f['skipped']}", flush=True)
+        return
+    speed = f["tasks_per_s"]
+    print(
+        f"row 5 {ROWS[5]:<12} faults {f['faults_injected']:>3}  done {f['work_done']:>7}  lost {f['tasks_lost']}  "
+        f"duplicate points {f['completed_twice']} nodes/edges {f['duplicate_nodes_edges']}  "
+        f"recovery {f['recovery_s']} s  completions/s clean {speed['clean']}  ({f['row_seconds']} s)",
+        flush=True,
+    )
+    for name, run in f["by_fault"].items():
+        per_s = run["per_s"]
+        print(
+            f"      {name:<8} full {run['full_s']} s, {run['failed_tasks']} tasks failed, "
+            f"recovery {run['recovery_s']} s, completions/s before {per_s['before']} during {per_s['during']} "
+            f"after {per_s['after']} (clean run, same seconds: {run['clean_per_s']}); "
+            f"temp files {run['temp_files_left']}, verify {'clean' if run['verify_consistent'] else 'NOT clean'}; "
+            f"{(run['error_sample'] or ['no error'])[0]}",
             flush=True,
         )
 
@@ -703,6 +852,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--untuned", action="store_true", help="row 3 without migration 0025's table settings")
     parser.add_argument("--seed", type=int, default=26)
+    parser.add_argument("--disk-documents", type=int, default=12, help="row 5: generated PDFs")
+    parser.add_argument("--disk-pages", type=int, default=8, help="row 5: pages per PDF")
+    parser.add_argument("--storage-mib", type=int, default=16, help="row 5: the storage folder's tmpfs")
+    parser.add_argument(
+        "--qdrant-extra-mib", type=int, default=32, help="row 5: the Qdrant tmpfs beyond the store's write headroom"
+    )
+    parser.add_argument("--fill-at", type=float, default=0.25, help="row 5: share of the phase done when it fills")
+    parser.add_argument("--full-s", type=float, default=10.0, help="row 5: seconds the folder stays full")
+    parser.add_argument("--disk-timeout-s", type=float, default=600.0, help="row 5: a child run's time limit")
+    parser.add_argument("--disk-child", type=Path, help=argparse.SUPPRESS)  # row 5's child: the corpus to run
+    parser.add_argument("--disk-count", action="store_true", help=argparse.SUPPRESS)  # row 5's store counter
     parser.add_argument("--no-clean", action="store_true", help="the rows without their clean runs (tests)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a few kills, seconds, 2,000 tasks")
     args = parser.parse_args(argv)
@@ -723,4 +883,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    sys.exit(run(parse_args()))
+    options = parse_args()
+    if options.disk_child:
+        from bench import _disk_full
+
+        _disk_full.child(options.disk_child, options.disk_timeout_s)
+    elif options.disk_count:
+        from bench import _disk_full
+
+        _disk_full.count_stores()
+    else:
+        sys.exit(run(options))

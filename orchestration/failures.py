@@ -5,13 +5,15 @@ the time limit a batch of chunk tasks runs under.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from orchestration.page_reading import PasswordError
 from processing.chunking import ChunkingError
 from processing.errors import DocumentError
+from resources.ports import DiskFull, no_space
 
 # failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
-SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout", "auth"})
+SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout", "auth", "disk_full"})
 
 
 class BatchTimeout(TimeoutError):
@@ -59,6 +61,12 @@ def classify(exc: BaseException) -> tuple[str, str, bool]:
         return f"chunking: {exc}", "validation", False
     if isinstance(exc, BatchTimeout):
         return str(exc), "timeout", True
+    if isinstance(exc, DiskFull):  # the adapter named the folder it writes to
+        return f"{exc}; the task is retried once space is freed", "disk_full", True
+    if no_space(exc):  # a write outside the adapters: the folder of the file it was writing
+        filename = getattr(exc, "filename", None)
+        folder = Path(filename).parent if filename else "a folder docqueue writes to"
+        return f"{DiskFull(folder)}; the task is retried once space is freed", "disk_full", True
     if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
         return f"{type(exc).__name__}: {exc}", "connection", True
     name = type(exc).__name__

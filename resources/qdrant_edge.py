@@ -40,7 +40,7 @@ import qdrant_edge as qe
 from queue_db.config import default
 from queue_db.service_config import VectorStoreConfig
 from resources.folder_lock import local_folder
-from resources.ports import SearchHits, VectorStoreError, VectorStoreSettings
+from resources.ports import DiskFull, SearchHits, VectorStoreError, VectorStoreSettings, no_space
 from resources.qdrant_base import (
     HYBRID_CANDIDATES,
     LOCK_TIMEOUT_S,
@@ -69,6 +69,11 @@ HNSW_EF = default(VectorStoreConfig, "hnsw_ef")
 EDGE_FOLDER = "edge"
 TAIL_SUFFIX = ".tail"
 LOCAL_MODE_MARKER = "meta.json"
+# The engine writes its WAL and segments through memory maps of sparse files, so on a full file system a write to a
+# page it cannot have kills the process (SIGBUS) instead of raising. A write is refused, as DiskFull, while less than
+# this is free: two of the engine's 32 MiB WAL segments, many times what one batch adds to the WAL, the vectors, the
+# payload and its indexes.
+WRITE_HEADROOM_BYTES = 64 << 20
 
 
 def local_mode_files(path: Path) -> bool:
@@ -206,8 +211,33 @@ class EdgeVectorStore(QdrantStore):
         return self._shard()
 
     def ensure_collection(self) -> None:
+        if not shard_exists(self.tail_folder):
+            self._make_room()
         with self._tail():
             pass
+
+    def _make_room(self, extra_bytes: int = 0) -> None:
+        """Refuse a write while the folder's file system lacks WRITE_HEADROOM_BYTES (plus what the write copies)."""
+        folder = self.root
+        while not folder.exists() and folder != folder.parent:  # a store not yet made: its nearest existing parent
+            folder = folder.parent
+        free = shutil.disk_usage(folder).free
+        needed = WRITE_HEADROOM_BYTES + extra_bytes
+        if free < needed:
+            raise DiskFull(self.root, f"{free >> 20} MiB free, a write needs {needed >> 20} MiB")
+
+    @contextmanager
+    def _writing(self, extra_bytes: int = 0):
+        """A write with room checked first; the engine's own "no space" error (a file it writes outside its memory
+        maps) as the same one sentence."""
+        self._make_room(extra_bytes)
+        try:
+            yield
+        except Exception as exc:
+            if isinstance(exc, DiskFull) or not no_space(exc):
+                raise
+            self.close()  # the next operation opens the shards afresh from what reached the disk
+            raise DiskFull(self.root) from None
 
     def close(self) -> None:
         """Let go of the shards kept open between operations (a run's end, a CLI command's end)."""
@@ -219,7 +249,7 @@ class EdgeVectorStore(QdrantStore):
     def write_prepared(self, points: list[PreparedPoint]) -> None:
         if not points:
             return
-        with self._tail() as tail:
+        with self._writing(), self._tail() as tail:
             write_points(tail, points, True, self.upsert_batch)
             # under the tail's lock, so writers never lose each other's counts
             self._set_unindexed(self.unindexed() + len(points))
@@ -238,8 +268,12 @@ class EdgeVectorStore(QdrantStore):
 
     def _set_unindexed(self, n: int) -> None:
         spare = self._unindexed_file.with_suffix(".tmp")
-        spare.write_text(str(n))
-        spare.replace(self._unindexed_file)
+        try:
+            spare.write_text(str(n))
+            spare.replace(self._unindexed_file)
+        except OSError:
+            spare.unlink(missing_ok=True)  # the count stays as it was: a build merely comes a little later
+            raise
 
     def index_tail(self, threshold: int) -> bool:
         if threshold <= 0 or self.unindexed() < threshold:
@@ -257,6 +291,7 @@ class EdgeVectorStore(QdrantStore):
         with self._existing() as shard:
             if shard is None or self._sparse:
                 return 0
+            self._make_room(_allocated_bytes(self.folder))  # the copy is as big as the shard
             shutil.rmtree(spare, ignore_errors=True)
             target = qe.EdgeShard.create(str(spare), edge_config(self.dim, self.segment_points))
             try:
@@ -282,14 +317,14 @@ class EdgeVectorStore(QdrantStore):
         ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
         if not ids:
             return
-        with self._both() as shards:
+        with self._writing(), self._both() as shards:
             for shard in shards:
                 if shard is not None:
                     for start in range(0, len(ids), self.upsert_batch):
                         shard.update(qe.UpdateOperation.delete_points(ids[start : start + self.upsert_batch]))
 
     def delete_document(self, document_id: str) -> None:
-        with self._both() as shards:
+        with self._writing(), self._both() as shards:
             for shard in shards:
                 if shard is not None:
                     shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter(document_filter(document_id))))
@@ -409,7 +444,8 @@ class EdgeVectorStore(QdrantStore):
                 self._set_unindexed(0)
                 return 0
             copied = 0
-            with self._shard() as main:
+            # the main shard takes a copy of every point of the tail
+            with self._writing(_allocated_bytes(self.tail_folder)), self._shard() as main:
                 for records in pages(tail, None, self.upsert_batch, True, with_vector=True):
                     # the stored vectors as they are (a main shard of the older shape takes the dense one alone)
                     main.update(
@@ -451,6 +487,17 @@ class EdgeVectorStore(QdrantStore):
                 "segments": sum(part.segments_count for part in parts),
                 "indexed_vectors": main_info.indexed_vectors_count if main_info is not None else 0,
             }
+
+
+def _allocated_bytes(folder: Path) -> int:
+    """What a folder's files take on disk (their blocks: the engine's files are sparse)."""
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.lstat().st_blocks * 512
+        except OSError:  # replaced meanwhile
+            continue
+    return total
 
 
 class _Nothing:

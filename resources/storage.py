@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from queue_db.config import Settings
+from resources.ports import DiskFull, no_space
 
 _TEMP_PREFIX = ".tmp-"
 _COPY_CHUNK = 1024 * 1024
@@ -79,20 +81,33 @@ class LocalStorage:
     # -- writes ----------------------------------------------------------
     def put_bytes(self, key: str, data: bytes) -> None:
         target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self._path(key)  # re-check: mkdir may have walked through a freshly planted link
-        with self._atomic_writer(target) as handle:
-            handle.write(data)
+        with self._room():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._path(key)  # re-check: mkdir may have walked through a freshly planted link
+            with self._atomic_writer(target) as handle:
+                handle.write(data)
 
     def put_text(self, key: str, text: str) -> None:
         self.put_bytes(key, text.encode("utf-8"))
 
     def put_file(self, key: str, src_path: Path | str) -> None:
         target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self._path(key)
-        with open(src_path, "rb") as source, self._atomic_writer(target) as handle:
-            shutil.copyfileobj(source, handle, _COPY_CHUNK)
+        with self._room():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._path(key)
+            with open(src_path, "rb") as source, self._atomic_writer(target) as handle:
+                shutil.copyfileobj(source, handle, _COPY_CHUNK)
+
+    @contextmanager
+    def _room(self):
+        """A full file system as one sentence naming the storage folder; the atomic writer has already removed
+        its temporary file, so the key holds its old content or none."""
+        try:
+            yield
+        except OSError as exc:
+            if not no_space(exc):
+                raise
+            raise DiskFull(self.root) from None
 
     class _AtomicWriter:
         def __init__(self, target: Path):

@@ -32,6 +32,7 @@ SERVICE_FAILURES = {
         ("queue_db.server_ports", "PortInUseError"),
         ("orchestration.dagster_database", "DagsterStorageError"),
         ("orchestration.stores", "UnknownEmbeddingModel"),
+        ("resources.ports", "DiskFull"),
     ),
     "postgres_start": (("queue_db.embedded_postgres", "EmbeddedPostgresError"),),
     "postgres": (("sqlalchemy.exc", "OperationalError"),),

@@ -27,3 +27,22 @@ def test_other_failures_keep_their_classes():
     assert classify(ConnectionRefusedError("refused"))[1:] == ("connection", True)
     assert classify(neo4j.exceptions.ServiceUnavailable("down"))[1:] == ("connection", True)
     assert classify(ValueError("odd"))[1:] == ("internal", True)
+
+
+def test_a_full_disk_is_one_retryable_sentence_naming_the_folder(tmp_path):
+    import errno
+
+    from resources.ports import DiskFull
+
+    reason, error_class, retryable = classify(DiskFull(tmp_path / "storage"))
+    assert (error_class, retryable) == ("disk_full", True)
+    assert reason.startswith(f"disk full: no space left in {tmp_path / 'storage'}") and "\n" not in reason
+    # a write outside the adapters: the folder of the file it was writing
+    raw = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "home" / "page.md"))
+    assert classify(raw)[:2] == (
+        f"disk full: no space left in {tmp_path / 'home'}; the task is retried once space is freed",
+        "disk_full",
+    )
+    # the embedded engine's error arrives as text
+    assert classify(RuntimeError("Service internal error: No space left on device (os error 28)"))[1] == "disk_full"
+    assert "disk_full" in SERVICE_ERROR_CLASSES  # a full disk is not one chunk's fault: the batch fails as a whole
