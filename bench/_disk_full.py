@@ -22,6 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
+from bench._pipeline_env import pipeline_env
+
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS_ENV = {  # retries outlast the fault; back-off short enough to see recovery within a second
     "MAX_TASK_RETRIES": "100",
@@ -149,18 +151,8 @@ def run_one(args, fault: str | None, corpus: Path, services: tuple, root: Path) 
     }
     env = {
         **os.environ,
-        "DOCQUEUE_HOME": str(home),
-        "DOCQUEUE_DATABASE_URL": queue_url,
-        "DOCQUEUE_DAGSTER_PG_URL": databases.create("disk_dagster"),
-        "DAGSTER_HOME": str(home / "dagster"),
-        "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
-        "DOCQUEUE_QDRANT_URL": "",
-        "DOCQUEUE_NEO4J_URI": bolt["uri"],
-        "DOCQUEUE_NEO4J_USER": bolt["user"],
-        "DOCQUEUE_NEO4J_PASSWORD": bolt["password"],
-        "DOCQUEUE_NEO4J_DATABASE": bolt["database"] or "",
+        **pipeline_env(home, queue_url, databases.create("disk_dagster"), bolt),
         "PYTHONPATH": str(REPO),
-        "PYTHONUNBUFFERED": "1",
         **SETTINGS_ENV,
     }
     proc = subprocess.Popen(

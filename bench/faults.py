@@ -624,8 +624,8 @@ def disk_full(bench: Bench) -> dict:
     """A clean run, then a run whose storage folder fills mid-OCR and one whose Qdrant folder fills mid-embedding,
     each on fresh databases and tmpfs mounts (see bench/_disk_full.py)."""
     from bench import _disk_full as disk
+    from bench._pipeline_env import own_bolt_server
     from bench.orchestration_overhead import free_port, make_corpus
-    from resources.bolt_server import BoltServer
 
     args = bench.args
     refused = disk.mounting_permitted()
@@ -634,21 +634,12 @@ def disk_full(bench: Bench) -> dict:
         return {"skipped": refused, "faults_injected": 0, "work_done": 0, "tasks_lost": 0, "errors": []}
     corpus = bench.home / "corpus"
     make_corpus(corpus, args.disk_documents, args.disk_pages)
-    bolt_server = BoltServer(home=bench.home / "bolt", port=free_port())
-    try:
-        bolt = {
-            "uri": bolt_server.ensure_running(timeout_s=180),
-            "user": bolt_server.user,
-            "password": bolt_server.password,
-            "database": bolt_server.database,
-        }
+    with own_bolt_server(bench.home / "bolt", free_port()) as bolt:
         services = (bolt, _Databases(bench))
         runs = {
             fault or "clean": disk.run_one(args, fault, corpus, services, bench.home)
             for fault in ((None,) if not args.no_clean else ()) + ("storage", "qdrant")
         }
-    finally:
-        bolt_server.stop()
     clean = runs.get("clean")
     faulted = {name: runs[name] for name in ("storage", "qdrant")}
     errors = [

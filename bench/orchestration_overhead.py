@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._pipeline_env import own_bolt_server, pipeline_env  # noqa: E402
 from bench._result import print_result  # noqa: E402
 
 PARAGRAPHS = [
@@ -365,21 +366,7 @@ def run_variant(
     dagster_url = databases.create("dagster")
     if async_commit:  # a crash of the server may lose the last ~0.6 s of Dagster events; the queue stays durable
         dagster_url += "?options=-c%20synchronous_commit%3Doff"
-    env = {
-        **os.environ,
-        "DOCQUEUE_HOME": str(home),
-        "DOCQUEUE_DATABASE_URL": queue_url,
-        "DOCQUEUE_DAGSTER_PG_URL": dagster_url,
-        "DAGSTER_HOME": str(home / "dagster"),
-        "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
-        "DOCQUEUE_QDRANT_URL": "",
-        "DOCQUEUE_NEO4J_URI": bolt["uri"],
-        "DOCQUEUE_NEO4J_USER": bolt["user"],
-        "DOCQUEUE_NEO4J_PASSWORD": bolt["password"],
-        "DOCQUEUE_NEO4J_DATABASE": bolt["database"] or "",
-        "PYTHONUNBUFFERED": "1",
-        **extra_env,
-    }
+    env = {**os.environ, **pipeline_env(home, queue_url, dagster_url, bolt), **extra_env}
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, __file__, "--child", variant, "--corpus", str(corpus)],
@@ -434,24 +421,15 @@ def parent_main(args) -> None:
 @contextmanager
 def services(root: Path, admin_url: str | None):
     """A Bolt server and a PostgreSQL to create databases on (both the bench's own); `root` is removed after."""
-    from resources.bolt_server import BoltServer
-
-    bolt_server = BoltServer(home=root / "bolt", port=free_port())
     try:
-        bolt = {
-            "uri": bolt_server.ensure_running(timeout_s=180),
-            "user": bolt_server.user,
-            "password": bolt_server.password,
-            "database": bolt_server.database,
-        }
-        with postgres(admin_url or os.environ.get("DOCQUEUE_TEST_PG_ADMIN_URL"), root) as url:
-            databases = Databases(url)
-            try:
-                yield bolt, databases
-            finally:
-                databases.drop_all()
+        with own_bolt_server(root / "bolt", free_port()) as bolt:
+            with postgres(admin_url or os.environ.get("DOCQUEUE_TEST_PG_ADMIN_URL"), root) as url:
+                databases = Databases(url)
+                try:
+                    yield bolt, databases
+                finally:
+                    databases.drop_all()
     finally:
-        bolt_server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

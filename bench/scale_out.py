@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._pipeline_env import pipeline_env  # noqa: E402
 from bench._result import print_result  # noqa: E402
 from bench.orchestration_overhead import Databases, _ingest, clean_graph, free_port, make_corpus, outcome, services  # noqa: E402
 
@@ -444,18 +445,8 @@ def run_variant(
         **os.environ,
         **ONE_THREAD,
         **keys,
-        "DOCQUEUE_HOME": str(home),
-        "DOCQUEUE_DATABASE_URL": queue_url,
-        "DOCQUEUE_DAGSTER_PG_URL": databases.create("dagster"),
-        "DAGSTER_HOME": str(home / "dagster"),
+        **pipeline_env(home, queue_url, databases.create("dagster"), bolt),
         "DOCQUEUE_STORAGE_DIR": str(home / "storage"),
-        "DOCQUEUE_QDRANT_PATH": str(home / "qdrant"),
-        "DOCQUEUE_QDRANT_URL": "",
-        "DOCQUEUE_NEO4J_URI": bolt["uri"],
-        "DOCQUEUE_NEO4J_USER": bolt["user"],
-        "DOCQUEUE_NEO4J_PASSWORD": bolt["password"],
-        "DOCQUEUE_NEO4J_DATABASE": bolt["database"] or "",
-        "PYTHONUNBUFFERED": "1",
         "BENCH_CORPUS": str(corpus),
         "BENCH_CORE": "0",
         "BENCH_RESULT": str(home / "result.json"),
