@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,36 @@ from queue_db.phases import TaskKind
 from queue_db.queue import TaskQueue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class QueueWatcher:
+    """Looks at the queue from a thread, every 0.1 s while its `with` block runs, through the subclass's `_look`
+    (which brings a service back or frees a disk once the fault has been met); a look that raises is retried and
+    its error kept in `problems`, for the test to assert empty."""
+
+    def __init__(self):
+        self.problems: list[str] = []
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                self._look()
+            except Exception as exc:  # noqa: BLE001 - a failed look is retried; the failure is reported
+                self.problems.append(repr(exc))
+
+    def _look(self) -> None:
+        raise NotImplementedError
 
 
 def wait_for(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05, what: str = "condition"):

@@ -10,14 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tests import pdf_factory as pf
-from tests.reliability.support import REPO_ROOT, Stores, document_statuses, figures_line, store_figures
+from tests.reliability.support import REPO_ROOT, QueueWatcher, Stores, document_statuses, figures_line, store_figures
 
 ALL_COMPLETED = ("completed", "completed", "completed")
 FAILED_ATTEMPTS_BEFORE_FREEING = 2
@@ -59,7 +58,7 @@ class SmallDisk:
         subprocess.run(["umount", "-l", str(self.folder)], check=False, capture_output=True)
 
 
-class _Watcher:
+class _Watcher(QueueWatcher):
     """Watches the queue while the pipeline runs: records the errors of `phase`, and frees the disk once the
     tasks meeting it have failed twice."""
 
@@ -68,25 +67,7 @@ class _Watcher:
         self.errors: set[str] = set()
         self.freed_at: float | None = None
         self.failed_tasks: set[str] = set()
-        self.problems: list[str] = []
-        self.started = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(10)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.1):
-            try:
-                self._look()
-            except Exception as exc:  # noqa: BLE001 - a failed look is retried; the failure is reported
-                self.problems.append(repr(exc))
+        super().__init__()
 
     def _look(self) -> None:
         p = self.phase

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from urllib.parse import urlsplit
 
 from tests import pdf_factory as pf
-from tests.reliability.support import Stores, TcpProxy, document_statuses, figures_line, store_figures
+from tests.reliability.support import QueueWatcher, Stores, TcpProxy, document_statuses, figures_line, store_figures
 
 ALL_COMPLETED = ("completed", "completed", "completed")
 FAILED_ATTEMPTS_BEFORE_RECOVERY = 2
 
 
-class _Outages:
+class _Outages(QueueWatcher):
     """Watches the queue from a thread while the pipeline runs: keeps Qdrant locked and the Bolt port closed
     until the chunks of each phase have failed twice, then brings the service back."""
 
@@ -25,25 +24,7 @@ class _Outages:
         self.errors: dict[str, set[str]] = {"vector": set(), "graphrag": set()}
         self.ocr_before: dict | None = None
         self.down_s: dict[str, float] = {}
-        self.problems: list[str] = []
-        self.started = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(10)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.1):
-            try:
-                self._look()
-            except Exception as exc:  # noqa: BLE001 - a failed look is retried; the failure is reported
-                self.problems.append(repr(exc))
+        super().__init__()
 
     def _look(self) -> None:
         for phase in self.errors:
