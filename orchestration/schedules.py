@@ -18,6 +18,7 @@ from queue_db.config import QueueConfig, Settings
 from resources.database import DatabaseResource
 from resources.embedding_resource import EmbeddingResource
 from resources.graph_stores import Neo4jResource
+from resources.ports import VectorStoreDamaged
 from resources.vector_resource import QdrantResource
 
 MAINTENANCE_POOL = "maintenance"
@@ -133,6 +134,10 @@ def _reconcile_and_verify(settings: Settings) -> dg.OpDefinition:
         try:
             store.ensure_collection()
             result = nightly(queue, context.instance, store, graph, page_size=page_size)
+        except VectorStoreDamaged as exc:
+            # the run fails with the shard's one sentence (it names the repair command); repairing is a person's
+            # call, since it sets files aside
+            raise dg.Failure(description=str(exc), allow_retries=False) from None
         finally:
             store.close()
             graph.close()

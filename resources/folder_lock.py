@@ -168,6 +168,31 @@ class LocalFolder:
                 return
             self._schedule()
 
+    @contextmanager
+    def held(self, timeout_s: float):
+        """The folder's locks (this process's and the lock file) with no handle open: to rename a folder that
+        cannot be opened (a damaged shard set aside). The next operation opens the folder again."""
+        if self._pid != os.getpid():
+            self._reset()
+        if not self._gate.acquire(timeout=max(timeout_s, 0)):
+            raise QdrantStorageBusy(
+                f"embedded Qdrant storage {self.folder} stayed busy in this process for {timeout_s:g}s "
+                f"(DOCQUEUE_QDRANT_LOCK_TIMEOUT)"
+            )
+        try:
+            self.close_handle()
+            taken = None
+            if self._lock_handle is None:
+                self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+                taken = _acquire_lock_file(self.lock_path, time.monotonic() + timeout_s, timeout_s)
+            try:
+                yield
+            finally:
+                if taken is not None:
+                    _release_lock_file(taken)
+        finally:
+            self._gate.release()
+
     def close_handle(self) -> None:
         """Close the open handle while keeping the lock file (to swap the folder under it); the next operation
         opens the folder again."""

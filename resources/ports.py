@@ -31,6 +31,22 @@ class VectorStoreError(RuntimeError):
     """The vector store is unusable as configured (wrong collection shape, bad input)."""
 
 
+REPAIR_VECTORS = "docqueue repair --vectors"
+
+
+class VectorStoreDamaged(VectorStoreError):
+    """A shard of the embedded store whose files the engine cannot read back (a segment file truncated or deleted
+    while nothing ran). The engine says so as an error, never by crashing the process: what it cannot load it
+    refuses at opening, what it cannot read it refuses at the read. `folder` is the shard's folder."""
+
+    def __init__(self, folder: Path | str, detail: str = ""):
+        self.folder = str(folder)
+        super().__init__(
+            f"the vector store's shard {self.folder} is damaged{f' ({detail})' if detail else ''}; "
+            f"`{REPAIR_VECTORS}` sets it aside and re-queues the chunks it held"
+        )
+
+
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 

@@ -40,7 +40,7 @@ import qdrant_edge as qe
 from queue_db.config import default
 from queue_db.service_config import VectorStoreConfig
 from resources.folder_lock import local_folder
-from resources.ports import DiskFull, SearchHits, VectorStoreError, VectorStoreSettings, no_space
+from resources.ports import DiskFull, SearchHits, VectorStoreDamaged, VectorStoreError, VectorStoreSettings, no_space
 from resources.qdrant_base import (
     HYBRID_CANDIDATES,
     LOCK_TIMEOUT_S,
@@ -55,6 +55,8 @@ from resources.qdrant_edge_shard import (
     dense_search_params,
     edge_config,
     edge_filter,
+    engine_detail,
+    engine_failure,
     open_shard,
     pages,
     persisted_config,
@@ -244,6 +246,49 @@ class EdgeVectorStore(QdrantStore):
         self._tail_gate.release()
         self._gate.release()
 
+    @contextmanager
+    def _reading(self, folder: Path):
+        """A read of one shard: the engine's error on a file it cannot read back names that shard as damaged."""
+        try:
+            yield
+        except Exception as exc:
+            if not engine_failure(exc) or no_space(exc):
+                raise
+            raise VectorStoreDamaged(folder, engine_detail(exc)) from None
+
+    # ----------------------------------------------------------------- damage
+
+    def shard_folders(self) -> list[Path]:
+        """The shards that exist, the tail first (the order every operation takes them in)."""
+        return [folder for folder in (self.tail_folder, self.folder) if shard_exists(folder)]
+
+    def check_shard(self, folder: Path) -> str | None:
+        """Why this shard (the tail's or the main one's folder) cannot be read back, or None when every point's
+        payload and vectors read: it is opened and read a page at a time under its lock."""
+        gate = self._tail_gate if folder == self.tail_folder else self._gate
+        try:
+            with gate.open(self.lock_timeout_s) as shard, self._reading(folder):
+                for _ in pages(shard, None, self.scroll_page, True, with_vector=True):
+                    pass
+        except VectorStoreDamaged as exc:
+            gate.release()
+            return str(exc)
+        return None
+
+    def set_aside(self, folder: Path, stamp: str) -> Path:
+        """Rename a damaged shard's folder to `<folder>.damaged-<stamp>`, under its lock, so that the next
+        operation makes a fresh, empty one of today's shape; its files are kept for a person to look at."""
+        gate = self._tail_gate if folder == self.tail_folder else self._gate
+        kept = folder.with_name(f"{folder.name}.damaged-{stamp}")
+        tail = folder == self.tail_folder
+        with gate.held(self.lock_timeout_s):
+            folder.rename(kept)
+        if tail:
+            self._set_unindexed(0)  # the points it counted went with it
+        with self._tail() if tail else self._shard():  # made afresh, with its payload indexes
+            pass
+        return kept
+
     # ----------------------------------------------------------------- writes
 
     def write_prepared(self, points: list[PreparedPoint]) -> None:
@@ -348,43 +393,51 @@ class EdgeVectorStore(QdrantStore):
         found: set[str] = set()
         condition = edge_filter(document_filter(document_id)) if document_id is not None else None
         with self._both() as shards:
-            for shard in shards:
+            for shard, folder in zip(shards, (self.tail_folder, self.folder)):
                 if shard is not None:
-                    for records in pages(shard, condition, self.scroll_page, ["chunk_id"]):
-                        found.update(record.payload["chunk_id"] for record in records if record.payload)
+                    with self._reading(folder):
+                        for records in pages(shard, condition, self.scroll_page, ["chunk_id"]):
+                            found.update(record.payload["chunk_id"] for record in records if record.payload)
         return found
 
     def _scroll_chunk_ids(self, offset, limit: int) -> tuple[list, object]:
         """The main shard's points, then the tail's that the main shard lacks; the offset says which shard
         ("main" or "tail") and where in it. Shards are taken per page, so runs waiting to write get their turn
-        during a long verification."""
+        during a long verification. The vectors are read too (and dropped): verification is then a read of every
+        stored byte a search needs, so a cut or missing segment file is found (VectorStoreDamaged) before a search
+        meets it."""
         side, position = offset if offset is not None else ("main", None)
         with self._both() as (tail, main):
             if side == "main":
                 if main is not None:
-                    records, position = main.scroll(
-                        qe.ScrollRequest(offset=position, limit=limit, with_payload=["chunk_id"], with_vector=False)
-                    )
+                    with self._reading(self.folder):
+                        records, position = main.scroll(
+                            qe.ScrollRequest(offset=position, limit=limit, with_payload=["chunk_id"], with_vector=True)
+                        )
                     if position is not None or records:
                         return records, ("main", position) if position is not None else ("tail", None)
                 side, position = "tail", None
             if tail is None:
                 return [], None
-            records, position = tail.scroll(
-                qe.ScrollRequest(offset=position, limit=limit, with_payload=["chunk_id"], with_vector=False)
-            )
+            with self._reading(self.tail_folder):
+                records, position = tail.scroll(
+                    qe.ScrollRequest(offset=position, limit=limit, with_payload=["chunk_id"], with_vector=True)
+                )
             if main is not None and records:
-                merged = {str(r.id) for r in main.retrieve([r.id for r in records], False, False)}
+                with self._reading(self.folder):
+                    merged = {str(r.id) for r in main.retrieve([r.id for r in records], False, False)}
                 records = [r for r in records if str(r.id) not in merged]
             return records, ("tail", position) if position is not None else None
 
     def _retrieve(self, ids: list[str], with_payload, with_vectors: bool) -> list:
         with self._both() as (tail, main):
-            found = tail.retrieve(ids, with_payload, with_vectors) if tail is not None else []
+            with self._reading(self.tail_folder):
+                found = tail.retrieve(ids, with_payload, with_vectors) if tail is not None else []
             if main is not None:
                 fresh = {str(record.id) for record in found}
                 rest = [i for i in ids if str(i) not in fresh]
-                found = found + (main.retrieve(rest, with_payload, with_vectors) if rest else [])
+                with self._reading(self.folder):
+                    found = found + (main.retrieve(rest, with_payload, with_vectors) if rest else [])
             return found
 
     def _search(self, request, keep) -> SearchHits:

@@ -10,7 +10,7 @@ from pathlib import Path
 import qdrant_edge as qe
 
 from resources.folder_lock import QdrantStorageBusy, open_waiting_for_outsiders
-from resources.ports import VectorStoreError
+from resources.ports import VectorStoreDamaged, VectorStoreError
 from resources.qdrant_base import SPARSE_VECTOR, PreparedPoint, sparse_of
 from resources.vector_payload import INDEXED_PAYLOAD, PointFilter
 
@@ -23,7 +23,24 @@ def shard_exists(folder: Path) -> bool:
 
 def persisted_config(folder: Path) -> dict:
     """The shard's edge_config.json, as the engine last wrote it."""
-    return json.loads((folder / "edge_config.json").read_text())
+    try:
+        config = json.loads((folder / "edge_config.json").read_text())
+    except (ValueError, UnicodeDecodeError) as exc:  # cut short or overwritten: the file exists (shard_exists)
+        raise VectorStoreDamaged(folder, f"edge_config.json: {exc}") from None
+    if not isinstance(config, dict):
+        raise VectorStoreDamaged(folder, "edge_config.json holds no settings")
+    return config
+
+
+def engine_detail(exc: BaseException) -> str:
+    """The engine's own reason, without the chain of contexts it prefixes (each repeating the folder)."""
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return line.rsplit("error: ", 1)[-1].strip() or line
+
+
+def engine_failure(exc: BaseException) -> bool:
+    """An error of the engine itself: the bindings raise plain Exception with its message."""
+    return type(exc) is Exception
 
 
 def _current_config(folder: Path, config: qe.EdgeConfig, dim: int, segment_points: int) -> qe.EdgeConfig | None:
@@ -66,7 +83,14 @@ def open_shard(config: qe.EdgeConfig, dim: int, segment_points: int, read_throug
     def opener(folder: Path, deadline: float, timeout_s: float):
         def open_once():
             if shard_exists(folder):
-                shard = qe.EdgeShard.load(str(folder), _current_config(folder, config, dim, segment_points))
+                current = _current_config(folder, config, dim, segment_points)
+                try:
+                    shard = qe.EdgeShard.load(str(folder), current)
+                except Exception as exc:
+                    # a shard that exists but cannot be loaded has lost or cut files; a second holder is not that
+                    if not engine_failure(exc) or _WAL_BUSY in str(exc):
+                        raise
+                    raise VectorStoreDamaged(folder, engine_detail(exc)) from None
             else:
                 shard = qe.EdgeShard.create(str(folder), config)
             if read_through:
@@ -80,7 +104,7 @@ def open_shard(config: qe.EdgeConfig, dim: int, segment_points: int, read_throug
 
         try:
             return open_waiting_for_outsiders(open_once, lambda exc: _WAL_BUSY in str(exc), folder, deadline, timeout_s)
-        except QdrantStorageBusy:
+        except (QdrantStorageBusy, VectorStoreDamaged):
             raise
         except Exception as exc:  # noqa: BLE001  (the bindings raise plain Exception with the engine's message)
             raise VectorStoreError(

@@ -30,7 +30,7 @@ EXIT_CODES = f"""Exit codes:
   0  success
   {EXIT_FAILURE}  failure: a service out of reach, a worker failed, pending migrations (`db status`)
   {EXIT_USAGE}  bad input or settings: a missing file, an unknown document, a mistyped variable
-  {EXIT_INCONSISTENT}  `verify` found the stores and the queue disagreeing
+  {EXIT_INCONSISTENT}  `verify` found the stores and the queue disagreeing, or a damaged store (`repair`)
   {EXIT_TASKS_FAILED}  `run` ended with tasks failed or blocked behind failed ones
 """
 
@@ -72,6 +72,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reindex": (
         "administration",
         ("Re-run a phase and the ones after it, keeping OCR (e.g. after changing the embedding model)."),
+    ),
+    "repair": (
+        "administration",
+        "Set aside a damaged store's files (kept, renamed) and re-queue what they held for `docqueue run`.",
     ),
     "retry": ("administration", "Put failed tasks back to pending with their retries reset."),
     "run": (

@@ -205,3 +205,46 @@ def _upgrade_vector_shape(settings: Settings) -> int:
             return upgrade_shape() if upgrade_shape is not None else 0
         finally:
             store.close()
+
+
+@click.command()
+@click.option(
+    "--vectors",
+    is_flag=True,
+    help="the embedded vector store: set aside the shards that cannot be read back, re-queue their chunks",
+)
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
+@click.pass_obj
+def repair(settings: Settings, vectors: bool, as_json: bool) -> None:
+    """Set aside a damaged store's files (kept, renamed) and re-queue what they held for `docqueue run`."""
+    # imported here, as in delete: the vector store brings Qdrant Edge and Dagster
+    from orchestration.repair import repair_vectors
+    from orchestration.stores import embedding_model, open_vectors
+    from resources.qdrant_edge import EdgeVectorStore
+
+    if not vectors:
+        raise CliError("say what to repair: --vectors", EXIT_USAGE)
+    queue = open_queue(settings)
+    model_id, dim = embedding_model(settings.embedding)
+    with service_errors():
+        store = open_vectors(settings, model_id, dim)
+        try:
+            if not isinstance(store, EdgeVectorStore):
+                raise CliError(
+                    "only the embedded vector store (DOCQUEUE_QDRANT_PATH) has shards docqueue can repair; "
+                    "a Qdrant server (DOCQUEUE_QDRANT_URL) keeps its own",
+                    EXIT_USAGE,
+                )
+            result = repair_vectors(queue, store, settings.dagster.verify_page)
+        finally:
+            store.close()
+    damaged = "; ".join(f"{d['shard']} kept as {d['kept_as']}" for d in result["damaged_shards"])
+    emit(
+        as_json,
+        result,
+        lambda: click.echo(
+            (f"damaged shard(s) set aside: {damaged}" if damaged else "no damaged shard")
+            + f"; {result['requeued_vector_chunks']} completed chunk(s) without a point re-queued"
+            + ("; run `docqueue run --until-idle`" if result["requeued_vector_chunks"] else "")
+        ),
+    )

@@ -33,6 +33,7 @@ SERVICE_FAILURES = {
         ("orchestration.dagster_database", "DagsterStorageError"),
         ("orchestration.stores", "UnknownEmbeddingModel"),
         ("resources.ports", "DiskFull"),
+        ("resources.ports", "VectorStoreDamaged"),
     ),
     "postgres_start": (("queue_db.embedded_postgres", "EmbeddedPostgresError"),),
     "postgres": (("sqlalchemy.exc", "OperationalError"),),

@@ -198,13 +198,21 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
 @click.pass_obj
 def verify(settings: Settings, as_json: bool) -> None:
     """Cross-check queue, Qdrant and graph; exit 3 when anything is inconsistent."""
+    # a damaged shard of the embedded store is one sentence naming it (exit 3 too): every stored point is read back
     # imported here: the stores bring Dagster, qdrant-client and the Bolt driver, seconds `status` and `stats`
     # (this module's other commands) do not need
     from orchestration.stores import opened_stores
+    from resources.ports import VectorStoreDamaged
 
     queue = open_queue(settings)
     with service_errors(), opened_stores(settings) as (store, graph):
-        report = verify_stores(queue, store, graph, page_size=settings.dagster.verify_page)
+        try:
+            report = verify_stores(queue, store, graph, page_size=settings.dagster.verify_page)
+        except VectorStoreDamaged as exc:
+            # the store cannot be read back, so nothing else can be counted: its one sentence is the result
+            if as_json:
+                emit(True, {"consistent": False, "damaged": str(exc), "shard": exc.folder}, lambda: None)
+            raise CliError(str(exc), EXIT_INCONSISTENT) from None
     payload = report.as_dict()
     emit(
         as_json,
