@@ -14,6 +14,11 @@ and the throughput during and after the fault against a clean run of the same fl
                     a Bolt server of the bench's own); the storage folder, then in a second run the Qdrant folder,
                     is a tmpfs of its own, filled once --fill-at of that phase is done and freed --full-s seconds
                     (10) later. Needs root (mount); skipped with one sentence otherwise
+  6 damaged-store   the pipeline through the `docqueue` commands (--damaged-documents x --damaged-pages generated
+                    PDFs, half indexed into the main shard, half left in the tail): with nothing running, a segment
+                    file of the main shard is cut to nothing, then one of the tail's deleted; each time `verify` must
+                    name the shard (exit 3), `repair --vectors` sets it aside and re-queues its chunks (a second
+                    repair changes nothing) and `run --until-idle` rebuilds them (see bench/_damaged_stores.py)
   8 clock-skew      one worker's wall clock --skew-s seconds (600) ahead and one's as far behind, beside normal
                     workers, with stale recovery run from a process ahead as well as from a normal one, for
                     --skew-window-s (30); each batch's work (--skew-work-s, 4) outlasts the stale timeout (3 s), so
@@ -33,6 +38,7 @@ Runs on an embedded PostgreSQL of its own (its own max_connections), never on a 
   .venv/bin/python bench/faults.py                       # rows 1-3 at full size (~5 min)
   .venv/bin/python bench/faults.py --rows 4               # row 4 (~2 min)
   .venv/bin/python bench/faults.py --rows 5               # row 5, as root (~3 min)
+  .venv/bin/python bench/faults.py --rows 6               # row 6 (~3 min)
   .venv/bin/python bench/faults.py --rows 8               # row 8 (~2 min)
   .venv/bin/python bench/faults.py --rows 3 --untuned     # row 3 with the tables' storage settings reset
   .venv/bin/python bench/faults.py --quick                # a smoke run
@@ -64,7 +70,15 @@ from bench._result import print_result  # noqa: E402
 from queue_db.config import QueueSettings  # noqa: E402
 from queue_db.phases import VECTOR_CHUNK  # noqa: E402
 
-ROWS = {1: "backend-kill", 2: "connections", 3: "idle-in-tx", 4: "sigkill", 5: "disk-full", 8: "clock-skew"}
+ROWS = {
+    1: "backend-kill",
+    2: "connections",
+    3: "idle-in-tx",
+    4: "sigkill",
+    5: "disk-full",
+    6: "damaged-store",
+    8: "clock-skew",
+}
 QUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk")
 SETTINGS = QueueSettings(
     heartbeat_interval_s=0.3, stale_timeout_s=3.0, max_retries=5, retry_backoff_base_s=0.2, retry_backoff_max_s=1.0
@@ -699,6 +713,17 @@ def disk_full(bench: Bench) -> dict:
     }
 
 
+# ---------------------------------------------------------------------------------------------------- row 6
+def damaged_store(bench: Bench) -> dict:
+    """A segment file of each shard damaged in turn, detected, set aside and rebuilt (see bench/_damaged_stores.py)."""
+    from bench import _damaged_stores as damaged
+    from bench._pipeline_env import own_bolt_server
+    from bench.orchestration_overhead import free_port
+
+    with own_bolt_server(bench.home / "bolt-damaged", free_port()) as bolt:
+        return damaged.row(bench.args, (bolt, _Databases(bench)), bench.home)
+
+
 class _Databases:
     """Row 5's databases on the bench's own server."""
 
@@ -717,6 +742,7 @@ RUNNERS = {
     3: idle_in_transaction,
     4: repeated_kills,
     5: disk_full,
+    6: damaged_store,
     8: clock_skew,
 }
 
@@ -754,6 +780,8 @@ def run(args: argparse.Namespace) -> int:
     names += ("skew_window_s", "skew_work_s")
     if 5 in args.rows:
         names += ("disk_documents", "disk_pages", "storage_mib", "qdrant_extra_mib", "fill_at", "full_s")
+    if 6 in args.rows:
+        names += ("damaged_documents", "damaged_pages")
     config = {k: getattr(args, k) for k in names}
     print_result({"rows": rows, "config": config, "failures": failures}, sort_keys=True)
     return 1 if failures else 0
@@ -762,6 +790,9 @@ def run(args: argparse.Namespace) -> int:
 def _print_row(number: int, f: dict) -> None:
     if number == 5:
         _print_disk_row(f)
+        return
+    if number == 6:
+        _print_damaged_row(f)
         return
     speed = f["tasks_per_s"]
     print(
@@ -807,12 +838,29 @@ def _print_disk_row(f: dict) -> None:
         )
 
 
+def _print_damaged_row(f: dict) -> None:
+    print(
+        f"row 6 {ROWS[6]:<12} faults {f['faults_injected']:>3}  rebuilt {f['work_done']:>7} chunks  "
+        f"lost {f['tasks_lost']}  duplicate points {f['completed_twice']} nodes/edges {f['duplicate_nodes_edges']}  "
+        f"graph {f['graph_before']} -> {f['graph_after']}  chunk completions/s clean {f['tasks_per_s']['clean']}  "
+        f"({f['row_seconds']} s)",
+        flush=True,
+    )
+    for name, run in f["by_fault"].items():
+        print(
+            f"      {name:<9} {run['shard']} shard: detected in {run['detect_s']} s, repair {run['repair_s']} s + "
+            f"run {run['rebuild_run_s']} s for {run['rebuilt_chunks']} chunks ({run['rebuild_per_s']} chunk "
+            f"completions/s); kept as {run['kept_as']}; verify said: {run['said']}",
+            flush=True,
+        )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--rows", default="1,2,3", help="comma-separated rows to run (default 1,2,3; 4 and 8 on request)"
+        "--rows", default="1,2,3", help="comma-separated rows to run (default 1,2,3; 4, 5, 6 and 8 on request)"
     )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=50)
@@ -852,6 +900,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fill-at", type=float, default=0.25, help="row 5: share of the phase done when it fills")
     parser.add_argument("--full-s", type=float, default=10.0, help="row 5: seconds the folder stays full")
     parser.add_argument("--disk-timeout-s", type=float, default=600.0, help="row 5: a child run's time limit")
+    parser.add_argument("--damaged-documents", type=int, default=6, help="row 6: generated PDFs (two halves)")
+    parser.add_argument("--damaged-pages", type=int, default=4, help="row 6: pages per PDF")
     parser.add_argument("--disk-child", type=Path, help=argparse.SUPPRESS)  # row 5's child: the corpus to run
     parser.add_argument("--disk-count", action="store_true", help=argparse.SUPPRESS)  # row 5's store counter
     parser.add_argument("--no-clean", action="store_true", help="the rows without their clean runs (tests)")
