@@ -220,7 +220,7 @@ def run_one(args, fault: str | None, corpus: Path, services: tuple, root: Path) 
 
 
 def _headroom_mib() -> int:
-    from resources.qdrant_edge import WRITE_HEADROOM_BYTES
+    from resources.folder_room import WRITE_HEADROOM_BYTES
 
     return WRITE_HEADROOM_BYTES >> 20
 

@@ -30,9 +30,8 @@ until `docqueue db upgrade` has migrated it (resources/qdrant_migrate.py).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import qdrant_edge as qe
@@ -40,7 +39,8 @@ import qdrant_edge as qe
 from queue_db.config import default
 from queue_db.service_config import VectorStoreConfig
 from resources.folder_lock import local_folder
-from resources.ports import DiskFull, SearchHits, VectorStoreDamaged, VectorStoreError, VectorStoreSettings, no_space
+from resources.folder_room import allocated_bytes, ensure_room, room_for_write
+from resources.ports import SearchHits, VectorStoreDamaged, VectorStoreError, VectorStoreSettings, no_space
 from resources.qdrant_base import (
     HYBRID_CANDIDATES,
     LOCK_TIMEOUT_S,
@@ -52,35 +52,27 @@ from resources.qdrant_base import (
     hits_from,
 )
 from resources.qdrant_edge_shard import (
+    copy_with_both_vectors,
     dense_search_params,
     edge_config,
     edge_filter,
     engine_detail,
     engine_failure,
+    local_mode_files,
     open_shard,
     pages,
     persisted_config,
+    retire_folder,
     shard_exists,
     write_points,
 )
-from resources.vector_payload import INDEXED_PAYLOAD, document_filter, point_id
+from resources.vector_payload import document_filter, point_id
 
 LINGER_S = default(VectorStoreConfig, "linger_s")
 SEGMENT_POINTS = default(VectorStoreConfig, "segment_points")
 HNSW_EF = default(VectorStoreConfig, "hnsw_ef")
 EDGE_FOLDER = "edge"
 TAIL_SUFFIX = ".tail"
-LOCAL_MODE_MARKER = "meta.json"
-# The engine writes its WAL and segments through memory maps of sparse files, so on a full file system a write to a
-# page it cannot have kills the process (SIGBUS) instead of raising. A write is refused, as DiskFull, while less than
-# this is free: two of the engine's 32 MiB WAL segments, many times what one batch adds to the WAL, the vectors, the
-# payload and its indexes.
-WRITE_HEADROOM_BYTES = 64 << 20
-
-
-def local_mode_files(path: Path) -> bool:
-    """True when `path` still holds a qdrant-client local-mode storage that needs migrating."""
-    return (path / LOCAL_MODE_MARKER).is_file()
 
 
 class EdgeVectorStore(QdrantStore):
@@ -189,7 +181,7 @@ class EdgeVectorStore(QdrantStore):
     def _existing_tail(self):
         if not shard_exists(self.tail_folder):
             self._refuse_old_storage()
-            return _Nothing()
+            return nullcontext()
         return self._tail()
 
     def _check_shape(self, folder: Path | None = None) -> None:
@@ -209,37 +201,17 @@ class EdgeVectorStore(QdrantStore):
     def _existing(self):
         """The open shard, or None when the collection was never written (reads stay empty, create nothing)."""
         if not shard_exists(self.folder) and not (self._refuse_local_mode and local_mode_files(self.root)):
-            return _Nothing()
+            return nullcontext()
         return self._shard()
 
     def ensure_collection(self) -> None:
         if not shard_exists(self.tail_folder):
-            self._make_room()
+            ensure_room(self.root)
         with self._tail():
             pass
 
-    def _make_room(self, extra_bytes: int = 0) -> None:
-        """Refuse a write while the folder's file system lacks WRITE_HEADROOM_BYTES (plus what the write copies)."""
-        folder = self.root
-        while not folder.exists() and folder != folder.parent:  # a store not yet made: its nearest existing parent
-            folder = folder.parent
-        free = shutil.disk_usage(folder).free
-        needed = WRITE_HEADROOM_BYTES + extra_bytes
-        if free < needed:
-            raise DiskFull(self.root, f"{free >> 20} MiB free, a write needs {needed >> 20} MiB")
-
-    @contextmanager
     def _writing(self, extra_bytes: int = 0):
-        """A write with room checked first; the engine's own "no space" error (a file it writes outside its memory
-        maps) as the same one sentence."""
-        self._make_room(extra_bytes)
-        try:
-            yield
-        except Exception as exc:
-            if isinstance(exc, DiskFull) or not no_space(exc):
-                raise
-            self.close()  # the next operation opens the shards afresh from what reached the disk
-            raise DiskFull(self.root) from None
+        return room_for_write(self.root, self.close, extra_bytes)
 
     def close(self) -> None:
         """Let go of the shards kept open between operations (a run's end, a CLI command's end)."""
@@ -336,26 +308,13 @@ class EdgeVectorStore(QdrantStore):
         with self._existing() as shard:
             if shard is None or self._sparse:
                 return 0
-            self._make_room(_allocated_bytes(self.folder))  # the copy is as big as the shard
-            shutil.rmtree(spare, ignore_errors=True)
-            target = qe.EdgeShard.create(str(spare), edge_config(self.dim, self.segment_points))
-            try:
-                for field_name in INDEXED_PAYLOAD:
-                    target.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
-                copied = 0
-                for records in pages(shard, None, self.scroll_page, True, with_vector=True):
-                    points = [PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {})) for r in records]
-                    write_points(target, points, True, self.upsert_batch)
-                    copied += len(points)
-            finally:
-                target.close()
+            ensure_room(self.root, allocated_bytes(self.folder))  # the copy is as big as the shard
+            copied = copy_with_both_vectors(
+                shard, spare, self.dim, self.segment_points, self.scroll_page, self.upsert_batch
+            )
             # the open shard goes first, so the folder can be swapped while the lock is still held
             self._gate.close_handle()
-            retired = self.folder.with_name(self.folder.name + ".retired")
-            shutil.rmtree(retired, ignore_errors=True)
-            self.folder.rename(retired)
-            spare.rename(self.folder)
-            shutil.rmtree(retired, ignore_errors=True)
+            retire_folder(self.folder, spare)
             return copied
 
     def delete_chunks(self, chunk_ids: Iterable[str]) -> None:
@@ -498,7 +457,7 @@ class EdgeVectorStore(QdrantStore):
                 return 0
             copied = 0
             # the main shard takes a copy of every point of the tail
-            with self._writing(_allocated_bytes(self.tail_folder)), self._shard() as main:
+            with self._writing(allocated_bytes(self.tail_folder)), self._shard() as main:
                 for records in pages(tail, None, self.upsert_batch, True, with_vector=True):
                     # the stored vectors as they are (a main shard of the older shape takes the dense one alone)
                     main.update(
@@ -512,10 +471,7 @@ class EdgeVectorStore(QdrantStore):
                     copied += len(records)
             # the open tail goes first, so its folder can be dropped while its lock is still held
             self._tail_gate.close_handle()
-            retired = self.tail_folder.with_name(self.tail_folder.name + ".retired")
-            shutil.rmtree(retired, ignore_errors=True)
-            self.tail_folder.rename(retired)
-            shutil.rmtree(retired, ignore_errors=True)
+            retire_folder(self.tail_folder)
             self._set_unindexed(0)
             return copied
 
@@ -540,22 +496,3 @@ class EdgeVectorStore(QdrantStore):
                 "segments": sum(part.segments_count for part in parts),
                 "indexed_vectors": main_info.indexed_vectors_count if main_info is not None else 0,
             }
-
-
-def _allocated_bytes(folder: Path) -> int:
-    """What a folder's files take on disk (their blocks: the engine's files are sparse)."""
-    total = 0
-    for path in folder.rglob("*"):
-        try:
-            total += path.lstat().st_blocks * 512
-        except OSError:  # replaced meanwhile
-            continue
-    return total
-
-
-class _Nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc_info):
-        return False

@@ -5,16 +5,23 @@ indexed and stored), how it is opened under the folder lock, how a point and a f
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import qdrant_edge as qe
 
 from resources.folder_lock import QdrantStorageBusy, open_waiting_for_outsiders
 from resources.ports import VectorStoreDamaged, VectorStoreError
-from resources.qdrant_base import SPARSE_VECTOR, PreparedPoint, sparse_of
+from resources.qdrant_base import SPARSE_VECTOR, PreparedPoint, dense_of, sparse_of
 from resources.vector_payload import INDEXED_PAYLOAD, PointFilter
 
 _WAL_BUSY = "WouldBlock"
+LOCAL_MODE_MARKER = "meta.json"  # what qdrant-client's local mode leaves in a folder, before the migration
+
+
+def local_mode_files(path: Path) -> bool:
+    """True when `path` still holds a qdrant-client local-mode storage that needs migrating."""
+    return (path / LOCAL_MODE_MARKER).is_file()
 
 
 def shard_exists(folder: Path) -> bool:
@@ -208,3 +215,32 @@ def pages(shard, condition, page_size: int, with_payload, with_vector: bool = Fa
 def write_points(shard, points: list[PreparedPoint], sparse: bool, batch: int) -> None:
     for start in range(0, len(points), batch):
         shard.update(qe.UpdateOperation.upsert_points([edge_point(p, sparse) for p in points[start : start + batch]]))
+
+
+def copy_with_both_vectors(shard, spare: Path, dim: int, segment_points: int, page_size: int, batch: int) -> int:
+    """Copy an older shard's points into a new shard at `spare` with the dense and the sparse vector and the
+    payload indexes; returns how many were copied."""
+    shutil.rmtree(spare, ignore_errors=True)
+    target = qe.EdgeShard.create(str(spare), edge_config(dim, segment_points))
+    try:
+        for field_name in INDEXED_PAYLOAD:
+            target.update(qe.UpdateOperation.create_field_index(field_name, qe.PayloadSchemaType.Keyword))
+        copied = 0
+        for records in pages(shard, None, page_size, True, with_vector=True):
+            points = [PreparedPoint(str(r.id), dense_of(r.vector), dict(r.payload or {})) for r in records]
+            write_points(target, points, True, batch)
+            copied += len(points)
+    finally:
+        target.close()
+    return copied
+
+
+def retire_folder(folder: Path, replacement: Path | None = None) -> None:
+    """Drop a shard's folder (its handle closed, its lock still held), putting `replacement` in its place: renamed
+    aside first, so that a crash in between leaves a whole folder, the old or the new one, never half of one."""
+    retired = folder.with_name(folder.name + ".retired")
+    shutil.rmtree(retired, ignore_errors=True)
+    folder.rename(retired)
+    if replacement is not None:
+        replacement.rename(folder)
+    shutil.rmtree(retired, ignore_errors=True)

@@ -19,7 +19,8 @@ from queue_db.service_config import VectorStoreConfig
 from resources.folder_lock import local_folder
 from resources.ports import VectorStoreError
 from resources.qdrant_base import COLLECTION_PREFIX, LOCK_TIMEOUT_S, PreparedPoint, dense_of
-from resources.qdrant_edge import LOCAL_MODE_MARKER, EdgeVectorStore, local_mode_files
+from resources.qdrant_edge import EdgeVectorStore
+from resources.qdrant_edge_shard import LOCAL_MODE_MARKER, local_mode_files
 from resources.qdrant_server import open_local_client
 
 MIGRATE_BATCH = default(VectorStoreConfig, "migrate_batch")

@@ -160,7 +160,7 @@ def test_a_full_storage_folder_fails_pages_retryably_until_space_is_freed(pipeli
 def test_a_full_embedded_store_folder_fails_vectors_retryably_until_space_is_freed(
     pipeline, rel_env, tmp_path, monkeypatch, say
 ):
-    from resources.qdrant_edge import WRITE_HEADROOM_BYTES
+    from resources.folder_room import WRITE_HEADROOM_BYTES
 
     for name, value in RETRY_SETTINGS.items():
         monkeypatch.setenv(name, value)

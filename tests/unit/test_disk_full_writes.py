@@ -36,14 +36,14 @@ def test_a_page_written_to_a_full_storage_folder_leaves_the_old_content_and_no_t
 
 
 def test_the_embedded_store_refuses_a_write_without_headroom_and_takes_it_once_space_is_freed(tmp_path, monkeypatch):
-    import resources.qdrant_edge as edge
+    import resources.folder_room as room
     from resources.qdrant_edge import EdgeVectorStore
 
     store = EdgeVectorStore(path=tmp_path / "qdrant", model_id="disk-full-test", dim=DIM, linger_s=0)
     point = ChunkPoint(chunk_id="doc:1:0", vector=[0.1, 0.2, 0.3, 0.4], payload={"document_id": "doc", "text": "a"})
     store.upsert([point])
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(edge.shutil, "disk_usage", lambda path: usage(100 << 20, 99 << 20, 1 << 20))
+    monkeypatch.setattr(room.shutil, "disk_usage", lambda path: usage(100 << 20, 99 << 20, 1 << 20))
     with pytest.raises(DiskFull) as failure:
         store.upsert([ChunkPoint(chunk_id="doc:1:1", vector=[0.4, 0.3, 0.2, 0.1], payload={"document_id": "doc"})])
     assert str(failure.value).startswith(f"disk full: no space left in {tmp_path / 'qdrant'} (1 MiB free")
