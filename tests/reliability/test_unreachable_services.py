@@ -41,6 +41,7 @@ COMMANDS = {
     # --phase vector upgrades a vector collection made before hybrid search first
     "reindex": (lambda f: ["reindex", "--phase", "vector"], {QUEUE, VECTORS}),
     "demo": (lambda f: ["demo"], {QUEUE, GRAPH, VECTORS}),
+    "repair": (lambda f: ["repair", "--vectors"], {QUEUE, VECTORS}),
 }
 
 
