@@ -29,14 +29,15 @@ from queue_db.lifecycle import superseded_ready_for_removal
 from queue_db.partition_keys import document_rollup, mark_rolled_up
 from queue_db.phases import PhaseRegistry, PhaseSpec
 
-# the roll-up assets' names; a phase without an entry rolls up into `document_<phase>`
-ROLLUP_ASSET_NAMES = {"ocr": "document_ocr", "vector": "document_vector_index", "graphrag": "document_graphrag_index"}
 # what the last phase's roll-up opens to remove old versions everywhere
 RETIRING_RESOURCES = ("storage", "embeddings", "qdrant", "neo4j")
 
 
 def rollup_asset_name(spec: PhaseSpec) -> str:
-    return ROLLUP_ASSET_NAMES.get(spec.name, f"document_{spec.name}")
+    """Phase, level, step: `ocr_document_rollup` reads apart from the task asset `ocr_document` (the step that
+    splits a document into its pages). Homes written under the former names carry their history over in
+    `docqueue db upgrade` (orchestration/asset_renames.py)."""
+    return f"{spec.name}_document_rollup"
 
 
 def rollup_run_name(spec: PhaseSpec) -> str:

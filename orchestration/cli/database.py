@@ -49,7 +49,9 @@ def db_upgrade(settings: Settings, print_sql: bool, from_version: int, as_json: 
         environment = prepared_environment(settings)
         applied = upgrade(open_engine(environment))
         created = ensure_dagster_database(environment.dagster_url, environment.queue_url)
-        dagster_instance(settings).upgrade()
+        instance = dagster_instance(settings)
+        instance.upgrade()
+        renamed = _carry_renamed_assets(instance)
     vectors = _migrate_embedded_vectors(settings)
     payload = {
         "applied": [f"{m.version:04d}_{m.name}" for m in applied],
@@ -58,6 +60,7 @@ def db_upgrade(settings: Settings, print_sql: bool, from_version: int, as_json: 
         "dagster_database": redact(environment.dagster_url),
         "dagster_database_created": created,
         "vector_store_migrated": vectors,
+        "renamed_assets_moved": renamed,
     }
     emit(
         as_json,
@@ -72,8 +75,31 @@ def db_upgrade(settings: Settings, print_sql: bool, from_version: int, as_json: 
             + ("created and migrated" if created else "is up to date")
             + f" ({payload['dagster_database']})"
             + (f"; moved {vectors['points']} vectors from the old embedded Qdrant into Qdrant Edge" if vectors else "")
+            + "".join(
+                f"; moved {moved['events']} event(s) of asset {old} to {moved['renamed_to']}"
+                for old, moved in renamed.items()
+                if moved["events"]
+            )
         ),
     )
+
+
+def _carry_renamed_assets(instance) -> dict[str, dict]:
+    """Former asset name -> {renamed_to, events moved}: the history of renamed assets follows them."""
+    # imported here: the asset modules bring Dagster, which the other db commands do not load
+    from orchestration.asset_renames import carry_history, renamed_assets
+    from queue_db.phases import PHASES
+
+    renames = renamed_assets(PHASES)
+    moved = carry_history(instance.event_log_storage.engine, renames)
+    return {old: {"renamed_to": renames[old], "events": count} for old, count in moved.items()}
+
+
+def _former_assets_with_history(instance) -> list[str]:
+    from orchestration.asset_renames import former_keys_with_history, renamed_assets
+    from queue_db.phases import PHASES
+
+    return former_keys_with_history(instance.event_log_storage.engine, renamed_assets(PHASES))
 
 
 def _migrate_embedded_vectors(settings: Settings) -> dict:
@@ -101,6 +127,10 @@ def db_status(settings: Settings, as_json: bool) -> None:
         environment = prepared_environment(settings)
         pending = pending_migrations(open_engine(environment))
         dagster = dagster_storage_status(environment.dagster_url, lambda: dagster_instance(settings))
+        if dagster["database"] == "ok":
+            # history still under an asset's former name shows as missing partitions until it moves
+            dagster["former_asset_names"] = _former_assets_with_history(dagster_instance(settings))
+            dagster["pending"] = dagster["pending"] or bool(dagster["former_asset_names"])
     payload = {
         "queue": {
             "version": max(m.version for m in available_migrations()),
@@ -124,6 +154,12 @@ def db_status(settings: Settings, as_json: bool) -> None:
             current = versions["at"] == versions["head"]
             state = "up to date" if current else f"at {versions['at']}, needs {versions['head']}"
             click.echo(f"Dagster's {name} storage: {state}")
+        if dagster.get("former_asset_names"):
+            click.echo(
+                "Dagster's history under former asset names: "
+                + ", ".join(dagster["former_asset_names"])
+                + " (`docqueue db upgrade` moves it to the current names)"
+            )
 
     emit(as_json, payload, human)
     if pending or dagster["pending"]:

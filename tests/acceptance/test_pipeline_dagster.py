@@ -106,7 +106,7 @@ def test_documents_flow_through_every_phase_and_partitions_tell_the_truth(pipeli
     chunks = _status(instance, "vector_chunk", "chunks")
     assert chunks and set(chunks.values()) == {"materialized"}
     assert set(_status(instance, "graphrag_chunk", "chunks").values()) == {"materialized"}
-    assert _status(instance, "document_graphrag_index", "documents")[good_doc["document_key"]] == "materialized"
+    assert _status(instance, "graphrag_document_rollup", "documents")[good_doc["document_key"]] == "materialized"
 
     broken_doc = queue.document(results[1].document_id)
     assert broken_doc["ocr_status"] == "failed" and broken_doc["ocr_error"]

@@ -222,7 +222,7 @@ def test_ui_shows_the_asset_graph_and_partitions_of_a_processed_corpus(docqueue_
                 page.screenshot(path=ARTIFACTS / "ui_asset_lineage.png")
 
                 page.goto(f"{server.url}/locations/{location_name}/asset-groups/ocr")
-                for asset in ("ocr_document", "ocr_page", "document_ocr"):
+                for asset in ("ocr_document", "ocr_page", "ocr_document_rollup"):
                     expect(page.get_by_text(asset, exact=True).first).to_be_visible()
                 expect(page.get_by_text(f"{len(pages)} partitions", exact=True).first).to_be_visible()
                 page.screenshot(path=ARTIFACTS / "ui_ocr_group.png")

@@ -45,7 +45,7 @@ CHECKS = [
     for asset, name in (
         ("ocr_document", "has_pages_or_stated_failure"),
         ("ocr_page", "no_task_stuck_in_processing"),
-        ("document_ocr", "parents_agree_with_children"),
+        ("ocr_document_rollup", "parents_agree_with_children"),
         ("vector_chunk", "vectors_agree_with_queue"),
         ("graphrag_chunk", "graph_agrees_with_queue"),
     )
@@ -153,7 +153,7 @@ def test_the_ui_shows_reasons_checks_and_no_clutter_and_stops_entirely(
                 # every check evaluated by the roll-ups of the run
                 for asset, check in (
                     ("ocr_document", "has_pages_or_stated_failure"),
-                    ("document_ocr", "parents_agree_with_children"),
+                    ("ocr_document_rollup", "parents_agree_with_children"),
                     ("vector_chunk", "vectors_agree_with_queue"),
                 ):
                     page.goto(f"{server.url}/assets/{asset}?view=checks")

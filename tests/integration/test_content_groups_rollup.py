@@ -1,5 +1,5 @@
 """The OCR roll-up places documents in content groups: the roll-up sensor's run over two documents whose OCR
-completed, one a near copy of the other, materializes `document_ocr` with the group in its metadata (what the
+completed, one a near copy of the other, materializes `ocr_document_rollup` with the group in its metadata (what the
 Dagster UI shows), and running it again changes nothing. Real PostgreSQL, a real Dagster instance."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_the_ocr_rollup_places_documents_and_shows_the_group(dagster_env):
     defs = build_definitions(settings)
 
     assert _rollup(defs, instance, settings)
-    records = instance.fetch_materializations(dg.AssetKey("document_ocr"), limit=10).records
+    records = instance.fetch_materializations(dg.AssetKey("ocr_document_rollup"), limit=10).records
     metadata = {r.partition_key: r.asset_materialization.metadata for r in records}
     assert set(metadata) == {first["document_key"], copy["document_key"]}
     placed = {key: (m["content_group"].value, m["copies"].value) for key, m in metadata.items()}

@@ -199,7 +199,7 @@ def test_every_asset_and_maintenance_op_declares_its_phase_as_pool():
     "selection, pools",
     [
         ({"ocr_page"}, {"ocr"}),
-        ({"vector_chunk", "document_vector_index"}, {"vector"}),
+        ({"vector_chunk", "vector_document_rollup"}, {"vector"}),
         ({"graphrag_chunk"}, {"graphrag"}),
         ({"ocr_page", "graphrag_chunk"}, {"ocr", "graphrag"}),
     ],

@@ -53,12 +53,12 @@ def test_three_dynamic_partition_definitions(repo):
     [
         ("ocr_document", "ocr", "documents", {"pymupdf", "postgres"}),
         ("ocr_page", "ocr", "pages", {"pymupdf", "postgres"}),
-        ("document_ocr", "ocr", "documents", {"postgres"}),
+        ("ocr_document_rollup", "ocr", "documents", {"postgres"}),
         ("vector_page", "vector", "pages", {"python", "postgres"}),
         ("vector_chunk", "vector", "chunks", {"onnx", "qdrant"}),
-        ("document_vector_index", "vector", "documents", {"postgres"}),
+        ("vector_document_rollup", "vector", "documents", {"postgres"}),
         ("graphrag_chunk", "graphrag", "chunks", {"spacy", "neo4j"}),
-        ("document_graphrag_index", "graphrag", "documents", {"postgres"}),
+        ("graphrag_document_rollup", "graphrag", "documents", {"postgres"}),
     ],
 )
 def test_assets_per_phase(repo, asset, group, partitions, kinds):
@@ -74,9 +74,9 @@ def test_assets_per_phase(repo, asset, group, partitions, kinds):
 def test_every_task_kind_has_an_asset_and_a_job(repo):
     nodes = _nodes(repo)
     assert set(nodes) == {k.name for k in ALL_KINDS} | {
-        "document_ocr",
-        "document_vector_index",
-        "document_graphrag_index",
+        "ocr_document_rollup",
+        "vector_document_rollup",
+        "graphrag_document_rollup",
     }
     jobs = {job.name for job in repo.get_all_jobs()}
     for kind in ALL_KINDS:
@@ -98,7 +98,7 @@ def test_phase_dependencies(repo):
     assert parents["vector_page"] == {"ocr_page"}
     assert parents["vector_chunk"] == {"vector_page"}
     assert parents["graphrag_chunk"] == {"vector_chunk"}
-    assert parents["document_graphrag_index"] == {"graphrag_chunk"}
+    assert parents["graphrag_document_rollup"] == {"graphrag_chunk"}
 
 
 def test_sensors(repo):
@@ -166,7 +166,7 @@ def test_asset_checks(repo):
     assert checks == {
         ("ocr_document", "has_pages_or_stated_failure"),
         ("ocr_page", "no_task_stuck_in_processing"),
-        ("document_ocr", "parents_agree_with_children"),
+        ("ocr_document_rollup", "parents_agree_with_children"),
         ("vector_chunk", "vectors_agree_with_queue"),
         ("graphrag_chunk", "graph_agrees_with_queue"),
     }

@@ -81,7 +81,7 @@ def test_the_spec_and_its_handler_make_the_phase_s_dagster_objects():
     assert {p.to_user_string() for p in node.parent_keys} == {GRAPHRAG_CHUNK.name}
     assets = {key.to_user_string(): assets_def for assets_def in defs.assets for key in assets_def.keys}
     assert assets["summary_chunk"].op.tags["dagster-celery/queue"] == "summary"
-    rollup = graph.get(dg.AssetKey("document_summary"))
+    rollup = graph.get(dg.AssetKey("summary_document_rollup"))
     assert rollup.partitions_def.name == "documents"
     assert {p.to_user_string() for p in rollup.parent_keys} == {"summary_chunk"}
     assert defs.resolve_job_def("summary_chunk_job").tags["docqueue/phase"] == "summary"
@@ -89,7 +89,7 @@ def test_the_spec_and_its_handler_make_the_phase_s_dagster_objects():
     assert defs.get_sensor_def("summary_chunk_sensor").job_name == "summary_chunk_job"
     assert defs.get_sensor_def("rollup_summary_sensor").job_name == "rollup_summary_job"
     # the last phase's roll-up retires old versions: it moved to the summary phase's
-    assert "Old versions" in assets["document_summary"].descriptions_by_key[dg.AssetKey("document_summary")]
+    assert "Old versions" in assets["summary_document_rollup"].descriptions_by_key[dg.AssetKey("summary_document_rollup")]
     # the default definitions are untouched by the extra registry
     default = build_definitions(Settings.from_env())
     assert not default.resolve_asset_graph().has(dg.AssetKey("summary_chunk"))
@@ -151,4 +151,4 @@ def test_the_sensor_requests_ranged_runs_that_materialize_the_ready_summaries(su
     register_partitions(instance, queue.engine, Level.DOCUMENT)  # as the intake sensors do for a new document
     [rollup] = _tick(defs, instance, "rollup_summary_sensor").run_requests
     assert _run(defs, instance, "rollup_summary_job", "rollup_summary_sensor", rollup)
-    assert _materialized(instance, "document_summary") == {doc["document_key"]}
+    assert _materialized(instance, "summary_document_rollup") == {doc["document_key"]}
