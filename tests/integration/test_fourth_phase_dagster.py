@@ -89,7 +89,9 @@ def test_the_spec_and_its_handler_make_the_phase_s_dagster_objects():
     assert defs.get_sensor_def("summary_chunk_sensor").job_name == "summary_chunk_job"
     assert defs.get_sensor_def("rollup_summary_sensor").job_name == "rollup_summary_job"
     # the last phase's roll-up retires old versions: it moved to the summary phase's
-    assert "Old versions" in assets["summary_document_rollup"].descriptions_by_key[dg.AssetKey("summary_document_rollup")]
+    assert (
+        "Old versions" in assets["summary_document_rollup"].descriptions_by_key[dg.AssetKey("summary_document_rollup")]
+    )
     # the default definitions are untouched by the extra registry
     default = build_definitions(Settings.from_env())
     assert not default.resolve_asset_graph().has(dg.AssetKey("summary_chunk"))
