@@ -5,7 +5,7 @@ injectors, and the counts that say whether work was lost or done twice.
 A worker is the loop a ranged run runs: `TaskQueue.settle` (complete the batch in hand, claim the next, one
 transaction) with a `Heartbeat` thread beside it; every `run_batches` batches it ends its "run" and drops its
 connections, as a run's process does, so the next run needs new ones. The sensors are the code location's own
-(`document_vector_index` roll-up and inbox), evaluated as the daemon evaluates them, against an ephemeral instance.
+(`vector_document_rollup` roll-up and inbox), evaluated as the daemon evaluates them, against an ephemeral instance.
 """
 
 from __future__ import annotations
@@ -231,7 +231,9 @@ def sensor_loop(url: str, home: Path, stop, interval_s: float, fresh_connections
     inbox.mkdir(parents=True, exist_ok=True)
     os.environ.update({"DOCQUEUE_HOME": str(home), "DOCQUEUE_INBOX": str(inbox)})
     settings = Settings.from_env()
-    sensors = [s for s in phase_sensors(settings, PHASES) if s.name == "document_vector_index_sensor"]
+    sensors = [s for s in phase_sensors(settings, PHASES) if s.name == "rollup_vector_sensor"]
+    if not sensors:  # a renamed sensor would otherwise leave only the inbox's ticking, unnoticed
+        raise RuntimeError("the code location has no rollup_vector_sensor to evaluate")
     sensors.append(inbox_sensor(settings))
     instance = dg.DagsterInstance.ephemeral()
     sensor_url = with_app(url, SENSOR_APP)
