@@ -55,6 +55,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from functools import cached_property
 from pathlib import Path
@@ -230,7 +231,6 @@ def connections_exhausted(bench: Bench) -> dict:
     holder = kit.SlotHolder(bench.server.admin_url, args.max_connections + 10)
     holder.take_all()
     start = time.monotonic()
-    cli = _start_cli(url, bench.home)
     while time.monotonic() < start + args.hold_s:  # slots a run frees are taken too
         holder.take_all()
         time.sleep(0.1)
@@ -240,7 +240,7 @@ def connections_exhausted(bench: Bench) -> dict:
     time.sleep(args.window)
     after_end = time.monotonic()
     reports, sensor = fleet.finish()
-    cli_result = _finish_cli(cli, start)
+    cli_result = _cli_against_a_full_server(url, bench.home, holder)
     check = kit.queue_check(url, reports, SETTINGS)
     waits = [line for r in reports for line in r.log_lines]
     return {
@@ -268,6 +268,30 @@ def connections_exhausted(bench: Bench) -> dict:
     }
 
 
+def _cli_against_a_full_server(url: str, home: Path, holder: kit.SlotHolder) -> dict:
+    """`docqueue status` started while every slot is held, the slots released once it says it waits. With the
+    fleet stopped nobody else frees a slot the command could slip into (a run's or a sensor tick's closing
+    connections did, between the holder's sweeps)."""
+    holder.take_all()
+    started = time.monotonic()
+    cli = _start_cli(url, home)
+    lines: list[str] = []
+    waiting = threading.Event()
+
+    def read() -> None:
+        for line in cli.stderr:
+            lines.append(line.rstrip("\n"))
+            if "no free connection" in line:
+                waiting.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    waiting.wait(timeout=120)
+    held_s = time.monotonic() - started
+    holder.release()
+    return _finish_cli(cli, started, reader, lines) | {"held_s": round(held_s, 1)}
+
+
 def _start_cli(url: str, home: Path) -> subprocess.Popen:
     import os
 
@@ -282,13 +306,14 @@ def _start_cli(url: str, home: Path) -> subprocess.Popen:
     )
 
 
-def _finish_cli(cli: subprocess.Popen, started: float) -> dict:
+def _finish_cli(cli: subprocess.Popen, started: float, reader: threading.Thread, lines: list[str]) -> dict:
     try:
-        _, stderr = cli.communicate(timeout=600)
+        cli.wait(timeout=600)
     except subprocess.TimeoutExpired:
         cli.kill()
-        _, stderr = cli.communicate()
-    lines = [line for line in stderr.splitlines() if line.strip()]
+        cli.wait()
+    reader.join(timeout=10)
+    lines = [line for line in lines if line.strip()]
     return {
         "exit_code": cli.returncode,
         "seconds": round(time.monotonic() - started, 1),
