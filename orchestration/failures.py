@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestration.page_reading import PasswordError
 from processing.chunking import ChunkingError
 from processing.errors import DocumentError
-from resources.ports import DiskFull, no_space
+from resources.ports import CredentialsRefused, DiskFull, no_space
 
 # failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
 SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout", "auth", "disk_full"})
@@ -44,9 +44,11 @@ def within(limit_s: float, what: str, work):
 def refused_credentials(exc: BaseException) -> bool:
     """A service that refused our user, password or key. Asking again cannot help and costs a failed login each
     time, which servers count toward locking the account (ArcadeDB locks it for about half a minute)."""
-    if any(cls.__name__ == "AuthError" for cls in type(exc).__mro__):  # neo4j's, and its TokenExpired
+    if isinstance(exc, CredentialsRefused):  # the adapters' own (the LLM endpoint's 401/403)
         return True
-    return type(exc).__name__ == "LlmError" and any(f"HTTP {code}" in str(exc) for code in (401, 403))
+    # the Bolt driver's AuthError and its TokenExpired reach here unwrapped from every graph call; matched by name,
+    # so that the failure rules do not load the driver
+    return any(cls.__name__ == "AuthError" for cls in type(exc).__mro__)
 
 
 def classify(exc: BaseException) -> tuple[str, str, bool]:

@@ -14,6 +14,7 @@ from typing import Any
 from processing.entities import EntityCollector, Extraction, ExtractionLimits, normalize_entity_name
 from queue_db.config import default, secret_value
 from queue_db.service_config import ExtractionConfig
+from resources.ports import CredentialsRefused
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,10 @@ SYSTEM_PROMPT = (
 
 class LlmError(RuntimeError):
     """The endpoint failed or answered with something that is not an extraction (retrying the task may help)."""
+
+
+class LlmCredentialsRefused(LlmError, CredentialsRefused):
+    """The endpoint refused the key (HTTP 401 or 403)."""
 
 
 @dataclass(frozen=True)
@@ -168,8 +173,9 @@ class LlmExtractor:
                 last = f"HTTP {response.status_code}"
                 continue
             if response.status_code >= 400:
+                refused = response.status_code in (401, 403)
                 # redacted before it is cut: a cut through the key would leave its start unredacted
-                raise LlmError(
+                raise (LlmCredentialsRefused if refused else LlmError)(
                     f"LLM endpoint answered HTTP {response.status_code}: {self._redact(response.text)[:300]}"
                 )
             try:

@@ -60,6 +60,11 @@ class DiskFull(RuntimeError):
         super().__init__(f"disk full: no space left in {self.folder}{f' ({detail})' if detail else ''}")
 
 
+class CredentialsRefused(RuntimeError):
+    """A service refused docqueue's user, password or key. Asking again cannot help, and each attempt is one more
+    failed login toward the service locking the account."""
+
+
 def no_space(exc: BaseException) -> bool:
     """An error saying the file system is full: an OSError's errno, or the engine's message (Rust's io::Error
     reaches Python as text, e.g. "No space left on device (os error 28)")."""

@@ -17,7 +17,7 @@ import pytest
 from processing.entities import CO_OCCURS, ChunkGraph, Extraction, ExtractionLimits
 from queue_db.config import Settings
 from resources.extraction import ExtractionResource, SpacyExtractor, plain_text
-from resources.llm_extraction import LlmError, LlmExtractor, LlmSettings
+from resources.llm_extraction import LlmCredentialsRefused, LlmError, LlmExtractor, LlmSettings
 from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -305,7 +305,7 @@ def test_llm_key_never_appears_in_errors_or_logs(llm_endpoint, caplog):
     wrong = LlmExtractor(
         LlmSettings(base_url=llm_endpoint, model="stand-in", api_key=API_KEY + "-wrong", timeout_s=10, max_retries=0)
     )
-    with pytest.raises(LlmError) as raised:
+    with pytest.raises(LlmCredentialsRefused) as raised:  # an LlmError the failure rules class as `auth`
         wrong.extract(["anything"])
     assert "401" in str(raised.value)
     assert API_KEY not in str(raised.value)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import neo4j.exceptions
 
 from orchestration.failures import SERVICE_ERROR_CLASSES, classify
-from resources.llm_extraction import LlmError
+from resources.llm_extraction import LlmCredentialsRefused, LlmError
 
 
 def test_refused_credentials_fail_once_and_are_not_redone_chunk_by_chunk():
     for exc in (
         neo4j.exceptions.AuthError("{code: Neo.ClientError.Security.Unauthorized} {message: Authentication failed}"),
         neo4j.exceptions.TokenExpired("token expired"),
-        LlmError("LLM endpoint answered HTTP 401: bad key ***"),
-        LlmError("LLM endpoint answered HTTP 403: forbidden"),
+        LlmCredentialsRefused("LLM endpoint answered HTTP 401: bad key ***"),
+        LlmCredentialsRefused("LLM endpoint answered HTTP 403: forbidden"),
     ):
         reason, error_class, retryable = classify(exc)
         assert (error_class, retryable) == ("auth", False), exc
@@ -23,6 +23,8 @@ def test_refused_credentials_fail_once_and_are_not_redone_chunk_by_chunk():
 
 def test_other_failures_keep_their_classes():
     assert classify(LlmError("LLM endpoint answered HTTP 400: bad request"))[1:] == ("internal", True)
+    # the class says it, not the text: an error quoting a refusal is not one
+    assert classify(LlmError("LLM endpoint answered HTTP 400: upstream said HTTP 401"))[1:] == ("internal", True)
     assert classify(LlmError("LLM endpoint failed after 3 attempts (HTTP 503)"))[1:] == ("internal", True)
     assert classify(ConnectionRefusedError("refused"))[1:] == ("connection", True)
     assert classify(neo4j.exceptions.ServiceUnavailable("down"))[1:] == ("connection", True)
