@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 
 import sqlalchemy as sa
 
+from processing.copy_choice import best_copy
 from queue_db.near_duplicates import copies_of
 from resources.ports import MAX_SEARCH_LIMIT, SearchHit
 
@@ -25,32 +26,42 @@ def collapsed_search(
     *,
     all_copies: bool,
     hidden: Sequence[str] = (),
+    query: str | None = None,
 ) -> tuple[Sequence[SearchHit], list[SearchHit], dict[str, dict]]:
     """Run `search(n)` (the store's best n hits) and keep `limit` of them, one per content group unless
-    `all_copies`. Returns what the store found, the hits kept, and the group of each kept hit's document."""
+    `all_copies` (the copy shown for a group: the one sharing the most of `query`'s words). Returns what the store
+    found, the hits kept, and the group of each kept hit's document."""
     fetch = limit if all_copies else min(limit * OVERFETCH, MAX_SEARCH_LIMIT)
     while True:
         found = search(fetch)
         groups = copies_of(engine, [_document_of(h) for h in found], hidden)
-        kept = found[:limit] if all_copies else one_per_group(found, groups, limit)
+        kept = found[:limit] if all_copies else one_per_group(found, groups, limit, query)
         if all_copies or len(kept) >= limit or len(found) < fetch or fetch >= MAX_SEARCH_LIMIT:
             return found, list(kept), groups
         fetch = min(fetch * OVERFETCH, MAX_SEARCH_LIMIT)
 
 
-def one_per_group(hits: Sequence[SearchHit], groups: dict[str, dict], limit: int) -> list[SearchHit]:
-    """The first `limit` hits, best first, leaving out a hit whose document's content group already has one."""
-    kept, seen = [], set()
+def one_per_group(
+    hits: Sequence[SearchHit], groups: dict[str, dict], limit: int, query: str | None = None
+) -> list[SearchHit]:
+    """The first `limit` hits, best first, one per content group: the group's place is its best hit's, and the hit
+    shown for it is the copy whose text shares the most of `query`'s words (processing/copy_choice.py; without a
+    query, the best hit)."""
+    places: list[list[SearchHit]] = []
+    members: dict[str, list[SearchHit]] = {}
     for hit in hits:
         group = groups.get(_document_of(hit), {}).get("group_id")
-        if group is not None:
-            if group in seen:
-                continue
-            seen.add(group)
-        kept.append(hit)
-        if len(kept) == limit:
-            break
-    return kept
+        if group is not None and group in members:
+            members[group].append(hit)
+        elif len(places) < limit:  # past `limit` places, only the placed groups' other copies are gathered
+            places.append([hit])
+            if group is not None:
+                members[group] = places[-1]
+    return [copies[0] if query is None else best_copy(query, copies, _text_of) for copies in places]
+
+
+def _text_of(hit: SearchHit) -> str:
+    return str(hit.payload.get("text") or "")
 
 
 def also_in(hit: SearchHit, groups: dict[str, dict]) -> dict:

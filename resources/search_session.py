@@ -156,6 +156,7 @@ class SearchSession:
             limit,
             all_copies=all_copies,
             hidden=hidden,
+            query=query,
         )
         hits = [
             Hit(

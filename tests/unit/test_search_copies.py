@@ -53,3 +53,34 @@ def test_one_hit_per_group_best_first_and_a_deeper_look_when_copies_leave_too_fe
 def test_every_copy_with_all_copies(groups):
     _, kept, _ = search_copies.collapsed_search(hits, None, 4, all_copies=True)
     assert [h.payload["document_id"] for h in kept] == ["a1", "a2", "a3", "b1"]
+
+
+def test_the_copy_shown_for_a_group_is_the_one_holding_the_querys_words(groups):
+    texts = {
+        "a1": "The reactor was shut down in March after the inspection.",
+        "a2": "The reactor was shut down in April after the inspection.",  # a version: one word changed
+        "a3": "The reactor was shut clown in April afler the inspection.",  # a re-scan read by OCR
+        "b1": "Unrelated text about pumps.",
+    }
+    ranked = [SearchHit(1.0 - i / 100, f"chunk{i}", {"document_id": d, "text": texts[d]}) for i, d in enumerate(texts)]
+    _, kept, _ = search_copies.collapsed_search(
+        lambda n: ranked[:n], None, 2, all_copies=False, query="shut down in April after the inspection"
+    )
+    # the group keeps its place (first), shown by the version that holds "in April", not by the best-ranked a1
+    assert [h.payload["document_id"] for h in kept] == ["a2", "b1"]
+    # a query every copy holds alike keeps the search's own order
+    _, kept, _ = search_copies.collapsed_search(
+        lambda n: ranked[:n], None, 2, all_copies=False, query="The reactor was"
+    )
+    assert [h.payload["document_id"] for h in kept] == ["a1", "b1"]
+    # every copy, in the search's order, with --all
+    _, kept, _ = search_copies.collapsed_search(lambda n: ranked[:n], None, 4, all_copies=True, query="in April")
+    assert [h.payload["document_id"] for h in kept] == ["a1", "a2", "a3", "b1"]
+
+
+def test_best_copy_compares_single_words_when_the_query_has_one():
+    from processing.copy_choice import best_copy
+
+    assert best_copy("April", ["in March", "in April"], lambda t: t) == "in April"
+    assert best_copy("", ["first", "second"], lambda t: t) == "first"
+    assert best_copy("word", ["only"], lambda t: t) == "only"
