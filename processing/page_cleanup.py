@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections import Counter
 from typing import Iterable, Sequence
 
@@ -184,6 +185,20 @@ def recover_missing_blocks(markdown: str, block_texts: Iterable[str]) -> str:
     return markdown.rstrip("\n") + ("\n\n" if markdown.strip() else "") + "\n\n".join(recovered) + "\n"
 
 
+def _unmapped(ch: str) -> bool:
+    """A character a font without a unicode map leaves in a text layer: U+FFFD, or its glyph id read as a control
+    code (U+0001-U+001F and friends)."""
+    return ch == "\ufffd" or (not ch.isspace() and unicodedata.category(ch) in ("Cc", "Co", "Cs"))
+
+
 def meaningful_chars(text: str) -> int:
-    """Characters that carry content: no whitespace, no U+FFFD from fonts without a unicode map."""
-    return sum(1 for ch in text if not ch.isspace() and ch != "\ufffd")
+    """Characters that carry content: no whitespace, none a font without a unicode map left (U+FFFD, control
+    codes)."""
+    return sum(1 for ch in text if not ch.isspace() and not _unmapped(ch))
+
+
+def unmapped_share(text: str) -> float:
+    """The share of a text layer's non-space characters its fonts could not map to unicode (0 for no text). A
+    layer mostly unmapped reads as scattered letters among codes: the page is better read by OCR."""
+    printed = [ch for ch in text if not ch.isspace()]
+    return sum(1 for ch in printed if _unmapped(ch)) / len(printed) if printed else 0.0

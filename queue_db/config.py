@@ -162,6 +162,14 @@ class StorageConfig(SettingsGroup):
     )
     ocr_dpi: int = _var(200, "DOCQUEUE_OCR_DPI", "resolution pages are rendered at for OCR", gt=0)
     min_text_chars: int = _var(20, "DOCQUEUE_MIN_TEXT_CHARS", "a page with less embedded text is OCR'd", gt=0)
+    max_unmapped_share: float = _var(
+        0.3,
+        "DOCQUEUE_MAX_UNMAPPED_SHARE",
+        "a page whose text layer has a larger share of characters its fonts cannot map to unicode (U+FFFD, "
+        "control codes) is OCR'd",
+        gt=0,
+        le=1,
+    )
     ocr_threads: int = _var(
         min(2, os.cpu_count() or 1),
         "DOCQUEUE_OCR_THREADS",

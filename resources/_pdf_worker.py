@@ -188,7 +188,7 @@ class _Worker:
         }
 
     def convert(self, path: str, password: str | None, page_number: int, boilerplate, filetype: str = "pdf") -> dict:
-        from processing.page_cleanup import meaningful_chars, strip_page_furniture
+        from processing.page_cleanup import meaningful_chars, strip_page_furniture, unmapped_share
         from resources._pdf_pages import page_is_blank, render_for_ocr
 
         started = time.monotonic()
@@ -199,8 +199,11 @@ class _Worker:
             )
         index = page_number - 1
         page = self._load_page(state, index)
-        layer_chars = meaningful_chars(self._page_text(state, index, sort=False, strict=True) or "")
-        if layer_chars >= self.settings["min_text_chars"]:
+        layer = self._page_text(state, index, sort=False, strict=True) or ""
+        layer_chars = meaningful_chars(layer)
+        # a layer its fonts could not map is scattered letters among codes: OCR reads the page instead
+        unreadable = unmapped_share(layer) > self.settings["max_unmapped_share"]
+        if layer_chars >= self.settings["min_text_chars"] and not unreadable:
             method, markdown = "text-layer", self._text_markdown(state, index)
         elif page_is_blank(page):
             method, markdown = "text-layer", ""
@@ -208,7 +211,7 @@ class _Worker:
             image = render_for_ocr(page, self.settings["ocr_dpi"], self.settings["max_render_pixels"])
             markdown, method = self._ocr_engine().read(image), "ocr:rapidocr"
             del image
-            if layer_chars and meaningful_chars(markdown) < layer_chars:
+            if layer_chars and not unreadable and meaningful_chars(markdown) < layer_chars:
                 # a short real text layer beats an OCR pass that found even less
                 method, markdown = "text-layer", self._text_markdown(state, index)
         markdown = strip_page_furniture(markdown, boilerplate)

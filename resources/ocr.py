@@ -47,6 +47,7 @@ class PdfLimits:
     max_memory_mb: int = default(StorageConfig, "worker_memory_mb")
     ocr_dpi: int = default(StorageConfig, "ocr_dpi")
     min_text_chars: int = default(StorageConfig, "min_text_chars")
+    max_unmapped_share: float = default(StorageConfig, "max_unmapped_share")
     ocr_threads: int = default(StorageConfig, "ocr_threads")
     worker_start_timeout_s: float = default(StorageConfig, "worker_start_timeout_s")
     pdf_fallback: str = default(StorageConfig, "pdf_fallback")
@@ -72,6 +73,7 @@ class PdfLimits:
             max_memory_mb=env.worker_memory_mb,
             ocr_dpi=env.ocr_dpi,
             min_text_chars=env.min_text_chars,
+            max_unmapped_share=env.max_unmapped_share,
             ocr_threads=env.ocr_threads,
             worker_start_timeout_s=env.worker_start_timeout_s,
             pdf_fallback=env.pdf_fallback,
@@ -85,6 +87,7 @@ class PdfLimits:
             "ocr_dpi": self.ocr_dpi,
             "max_render_pixels": self.max_render_pixels,
             "min_text_chars": self.min_text_chars,
+            "max_unmapped_share": self.max_unmapped_share,
             "pdf_fallback": self.pdf_fallback,
         }
 

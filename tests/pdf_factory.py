@@ -194,6 +194,18 @@ def scanned_pdf(directory: Path, name: str, text: str = SCANNED_TEXT, dpi: int =
     return _save(doc, directory, name), text
 
 
+def unmapped_layer_pdf(directory: Path, name: str, text: str = SCANNED_TEXT) -> tuple[Path, str]:
+    """A scanned page of `text` under an invisible text layer that reads as a font without a unicode map does:
+    glyph ids as control codes, a few letters among them (as pdf.js's TAMReview.pdf reads); returns (path, text)."""
+    path, truth = scanned_pdf(directory, name, text)
+    doc = pymupdf.open(path)
+    junk = "\x03\x04\x05\x06 \x07\x0e\x0f\x10\x11 @\x04\x0e\x0c 5\x05\x06\x11 Overview\n"
+    doc[0].insert_text((MARGIN, MARGIN), junk * 12, fontname="helv", fontsize=10, render_mode=3)
+    doc.saveIncr()
+    doc.close()
+    return path, truth
+
+
 def encrypted_pdf(directory: Path, name: str, password: str) -> Path:
     doc = pymupdf.open()
     page = doc.new_page(width=LETTER[0], height=LETTER[1])

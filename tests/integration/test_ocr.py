@@ -145,6 +145,26 @@ def test_scanned_page_is_ocred_while_the_caller_stays_responsive(processor, scan
     assert len(ticks) >= elapsed / 0.02 * 0.3 and longest_gap < 1.0, (len(ticks), elapsed, longest_gap)
 
 
+def test_a_text_layer_its_fonts_could_not_map_is_read_by_ocr(processor, pdf_dir: Path):
+    path, truth = factory.unmapped_layer_pdf(pdf_dir, "unmapped.pdf")
+    page = processor.convert_page(path, 1)
+    assert page.method == "ocr:rapidocr", page.markdown[:200]
+    assert factory.word_recall(truth, page.markdown) >= 0.95, page.markdown
+    assert "\x04" not in page.markdown
+    # with the rule relaxed to accept any layer, the same page keeps its junk: the test can tell
+    with PdfProcessor(PdfLimits(max_unmapped_share=1.0)) as relaxed:
+        assert relaxed.convert_page(path, 1).method == "text-layer"
+
+
+@pytest.mark.corpus
+def test_pdfjs_tamreview_pages_are_read_by_ocr(processor):
+    from tests.conftest import CORPUS_DIR
+
+    page = processor.convert_page(CORPUS_DIR / "pdfjs__TAMReview.pdf", 2)
+    assert page.method == "ocr:rapidocr"
+    assert {"technology", "acceptance", "model", "abstract"} <= set(factory.words(page.markdown)), page.markdown[:300]
+
+
 def test_poster_page_is_rendered_within_the_pixel_budget(processor, pdf_dir: Path):
     page = processor.convert_page(factory.poster_pdf(pdf_dir), 1)
     assert page.method == "ocr:rapidocr"

@@ -17,6 +17,7 @@ from processing.page_cleanup import (
     recover_missing_blocks,
     strip_page_furniture,
     tidy_markdown,
+    unmapped_share,
 )
 
 
@@ -189,3 +190,12 @@ def test_render_zoom_scales_posters_down_to_the_pixel_budget():
     pixels = (18000 * zoom) * (36000 * zoom)
     assert pixels == pytest.approx(25_000_000, rel=1e-6)
     assert zoom < 200 / 72
+
+
+def test_a_layer_its_fonts_could_not_map_is_measured_unmapped():
+    # glyph ids read as control codes (a font without a ToUnicode map), with a few letters among them
+    junk = "5\x03\x04\x05\x03\x06\x04\x07 \t\n \x0b\x0c\x04 @\x04\x0e\x0c\x0f\t\x10 Overview"
+    assert meaningful_chars(junk) == len("5@Overview")
+    assert unmapped_share(junk) > 0.5
+    assert unmapped_share("A page of prose with one \ufffd ligature lost.") < 0.05
+    assert unmapped_share("   \n") == 0.0
