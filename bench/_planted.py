@@ -23,20 +23,26 @@ from pathlib import Path
 import pymupdf
 from PIL import Image
 
+from processing.page_cleanup import meaningful_chars, unmapped_share
+from queue_db.config import StorageConfig, default
+
 PREFIXES = ("planted-version__", "planted-rescan__")
 RESCAN_DPI = 150
 RESCAN_ANGLE = 1.2  # degrees: the skew of a sheet laid slightly askew on a scanner
 MIN_TEXT_CHARS = 200  # a text layer with less than this is a stray label, not a page of prose to copy
+MAX_UNMAPPED_SHARE = default(StorageConfig, "max_unmapped_share")
 _CHANGEABLE = re.compile(r"\b[^\W\d_]{5,}\b")
 
 
 def has_text_layer(path: Path) -> bool:
-    """Whether PyMuPDF opens the file and finds enough text in its pages (broken or encrypted files are not)."""
+    """Whether PyMuPDF opens the file and finds enough readable text in its pages (broken or encrypted files are
+    not; nor is a layer its fonts could not map, which docqueue OCRs: a version written from it would be junk)."""
     try:
         with pymupdf.open(path) as doc:
             if doc.needs_pass or doc.page_count == 0:
                 return False
-            return sum(len(page.get_text().strip()) for page in doc) >= MIN_TEXT_CHARS
+            text = "".join(page.get_text() for page in doc)
+            return meaningful_chars(text) >= MIN_TEXT_CHARS and unmapped_share(text) <= MAX_UNMAPPED_SHARE
     except Exception:  # noqa: BLE001 - any file PyMuPDF cannot read is no original to copy
         return False
 
