@@ -23,12 +23,23 @@ Then, each in the seeded home:
   sensor_tick_s              one vector_chunk_sensor tick as the daemon evaluates it (median of 7, after a first)
   status_s / stats_s         `docqueue status --json` (first page) and `docqueue stats --json`, wall time of the
                              command, start-up included (median of 3)
-  recovery_s                 one recovery run (orchestration.maintenance.recover, what the schedule's job calls)
+  recovery_*                 the recovery job's three steps with work in each (500 tasks claimed with an hour-old
+                             heartbeat, the partitions of 25 seeded documents completed 8 days ago, a tail of
+                             --tail points): recovery_release_s / _retire_s / _index_tail_s, what each did
+                             (recovery_released / _retired / _indexed) and its cost per item (…_per_task_ms,
+                             …_per_partition_ms, …_per_point_ms)
   checks_s                   the four asset checks, evaluated as functions
   partitions_page_s          the vector_chunk asset's partitions page in headless Chromium (dagster-webserver),
                              median of 3 loads
-  run_worker_peak_rss_mb / _anon_mb / run_worker_s
-                             `docqueue run --max-docs 1` on a seeded pending document (200 chunks, real models)
+  real_run_*                 `docqueue run --max-docs 1` (the CLI, real models, embedding reuse on) on generated PDFs
+                             ingested at priority 10 right before (their tasks untouched), into a tail half
+                             --tail full: a one-page document (real_run_fixed_s: start-up, models, stores) and
+                             one of --run-pages pages (real_run_s, real_run_chunks); real_run_per_chunk_s is the
+                             difference over the difference of chunks. The stores are counted after:
+                             real_run_points (its chunk ids in the vector store), _nodes (Chunk nodes),
+                             _mentions (MENTIONS edges); a run that wrote less than every chunk fails. Peak RSS /
+                             anonymous MB of the run's process tree, sampled every 0.2 s
+  checks_per_chunk_us        checks_s over the chunk rows (completed and pending) they read
 
 Each N runs in a child process bounded by what is left of --deadline; a figure not measured (skipped, out of
 time, failed) is null and its reason is listed under "missing". Ends with one line `RESULT {json}`.
@@ -36,7 +47,11 @@ time, failed) is null and its reason is listed under "missing". Ends with one li
   .venv/bin/python bench/scale.py [--sizes 0,100000,1000000] [--quick] [--skip name,...] [--deadline S] [--reuse]
 
 --quick is a smoke run: 20,000 pending chunks, a 0.5 s claim window, one write, one tick after the first, 20
-searches.
+searches, a 1,000-point tail, a 3-page real run.
+
+The RESULT line carries the commit, whether each N's home was seeded by this run or reused (--reuse), the load
+average before and after each N, every per-unit figure's ratio at each N against N = 0 (`ratios`, above 1 slower)
+and the searches' also against N = 100,000 when it ran (`search_ratios_vs_100000`).
 """
 
 from __future__ import annotations
@@ -62,6 +77,7 @@ if str(REPO) not in sys.path:
 BIN = Path(sys.executable).parent
 
 from bench._result import print_result  # noqa: E402
+from bench._scale_work import _sampled, fill_tail, make_recovery_work, measure_real_run, measure_recovery_job  # noqa: E402
 
 PAGES, CHUNKS = 40, 5  # a document of 40 pages, 5 chunks a page: 200 chunks
 PENDING = 100_000
@@ -79,17 +95,43 @@ MEASURES = (
     "checks",
     "nightly",
     "partitions_page",
-    "run_worker",
+    "real_run",
 )
 # figure -> True when it is a rate (its ratio is inverted so that above 1 always means slower)
 PER_UNIT = {
     "claim_settle_tasks_per_s": True,
     "vector_write64_in_run_s": False,
+    "search_p50_ms": False,
     "search_p95_ms": False,
     "ranged_run_fixed_s": False,
     "sensor_tick_s": False,
-    "recovery_s": False,
+    "recovery_release_per_task_ms": False,
+    "recovery_retire_per_partition_ms": False,
+    "recovery_index_per_point_ms": False,
+    "checks_per_chunk_us": False,
+    "real_run_per_chunk_s": False,
+    "real_run_fixed_s": False,
 }
+REAL_RUN = (
+    "real_run_per_chunk_s",
+    "real_run_fixed_s",
+    "real_run_s",
+    "real_run_chunks",
+    "real_run_points",
+    "real_run_nodes",
+    "real_run_mentions",
+    "real_run_peak_rss_mb",
+    "real_run_peak_anon_mb",
+)
+RECOVERY = (
+    "recovery_release_s",
+    "recovery_retire_s",
+    "recovery_index_tail_s",
+    "recovery_released",
+    "recovery_retired",
+    "recovery_indexed",
+)
+STALE_TASKS, RETIRED_DOCUMENTS = 500, 25
 FIGURES = (
     "seed_s",
     "retire_s",
@@ -104,16 +146,18 @@ FIGURES = (
     "sensor_tick_s",
     "status_s",
     "stats_s",
-    "recovery_s",
+    *RECOVERY,
+    "recovery_release_per_task_ms",
+    "recovery_retire_per_partition_ms",
+    "recovery_index_per_point_ms",
     "checks_s",
+    "checks_per_chunk_us",
     "nightly_s",
     "nightly_peak_rss_mb",
     "nightly_peak_anon_mb",
     "nightly_capped",
     "partitions_page_s",
-    "run_worker_peak_rss_mb",
-    "run_worker_peak_anon_mb",
-    "run_worker_s",
+    *REAL_RUN,
 )
 
 
@@ -634,70 +678,6 @@ def measure_nightly(model_id: str, dim: int, timeout_s: float, cap_mb: int) -> t
     return figures["s"], figures["rss_mb"], peak_anon / 2**20, 1.0 if capped else 0.0
 
 
-def _sampled(
-    command: list[str], timeout_s: float, *, tree: bool = False, env: dict | None = None
-) -> tuple[subprocess.CompletedProcess, int, int]:
-    """Run `command` (in a session of its own), sampling from outside every 0.2 s the largest RSS and anonymous
-    memory (RSS minus resident mapped files) of its process, or with `tree` of any process of its tree. Returns
-    (its completion, peak RSS bytes, peak anonymous bytes). Output goes to files, not pipes: a child writing more
-    than a pipe holds would block while nobody reads."""
-    import psutil
-
-    started = time.monotonic()
-    peak_rss = peak_anon = 0
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True, start_new_session=True, env=env)
-        try:
-            watched = psutil.Process(proc.pid)
-            while proc.poll() is None:
-                if time.monotonic() - started > timeout_s:
-                    raise subprocess.TimeoutExpired(command, timeout_s)
-                try:
-                    for p in [watched, *(watched.children(recursive=True) if tree else ())]:
-                        try:
-                            info = p.memory_info()  # shared: its resident mapped files
-                            peak_rss = max(peak_rss, info.rss)
-                            peak_anon = max(peak_anon, info.rss - info.shared)
-                        except (psutil.NoSuchProcess, psutil.AccessDenied):
-                            pass
-                except psutil.NoSuchProcess:
-                    pass
-                time.sleep(0.2)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-            proc.wait()
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(command, proc.returncode, out.read(), err.read()), peak_rss, peak_anon
-
-
-def measure_run_worker(timeout_s: float) -> tuple[float, float, float]:
-    """`docqueue run --max-docs 1` on one of the seeded pending documents (200 chunks: embedded with the real model,
-    then through GraphRAG), its process tree sampled every 0.2 s. Returns (the largest peak RSS of one process in
-    MB, its peak anonymous MB, seconds)."""
-    started = time.perf_counter()
-    # every chunk embedded: the seeded texts repeat, and reusing their vectors would spare the model its work
-    done, peak_rss, peak_anon = _sampled(
-        [str(BIN / "docqueue"), "run", "--max-docs", "1", "--json"],
-        timeout_s,
-        tree=True,
-        env={**os.environ, "DOCQUEUE_EMBEDDING_DEDUP": "0"},
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"docqueue run exited {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}")
-    out = done.stdout
-    report = json.loads(out.strip().splitlines()[-1])
-    indexed = report["progress"]["vector"]["completed"]
-    if not report["runs"] or report["failed_runs"] or report.get("vectors_reused"):
-        raise RuntimeError(f"the run did not embed its document: {out.strip()[-300:]}")
-    print(
-        f"    run worker: {report['runs']} runs, {indexed} chunks indexed in all, {report['seconds']} s",
-        file=sys.stderr,
-    )
-    return peak_rss / 2**20, peak_anon / 2**20, time.perf_counter() - started
-
-
 PAGE_LOADS = 3
 
 
@@ -865,6 +845,7 @@ def child(n: int, home: Path, args) -> dict:
     os.environ["DOCQUEUE_HOME"] = str(home)
     # the beta/preview notes Dagster prints at import, as the CLI silences them (nothing the bench can act on)
     warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview), and may have breaking changes")
+    load_before = [round(x, 2) for x in os.getloadavg()]
     measured = _Measurements(n, set(args.skip), time.monotonic() + args.child_budget)
     figures, attempt = measured.figures, measured.attempt
     rng = np.random.default_rng(n)
@@ -882,6 +863,7 @@ def child(n: int, home: Path, args) -> dict:
     queue = open_queue(Settings.from_env())
     model_id, dim = embedding_model(Settings.from_env().embedding)
     documents = n // (PAGES * CHUNKS)
+    fresh = not (home / "scale-seeded.json").exists()
     figures.update(_seed_once(n, home, args, queue, model_id, dim, rng))
     print(f"  N={n:,}: seeded in {figures['seed_s']} s", file=sys.stderr, flush=True)
 
@@ -895,6 +877,9 @@ def child(n: int, home: Path, args) -> dict:
         finally:
             store.close()
 
+    def open_stores():
+        return queue, make_store(), GraphStore(*Neo4jResource.from_settings(Settings.from_env()).connection())
+
     def checks(_left):
         store, graph = make_store(), GraphStore(*Neo4jResource.from_settings(Settings.from_env()).connection())
         try:
@@ -904,7 +889,6 @@ def child(n: int, home: Path, args) -> dict:
             graph.close()
 
     from orchestration.definitions import defs
-    from orchestration.maintenance import recover
 
     instance = dagster_instance(Settings.from_env())
     # the first night after the corpus arrived: it builds the whole index, so the searches below use it
@@ -926,7 +910,6 @@ def child(n: int, home: Path, args) -> dict:
     attempt("search", search, ("search_p50_ms", "search_p95_ms", "search_recall_at_5"))
     attempt("sensor_tick", lambda _l: measure_sensor_tick(instance, defs, 1 if args.quick else 7), ("sensor_tick_s",))
     attempt("ranged_run", lambda _l: measure_ranged_run(instance, defs, documents), ("ranged_run_fixed_s",))
-    attempt("recovery", lambda _l: _timed(lambda: recover(queue)), ("recovery_s",))
     attempt("checks", checks, ("checks_s",))
     attempt(
         "claim_settle",
@@ -936,9 +919,59 @@ def child(n: int, home: Path, args) -> dict:
         ("claim_settle_tasks_per_s",),
     )
     attempt("partitions_page", measure_partitions_page, ("partitions_page_s",))
-    attempt("run_worker", measure_run_worker, ("run_worker_peak_rss_mb", "run_worker_peak_anon_mb", "run_worker_s"))
+    if figures.get("checks_s"):
+        figures["checks_per_chunk_us"] = round(figures["checks_s"] / (n + args.pending) * 1e6, 4)
+    else:
+        figures["checks_per_chunk_us"] = None
+        measured.missing["checks_per_chunk_us"] = measured.missing.get("checks_s", "not measured")
+    # writes land in a tail half full, as they do between two index builds on average
+    tail = args.tail or Settings.from_env().vector.index_tail
+    fill_tail(make_store, rng, max(tail // 2 - _unindexed(make_store), 0), clustered, "bench-tail")
+    attempt(
+        "real_run",
+        lambda left: measure_real_run(left, open_stores, args.run_pages, seed=n + int(time.time())),
+        REAL_RUN,
+    )
+
+    def recovery(_left):
+        fill_tail(make_store, rng, max(tail - _unindexed(make_store), 0), clustered, "bench-tail2")
+        make_recovery_work(queue, STALE_TASKS, RETIRED_DOCUMENTS)
+        return measure_recovery_job(
+            queue,
+            instance,
+            QdrantResource.from_settings(Settings.from_env()),
+            Settings.from_env().embedding.model,
+            tail,
+        )
+
+    attempt("recovery", recovery, RECOVERY)
+    for seconds, count, per_item in (
+        ("recovery_release_s", "recovery_released", "recovery_release_per_task_ms"),
+        ("recovery_retire_s", "recovery_retired", "recovery_retire_per_partition_ms"),
+        ("recovery_index_tail_s", "recovery_indexed", "recovery_index_per_point_ms"),
+    ):
+        if figures.get(count):
+            figures[per_item] = round(figures[seconds] / figures[count] * 1000, 4)
+        else:
+            figures[per_item] = None
+            measured.missing[per_item] = measured.missing.get(count, "not measured")
     instance.dispose()
-    return {"n": n, "figures": figures, "missing": measured.missing}
+    return {
+        "n": n,
+        "figures": figures,
+        "missing": measured.missing,
+        "home": "fresh" if fresh else "reused",
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _unindexed(make_store) -> int:
+    store = make_store()
+    try:
+        return store.unindexed()
+    finally:
+        store.close()
 
 
 def _pending_vector_chunks(queue) -> int:
@@ -955,12 +988,6 @@ def retire_all(instance, engine) -> None:
         pass
 
 
-def _timed(fn) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
-
-
 def stop_servers(home: Path) -> None:
     subprocess.run(
         [str(BIN / "docqueue"), "db", "stop", "--json"],
@@ -971,11 +998,11 @@ def stop_servers(home: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ parent
-def ratio(values: list, rate: bool) -> float | None:
-    base, top = values[0], values[-1]
-    if base in (None, 0) or top in (None, 0):
+def ratio(value, base, rate: bool) -> float | None:
+    """`value` against `base`, above 1 always meaning slower (a rate's ratio is inverted)."""
+    if base in (None, 0) or value in (None, 0):
         return None
-    return round(base / top if rate else top / base, 3)
+    return round(base / value if rate else value / base, 3)
 
 
 def parent(args) -> int:
@@ -1017,6 +1044,10 @@ def parent(args) -> int:
             ",".join(args.skip),
             "--nightly-cap-mb",
             str(args.nightly_cap_mb),
+            "--tail",
+            str(args.tail),
+            "--run-pages",
+            str(args.run_pages),
         ]
         print(f"N={n:,}: budget {budget:.0f} s", file=sys.stderr, flush=True)
         reason = "not measured: the seeding or a measurement ran past --deadline"
@@ -1031,7 +1062,7 @@ def parent(args) -> int:
         if out.exists():
             results.append(json.loads(out.read_text()))
         else:
-            results.append({"n": n, "figures": {}, "missing": {f: reason for f in FIGURES}})
+            results.append({"n": n, "figures": {}, "missing": {f: reason for f in FIGURES}, "home": None})
         if not args.reuse and not args.keep:
             shutil.rmtree(home, ignore_errors=True)
     figures = {name: [r["figures"].get(name) for r in results] for name in FIGURES}
@@ -1040,15 +1071,24 @@ def parent(args) -> int:
     result = {
         "n": args.sizes,
         "figures": figures,
-        "ratios_at_max": {name: ratio(figures[name], rate) for name, rate in PER_UNIT.items()},
+        "ratios": {name: [ratio(v, figures[name][0], rate) for v in figures[name]] for name, rate in PER_UNIT.items()},
+        "ratios_at_max": {name: ratio(figures[name][-1], figures[name][0], rate) for name, rate in PER_UNIT.items()},
+        "search_ratios_vs_100000": {
+            name: [ratio(v, figures[name][args.sizes.index(100_000)], False) for v in figures[name]]
+            if 100_000 in args.sizes
+            else None
+            for name in ("search_p50_ms", "search_p95_ms")
+        },
+        "homes": [r.get("home") for r in results],
+        "load_per_n": [[r.get("load_before"), r.get("load_after")] for r in results],
         "search_p95_ms_at_max": at_max["search_p95_ms"],
         "partitions_page_s_at_max": at_max["partitions_page_s"],
         "nightly_peak_rss_mb_at_max": at_max["nightly_peak_rss_mb"],
         "nightly_s_at_max": at_max["nightly_s"],
         "status_s_at_max": at_max["status_s"],
         "stats_s_at_max": at_max["stats_s"],
-        "run_worker_peak_rss_mb_at_max": at_max["run_worker_peak_rss_mb"],
-        "run_worker_peak_anon_mb_at_max": at_max["run_worker_peak_anon_mb"],
+        "real_run_peak_rss_mb_at_max": at_max["real_run_peak_rss_mb"],
+        "real_run_peak_anon_mb_at_max": at_max["real_run_peak_anon_mb"],
         "nightly_peak_anon_mb_at_max": at_max["nightly_peak_anon_mb"],
         "nightly_capped_at_max": at_max["nightly_capped"],
         "search_recall_at_5_at_max": at_max["search_recall_at_5"],
@@ -1089,6 +1129,19 @@ def parse_args(argv=None):
         default=0,
         help="run the nightly measurement inside a memory cgroup of this many MB (root, cgroup v1)",
     )
+    parser.add_argument(
+        "--tail",
+        type=int,
+        default=None,
+        help="points in the vector tail the recovery job indexes (default DOCQUEUE_QDRANT_INDEX_TAIL; --quick: 1,000); "
+        "the real run writes into it half full",
+    )
+    parser.add_argument(
+        "--run-pages",
+        type=int,
+        default=None,
+        help="pages of the real run's large document (50, about 200 chunks; --quick: 3)",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -1108,6 +1161,12 @@ def parse_args(argv=None):
         args.window = 0.5 if args.quick else 5.0
     if args.pending is None:
         args.pending = 20_000 if args.quick else PENDING
+    if args.tail is None:
+        args.tail = 1_000 if args.quick else 0  # 0: DOCQUEUE_QDRANT_INDEX_TAIL
+    if args.run_pages is None:
+        args.run_pages = 3 if args.quick else 50
+    if args.tail < 0 or args.run_pages < 2:
+        parser.error("--tail takes a number of points (0 or more) and --run-pages 2 or more")
     if args.searches is None:
         args.searches = 20 if args.quick else 200
     return args
