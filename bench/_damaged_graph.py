@@ -46,7 +46,9 @@ def row(args, databases, root: Path) -> dict:
     home = root / "home-damaged-graph"
     env = {
         **os.environ,
-        **pipeline_env(home, queue_url, databases.create("graph_dagster"), {"uri": "", "user": "", "password": ""}),
+        **pipeline_env(
+            home, queue_url, databases.create("graph_dagster"), {"uri": "", "user": "", "password": "", "database": ""}
+        ),
         "DOCQUEUE_BOLT_PORT": str(free_port()),
         "DOCQUEUE_NEO4J_DATABASE": "",
         "PYTHONPATH": str(REPO),
