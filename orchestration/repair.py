@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from neo4j.exceptions import Neo4jError
+from neo4j.exceptions import AuthError, ClientError, DatabaseError
 
 from orchestration.verify import completed_chunk_pages, graph_against_queue
 from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
@@ -82,7 +82,9 @@ def repair_graph(queue: TaskQueue, server: BoltServer, open_graph: Callable[[], 
         try:
             completed, missing = graph_against_queue(queue, graph.chunk_id_pages(page_size))
             reason = graph_damage(completed, len(missing))
-        except Neo4jError as exc:
+        except (ClientError, DatabaseError) as exc:
+            if isinstance(exc, AuthError):  # the credentials', not the folder's
+                raise
             reason = f"a read failed: {first_line(exc)}"
         finally:
             graph.close()

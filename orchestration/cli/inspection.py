@@ -217,8 +217,9 @@ def verify(settings: Settings, as_json: bool) -> None:
             with opened_stores(settings) as (store, graph):
                 try:
                     report = verify_stores(queue, store, graph, page_size=settings.dagster.verify_page)
-                except neo4j.exceptions.Neo4jError as exc:
-                    if folder is None:
+                except (neo4j.exceptions.ClientError, neo4j.exceptions.DatabaseError) as exc:
+                    # a refused login is the credentials', not the folder's
+                    if folder is None or isinstance(exc, neo4j.exceptions.AuthError):
                         raise
                     raise GraphStoreDamaged(folder, f"a read failed: {first_line(exc)}") from None
             lost = graph_damage(report.completed_graph_chunks, len(report.chunks_without_graph))
