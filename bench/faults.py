@@ -19,6 +19,10 @@ and the throughput during and after the fault against a clean run of the same fl
                     file of the main shard is cut to nothing, then one of the tail's deleted; each time `verify` must
                     name the shard (exit 3), `repair --vectors` sets it aside and re-queues its chunks (a second
                     repair changes nothing) and `run --until-idle` rebuilds them (see bench/_damaged_stores.py)
+  7 damaged-graph   the same on the embedded Bolt server's database folder (--damaged-documents x --damaged-pages):
+                    with the server stopped, the Chunk bucket file deleted, then schema.json cut; each time `verify`
+                    must name the folder (exit 3), `repair --graph` sets it aside and re-queues the GraphRAG step of
+                    the completed chunks, `run --until-idle` rewrites them (see bench/_damaged_graph.py)
   8 clock-skew      one worker's wall clock --skew-s seconds (600) ahead and one's as far behind, beside normal
                     workers, with stale recovery run from a process ahead as well as from a normal one, for
                     --skew-window-s (30); each batch's work (--skew-work-s, 4) outlasts the stale timeout (3 s), so
@@ -39,6 +43,7 @@ Runs on an embedded PostgreSQL of its own (its own max_connections), never on a 
   .venv/bin/python bench/faults.py --rows 4               # row 4 (~2 min)
   .venv/bin/python bench/faults.py --rows 5               # row 5, as root (~3 min)
   .venv/bin/python bench/faults.py --rows 6               # row 6 (~3 min)
+  .venv/bin/python bench/faults.py --rows 7               # row 7 (~4 min)
   .venv/bin/python bench/faults.py --rows 8               # row 8 (~2 min)
   .venv/bin/python bench/faults.py --rows 3 --untuned     # row 3 with the tables' storage settings reset
   .venv/bin/python bench/faults.py --quick                # a smoke run
@@ -78,6 +83,7 @@ ROWS = {
     4: "sigkill",
     5: "disk-full",
     6: "damaged-store",
+    7: "damaged-graph",
     8: "clock-skew",
 }
 QUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk")
@@ -749,6 +755,14 @@ def damaged_store(bench: Bench) -> dict:
         return damaged.row(bench.args, (bolt, _Databases(bench)), bench.home)
 
 
+# ---------------------------------------------------------------------------------------------------- row 7
+def damaged_graph(bench: Bench) -> dict:
+    """The embedded graph's database folder damaged twice, detected, set aside and rebuilt (bench/_damaged_graph.py)."""
+    from bench import _damaged_graph as damaged
+
+    return damaged.row(bench.args, _Databases(bench), bench.home)
+
+
 class _Databases:
     """Row 5's databases on the bench's own server."""
 
@@ -768,6 +782,7 @@ RUNNERS = {
     4: repeated_kills,
     5: disk_full,
     6: damaged_store,
+    7: damaged_graph,
     8: clock_skew,
 }
 
@@ -805,7 +820,7 @@ def run(args: argparse.Namespace) -> int:
     names += ("skew_window_s", "skew_work_s")
     if 5 in args.rows:
         names += ("disk_documents", "disk_pages", "storage_mib", "qdrant_extra_mib", "fill_at", "full_s")
-    if 6 in args.rows:
+    if 6 in args.rows or 7 in args.rows:
         names += ("damaged_documents", "damaged_pages")
     config = {k: getattr(args, k) for k in names}
     print_result({"rows": rows, "config": config, "failures": failures}, sort_keys=True)
@@ -816,8 +831,8 @@ def _print_row(number: int, f: dict) -> None:
     if number == 5:
         _print_disk_row(f)
         return
-    if number == 6:
-        _print_damaged_row(f)
+    if number in (6, 7):
+        _print_damaged_row(number, f)
         return
     speed = f["tasks_per_s"]
     print(
@@ -863,9 +878,9 @@ def _print_disk_row(f: dict) -> None:
         )
 
 
-def _print_damaged_row(f: dict) -> None:
+def _print_damaged_row(number: int, f: dict) -> None:
     print(
-        f"row 6 {ROWS[6]:<12} faults {f['faults_injected']:>3}  rebuilt {f['work_done']:>7} chunks  "
+        f"row {number} {ROWS[number]:<12} faults {f['faults_injected']:>3}  rebuilt {f['work_done']:>7} chunks  "
         f"lost {f['tasks_lost']}  duplicate points {f['completed_twice']} nodes/edges {f['duplicate_nodes_edges']}  "
         f"graph {f['graph_before']} -> {f['graph_after']}  chunk completions/s clean {f['tasks_per_s']['clean']}  "
         f"({f['row_seconds']} s)",
@@ -873,7 +888,8 @@ def _print_damaged_row(f: dict) -> None:
     )
     for name, run in f["by_fault"].items():
         print(
-            f"      {name:<9} {run['shard']} shard: detected in {run['detect_s']} s, repair {run['repair_s']} s + "
+            f"      {name:<9} {run.get('shard', run.get('file'))}: detected in {run['detect_s']} s, "
+            f"repair {run['repair_s']} s + "
             f"run {run['rebuild_run_s']} s for {run['rebuilt_chunks']} chunks ({run['rebuild_per_s']} chunk "
             f"completions/s); kept as {run['kept_as']}; verify said: {run['said']}",
             flush=True,
@@ -885,7 +901,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--rows", default="1,2,3", help="comma-separated rows to run (default 1,2,3; 4, 5, 6 and 8 on request)"
+        "--rows", default="1,2,3", help="comma-separated rows to run (default 1,2,3; 4 to 8 on request)"
     )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=50)
@@ -925,8 +941,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fill-at", type=float, default=0.25, help="row 5: share of the phase done when it fills")
     parser.add_argument("--full-s", type=float, default=10.0, help="row 5: seconds the folder stays full")
     parser.add_argument("--disk-timeout-s", type=float, default=600.0, help="row 5: a child run's time limit")
-    parser.add_argument("--damaged-documents", type=int, default=6, help="row 6: generated PDFs (two halves)")
-    parser.add_argument("--damaged-pages", type=int, default=4, help="row 6: pages per PDF")
+    parser.add_argument("--damaged-documents", type=int, default=6, help="rows 6, 7: generated PDFs")
+    parser.add_argument("--damaged-pages", type=int, default=4, help="rows 6, 7: pages per PDF")
     parser.add_argument("--disk-child", type=Path, help=argparse.SUPPRESS)  # row 5's child: the corpus to run
     parser.add_argument("--disk-count", action="store_true", help=argparse.SUPPRESS)  # row 5's store counter
     parser.add_argument("--no-clean", action="store_true", help="the rows without their clean runs (tests)")

@@ -18,7 +18,7 @@ from queue_db.config import QueueConfig, Settings
 from resources.database import DatabaseResource
 from resources.embedding_resource import EmbeddingResource
 from resources.graph_stores import Neo4jResource
-from resources.ports import VectorStoreDamaged
+from resources.ports import GraphStoreDamaged, VectorStoreDamaged
 from resources.vector_resource import QdrantResource
 
 MAINTENANCE_POOL = "maintenance"
@@ -130,17 +130,20 @@ def _reconcile_and_verify(settings: Settings) -> dg.OpDefinition:
         queue = database.get_queue()
         embedder = embeddings.get_embedder()
         store = qdrant.get_store(embedder.model_id, embedder.dim)
-        graph = neo4j.get_store()
+        graph = None
         try:
+            # the embedded Bolt server refuses to start on a damaged database folder (GraphStoreDamaged)
+            graph = neo4j.get_store()
             store.ensure_collection()
             result = nightly(queue, context.instance, store, graph, page_size=page_size)
-        except VectorStoreDamaged as exc:
-            # the run fails with the shard's one sentence (it names the repair command); repairing is a person's
+        except (VectorStoreDamaged, GraphStoreDamaged) as exc:
+            # the run fails with the store's one sentence (it names the repair command); repairing is a person's
             # call, since it sets files aside
             raise dg.Failure(description=str(exc), allow_retries=False) from None
         finally:
             store.close()
-            graph.close()
+            if graph is not None:
+                graph.close()
         context.log.info(
             f"nightly reconciliation: {result['parents_corrected']} parent status(es) corrected, "
             f"{result['tasks_released']} task(s) of {result['dead_run_workers']} ended run(s) released, "

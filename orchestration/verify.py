@@ -103,7 +103,7 @@ def verify_stores(
         report.points_without_chunk, report.points_of_unfinished_chunks = sorted(unknown), unfinished
         report.chunks_without_point.sort()
     if graph_store is not None:
-        report.completed_graph_chunks, report.chunks_without_graph = _graph_against_queue(
+        report.completed_graph_chunks, report.chunks_without_graph = graph_against_queue(
             queue, graph_store.chunk_id_pages(page_size)
         )
         report.duplicate_entities = list(graph_store.duplicate_entities())
@@ -141,7 +141,7 @@ def verify_documents(queue: TaskQueue, document_ids: list[str], vector_store=Non
     return report
 
 
-def _graph_against_queue(queue: TaskQueue, pages: Iterable[list[str]]) -> tuple[int, list[str]]:
+def graph_against_queue(queue: TaskQueue, pages: Iterable[list[str]]) -> tuple[int, list[str]]:
     """(chunks whose GraphRAG phase completed, the queue row ids of those without a Chunk node, sorted)."""
     with _loaded("docqueue_verify_graph", queue, pages) as conn:
         completed = conn.exec_driver_sql(

@@ -33,6 +33,8 @@ from pathlib import Path
 from queue_db.config import Settings, default
 from queue_db.server_ports import accepts_connections, port_for_start, recorded_port
 from queue_db.service_config import GraphConfig
+from resources.bolt_files import database_folder, folder_damage
+from resources.ports import GraphStoreDamaged
 
 DATABASE = "docqueue"
 USER = "root"
@@ -222,7 +224,16 @@ class BoltServer:
             self._start(timeout_s)
             return self.uri
 
+    @property
+    def database_folder(self) -> Path:
+        return database_folder(self.home, self.database)
+
     def _start(self, timeout_s: float) -> None:
+        # ArcadeDB opens a damaged folder without a word and rewrites its schema without what it lost: refused here,
+        # before that start, so the damage stays visible and nothing is written into it
+        damage = folder_damage(self.database_folder)
+        if damage is not None:
+            raise GraphStoreDamaged(self.database_folder, damage)
         port = port_for_start(self._port_file, self.explicit_port, self.host, "Bolt server", "DOCQUEUE_BOLT_PORT")
         self._ensure_password()
         started = time.monotonic()
@@ -319,6 +330,18 @@ class BoltServer:
             if pid is not None:
                 self._terminate(pid, grace_s=timeout_s)
             self._state_file.unlink(missing_ok=True)
+
+    def set_aside(self, stamp: str, timeout_s: float = 30) -> Path:
+        """Stop the server and rename its database folder to `<folder>.damaged-<stamp>` (kept, never deleted); the
+        next start creates a fresh, empty database."""
+        with self._lock(timeout_s):
+            pid = self._our_pid()
+            if pid is not None:
+                self._terminate(pid, grace_s=timeout_s)
+            self._state_file.unlink(missing_ok=True)
+            kept = self.database_folder.with_name(f"{self.database_folder.name}.damaged-{stamp}")
+            self.database_folder.rename(kept)
+            return kept
 
     def _terminate(self, pid: int, grace_s: float) -> None:
         # SIGTERM runs ArcadeDB's shutdown hook (flushes and closes the databases); SIGKILL only if that hangs

@@ -47,6 +47,23 @@ class VectorStoreDamaged(VectorStoreError):
         )
 
 
+REPAIR_GRAPH = "docqueue repair --graph"
+
+
+class GraphStoreDamaged(RuntimeError):
+    """The embedded Bolt server's database folder lost or cut a file while nothing ran. ArcadeDB does not refuse
+    such a folder: it drops a type whose bucket file is gone, falls back to the previous schema when schema.json is
+    cut, and reads a cut bucket as empty, so the loss is found from the folder's own files (resources/bolt_files.py)
+    and from the queue's completed chunks the graph no longer holds. `folder` is the database folder."""
+
+    def __init__(self, folder: Path | str, detail: str = ""):
+        self.folder = str(folder)
+        super().__init__(
+            f"the graph database folder {self.folder} is damaged{f' ({detail})' if detail else ''}; "
+            f"`{REPAIR_GRAPH}` sets it aside and re-queues the chunks it held"
+        )
+
+
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 

@@ -213,38 +213,73 @@ def _upgrade_vector_shape(settings: Settings) -> int:
     is_flag=True,
     help="the embedded vector store: set aside the shards that cannot be read back, re-queue their chunks",
 )
+@click.option(
+    "--graph",
+    is_flag=True,
+    help="the embedded graph database: set aside its folder if damaged, re-queue the GraphRAG step of what it held",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 @click.pass_obj
-def repair(settings: Settings, vectors: bool, as_json: bool) -> None:
+def repair(settings: Settings, vectors: bool, graph: bool, as_json: bool) -> None:
     """Set aside a damaged store's files (kept, renamed) and re-queue what they held for `docqueue run`."""
+    if not (vectors or graph):
+        raise CliError("say what to repair: --vectors, --graph or both", EXIT_USAGE)
+    if graph and settings.graph.uri:
+        raise CliError(
+            "only the embedded graph database (DOCQUEUE_NEO4J_URI unset) has files docqueue can repair; "
+            "a Bolt server at DOCQUEUE_NEO4J_URI keeps its own",
+            EXIT_USAGE,
+        )
+    queue = open_queue(settings)
+    result: dict = {}
+    with service_errors():
+        if vectors:
+            result.update(_repair_vectors(settings, queue))
+        if graph:
+            result.update(_repair_graph(settings, queue))
+    said = []
+    if vectors:
+        damaged = "; ".join(f"{d['shard']} kept as {d['kept_as']}" for d in result["damaged_shards"])
+        said.append(
+            (f"damaged shard(s) set aside: {damaged}" if damaged else "no damaged shard")
+            + f"; {result['requeued_vector_chunks']} completed chunk(s) without a point re-queued"
+        )
+    if graph:
+        folder = result["damaged_folder"]
+        said.append(
+            (f"damaged graph database {folder['folder']} kept as {folder['kept_as']}" if folder else "no damage")
+            + f" in the graph database; {result['requeued_graph_chunks']} completed chunk(s) without graph "
+            "writes re-queued"
+        )
+    again = result.get("requeued_vector_chunks") or result.get("requeued_graph_chunks")
+    emit(as_json, result, lambda: click.echo("; ".join(said) + ("; run `docqueue run --until-idle`" if again else "")))
+
+
+def _repair_vectors(settings: Settings, queue) -> dict:
     # imported here, as in delete: the vector store brings Qdrant Edge and Dagster
     from orchestration.repair import repair_vectors
     from orchestration.stores import embedding_model, open_vectors
     from resources.qdrant_edge import EdgeVectorStore
 
-    if not vectors:
-        raise CliError("say what to repair: --vectors", EXIT_USAGE)
-    queue = open_queue(settings)
     model_id, dim = embedding_model(settings.embedding)
-    with service_errors():
-        store = open_vectors(settings, model_id, dim)
-        try:
-            if not isinstance(store, EdgeVectorStore):
-                raise CliError(
-                    "only the embedded vector store (DOCQUEUE_QDRANT_PATH) has shards docqueue can repair; "
-                    "a Qdrant server (DOCQUEUE_QDRANT_URL) keeps its own",
-                    EXIT_USAGE,
-                )
-            result = repair_vectors(queue, store, settings.dagster.verify_page)
-        finally:
-            store.close()
-    damaged = "; ".join(f"{d['shard']} kept as {d['kept_as']}" for d in result["damaged_shards"])
-    emit(
-        as_json,
-        result,
-        lambda: click.echo(
-            (f"damaged shard(s) set aside: {damaged}" if damaged else "no damaged shard")
-            + f"; {result['requeued_vector_chunks']} completed chunk(s) without a point re-queued"
-            + ("; run `docqueue run --until-idle`" if result["requeued_vector_chunks"] else "")
-        ),
-    )
+    store = open_vectors(settings, model_id, dim)
+    try:
+        if not isinstance(store, EdgeVectorStore):
+            raise CliError(
+                "only the embedded vector store (DOCQUEUE_QDRANT_PATH) has shards docqueue can repair; "
+                "a Qdrant server (DOCQUEUE_QDRANT_URL) keeps its own",
+                EXIT_USAGE,
+            )
+        return repair_vectors(queue, store, settings.dagster.verify_page)
+    finally:
+        store.close()
+
+
+def _repair_graph(settings: Settings, queue) -> dict:
+    # imported here, as in delete: the graph store brings the Bolt driver and Dagster
+    from orchestration.repair import repair_graph
+    from orchestration.stores import open_graph
+    from resources.bolt_server import BoltServer
+
+    server = BoltServer.from_settings(settings)
+    return repair_graph(queue, server, lambda: open_graph(settings), settings.dagster.verify_page)

@@ -34,6 +34,7 @@ SERVICE_FAILURES = {
         ("orchestration.stores", "UnknownEmbeddingModel"),
         ("resources.ports", "DiskFull"),
         ("resources.ports", "VectorStoreDamaged"),
+        ("resources.ports", "GraphStoreDamaged"),
     ),
     "postgres_start": (("queue_db.embedded_postgres", "EmbeddedPostgresError"),),
     "postgres": (("sqlalchemy.exc", "OperationalError"),),

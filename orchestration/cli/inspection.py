@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from orchestration.cli.context import document_or_fail, open_queue, tenant_filter, tenant_option
-from orchestration.cli.errors import EXIT_INCONSISTENT, EXIT_USAGE, CliError, service_errors
+from orchestration.cli.errors import EXIT_INCONSISTENT, EXIT_USAGE, CliError, first_line, service_errors
 from orchestration.cli.output import console, emit, table
 from orchestration.verify import verify_stores
 from queue_db.config import Settings
@@ -201,17 +201,35 @@ def verify(settings: Settings, as_json: bool) -> None:
     # a damaged shard of the embedded store is one sentence naming it (exit 3 too): every stored point is read back
     # imported here: the stores bring Dagster, qdrant-client and the Bolt driver, seconds `status` and `stats`
     # (this module's other commands) do not need
+    import neo4j
+
+    from orchestration.repair import graph_damage
     from orchestration.stores import opened_stores
-    from resources.ports import VectorStoreDamaged
+    from resources.bolt_server import BoltServer
+    from resources.ports import GraphStoreDamaged, VectorStoreDamaged
 
     queue = open_queue(settings)
-    with service_errors(), opened_stores(settings) as (store, graph):
+    # the embedded graph's folder: its damage is found at the server's start (its files), by a read that fails, or
+    # by a graph holding none of the chunks the queue says were written
+    folder = None if settings.graph.uri else BoltServer.from_settings(settings).database_folder
+    with service_errors():
         try:
-            report = verify_stores(queue, store, graph, page_size=settings.dagster.verify_page)
-        except VectorStoreDamaged as exc:
+            with opened_stores(settings) as (store, graph):
+                try:
+                    report = verify_stores(queue, store, graph, page_size=settings.dagster.verify_page)
+                except (neo4j.exceptions.ClientError, neo4j.exceptions.DatabaseError) as exc:
+                    # a refused login is the credentials', not the folder's
+                    if folder is None or isinstance(exc, neo4j.exceptions.AuthError):
+                        raise
+                    raise GraphStoreDamaged(folder, f"a read failed: {first_line(exc)}") from None
+            lost = graph_damage(report.completed_graph_chunks, len(report.chunks_without_graph))
+            if folder is not None and lost is not None:
+                raise GraphStoreDamaged(folder, lost)
+        except (VectorStoreDamaged, GraphStoreDamaged) as exc:
             # the store cannot be read back, so nothing else can be counted: its one sentence is the result
             if as_json:
-                emit(True, {"consistent": False, "damaged": str(exc), "shard": exc.folder}, lambda: None)
+                where = {"shard": exc.folder} if isinstance(exc, VectorStoreDamaged) else {"folder": exc.folder}
+                emit(True, {"consistent": False, "damaged": str(exc), **where}, lambda: None)
             raise CliError(str(exc), EXIT_INCONSISTENT) from None
     payload = report.as_dict()
     emit(

@@ -41,7 +41,8 @@ COMMANDS = {
     # --phase vector upgrades a vector collection made before hybrid search first
     "reindex": (lambda f: ["reindex", "--phase", "vector"], {QUEUE, VECTORS}),
     "demo": (lambda f: ["demo"], {QUEUE, GRAPH, VECTORS}),
-    "repair": (lambda f: ["repair", "--vectors"], {QUEUE, VECTORS}),
+    # --graph against a Bolt server at a URI refuses in one sentence; the embedded one is started as by `run`
+    "repair": (lambda f: ["repair", "--vectors", "--graph"], {QUEUE, GRAPH, VECTORS}),
 }
 
 
