@@ -10,10 +10,10 @@ from pathlib import Path
 from orchestration.page_reading import PasswordError
 from processing.chunking import ChunkingError
 from processing.errors import DocumentError
-from resources.ports import CredentialsRefused, DiskFull, no_space
+from resources.ports import CredentialsRefused, DiskFull, GraphStoreDamaged, VectorStoreDamaged, no_space
 
 # failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
-SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout", "auth", "disk_full"})
+SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout", "auth", "disk_full", "damaged_store"})
 
 
 class BatchTimeout(TimeoutError):
@@ -63,6 +63,10 @@ def classify(exc: BaseException) -> tuple[str, str, bool]:
         return f"chunking: {exc}", "validation", False
     if isinstance(exc, BatchTimeout):
         return str(exc), "timeout", True
+    if isinstance(exc, (VectorStoreDamaged, GraphStoreDamaged)):
+        # the store's files, not the chunk: one sentence naming the folder and `docqueue repair`; retried with
+        # back-off, so work resumes by itself once the store is repaired
+        return str(exc), "damaged_store", True
     if isinstance(exc, DiskFull):  # the adapter named the folder it writes to
         return f"{exc}; the task is retried once space is freed", "disk_full", True
     if no_space(exc):  # a write outside the adapters: the folder of the file it was writing

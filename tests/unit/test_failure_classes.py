@@ -48,3 +48,13 @@ def test_a_full_disk_is_one_retryable_sentence_naming_the_folder(tmp_path):
     # the embedded engine's error arrives as text
     assert classify(RuntimeError("Service internal error: No space left on device (os error 28)"))[1] == "disk_full"
     assert "disk_full" in SERVICE_ERROR_CLASSES  # a full disk is not one chunk's fault: the batch fails as a whole
+
+
+def test_a_damaged_store_is_the_stores_failure_not_the_chunks():
+    from resources.ports import GraphStoreDamaged, VectorStoreDamaged
+
+    for exc in (VectorStoreDamaged("/home/q/main", "segment unreadable"), GraphStoreDamaged("/home/bolt/docqueue")):
+        reason, error_class, retryable = classify(exc)
+        assert (error_class, retryable) == ("damaged_store", True)
+        assert reason == str(exc) and "repair" in reason
+    assert "damaged_store" in SERVICE_ERROR_CLASSES
