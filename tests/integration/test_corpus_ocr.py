@@ -14,7 +14,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from processing.page_cleanup import comparable_words
+from processing.page_cleanup import comparable_words, unmapped_share
 from resources.ocr import DocumentError, PdfLimits, PdfProcessor
 from tests import pdf_factory as factory
 
@@ -112,6 +112,11 @@ def _report(request, text: str) -> None:
         print(text)
 
 
+def _unmapped_layer(path: Path, page_number: int) -> bool:
+    with pymupdf.open(path) as doc:
+        return unmapped_share(doc[page_number - 1].get_text()) > PdfLimits().max_unmapped_share
+
+
 def _layer_text(path: Path, page_number: int) -> str:
     """The page's own text layer, in the form the markdown uses (ligatures, hyphenation)."""
     with pymupdf.open(path) as doc:
@@ -124,16 +129,22 @@ def test_text_files_yield_their_real_words(processor, meter, outcomes, entry):
     info = processor.inspect(path)
     assert info.page_count == int(entry["pages_pymupdf"])
     last = min(info.page_count, TEXT_PAGES_PER_FILE)
-    recalls = []
+    recalls, ocred = [], 0
     for number in range(1, last + 1):
         page = meter.convert(processor, path, number, boilerplate=info.boilerplate)
+        if _unmapped_layer(path, number):
+            # a layer of glyph ids its fonts cannot map (TAMReview's): OCR reads the page, and the layer is no
+            # truth to measure it against
+            assert page.method == "ocr:rapidocr" and len(factory.words(page.markdown)) >= 50, page.markdown[:200]
+            ocred += 1
+            continue
         assert page.method == "text-layer"
         recalls.append(factory.word_recall(_layer_text(path, number), " ".join(comparable_words(page.markdown))))
     outcomes[entry["filename"]] = (
-        f"ok: {last}/{info.page_count} pages text-layer, layer-word recall "
-        f">= {min(recalls):.2f}, {len(info.boilerplate)} boilerplate lines"
+        f"ok: {last - ocred}/{info.page_count} pages text-layer, layer-word recall "
+        f">= {min(recalls, default=1.0):.2f}, {ocred} OCR'd (unmapped layer), {len(info.boilerplate)} boilerplate lines"
     )
-    assert min(recalls) >= 0.9, recalls
+    assert min(recalls, default=1.0) >= 0.9, recalls
 
 
 def test_tracemonkey_markdown_has_structure_and_is_deterministic(processor):
