@@ -126,10 +126,16 @@ def db_status(settings: Settings, as_json: bool) -> None:
     with service_failures():
         environment = prepared_environment(settings)
         pending = pending_migrations(open_engine(environment))
-        dagster = dagster_storage_status(environment.dagster_url, lambda: dagster_instance(settings))
-        if dagster["database"] == "ok":
+        opened: list = []  # the instance the storage check opens, read again for the former names
+
+        def open_instance():
+            opened.append(dagster_instance(settings))
+            return opened[-1]
+
+        dagster = dagster_storage_status(environment.dagster_url, open_instance)
+        if opened:
             # history still under an asset's former name shows as missing partitions until it moves
-            dagster["former_asset_names"] = _former_assets_with_history(dagster_instance(settings))
+            dagster["former_asset_names"] = _former_assets_with_history(opened[-1])
             dagster["pending"] = dagster["pending"] or bool(dagster["former_asset_names"])
     payload = {
         "queue": {
