@@ -17,4 +17,6 @@ fi
 .venv/bin/ruff check --no-cache .
 .venv/bin/ruff format --check --no-cache .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest "$@"
+# two processes, one per core: most tests wait on servers and subprocesses as much as they compute, and each process
+# takes whole modules (--dist loadfile), so a module's expensive fixture is built once; `./test.sh -n 0` runs in one
+exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

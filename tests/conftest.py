@@ -17,6 +17,8 @@ import pytest
 from queue_db.config import QueueSettings
 from queue_db.migrate import upgrade
 from queue_db.queue import TaskQueue, create_queue_engine
+from tests.figures import FILE_KEY as FIGURES_KEY
+from tests.figures import collected
 
 pytest_plugins = ["tests.integration.bolt_fixture"]
 
@@ -178,3 +180,27 @@ def docqueue_env(tmp_path, monkeypatch, create_database, migrated_template, bolt
     clean_graph(bolt_server)
     prepare_environment(Settings.from_env())
     yield DocqueueEnv(home, queue_url, dagster_url, bolt_server)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, in the controlling process: every worker appends its figures to one file (tests/figures.py)."""
+    node.workerinput[FIGURES_KEY] = str(_figures_file(node.config))
+
+
+def _figures_file(config) -> Path:
+    if not hasattr(config, "_docqueue_figures"):
+        handle, name = tempfile.mkstemp(prefix="docqueue-figures-", suffix=".txt")
+        os.close(handle)
+        config._docqueue_figures = Path(name)
+    return config._docqueue_figures
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if hasattr(config, "workerinput") or not hasattr(config, "_docqueue_figures"):
+        return
+    text = collected(config._docqueue_figures)
+    config._docqueue_figures.unlink(missing_ok=True)
+    if text:
+        terminalreporter.section("figures the tests printed")
+        terminalreporter.write(text)

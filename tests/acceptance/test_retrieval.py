@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests import pdf_factory as pf
+from tests.figures import announce
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "retrieval.py"
 
@@ -68,10 +69,7 @@ def _load_bench():
 
 
 def _report(request, text: str) -> None:
-    """Printed past pytest's output capture, so the figures show without -s."""
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print(text)
+    announce(request, text)
 
 
 def _assert_vectors_cover_their_chunks(query: str) -> None:

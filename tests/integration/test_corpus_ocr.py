@@ -17,6 +17,7 @@ import pytest
 from processing.page_cleanup import comparable_words, unmapped_share
 from resources.ocr import DocumentError, PdfLimits, PdfProcessor
 from tests import pdf_factory as factory
+from tests.figures import announce
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("DOCQUEUE_CORPUS", REPO.parent / "shared" / "corpus"))
@@ -103,13 +104,7 @@ def outcomes(request, meter):
 
 
 def _report(request, text: str) -> None:
-    """Printed past pytest's output capture, so the figure shows without -s."""
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if capture is None:
-        print(text)
-        return
-    with capture.global_and_fixture_disabled():
-        print(text)
+    announce(request, text)
 
 
 def _unmapped_layer(path: Path, page_number: int) -> bool:

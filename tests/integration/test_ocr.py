@@ -15,18 +15,13 @@ from queue_db.config import Settings
 from resources.ocr import DocumentError, PdfLimits, PdfProcessor
 from resources.ocr_resource import OcrResource
 from tests import pdf_factory as factory
+from tests.figures import announce
 
 HEADER = "Northwind Logistics - Internal Report"
 
 
 def _report(request, text: str) -> None:
-    """Printed past pytest's output capture, so the figure shows without -s."""
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if capture is None:
-        print(text)
-        return
-    with capture.global_and_fixture_disabled():
-        print(text)
+    announce(request, text)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import pytest
 from resources.ocr import DocumentError, PdfLimits, PdfProcessor
 from tests import pdf_factory as factory
 from tests.conftest import CORPUS_DIR
+from tests.figures import announce
 
 RECOVERED = ["# Lighthouse Log", "The keeper trimmed the wick and wrote the weather in a leather journal."]
 
@@ -138,8 +139,5 @@ def test_corpus_files_pymupdf_finds_no_pages_in_get_pdfiums_opinion(processor, r
             assert "\n" not in error.reason
         assert time.monotonic() - started < 10
     rescued = sum(o.startswith("rescued") for o in outcomes.values())
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print(f"\n[pdf fallback] corpus files PyMuPDF reads no pages in: {len(rows)}, rescued by pdfium: {rescued}")
-        for name, outcome in outcomes.items():
-            print(f"  {name}: {outcome}")
+    lines = [f"\n[pdf fallback] corpus files PyMuPDF reads no pages in: {len(rows)}, rescued by pdfium: {rescued}"]
+    announce(request, "\n".join(lines + [f"  {name}: {outcome}" for name, outcome in outcomes.items()]))

@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 
 from queue_db.phases import TaskKind
 from queue_db.queue import TaskQueue
+from tests.figures import announce  # noqa: F401  (the reliability tests import it from here)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -381,13 +382,3 @@ class TcpProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-
-def announce(request, text: str) -> None:
-    """Print past pytest's output capture, so the figures show without -s."""
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if capture is None:
-        print(text, flush=True)
-        return
-    with capture.global_and_fixture_disabled():
-        print(text, flush=True)
