@@ -66,15 +66,17 @@ def serve(conn, settings: dict) -> None:
         try:
             request = conn.recv()
         except (EOFError, OSError):
-            return  # the parent went away
+            os._exit(0)  # the parent went away
         if not isinstance(request, dict) or request.get("op") == "stop":
-            return
+            # nothing is left to flush (replies go out as they are made): skipping the interpreter's teardown of the
+            # OCR runtime saves the parent about 1.5 s of waiting per stop
+            os._exit(0)
         try:
             conn.send(worker.handle(request))
         except MemoryError:
             os._exit(MEMORY_EXIT_CODE)
         except (BrokenPipeError, OSError):
-            return
+            os._exit(0)
 
 
 def _limit_process(settings: dict) -> None:

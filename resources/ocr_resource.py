@@ -4,6 +4,8 @@ CLI's intake checks a file's bounds without importing Dagster)."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import OrderedDict
 from typing import Optional
 
 import dagster as dg
@@ -11,6 +13,25 @@ from pydantic import Field, PrivateAttr
 
 from queue_db.config import Settings
 from resources.ocr import MB, PdfLimits, PdfProcessor
+
+# One PDF worker per process and set of limits, shared by the runs the process executes one after another: starting
+# a worker (PyMuPDF and the OCR models) and stopping it cost a run seconds, more than a small run's work. The worker
+# goes when the process exits (PdfProcessor's finalizer), or when a fifth set of limits pushes it out.
+_SHARED_LIMIT = 4
+_shared: OrderedDict[PdfLimits, PdfProcessor] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared_processor(limits: PdfLimits) -> PdfProcessor:
+    with _shared_lock:
+        processor = _shared.get(limits)
+        if processor is None:
+            processor = _shared[limits] = PdfProcessor(limits)
+            while len(_shared) > _SHARED_LIMIT:
+                _, oldest = _shared.popitem(last=False)
+                oldest.close()
+        _shared.move_to_end(limits)
+        return processor
 
 
 class OcrResource(dg.ConfigurableResource):
@@ -70,12 +91,11 @@ class OcrResource(dg.ConfigurableResource):
         return dataclasses.replace(PdfLimits(), **overrides)
 
     def get_processor(self) -> PdfProcessor:
-        """One processor (one worker process) per resource instance, reused across calls."""
+        """The process's processor for these limits (one worker process), reused across calls and runs."""
         if self._processor is None:
-            self._processor = PdfProcessor(self.limits())
+            self._processor = shared_processor(self.limits())
         return self._processor
 
     def teardown_after_execution(self, context) -> None:
-        if self._processor is not None:
-            self._processor.close()
-            self._processor = None
+        # the worker stays for the process's next run (shared_processor); only this run's handle goes
+        self._processor = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from resources.ocr_resource import OcrResource
 from tests import pdf_factory as factory
 from tests.figures import announce
 
+REPO = Path(__file__).resolve().parents[2]
 HEADER = "Northwind Logistics - Internal Report"
 
 
@@ -373,6 +376,48 @@ def test_ocr_resource_builds_one_processor_with_overrides(monkeypatch, report_pd
     assert resource.get_processor() is processor
     try:
         _assert_fails(lambda: processor.inspect(report_pdf), "too_large", "too many pages: 4 > limit 3")
-    finally:
+        worker = processor.worker_pid
         resource.teardown_after_execution(None)
+        # the next run in this process finds the same worker, started once
+        again = OcrResource(max_pages=3, ocr_dpi=150).get_processor()
+        assert again is processor
+        _assert_fails(lambda: again.inspect(report_pdf), "too_large", "too many pages: 4 > limit 3")
+        assert worker is not None and again.worker_pid == worker
+        assert OcrResource(max_pages=2, ocr_dpi=150).get_processor() is not processor
+    finally:
+        processor.close()
     assert processor.worker_pid is None
+
+
+def test_the_shared_pdf_worker_goes_with_its_process(report_pdf: Path):
+    """A run process's worker is never left behind: it exits with the process, or soon after a SIGKILL of it."""
+    script = (
+        "import sys\n"
+        "from resources.ocr_resource import OcrResource\n"
+        "processor = OcrResource().get_processor()\n"
+        "processor.inspect(sys.argv[1])\n"
+        "print(processor.worker_pid, flush=True)\n"
+        "if sys.argv[2] == 'hang':\n"
+        "    import time; time.sleep(600)\n"
+    )
+    for ending in ("exit", "hang"):
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, str(report_pdf), ending], cwd=REPO, stdout=subprocess.PIPE, text=True
+        )
+        worker = int(child.stdout.readline())
+        assert _alive(worker)
+        if ending == "hang":
+            child.kill()
+        child.wait(60)
+        deadline = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker), ending
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
