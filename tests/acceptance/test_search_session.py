@@ -15,6 +15,7 @@ import pytest
 
 from queue_db.config import Settings
 from resources.search_session import SearchSession
+from tests.cli_runner import docqueue as run_docqueue
 
 RUN_TIMEOUT_S = 600
 TOPICS = {
@@ -29,13 +30,7 @@ LATER = {
 
 
 def docqueue(*args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return run_docqueue(*args, timeout=timeout, env={"COLUMNS": "200"})
 
 
 def write_documents(folder: Path, topics: dict[str, str]) -> Path:

@@ -5,9 +5,6 @@ materializations, observations and check evaluations to the current names, once.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import dagster as dg
 
@@ -15,20 +12,9 @@ from orchestration.asset_renames import renamed_assets
 from orchestration.environment import dagster_instance
 from queue_db.config import Settings
 from queue_db.phases import PHASES
-from tests.conftest import REPO_ROOT
+from tests.cli_runner import docqueue
 
 OLD, NEW = "document_ocr", "ocr_document_rollup"
-
-
-def docqueue(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", *args],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def test_every_former_name_maps_to_a_current_roll_up():

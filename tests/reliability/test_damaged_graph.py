@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests import pdf_factory as pf
+from tests.cli_runner import docqueue
 from tests.integration.bolt_fixture import free_port
 from tests.reliability.conftest import Pipeline
 from tests.reliability.support import Stores, document_statuses, figures_line, store_figures
-from tests.reliability.test_damaged_stores import ALL_COMPLETED, close_everything, docqueue
+from tests.reliability.test_damaged_stores import ALL_COMPLETED, close_everything
 
 
 @pytest.fixture

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests import pdf_factory as pf
-from tests.reliability.support import REPO_ROOT, Stores, document_statuses, figures_line, store_figures
+from tests.cli_runner import docqueue
+from tests.reliability.support import Stores, document_statuses, figures_line, store_figures
 
 ALL_COMPLETED = ("completed", "completed", "completed")
 # (the shard damaged, the segment file, what is done to it): the engine refuses to open a shard whose payload
@@ -25,17 +24,6 @@ DAMAGES = {
     "truncated": ("main", "vector_storage/vectors/chunk_0.mmap", "truncate"),
     "deleted": ("tail", "payload_storage/page_0.dat", "delete"),
 }
-
-
-def docqueue(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", *args],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def shard_points(store) -> dict[str, set[str]]:
