@@ -1,6 +1,6 @@
-"""Pytest fixtures for a real Bolt server: import them into a test module (or list this module in pytest_plugins).
-
-    from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
+"""Pytest fixtures for a real Bolt server, registered for every test by tests/conftest.py (pytest_plugins): a test
+names `bolt_server` or `graph_store` as a parameter and never imports them. An imported fixture is a definition of
+its own module, so each importing module would start, and keep until the session ends, a server of its own.
 
 `bolt_server` (session scope) starts the embedded ArcadeDB Bolt server in a temporary home on a free port, shared by
 the whole test session and stopped at its end, so parallel test runs never share a server or a port.  Set

@@ -9,7 +9,6 @@ import time
 
 import resources.bolt_graph as graph_module
 from resources.bolt_graph import GraphStore
-from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 from tests.integration.test_graph_store import chunk, relationship_weights
 
 FULL = chunk(

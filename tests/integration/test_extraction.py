@@ -18,7 +18,6 @@ from processing.entities import CO_OCCURS, ChunkGraph, Extraction, ExtractionLim
 from queue_db.config import Settings
 from resources.extraction import ExtractionResource, SpacyExtractor, plain_text
 from resources.llm_extraction import LlmCredentialsRefused, LlmError, LlmExtractor, LlmSettings
-from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("DOCQUEUE_CORPUS", REPO.parent / "shared" / "corpus"))

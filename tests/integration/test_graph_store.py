@@ -20,7 +20,7 @@ from queue_db.config import Settings
 from resources.bolt_graph import GraphStore
 from resources.bolt_server import BoltServer
 from resources.graph_stores import Neo4jResource
-from tests.integration.bolt_fixture import bolt_server, free_port, graph_store  # noqa: F401  (fixtures)
+from tests.integration.bolt_fixture import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

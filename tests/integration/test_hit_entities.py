@@ -13,7 +13,7 @@ from resources import bolt_cypher as cypher
 from resources.bolt_graph import GraphStore
 from resources.hit_entities import HitGraph
 from resources.ports import GraphStoreUnavailable, MentionedEntity
-from tests.integration.bolt_fixture import bolt_server, free_port, graph_store  # noqa: F401  (fixtures)
+from tests.integration.bolt_fixture import free_port
 from tests.integration.test_graph_store import chunk
 
 PEOPLE = [("Ada Lovelace", "PERSON"), ("Charles Babbage", "PERSON"), ("London", "GPE"), ("Analytical Engine", "ORG")]

@@ -14,7 +14,6 @@ from click.testing import CliRunner
 from queue_db.config import QueueSettings, Settings
 from queue_db.phases import ALL_KINDS
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
-from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 
 NOTE = (
     "# Harbour report\n\nLawrence Lessig met Ada Lovelace in Copenhagen to discuss the lighthouse budget. "

@@ -11,7 +11,6 @@ from orchestration.verify import verify_stores
 from processing.entities import ChunkGraph, Entity, Extraction
 from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
 from resources.ports import ChunkPoint
-from tests.integration.bolt_fixture import bolt_server, graph_store  # noqa: F401  (fixtures)
 from tests.integration.test_qdrant import BACKENDS, build_store, random_points
 from tests.queue_support import build_document
 
