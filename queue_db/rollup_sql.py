@@ -293,7 +293,7 @@ def retention_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str, list[str]]
     completed rows (idx_*_retirable, over when the last phase completed) and the trigger that registers a retired
     partition again once any phase of its row leaves `completed` (trg_*_unretire). Each is (kind, name, marker,
     statements): the marker, the phases in order, is kept as the object's comment, so the statements run only when
-    the phases changed (the three phases' objects come from migrations 0020 and 0023)."""
+    the phases changed (the three phases' objects come from migrations 0020, 0023 and 0027)."""
     ddl = []
     for level in (Level.PAGE, Level.CHUNK):
         table, short = TABLE_OF_LEVEL[level], short_table(TABLE_OF_LEVEL[level])
@@ -322,9 +322,10 @@ def retention_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str, list[str]]
                 f"{table}.{trigger}",
                 marker,
                 [
-                    f"CREATE OR REPLACE TRIGGER {trigger} BEFORE UPDATE ON {table} FOR EACH ROW "
+                    # after, not before: a BEFORE ROW trigger locks (and WAL-logs) every row it may touch
+                    f"CREATE OR REPLACE TRIGGER {trigger} AFTER UPDATE ON {table} FOR EACH ROW "
                     f"WHEN (NEW.partition_retired_at IS NOT NULL AND ({left})) "
-                    "EXECUTE FUNCTION docqueue_unretire_partition()",
+                    "EXECUTE FUNCTION docqueue_unretire_partition_after()",
                     f"COMMENT ON TRIGGER {trigger} ON {table} IS '{marker}'",
                 ],
             )

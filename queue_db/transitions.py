@@ -99,8 +99,14 @@ class Transitions(Registration):
     ) -> list[list[dict]]:
         """The hot path (claim, complete, fail, settle): BEGIN, each transition as a prepared statement (its plan is
         cached, unlike dynamic SQL), one bubble-up pass for all of them (rollup_sql.after_transition, prepared
-        too), COMMIT, sent as one pipelined batch: one round trip. `settled` are the rows completed or failed; rows
-        claimed are found by the bubble-up (worker and heartbeat = now()). Returns each statement's rows."""
+        too), COMMIT, sent as one pipelined batch with a single sync at its end: one round trip. `settled` are the
+        rows completed or failed; rows claimed are found by the bubble-up (worker and heartbeat = now()). Returns
+        each statement's rows.
+
+        BEGIN and COMMIT are written out on an autocommit connection rather than left to psycopg's transaction(),
+        which syncs after BEGIN and again before COMMIT: two more round trips, and the parents the bubble-up locked
+        stayed locked while the server waited for the worker to read the results and send the COMMIT. Every other
+        transaction settling a sibling waited behind that wait."""
         prepared = [(sql.replace("%", "%%").replace("$1", "%(args)s::jsonb"), args) for sql, args in statements]
         bubble_args = {"worker": worker_id, "ids": list(settled) if settled else None}
         bubble = [(sql, bubble_args if "%(" in sql else None) for sql in after_transition(kind)]
@@ -109,25 +115,33 @@ class Transitions(Registration):
             raw = self.engine.raw_connection()
             pg = raw.driver_connection
             assert pg is not None, "a connection checked out of the pool holds its driver connection"
+            autocommit = pg.autocommit
             try:
-                with pg.pipeline():
-                    with pg.transaction():
-                        cursors = []
-                        for sql, args in prepared:
-                            cursor = pg.cursor(row_factory=psycopg.rows.dict_row)
-                            # ids leave the queue as strings; loading them as text skips a uuid.UUID per value
-                            cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
-                            cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
-                            cursors.append(cursor)
-                        for sql, params in bubble:
-                            pg.execute(sql, params, prepare=True)
-                    results = [cursor.fetchall() for cursor in cursors]
+                pg.autocommit = True
+                with pg.pipeline() as pipeline:
+                    pg.execute("BEGIN")
+                    cursors = []
+                    for sql, args in prepared:
+                        cursor = pg.cursor(row_factory=psycopg.rows.dict_row)
+                        # ids leave the queue as strings; loading them as text skips a uuid.UUID per value
+                        cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
+                        cursor.execute(sql, {"args": psycopg.types.json.Jsonb(args)}, prepare=True)
+                        cursors.append(cursor)
+                    for sql, params in bubble:
+                        pg.execute(sql, params, prepare=True)
+                    pg.execute("COMMIT")
+                    pipeline.sync()
+                results = [cursor.fetchall() for cursor in cursors]
+                pg.autocommit = autocommit
             except psycopg.Error as exc:
-                # a broken connection must not go back to the pool
-                if pg.closed or isinstance(exc, psycopg.OperationalError):
+                # a broken connection must not go back to the pool; a failed one goes back rolled back, as it was
+                if pg.closed or isinstance(exc, psycopg.OperationalError) or not _restored(pg, autocommit):
                     raw.invalidate()
                 else:
                     raw.close()
+                raise
+            except BaseException:
+                raw.invalidate()  # its autocommit and transaction are unknown: it is not reused
                 raise
             raw.close()
             return results
@@ -454,6 +468,18 @@ def _derived_chunk_ids(document_key: str, page_number: int, chunks: Sequence[dic
 def parent_columns(kind: TaskKind) -> str:
     cols = {Level.DOCUMENT: "", Level.PAGE: ", t.document_id", Level.CHUNK: ", t.page_id, t.document_id"}
     return cols[kind.level]
+
+
+def _restored(pg: psycopg.Connection, autocommit: bool) -> bool:
+    """Roll back what a failed pipelined batch left open (an error inside BEGIN ... COMMIT leaves the transaction
+    aborted until a ROLLBACK) and put the connection's autocommit back; False when that fails too."""
+    try:
+        if pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            pg.rollback()
+        pg.autocommit = autocommit
+        return True
+    except psycopg.Error:
+        return False
 
 
 def _outcome(requested: list[str], rows: list[dict]) -> Transition:
