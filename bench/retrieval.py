@@ -5,13 +5,14 @@ The folders (default: ../shared/corpus, i.e. DOCQUEUE_CORPUS) go through the rea
 server on free ports, stopped and deleted afterwards), or into the home given by --home, which is kept (and reused
 as it is with --no-process). Queries are sampled, with a seeded generator, from the pages' markdown:
 
-  sentence  a verbatim sentence of 8-40 words (tables, headings and markup left out; a sentence found on more than
-            one page is not used, its page would be ambiguous)
+  sentence  a verbatim sentence of 8-40 words (tables, headings and markup left out; a sentence whose words, in
+            their order, are on more than one page is not used, its page would be ambiguous: words, not characters,
+            so a copy that differs only in emphasis marks, spacing or punctuation makes a sentence shared)
   keywords  the same sentence shortened to its --keywords rarest words (document frequency over all pages), in
             their order in the sentence
 
-  shared    with --plant-copies or copies in the folders: a verbatim sentence found in more than one document,
-            attributed to one of them drawn at random
+  shared    with --plant-copies or copies in the folders: a verbatim sentence whose words are found in more than
+            one document, attributed to one of them drawn at random
 
 --plant-copies N writes, for the first N inputs with a text layer, a version with one word changed per page and a
 re-scan (pages rendered at another DPI, turned a little, image-only: read by OCR) into a scratch folder and ingests
@@ -27,7 +28,11 @@ formed (tables content_groups / content_group_members) against the families of o
 
   .venv/bin/python bench/retrieval.py [FOLDER ...] [--queries 100] [--seed 7] [--keywords 4]
         [--max-documents N] [--suffixes pdf] [--home DIR] [--no-process] [--workers 1]
-        [--modes dense,sparse,hybrid] [--plant-copies N] [--text-layer-only]
+        [--modes dense,sparse,hybrid] [--plant-copies N] [--text-layer-only] [--misses FILE]
+
+--misses FILE writes each verbatim sentence whose first hit is not from its document, as JSON: the collapsed hits,
+every copy's hits (`--all`) with whether the sentence is in their chunk, and the other pages whose prose holds its
+words.
 
 Ends with one line `RESULT {json}`: doc_hit_at_1, doc_hit_at_5, page_hit_at_5, mrr (verbatim sentences found in
 one document only; doc_hit_at_1 again as unique_doc_hit_at_1), group_hit_at_1 and shared_queries (sentences found
@@ -79,7 +84,10 @@ too under until up very was we were what when where which while who whom why wil
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
-_MARKUP = re.compile(r"<br>|[*_`#>]+|\[([^\]]*)\]\([^)]*\)")
+# HTML tags (<br>, <sup>k</sup>: the k stays), emphasis marks, links (their text stays)
+_MARKUP = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>|[*_`#>]+|\[([^\]]*)\]\([^)]*\)")
+# the words two texts are compared by when telling where a sentence occurs: letters and digits, case folded
+_TEXT_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 @dataclass(frozen=True)
@@ -198,10 +206,15 @@ def content_groups() -> list[tuple[str, str, str | None]]:
     return [(key, name, group and str(group)) for doc_id, key, name, group in rows if str(doc_id) not in hidden]
 
 
+def _prose_lines(markdown: str) -> list[str]:
+    """A page's lines of prose (not table rows, headings or code fences), markup removed."""
+    prose = [line for line in markdown.splitlines() if line.strip() and not line.lstrip().startswith(("|", "#", "```"))]
+    return [_MARKUP.sub(lambda m: m.group(1) or " ", line) for line in prose]
+
+
 def sentences(markdown: str) -> list[str]:
     """Prose sentences of a page: table rows and headings left out, markup removed."""
-    prose = [line for line in markdown.splitlines() if line.strip() and not line.lstrip().startswith(("|", "#", "```"))]
-    text = " ".join(_MARKUP.sub(lambda m: m.group(1) or " ", line) for line in prose)
+    text = " ".join(_prose_lines(markdown))
     found = []
     for sentence in _SENTENCE_END.split(" ".join(text.split())):
         words = sentence.split()
@@ -216,31 +229,43 @@ def _content_words(text: str) -> list[str]:
     return [word for word in _WORD.findall(text) if len(word) >= 4 and word.lower() not in STOPWORDS]
 
 
-def _normal(sentence: str) -> str:
-    return " ".join(sentence.lower().split())
+def _word_string(text: str) -> str:
+    """`text` as its words (letters and digits, case folded) between single spaces, with a space at each end, so
+    that `_word_string(sentence) in _word_string(page)` says the page holds the sentence's words in that order."""
+    return " " + " ".join(_TEXT_WORD.findall(text.casefold())) + " "
+
+
+def sentence_places(pages: list[Page]) -> dict[tuple[str, int], dict[str, set[tuple[str, int]]]]:
+    """Per page, its sentences and the pages (document key, page number) whose prose holds each one's words in the
+    same order. Words, not characters: a copy of the page differs in what no search reads — emphasis marks
+    (`_loop traces_` in a text-layer page's markdown, `loop traces` in its re-scan's OCR), a space before a comma,
+    where a sentence splitter cut — and a sentence whose words are in two documents cannot tell them apart."""
+    prose = {(p.document_key, p.page_number): _word_string(" ".join(_prose_lines(p.markdown))) for p in pages}
+    places: dict[tuple[str, int], dict[str, set[tuple[str, int]]]] = {}
+    for p in pages:
+        found = places.setdefault((p.document_key, p.page_number), {})
+        for sentence in dict.fromkeys(sentences(p.markdown)):
+            words = _word_string(sentence)
+            found[sentence] = {where for where, text in prose.items() if words in text}
+    return places
 
 
 def sample_shared_queries(pages: list[Page], count: int, seed: int) -> list[Query]:
-    """`count` verbatim sentences found in more than one document, each attributed to one page it is on, drawn
-    with random.Random(seed)."""
-    by_page = {(p.document_key, p.page_number): sentences(p.markdown) for p in pages}
-    documents: dict[str, set[str]] = {}
-    for (document_key, _), found in by_page.items():
-        for sentence in found:
-            documents.setdefault(_normal(sentence), set()).add(document_key)
+    """`count` verbatim sentences whose words are found in more than one document, each attributed to one page it
+    is on, drawn with random.Random(seed)."""
+    places = sentence_places(pages)
     candidates = sorted(
-        (key, s) for key, found in by_page.items() for s in dict.fromkeys(found) if len(documents[_normal(s)]) > 1
+        (key, s) for key, found in places.items() for s, where in found.items() if len({d for d, _ in where}) > 1
     )
     chosen = random.Random(seed).sample(candidates, min(count, len(candidates)))
     return [Query("shared", sentence, document_key, page) for (document_key, page), sentence in chosen]
 
 
 def sample_queries(pages: list[Page], count: int, seed: int, keywords: int) -> list[Query]:
-    """`count` sentences drawn with random.Random(seed), each as a verbatim query and as a keyword query."""
-    by_page = {(p.document_key, p.page_number): sentences(p.markdown) for p in pages}
-    where = Counter(_normal(s) for found in by_page.values() for s in set(found))
+    """`count` sentences whose words are on one page only (`sentence_places`), drawn with random.Random(seed), each
+    as a verbatim query and as a keyword query."""
     candidates = sorted(
-        (key, s) for key, found in by_page.items() for s in dict.fromkeys(found) if where[_normal(s)] == 1
+        (key, s) for key, found in sentence_places(pages).items() for s, where in found.items() if len(where) == 1
     )
     frequency = Counter(w.lower() for p in pages for w in set(_content_words(p.markdown)))
     chosen = random.Random(seed).sample(candidates, min(count, len(candidates)))
@@ -254,14 +279,14 @@ def sample_queries(pages: list[Page], count: int, seed: int, keywords: int) -> l
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
-def search(text: str, mode: str = "hybrid") -> list[dict]:
-    """The hits of `docqueue search TEXT --json` (with --dense or --sparse for those modes), run in this process
-    (the command's own code)."""
+def search(text: str, mode: str = "hybrid", all_copies: bool = False) -> list[dict]:
+    """The hits of `docqueue search TEXT --json` (with --dense or --sparse for those modes, --all for every copy),
+    run in this process (the command's own code)."""
     from click.testing import CliRunner
 
     from orchestration.cli import main
 
-    flags = [] if mode == "hybrid" else [f"--{mode}"]
+    flags = ([] if mode == "hybrid" else [f"--{mode}"]) + (["--all"] if all_copies else [])
     # `--` ends the options: a sentence may begin with a dash (a list item of the page it came from)
     result = CliRunner().invoke(
         main, ["search", "--limit", str(SEARCH_LIMIT), "--json", *flags, "--", text], catch_exceptions=False
@@ -274,10 +299,18 @@ def search(text: str, mode: str = "hybrid") -> list[dict]:
     return found["hits"]
 
 
-def evaluate(queries: list[Query], mode: str = "hybrid") -> dict[str, dict]:
+def evaluate(queries: list[Query], mode: str = "hybrid", misses: list[dict] | None = None) -> dict[str, dict]:
+    """Per query type, the figures of `queries` searched in `mode`; with `misses` (a list), each sentence query whose
+    first hit is not from its document is appended to it, with what ranked instead (`miss_record`)."""
     totals: dict[str, Counter] = {}
     for query in queries:
         hits = search(query.text, mode)
+        if (
+            misses is not None
+            and query.kind == "sentence"
+            and (not hits or hits[0]["document_key"] != query.document_key)
+        ):
+            misses.append(miss_record(query, hits, mode))
         documents = [hit["document_key"] for hit in hits]
         pages = [(hit["document_key"], hit["page"]) for hit in hits]
         rank = next((i + 1 for i, key in enumerate(documents) if key == query.document_key), None)
@@ -300,6 +333,38 @@ def evaluate(queries: list[Query], mode: str = "hybrid") -> dict[str, dict]:
     }
 
 
+def miss_record(query: Query, hits: list[dict], mode: str) -> dict:
+    """What a missed sentence query found: the collapsed hits as users get them, and every copy's rank (`--all`),
+    with whether the query's words, in order, are in each hit's chunk text, so a miss can be classed by reading
+    it."""
+    every = search(query.text, mode, all_copies=True)
+    wanted = _word_string(query.text)
+
+    def brief(rank: int, hit: dict) -> dict:
+        text = _word_string(hit.get("text") or "")
+        return {
+            "rank": rank,
+            "document_key": hit["document_key"],
+            "page": hit["page"],
+            "chunk": hit.get("chunk"),
+            "score": hit.get("score"),
+            "also_in_keys": hit.get("also_in_keys", []),
+            "words_in_chunk": wanted in text,
+            "text": (hit.get("text") or "")[:300],
+        }
+
+    own = next((i for i, hit in enumerate(every, 1) if hit["document_key"] == query.document_key), None)
+    return {
+        "query": query.text,
+        "document_key": query.document_key,
+        "page": query.page_number,
+        "mode": mode,
+        "collapsed": [brief(i, hit) for i, hit in enumerate(hits[:3], 1)],
+        "own_rank_all_copies": own,
+        "all_copies": [brief(i, hit) for i, hit in enumerate(every[:6], 1)],
+    }
+
+
 def run(
     folders: list[Path],
     *,
@@ -314,8 +379,10 @@ def run(
     modes: tuple[str, ...] = ("hybrid",),
     plant_copies: int = 0,
     text_layer_only: bool = False,
+    misses: list[dict] | None = None,
 ) -> dict:
-    """The whole evaluation in this process's environment (DOCQUEUE_HOME and servers already chosen)."""
+    """The whole evaluation in this process's environment (DOCQUEUE_HOME and servers already chosen); `misses`
+    collects the first mode's missed sentence queries (`evaluate`)."""
     seconds, planted = None, []
     with tempfile.TemporaryDirectory(prefix="docqueue-planted-") as scratch:
         if process_inputs:
@@ -325,13 +392,22 @@ def run(
             planted = _planted.plant(chosen, plant_copies, Path(scratch), seed)
             seconds = process([*chosen, *planted], workers, timeout)
     pages, corpus = indexed_pages()
-    groups = _planted.group_scores(content_groups())
+    inputs = select_inputs(folders, max_documents, suffixes, text_layer_only)
+    groups = _planted.group_scores(content_groups(), _planted.input_families(inputs))
     sampled = sample_queries(pages, queries, seed, keywords) + sample_shared_queries(pages, queries, seed)
     by_mode, search_seconds = {}, {}
     for mode in modes:  # the same queries in every mode, one mode after the other
         started = time.perf_counter()
-        by_mode[mode] = evaluate(sampled, mode)
+        by_mode[mode] = evaluate(sampled, mode, misses if mode == modes[0] else None)
         search_seconds[mode] = round(time.perf_counter() - started, 1)
+    if misses:
+        # the other pages holding the sentence's words in order, wherever their sentences were cut
+        prose = {(p.document_key, p.page_number): _word_string(" ".join(_prose_lines(p.markdown))) for p in pages}
+        for miss in misses:
+            words = _word_string(miss["query"])
+            miss["words_also_on"] = sorted(
+                f"{key}#{page}" for (key, page), text in prose.items() if words in text and key != miss["document_key"]
+            )
     return {
         "corpus": {
             **corpus,
@@ -403,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--plant-copies", type=int, default=0, help="a version and a re-scan of N inputs")
     parser.add_argument("--text-layer-only", action="store_true", help="only inputs with a text layer")
+    parser.add_argument(
+        "--misses", type=Path, default=None, help="write the missed sentence queries (doc-hit@1) as JSON to FILE"
+    )
     args = parser.parse_args(argv)
     modes = tuple(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
     if not modes or set(modes) - set(MODES):
@@ -423,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DOCQUEUE_PG_PORT", str(_free_port()))
     if not os.environ.get("DOCQUEUE_NEO4J_URI"):
         os.environ.setdefault("DOCQUEUE_BOLT_PORT", str(_free_port()))
+    misses: list[dict] = []
     try:
         report = run(
             args.folders,
@@ -437,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
             modes=modes,
             plant_copies=args.plant_copies,
             text_layer_only=args.text_layer_only,
+            misses=misses if args.misses else None,
         )
     finally:
         if scratch is not None:
@@ -449,6 +530,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(report, indent=2))
+    if args.misses:
+        args.misses.write_text(json.dumps(misses, indent=2, ensure_ascii=False))
+        print(f"{len(misses)} missed sentence queries written to {args.misses}")
     for mode, by_type in report["by_mode"].items():
         for kind, figures in by_type.items():
             print(

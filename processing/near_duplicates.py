@@ -7,17 +7,22 @@ J = 0.3), and only candidates are compared. Every constant here is part of the s
 coefficients come from a fixed seed through blake2b, never from Python's per-process hash or a random generator,
 so a signature computed by another process or another version of docqueue is the same and stays comparable.
 
+The words are those of processing/words.py (letters and digits, markup left out), so a text-layer page's emphasis
+and HTML tags do not tell it from its re-scan; a text without markup signs as it always did, and a document signed
+while tags still counted keeps that signature until its OCR roll-up is redone (`docqueue reindex --phase ocr`).
+
 Pure: text in, integers out. The shingle and character bounds are the caller's settings (DOCQUEUE_NEAR_DUP_*).
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
+
+from processing.words import text_words
 
 NUM_PERM = 120  # MinHash values per signature
 BANDS = 24
@@ -26,7 +31,6 @@ SHINGLE_WORDS = 4  # one word changed in a page of 100 words leaves J ≈ 0.92 a
 # the hash family h(x) = (a·x + b) mod p over 31-bit shingle hashes: a·x + b < 2^63, so uint64 never overflows
 PRIME = (1 << 31) - 1
 SEED = b"docqueue-near-duplicates-v1"
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def _coefficients() -> tuple[np.ndarray, np.ndarray]:
@@ -67,13 +71,14 @@ class Signature:
 
 
 def shingle_hashes(texts: Iterable[str], limits: SignatureLimits = SignatureLimits()) -> np.ndarray:
-    """31-bit hashes of the distinct word shingles of `texts` (lower-cased words, SHINGLE_WORDS at a time, across
-    page breaks), reading at most `limits.max_chars` characters and keeping the first `limits.max_shingles`."""
+    """31-bit hashes of the distinct word shingles of `texts` (lower-cased words, markup left out, SHINGLE_WORDS at
+    a time, across page breaks), reading at most `limits.max_chars` characters and keeping the first
+    `limits.max_shingles`."""
     budget, words = limits.max_chars, []
     for text in texts:
         if budget <= 0:
             break
-        words += _WORD.findall(text[:budget].lower())
+        words += text_words(text[:budget].lower())
         budget -= len(text)
     if not words:
         return np.empty(0, dtype=np.uint64)

@@ -143,3 +143,46 @@ def test_sentences_leave_out_tables_headings_and_markup():
         ]
     )
     assert retrieval.sentences(markdown) == ["This sentence has a link and enough words to be sampled."]
+
+
+def test_a_sentence_whose_words_are_on_another_page_is_not_unique():
+    retrieval = _load_bench()
+    pages = [
+        retrieval.Page("original", 1, "TraceMonkey focuses on _loop traces_, that originate\nat a loop edge."),
+        retrieval.Page("rescan", 1, "TraceMonkey focuses on loop traces , that originate at a loop edge."),
+        retrieval.Page("version", 1, "TraceMonkey focuses on loop secart, that originate at a loop edge."),
+    ]
+    places = retrieval.sentence_places(pages)
+    # emphasis, spacing and line breaks aside, the original and the re-scan hold the same words: shared
+    assert places[("original", 1)] == {
+        "TraceMonkey focuses on loop traces , that originate at a loop edge.": {("original", 1), ("rescan", 1)}
+    }
+    assert places[("version", 1)]["TraceMonkey focuses on loop secart, that originate at a loop edge."] == {
+        ("version", 1)
+    }
+    assert [q.document_key for q in retrieval.sample_queries(pages, 5, 7, 4) if q.kind == "sentence"] == ["version"]
+    assert {q.document_key for q in retrieval.sample_shared_queries(pages, 5, 7)} == {"original", "rescan"}
+
+
+def test_inputs_that_copy_each_other_are_one_family(tmp_path: Path):
+    from bench import _planted
+
+    lorem = (
+        "Lorem ipsum dolor sit amet, consetetur sadipscing elitr, sed diam nonumy eirmod tempor invidunt ut labore "
+        "et dolore magna aliquyam erat, sed diam voluptua. At vero eos et accusam et justo duo dolores et ea rebum. "
+        "Stet clita kasd gubergren, no sea takimata sanctus est Lorem ipsum dolor sit amet."
+    )
+    pf.text_pdf(tmp_path, "a.pdf", [lorem])
+    pf.text_pdf(tmp_path, "b.pdf", [lorem.replace("tempor", "tempus")])
+    pf.text_pdf(tmp_path, "c.pdf", TOPICS["orchard"])
+    families = _planted.input_families(sorted(tmp_path.glob("*.pdf")))
+    assert families == {"a.pdf": "a.pdf", "b.pdf": "a.pdf"}
+    documents = [
+        ("ka", "a.pdf", "g"),
+        ("kb", "b.pdf", "g"),
+        ("kv", "planted-version__a.pdf", None),
+        ("kc", "c.pdf", None),
+    ]
+    scores = _planted.group_scores(documents, families)
+    # a and b grouped is right (they are one family); the version grouped with neither misses two of its 3 pairs
+    assert scores["group_precision"] == 1.0 and scores["planted_pairs"] == 3 and scores["group_recall"] == 0.3333

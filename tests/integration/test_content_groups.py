@@ -168,3 +168,22 @@ def test_finding_candidates_reads_the_band_index(queue, storage):
             )
         )
     assert "document_signature_bands_pkey" in plan and "Seq Scan on document_signature_bands" not in plan, plan
+
+
+def test_a_text_layer_page_with_markup_groups_with_its_plain_copies(queue, storage):
+    # the page markdown of a highlighted text layer wraps every line in <mark>; its re-scan's OCR text does not
+    text = pages_of(5)
+    marked = ["\n".join(f"<mark>{line}</mark>" for line in _lines(page)) for page in text]
+    original = ocr_done(queue, storage, "highlighted.pdf", marked)
+    rescan = ocr_done(queue, storage, "highlighted-rescan.pdf", one_word_changed(text))
+    other = ocr_done(queue, storage, "other.pdf", pages_of(6))
+    placed = place(queue, storage, original, rescan, other)
+    joined = placed[rescan["document_key"]]
+    assert joined.group_id is not None and joined.representative_key == original["document_key"]
+    assert joined.similarity >= 0.8
+    assert placed[other["document_key"]].group_id is None
+
+
+def _lines(page: str, width: int = 12) -> list[str]:
+    words = page.split()
+    return [" ".join(words[i : i + width]) for i in range(0, len(words), width)]

@@ -80,3 +80,23 @@ def test_the_bounds_hold():
     assert shingle_hashes(long, SignatureLimits(max_chars=10_000_000, max_shingles=100)).size == 100
     short = shingle_hashes(long, SignatureLimits(max_chars=40, max_shingles=10_000))
     assert 0 < short.size <= 40 // 3
+
+
+def test_markup_does_not_count_as_words():
+    from processing.words import text_words
+
+    assert text_words("<mark>Lorem _ipsum_</mark> **dolor** O(n<sup>k</sup>) snake_case <br/>") == [
+        "Lorem",
+        "ipsum",
+        "dolor",
+        "O",
+        "n",
+        "k",
+        "snake",
+        "case",
+    ]
+    # a text-layer page's highlighted lines sign as its plain re-scan does
+    plain = "Lorem ipsum dolor sit amet, consetetur sadipscing elitr.\nAt vero eos et accusam et justo duo dolores."
+    marked = "\n".join(f"<mark>{line}</mark>" for line in plain.splitlines())
+    assert signature([marked]) == signature([plain]) != signature(["mark " + plain])
+    assert signature(["the _loop traces_ grow"]) == signature(["the loop traces grow"])

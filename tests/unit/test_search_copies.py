@@ -84,3 +84,15 @@ def test_best_copy_compares_single_words_when_the_query_has_one():
     assert best_copy("April", ["in March", "in April"], lambda t: t) == "in April"
     assert best_copy("", ["first", "second"], lambda t: t) == "first"
     assert best_copy("word", ["only"], lambda t: t) == "only"
+
+
+def test_best_copy_reads_words_past_the_markup_of_a_text_layer_page():
+    from processing.copy_choice import best_copy
+
+    # the original's markdown holds emphasis and a tag its re-scan's OCR text does not; the version changed a word
+    original = "TraceMonkey focuses on _loop traces_, that grow O(n<sup>k</sup>) in size."
+    version = "TraceMonkey focuses on loop secart, that grow O(nk) in size."
+    rescan = "TraceMonkey focuses on loop traces, that grow O(n k) in sise."
+    query = "TraceMonkey focuses on loop traces , that grow O ( n k ) in size."
+    # the re-scan ranked first; only the original holds every word pair of the query once markup is left out
+    assert best_copy(query, [rescan, version, original], lambda t: t) == original
