@@ -199,6 +199,15 @@ class PdfProcessor:
         with self._lock:
             self._worker.stop()
 
+    def forget_inherited_worker(self) -> None:
+        """In a forked child: the worker and its pipe are the parent's. Drop this copy's hold on them without a word
+        to the worker (a stop, or this object's finalizer at the child's exit, would end the parent's worker)."""
+        self._finalizer.detach()
+        conn = self._worker.conn
+        self._worker.process, self._worker.conn, self._worker.calls = None, None, 0
+        if conn is not None:
+            conn.close()  # the child's copy of the descriptor only
+
     def __enter__(self) -> "PdfProcessor":
         return self
 

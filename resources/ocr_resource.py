@@ -4,6 +4,7 @@ CLI's intake checks a file's bounds without importing Dagster)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections import OrderedDict
 from typing import Optional
@@ -20,6 +21,18 @@ from resources.ocr import MB, PdfLimits, PdfProcessor
 _SHARED_LIMIT = 4
 _shared: OrderedDict[PdfLimits, PdfProcessor] = OrderedDict()
 _shared_lock = threading.Lock()
+
+
+def _forget_inherited_processors() -> None:
+    # a forked child (a Celery prefork slot, a test's worker) starts its own worker on first use
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    for processor in _shared.values():
+        processor.forget_inherited_worker()
+    _shared.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_processors)
 
 
 def shared_processor(limits: PdfLimits) -> PdfProcessor:

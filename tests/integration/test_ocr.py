@@ -415,6 +415,28 @@ def test_the_shared_pdf_worker_goes_with_its_process(report_pdf: Path):
         assert not _alive(worker), ending
 
 
+def test_a_forked_child_starts_its_own_pdf_worker_and_leaves_the_parents(report_pdf: Path):
+    """A child forked from a process with a shared worker (a Celery prefork slot) never talks to, or stops, the
+    parent's worker."""
+    processor = OcrResource().get_processor()
+    assert processor.inspect(report_pdf).page_count == 4
+    parent_worker = processor.worker_pid
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through its exit code)
+        code = 1
+        try:
+            mine = OcrResource().get_processor()
+            ok = mine is not processor and mine.inspect(report_pdf).page_count == 4
+            code = 0 if ok and mine.worker_pid not in (None, parent_worker) else 2
+            mine.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert processor.worker_pid == parent_worker
+    assert processor.inspect(report_pdf).page_count == 4 and processor.worker_pid == parent_worker
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:
