@@ -65,6 +65,7 @@ if str(REPO) not in sys.path:
 
 from bench import _planted  # noqa: E402
 from bench._result import print_result  # noqa: E402
+from processing.words import HTML_TAG, text_words  # noqa: E402
 
 DEFAULT_CORPUS = Path(os.environ.get("DOCQUEUE_CORPUS") or REPO.parent / "shared" / "corpus")
 SEARCH_LIMIT = 10
@@ -85,9 +86,7 @@ too under until up very was we were what when where which while who whom why wil
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
 # HTML tags (<br>, <sup>k</sup>: the k stays), emphasis marks, links (their text stays)
-_MARKUP = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>|[*_`#>]+|\[([^\]]*)\]\([^)]*\)")
-# the words two texts are compared by when telling where a sentence occurs: letters and digits, case folded
-_TEXT_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_MARKUP = re.compile(HTML_TAG.pattern + r"|[*_`#>]+|\[([^\]]*)\]\([^)]*\)")
 
 
 @dataclass(frozen=True)
@@ -232,7 +231,7 @@ def _content_words(text: str) -> list[str]:
 def _word_string(text: str) -> str:
     """`text` as its words (letters and digits, case folded) between single spaces, with a space at each end, so
     that `_word_string(sentence) in _word_string(page)` says the page holds the sentence's words in that order."""
-    return " " + " ".join(_TEXT_WORD.findall(text.casefold())) + " "
+    return " " + " ".join(text_words(text.casefold())) + " "
 
 
 def sentence_places(pages: list[Page]) -> dict[tuple[str, int], dict[str, set[tuple[str, int]]]]:

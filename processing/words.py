@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 
 # an HTML tag as page markdown holds them: <mark>, </sup>, <br/>, <span class="x">
-_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
+HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
 # letters and digits: the underscore of markdown emphasis is no part of a word
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def text_words(text: str) -> list[str]:
     """The words of `text` in order, HTML tags and emphasis marks left out, case kept."""
-    return _WORD.findall(_TAG.sub(" ", text))
+    return _WORD.findall(HTML_TAG.sub(" ", text))

@@ -405,14 +405,14 @@ def test_the_shared_pdf_worker_goes_with_its_process(report_pdf: Path):
             [sys.executable, "-c", script, str(report_pdf), ending], cwd=REPO, stdout=subprocess.PIPE, text=True
         )
         worker = int(child.stdout.readline())
-        assert _alive(worker)
+        assert _pid_alive(worker)
         if ending == "hang":
             child.kill()
         child.wait(60)
         deadline = time.monotonic() + 10
-        while _alive(worker) and time.monotonic() < deadline:
+        while _pid_alive(worker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(worker), ending
+        assert not _pid_alive(worker), ending
 
 
 def test_a_forked_child_starts_its_own_pdf_worker_and_leaves_the_parents(report_pdf: Path):
@@ -435,11 +435,3 @@ def test_a_forked_child_starts_its_own_pdf_worker_and_leaves_the_parents(report_
     assert os.waitstatus_to_exitcode(status) == 0
     assert processor.worker_pid == parent_worker
     assert processor.inspect(report_pdf).page_count == 4 and processor.worker_pid == parent_worker
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
