@@ -8,7 +8,11 @@ and the throughput during and after the fault against a clean run of the same fl
                     start runs (new connections), the sensors tick on fresh connections and `docqueue status` runs
   3 idle-in-tx      a session holds a REPEATABLE READ snapshot while --idle-tasks tasks (100,000) flow; dead tuples
                     in the queue tables, and how long they take to go after the snapshot is released
-  4 sigkill         a worker SIGKILLed --sigkills times (50) at random moments and replaced; the queue runs dry
+  4 sigkill         a worker SIGKILLed --sigkills times (50) at random moments and replaced; the queue runs dry.
+                    Then the pipeline on mixed documents (--kill-documents text PDFs of --kill-pages pages, a scanned
+                    page, Markdown, three inputs that fail for good): `docqueue run --until-idle` SIGKILLed
+                    --document-kills times (50), each a random moment after it claimed work; every document must end
+                    as in a clean run of the same corpus (see bench/_document_kills.py)
   5 disk-full       the pipeline itself (not the queue-only fleet): generated PDFs (--disk-documents x --disk-pages)
                     run end to end in the plain loop (OCR, chunking, embedding into the embedded Qdrant, the graph on
                     a Bolt server of the bench's own); the storage folder, then in a second run the Qdrant folder,
@@ -40,7 +44,7 @@ chunks embedded, chunks extracted) per second before, during and after the fault
 Runs on an embedded PostgreSQL of its own (its own max_connections), never on a shared server:
 
   .venv/bin/python bench/faults.py                       # rows 1-3 at full size (~5 min)
-  .venv/bin/python bench/faults.py --rows 4               # row 4 (~2 min)
+  .venv/bin/python bench/faults.py --rows 4               # row 4 (~12 min, ~2 without --document-kills)
   .venv/bin/python bench/faults.py --rows 5               # row 5, as root (~3 min)
   .venv/bin/python bench/faults.py --rows 6               # row 6 (~3 min)
   .venv/bin/python bench/faults.py --rows 7               # row 7 (~4 min)
@@ -425,7 +429,7 @@ def _wait_dead_tuples(conn: psycopg.Connection, since: float, timeout_s: float, 
 
 
 # ---------------------------------------------------------------------------------------------------- row 4
-def repeated_kills(bench: Bench) -> dict:
+def fleet_kills(bench: Bench) -> dict:
     """Workers SIGKILLed at random moments and replaced; the queue runs dry. Each worker writes what it completed to
     a ledger file as it goes (a killed worker cannot report), so a task completed twice shows in the ledgers."""
     args = bench.args
@@ -464,6 +468,28 @@ def repeated_kills(bench: Bench) -> dict:
             "after": round((done_at_drain - done_at_end) / max(1e-6, drained - end), 1),
         },
         "errors": clean["errors"] + _errors(reports, None),
+    }
+
+
+def repeated_kills(bench: Bench) -> dict:
+    """The queue's fleet killed again and again, then `docqueue run` on mixed documents (bench/_document_kills.py):
+    the fleet's figures, with the documents' as `documents` and their losses and errors counted in the row's."""
+    from bench import _document_kills
+    from bench._pipeline_env import own_bolt_server
+    from bench.orchestration_overhead import free_port
+
+    fleet = fleet_kills(bench)
+    if not bench.args.document_kills:
+        return fleet
+    with own_bolt_server(bench.home / "bolt-kills", free_port()) as bolt:
+        documents = _document_kills.row(bench.args, (bolt, _Databases(bench)), bench.home)
+    return {
+        **fleet,
+        "faults_injected": fleet["faults_injected"] + documents["faults_injected"],
+        "tasks_lost": fleet["tasks_lost"] + documents["tasks_lost"],
+        "completed_twice": fleet["completed_twice"] + documents["completed_twice"],
+        "documents": documents,
+        "errors": fleet["errors"] + [f"documents: {e}" for e in documents["errors"]],
     }
 
 
@@ -820,6 +846,8 @@ def run(args: argparse.Namespace) -> int:
     names += ("skew_window_s", "skew_work_s")
     if 5 in args.rows:
         names += ("disk_documents", "disk_pages", "storage_mib", "qdrant_extra_mib", "fill_at", "full_s")
+    if 4 in args.rows:
+        names += ("document_kills", "document_kill_gap_s", "kill_documents", "kill_pages")
     if 6 in args.rows or 7 in args.rows:
         names += ("damaged_documents", "damaged_pages")
     config = {k: getattr(args, k) for k in names}
@@ -918,6 +946,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--sigkills", type=int, default=50, help="row 4: workers SIGKILLed")
     parser.add_argument("--sigkill-gap-s", type=float, default=0.5, help="row 4: mean seconds between kills")
+    parser.add_argument("--document-kills", type=int, default=50, help="row 4: `docqueue run`s SIGKILLed (0: none)")
+    parser.add_argument("--document-kill-gap-s", type=float, default=3.0, help="row 4: mean seconds of work a kill")
+    parser.add_argument("--kill-documents", type=int, default=6, help="row 4: text PDFs of the mixed corpus")
+    parser.add_argument("--kill-pages", type=int, default=4, help="row 4: pages per text PDF")
     parser.add_argument("--drain-timeout-s", type=float, default=300.0, help="row 4: wait for the queue to run dry")
     parser.add_argument("--hold-s", type=float, default=60.0, help="row 2: seconds every slot stays taken")
     parser.add_argument("--max-connections", type=int, default=40, help="the bench server's max_connections")
@@ -958,6 +990,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.kills, args.hold_s, args.idle_tasks, args.window = 5, 3.0, 1000, 1.5
         args.kill_gap_s, args.vacuum_timeout_s, args.workers = 0.3, 5.0, 2
         args.sigkills, args.sigkill_gap_s = 5, 0.3
+        args.document_kills, args.document_kill_gap_s, args.kill_documents, args.kill_pages = 3, 1.0, 2, 2
         args.skew_window_s = 10.0
     if args.tasks is None:
         args.tasks = max(20_000 if args.quick else 200_000, int(args.idle_tasks * 1.6))
