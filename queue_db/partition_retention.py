@@ -97,17 +97,17 @@ def retirement_due(
     engine: sa.Engine, level: Level, retention_s: float, max_completed: int, phases: PhaseRegistry = PHASES
 ) -> bool:
     """Whether `retire_batch` would retire anything of `level` now: as cheap as its own cut-off (at most
-    max_completed + 1 index entries), then the oldest live completed partition."""
+    max_completed + 1 index entries), then the oldest live completed partition, the first entry of the index.
+    The oldest is read in index order and compared here: an EXISTS over `done_at < before` lets the planner expect
+    an early match and scan the whole table, which is what it reads when nothing is due."""
     done_at = done_at_sql(level, phases)
     with engine.connect() as conn:
         before = retire_before(conn, level, retention_s, max_completed, phases)
-        return bool(
-            conn.exec_driver_sql(
-                f"""SELECT EXISTS (SELECT 1 FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}
-                               AND {done_at} < %(before)s)""",
-                {"before": before},
-            ).scalar()
-        )
+        oldest = conn.exec_driver_sql(
+            f"""SELECT {done_at} FROM {TABLE[level]} t WHERE {live_completed_sql(level, phases)}
+                ORDER BY {done_at} LIMIT 1"""
+        ).scalar()
+    return oldest is not None and oldest < before
 
 
 def live_completed(engine: sa.Engine, level: Level, phases: PhaseRegistry = PHASES) -> int:
