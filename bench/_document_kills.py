@@ -229,8 +229,11 @@ def _outcomes(states: dict) -> dict[str, str]:
             continue
         phase = next(i for i, status in enumerate(statuses) if status != "completed")
         said[filename] = f"{('ocr', 'vector', 'graphrag')[phase]} {statuses[phase]}"
-        if classes[phase] or errors[phase]:
-            said[filename] += f": {classes[phase] or '?'}: {(errors[phase] or '').splitlines()[0][:160]}"
+        # a document's own class is its page-splitting step's; a page's failure names its class in the message
+        if classes[phase]:
+            said[filename] += f": {classes[phase]}"
+        if errors[phase]:
+            said[filename] += f": {errors[phase].splitlines()[0][:160]}"
     return said
 
 
