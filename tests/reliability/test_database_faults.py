@@ -108,10 +108,10 @@ def test_a_snapshot_held_open_keeps_dead_tuples_until_released(bench, say):
 
 
 def test_workers_sigkilled_again_and_again_leave_every_task_completed_once(bench, say):
-    from bench.faults import repeated_kills
+    from bench.faults import fleet_kills
 
     bench.args.sigkills, bench.args.sigkill_gap_s, bench.args.drain_timeout_s = 10, 0.15, 60.0
-    figures = repeated_kills(bench)
+    figures = fleet_kills(bench)  # the row's half on documents is test_repeated_kills.py
     _sound(figures)
     assert figures["faults_injected"] == 10, figures
     assert figures["unfinished"] == 0, figures  # the queue ran dry: every task completed, none failed
