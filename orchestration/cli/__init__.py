@@ -127,9 +127,8 @@ class _Commands(click.Group):
     one naming the error, with the traceback kept for DOCQUEUE_DEBUG=1."""
 
     def main(self, args=None, *more, **kwargs):
-        # a process started as `docqueue ...` (its arguments from sys.argv); a caller's own invocation keeps its
-        # collector as it is
-        with startup.collector_paused(args is None):
+        # a process started as `docqueue ...` takes its arguments from sys.argv; a caller's own invocation gives them
+        with startup.collector_paused(command_line=args is None):
             return super().main(args, *more, **kwargs)
 
     def list_commands(self, ctx: click.Context) -> list[str]:

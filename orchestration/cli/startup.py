@@ -13,14 +13,19 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+_command_line = False  # this process was started as `docqueue ...` (its entry point says so)
 _paused = False  # paused here, by this process's start-up (not by anyone else)
 
 
 @contextmanager
-def collector_paused(wanted: bool = True) -> Iterator[None]:
-    """Pause the collector (when `wanted` and it runs) until `started()` or the end of the block."""
-    global _paused
-    paused = wanted and not _paused and gc.isenabled()
+def collector_paused(command_line: bool | None = None) -> Iterator[None]:
+    """Pause the collector until `started()` or the end of the block, in a process started as a command line
+    only: a caller that invokes the commands in its own process (tests, an application) keeps its collector as it
+    is. `command_line`: whether this process is one, from its entry point; None keeps what that said."""
+    global _command_line, _paused
+    if command_line is not None:
+        _command_line = command_line
+    paused = _command_line and not _paused and gc.isenabled()
     if paused:
         gc.disable()
         _paused = True

@@ -96,12 +96,15 @@ def test_the_collector_pauses_for_a_command_lines_start_up_only():
         "        pass\n"
         "    gc.callbacks.clear()\n"
         "    return gc.isenabled(), gc.get_freeze_count() > 0, len(seen)\n"
+        "from orchestration.cli import startup\n"
+        "with startup.collector_paused():\n"  # what `search` pauses for its session: a command line's only
+        "    aside = gc.isenabled()\n"
         "gc.collect(); gc.set_threshold(1)\n"
-        "print([ran(['docqueue'], ['--help']), ran(['docqueue', '--help'], None)], file=sys.stderr)\n"
+        "print([ran(['docqueue'], ['--help']), ran(['docqueue', '--help'], None), aside], file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
-    given, command_line = ast.literal_eval(done.stderr.strip().splitlines()[-1])
-    assert given[:2] == (True, False) and command_line[:2] == (True, True), done.stderr
+    given, command_line, aside = ast.literal_eval(done.stderr.strip().splitlines()[-1])
+    assert given[:2] == (True, False) and command_line[:2] == (True, True) and aside, done.stderr
     # collecting after every allocation, the given invocation collects thousands of times; the command line only
     # in the few lines after its start-up
     assert command_line[2] * 20 < given[2], done.stderr
