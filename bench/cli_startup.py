@@ -2,13 +2,15 @@
 environment names (DOCQUEUE_HOME; run `docqueue ingest` and `docqueue run --until-idle` on a few files first), and
 the warm search session's latency on it. `ingest` registers a new small note each time (they stay in the home).
 
-    .venv/bin/python bench/cli_startup.py [--repeats 5] [--searches 200] [--query "..."]
+    .venv/bin/python bench/cli_startup.py [--repeats 5] [--searches 200] [--query "..."] [--before REF]
 
 Medians of wall and CPU seconds per command (the database server already running; `search_plain` is `search` with
 DOCQUEUE_SEARCH_ENTITIES_PER_HIT=0, which never reads the graph, run in the same rounds), the session's opening and
 its p50/p95 per search (embedding, both rankings, fusion, and the hits' entities from the graph), side by side with
 the same searches without the graph (`plain`) and with the related entities of `--graph`, the load average; the
-last line is `RESULT {json}`.
+last line is `RESULT {json}`. `--before REF` times the same commands with the code of git revision REF too (a
+copy extracted to a scratch folder, run against the same home), in the same rounds, alternating which goes first,
+and reports its figures under `before` and the ratios after/before.
 """
 
 from __future__ import annotations
@@ -31,16 +33,16 @@ COMMANDS = {"version": ["--version"], "help": ["--help"], "status": ["status", "
 SEARCH_ENV = {"search": {}, "search_plain": {"DOCQUEUE_SEARCH_ENTITIES_PER_HIT": "0"}}
 
 
-def timed(args: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """Wall and CPU seconds of one `docqueue` process."""
+def timed(args: list[str], env: dict[str, str] | None = None, code: Path = REPO_ROOT) -> tuple[float, float]:
+    """Wall and CPU seconds of one `docqueue` process running the checkout at `code`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "orchestration.cli", *args],
         capture_output=True,
         text=True,
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+        cwd=code,
+        env={**os.environ, "PYTHONPATH": str(code), **(env or {})},
     )
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -56,24 +58,53 @@ def new_note(folder: Path) -> list[str]:
     return ["ingest", str(note), "--json"]
 
 
-def commands(repeats: int, query: str, scratch: Path) -> dict[str, dict[str, float]]:
+def commands(repeats: int, query: str, scratch: Path, codes: dict[str, Path]) -> dict[str, dict]:
+    """Per checkout in `codes` (name: folder), per command, the medians of wall and CPU seconds."""
     table = {
         **COMMANDS,
         "ingest": lambda: new_note(scratch),
         **{name: ["search", query, "--json"] for name in SEARCH_ENV},
     }
-    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in table}
-    for _ in range(repeats):
+    for code in codes.values():  # one untimed round each: the checkouts' bytecode caches are written before timing
+        for name, args in table.items():
+            timed(args() if callable(args) else args, SEARCH_ENV.get(name), code)
+    runs: dict[str, dict[str, list[tuple[float, float]]]] = {side: {name: [] for name in table} for side in codes}
+    for round_ in range(repeats):
         for name, args in table.items():  # a round of each, so the two searches see the same load
-            runs[name].append(timed(args() if callable(args) else args, SEARCH_ENV.get(name)))
-    figures = {}
-    for name in table:
-        figures[name] = {
-            "wall_s": round(statistics.median(w for w, _ in runs[name]), 3),
-            "cpu_s": round(statistics.median(c for _, c in runs[name]), 3),
-        }
-        print(f"{name:12s} wall {figures[name]['wall_s']:.3f} s  cpu {figures[name]['cpu_s']:.3f} s", flush=True)
+            # the checkouts side by side, each command of one right after the other's, the first one alternating
+            sides = list(codes) if round_ % 2 == 0 else list(reversed(codes))
+            for side in sides:
+                runs[side][name].append(timed(args() if callable(args) else args, SEARCH_ENV.get(name), codes[side]))
+    figures: dict[str, dict] = {}
+    for side in codes:
+        figures[side] = {}
+        for name in table:
+            figures[side][name] = {
+                "wall_s": round(statistics.median(w for w, _ in runs[side][name]), 3),
+                "cpu_s": round(statistics.median(c for _, c in runs[side][name]), 3),
+            }
+            shown = figures[side][name]
+            label = f"{name} ({side})" if len(codes) > 1 else name
+            print(f"{label:21s} wall {shown['wall_s']:.3f} s  cpu {shown['cpu_s']:.3f} s", flush=True)
     return figures
+
+
+def ratios(after: dict[str, dict[str, float]], before: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """after / before, per command and figure."""
+    return {
+        name: {key: round(value / before[name][key], 2) if before[name][key] else 0.0 for key, value in shown.items()}
+        for name, shown in after.items()
+    }
+
+
+def extracted(ref: str, folder: Path) -> str:
+    """The files of git revision `ref` written under `folder`; its short commit hash."""
+    resolved = subprocess.run(
+        ["git", "rev-parse", "--short", ref], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    archive = subprocess.run(["git", "archive", resolved], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return resolved
 
 
 # the warm search's variants, measured side by side: without the graph, with each hit's entities (the default),
@@ -149,16 +180,28 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--query", default="storm damage at the harbour")
+    parser.add_argument("--before", metavar="REF", help="also time the commands at git revision REF, side by side")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO_ROOT))
     from bench._result import print_result
 
     load_before = os.getloadavg()[0]
+    compared: dict = {}
     with tempfile.TemporaryDirectory(prefix="cli-startup-") as scratch:
-        figures = commands(args.repeats, args.query, Path(scratch))
+        codes = {"after": REPO_ROOT}
+        if args.before:
+            (Path(scratch) / "before").mkdir()
+            compared["before_commit"] = extracted(args.before, Path(scratch) / "before")
+            codes["before"] = Path(scratch) / "before"
+        (Path(scratch) / "notes").mkdir()
+        figures = commands(args.repeats, args.query, Path(scratch) / "notes", codes)
+    if args.before:
+        compared["before"] = figures["before"]
+        compared["ratio_after_over_before"] = ratios(figures["after"], figures["before"])
     print_result(
         {
-            "commands": figures,
+            "commands": figures["after"],
+            **compared,
             "session": session(args.searches, args.query),
             "repeats": args.repeats,
             "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],

@@ -26,7 +26,7 @@ from queue_db.idempotency import IdempotencyConflict, checked_key
 from queue_db.lifecycle import mark_supersedes, move_source, previous_version
 from queue_db.queue import TaskQueue, source_path_text
 from queue_db.tenants import BASE_TENANT, checked_tenant, tenant_storage_prefix
-from resources.ocr import PdfLimits
+from resources.pdf_limits import PdfLimits
 from resources.storage import LocalStorage
 
 

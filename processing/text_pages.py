@@ -13,8 +13,6 @@ import codecs
 import re
 from dataclasses import dataclass
 
-import html_to_markdown as html_to_markdown_lib
-
 from queue_db.config import StorageConfig, default
 
 MB = 1024 * 1024
@@ -131,15 +129,6 @@ class UnreadableMarkup(ValueError):
 
 # inline markup carries no meaning for search: its text stays, its markers go
 _INLINE_STRIPPED = ["a", "abbr", "b", "em", "font", "i", "mark", "s", "small", "span", "strong", "u"]
-_HTML_OPTIONS = html_to_markdown_lib.ConversionOptions(
-    extract_metadata=False,
-    bullets="-",
-    strip_tags=_INLINE_STRIPPED,
-    autolinks=False,
-    skip_images=True,
-    escape_misc=False,
-    newline_style="spaces",
-)
 _TRAILING_SPACES = re.compile(r"[ \t]+\n")
 # what the converter reports when it left text out
 _LOSSY_WARNINGS = {"depth_limit_exceeded", "truncated_input"}
@@ -147,7 +136,20 @@ _LOSSY_WARNINGS = {"depth_limit_exceeded", "truncated_input"}
 
 def html_to_markdown(html: str) -> str:
     """Headings, paragraphs, lists, tables, quotes and code as markdown; scripts, styles and the head dropped."""
-    result = html_to_markdown_lib.convert(html, _HTML_OPTIONS)
+    # imported here, when HTML is converted: intake (`docqueue ingest`) loads this module to know the text types
+    # and needs no converter, a twentieth of a second of its start-up
+    import html_to_markdown as html_to_markdown_lib
+
+    options = html_to_markdown_lib.ConversionOptions(
+        extract_metadata=False,
+        bullets="-",
+        strip_tags=_INLINE_STRIPPED,
+        autolinks=False,
+        skip_images=True,
+        escape_misc=False,
+        newline_style="spaces",
+    )
+    result = html_to_markdown_lib.convert(html, options)
     lost = [warning.message for warning in result.warnings if str(warning.kind) in _LOSSY_WARNINGS]
     if lost:
         raise UnreadableMarkup(

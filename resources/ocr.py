@@ -14,7 +14,6 @@ Failures always arrive as `DocumentError` with a short readable `reason`, an
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import multiprocessing
 import os
@@ -29,67 +28,12 @@ from pathlib import Path
 from typing import Iterable
 
 from processing.errors import DocumentError
-from queue_db.config import PDF_FALLBACKS, StorageConfig, default
 from resources import _pdf_worker
+from resources.pdf_limits import MB, PdfLimits
 
-MB = 1024 * 1024
 WORKER_RECYCLE_AFTER_CALLS = 500  # fresh worker now and then: MuPDF/ONNX caches only grow
 _POLL_INTERVAL_S = 0.25
 _STOP_GRACE_S = 3.0
-
-
-@dataclass(frozen=True)
-class PdfLimits:
-    max_file_bytes: int = int(default(StorageConfig, "max_file_mb") * MB)
-    max_pages: int = default(StorageConfig, "max_pages")
-    max_render_pixels: int = default(StorageConfig, "max_render_pixels")
-    page_timeout_s: float = default(StorageConfig, "page_timeout_s")
-    max_memory_mb: int = default(StorageConfig, "worker_memory_mb")
-    ocr_dpi: int = default(StorageConfig, "ocr_dpi")
-    min_text_chars: int = default(StorageConfig, "min_text_chars")
-    max_unmapped_share: float = default(StorageConfig, "max_unmapped_share")
-    ocr_threads: int = default(StorageConfig, "ocr_threads")
-    worker_start_timeout_s: float = default(StorageConfig, "worker_start_timeout_s")
-    pdf_fallback: str = default(StorageConfig, "pdf_fallback")
-
-    def __post_init__(self):
-        if self.pdf_fallback not in PDF_FALLBACKS:
-            raise ValueError(f"PdfLimits.pdf_fallback must be one of {PDF_FALLBACKS}, got {self.pdf_fallback!r}")
-        for item in dataclasses.fields(self):
-            if item.name == "pdf_fallback":
-                continue
-            value = getattr(self, item.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"PdfLimits.{item.name} must be a positive number, got {value!r}")
-
-    @classmethod
-    def from_config(cls, env: StorageConfig) -> "PdfLimits":
-        """The limits DOCQUEUE_MAX_FILE_MB, DOCQUEUE_MAX_PAGES, ... set, from the entry point's settings."""
-        return cls(
-            max_file_bytes=int(env.max_file_mb * MB),
-            max_pages=env.max_pages,
-            max_render_pixels=env.max_render_pixels,
-            page_timeout_s=env.page_timeout_s,
-            max_memory_mb=env.worker_memory_mb,
-            ocr_dpi=env.ocr_dpi,
-            min_text_chars=env.min_text_chars,
-            max_unmapped_share=env.max_unmapped_share,
-            ocr_threads=env.ocr_threads,
-            worker_start_timeout_s=env.worker_start_timeout_s,
-            pdf_fallback=env.pdf_fallback,
-        )
-
-    def worker_settings(self) -> dict:
-        return {
-            "memory_mb": self.max_memory_mb,
-            "threads": self.ocr_threads,
-            "max_pages": self.max_pages,
-            "ocr_dpi": self.ocr_dpi,
-            "max_render_pixels": self.max_render_pixels,
-            "min_text_chars": self.min_text_chars,
-            "max_unmapped_share": self.max_unmapped_share,
-            "pdf_fallback": self.pdf_fallback,
-        }
 
 
 @dataclass

@@ -12,6 +12,7 @@ import warnings
 
 import click
 
+from orchestration.cli import startup
 from orchestration.cli.errors import (
     EXIT_FAILURE,
     EXIT_INCONSISTENT,
@@ -125,6 +126,11 @@ class _Commands(click.Group):
     sentence: a service docqueue cannot reach gets its own (errors.known_failure), and anything else still gets
     one naming the error, with the traceback kept for DOCQUEUE_DEBUG=1."""
 
+    def main(self, args=None, *more, **kwargs):
+        # a process started as `docqueue ...` takes its arguments from sys.argv; a caller's own invocation gives them
+        with startup.collector_paused(command_line=args is None):
+            return super().main(args, *more, **kwargs)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -172,3 +178,5 @@ def main(ctx: click.Context) -> None:
         ctx.obj = Settings.from_env()  # built once; the commands take what they need from it
     except SettingsError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    # the command's module is loaded (click resolves it before this callback) and the settings are built
+    startup.started()

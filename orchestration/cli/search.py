@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from orchestration.cli import startup
 from orchestration.cli.context import open_queue, tenant_option, tenant_or_default
 from orchestration.cli.errors import EXIT_USAGE, CliError, service_errors
 from orchestration.cli.hit_graph import graph_columns
@@ -63,7 +64,9 @@ def search(
     mode = "dense" if dense else "sparse" if sparse else "hybrid"
     queue = open_queue(settings)  # before the model loads: an unreachable database is said at once
     without_data_frames()
-    with service_errors():
+    # one search is start-up to the end: the model, the store, the Bolt driver's tables, all made once and kept
+    # (orchestration/cli/startup.py)
+    with service_errors(), startup.collector_paused():
         session = SearchSession(settings, engine=queue.engine)
         try:
             found = session.search(text, limit, tenant=tenant, mode=mode, graph=related, all_copies=all_copies)

@@ -1,6 +1,7 @@
 """bench/cli_startup.py end to end at the smallest size: on a home with one processed document it times each light
-command once and a few warm searches (without the graph, with the hits' entities, with --graph), and ends with one
-`RESULT {json}` line whose figures are numbers."""
+command once, beside the same commands at the checkout's own commit (`--before HEAD`, extracted from git), and a few
+warm searches (without the graph, with the hits' entities, with --graph), and ends with one `RESULT {json}` line
+whose figures are numbers."""
 
 from __future__ import annotations
 
@@ -26,7 +27,16 @@ def test_the_startup_bench_reports_every_figure(docqueue_env, tmp_path):
         )
         assert done.returncode == 0, done.stderr
     bench = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "cli_startup.py"), "--repeats", "1", "--searches", "5"],
+        [
+            sys.executable,
+            str(REPO / "bench" / "cli_startup.py"),
+            "--repeats",
+            "1",
+            "--searches",
+            "5",
+            "--before",
+            "HEAD",
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -38,6 +48,9 @@ def test_the_startup_bench_reports_every_figure(docqueue_env, tmp_path):
     result = json.loads(last[len("RESULT ") :])
     assert set(result["commands"]) == {"version", "help", "status", "stats", "ingest", "search", "search_plain"}
     assert all(isinstance(v, float) for figures in result["commands"].values() for v in figures.values())
+    # the same commands with the code of --before's revision, and after / before per command
+    assert set(result["before"]) == set(result["commands"]) == set(result["ratio_after_over_before"])
+    assert all(figures["cpu_s"] > 0 for figures in result["before"].values()) and result["before_commit"]
     assert result["session"]["p95_ms"] > 0 and result["session"]["searches"] == 5 and result["commit"]
     # the same searches without the graph and with --graph's related entities, side by side
     assert all(result["session"][variant]["p95_ms"] > 0 for variant in ("plain", "graph"))

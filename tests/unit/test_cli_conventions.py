@@ -3,6 +3,7 @@ without running a command), commands loaded only when named, and one error mappi
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -72,11 +73,41 @@ def test_help_and_version_load_no_command_and_no_settings():
         "    except SystemExit:\n"
         "        pass\n"
         "heavy = sorted(m for m in sys.modules if m.startswith(('orchestration.cli.', 'queue_db', 'sqlalchemy',\n"
-        "               'pydantic', 'dagster', 'rich')) and m not in ('orchestration.cli.errors',))\n"
+        "               'pydantic', 'dagster', 'rich'))\n"
+        "        and m not in ('orchestration.cli.errors', 'orchestration.cli.startup'))\n"
         "print(heavy, file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
+
+
+def test_the_collector_pauses_for_a_command_lines_start_up_only():
+    # started as a command line (arguments from sys.argv): the collector is paused while the process starts, and
+    # runs again afterwards with the start-up's objects frozen; a caller's own invocation leaves it alone
+    probe = (
+        "import gc, sys; from orchestration.cli import main\n"
+        "def ran(argv, args):\n"
+        "    sys.argv = argv\n"
+        "    seen = []\n"
+        "    gc.callbacks.append(lambda phase, info: seen.append(phase))\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "    gc.callbacks.clear()\n"
+        "    return gc.isenabled(), gc.get_freeze_count() > 0, len(seen)\n"
+        "from orchestration.cli import startup\n"
+        "with startup.collector_paused():\n"  # what `search` pauses for its session: a command line's only
+        "    aside = gc.isenabled()\n"
+        "gc.collect(); gc.set_threshold(1)\n"
+        "print([ran(['docqueue'], ['--help']), ran(['docqueue', '--help'], None), aside], file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    given, command_line, aside = ast.literal_eval(done.stderr.strip().splitlines()[-1])
+    assert given[:2] == (True, False) and command_line[:2] == (True, True) and aside, done.stderr
+    # collecting after every allocation, the given invocation collects thousands of times; the command line only
+    # in the few lines after its start-up
+    assert command_line[2] * 20 < given[2], done.stderr
 
 
 def test_a_service_failure_is_one_sentence_and_every_mapped_class_exists():
