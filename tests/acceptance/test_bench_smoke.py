@@ -27,16 +27,7 @@ SMOKE_ARGS: dict[str, list[str]] = {
     "chunk_dedup": ["--admin-url", "{admin_url}", "--corpus", "{corpus}"],
     # the cheapest bench (no server, no model) against this checkout's HEAD, one round
     # one generated text page and the generated corpus, each through its own home, run and stage pass
-    "cores_limit": [
-        "--sets",
-        "text,corpus",
-        "--text-pages",
-        "1",
-        "--pages-per-document",
-        "1",
-        "--corpus",
-        "{corpus}",
-    ],
+    "cores_limit": ["--sets", "text,corpus", "--text-pages", "1", "--pages-per-document", "1", "--corpus", "{corpus}"],
     "compare_revisions": [
         "--base",
         "HEAD",
