@@ -26,6 +26,8 @@ COMMIT = re.compile(r"[0-9a-f]{7,40}(-dirty)?")
 SMOKE_ARGS: dict[str, list[str]] = {
     "chunk_dedup": ["--admin-url", "{admin_url}", "--corpus", "{corpus}"],
     # the cheapest bench (no server, no model) against this checkout's HEAD, one round
+    # one generated text page and the generated corpus, each through its own home, run and stage pass
+    "cores_limit": ["--sets", "text,corpus", "--text-pages", "1", "--pages-per-document", "1", "--corpus", "{corpus}"],
     "compare_revisions": [
         "--base",
         "HEAD",
