@@ -250,7 +250,7 @@ class NearDuplicateConfig(SettingsGroup):
     threshold: float = _var(
         0.7,
         "DOCQUEUE_NEAR_DUP_THRESHOLD",
-        "estimated Jaccard similarity of two documents' word shingles from which they are one content group",
+        "estimated Jaccard similarity of two documents' character shingles from which they are one content group",
         gt=0,
         le=1,
     )
@@ -258,8 +258,9 @@ class NearDuplicateConfig(SettingsGroup):
     max_chars: int = _var(
         2_000_000, "DOCQUEUE_NEAR_DUP_MAX_CHARS", "characters of page text a document's signature reads", gt=0
     )
+    # six-character shingles: about one distinct shingle per character of text, some 40 pages of prose
     max_shingles: int = _var(
-        20_000, "DOCQUEUE_NEAR_DUP_MAX_SHINGLES", "distinct word shingles a document's signature covers", gt=0
+        100_000, "DOCQUEUE_NEAR_DUP_MAX_SHINGLES", "distinct character shingles a document's signature covers", gt=0
     )
     max_candidates: int = _var(
         100,
