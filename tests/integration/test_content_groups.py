@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from orchestration.content_groups import DEFAULTS, place_documents
+from orchestration.content_groups import DEFAULTS, place_documents, sign_again
 from orchestration.intake import ingest_paths
-from processing.near_duplicates import signature
+from processing.near_duplicates import FORMAT, signature
 from queue_db.lifecycle import delete_rows
 from queue_db.near_duplicates import copies_of, group_counts
 from queue_db.readmodels import document_progress_rows
@@ -164,6 +164,7 @@ def test_finding_candidates_reads_the_band_index(queue, storage):
                     "max": 100,
                     "minhash": [1] * 120,
                     "tenant": "default",
+                    "format": FORMAT,
                 },
             )
         )
@@ -187,3 +188,38 @@ def test_a_text_layer_page_with_markup_groups_with_its_plain_copies(queue, stora
 def _lines(page: str, width: int = 12) -> list[str]:
     words = page.split()
     return [" ".join(words[i : i + width]) for i in range(0, len(words), width)]
+
+
+def test_documents_sharing_a_notice_page_form_no_group(queue, storage):
+    # the same cover notice on every document, a page of their own after it: about half of their text is shared
+    notice = pages_of(20, pages=1)[0]
+    documents = [ocr_done(queue, storage, f"letter-{n}.pdf", [notice, pages_of(30 + n, pages=1)[0]]) for n in range(4)]
+    placed = place(queue, storage, *documents)
+    assert all(p.group_id is None for p in placed.values()), placed
+    assert rows(queue, "content_groups") == 0
+
+
+def _signed_by_an_older_docqueue(queue, doc: dict) -> None:
+    with queue.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE document_signatures SET format = 1 WHERE document_id = %s", (doc["id"],))
+
+
+def test_a_signature_of_an_older_format_is_compared_with_none_until_signed_again(queue, storage):
+    text = pages_of(40)
+    old = ocr_done(queue, storage, "signed-before.pdf", text)
+    place(queue, storage, old)
+    _signed_by_an_older_docqueue(queue, old)
+    blank = ocr_done(queue, storage, "blank-now.pdf", pages_of(41))
+    place(queue, storage, blank)
+    _signed_by_an_older_docqueue(queue, blank)
+    for number in (1, 2, 3):  # its pages hold no word any more: it has no signature to give
+        storage.put_text(page_file_key(blank["document_key"], number), "—")
+    # its bands are the same, but a signature of another format estimates nothing about this one
+    copy = ocr_done(queue, storage, "copy.pdf", one_word_changed(text))
+    assert place(queue, storage, copy)[copy["document_key"]].group_id is None
+    assert sign_again(queue, storage, DEFAULTS, batch=1) == {"signed": 1, "grouped": 1}
+    assert copies_of(queue.engine, [old["id"]])[old["id"]]["keys"] == [copy["document_key"]]
+    with queue.engine.connect() as conn:
+        formats = dict(conn.exec_driver_sql("SELECT document_id::text, format FROM document_signatures").all())
+    assert formats == {old["id"]: FORMAT, copy["id"]: FORMAT}
+    assert sign_again(queue, storage, DEFAULTS) == {"signed": 0, "grouped": 0}
