@@ -38,11 +38,12 @@ NUM_PERM = 120  # MinHash values per signature
 BANDS = 24
 ROWS = NUM_PERM // BANDS  # values per band
 SHINGLE_CHARS = 6  # unrelated documents share few 6-character runs of folded words (at most 0.02 measured)
-# the hash family h(x) = (a·x + b) mod p over 31-bit shingle hashes: a·x + b < 2^63, so uint64 never overflows
-PRIME = (1 << 31) - 1
-SEED = b"docqueue-near-duplicates-v1"
-# a shingle's hash: its code points as a polynomial in this base, modulo PRIME (h·BASE + code point < 2^63)
-SHINGLE_BASE = 1_000_003
+# MinHash values come from the multiply-shift family h(x) = ((a·x + b) mod 2^64) >> 33 over 64-bit shingle hashes:
+# 31-bit values (PostgreSQL's integer), computed with uint64 arithmetic that wraps, without a division
+VALUE_BITS = 31
+SEED = b"docqueue-near-duplicates-v2"
+# a shingle's 64-bit hash: its code points as a polynomial in this odd base, modulo 2^64
+SHINGLE_BASE = 0x9E3779B97F4A7C15
 # MinHash values are taken over this many shingles at a time, so memory stays NUM_PERM × this × 8 bytes
 _BLOCK = 8192
 
@@ -51,11 +52,10 @@ _LOOK_ALIKES = str.maketrans("авекмнорстухѕіј" + "αβεζηικ�
 
 
 def _coefficients() -> tuple[np.ndarray, np.ndarray]:
-    digest = b"".join(hashlib.blake2b(SEED + i.to_bytes(2, "big"), digest_size=8).digest() for i in range(NUM_PERM))
-    words = np.frombuffer(digest, dtype=">u8").astype(np.uint64)
-    a = (words >> np.uint64(32)) % np.uint64(PRIME - 1) + np.uint64(1)  # never 0
-    b = (words & np.uint64(0xFFFFFFFF)) % np.uint64(PRIME)
-    return a.reshape(-1, 1), b.reshape(-1, 1)
+    digest = b"".join(hashlib.blake2b(SEED + i.to_bytes(2, "big"), digest_size=16).digest() for i in range(NUM_PERM))
+    words = np.frombuffer(digest, dtype=">u8").astype(np.uint64).reshape(-1, 2)
+    a = words[:, 0] | np.uint64(1)  # odd, as multiply-shift hashing needs
+    return a.reshape(-1, 1), words[:, 1].reshape(-1, 1)
 
 
 _A, _B = _coefficients()
@@ -89,6 +89,8 @@ class Signature:
 
 def folded(text: str) -> str:
     """`text` with case, diacritics and the Latin look-alike Cyrillic and Greek letters folded away."""
+    if text.isascii():  # nothing to fold but case: most text, at a fraction of the cost
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.casefold())
     return "".join(c for c in decomposed if not unicodedata.combining(c)).translate(_LOOK_ALIKES)
 
@@ -107,7 +109,7 @@ def shingle_text(texts: Iterable[str], max_chars: int) -> str:
 
 
 def shingle_hashes(texts: Iterable[str], limits: SignatureLimits = SignatureLimits()) -> np.ndarray:
-    """31-bit hashes of the distinct character shingles of `texts` (`shingle_text`, SHINGLE_CHARS at a time; a
+    """64-bit hashes of the distinct character shingles of `texts` (`shingle_text`, SHINGLE_CHARS at a time; a
     shorter text is one shingle), reading at most `limits.max_chars` characters and keeping the first
     `limits.max_shingles`."""
     text = shingle_text(texts, limits.max_chars)
@@ -117,8 +119,9 @@ def shingle_hashes(texts: Iterable[str], limits: SignatureLimits = SignatureLimi
     width = min(SHINGLE_CHARS, points.size)
     count = points.size - width + 1
     hashes = np.zeros(count, dtype=np.uint64)
-    for offset in range(width):
-        hashes = (hashes * np.uint64(SHINGLE_BASE) + points[offset : offset + count]) % np.uint64(PRIME)
+    with np.errstate(over="ignore"):  # modulo 2^64 on purpose
+        for offset in range(width):
+            hashes = hashes * np.uint64(SHINGLE_BASE) + points[offset : offset + count]
     # distinct, in the order they first occur: the bound keeps a document's beginning
     _, first = np.unique(hashes, return_index=True)
     return hashes[np.sort(first)[: limits.max_shingles]]
@@ -129,10 +132,12 @@ def signature(texts: Iterable[str], limits: SignatureLimits = SignatureLimits())
     hashes = shingle_hashes(texts, limits)
     if hashes.size == 0:
         return None
-    values = np.full(NUM_PERM, PRIME, dtype=np.uint64)
-    for start in range(0, hashes.size, _BLOCK):
-        block = hashes[start : start + _BLOCK].reshape(1, -1)
-        values = np.minimum(values, ((_A * block + _B) % np.uint64(PRIME)).min(axis=1))
+    values = np.full(NUM_PERM, 1 << VALUE_BITS, dtype=np.uint64)
+    shift = np.uint64(64 - VALUE_BITS)
+    with np.errstate(over="ignore"):  # modulo 2^64 on purpose
+        for start in range(0, hashes.size, _BLOCK):
+            block = hashes[start : start + _BLOCK].reshape(1, -1)
+            values = np.minimum(values, ((_A * block + _B) >> shift).min(axis=1))
     return Signature(values=tuple(int(v) for v in values), shingles=int(hashes.size))
 
 
