@@ -1,9 +1,11 @@
 """Content groups of near-duplicate documents on a real PostgreSQL and a real file store: documents whose pages
 differ by a word per page form a group, placing is idempotent, a group stays consistent when members are deleted
-and re-registered, and finding candidates reads the band table's index, not the corpus."""
+and re-registered, documents sharing one page stay apart, signatures of an older format are compared with none until
+`docqueue regroup` signs them again, and finding candidates reads the band table's index, not the corpus."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -11,10 +13,12 @@ import pytest
 from orchestration.content_groups import DEFAULTS, place_documents, sign_again
 from orchestration.intake import ingest_paths
 from processing.near_duplicates import FORMAT, signature
+from queue_db.config import Settings
 from queue_db.lifecycle import delete_rows
 from queue_db.near_duplicates import copies_of, group_counts
 from queue_db.readmodels import document_progress_rows
-from resources.storage import LocalStorage, page_file_key
+from resources.storage import LocalStorage, page_file_key, storage_root
+from tests.cli_runner import docqueue
 from tests.queue_support import expand, ocr_all, register
 
 VOCABULARY = [f"{a}{b}" for a in ("bar", "cor", "del", "fen", "gal", "hut", "lim", "mor") for b in range(60)]
@@ -223,3 +227,21 @@ def test_a_signature_of_an_older_format_is_compared_with_none_until_signed_again
         formats = dict(conn.exec_driver_sql("SELECT document_id::text, format FROM document_signatures").all())
     assert formats == {old["id"]: FORMAT, copy["id"]: FORMAT}
     assert sign_again(queue, storage, DEFAULTS) == {"signed": 0, "grouped": 0}
+
+
+def test_docqueue_regroup_signs_old_documents_again(queue, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DOCQUEUE_DATABASE_URL", queue.engine.url.render_as_string(hide_password=False))
+    storage = LocalStorage(storage_root(Settings.from_env()))  # where the command's storage reads
+    text = pages_of(50)
+    old = ocr_done(queue, storage, "scanned-2019.pdf", text)
+    place(queue, storage, old)
+    _signed_by_an_older_docqueue(queue, old)
+    copy = ocr_done(queue, storage, "scanned-2024.pdf", one_word_changed(text))
+    place(queue, storage, copy)
+    done = docqueue("regroup", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"signed": 1, "grouped": 1}
+    assert copies_of(queue.engine, [copy["id"]])[copy["id"]]["keys"] == [old["document_key"]]
+    again = docqueue("regroup")
+    assert again.returncode == 0 and again.stdout.startswith("0 document(s) signed again"), again.stdout
