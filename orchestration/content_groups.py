@@ -77,10 +77,10 @@ def sign_again(
 ) -> dict[str, int]:
     """Sign again, in the current format, every document signed in an older one, `batch` at a time, and place
     it as the OCR roll-up would (a document already in a group stays there; one that is not may join one now). A
-    document whose text now holds no word loses its old signature. How many were signed, and how many of them
-    sit in a group afterwards."""
+    document whose text now holds no word loses its old signature. How many were signed, and how many joined a
+    group as they were (of two copies signed again, the first is alone when signed and the second joins it: one)."""
     config = config if config is not None else DEFAULTS
-    signed = grouped = 0
+    signed = joined = 0
     after = None
     while config.enabled and (rows := signed_in_other_format(queue.engine, FORMAT, after, batch)):
         placed = place_documents(queue, storage, rows, config)
@@ -88,9 +88,9 @@ def sign_again(
             if row["document_key"] not in placed:
                 forget_signature(queue.engine, str(row["id"]))
         signed += len(placed)
-        grouped += sum(1 for placement in placed.values() if placement.group_id is not None)
+        joined += sum(1 for placement in placed.values() if placement.group_id is not None)
         after = str(rows[-1]["id"])
-    return {"signed": signed, "grouped": grouped}
+    return {"signed": signed, "joined": joined}
 
 
 def group_metadata(queue: TaskQueue, documents: Sequence[dict]) -> dict[str, dict]:

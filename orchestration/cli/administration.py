@@ -205,7 +205,7 @@ def regroup(settings: Settings, as_json: bool) -> None:
         counts,
         lambda: click.echo(
             f"{counts['signed']} document(s) signed again in the current format; "
-            f"{counts['grouped']} of them in a content group"
+            f"{counts['joined']} joined a content group"
         ),
     )
 

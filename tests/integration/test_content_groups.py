@@ -221,12 +221,12 @@ def test_a_signature_of_an_older_format_is_compared_with_none_until_signed_again
     # its bands are the same, but a signature of another format estimates nothing about this one
     copy = ocr_done(queue, storage, "copy.pdf", one_word_changed(text))
     assert place(queue, storage, copy)[copy["document_key"]].group_id is None
-    assert sign_again(queue, storage, DEFAULTS, batch=1) == {"signed": 1, "grouped": 1}
+    assert sign_again(queue, storage, DEFAULTS, batch=1) == {"signed": 1, "joined": 1}
     assert copies_of(queue.engine, [old["id"]])[old["id"]]["keys"] == [copy["document_key"]]
     with queue.engine.connect() as conn:
         formats = dict(conn.exec_driver_sql("SELECT document_id::text, format FROM document_signatures").all())
     assert formats == {old["id"]: FORMAT, copy["id"]: FORMAT}
-    assert sign_again(queue, storage, DEFAULTS) == {"signed": 0, "grouped": 0}
+    assert sign_again(queue, storage, DEFAULTS) == {"signed": 0, "joined": 0}
 
 
 def test_docqueue_regroup_signs_old_documents_again(queue, tmp_path, monkeypatch):
@@ -241,7 +241,7 @@ def test_docqueue_regroup_signs_old_documents_again(queue, tmp_path, monkeypatch
     place(queue, storage, copy)
     done = docqueue("regroup", "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"signed": 1, "grouped": 1}
+    assert json.loads(done.stdout) == {"signed": 1, "joined": 1}
     assert copies_of(queue.engine, [copy["id"]])[copy["id"]]["keys"] == [old["document_key"]]
     again = docqueue("regroup")
     assert again.returncode == 0 and again.stdout.startswith("0 document(s) signed again"), again.stdout
