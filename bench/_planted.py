@@ -7,8 +7,14 @@ underscore). Per chosen PDF with a text layer, two copies:
   version  each page's text extracted with PyMuPDF, one word of it changed, written as a new text-layer PDF
   rescan   each page rendered at another DPI, turned by a small angle, saved as an image-only PDF (read by OCR)
 
+Beside them, with --plant-boilerplate N, N documents that are no copies of anything: each holds the same notice
+page (NOTICE, word for word) and a page of prose of its own (words of the inputs' text layers in a seeded random
+order, cut into sentences), as a firm's documents carry one cover notice. Two of them share about half of their
+text; grouping them is wrong, so they measure precision against shared boilerplate.
+
 A copy's file name says which original it copies (`planted-version__NAME.pdf`), so the families are read back from
-the documents' file names, also from a kept home evaluated again with --no-process. Inputs that are near-copies of
+the documents' file names, also from a kept home evaluated again with --no-process; a notice document
+(`planted-notice__N.pdf`) is a family of its own. Inputs that are near-copies of
 each other already (../shared/corpus holds one such pair: the same Lorem ipsum paragraph set by LibreOffice and by
 pdfTeX) are one family too: `input_families` finds them by the exact Jaccard similarity of their text layers' word
 shingles (PyMuPDF's text, not the pipeline's), so grouping them is not counted against the pipeline.
@@ -30,6 +36,23 @@ from processing.page_cleanup import meaningful_chars, unmapped_share
 from queue_db.config import StorageConfig, default
 
 PREFIXES = ("planted-version__", "planted-rescan__")
+NOTICE_PREFIX = "planted-notice__"
+# the shared page of the notice documents: a cover notice as many documents of one sender carry it
+NOTICE = (
+    "Confidentiality notice. This document and any attachment are intended solely for the addressee named on the "
+    "covering letter and may contain information that is privileged, confidential or otherwise protected from "
+    "disclosure under applicable law. If you are not the intended recipient, you are hereby notified that any "
+    "review, dissemination, distribution, copying or other use of this document or its contents is strictly "
+    "prohibited. If you received it in error, please notify the sender immediately by return message and destroy "
+    "every copy in your possession, whether printed or stored electronically. The sender accepts no liability for "
+    "any damage caused by viruses transmitted with this document, and recipients should carry out their own checks "
+    "before opening any attachment. Opinions expressed in this document are those of the author and do not "
+    "necessarily represent the views of the organisation. Records of correspondence may be retained and monitored "
+    "in accordance with the organisation's retention policy and with the data protection regulations in force in "
+    "the jurisdiction where the document was issued. Nothing in this document creates a binding commitment unless "
+    "confirmed in writing by an authorised signatory of the organisation."
+)
+NOTICE_BODY_WORDS = (80, 160)  # a notice document's own page: the notice is about half of what two hold
 RESCAN_DPI = 150
 RESCAN_ANGLE = 1.2  # degrees: the skew of a sheet laid slightly askew on a scanner
 MIN_TEXT_CHARS = 200  # a text layer with less than this is a stray label, not a page of prose to copy
@@ -92,11 +115,55 @@ def write_rescan(source: Path, folder: Path) -> Path:
     return target
 
 
-def plant(files: list[Path], count: int, folder: Path, seed: int) -> list[Path]:
-    """A version and a re-scan of each of the first `count` files with a text layer, written into `folder`."""
+def _vocabulary(files: list[Path]) -> list[str]:
+    """The distinct words of four letters or more in the files' text layers, in order of first occurrence."""
+    words: dict[str, None] = {}
+    for path in files:
+        try:
+            with pymupdf.open(path) as doc:
+                if doc.needs_pass:
+                    continue
+                text = "".join(page.get_text() for page in doc)
+        except Exception:  # noqa: BLE001 - a file PyMuPDF cannot read gives no words
+            continue
+        words.update((w.lower(), None) for w in re.findall(r"\b[^\W\d_]{4,}\b", text))
+    return list(words) or ["lorem", "ipsum", "dolor", "amet"]
+
+
+def _prose(rng: random.Random, vocabulary: list[str], words: int) -> str:
+    """`words` words drawn from `vocabulary`, cut into sentences of 8 to 16 words."""
+    sentences, left = [], words
+    while left > 0:
+        length = min(left, rng.randint(8, 16))
+        drawn = rng.choices(vocabulary, k=length)
+        sentences.append(" ".join([drawn[0].capitalize(), *drawn[1:]]) + ".")
+        left -= length
+    return " ".join(sentences)
+
+
+def write_notices(files: list[Path], count: int, folder: Path, rng: random.Random) -> list[Path]:
+    """`count` documents of two pages: NOTICE, then prose of their own (`_prose` over the files' words)."""
+    vocabulary = _vocabulary(files)
+    written = []
+    for number in range(1, count + 1):
+        target = folder / f"{NOTICE_PREFIX}{number}.pdf"
+        with pymupdf.open() as doc:
+            for text in (NOTICE, _prose(rng, vocabulary, rng.randint(*NOTICE_BODY_WORDS))):
+                _write_text(doc.new_page(), text)
+            doc.save(target, garbage=1)
+        written.append(target)
+    return written
+
+
+def plant(files: list[Path], count: int, folder: Path, seed: int, notices: int = 0) -> list[Path]:
+    """A version and a re-scan of each of the first `count` files with a text layer, and `notices` notice
+    documents (`write_notices`), written into `folder`."""
     rng = random.Random(seed)
     originals = [path for path in files if has_text_layer(path)][:count]
-    return [copy for source in originals for copy in (write_version(source, folder, rng), write_rescan(source, folder))]
+    copies = [
+        copy for source in originals for copy in (write_version(source, folder, rng), write_rescan(source, folder))
+    ]
+    return copies + write_notices(files, notices, folder, rng)
 
 
 def family(filename: str) -> str:

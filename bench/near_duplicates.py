@@ -108,7 +108,10 @@ def throwaway_database(admin_url: str) -> Iterator[str]:
 
 
 def seed_background(engine, n: int) -> float:
-    """`n` documents with random signatures and bands, set-based."""
+    """`n` documents with random signatures (of the current format, so candidates are compared with them) and
+    bands, set-based."""
+    from processing.near_duplicates import FORMAT
+
     started = time.perf_counter()
     with engine.begin() as conn:
         conn.exec_driver_sql(
@@ -118,11 +121,12 @@ def seed_background(engine, n: int) -> float:
             {"n": n},
         )
         conn.exec_driver_sql(
-            """INSERT INTO document_signatures (document_id, minhash, shingles)
+            """INSERT INTO document_signatures (document_id, minhash, shingles, format)
                -- the WHERE ties the subquery to the row, so each document draws its own values
                SELECT id, ARRAY(SELECT (random() * 2147483646)::int FROM generate_series(1, 120)
-                                WHERE d.id IS NOT NULL), 400
-               FROM documents d WHERE d.filename LIKE 'bg-%%'"""
+                                WHERE d.id IS NOT NULL), 400, %(format)s
+               FROM documents d WHERE d.filename LIKE 'bg-%%'""",
+            {"format": FORMAT},
         )
         conn.exec_driver_sql(
             """INSERT INTO document_signature_bands (band, hash, document_id)
@@ -145,7 +149,7 @@ def percentiles(values: list[float]) -> dict:
 
 
 def place_corpus(queue, documents, threshold: float, max_candidates: int) -> tuple[dict, list, list]:
-    from processing.near_duplicates import signature
+    from processing.near_duplicates import FORMAT, signature
     from queue_db.near_duplicates import record_signature
     from tests.queue_support import new_hash
 
@@ -162,6 +166,7 @@ def place_corpus(queue, documents, threshold: float, max_candidates: int) -> tup
             signed.values,
             signed.bands(),
             signed.shingles,
+            signature_format=FORMAT,
             threshold=threshold,
             max_candidates=max_candidates,
         )

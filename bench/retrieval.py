@@ -12,11 +12,13 @@ as it is with --no-process). Queries are sampled, with a seeded generator, from 
             their order in the sentence
 
   shared    with --plant-copies or copies in the folders: a verbatim sentence whose words are found in more than
-            one document, attributed to one of them drawn at random
+            one document, all of one family (an input and its copies), attributed to one of them drawn at random;
+            sentences that documents of several families share (boilerplate) are counted, not asked
 
 --plant-copies N writes, for the first N inputs with a text layer, a version with one word changed per page and a
 re-scan (pages rendered at another DPI, turned a little, image-only: read by OCR) into a scratch folder and ingests
-them beside the inputs (bench/_planted.py); --text-layer-only takes only inputs with a text layer.
+them beside the inputs (bench/_planted.py); --plant-boilerplate N adds N documents that are no copies but share
+one notice page word for word (grouping them is wrong); --text-layer-only takes only inputs with a text layer.
 
 Each query runs through the `docqueue search` command itself (in-process, `--json --limit 10`, copies collapsed
 into one hit per content group as users get them), once per search mode given by --modes (hybrid, the default, and
@@ -28,7 +30,8 @@ formed (tables content_groups / content_group_members) against the families of o
 
   .venv/bin/python bench/retrieval.py [FOLDER ...] [--queries 100] [--seed 7] [--keywords 4]
         [--max-documents N] [--suffixes pdf] [--home DIR] [--no-process] [--workers 1]
-        [--modes dense,sparse,hybrid] [--plant-copies N] [--text-layer-only] [--misses FILE]
+        [--modes dense,sparse,hybrid] [--plant-copies N] [--plant-boilerplate N] [--text-layer-only]
+        [--misses FILE]
 
 --misses FILE writes each verbatim sentence whose first hit is not from its document, as JSON: the collapsed hits,
 every copy's hits (`--all`) with whether the sentence is in their chunk, and the other pages whose prose holds its
@@ -249,15 +252,39 @@ def sentence_places(pages: list[Page]) -> dict[tuple[str, int], dict[str, set[tu
     return places
 
 
-def sample_shared_queries(pages: list[Page], count: int, seed: int) -> list[Query]:
+def sample_shared_queries(
+    pages: list[Page], count: int, seed: int, family_of: dict[str, str] | None = None
+) -> list[Query]:
     """`count` verbatim sentences whose words are found in more than one document, each attributed to one page it
-    is on, drawn with random.Random(seed)."""
+    is on, drawn with random.Random(seed). With `family_of` (document key: family), only sentences whose documents
+    are all of one family: a sentence of boilerplate that documents of several families share (a notice page)
+    names no document a search could find (`boilerplate_sentences` counts them)."""
     places = sentence_places(pages)
     candidates = sorted(
-        (key, s) for key, found in places.items() for s, where in found.items() if len({d for d, _ in where}) > 1
+        (key, s)
+        for key, found in places.items()
+        for s, where in found.items()
+        if len({d for d, _ in where}) > 1 and len(_families(where, family_of)) == 1
     )
     chosen = random.Random(seed).sample(candidates, min(count, len(candidates)))
     return [Query("shared", sentence, document_key, page) for (document_key, page), sentence in chosen]
+
+
+def _families(where: set[tuple[str, int]], family_of: dict[str, str] | None) -> set[str]:
+    """The families of the documents holding a sentence (each its own family without `family_of`)."""
+    return {family_of.get(d, d) if family_of else "one" for d, _ in where}
+
+
+def boilerplate_sentences(pages: list[Page], family_of: dict[str, str]) -> int:
+    """How many distinct sentences documents of more than one family share."""
+    return len(
+        {
+            s
+            for found in sentence_places(pages).values()
+            for s, where in found.items()
+            if len(_families(where, family_of)) > 1
+        }
+    )
 
 
 def sample_queries(pages: list[Page], count: int, seed: int, keywords: int) -> list[Query]:
@@ -379,6 +406,7 @@ def run(
     plant_copies: int = 0,
     text_layer_only: bool = False,
     misses: list[dict] | None = None,
+    plant_boilerplate: int = 0,
 ) -> dict:
     """The whole evaluation in this process's environment (DOCQUEUE_HOME and servers already chosen); `misses`
     collects the first mode's missed sentence queries (`evaluate`)."""
@@ -388,12 +416,16 @@ def run(
             chosen = select_inputs(folders, max_documents, suffixes, text_layer_only)
             if not chosen:
                 raise SystemExit(f"no documents in {', '.join(map(str, folders))}")
-            planted = _planted.plant(chosen, plant_copies, Path(scratch), seed)
+            planted = _planted.plant(chosen, plant_copies, Path(scratch), seed, plant_boilerplate)
             seconds = process([*chosen, *planted], workers, timeout)
     pages, corpus = indexed_pages()
-    inputs = select_inputs(folders, max_documents, suffixes, text_layer_only)
-    groups = _planted.group_scores(content_groups(), _planted.input_families(inputs))
-    sampled = sample_queries(pages, queries, seed, keywords) + sample_shared_queries(pages, queries, seed)
+    inputs = _planted.input_families(select_inputs(folders, max_documents, suffixes, text_layer_only))
+    documents = content_groups()
+    groups = _planted.group_scores(documents, inputs)
+    family_of = {key: inputs.get(_planted.family(name), _planted.family(name)) for key, name, _ in documents}
+    groups["boilerplate_sentences"] = boilerplate_sentences(pages, family_of)
+    groups["notice_documents"] = sum(1 for _, name, _ in documents if name.startswith(_planted.NOTICE_PREFIX))
+    sampled = sample_queries(pages, queries, seed, keywords) + sample_shared_queries(pages, queries, seed, family_of)
     by_mode, search_seconds = {}, {}
     for mode in modes:  # the same queries in every mode, one mode after the other
         started = time.perf_counter()
@@ -449,6 +481,8 @@ def result_line(report: dict) -> dict:
             "keywords_group_hit_at_5": short.get("group_hit_at_5"),
             "shared_queries": shared.get("queries", 0),
             **{k: report["groups"][k] for k in ("group_precision", "group_recall", "planted_copies", "groups")},
+            "notice_documents": report["groups"].get("notice_documents", 0),
+            "boilerplate_sentences": report["groups"].get("boilerplate_sentences", 0),
             "queries": verbatim.get("queries", 0),
             "keyword_queries": short.get("queries", 0),
             **{k: report["corpus"][k] for k in ("documents", "pages", "chunks", "max_chunk_tokens")},
@@ -478,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--plant-copies", type=int, default=0, help="a version and a re-scan of N inputs")
     parser.add_argument("--text-layer-only", action="store_true", help="only inputs with a text layer")
+    parser.add_argument(
+        "--plant-boilerplate", type=int, default=0, help="N documents sharing a notice page, no copies of each other"
+    )
     parser.add_argument(
         "--misses", type=Path, default=None, help="write the missed sentence queries (doc-hit@1) as JSON to FILE"
     )
@@ -517,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
             plant_copies=args.plant_copies,
             text_layer_only=args.text_layer_only,
             misses=misses if args.misses else None,
+            plant_boilerplate=args.plant_boilerplate,
         )
     finally:
         if scratch is not None:

@@ -3,16 +3,23 @@ store, signed (processing/near_duplicates.py) and placed in a content group (que
 
 It runs in the OCR roll-up, which runs once per document whose OCR reached a final status, and again only when
 that roll-up is redone: placing a document is idempotent, so at-least-once execution never duplicates a band row
-or a membership.
+or a membership. `sign_again` (`docqueue regroup`) signs the documents an older docqueue signed in another format
+from their stored page texts, so they can be compared with the documents signed since.
 """
 
 from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from processing.near_duplicates import SignatureLimits, signature
+from processing.near_duplicates import FORMAT, SignatureLimits, signature
 from queue_db.config import NearDuplicateConfig
-from queue_db.near_duplicates import GroupPlacement, copies_of, record_signature
+from queue_db.near_duplicates import (
+    GroupPlacement,
+    copies_of,
+    forget_signature,
+    record_signature,
+    signed_in_other_format,
+)
 from queue_db.queue import TaskQueue
 from resources.storage import page_file_key
 
@@ -58,10 +65,32 @@ def place_documents(
             signed.values,
             signed.bands(),
             signed.shingles,
+            signature_format=FORMAT,
             threshold=config.threshold,
             max_candidates=config.max_candidates,
         )
     return placed
+
+
+def sign_again(
+    queue: TaskQueue, storage, config: NearDuplicateConfig | None = None, batch: int = 500
+) -> dict[str, int]:
+    """Sign again, in the current format, every document signed in an older one, `batch` at a time, and place
+    it as the OCR roll-up would (a document already in a group stays there; one that is not may join one now). A
+    document whose text now holds no word loses its old signature. How many were signed, and how many joined a
+    group as they were (of two copies signed again, the first is alone when signed and the second joins it: one)."""
+    config = config if config is not None else DEFAULTS
+    signed = joined = 0
+    after = None
+    while config.enabled and (rows := signed_in_other_format(queue.engine, FORMAT, after, batch)):
+        placed = place_documents(queue, storage, rows, config)
+        for row in rows:
+            if row["document_key"] not in placed:
+                forget_signature(queue.engine, str(row["id"]))
+        signed += len(placed)
+        joined += sum(1 for placement in placed.values() if placement.group_id is not None)
+        after = str(rows[-1]["id"])
+    return {"signed": signed, "joined": joined}
 
 
 def group_metadata(queue: TaskQueue, documents: Sequence[dict]) -> dict[str, dict]:

@@ -33,7 +33,8 @@ SELECT c.id::text AS id, m.group_id::text AS group_id,
            / cardinality(%(minhash)s::integer[]) AS similarity
 FROM probed p
 JOIN documents c ON c.id = p.document_id AND c.tenant_id = %(tenant)s
-JOIN document_signatures s ON s.document_id = p.document_id
+-- a signature of another format estimates nothing about this one
+JOIN document_signatures s ON s.document_id = p.document_id AND s.format = %(format)s
 LEFT JOIN content_group_members m ON m.document_id = p.document_id
 -- a document already in a group stays there: no candidate
 WHERE NOT EXISTS (SELECT 1 FROM content_group_members mine WHERE mine.document_id = %(d)s)
@@ -61,12 +62,13 @@ def record_signature(
     bands: Sequence[tuple[int, int]],
     shingles: int,
     *,
+    signature_format: int,
     threshold: float,
     max_candidates: int,
 ) -> GroupPlacement:
-    """Store the document's signature and bands, then place it: it joins the group of its most similar candidate
-    of the same tenant when their estimated Jaccard similarity is at least `threshold` (the two start a group when
-    the candidate has none). One transaction."""
+    """Store the document's signature (of `signature_format`) and bands, then place it: it joins the group of its
+    most similar candidate of the same tenant and signature format when their estimated Jaccard similarity is at
+    least `threshold` (the two start a group when the candidate has none). One transaction."""
     # a few round trips, each a statement bounded by the document: the transaction's cost is mostly their latency
     with engine.begin() as conn:
         tenant = conn.exec_driver_sql(
@@ -76,7 +78,7 @@ def record_signature(
         ).scalar()
         if tenant is None:  # deleted meanwhile: nothing to place
             return GroupPlacement(document_id, None, None, 0, None)
-        _store_signature(conn, document_id, minhash, bands, shingles)
+        _store_signature(conn, document_id, minhash, bands, shingles, signature_format)
         best = (
             conn.exec_driver_sql(
                 _CANDIDATES,
@@ -87,6 +89,7 @@ def record_signature(
                     "max": int(max_candidates),
                     "minhash": list(minhash),
                     "tenant": tenant,
+                    "format": int(signature_format),
                 },
             )
             .mappings()
@@ -97,16 +100,18 @@ def record_signature(
         return _placement(conn, document_id)
 
 
-def _store_signature(conn, document_id: str, minhash, bands, shingles: int) -> None:
+def _store_signature(conn, document_id: str, minhash, bands, shingles: int, signature_format: int) -> None:
     """The signature upserted and the band rows replaced by the new set, in one statement (its sub-statements run
     whether or not anything reads them): a band row that stays is neither deleted nor written again."""
     conn.exec_driver_sql(
         """WITH new_bands AS (SELECT * FROM unnest(%(bands)s::smallint[], %(hashes)s::bigint[]) AS v(band, hash)),
            signed AS (
-               INSERT INTO document_signatures (document_id, minhash, shingles) VALUES (%(d)s, %(m)s, %(n)s)
+               INSERT INTO document_signatures (document_id, minhash, shingles, format)
+               VALUES (%(d)s, %(m)s, %(n)s, %(f)s)
                ON CONFLICT (document_id) DO UPDATE SET minhash = EXCLUDED.minhash, shingles = EXCLUDED.shingles,
-                   computed_at = now()
-               WHERE document_signatures.minhash IS DISTINCT FROM EXCLUDED.minhash),
+                   format = EXCLUDED.format, computed_at = now()
+               WHERE (document_signatures.minhash, document_signatures.format)
+                   IS DISTINCT FROM (EXCLUDED.minhash, EXCLUDED.format)),
            stale AS (
                DELETE FROM document_signature_bands b WHERE b.document_id = %(d)s
                AND (b.band, b.hash) NOT IN (SELECT band, hash FROM new_bands))
@@ -117,6 +122,7 @@ def _store_signature(conn, document_id: str, minhash, bands, shingles: int) -> N
             "d": document_id,
             "m": list(minhash),
             "n": int(shingles),
+            "f": int(signature_format),
             "bands": [b for b, _ in bands],
             "hashes": [h for _, h in bands],
         },
@@ -168,6 +174,31 @@ def _placement(conn, document_id: str) -> GroupPlacement:
     return GroupPlacement(
         document_id, row["group_id"], round(float(row["similarity"]), 4), int(row["copies"]), row["representative_key"]
     )
+
+
+def signed_in_other_format(
+    engine: sa.Engine, signature_format: int, after: str | None = None, limit: int = 500
+) -> list[dict]:
+    """Documents whose signature is of a format older than `signature_format` (an older docqueue's), in id order
+    after `after`, at most `limit`: rows with id, document_key and pages, as the OCR roll-up hands documents to be
+    signed. Through the signatures' format index, so each batch costs its own rows."""
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            """SELECT d.id::text AS id, d.document_key, COALESCE(d.page_count, 0) AS pages
+               FROM document_signatures s JOIN documents d ON d.id = s.document_id
+               WHERE s.format < %(f)s AND (%(after)s::uuid IS NULL OR s.document_id > %(after)s::uuid)
+               ORDER BY s.document_id LIMIT %(n)s""",
+            {"f": int(signature_format), "after": after, "n": int(limit)},
+        )
+        return [dict(row) for row in rows.mappings()]
+
+
+def forget_signature(engine: sa.Engine, document_id: str) -> None:
+    """Remove a document's signature and bands (its text holds no word any more: it has no copies); its group
+    membership stays, as a document keeps its group."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM document_signature_bands WHERE document_id = %(d)s", {"d": document_id})
+        conn.exec_driver_sql("DELETE FROM document_signatures WHERE document_id = %(d)s", {"d": document_id})
 
 
 def copies_of(

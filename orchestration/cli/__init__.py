@@ -70,6 +70,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "waited for them, and reconcile parents."
         ),
     ),
+    "regroup": (
+        "administration",
+        "Sign again the documents an older docqueue signed for near-duplicate grouping, from their stored page texts.",
+    ),
     "reindex": (
         "administration",
         ("Re-run a phase and the ones after it, keeping OCR (e.g. after changing the embedding model)."),

@@ -1,4 +1,4 @@
-"""Acting on the queue: `docqueue recover`, `retry`, `priority`, `delete` and `reindex`."""
+"""Acting on the queue: `docqueue recover`, `retry`, `priority`, `delete`, `reindex` and `regroup`."""
 
 from __future__ import annotations
 
@@ -186,6 +186,26 @@ def reindex(settings: Settings, phase: str, document: str | None, as_json: bool)
             f"{counts['chunks']} chunk(s) of {counts['documents']} document(s) will be re-indexed"
             f" from the {phase} phase"
             f"{upgrade}{running}; run `docqueue run --until-idle`"
+        ),
+    )
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
+@click.pass_obj
+def regroup(settings: Settings, as_json: bool) -> None:
+    """Sign again the documents an older docqueue signed for near-duplicate grouping, from their stored page texts."""
+    # imported here: the signatures bring numpy, which the module's other commands do not need at start-up
+    from orchestration.content_groups import sign_again
+
+    queue = open_queue(settings)
+    counts = sign_again(queue, _storage(settings), settings.near_duplicates)
+    emit(
+        as_json,
+        counts,
+        lambda: click.echo(
+            f"{counts['signed']} document(s) signed again in the current format; "
+            f"{counts['joined']} joined a content group"
         ),
     )
 

@@ -186,3 +186,20 @@ def test_inputs_that_copy_each_other_are_one_family(tmp_path: Path):
     scores = _planted.group_scores(documents, families)
     # a and b grouped is right (they are one family); the version grouped with neither misses two of its 3 pairs
     assert scores["group_precision"] == 1.0 and scores["planted_pairs"] == 3 and scores["group_recall"] == 0.3333
+
+
+def test_a_notice_shared_by_documents_of_several_families_is_no_known_item_query():
+    retrieval = _load_bench()
+    notice = "Please read this notice before you open any of the attached files from our office."
+    pages = [
+        retrieval.Page("letter-1", 1, notice + "\nThe harbour wall was repaired in spring with stone from the quarry."),
+        retrieval.Page("letter-2", 1, notice + "\nOur orchard gave twice the apples after the new hives were set up."),
+        retrieval.Page("report", 1, "Volunteers restored the steam engines in the old sheds near the station."),
+        retrieval.Page("report-rescan", 1, "Volunteers restored the steam engines in the old sheds near the station."),
+    ]
+    families = {"letter-1": "letter-1", "letter-2": "letter-2", "report": "report", "report-rescan": "report"}
+    shared = retrieval.sample_shared_queries(pages, 10, 7, families)
+    # the report's sentence is on its re-scan, one family: asked; the notice is on two letters: counted, not asked
+    assert {q.text for q in shared} == {"Volunteers restored the steam engines in the old sheds near the station."}
+    assert retrieval.boilerplate_sentences(pages, families) == 1
+    assert {q.text for q in retrieval.sample_shared_queries(pages, 10, 7)} >= {notice}

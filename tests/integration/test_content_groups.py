@@ -1,20 +1,24 @@
 """Content groups of near-duplicate documents on a real PostgreSQL and a real file store: documents whose pages
 differ by a word per page form a group, placing is idempotent, a group stays consistent when members are deleted
-and re-registered, and finding candidates reads the band table's index, not the corpus."""
+and re-registered, documents sharing one page stay apart, signatures of an older format are compared with none until
+`docqueue regroup` signs them again, and finding candidates reads the band table's index, not the corpus."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
-from orchestration.content_groups import DEFAULTS, place_documents
+from orchestration.content_groups import DEFAULTS, place_documents, sign_again
 from orchestration.intake import ingest_paths
-from processing.near_duplicates import signature
+from processing.near_duplicates import FORMAT, signature
+from queue_db.config import Settings
 from queue_db.lifecycle import delete_rows
 from queue_db.near_duplicates import copies_of, group_counts
 from queue_db.readmodels import document_progress_rows
-from resources.storage import LocalStorage, page_file_key
+from resources.storage import LocalStorage, page_file_key, storage_root
+from tests.cli_runner import docqueue
 from tests.queue_support import expand, ocr_all, register
 
 VOCABULARY = [f"{a}{b}" for a in ("bar", "cor", "del", "fen", "gal", "hut", "lim", "mor") for b in range(60)]
@@ -164,6 +168,7 @@ def test_finding_candidates_reads_the_band_index(queue, storage):
                     "max": 100,
                     "minhash": [1] * 120,
                     "tenant": "default",
+                    "format": FORMAT,
                 },
             )
         )
@@ -187,3 +192,56 @@ def test_a_text_layer_page_with_markup_groups_with_its_plain_copies(queue, stora
 def _lines(page: str, width: int = 12) -> list[str]:
     words = page.split()
     return [" ".join(words[i : i + width]) for i in range(0, len(words), width)]
+
+
+def test_documents_sharing_a_notice_page_form_no_group(queue, storage):
+    # the same cover notice on every document, a page of their own after it: about half of their text is shared
+    notice = pages_of(20, pages=1)[0]
+    documents = [ocr_done(queue, storage, f"letter-{n}.pdf", [notice, pages_of(30 + n, pages=1)[0]]) for n in range(4)]
+    placed = place(queue, storage, *documents)
+    assert all(p.group_id is None for p in placed.values()), placed
+    assert rows(queue, "content_groups") == 0
+
+
+def _signed_by_an_older_docqueue(queue, doc: dict) -> None:
+    with queue.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE document_signatures SET format = 1 WHERE document_id = %s", (doc["id"],))
+
+
+def test_a_signature_of_an_older_format_is_compared_with_none_until_signed_again(queue, storage):
+    text = pages_of(40)
+    old = ocr_done(queue, storage, "signed-before.pdf", text)
+    place(queue, storage, old)
+    _signed_by_an_older_docqueue(queue, old)
+    blank = ocr_done(queue, storage, "blank-now.pdf", pages_of(41))
+    place(queue, storage, blank)
+    _signed_by_an_older_docqueue(queue, blank)
+    for number in (1, 2, 3):  # its pages hold no word any more: it has no signature to give
+        storage.put_text(page_file_key(blank["document_key"], number), "—")
+    # its bands are the same, but a signature of another format estimates nothing about this one
+    copy = ocr_done(queue, storage, "copy.pdf", one_word_changed(text))
+    assert place(queue, storage, copy)[copy["document_key"]].group_id is None
+    assert sign_again(queue, storage, DEFAULTS, batch=1) == {"signed": 1, "joined": 1}
+    assert copies_of(queue.engine, [old["id"]])[old["id"]]["keys"] == [copy["document_key"]]
+    with queue.engine.connect() as conn:
+        formats = dict(conn.exec_driver_sql("SELECT document_id::text, format FROM document_signatures").all())
+    assert formats == {old["id"]: FORMAT, copy["id"]: FORMAT}
+    assert sign_again(queue, storage, DEFAULTS) == {"signed": 0, "joined": 0}
+
+
+def test_docqueue_regroup_signs_old_documents_again(queue, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCQUEUE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DOCQUEUE_DATABASE_URL", queue.engine.url.render_as_string(hide_password=False))
+    storage = LocalStorage(storage_root(Settings.from_env()))  # where the command's storage reads
+    text = pages_of(50)
+    old = ocr_done(queue, storage, "scanned-2019.pdf", text)
+    place(queue, storage, old)
+    _signed_by_an_older_docqueue(queue, old)
+    copy = ocr_done(queue, storage, "scanned-2024.pdf", one_word_changed(text))
+    place(queue, storage, copy)
+    done = docqueue("regroup", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"signed": 1, "joined": 1}
+    assert copies_of(queue.engine, [copy["id"]])[copy["id"]]["keys"] == [old["document_key"]]
+    again = docqueue("regroup")
+    assert again.returncode == 0 and again.stdout.startswith("0 document(s) signed again"), again.stdout

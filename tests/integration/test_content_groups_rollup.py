@@ -55,7 +55,9 @@ def test_the_ocr_rollup_places_documents_and_shows_the_group(dagster_env):
     storage = LocalStorage(storage_root(settings))  # where the roll-up's storage resource reads
     text = pages_of(7)
     first = ocr_done(queue, storage, "leaflet.pdf", text)
-    copy = ocr_done(queue, storage, "leaflet-copy.pdf", one_word_changed(text))
+    # three words changed per page: a copy whose estimated similarity is below 1
+    changed = one_word_changed(one_word_changed(one_word_changed(text, 20), 60), 100)
+    copy = ocr_done(queue, storage, "leaflet-copy.pdf", changed)
     register_partitions(instance, queue.engine, Level.DOCUMENT)
     defs = build_definitions(settings)
 
