@@ -74,14 +74,20 @@ class Candidate(NamedTuple):
 
 @dataclass(frozen=True)
 class BlockShare:
-    """The registration blocks one of `of` cooperating runners plans (`docqueue run --workers`): block % of ==
-    index. Filtered in the query, so a runner's candidates are its own however the work is spread."""
+    """The keys one of `of` cooperating runners plans (`docqueue run --workers`): each registration block is cut
+    into `of` contiguous shares of its positions (block sizes in `partition_blocks`), and runner `index` takes the
+    share numbered (block + share) % of, so every runner has part of every block big enough to split and one-key
+    blocks alternate. A block without a recorded size goes whole to runner block % of. Filtered in the query, so a
+    runner's candidates are its own however the work is spread."""
 
     of: int
     index: int
 
     def sql(self, alias: str = "t") -> str:
-        return f"AND {alias}.partition_block %% {int(self.of)} = {int(self.index)}"
+        of = int(self.of)
+        size = f"(SELECT b.size FROM partition_blocks b WHERE b.block = {alias}.partition_block)"
+        part = f"COALESCE({alias}.partition_pos * {of} / {size}, 0)"
+        return f"AND ({alias}.partition_block + {part}) %% {of} = {int(self.index)}"
 
 
 def unregistered(engine: sa.Engine, level: Level, limit: int = 10_000) -> list[dict]:
@@ -111,6 +117,11 @@ def record_block(engine: sa.Engine, level: Level, ids_in_order: Sequence[str]) -
                 FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS v(id, pos)
                 WHERE t.id = v.id AND t.partition_block IS NULL""",
             {"block": block, "ids": list(ids_in_order)},
+        )
+        # the positions run to len(ids) - 1 whether or not another registration took some rows first
+        conn.exec_driver_sql(
+            "INSERT INTO partition_blocks (block, size) VALUES (%(block)s, %(size)s)",
+            {"block": block, "size": len(ids_in_order)},
         )
     return int(block)
 

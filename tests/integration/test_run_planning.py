@@ -43,7 +43,7 @@ def test_candidate_limit_is_full_runs_plus_what_ranges_in_flight_may_cover():
 
 
 def test_each_runner_plans_its_own_blocks_though_another_runners_are_more_urgent(engine):
-    _seed(engine)
+    _seed(engine)  # blocks without a recorded size (registered before migration 0029) go whole to one runner
     # one run of 50 reads 50 candidates: the 50 most urgent of all are block 10's, so the runner sharing the odd
     # blocks finds its own only because the share is applied by the query
     [odd] = plan_runs(engine, VECTOR_CHUNK, max_keys=50, max_runs=1, share=BlockShare(2, 1))
@@ -51,6 +51,24 @@ def test_each_runner_plans_its_own_blocks_though_another_runners_are_more_urgent
     assert (odd.block, odd.start_pos, odd.end_pos, odd.size) == (11, 0, 49, 50)
     assert (even.block, even.start_pos, even.end_pos, even.size) == (10, 0, 49, 50)
     assert (odd.start_key, odd.end_key) == (_key(engine, 11, 0), _key(engine, 11, 49))
+
+
+def test_runners_split_a_block_whose_size_is_recorded_into_contiguous_shares(engine):
+    _seed(engine)
+    with engine.begin() as conn:  # what record_block writes when it registers a block
+        conn.exec_driver_sql("INSERT INTO partition_blocks (block, size) VALUES (10, 200), (11, 200)")
+    # both runners plan from the most urgent block, each from its own half of it, not one runner from each block
+    even = plan_runs(engine, VECTOR_CHUNK, max_keys=50, max_runs=3, share=BlockShare(2, 0))
+    odd = plan_runs(engine, VECTOR_CHUNK, max_keys=50, max_runs=3, share=BlockShare(2, 1))
+    assert [(r.block, r.start_pos, r.end_pos) for r in even] == [(10, 0, 49), (10, 50, 99), (11, 100, 149)]
+    assert [(r.block, r.start_pos, r.end_pos) for r in odd] == [(10, 100, 149), (10, 150, 199), (11, 0, 49)]
+    # a block of one key alternates between runners with the block id
+    three = [BlockShare(3, i) for i in range(3)]
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE partition_blocks SET size = 1")
+        conn.exec_driver_sql("UPDATE task_queue_chunk SET partition_pos = 0 WHERE partition_pos > 0")
+    owners = [[bool(plan_runs(engine, VECTOR_CHUNK, max_keys=50, max_runs=2, share=s)) for s in three]]
+    assert owners == [[False, True, True]]  # block 10 % 3 = 1, block 11 % 3 = 2
 
 
 def test_ranges_in_flight_do_not_crowd_out_the_runs_a_tick_asks_for(engine):
