@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from bench._scale_work import make_recovery_work
 from bench.scale import CHUNKS, PAGES, retire_all, seed_dagster_partitions, seed_queue
-from orchestration.code_location import build_definitions, build_resources
+from orchestration.code_location import build_definitions
 from orchestration.environment import dagster_instance, prepare_environment
 from orchestration.maintenance import recover
 from orchestration.partitions import chunks_partitions, retire_partitions_as_configured
@@ -30,6 +30,7 @@ from queue_db.phases import VECTOR_CHUNK
 from queue_db.readmodels import document_progress_rows
 from resources.database import open_queue
 from tests.figures import announce
+from tests.integration.test_sensors import tick
 
 PER_DOCUMENT = PAGES * CHUNKS
 # (completed documents, pending documents): the history grows a hundredfold, the backlog threefold; 20,000 chunks
@@ -149,16 +150,6 @@ def _home(name: str, tmp_path: Path, monkeypatch, create_database, migrated_temp
     return build_definitions(settings), dagster_instance(settings), open_queue(settings), dagster_url
 
 
-def _tick(defs, instance, name: str) -> None:
-    with dg.build_sensor_context(
-        instance_ref=instance.get_ref(),
-        definitions=defs,
-        sensor_name=name,
-        resources=build_resources(Settings.from_env()),
-    ) as ctx:
-        defs.get_sensor_def(name).evaluate_tick(ctx)
-
-
 def _measure(size: tuple[int, int], tmp_path, monkeypatch, create_database, migrated_template) -> dict:
     """Seed a home, then make each call with its statements counted: the chunk rows, the seeding's seconds and,
     per call, its statements in order (BufferCounts.calls)."""
@@ -195,7 +186,7 @@ def _measure(size: tuple[int, int], tmp_path, monkeypatch, create_database, migr
         for sensor in defs.sensors:
             if sensor.name not in UNMEASURED_SENSORS:
                 with counts.measuring(f"tick {sensor.name}"):
-                    _tick(defs, instance, sensor.name)
+                    tick(defs, instance, sensor.name)
         with counts.measuring("ranged run keys"):
             with dg.partition_loading_context(dynamic_partitions_store=instance):
                 keys = chunks_partitions.get_partition_keys_in_range(dg.PartitionKeyRange(start, end))
@@ -208,7 +199,7 @@ def _measure(size: tuple[int, int], tmp_path, monkeypatch, create_database, migr
             assert len(document_progress_rows(queue.engine, limit=50)) == 50
         make_recovery_work(queue, STALE_TASKS, RETIRED_DOCUMENTS)
         with counts.measuring("recovery tick with work"):
-            _tick(defs, instance, "recovery_sensor")
+            tick(defs, instance, "recovery_sensor")
         with counts.measuring("recovery release"):
             released = recover(queue)["released_total"]
         with counts.measuring("recovery retire"):

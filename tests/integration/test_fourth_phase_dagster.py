@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from orchestration.assets.handlers import HANDLERS, KindWork
-from orchestration.code_location import build_definitions, build_resources
+from orchestration.code_location import build_definitions
 from orchestration.partitions import register_partitions
 from orchestration.planning import KIND_TAG, PHASE_TAG, RANGE_END_TAG, RANGE_START_TAG
 from orchestration.task_outcomes import Outcome
@@ -23,6 +23,7 @@ from queue_db.migrate import upgrade
 from queue_db.phases import GRAPHRAG_CHUNK, Level
 from queue_db.queue import TaskQueue, make_worker_id
 from tests.integration.test_fourth_phase import REGISTRY, SUMMARY, SUMMARY_CHUNK, _graph_indexed, summarize
+from tests.integration.test_sensors import tick
 
 
 def summarize_chunks(pipeline, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
@@ -53,17 +54,6 @@ def summary_env(docqueue_env):
     instance = dagster_instance(Settings.from_env())
     yield defs, instance, queue
     instance.dispose()
-
-
-def _tick(defs, instance, sensor_name: str):
-    sensor = defs.get_sensor_def(sensor_name)
-    with dg.build_sensor_context(
-        instance_ref=instance.get_ref(),
-        definitions=defs,
-        sensor_name=sensor_name,
-        resources=build_resources(Settings.from_env()),
-    ) as context:
-        return sensor.evaluate_tick(context)
 
 
 def _materialized(instance, asset: str) -> set[str]:
@@ -127,7 +117,7 @@ def test_the_sensor_requests_ranged_runs_that_materialize_the_ready_summaries(su
             )
         }
 
-    requests = _tick(defs, instance, "summary_chunk_sensor").run_requests
+    requests = tick(defs, instance, "summary_chunk_sensor").run_requests
 
     assert requests and all(r.tags[KIND_TAG] == "summary_chunk" and r.tags[PHASE_TAG] == "summary" for r in requests)
     requested = [key for request in requests for key in _keys(instance, request)]
@@ -140,17 +130,17 @@ def test_the_sensor_requests_ranged_runs_that_materialize_the_ready_summaries(su
             "SELECT count(*) FROM task_queue_chunk WHERE summary_status = 'completed' AND summary_text IS NOT NULL"
         ).scalar()
     assert summarized == 3
-    assert not _tick(defs, instance, "summary_chunk_sensor").run_requests  # nothing ready is left
-    assert not _tick(defs, instance, "rollup_summary_sensor").run_requests  # the document's phase is open
+    assert not tick(defs, instance, "summary_chunk_sensor").run_requests  # nothing ready is left
+    assert not tick(defs, instance, "rollup_summary_sensor").run_requests  # the document's phase is open
 
     # the last chunk through GraphRAG, then through its summary: the document's phase rolls up
     worker = make_worker_id("graph")
     [last] = queue.claim(GRAPHRAG_CHUNK, worker, 1)
     queue.complete(GRAPHRAG_CHUNK, worker, [last["id"]])
-    [request] = _tick(defs, instance, "summary_chunk_sensor").run_requests
+    [request] = tick(defs, instance, "summary_chunk_sensor").run_requests
     assert _run(defs, instance, "summary_chunk_job", "summary_chunk_sensor", request)
     assert queue.document(str(doc["id"]))["summary_status"] == "completed"
     register_partitions(instance, queue.engine, Level.DOCUMENT)  # as the intake sensors do for a new document
-    [rollup] = _tick(defs, instance, "rollup_summary_sensor").run_requests
+    [rollup] = tick(defs, instance, "rollup_summary_sensor").run_requests
     assert _run(defs, instance, "rollup_summary_job", "rollup_summary_sensor", rollup)
     assert _materialized(instance, "summary_document_rollup") == {doc["document_key"]}

@@ -53,7 +53,7 @@ def loaded() -> dg.Definitions:
 def tick(defs, instance, sensor_name: str):
     """One evaluation of a sensor as the daemon does it (the context is built from the instance's ref: a context
     built with `instance=` cannot load dynamic partitions)."""
-    from orchestration.definitions import build_resources
+    from orchestration.code_location import build_resources
     from queue_db.config import Settings
 
     sensor = defs.get_sensor_def(sensor_name)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import time
 
-import dagster as dg
 import pytest
 import sqlalchemy as sa
 
 from queue_db.partition_keys import document_rollup, mark_rolled_up
+from tests.integration.test_sensors import tick
 from tests.queue_support import bulk_seed
 
 QUEUE_TABLES = {
@@ -77,19 +77,6 @@ class Captured:
             self.statements.append((statement, parameters))
 
 
-def _tick(defs, instance, name: str):
-    from orchestration.definitions import build_resources
-    from queue_db.config import Settings
-
-    with dg.build_sensor_context(
-        instance_ref=instance.get_ref(),
-        definitions=defs,
-        sensor_name=name,
-        resources=build_resources(Settings.from_env()),
-    ) as ctx:
-        return defs.get_sensor_def(name).evaluate_tick(ctx)
-
-
 def _seq_scans(engine, statement, parameters) -> list[str]:
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
@@ -135,7 +122,7 @@ def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
     try:
         for sensor in defs.sensors:
             if sensor.name not in ("inbox_sensor", "s3_intake_sensor"):
-                _tick(defs, instance, sensor.name)
+                tick(defs, instance, sensor.name)
         # the recovery sensor's reads, whatever the settings of the moment make it skip
         recovery_check(queue, DagsterConfig())
         recover(queue)
