@@ -127,6 +127,7 @@ def plan_runs(
 ) -> list[PlannedRun]:
     """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first; `max_keys` is
     `max_keys_per_run` of the settings."""
+    share = share.for_runs_of(max_keys) if share else None
     candidates = ready_candidates(engine, kind, candidate_limit(max_runs, max_keys, in_flight), documents, share)
     return group_into_runs(
         candidates, kind.name, kind.phase.name, max_keys=max_keys, in_flight=in_flight, max_runs=max_runs
@@ -145,6 +146,7 @@ def plan_rollup_runs(
     documents=None,
 ) -> list[PlannedRun]:
     """Group the documents whose `phase` (of `phases`) reached a final status into roll-up runs."""
+    share = share.for_runs_of(max_keys) if share else None
     candidates = rollup_candidates(
         engine, phase, candidate_limit(max_runs, max_keys, in_flight), documents, share, phases=phases
     )

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -74,20 +75,28 @@ class Candidate(NamedTuple):
 
 @dataclass(frozen=True)
 class BlockShare:
-    """The keys one of `of` cooperating runners plans (`docqueue run --workers`): each registration block is cut
-    into `of` contiguous shares of its positions (block sizes in `partition_blocks`), and runner `index` takes the
-    share numbered (block + share) % of, so every runner has part of every block big enough to split and one-key
-    blocks alternate. A block without a recorded size goes whole to runner block % of. Filtered in the query, so a
-    runner's candidates are its own however the work is spread."""
+    """The keys one of `of` cooperating runners plans (`docqueue run --workers`): a registration block of at least
+    `of` x `min_keys` keys is cut into `of` contiguous shares of its positions (block sizes in `partition_blocks`),
+    and runner `index` takes the share numbered (block + share) % of; a smaller block, or one without a recorded
+    size, goes whole to runner block % of. Every runner thus has part of every big block, while a small one costs
+    one run, not one per runner. Filtered in the query, so a runner's candidates are its own however the work is
+    spread."""
 
     of: int
     index: int
+    min_keys: int = 1
 
     def sql(self, alias: str = "t") -> str:
         of = int(self.of)
         size = f"(SELECT b.size FROM partition_blocks b WHERE b.block = {alias}.partition_block)"
-        part = f"COALESCE({alias}.partition_pos * {of} / {size}, 0)"
+        least = of * max(1, int(self.min_keys))
+        part = f"COALESCE(CASE WHEN {size} >= {least} THEN {alias}.partition_pos * {of} / {size} END, 0)"
         return f"AND ({alias}.partition_block + {part}) %% {of} = {int(self.index)}"
+
+    def for_runs_of(self, max_keys: int) -> "BlockShare":
+        """This share for runs of at most `max_keys` keys: a block is split only when each runner's share holds at
+        least a quarter of such a run, so a runner's run is not mostly its fixed cost."""
+        return dataclasses.replace(self, min_keys=max(1, max_keys // 4))
 
 
 def unregistered(engine: sa.Engine, level: Level, limit: int = 10_000) -> list[dict]:

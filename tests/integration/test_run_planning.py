@@ -62,7 +62,7 @@ def test_runners_split_a_block_whose_size_is_recorded_into_contiguous_shares(eng
     odd = plan_runs(engine, VECTOR_CHUNK, max_keys=50, max_runs=3, share=BlockShare(2, 1))
     assert [(r.block, r.start_pos, r.end_pos) for r in even] == [(10, 0, 49), (10, 50, 99), (11, 100, 149)]
     assert [(r.block, r.start_pos, r.end_pos) for r in odd] == [(10, 100, 149), (10, 150, 199), (11, 0, 49)]
-    # a block of one key alternates between runners with the block id
+    # a block too small to split (under 2 x a quarter of a 50-key run) goes whole to one runner, by its id
     three = [BlockShare(3, i) for i in range(3)]
     with engine.begin() as conn:
         conn.exec_driver_sql("UPDATE partition_blocks SET size = 1")
