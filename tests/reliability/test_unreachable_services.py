@@ -40,6 +40,8 @@ COMMANDS = {
     "delete": (lambda f: ["delete", f["document"]], {QUEUE, GRAPH, VECTORS}),
     # --phase vector upgrades a vector collection made before hybrid search first
     "reindex": (lambda f: ["reindex", "--phase", "vector"], {QUEUE, VECTORS}),
+    # signs from the stored page texts (the storage folder): the queue is the only service it reaches
+    "regroup": (lambda f: ["regroup"], {QUEUE}),
     "demo": (lambda f: ["demo"], {QUEUE, GRAPH, VECTORS}),
     # --graph against a Bolt server at a URI refuses in one sentence; the embedded one is started as by `run`
     "repair": (lambda f: ["repair", "--vectors", "--graph"], {QUEUE, GRAPH, VECTORS}),
