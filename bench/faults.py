@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import random
 import shutil
 import subprocess
@@ -671,17 +672,18 @@ def _watch_backoff(conn: psycopg.Connection, ids: list[str], configured_s: float
     last_unclaimable = claimable_at = None
     deadline = time.monotonic() + configured_s + 30.0
     while time.monotonic() < deadline:
-        # one statement, one transaction: now() (the claim rule's clock) and clock_timestamp() agree to a millisecond
+        # the age on now(), the clock the claim rule reads in the same statement: on clock_timestamp(), a
+        # millisecond later, a row could look unclaimable at an age of the whole back-off
         claimable, age = conn.execute(
             f"SELECT count(*) FILTER (WHERE {VECTOR_CHUNK.claimable_sql('t')}), "
-            f"extract(epoch FROM clock_timestamp() - max(t.{failed_at}))::float8 "
+            f"extract(epoch FROM now() - max(t.{failed_at}))::float8 "
             f"FROM {VECTOR_CHUNK.table} t WHERE t.id = ANY(%s::uuid[])",
             (ids,),
         ).fetchone()
         if claimable == len(ids):
             claimable_at = round(age, 3)
             break
-        last_unclaimable = round(age, 3)
+        last_unclaimable = math.floor(age * 1000) / 1000  # truncated: rounding up would reach the back-off itself
         time.sleep(0.05)
     return {
         "stamped_s": [round(stamped[0], 3), round(stamped[1], 3)],
