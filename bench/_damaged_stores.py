@@ -160,14 +160,14 @@ def _damage_and_rebuild(env: dict, conn, name: str, side: str, file: str, how: s
     }
 
 
-def _docqueue(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _docqueue(env: dict, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [sys.executable, "-m", "orchestration.cli", *args],
         env=env,
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
     if check and done.returncode != 0:
         raise SystemExit(f"docqueue {' '.join(args)} failed ({done.returncode}): {done.stderr[-3000:]}")

@@ -176,16 +176,10 @@ def home_env(home: Path) -> dict[str, str]:
 
 
 def docqueue(env: dict, *args: str, timeout: float = 600, failed_tasks_ok: bool = False) -> str:
+    from bench._damaged_stores import _docqueue
     from orchestration.cli.errors import EXIT_TASKS_FAILED
 
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    done = _docqueue(env, *args, check=False, timeout=timeout)
     if done.returncode != 0 and not (failed_tasks_ok and done.returncode == EXIT_TASKS_FAILED):
         raise SystemExit(f"docqueue {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     return done.stdout

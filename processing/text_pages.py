@@ -10,6 +10,7 @@ through the html-to-markdown library.
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 from dataclasses import dataclass
 
@@ -134,13 +135,12 @@ _TRAILING_SPACES = re.compile(r"[ \t]+\n")
 _LOSSY_WARNINGS = {"depth_limit_exceeded", "truncated_input"}
 
 
-def html_to_markdown(html: str) -> str:
-    """Headings, paragraphs, lists, tables, quotes and code as markdown; scripts, styles and the head dropped."""
-    # imported here, when HTML is converted: intake (`docqueue ingest`) loads this module to know the text types
-    # and needs no converter, a twentieth of a second of its start-up
+@functools.cache
+def _html_options():
+    """The converter's options, built once, on the first HTML converted (the converter is imported then)."""
     import html_to_markdown as html_to_markdown_lib
 
-    options = html_to_markdown_lib.ConversionOptions(
+    return html_to_markdown_lib.ConversionOptions(
         extract_metadata=False,
         bullets="-",
         strip_tags=_INLINE_STRIPPED,
@@ -149,7 +149,15 @@ def html_to_markdown(html: str) -> str:
         escape_misc=False,
         newline_style="spaces",
     )
-    result = html_to_markdown_lib.convert(html, options)
+
+
+def html_to_markdown(html: str) -> str:
+    """Headings, paragraphs, lists, tables, quotes and code as markdown; scripts, styles and the head dropped."""
+    # imported here, when HTML is converted: intake (`docqueue ingest`) loads this module to know the text types
+    # and needs no converter, a twentieth of a second of its start-up
+    import html_to_markdown as html_to_markdown_lib
+
+    result = html_to_markdown_lib.convert(html, _html_options())
     lost = [warning.message for warning in result.warnings if str(warning.kind) in _LOSSY_WARNINGS]
     if lost:
         raise UnreadableMarkup(
