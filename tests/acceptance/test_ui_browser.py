@@ -213,6 +213,7 @@ def test_ui_shows_the_asset_graph_and_partitions_of_a_processed_corpus(docqueue_
             try:
                 page = browser.new_page()
                 page.set_default_timeout(UI_WAIT_MS)
+                expect.set_options(timeout=UI_WAIT_MS)  # assertions wait as long as actions
 
                 page.goto(f"{server.url}/asset-groups")
                 expect(page.get_by_text("Global asset lineage")).to_be_visible()

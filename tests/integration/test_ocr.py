@@ -397,15 +397,22 @@ def test_the_shared_pdf_worker_goes_with_its_process(report_pdf: Path):
         "processor = OcrResource().get_processor()\n"
         "processor.inspect(sys.argv[1])\n"
         "print(processor.worker_pid, flush=True)\n"
+        "sys.stdin.readline()\n"  # the parent has seen the worker alive
         "if sys.argv[2] == 'hang':\n"
         "    import time; time.sleep(600)\n"
     )
     for ending in ("exit", "hang"):
         child = subprocess.Popen(
-            [sys.executable, "-c", script, str(report_pdf), ending], cwd=REPO, stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", script, str(report_pdf), ending],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         worker = int(child.stdout.readline())
         assert _pid_alive(worker)
+        child.stdin.write("\n")
+        child.stdin.close()
         if ending == "hang":
             child.kill()
         child.wait(60)
