@@ -18,5 +18,6 @@ fi
 .venv/bin/ruff format --check --no-cache .
 .venv/bin/mypy
 # two processes, one per core: most tests wait on servers and subprocesses as much as they compute, and each process
-# takes whole modules (--dist loadfile), so a module's expensive fixture is built once; `./test.sh -n 0` runs in one
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+# takes whole modules (--dist loadfile), so a module's expensive fixture is built once, in the order conftest.py
+# gives them (--no-loadscope-reorder: the long modules first); `./test.sh -n 0` runs in one
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

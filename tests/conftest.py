@@ -128,7 +128,20 @@ def queue(engine, settings) -> TaskQueue:
     return TaskQueue(engine, settings)
 
 
+# the order modules start in under `-n 2 --dist loadfile --no-loadscope-reorder` (test.sh): the end-to-end modules
+# that run for minutes first, the many short ones last, where they fill in while the other process ends its module
+# (xdist's default order, most tests first, started the single-test modules of several minutes last)
+_FOLDER_ORDER = {"acceptance": 1, "reliability": 1, "integration": 2, "unit": 3}
+
+
+def _start_order(item) -> tuple[int, int]:
+    folder = item.path.parent.name
+    slow = item.get_closest_marker("slow") is not None
+    return (0 if slow else 1, _FOLDER_ORDER.get(folder, 2))
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_start_order)  # stable: a module's tests keep their order
     # speed is measured on demand, not asserted in every run of the suite
     if os.environ.get("DOCQUEUE_SCALE_TESTS") != "1":
         skip_scale = pytest.mark.skip(reason="scale measurement: set DOCQUEUE_SCALE_TESTS=1 to run it")
