@@ -10,7 +10,8 @@ its p50/p95 per search (embedding, both rankings, fusion, and the hits' entities
 the same searches without the graph (`plain`) and with the related entities of `--graph`, the load average; the
 last line is `RESULT {json}`. `--before REF` times the same commands with the code of git revision REF too (a
 copy extracted to a scratch folder, run against the same home), in the same rounds, alternating which goes first,
-and reports its figures under `before` and the ratios after/before.
+and reports its figures under `before` and the ratios after/before. The commands run from their bytecode caches
+(written in an untimed first round), PYTHONDONTWRITEBYTECODE or not.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ COMMANDS = {"version": ["--version"], "help": ["--help"], "status": ["status", "
 SEARCH_ENV = {"search": {}, "search_plain": {"DOCQUEUE_SEARCH_ENTITIES_PER_HIT": "0"}}
 
 
+# the commands run from their bytecode caches, as an installed docqueue does after its first run: with
+# PYTHONDONTWRITEBYTECODE set (some shells and containers set it) every process would compile the project's
+# modules again, some 50 ms of each light command that no user pays
+CHILD_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def timed(args: list[str], env: dict[str, str] | None = None, code: Path = REPO_ROOT) -> tuple[float, float]:
     """Wall and CPU seconds of one `docqueue` process running the checkout at `code`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -42,7 +49,7 @@ def timed(args: list[str], env: dict[str, str] | None = None, code: Path = REPO_
         capture_output=True,
         text=True,
         cwd=code,
-        env={**os.environ, "PYTHONPATH": str(code), **(env or {})},
+        env={**CHILD_ENV, "PYTHONPATH": str(code), **(env or {})},
     )
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

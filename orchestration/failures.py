@@ -10,7 +10,8 @@ from pathlib import Path
 from orchestration.page_reading import PasswordError
 from processing.chunking import ChunkingError
 from processing.errors import DocumentError
-from resources.ports import CredentialsRefused, DiskFull, GraphStoreDamaged, VectorStoreDamaged, no_space
+from resources.disk_space import DiskFull, no_space
+from resources.ports import CredentialsRefused, GraphStoreDamaged, VectorStoreDamaged
 
 # failures that say nothing about a chunk's own content: redoing a batch one chunk at a time would only repeat them
 SERVICE_ERROR_CLASSES = frozenset({"connection", "timeout", "auth", "disk_full", "damaged_store"})

@@ -299,7 +299,7 @@ def settings(group: type[G]) -> G:
     if cached is not None and cached[0] == key:
         return cached[1]  # type: ignore[return-value]
     try:
-        built = group()
+        built = group.from_values(os.environ)
     except ValidationError as exc:
         raise SettingsError(_sentence(group, exc), exc.error_count()) from None
     with _CACHE_LOCK:

@@ -51,6 +51,17 @@ class EmbeddedPostgres:
         return self.home / "postgres.log"
 
     @property
+    def _databases_file(self) -> Path:
+        """The start (postmaster.pid's pid and start time) of the server whose databases were last made sure of."""
+        return self.home / "databases_checked"
+
+    def _databases_checked_for(self) -> str:
+        try:
+            return self._databases_file.read_text()
+        except OSError:
+            return ""
+
+    @property
     def port(self) -> int:
         """The port this home's server listens on (or last listened on); 0 before its first start."""
         return recorded_port(self._port_file) or self.explicit_port or 0
@@ -110,6 +121,15 @@ class EmbeddedPostgres:
             return False
         return len(lines) > PID_FILE_STATUS_LINE and lines[PID_FILE_STATUS_LINE].strip() == "ready"
 
+    def _postmaster_identity(self) -> str | None:
+        """The running server's pid and start time (postmaster.pid's first and third lines): a restarted or a
+        different server gives another."""
+        try:
+            lines = (self.pgdata / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return None
+        return f"{lines[0].strip()} {lines[2].strip()}" if len(lines) > 2 else None
+
     def _postmaster_alive(self) -> bool:
         """This home's postmaster exists: a postmaster.pid left by a crash must not make another home's server,
         listening on the same port since, pass for ours."""
@@ -140,7 +160,12 @@ class EmbeddedPostgres:
         with self._lock():
             if not self.is_running():
                 self._start(timeout_s)
-            self._create_databases()
+            # once per server start: a connection and a catalog write that every command would pay otherwise
+            started = self._postmaster_identity()
+            if started is None or self._databases_checked_for() != started:
+                self._create_databases()
+                if started is not None:
+                    self._databases_file.write_text(started)
         return self.url()
 
     def _initdb(self) -> None:

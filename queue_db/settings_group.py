@@ -4,11 +4,11 @@ and the one-sentence error that names a bad variable without showing a secret.""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+from collections.abc import Mapping
+from typing import Any, ClassVar, Optional, Self
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic.json_schema import JsonDict
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class SettingsError(ValueError):
@@ -26,18 +26,22 @@ def declare(default: Any, name: str, meaning: str, *, shown: str | None = None, 
     return Field(default, alias=name, description=meaning, json_schema_extra=extra, **bounds)
 
 
-class SettingsGroup(BaseSettings):
-    """One concern's variables. Empty values count as unset (the default applies); strings are stripped."""
+class SettingsGroup(BaseModel):
+    """One concern's variables, built from the values of the variables by name (`from_values`; queue_db.config
+    passes the environment). Empty values count as unset (the default applies); strings are stripped; the defaults
+    pass the validators too. A plain pydantic model, not pydantic-settings': reading a few variables by their exact
+    names needs none of its sources, whose import (asyncio, dotenv, its cloud providers) was a tenth of a light
+    command's start-up."""
 
-    model_config = SettingsConfigDict(
-        env_ignore_empty=True,
-        extra="ignore",
-        frozen=True,
-        case_sensitive=True,
-        str_strip_whitespace=True,
-        populate_by_name=True,
+    model_config = ConfigDict(
+        extra="ignore", frozen=True, str_strip_whitespace=True, populate_by_name=True, validate_default=True
     )
     title: ClassVar[str] = ""
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, str]) -> Self:
+        """The group from `values` (variable name: text, such as the environment); an empty value counts as unset."""
+        return cls(**{name: values[name] for name in cls.variables() if values.get(name)})
 
     @classmethod
     def variables(cls) -> list[str]:

@@ -56,9 +56,15 @@ def create_queue_engine(url: str, pool_size: int = 5, max_overflow: int = 5) -> 
     from .database_urls import normalize_url
 
     # no pre-ping: it costs a round trip per checkout; a dead pooled connection raises on use instead, the
-    # pool discards it, and the transition is retried on a fresh one (is_transient)
+    # pool discards it, and the transition is retried on a fresh one (is_transient). No hstore lookup: the schema
+    # has no hstore column, and the dialect would query pg_type for it on every process's first connection.
     return sa.create_engine(
-        normalize_url(url), pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=False, pool_recycle=1800
+        normalize_url(url),
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=False,
+        pool_recycle=1800,
+        use_native_hstore=False,
     )
 
 

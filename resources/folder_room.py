@@ -1,5 +1,5 @@
 """Room on the file system of a folder a store writes to: a write is refused while less than a headroom is free,
-and a file system that fills anyway reads as one sentence naming the folder (resources/ports.DiskFull)."""
+and a file system that fills anyway reads as one sentence naming the folder (resources/disk_space.DiskFull)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from resources.ports import DiskFull, no_space
+from resources.disk_space import DiskFull, no_space
 
 # The engine writes its WAL and segments through memory maps of sparse files, so on a full file system a write to a
 # page it cannot have kills the process (SIGBUS) instead of raising. A write is refused, as DiskFull, while less than

@@ -38,9 +38,10 @@ import qdrant_edge as qe
 
 from queue_db.config import default
 from queue_db.service_config import VectorStoreConfig
+from resources.disk_space import no_space
 from resources.folder_lock import local_folder
 from resources.folder_room import allocated_bytes, ensure_room, room_for_write
-from resources.ports import SearchHits, VectorStoreDamaged, VectorStoreError, VectorStoreSettings, no_space
+from resources.ports import SearchHits, VectorStoreDamaged, VectorStoreError, VectorStoreSettings
 from resources.qdrant_base import (
     HYBRID_CANDIDATES,
     LOCK_TIMEOUT_S,

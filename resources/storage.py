@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from queue_db.config import Settings
-from resources.ports import DiskFull, no_space
+from resources.disk_space import DiskFull, no_space
 
 _TEMP_PREFIX = ".tmp-"
 _COPY_CHUNK = 1024 * 1024

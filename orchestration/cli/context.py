@@ -1,16 +1,14 @@
-"""What the commands start from besides the settings the group builds: the prepared environment (the
-databases' URLs and DAGSTER_HOME), the queue, and the checked arguments every command shares."""
+"""What the commands start from besides the settings the group builds: the queue, and the checked arguments every
+command shares. Dagster's storage and DAGSTER_HOME are prepared by the commands that use Dagster
+(orchestration.environment), so `status`, `stats` and `ingest` load and do only what the queue needs."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from pathlib import Path
 
 import click
 
 from orchestration.cli.errors import EXIT_USAGE, CliError, service_failures
-from orchestration.environment import prepare_environment
 from queue_db.config import QueueSettings, Settings
+from queue_db.database_urls import database_url
 from queue_db.migrate import pending_migrations, upgrade
 from queue_db.phases import Phase
 from queue_db.queue import TaskQueue, create_queue_engine
@@ -18,33 +16,15 @@ from queue_db.tenants import checked_tenant
 from queue_db.transactions import with_retries
 
 
-@dataclass(frozen=True)
-class Environment:
-    """Where the queue and Dagster's storage are once the embedded server (if any) runs, and DAGSTER_HOME."""
-
-    queue_url: str
-    dagster_url: str
-    dagster_home: Path
-
-
-def prepared_environment(settings: Settings) -> Environment:
-    """Start the embedded PostgreSQL when nothing else is configured and export the URLs and DAGSTER_HOME for the
-    processes started from here (webserver, daemon, run workers); the URLs come back as values."""
-    prepared = prepare_environment(settings)
-    return Environment(prepared.queue_url, prepared.dagster_url, Path(prepared.dagster_home))
-
-
-def open_engine(environment: Environment):
-    return create_queue_engine(environment.queue_url)
-
-
-def open_queue(settings: Settings, environment: Environment | None = None) -> TaskQueue:
-    """The queue, with failures to reach the database turned into one actionable sentence. Built from queue_db
-    alone: resources.database imports Dagster, a second of start-up that `status` and friends do not need.
-    A server's database (DOCQUEUE_DATABASE_URL) is migrated by `docqueue db upgrade` only, when its owner decides."""
+def open_queue(settings: Settings, queue_url: str | None = None) -> TaskQueue:
+    """The queue, with failures to reach the database turned into one actionable sentence; `queue_url`: where it is
+    when the caller prepared the environment already, else DOCQUEUE_DATABASE_URL or the embedded server (started
+    when needed). Built from queue_db alone: resources.database imports Dagster, a second of start-up that `status`
+    and friends do not need. A server's database (DOCQUEUE_DATABASE_URL) is migrated by `docqueue db upgrade` only,
+    when its owner decides."""
     embedded = settings.database.database_url is None
     with service_failures():
-        engine = open_engine(environment or prepared_environment(settings))
+        engine = create_queue_engine(queue_url or database_url(settings.database))
         # a server with every connection slot taken is waited for (one log line); any other failure to connect
         # is reported at once
         missing = with_retries(lambda: pending_migrations(engine), attempts=1)

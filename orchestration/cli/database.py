@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from orchestration.cli.context import open_engine, prepared_environment
 from orchestration.cli.errors import EXIT_FAILURE, service_errors, service_failures
 from orchestration.cli.output import emit
 from orchestration.dagster_database import dagster_storage_status, ensure_dagster_database
-from orchestration.environment import dagster_instance, redact
+from orchestration.environment import dagster_instance, prepare_environment, redact
 from queue_db.config import Settings
 from queue_db.database_urls import embedded_postgres
 from queue_db.migrate import available_migrations, pending_migrations, upgrade, upgrade_script
+from queue_db.queue import create_queue_engine
 from resources.bolt_server import BoltServer
 
 
@@ -46,8 +46,8 @@ def db_upgrade(settings: Settings, print_sql: bool, from_version: int, as_json: 
         click.echo(upgrade_script(from_version), nl=False)
         return
     with service_failures():
-        environment = prepared_environment(settings)
-        applied = upgrade(open_engine(environment))
+        environment = prepare_environment(settings)
+        applied = upgrade(create_queue_engine(environment.queue_url))
         created = ensure_dagster_database(environment.dagster_url, environment.queue_url)
         instance = dagster_instance(settings)
         instance.upgrade()
@@ -124,8 +124,8 @@ def db_status(settings: Settings, as_json: bool) -> None:
     """Pending migrations of the queue's schema and of Dagster's storage (exit 1 when some are pending: `docqueue
     db upgrade` applies them). Applies none; Dagster itself creates its tables in an empty storage database."""
     with service_failures():
-        environment = prepared_environment(settings)
-        pending = pending_migrations(open_engine(environment))
+        environment = prepare_environment(settings)
+        pending = pending_migrations(create_queue_engine(environment.queue_url))
         opened: list = []  # the instance the storage check opens, read again for the former names
 
         def open_instance():

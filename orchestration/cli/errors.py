@@ -32,7 +32,7 @@ SERVICE_FAILURES = {
         ("queue_db.server_ports", "PortInUseError"),
         ("orchestration.dagster_database", "DagsterStorageError"),
         ("orchestration.stores", "UnknownEmbeddingModel"),
-        ("resources.ports", "DiskFull"),
+        ("resources.disk_space", "DiskFull"),
         ("resources.ports", "VectorStoreDamaged"),
         ("resources.ports", "GraphStoreDamaged"),
     ),

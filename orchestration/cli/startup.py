@@ -5,16 +5,24 @@ validators, SQLAlchemy's tables and, for `search`, the model's and the Bolt driv
 again and again while they are made (about a tenth of a light command's CPU time) and find nothing to free. So it
 is paused until the command's own work begins; then what exists is frozen (gc.freeze: never walked again) and the
 collector runs as before, so long commands (`run`, `worker`, `ui`) collect as they always did.
+
+Over the same stretch pydantic is told to look for no plugins (PYDANTIC_DISABLE_PLUGINS, unless the user set it):
+docqueue uses none, and looking reads the metadata of every installed distribution (some 240 here, about 12 ms) the
+first time a model class is built, which the settings' classes are. The variable is removed again when the command
+begins, so the models its work builds (Dagster's), and the processes it starts, look as pydantic always does.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 _command_line = False  # this process was started as `docqueue ...` (its entry point says so)
 _paused = False  # paused here, by this process's start-up (not by anyone else)
+PLUGINS_VARIABLE = "PYDANTIC_DISABLE_PLUGINS"
+_plugins_skipped = False  # the variable was set here (not by the user)
 
 
 @contextmanager
@@ -22,13 +30,16 @@ def collector_paused(command_line: bool | None = None) -> Iterator[None]:
     """Pause the collector until `started()` or the end of the block, in a process started as a command line
     only: a caller that invokes the commands in its own process (tests, an application) keeps its collector as it
     is. `command_line`: whether this process is one, from its entry point; None keeps what that said."""
-    global _command_line, _paused
+    global _command_line, _paused, _plugins_skipped
     if command_line is not None:
         _command_line = command_line
     paused = _command_line and not _paused and gc.isenabled()
     if paused:
         gc.disable()
         _paused = True
+        if PLUGINS_VARIABLE not in os.environ:
+            os.environ[PLUGINS_VARIABLE] = "__all__"
+            _plugins_skipped = True
     try:
         yield
     finally:
@@ -37,10 +48,13 @@ def collector_paused(command_line: bool | None = None) -> Iterator[None]:
 
 
 def started() -> None:
-    """The start-up is over: freeze what it made, and let the collector run again."""
-    global _paused
+    """The start-up is over: freeze what it made, let the collector run again and pydantic look for plugins."""
+    global _paused, _plugins_skipped
     if not _paused:
         return
+    if _plugins_skipped:
+        os.environ.pop(PLUGINS_VARIABLE, None)
+        _plugins_skipped = False
     gc.freeze()
     _paused = False
     gc.enable()

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import click
 
-from orchestration.cli.context import open_queue, prepared_environment
+from orchestration.cli.context import open_queue
 from orchestration.cli.errors import EXIT_USAGE, CliError
 from orchestration.cli.output import console, emit, table
 from orchestration.dagster_database import check_dagster_storage
+from orchestration.environment import prepare_environment
 from queue_db.config import Settings
 
 # `dg dev` loads the project that pyproject.toml's [tool.dg] describes (the code location `docqueue`), in this
@@ -35,8 +36,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 @click.pass_obj
 def ui(settings: Settings, port: int, as_json: bool) -> None:
     """Start the Dagster webserver and daemon (`dg dev`) on 127.0.0.1 with this project loaded."""
-    environment = prepared_environment(settings)  # exports DAGSTER_HOME and the URLs the webserver and daemon inherit
-    open_queue(settings, environment)
+    environment = prepare_environment(settings)  # exports DAGSTER_HOME and the URLs the webserver and daemon inherit
+    open_queue(settings, environment.queue_url)
     check_dagster_storage(environment.dagster_url)
     if not _port_free(port):
         raise CliError(_port_taken(port), EXIT_USAGE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import subprocess
 import sys
 import time
@@ -108,6 +109,41 @@ def test_the_collector_pauses_for_a_command_lines_start_up_only():
     # collecting after every allocation, the given invocation collects thousands of times; the command line only
     # in the few lines after its start-up
     assert command_line[2] * 20 < given[2], done.stderr
+
+
+def test_a_command_lines_start_up_looks_for_no_pydantic_plugins():
+    # the settings' model classes are built while the process starts, without reading every installed
+    # distribution's metadata for plugins; once the command begins, pydantic looks as usual, and a value the user
+    # gave is theirs throughout
+    probe = (
+        "import os, sys, pydantic, pydantic.plugin._loader as loader\n"
+        "looked = []\n"
+        "real = loader.entry_points\n"
+        "loader.entry_points = lambda **kw: looked.append(kw.get('group')) or real(**kw)\n"
+        "from orchestration.cli import main\n"
+        "sys.argv = ['docqueue', 'stats', '--help']\n"  # loads the command's module: the settings' classes
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert 'queue_db.config' in sys.modules\n"
+        "during, after_start = list(looked), os.environ.get('PYDANTIC_DISABLE_PLUGINS')\n"
+        "class Later(pydantic.BaseModel):\n"
+        "    x: int = 0\n"
+        "print([during, after_start, looked], file=sys.stderr)\n"
+    )
+    for given in (None, "some_plugin"):
+        env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+        if given:
+            env["PYDANTIC_DISABLE_PLUGINS"] = given
+        done = subprocess.run(
+            [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env
+        )
+        during, after_start, looked = ast.literal_eval(done.stderr.strip().splitlines()[-1])
+        if given is None:
+            assert during == [] and after_start is None and looked == ["pydantic"], done.stderr
+        else:
+            assert during == ["pydantic"] and after_start == given, done.stderr
 
 
 def test_a_service_failure_is_one_sentence_and_every_mapped_class_exists():

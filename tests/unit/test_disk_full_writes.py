@@ -10,7 +10,8 @@ from collections import namedtuple
 
 import pytest
 
-from resources.ports import ChunkPoint, DiskFull
+from resources.disk_space import DiskFull
+from resources.ports import ChunkPoint
 
 DIM = 4
 

@@ -34,7 +34,7 @@ def test_other_failures_keep_their_classes():
 def test_a_full_disk_is_one_retryable_sentence_naming_the_folder(tmp_path):
     import errno
 
-    from resources.ports import DiskFull
+    from resources.disk_space import DiskFull
 
     reason, error_class, retryable = classify(DiskFull(tmp_path / "storage"))
     assert (error_class, retryable) == ("disk_full", True)
