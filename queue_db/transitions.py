@@ -3,9 +3,11 @@ child tasks, and the bubble-up that runs in the same transaction as each of them
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -50,6 +52,16 @@ class Correction:
     phase: str
     old: str | None
     new: str
+
+
+@dataclass
+class ClaimCursor:
+    """Where a queue object's next claim of a kind starts: after `after`, the claim key (TaskKind.claim_key) of the
+    last task it claimed, until `full_at` (time.monotonic()) is claim_rescan_s old and a claim starts at the head
+    again."""
+
+    after: list
+    full_at: float
 
 
 def make_worker_id(label: str = "worker") -> str:
@@ -148,21 +160,52 @@ class Transitions(Registration):
 
         return with_retries(attempt)
 
-    def claim_sql(self, kind: TaskKind, *, only_ids: bool = False, override_retry_limit: bool = False) -> str:
-        """The claim statement of `kind` ($1: {worker, limit, only}). Public so the EXPLAIN test checks it."""
+    def claim_sql(
+        self, kind: TaskKind, *, only_ids: bool = False, override_retry_limit: bool = False, after: bool = False
+    ) -> str:
+        """The claim statement of `kind` ($1: {worker, limit, only, after}). Public so the EXPLAIN tests check it.
+
+        A claim by the claim rule alone (no `only_ids`, no `override_retry_limit`) returns each row's claim key
+        (`claim_key`: its lap, then TaskKind.claim_key's values), from which the queue object keeps its claim
+        cursor. `after`: the claim starts after $1.after, a claim key, by a row comparison the claim index seeks
+        to, and only when the rows after it run short goes on from the index's head up to it (the second lap).
+        Each claimable row is in exactly one lap, so the claim takes as many rows as a claim from the head would;
+        only their order differs: rows that came before the cursor since (a retry, a higher priority) wait for the
+        next claim from the head, at most claim_rescan_s later."""
         where = kind.claimable_sql("t")
         if override_retry_limit:
             where = f"({kind.ready_sql}) AND t.{kind.status} IN ('pending', 'failed')"
         if only_ids:
             where += " AND t.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'only'))::uuid[])"
-        returning = kind.returning_sql("t")
-        return f"""
-            WITH picked AS (
-                SELECT t.id FROM {kind.table} t
-                WHERE {where}
+        keyed = not (only_ids or override_retry_limit)
+        key = kind.claim_key("t")
+        columns = "t.id" + "".join(f", {column} AS k{i}" for i, column in enumerate(key[:-1])) if keyed else "t.id"
+
+        def pick(condition: str = "", lap: int = 1) -> str:
+            return f"""SELECT {columns}{f", {lap} AS lap" if keyed else ""} FROM {kind.table} t
+                WHERE {where}{condition}
                 ORDER BY {kind.claim_order_sql("t")}
                 LIMIT ($1->>'limit')::int
-                FOR UPDATE OF t SKIP LOCKED
+                FOR UPDATE OF t SKIP LOCKED"""
+
+        picked = pick()
+        if after and keyed:
+            types = kind.claim_key_types()
+            cursor = ", ".join(f"($1->'after'->>{i})::{sql_type}" for i, sql_type in enumerate(types))
+            past = f"({', '.join(key)}) > ({cursor})"
+            # a locking clause may not stand in a UNION's own arms, but may in a subquery there
+            picked = f"""SELECT * FROM ({pick(f" AND {past}")}) first_lap
+                UNION ALL
+                SELECT * FROM ({pick(f" AND ({past}) IS NOT TRUE", lap=2)}) second_lap
+                LIMIT ($1->>'limit')::int"""
+        returning = kind.returning_sql("t")
+        if keyed:
+            values = ", ".join(f"p.k{i}" for i in range(len(key) - 1))
+            returning += f""",
+                (SELECT jsonb_build_array(p.lap, {values}, p.id) FROM picked p WHERE p.id = t.id) AS claim_key"""
+        return f"""
+            WITH picked AS (
+                {picked}
             )
             UPDATE {kind.table} t
             SET {kind.status} = 'processing', {kind.col("worker_id")} = $1->>'worker',
@@ -185,18 +228,58 @@ class Transitions(Registration):
         takes failed rows whose retries are exhausted or whose back-off has not elapsed: a manual backfill.
         """
         statement = self._claim_statement(kind, worker_id, limit, only_ids, override_retry_limit)
-        return self._pipelined(kind, worker_id, [statement], None)[0] if statement else []
+        if not statement:
+            return []
+        return self._claimed(kind, statement, self._pipelined(kind, worker_id, [statement[:2]], None)[0])
 
     def _claim_statement(
-        self, kind: TaskKind, worker_id: str, limit: int, only_ids: Sequence[str] | None, override_retry_limit: bool
-    ) -> tuple[str, dict] | None:
+        self,
+        kind: TaskKind,
+        worker_id: str,
+        limit: int,
+        only_ids: Sequence[str] | None,
+        override_retry_limit: bool,
+        from_head: bool = False,
+    ) -> tuple[str, dict, float | None] | None:
+        """(statement, args, the time of a claim from the head, None for one after the cursor or unkeyed)."""
         if limit <= 0 or (only_ids is not None and not only_ids):
             return None
-        sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
         args: dict[str, Any] = {"worker": worker_id, "limit": limit}
-        if only_ids is not None:
-            args["only"] = [str(i) for i in only_ids]
-        return sql, args
+        if only_ids is not None or override_retry_limit:
+            sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
+            if only_ids is not None:
+                args["only"] = [str(i) for i in only_ids]
+            return sql, args, None
+        now = time.monotonic()
+        cursor = self._claim_cursors.get(kind.name)
+        if from_head or cursor is None or now - cursor.full_at >= self.settings.claim_rescan_s:
+            return self.claim_sql(kind), args, now
+        return self.claim_sql(kind, after=True), {**args, "after": cursor.after}, None
+
+    @property
+    def _claim_cursors(self) -> dict[str, ClaimCursor]:
+        """This queue object's claim cursor per kind name (its process's, as a worker holds one queue object)."""
+        return self.__dict__.setdefault("_claim_cursor_of_kind", {})
+
+    def _claimed(self, kind: TaskKind, statement: tuple[str, dict, float | None], rows: list[dict]) -> list[dict]:
+        """The rows a claim returned, without their claim keys; the cursor moves to the last of them in the claim's
+        order (the second lap's last, when it went round). A claim from the head that found nothing drops it."""
+        keys = [row.pop("claim_key") for row in rows if "claim_key" in row]
+        if "claim_key" not in statement[0]:
+            return rows
+        full_at = statement[2]
+        cursors = self._claim_cursors
+        if not keys:
+            if full_at is not None:
+                cursors.pop(kind.name, None)
+            return rows
+        last = max(keys, key=_claim_order)
+        cursor = cursors.get(kind.name)
+        if full_at is not None or cursor is None:
+            cursors[kind.name] = ClaimCursor(last[1:], full_at if full_at is not None else time.monotonic())
+        else:
+            cursor.after = last[1:]
+        return rows
 
     def heartbeat(self, kind: TaskKind, worker_id: str, ids: Iterable[str]) -> set[str]:
         """Refresh the heartbeat of tasks still owned by `worker_id`; returns the ids still owned."""
@@ -207,7 +290,7 @@ class Transitions(Registration):
             WITH mine AS (
                 SELECT id FROM {kind.table}
                 WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'ids'))::uuid[])
-                  AND {kind.status} = 'processing' AND {kind.col("worker_id")} = $1->>'worker'
+                  AND {fence_sql(kind, kind.table)}
                 ORDER BY id FOR UPDATE
             )
             UPDATE {kind.table} t SET {kind.col("last_heartbeat")} = now()
@@ -226,7 +309,7 @@ class Transitions(Registration):
         return f"""
             UPDATE {kind.table} t SET {set_sql}, updated_at = now()
             FROM (SELECT * FROM jsonb_to_recordset($1->'values') AS v({record}) ORDER BY v.id) v
-            WHERE t.id = v.id AND t.{kind.status} = 'processing' AND t.{kind.col("worker_id")} = $1->>'worker'
+            WHERE t.id = v.id AND {fence_sql(kind, "t")}
             RETURNING t.id{parent_columns(kind)}"""
 
     def complete(self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str]) -> Transition:
@@ -248,7 +331,8 @@ class Transitions(Registration):
         transaction with one bubble-up pass: what a worker loop sends between two batches, in one round trip."""
         complete = self._complete_statement(kind, worker_id, completed)
         fail = self._fail_statement(kind, worker_id, failed)
-        next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit)
+        # a task failed here may be claimable at once (no back-off): it sorts first, so this claim starts at the head
+        next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit, bool(fail))
         statements = [s[:2] for s in (complete, fail, next_claim) if s is not None]
         settled = [i for s in (complete, fail) if s is not None for i in s[2]]
         if not statements:
@@ -257,7 +341,7 @@ class Transitions(Registration):
         return Settlement(
             _outcome(complete[2], next(results)) if complete else Transition([], []),
             _outcome(fail[2], next(results)) if fail else Transition([], []),
-            next(results) if next_claim else [],
+            self._claimed(kind, next_claim, next(results)) if next_claim else [],
         )
 
     def _complete_statement(
@@ -465,9 +549,35 @@ def _derived_chunk_ids(document_key: str, page_number: int, chunks: Sequence[dic
     return ids
 
 
+def fence_sql(kind: TaskKind, alias: str) -> str:
+    """Over `alias`: the row is still `processing` by $1.worker. The status test is written IS NOT DISTINCT FROM
+    (the same, for a column that is never NULL) so that the planner cannot prove from it the predicate of the
+    kind's heartbeat index (status = 'processing') and answer the fence from that index: it thinks the index small,
+    but while a session holds an old snapshot it keeps an entry for every task held since, none of which can be
+    marked dead, and a scan of it walks them all, on every completion and heartbeat. The ids probe the primary key."""
+    status, worker = f"{alias}.{kind.status}", f"{alias}.{kind.col('worker_id')}"
+    return f"{status} IS NOT DISTINCT FROM 'processing' AND {worker} = $1->>'worker'"
+
+
 def parent_columns(kind: TaskKind) -> str:
     cols = {Level.DOCUMENT: "", Level.PAGE: ", t.document_id", Level.CHUNK: ", t.page_id, t.document_id"}
     return cols[kind.level]
+
+
+def _claim_order(key: list) -> tuple:
+    """A claim key (lap, then TaskKind.claim_key's values as JSON) as Python orders it like the claim index: NULLs
+    last, times and ids by value."""
+    return (key[0], *((value is None, _comparable(value)) for value in key[1:]))
+
+
+def _comparable(value: Any) -> Any:
+    """A claim key's value from JSON: numbers as they are, times and ids (strings) parsed."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return datetime.datetime.fromisoformat(value)
 
 
 def _restored(pg: psycopg.Connection, autocommit: bool) -> bool:
