@@ -10,7 +10,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import psycopg
 import psycopg.rows
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from .keys import chunk_id
 from .phases import NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, PhaseSpec, TaskKind
 from .registration import Registration
-from .rollup_sql import after_transition, lock_sql, recount_sql
+from .rollup_sql import GENERIC_PLANS, after_transition, lock_sql, recount_sql
 from .text import clean_text
 from .transactions import with_retries
 
@@ -52,6 +52,16 @@ class Correction:
     phase: str
     old: str | None
     new: str
+
+
+class ClaimStatement(NamedTuple):
+    """A claim to send: its statement and arguments; `full_at`, the time of a claim by the claim rule from the
+    index's head (None otherwise); `after`, whether it starts after the cursor."""
+
+    sql: str
+    args: dict
+    full_at: float | None = None
+    after: bool = False
 
 
 @dataclass
@@ -107,7 +117,11 @@ class Transitions(Registration):
         return self._transaction(work) if phase is not None else self._autocommit(work)
 
     def _pipelined(
-        self, kind: TaskKind, worker_id: str, statements: Sequence[tuple[str, dict]], settled: Sequence[str] | None
+        self,
+        kind: TaskKind,
+        worker_id: str,
+        statements: Sequence[tuple[str, dict, bool]],
+        settled: Sequence[str] | None,
     ) -> list[list[dict]]:
         """The hot path (claim, complete, fail, settle): BEGIN, each transition as a prepared statement (its plan is
         cached, unlike dynamic SQL), one bubble-up pass for all of them (rollup_sql.after_transition, prepared
@@ -118,8 +132,11 @@ class Transitions(Registration):
         BEGIN and COMMIT are written out on an autocommit connection rather than left to psycopg's transaction(),
         which syncs after BEGIN and again before COMMIT: two more round trips, and the parents the bubble-up locked
         stayed locked while the server waited for the worker to read the results and send the COMMIT. Every other
-        transaction settling a sibling waited behind that wait."""
-        prepared = [(sql.replace("%", "%%").replace("$1", "%(args)s::jsonb"), args) for sql, args in statements]
+        transaction settling a sibling waited behind that wait.
+
+        A statement marked generic runs on its generic plan (planned once per connection): the claim after the
+        cursor, whose two laps took longer to plan, each time, than to run."""
+        prepared = [(sql.replace("%", "%%").replace("$1", "%(args)s::jsonb"), *rest) for sql, *rest in statements]
         bubble_args = {"worker": worker_id, "ids": list(settled) if settled else None}
         bubble = [(sql, bubble_args if "%(" in sql else None) for sql in after_transition(kind)]
 
@@ -133,7 +150,9 @@ class Transitions(Registration):
                 with pg.pipeline() as pipeline:
                     pg.execute("BEGIN")
                     cursors = []
-                    for sql, args in prepared:
+                    for sql, args, generic in prepared:
+                        if generic:  # transaction-local: the statements after it run on generic plans too
+                            pg.execute(GENERIC_PLANS, prepare=True)
                         cursor = pg.cursor(row_factory=psycopg.rows.dict_row)
                         # ids leave the queue as strings; loading them as text skips a uuid.UUID per value
                         cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
@@ -230,7 +249,8 @@ class Transitions(Registration):
         statement = self._claim_statement(kind, worker_id, limit, only_ids, override_retry_limit)
         if not statement:
             return []
-        return self._claimed(kind, statement, self._pipelined(kind, worker_id, [statement[:2]], None)[0])
+        sent = [(statement.sql, statement.args, statement.after)]
+        return self._claimed(kind, statement, self._pipelined(kind, worker_id, sent, None)[0])
 
     def _claim_statement(
         self,
@@ -240,8 +260,7 @@ class Transitions(Registration):
         only_ids: Sequence[str] | None,
         override_retry_limit: bool,
         from_head: bool = False,
-    ) -> tuple[str, dict, float | None] | None:
-        """(statement, args, the time of a claim from the head, None for one after the cursor or unkeyed)."""
+    ) -> ClaimStatement | None:
         if limit <= 0 or (only_ids is not None and not only_ids):
             return None
         args: dict[str, Any] = {"worker": worker_id, "limit": limit}
@@ -249,25 +268,25 @@ class Transitions(Registration):
             sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
             if only_ids is not None:
                 args["only"] = [str(i) for i in only_ids]
-            return sql, args, None
+            return ClaimStatement(sql, args)
         now = time.monotonic()
         cursor = self._claim_cursors.get(kind.name)
         if from_head or cursor is None or now - cursor.full_at >= self.settings.claim_rescan_s:
-            return self.claim_sql(kind), args, now
-        return self.claim_sql(kind, after=True), {**args, "after": cursor.after}, None
+            return ClaimStatement(self.claim_sql(kind), args, full_at=now)
+        return ClaimStatement(self.claim_sql(kind, after=True), {**args, "after": cursor.after}, after=True)
 
     @property
     def _claim_cursors(self) -> dict[str, ClaimCursor]:
         """This queue object's claim cursor per kind name (its process's, as a worker holds one queue object)."""
         return self.__dict__.setdefault("_claim_cursor_of_kind", {})
 
-    def _claimed(self, kind: TaskKind, statement: tuple[str, dict, float | None], rows: list[dict]) -> list[dict]:
+    def _claimed(self, kind: TaskKind, statement: ClaimStatement, rows: list[dict]) -> list[dict]:
         """The rows a claim returned, without their claim keys; the cursor moves to the last of them in the claim's
         order (the second lap's last, when it went round). A claim from the head that found nothing drops it."""
         keys = [row.pop("claim_key") for row in rows if "claim_key" in row]
-        if "claim_key" not in statement[0]:
+        if statement.full_at is None and not statement.after:
             return rows
-        full_at = statement[2]
+        full_at = statement.full_at
         cursors = self._claim_cursors
         if not keys:
             if full_at is not None:
@@ -333,7 +352,9 @@ class Transitions(Registration):
         fail = self._fail_statement(kind, worker_id, failed)
         # a task failed here may be claimable at once (no back-off): it sorts first, so this claim starts at the head
         next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit, bool(fail))
-        statements = [s[:2] for s in (complete, fail, next_claim) if s is not None]
+        statements = [(s[0], s[1], False) for s in (complete, fail) if s is not None]
+        if next_claim is not None:
+            statements.append((next_claim.sql, next_claim.args, next_claim.after))
         settled = [i for s in (complete, fail) if s is not None for i in s[2]]
         if not statements:
             return Settlement(Transition([], []), Transition([], []), [])
