@@ -350,8 +350,11 @@ class Transitions(Registration):
         transaction with one bubble-up pass: what a worker loop sends between two batches, in one round trip."""
         complete = self._complete_statement(kind, worker_id, completed)
         fail = self._fail_statement(kind, worker_id, failed)
-        # a task failed here may be claimable at once (no back-off): it sorts first, so this claim starts at the head
+        # a task failed here may be claimable at once (no back-off): it sorts first, so the next claim starts at the
+        # head, this settle's or a later one
         next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit, bool(fail))
+        if fail and next_claim is None:
+            self._claim_cursors.pop(kind.name, None)
         statements = [(s[0], s[1], False) for s in (complete, fail) if s is not None]
         if next_claim is not None:
             statements.append((next_claim.sql, next_claim.args, next_claim.after))
