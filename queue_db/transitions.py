@@ -292,7 +292,7 @@ class Transitions(Registration):
             if full_at is not None:
                 cursors.pop(kind.name, None)
             return rows
-        last = max(keys, key=_claim_order)
+        last = _last_claimed(kind, keys)
         cursor = cursors.get(kind.name)
         if full_at is not None or cursor is None:
             cursors[kind.name] = ClaimCursor(last[1:], full_at if full_at is not None else time.monotonic())
@@ -588,20 +588,20 @@ def parent_columns(kind: TaskKind) -> str:
     return cols[kind.level]
 
 
-def _claim_order(key: list) -> tuple:
-    """A claim key (lap, then TaskKind.claim_key's values as JSON) as Python orders it like the claim index: NULLs
-    last, times and ids by value."""
-    return (key[0], *((value is None, _comparable(value)) for value in key[1:]))
+def _last_claimed(kind: TaskKind, keys: list[list]) -> list:
+    """The claim key (lap, then TaskKind.claim_key's values, as JSON) that comes last in the claim's order, ordered
+    as the claim index orders them: NULLs last, times by value, ids as their text (lowercase hex, in byte order)."""
+    times = [i + 1 for i, sql_type in enumerate(kind.claim_key_types()) if sql_type == "timestamptz"]
+    nulls = any(None in key for key in keys)
 
+    def order(key: list) -> tuple:
+        values = list(key)
+        for i in times:
+            if values[i] is not None:
+                values[i] = datetime.datetime.fromisoformat(values[i])
+        return (values[0], *((value is None, value) for value in values[1:])) if nulls else tuple(values)
 
-def _comparable(value: Any) -> Any:
-    """A claim key's value from JSON: numbers as they are, times and ids (strings) parsed."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return datetime.datetime.fromisoformat(value)
+    return max(keys, key=order)
 
 
 def _restored(pg: psycopg.Connection, autocommit: bool) -> bool:
