@@ -370,6 +370,10 @@ class QueueSettings:
     retry_backoff_base_s: float = default(QueueConfig, "retry_backoff_base_s")
     retry_backoff_max_s: float = default(QueueConfig, "retry_backoff_max_s")
     claim_batch_size: int = 50  # no variable: ranged runs claim per task kind (assets.common.CLAIM_BATCH)
+    # no variable: at most this long between two claims of a kind from the claim index's head by one queue object;
+    # the claims between start after the last task it claimed (queue_db.transitions, the claim cursor). 0: every
+    # claim starts at the head
+    claim_rescan_s: float = 1.0
     extra: dict = field(default_factory=dict)
 
     @classmethod

@@ -130,11 +130,37 @@ class TaskKind:
         """The claim's RETURNING list: the row's columns, and a chunk's text from its own table (migration 0012)."""
         return ", ".join(_RETURNED_ELSEWHERE.get(c, "{a}." + c).format(a=alias) for c in self.returning)
 
-    def claim_order_sql(self, alias: str = "t") -> str:
+    def claim_key(self, alias: str = "t") -> tuple[str, ...]:
+        """The claim order's columns, the claim index's: highest priority first (negated, so that every column
+        ascends and a row comparison over them seeks the index), failed rows first, fewest retries, oldest, then
+        (for a page or a chunk) its parent's id and its number under the parent, and the id, which makes the key
+        unique. Rows created together (a page's chunks, a document's pages) share their created_at; after it they
+        lie as they were inserted, parent by parent, so a batch claims one parent's rows together (its bubble-up
+        updates few parents) and a walk over them reads the table's pages in order."""
+        return tuple(f"{alias}.{c}" if c.isidentifier() else c.replace("t.", f"{alias}.") for c, _ in self._claim_key)
+
+    def claim_key_types(self) -> tuple[str, ...]:
+        """The SQL type of each claim_key column."""
+        return tuple(sql_type for _, sql_type in self._claim_key)
+
+    @property
+    def _claim_key(self) -> tuple[tuple[str, str], ...]:
+        within = {
+            Level.DOCUMENT: (),
+            Level.PAGE: (("document_id", "uuid"), ("page_number", "int")),
+            Level.CHUNK: (("page_id", "uuid"), ("chunk_index", "int")),
+        }[self.level]
         return (
-            f"{alias}.priority DESC, CASE WHEN {alias}.{self.status} = 'failed' THEN 0 ELSE 1 END, "
-            f"{alias}.{self.col('retry_count')}, {alias}.created_at"
+            ("-t.priority", "int"),
+            (f"CASE WHEN t.{self.status} = 'failed' THEN 0 ELSE 1 END", "int"),
+            (self.col("retry_count"), "int"),
+            ("created_at", "timestamptz"),
+            *within,
+            ("id", "uuid"),
         )
+
+    def claim_order_sql(self, alias: str = "t") -> str:
+        return ", ".join(self.claim_key(alias))
 
     @property
     def parent_levels(self) -> tuple[Level, ...]:

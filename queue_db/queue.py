@@ -4,7 +4,9 @@ no orchestration concepts here.
 
 Concurrency design, in one place:
 - claims use `FOR UPDATE OF t SKIP LOCKED` over the kind's claim index, so workers never wait on each other's
-  candidate rows;
+  candidate rows; a queue object's claims start after the last task it claimed (its claim cursor, seeking the
+  index) and from the index's head at most `claim_rescan_s` apart, so a snapshot held open elsewhere, which keeps
+  the entries of every task claimed since, does not make each claim walk them;
 - every transition that touches task rows locks them in id order first, then their parent pages in id order,
   then their documents in id order. One global order (chunks -> pages -> documents, by id) means no deadlocks;
 - a parent is recomputed by a statement that runs AFTER the parent row lock is held. Under READ COMMITTED that

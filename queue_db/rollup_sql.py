@@ -261,11 +261,8 @@ def phase_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str]]:
                 f"{_UNALIASED.sub('', kind.max_retries_sql('t'))}))"
             )
             where = claimable if gate == "TRUE" else f"({_UNALIASED.sub('', gate)}) AND {claimable}"
-            index(
-                claim_index_name(kind),
-                f"{kind.table} (priority DESC, (CASE WHEN {status} = 'failed' THEN 0 ELSE 1 END), {retries}, "
-                f"created_at) WHERE {where}",
-            )
+            key = ", ".join(f"({c})" if c.startswith(("-", "CASE")) else c for c in kind.claim_key("t"))
+            index(claim_index_name(kind), f"{kind.table} ({_UNALIASED.sub('', key)}) WHERE {where}")
             if kind.level is not Level.DOCUMENT:  # a document's own task has idx_documents_heartbeat
                 short = short_table(kind.table)
                 index(

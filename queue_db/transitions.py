@@ -3,12 +3,14 @@ child tasks, and the bubble-up that runs in the same transaction as each of them
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import psycopg
 import psycopg.rows
@@ -19,7 +21,7 @@ import sqlalchemy as sa
 from .keys import chunk_id
 from .phases import NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, PhaseSpec, TaskKind
 from .registration import Registration
-from .rollup_sql import after_transition, lock_sql, recount_sql
+from .rollup_sql import GENERIC_PLANS, after_transition, lock_sql, recount_sql
 from .text import clean_text
 from .transactions import with_retries
 
@@ -50,6 +52,26 @@ class Correction:
     phase: str
     old: str | None
     new: str
+
+
+class ClaimStatement(NamedTuple):
+    """A claim to send: its statement and arguments; `full_at`, the time of a claim by the claim rule from the
+    index's head (None otherwise); `after`, whether it starts after the cursor."""
+
+    sql: str
+    args: dict
+    full_at: float | None = None
+    after: bool = False
+
+
+@dataclass
+class ClaimCursor:
+    """Where a queue object's next claim of a kind starts: after `after`, the claim key (TaskKind.claim_key) of the
+    last task it claimed, until `full_at` (time.monotonic()) is claim_rescan_s old and a claim starts at the head
+    again."""
+
+    after: list
+    full_at: float
 
 
 def make_worker_id(label: str = "worker") -> str:
@@ -95,7 +117,11 @@ class Transitions(Registration):
         return self._transaction(work) if phase is not None else self._autocommit(work)
 
     def _pipelined(
-        self, kind: TaskKind, worker_id: str, statements: Sequence[tuple[str, dict]], settled: Sequence[str] | None
+        self,
+        kind: TaskKind,
+        worker_id: str,
+        statements: Sequence[tuple[str, dict, bool]],
+        settled: Sequence[str] | None,
     ) -> list[list[dict]]:
         """The hot path (claim, complete, fail, settle): BEGIN, each transition as a prepared statement (its plan is
         cached, unlike dynamic SQL), one bubble-up pass for all of them (rollup_sql.after_transition, prepared
@@ -106,8 +132,11 @@ class Transitions(Registration):
         BEGIN and COMMIT are written out on an autocommit connection rather than left to psycopg's transaction(),
         which syncs after BEGIN and again before COMMIT: two more round trips, and the parents the bubble-up locked
         stayed locked while the server waited for the worker to read the results and send the COMMIT. Every other
-        transaction settling a sibling waited behind that wait."""
-        prepared = [(sql.replace("%", "%%").replace("$1", "%(args)s::jsonb"), args) for sql, args in statements]
+        transaction settling a sibling waited behind that wait.
+
+        A statement marked generic runs on its generic plan (planned once per connection): the claim after the
+        cursor, whose two laps took longer to plan, each time, than to run."""
+        prepared = [(sql.replace("%", "%%").replace("$1", "%(args)s::jsonb"), *rest) for sql, *rest in statements]
         bubble_args = {"worker": worker_id, "ids": list(settled) if settled else None}
         bubble = [(sql, bubble_args if "%(" in sql else None) for sql in after_transition(kind)]
 
@@ -121,7 +150,9 @@ class Transitions(Registration):
                 with pg.pipeline() as pipeline:
                     pg.execute("BEGIN")
                     cursors = []
-                    for sql, args in prepared:
+                    for sql, args, generic in prepared:
+                        if generic:  # transaction-local: the statements after it run on generic plans too
+                            pg.execute(GENERIC_PLANS, prepare=True)
                         cursor = pg.cursor(row_factory=psycopg.rows.dict_row)
                         # ids leave the queue as strings; loading them as text skips a uuid.UUID per value
                         cursor.adapters.register_loader("uuid", psycopg.types.string.TextLoader)
@@ -148,21 +179,52 @@ class Transitions(Registration):
 
         return with_retries(attempt)
 
-    def claim_sql(self, kind: TaskKind, *, only_ids: bool = False, override_retry_limit: bool = False) -> str:
-        """The claim statement of `kind` ($1: {worker, limit, only}). Public so the EXPLAIN test checks it."""
+    def claim_sql(
+        self, kind: TaskKind, *, only_ids: bool = False, override_retry_limit: bool = False, after: bool = False
+    ) -> str:
+        """The claim statement of `kind` ($1: {worker, limit, only, after}). Public so the EXPLAIN tests check it.
+
+        A claim by the claim rule alone (no `only_ids`, no `override_retry_limit`) returns each row's claim key
+        (`claim_key`: its lap, then TaskKind.claim_key's values), from which the queue object keeps its claim
+        cursor. `after`: the claim starts after $1.after, a claim key, by a row comparison the claim index seeks
+        to, and only when the rows after it run short goes on from the index's head up to it (the second lap).
+        Each claimable row is in exactly one lap, so the claim takes as many rows as a claim from the head would;
+        only their order differs: rows that came before the cursor since (a retry, a higher priority) wait for the
+        next claim from the head, at most claim_rescan_s later."""
         where = kind.claimable_sql("t")
         if override_retry_limit:
             where = f"({kind.ready_sql}) AND t.{kind.status} IN ('pending', 'failed')"
         if only_ids:
             where += " AND t.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'only'))::uuid[])"
-        returning = kind.returning_sql("t")
-        return f"""
-            WITH picked AS (
-                SELECT t.id FROM {kind.table} t
-                WHERE {where}
+        keyed = not (only_ids or override_retry_limit)
+        key = kind.claim_key("t")
+        columns = "t.id" + "".join(f", {column} AS k{i}" for i, column in enumerate(key[:-1])) if keyed else "t.id"
+
+        def pick(condition: str = "", lap: int = 1) -> str:
+            return f"""SELECT {columns}{f", {lap} AS lap" if keyed else ""} FROM {kind.table} t
+                WHERE {where}{condition}
                 ORDER BY {kind.claim_order_sql("t")}
                 LIMIT ($1->>'limit')::int
-                FOR UPDATE OF t SKIP LOCKED
+                FOR UPDATE OF t SKIP LOCKED"""
+
+        picked = pick()
+        if after and keyed:
+            types = kind.claim_key_types()
+            cursor = ", ".join(f"($1->'after'->>{i})::{sql_type}" for i, sql_type in enumerate(types))
+            past = f"({', '.join(key)}) > ({cursor})"
+            # a locking clause may not stand in a UNION's own arms, but may in a subquery there
+            picked = f"""SELECT * FROM ({pick(f" AND {past}")}) first_lap
+                UNION ALL
+                SELECT * FROM ({pick(f" AND ({past}) IS NOT TRUE", lap=2)}) second_lap
+                LIMIT ($1->>'limit')::int"""
+        returning = kind.returning_sql("t")
+        if keyed:
+            values = ", ".join(f"p.k{i}" for i in range(len(key) - 1))
+            returning += f""",
+                (SELECT jsonb_build_array(p.lap, {values}, p.id) FROM picked p WHERE p.id = t.id) AS claim_key"""
+        return f"""
+            WITH picked AS (
+                {picked}
             )
             UPDATE {kind.table} t
             SET {kind.status} = 'processing', {kind.col("worker_id")} = $1->>'worker',
@@ -185,18 +247,58 @@ class Transitions(Registration):
         takes failed rows whose retries are exhausted or whose back-off has not elapsed: a manual backfill.
         """
         statement = self._claim_statement(kind, worker_id, limit, only_ids, override_retry_limit)
-        return self._pipelined(kind, worker_id, [statement], None)[0] if statement else []
+        if not statement:
+            return []
+        sent = [(statement.sql, statement.args, statement.after)]
+        return self._claimed(kind, statement, self._pipelined(kind, worker_id, sent, None)[0])
 
     def _claim_statement(
-        self, kind: TaskKind, worker_id: str, limit: int, only_ids: Sequence[str] | None, override_retry_limit: bool
-    ) -> tuple[str, dict] | None:
+        self,
+        kind: TaskKind,
+        worker_id: str,
+        limit: int,
+        only_ids: Sequence[str] | None,
+        override_retry_limit: bool,
+        from_head: bool = False,
+    ) -> ClaimStatement | None:
         if limit <= 0 or (only_ids is not None and not only_ids):
             return None
-        sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
         args: dict[str, Any] = {"worker": worker_id, "limit": limit}
-        if only_ids is not None:
-            args["only"] = [str(i) for i in only_ids]
-        return sql, args
+        if only_ids is not None or override_retry_limit:
+            sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
+            if only_ids is not None:
+                args["only"] = [str(i) for i in only_ids]
+            return ClaimStatement(sql, args)
+        now = time.monotonic()
+        cursor = self._claim_cursors.get(kind.name)
+        if from_head or cursor is None or now - cursor.full_at >= self.settings.claim_rescan_s:
+            return ClaimStatement(self.claim_sql(kind), args, full_at=now)
+        return ClaimStatement(self.claim_sql(kind, after=True), {**args, "after": cursor.after}, after=True)
+
+    @property
+    def _claim_cursors(self) -> dict[str, ClaimCursor]:
+        """This queue object's claim cursor per kind name (its process's, as a worker holds one queue object)."""
+        return self.__dict__.setdefault("_claim_cursor_of_kind", {})
+
+    def _claimed(self, kind: TaskKind, statement: ClaimStatement, rows: list[dict]) -> list[dict]:
+        """The rows a claim returned, without their claim keys; the cursor moves to the last of them in the claim's
+        order (the second lap's last, when it went round). A claim from the head that found nothing drops it."""
+        keys = [row.pop("claim_key") for row in rows if "claim_key" in row]
+        if statement.full_at is None and not statement.after:
+            return rows
+        full_at = statement.full_at
+        cursors = self._claim_cursors
+        if not keys:
+            if full_at is not None:
+                cursors.pop(kind.name, None)
+            return rows
+        last = _last_claimed(kind, keys)
+        cursor = cursors.get(kind.name)
+        if full_at is not None or cursor is None:
+            cursors[kind.name] = ClaimCursor(last[1:], full_at if full_at is not None else time.monotonic())
+        else:
+            cursor.after = last[1:]
+        return rows
 
     def heartbeat(self, kind: TaskKind, worker_id: str, ids: Iterable[str]) -> set[str]:
         """Refresh the heartbeat of tasks still owned by `worker_id`; returns the ids still owned."""
@@ -207,7 +309,7 @@ class Transitions(Registration):
             WITH mine AS (
                 SELECT id FROM {kind.table}
                 WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'ids'))::uuid[])
-                  AND {kind.status} = 'processing' AND {kind.col("worker_id")} = $1->>'worker'
+                  AND {fence_sql(kind, kind.table)}
                 ORDER BY id FOR UPDATE
             )
             UPDATE {kind.table} t SET {kind.col("last_heartbeat")} = now()
@@ -226,7 +328,9 @@ class Transitions(Registration):
         return f"""
             UPDATE {kind.table} t SET {set_sql}, updated_at = now()
             FROM (SELECT * FROM jsonb_to_recordset($1->'values') AS v({record}) ORDER BY v.id) v
-            WHERE t.id = v.id AND t.{kind.status} = 'processing' AND t.{kind.col("worker_id")} = $1->>'worker'
+            WHERE t.id = v.id AND {fence_sql(kind, "t")}
+              -- the ids as one array probe the primary key in one index scan (not one scan per row)
+              AND t.id = ANY(ARRAY(SELECT x.id FROM jsonb_to_recordset($1->'values') AS x(id uuid)))
             RETURNING t.id{parent_columns(kind)}"""
 
     def complete(self, kind: TaskKind, worker_id: str, results: Sequence[dict] | Sequence[str]) -> Transition:
@@ -248,8 +352,14 @@ class Transitions(Registration):
         transaction with one bubble-up pass: what a worker loop sends between two batches, in one round trip."""
         complete = self._complete_statement(kind, worker_id, completed)
         fail = self._fail_statement(kind, worker_id, failed)
-        next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit)
-        statements = [s[:2] for s in (complete, fail, next_claim) if s is not None]
+        # a task failed here may be claimable at once (no back-off): it sorts first, so the next claim starts at the
+        # head, this settle's or a later one
+        next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit, bool(fail))
+        if fail and next_claim is None:
+            self._claim_cursors.pop(kind.name, None)
+        statements = [(s[0], s[1], False) for s in (complete, fail) if s is not None]
+        if next_claim is not None:
+            statements.append((next_claim.sql, next_claim.args, next_claim.after))
         settled = [i for s in (complete, fail) if s is not None for i in s[2]]
         if not statements:
             return Settlement(Transition([], []), Transition([], []), [])
@@ -257,7 +367,7 @@ class Transitions(Registration):
         return Settlement(
             _outcome(complete[2], next(results)) if complete else Transition([], []),
             _outcome(fail[2], next(results)) if fail else Transition([], []),
-            next(results) if next_claim else [],
+            self._claimed(kind, next_claim, next(results)) if next_claim else [],
         )
 
     def _complete_statement(
@@ -465,9 +575,35 @@ def _derived_chunk_ids(document_key: str, page_number: int, chunks: Sequence[dic
     return ids
 
 
+def fence_sql(kind: TaskKind, alias: str) -> str:
+    """Over `alias`: the row is still `processing` by $1.worker. The status test is written IS NOT DISTINCT FROM
+    (the same, for a column that is never NULL) so that the planner cannot prove from it the predicate of the
+    kind's heartbeat index (status = 'processing') and answer the fence from that index: it thinks the index small,
+    but while a session holds an old snapshot it keeps an entry for every task held since, none of which can be
+    marked dead, and a scan of it walks them all, on every completion and heartbeat. The ids probe the primary key."""
+    status, worker = f"{alias}.{kind.status}", f"{alias}.{kind.col('worker_id')}"
+    return f"{status} IS NOT DISTINCT FROM 'processing' AND {worker} = $1->>'worker'"
+
+
 def parent_columns(kind: TaskKind) -> str:
     cols = {Level.DOCUMENT: "", Level.PAGE: ", t.document_id", Level.CHUNK: ", t.page_id, t.document_id"}
     return cols[kind.level]
+
+
+def _last_claimed(kind: TaskKind, keys: list[list]) -> list:
+    """The claim key (lap, then TaskKind.claim_key's values, as JSON) that comes last in the claim's order, ordered
+    as the claim index orders them: NULLs last, times by value, ids as their text (lowercase hex, in byte order)."""
+    times = [i + 1 for i, sql_type in enumerate(kind.claim_key_types()) if sql_type == "timestamptz"]
+    nulls = any(None in key for key in keys)
+
+    def order(key: list) -> tuple:
+        values = list(key)
+        for i in times:
+            if values[i] is not None:
+                values[i] = datetime.datetime.fromisoformat(values[i])
+        return (values[0], *((value is None, value) for value in values[1:])) if nulls else tuple(values)
+
+    return max(keys, key=order)
 
 
 def _restored(pg: psycopg.Connection, autocommit: bool) -> bool:

@@ -69,6 +69,39 @@ def test_claim_reads_its_partial_index_in_order(big_queue, kind):
     assert not any(n["Node Type"] == "Seq Scan" for n in nodes), f"{kind.name} scans a whole table:\n{shown}"
 
 
+@pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
+@pytest.mark.parametrize("kind", list(EXPECTED_INDEX), ids=lambda k: k.name)
+def test_claim_after_the_cursor_seeks_its_index(big_queue, kind, plan_mode):
+    """The claim after a cursor (a claim key) starts there by a row comparison on the claim index, not by walking
+    the index from its head (where, under a held snapshot, lie the entries of every task claimed since)."""
+    statement = TaskQueue(big_queue).claim_sql(kind, after=True)
+    with big_queue.connect() as conn:
+        after = conn.exec_driver_sql(
+            f"SELECT jsonb_build_array({', '.join(kind.claim_key('t'))}) FROM {kind.table} t "
+            f"WHERE {kind.claimable_sql('t')} ORDER BY {kind.claim_order_sql('t')} OFFSET 100 LIMIT 1"
+        ).scalar()
+        assert after, f"nothing to claim for {kind.name}"
+        conn.exec_driver_sql(f"SET plan_cache_mode = {plan_mode}")  # the hot path's statements are prepared
+        conn.exec_driver_sql(f"PREPARE claim_after(jsonb) AS {statement}")
+        plan = conn.exec_driver_sql(
+            f"EXPLAIN (FORMAT JSON) EXECUTE claim_after({_literal({'worker': 'w', 'limit': 50, 'after': after})})"
+        ).scalar()
+        conn.exec_driver_sql("DEALLOCATE ALL")
+        conn.rollback()
+    nodes = list(_nodes(plan[0]["Plan"]))
+    shown = "\n".join(
+        f"{n.get('Node Type')} {n.get('Relation Name', '')} {n.get('Index Name', '')} {n.get('Index Cond', '')}"
+        for n in nodes
+    )
+    scans = [n for n in nodes if n.get("Index Name") == EXPECTED_INDEX[kind]]
+    assert len(scans) == 2, f"{kind.name}: not two laps over its index:\n{shown}"
+    assert any(n.get("Index Cond", "").startswith("(ROW(") for n in scans), (
+        f"{kind.name}: the first lap does not seek past the cursor:\n{shown}"
+    )
+    assert not any(n["Node Type"] == "Sort" for n in nodes), f"{kind.name} sorts instead of reading in order:\n{shown}"
+    assert not any(n["Node Type"] == "Seq Scan" for n in nodes), f"{kind.name} scans a whole table:\n{shown}"
+
+
 def _nodes(node: dict):
     yield node
     for child in node.get("Plans", []):
