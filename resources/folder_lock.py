@@ -19,6 +19,10 @@ from pathlib import Path
 
 LOCK_FILE_NAME = ".docqueue.lock"
 LINGER_TICK_S = 0.05
+# how long a process that let go of the folder because another asked for it stays away before taking it again: more
+# than a waiter's longest poll (0.2 s with jitter, _acquire_lock_file), so the waiter gets its turn rather than
+# losing every race to a holder that operates back to back (a search session beside a run)
+HANDOVER_S = 0.15
 
 
 class QdrantStorageBusy(TimeoutError):
@@ -46,7 +50,7 @@ def _acquire_lock_file(lock_path: Path, deadline: float, timeout_s: float):
                 ) from None
             # jitter keeps two waiters from polling in lockstep
             time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
-            delay = min(delay * 2, 0.2)
+            delay = min(delay * 2, 0.05)  # short: a holder that let go for a waiter stays away HANDOVER_S
 
 
 def _release_lock_file(handle) -> None:
@@ -102,6 +106,7 @@ class LocalFolder:
         self._opened_ns = 0
         self._idle_since = 0.0
         self._ticking = False
+        self._away_until = 0.0  # HANDOVER_S after letting go for a waiter
 
     @contextmanager
     def open(self, timeout_s: float):
@@ -132,6 +137,9 @@ class LocalFolder:
 
     def _connect(self, deadline: float, timeout_s: float) -> None:
         self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        away = min(self._away_until, deadline) - time.monotonic()
+        if away > 0:
+            time.sleep(away)
         self._lock_handle = _acquire_lock_file(self.lock_path, deadline, timeout_s)
         self._opened_ns = time.time_ns()
         try:
@@ -212,6 +220,8 @@ class LocalFolder:
                 self._disconnect()
 
     def _disconnect(self) -> None:
+        if self._lock_handle is not None and _asked_since(self.lock_path, self._opened_ns):
+            self._away_until = time.monotonic() + HANDOVER_S
         try:
             if self._handle is not None:
                 self._handle.close()
