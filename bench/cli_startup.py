@@ -6,8 +6,9 @@ the warm search session's latency on it. `ingest` registers a new small note eac
 
 Medians of wall and CPU seconds per command (the database server already running; `search_plain` is `search` with
 DOCQUEUE_SEARCH_ENTITIES_PER_HIT=0, which never reads the graph, run in the same rounds), the session's opening and
-its p50/p95 per search (embedding, both rankings, fusion, and the hits' entities from the graph), side by side with
-the same searches without the graph (`plain`) and with the related entities of `--graph`, the load average; the
+its p50/p95 per search (embedding, both rankings, fusion, the content groups and the hits' entities from the graph),
+side by side with the same searches without the graph (`plain`), with neither groups nor graph (`bare`) and with the
+related entities of `--graph`, the load average; the
 last line is `RESULT {json}`. `--before REF` times the same commands with the code of git revision REF too (a
 copy extracted to a scratch folder, run against the same home), in the same rounds, alternating which goes first,
 and reports its figures under `before` and the ratios after/before. The commands run from their bytecode caches
@@ -114,9 +115,15 @@ def extracted(ref: str, folder: Path) -> str:
     return resolved
 
 
-# the warm search's variants, measured side by side: without the graph, with each hit's entities (the default),
+# the warm search's variants, measured side by side: `bare` without what issue 27 adds (no content groups read,
+# no copies collapsed, no graph), without the graph, with each hit's entities (the default: groups and entities),
 # and with the related entities of `docqueue search --graph`
-VARIANTS = {"plain": {"entities": False}, "entities": {}, "graph": {"graph": True}}
+VARIANTS = {
+    "bare": {"entities": False, "all_copies": True},
+    "plain": {"entities": False},
+    "entities": {},
+    "graph": {"graph": True},
+}
 
 
 def percentiles(latencies: list[float]) -> dict[str, float]:
@@ -137,6 +144,7 @@ def session(searches: int, query: str) -> dict:
         latencies: dict[str, list[float]] = {name: [] for name in VARIANTS}
         reads: dict[str, list[float]] = {"entities": [], "graph": []}
         read_of = timed_reads(warm, reads)
+        group_reads = without_groups(read_of)
         entities = 0
         for n in range(searches):
             # each round runs every variant on the same query, in a rotating order, so none always goes first
@@ -155,6 +163,10 @@ def session(searches: int, query: str) -> dict:
         "searches": searches,
         **{name: variants[name] for name in ("plain", "graph")},
         "entities_added_p95_ms": round(variants["entities"]["p95_ms"] - variants["plain"]["p95_ms"], 2),
+        # what content groups and entities add together to a default search, in the same rounds
+        "groups_and_entities_added_p95_ms": round(variants["entities"]["p95_ms"] - variants["bare"]["p95_ms"], 2),
+        "bare": variants["bare"],
+        "group_reads": group_reads,
         "entities_per_search": round(entities / max(searches, 1), 1),
         "graph_read": graph_reads,
     }
@@ -163,6 +175,7 @@ def session(searches: int, query: str) -> dict:
         print(f"  {name:8s} p50 {values['p50_ms']} ms  p95 {values['p95_ms']} ms", flush=True)
     for name, values in graph_reads.items():
         print(f"  graph read ({name}) p50 {values['p50_ms']} ms  p95 {values['p95_ms']} ms", flush=True)
+    print(f"  groups and entities add {figures['groups_and_entities_added_p95_ms']} ms p95", flush=True)
     return figures
 
 
@@ -180,6 +193,24 @@ def timed_reads(warm, reads: dict[str, list[float]]) -> list[str]:
 
     warm.graph.lookup = timed
     return variant
+
+
+def without_groups(variant: list[str]) -> dict[str, int]:
+    """The `bare` variant reads no content groups: the session's group look-up answers "no groups" at once while
+    the cell `variant` names it, so `bare` is a search as it was before groups existed (with `all_copies`, no
+    over-fetch and no collapse). Returns the count of group look-ups made per variant."""
+    import resources.search_copies as copies
+
+    lookup, made = copies.copies_of, dict.fromkeys(VARIANTS, 0)
+
+    def copies_of(*args, **kwargs):
+        if variant[0] == "bare":
+            return {}
+        made[variant[0]] += 1
+        return lookup(*args, **kwargs)
+
+    copies.copies_of = copies_of
+    return made
 
 
 def main() -> None:

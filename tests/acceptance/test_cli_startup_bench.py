@@ -1,7 +1,7 @@
 """bench/cli_startup.py end to end at the smallest size: on a home with one processed document it times each light
 command once, beside the same commands at the checkout's own commit (`--before HEAD`, extracted from git), and a few
-warm searches (without the graph, with the hits' entities, with --graph), and ends with one `RESULT {json}` line
-whose figures are numbers."""
+warm searches (bare, reading no groups and no graph; without the graph; with the hits' entities; with --graph), and
+ends with one `RESULT {json}` line whose figures are numbers."""
 
 from __future__ import annotations
 
@@ -53,6 +53,9 @@ def test_the_startup_bench_reports_every_figure(docqueue_env, tmp_path):
     assert all(figures["cpu_s"] > 0 for figures in result["before"].values()) and result["before_commit"]
     assert result["session"]["p95_ms"] > 0 and result["session"]["searches"] == 5 and result["commit"]
     # the same searches without the graph and with --graph's related entities, side by side
-    assert all(result["session"][variant]["p95_ms"] > 0 for variant in ("plain", "graph"))
+    assert all(result["session"][variant]["p95_ms"] > 0 for variant in ("bare", "plain", "graph"))
     assert isinstance(result["session"]["entities_added_p95_ms"], float)
+    # what groups and entities add, against searches that read no group: the bare ones made no look-up
+    assert isinstance(result["session"]["groups_and_entities_added_p95_ms"], float)
+    assert result["session"]["group_reads"]["bare"] == 0 and result["session"]["group_reads"]["entities"] >= 5
     assert set(result["session"]["graph_read"]) == {"entities", "graph"}
