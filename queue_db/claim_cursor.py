@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
-from .phases import TaskKind
+from .phase_spec import TaskKind
 
 
 class ClaimStatement(NamedTuple):
