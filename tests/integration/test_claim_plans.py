@@ -9,7 +9,7 @@ import pytest
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.rollup_sql import after_transition
-from tests.queue_support import bulk_seed
+from tests.queue_support import bulk_seed, load_auto_explain
 
 EXPECTED_INDEX = {
     OCR_DOCUMENT: "idx_documents_expand_claim",
@@ -129,14 +129,7 @@ def test_bubble_up_after_claim_and_complete_reads_parents_by_index(big_queue, ki
     notices: list[str] = []
     pg.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
     try:
-        try:
-            pg.execute("LOAD 'auto_explain'")
-        except Exception as exc:  # a server without the module, or a role that may not load it
-            pg.rollback()
-            pytest.skip(f"auto_explain is not available on this server: {exc.__class__.__name__}")
-        for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_format = text"):
-            pg.execute(f"SET auto_explain.{setting}")
-        pg.execute("SET client_min_messages = log")
+        load_auto_explain(pg, "log_min_duration = 0", "log_nested_statements = on", "log_format = text")
         # The test's own statements carry SETUP so that only the bubble-up functions' plans are judged: the
         # simulated completion may well seq-scan the 1,200-row page table, and the claim has its own test above.
         claim = queue.claim_sql(kind).replace("%", "%%").replace("$1", "%(args)s::jsonb") + SETUP
