@@ -21,10 +21,16 @@ import os
 import time
 from pathlib import Path
 
-from bench._damaged_stores import _docqueue
-from bench._pipeline_env import pipeline_env
+from bench._pipeline_env import (
+    child_figures,
+    damage_row,
+    docqueue_env,
+    migrated_queue,
+    unfinished_and_chunks,
+    verified_clean,
+)
+from bench._pipeline_env import docqueue as _docqueue
 
-REPO = Path(__file__).resolve().parents[1]
 # (name, the file of the database folder, what is done to it): ArcadeDB reads the first as a graph without chunks
 # and loads the previous schema (without the types made since) for the second
 DAMAGES = (("deleted-bucket", "Chunk_0.*.bucket", "delete"), ("cut-schema", "schema.json", "truncate"))
@@ -36,28 +42,20 @@ def row(args, databases, root: Path) -> dict:
     import psycopg
 
     from bench.orchestration_overhead import free_port, make_corpus
-    from queue_db.migrate import upgrade
-    from queue_db.queue import create_queue_engine
 
-    queue_url = databases.create("graph_queue")
-    engine = create_queue_engine(queue_url)
-    upgrade(engine)
-    engine.dispose()
-    home = root / "home-damaged-graph"
-    env = {
-        **os.environ,
-        **pipeline_env(
-            home, queue_url, databases.create("graph_dagster"), {"uri": "", "user": "", "password": "", "database": ""}
-        ),
-        "DOCQUEUE_BOLT_PORT": str(free_port()),
-        "DOCQUEUE_NEO4J_DATABASE": "",
-        "PYTHONPATH": str(REPO),
-    }
+    queue_url = migrated_queue(databases, "graph_queue")
+    env = docqueue_env(
+        root / "home-damaged-graph",
+        queue_url,
+        databases.create("graph_dagster"),
+        {"uri": "", "user": "", "password": "", "database": ""},
+        DOCQUEUE_BOLT_PORT=str(free_port()),
+        DOCQUEUE_NEO4J_DATABASE="",
+    )
     for name in ("DOCQUEUE_NEO4J_USER", "DOCQUEUE_NEO4J_PASSWORD"):
         env.pop(name, None)
     corpus = root / "corpus-damaged-graph"
     make_corpus(corpus, args.damaged_documents, args.damaged_pages)
-    errors: list[str] = []
     try:
         with psycopg.connect(queue_url, autocommit=True) as conn:
             _docqueue(env, "ingest", str(corpus))
@@ -68,48 +66,23 @@ def row(args, databases, root: Path) -> dict:
             before = _child(env, "count")
             faults = {name: _damage_and_rebuild(env, conn, before, name, file, how) for name, file, how in DAMAGES}
             after = _child(env, "count")
-            lost = conn.execute(
-                "SELECT (SELECT count(*) FROM task_queue_page WHERE ocr_status <> 'completed') + "
-                "(SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed' "
-                "OR graphrag_status <> 'completed')"
-            ).fetchone()[0]
-            chunks = conn.execute("SELECT count(*) FROM task_queue_chunk").fetchone()[0]
-        verify = _docqueue(env, "verify", "--json", check=False)
+            lost, chunks = unfinished_and_chunks(conn)
+        consistent = verified_clean(env)
     finally:
         _child(env, "stop")
-    consistent = verify.returncode == 0 and json.loads(verify.stdout).get("consistent")
-    for name, fault in faults.items():
-        errors += [f"{name}: {problem}" for problem in fault.pop("problems")]
-    for problem, bad in (
-        ("tasks not completed", lost),
-        ("verify not clean at the end", not consistent),
-        ("the vector points changed", after["points"] != before["points"]),
-        ("duplicate nodes or edges", after["graph_duplicates"]),
-        ("the graph's counts changed", after["graph"] != before["graph"]),
-    ):
-        if bad:
-            errors.append(problem)
-    clean_per_s = round(clean_done / clean_s, 2)
-    return {
-        "faults_injected": len(faults),
-        "work_done": sum(f["rebuilt_chunks"] for f in faults.values()),
-        "tasks_lost": lost,
-        "completed_twice": after["points"]["count"] - chunks,  # points beyond one a chunk
-        "duplicate_nodes_edges": after["graph_duplicates"],
-        "fenced_rejected": 0,
-        "rollup_mismatches": 0,
-        "reconcile_corrections": 0,
-        "corpus": {"documents": args.damaged_documents, "pages": args.damaged_pages},
-        "chunks": chunks,
-        "points_unchanged": after["points"] == before["points"],
-        "graph_before": before["graph"],
-        "graph_after": after["graph"],
-        "by_fault": {name: {**fault, "clean_graph_chunks_per_s": clean_per_s} for name, fault in faults.items()},
-        "detect_s": max(f["detect_s"] for f in faults.values()),
-        "rebuild_s": max(f["rebuild_s"] for f in faults.values()),
-        "tasks_per_s": {"clean": clean_per_s, "during": {n: f["rebuild_per_s"] for n, f in faults.items()}},
-        "errors": errors,
-    }
+    return damage_row(
+        faults,
+        [("the vector points changed", after["points"] != before["points"])],
+        lost=lost,
+        consistent=consistent,
+        chunks=chunks,
+        before=before,
+        after=after,
+        completed_twice=after["points"]["count"] - chunks,  # points beyond one a chunk
+        corpus={"documents": args.damaged_documents, "pages": args.damaged_pages},
+        clean=("clean_graph_chunks_per_s", round(clean_done / clean_s, 2)),
+        extra={"points_unchanged": after["points"] == before["points"]},
+    )
 
 
 def _damage_and_rebuild(env: dict, conn, before: dict, name: str, file: str, how: str) -> dict:
@@ -162,20 +135,7 @@ def _damage_and_rebuild(env: dict, conn, before: dict, name: str, file: str, how
 def _child(env: dict, what: str) -> dict:
     """One store operation in a process of its own: `stop` stops the embedded Bolt server (and names its database
     folder), `count` counts the graph, its duplicates and the vector points."""
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-c", f"from bench._damaged_graph import in_child; in_child({what!r})"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"row 7's {what} child failed ({done.returncode}): {done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_figures(env, "bench._damaged_graph", "row 7", what)
 
 
 def in_child(what: str) -> None:

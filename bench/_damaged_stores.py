@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from bench._pipeline_env import pipeline_env
+from bench._pipeline_env import (
+    child_figures,
+    damage_row,
+    docqueue_env,
+    migrated_queue,
+    unfinished_and_chunks,
+    verified_clean,
+)
+from bench._pipeline_env import docqueue as _docqueue
 
-REPO = Path(__file__).resolve().parents[1]
 # (name, the shard, the segment file, what is done to it): the engine refuses to read the vectors of a shard whose
 # vector file is cut, and to open one whose payload page is gone
 DAMAGES = (
@@ -43,25 +48,14 @@ def row(args, services: tuple, root: Path) -> dict:
     import psycopg
 
     from bench.orchestration_overhead import clean_graph, make_corpus
-    from queue_db.migrate import upgrade
-    from queue_db.queue import create_queue_engine
 
     bolt, databases = services
-    queue_url = databases.create("damaged_queue")
-    engine = create_queue_engine(queue_url)
-    upgrade(engine)
-    engine.dispose()
+    queue_url = migrated_queue(databases, "damaged_queue")
     clean_graph(bolt)
-    home = root / "home-damaged"
-    env = {
-        **os.environ,
-        **pipeline_env(home, queue_url, databases.create("damaged_dagster"), bolt),
-        "PYTHONPATH": str(REPO),
-    }
+    env = docqueue_env(root / "home-damaged", queue_url, databases.create("damaged_dagster"), bolt)
     halves = [root / "corpus-damaged-1", root / "corpus-damaged-2"]
     for half in halves:
         make_corpus(half, max(1, args.damaged_documents // 2), args.damaged_pages)
-    errors: list[str] = []
     with psycopg.connect(queue_url, autocommit=True) as conn:
         _docqueue(env, "ingest", str(halves[0]))
         started = time.monotonic()
@@ -74,45 +68,19 @@ def row(args, services: tuple, root: Path) -> dict:
         before = _child(env, "count")
         faults = {name: _damage_and_rebuild(env, conn, name, side, file, how) for name, side, file, how in DAMAGES}
         after = _child(env, "count")
-        lost = conn.execute(
-            "SELECT (SELECT count(*) FROM task_queue_page WHERE ocr_status <> 'completed') + "
-            "(SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed' "
-            "OR graphrag_status <> 'completed')"
-        ).fetchone()[0]
-        chunks = conn.execute("SELECT count(*) FROM task_queue_chunk").fetchone()[0]
-    verify = _docqueue(env, "verify", "--json", check=False)
-    consistent = verify.returncode == 0 and json.loads(verify.stdout).get("consistent")
-    for name, fault in faults.items():
-        errors += [f"{name}: {problem}" for problem in fault.pop("problems")]
-    for problem, bad in (
-        ("tasks not completed", lost),
-        ("verify not clean at the end", not consistent),
-        ("points and chunks differ", not (after["points"] == after["chunk_ids"] == chunks)),
-        ("duplicate nodes or edges", after["graph_duplicates"]),
-        ("the graph's counts changed", after["graph"] != before["graph"]),
-    ):
-        if bad:
-            errors.append(problem)
-    clean_per_s = round(clean_done / clean_s, 2)
-    return {
-        "faults_injected": len(faults),
-        "work_done": sum(f["rebuilt_chunks"] for f in faults.values()),
-        "tasks_lost": lost,
-        "completed_twice": after["points"] - chunks,
-        "duplicate_nodes_edges": after["graph_duplicates"],
-        "fenced_rejected": 0,
-        "rollup_mismatches": 0,
-        "reconcile_corrections": 0,
-        "corpus": {"documents": 2 * max(1, args.damaged_documents // 2), "pages": args.damaged_pages},
-        "chunks": chunks,
-        "graph_before": before["graph"],
-        "graph_after": after["graph"],
-        "by_fault": {name: {**fault, "clean_chunk_completions_per_s": clean_per_s} for name, fault in faults.items()},
-        "detect_s": max(f["detect_s"] for f in faults.values()),
-        "rebuild_s": max(f["rebuild_s"] for f in faults.values()),
-        "tasks_per_s": {"clean": clean_per_s, "during": {n: f["rebuild_per_s"] for n, f in faults.items()}},
-        "errors": errors,
-    }
+        lost, chunks = unfinished_and_chunks(conn)
+    return damage_row(
+        faults,
+        [("points and chunks differ", not (after["points"] == after["chunk_ids"] == chunks))],
+        lost=lost,
+        consistent=verified_clean(env),
+        chunks=chunks,
+        before=before,
+        after=after,
+        completed_twice=after["points"] - chunks,
+        corpus={"documents": 2 * max(1, args.damaged_documents // 2), "pages": args.damaged_pages},
+        clean=("clean_chunk_completions_per_s", round(clean_done / clean_s, 2)),
+    )
 
 
 def _damage_and_rebuild(env: dict, conn, name: str, side: str, file: str, how: str) -> dict:
@@ -160,34 +128,10 @@ def _damage_and_rebuild(env: dict, conn, name: str, side: str, file: str, how: s
     }
 
 
-def _docqueue(env: dict, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and done.returncode != 0:
-        raise SystemExit(f"docqueue {' '.join(args)} failed ({done.returncode}): {done.stderr[-3000:]}")
-    return done
-
-
 def _child(env: dict, what: str) -> dict:
     """One store operation in a process of its own (a shard admits one process): `index` moves the tail's points
     into the main shard, `folders` names the shards, `count` counts points and the graph."""
-    done = subprocess.run(
-        [sys.executable, "-c", f"from bench._damaged_stores import in_child; in_child({what!r})"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"row 6's {what} child failed ({done.returncode}): {done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_figures(env, "bench._damaged_stores", "row 6", what)
 
 
 def in_child(what: str) -> None:

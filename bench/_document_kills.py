@@ -30,7 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench._damaged_stores import _child, _docqueue
+from bench._damaged_stores import _child
+from bench._pipeline_env import docqueue as _docqueue
 from bench._pipeline_env import pipeline_env
 
 REPO = Path(__file__).resolve().parents[1]

@@ -176,7 +176,7 @@ def home_env(home: Path) -> dict[str, str]:
 
 
 def docqueue(env: dict, *args: str, timeout: float = 600, failed_tasks_ok: bool = False) -> str:
-    from bench._damaged_stores import _docqueue
+    from bench._pipeline_env import docqueue as _docqueue
     from orchestration.cli.errors import EXIT_TASKS_FAILED
 
     done = _docqueue(env, *args, check=False, timeout=timeout)

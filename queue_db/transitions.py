@@ -3,14 +3,13 @@ child tasks, and the bubble-up that runs in the same transaction as each of them
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import socket
-import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, NamedTuple, Sequence
+from functools import cached_property
+from typing import Iterable, Sequence
 
 import psycopg
 import psycopg.rows
@@ -18,6 +17,7 @@ import psycopg.types.json
 import psycopg.types.string
 import sqlalchemy as sa
 
+from .claim_cursor import ClaimCursors, claim_sql
 from .keys import chunk_id
 from .phases import NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, PhaseSpec, TaskKind
 from .registration import Registration
@@ -52,26 +52,6 @@ class Correction:
     phase: str
     old: str | None
     new: str
-
-
-class ClaimStatement(NamedTuple):
-    """A claim to send: its statement and arguments; `full_at`, the time of a claim by the claim rule from the
-    index's head (None otherwise); `after`, whether it starts after the cursor."""
-
-    sql: str
-    args: dict
-    full_at: float | None = None
-    after: bool = False
-
-
-@dataclass
-class ClaimCursor:
-    """Where a queue object's next claim of a kind starts: after `after`, the claim key (TaskKind.claim_key) of the
-    last task it claimed, until `full_at` (time.monotonic()) is claim_rescan_s old and a claim starts at the head
-    again."""
-
-    after: list
-    full_at: float
 
 
 def make_worker_id(label: str = "worker") -> str:
@@ -182,55 +162,8 @@ class Transitions(Registration):
     def claim_sql(
         self, kind: TaskKind, *, only_ids: bool = False, override_retry_limit: bool = False, after: bool = False
     ) -> str:
-        """The claim statement of `kind` ($1: {worker, limit, only, after}). Public so the EXPLAIN tests check it.
-
-        A claim by the claim rule alone (no `only_ids`, no `override_retry_limit`) returns each row's claim key
-        (`claim_key`: its lap, then TaskKind.claim_key's values), from which the queue object keeps its claim
-        cursor. `after`: the claim starts after $1.after, a claim key, by a row comparison the claim index seeks
-        to, and only when the rows after it run short goes on from the index's head up to it (the second lap).
-        Each claimable row is in exactly one lap, so the claim takes as many rows as a claim from the head would;
-        only their order differs: rows that came before the cursor since (a retry, a higher priority) wait for the
-        next claim from the head, at most claim_rescan_s later."""
-        where = kind.claimable_sql("t")
-        if override_retry_limit:
-            where = f"({kind.ready_sql}) AND t.{kind.status} IN ('pending', 'failed')"
-        if only_ids:
-            where += " AND t.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1->'only'))::uuid[])"
-        keyed = not (only_ids or override_retry_limit)
-        key = kind.claim_key("t")
-        columns = "t.id" + "".join(f", {column} AS k{i}" for i, column in enumerate(key[:-1])) if keyed else "t.id"
-
-        def pick(condition: str = "", lap: int = 1) -> str:
-            return f"""SELECT {columns}{f", {lap} AS lap" if keyed else ""} FROM {kind.table} t
-                WHERE {where}{condition}
-                ORDER BY {kind.claim_order_sql("t")}
-                LIMIT ($1->>'limit')::int
-                FOR UPDATE OF t SKIP LOCKED"""
-
-        picked = pick()
-        if after and keyed:
-            types = kind.claim_key_types()
-            cursor = ", ".join(f"($1->'after'->>{i})::{sql_type}" for i, sql_type in enumerate(types))
-            past = f"({', '.join(key)}) > ({cursor})"
-            # a locking clause may not stand in a UNION's own arms, but may in a subquery there
-            picked = f"""SELECT * FROM ({pick(f" AND {past}")}) first_lap
-                UNION ALL
-                SELECT * FROM ({pick(f" AND ({past}) IS NOT TRUE", lap=2)}) second_lap
-                LIMIT ($1->>'limit')::int"""
-        returning = kind.returning_sql("t")
-        if keyed:
-            values = ", ".join(f"p.k{i}" for i in range(len(key) - 1))
-            returning += f""",
-                (SELECT jsonb_build_array(p.lap, {values}, p.id) FROM picked p WHERE p.id = t.id) AS claim_key"""
-        return f"""
-            WITH picked AS (
-                {picked}
-            )
-            UPDATE {kind.table} t
-            SET {kind.status} = 'processing', {kind.col("worker_id")} = $1->>'worker',
-                {kind.col("started_at")} = now(), {kind.col("last_heartbeat")} = now(), updated_at = now()
-            WHERE t.id = ANY(ARRAY(SELECT id FROM picked))  -- probe the primary key, never a hash join over the table
-            RETURNING {returning}, EXTRACT(EPOCH FROM now() - t.created_at)::float8 AS queue_wait_s"""
+        """The claim statement of `kind` (claim_cursor.claim_sql). Public so the EXPLAIN tests check it."""
+        return claim_sql(kind, only_ids=only_ids, override_retry_limit=override_retry_limit, after=after)
 
     def claim(
         self,
@@ -246,59 +179,17 @@ class Transitions(Registration):
         `only_ids` restricts the claim to those rows (a Dagster partition range). `override_retry_limit` also
         takes failed rows whose retries are exhausted or whose back-off has not elapsed: a manual backfill.
         """
-        statement = self._claim_statement(kind, worker_id, limit, only_ids, override_retry_limit)
+        cursors, rescan_s = self._claim_cursors, self.settings.claim_rescan_s
+        statement = cursors.statement(kind, worker_id, limit, only_ids, override_retry_limit, rescan_s)
         if not statement:
             return []
         sent = [(statement.sql, statement.args, statement.after)]
-        return self._claimed(kind, statement, self._pipelined(kind, worker_id, sent, None)[0])
+        return cursors.claimed(kind, statement, self._pipelined(kind, worker_id, sent, None)[0])
 
-    def _claim_statement(
-        self,
-        kind: TaskKind,
-        worker_id: str,
-        limit: int,
-        only_ids: Sequence[str] | None,
-        override_retry_limit: bool,
-        from_head: bool = False,
-    ) -> ClaimStatement | None:
-        if limit <= 0 or (only_ids is not None and not only_ids):
-            return None
-        args: dict[str, Any] = {"worker": worker_id, "limit": limit}
-        if only_ids is not None or override_retry_limit:
-            sql = self.claim_sql(kind, only_ids=only_ids is not None, override_retry_limit=override_retry_limit)
-            if only_ids is not None:
-                args["only"] = [str(i) for i in only_ids]
-            return ClaimStatement(sql, args)
-        now = time.monotonic()
-        cursor = self._claim_cursors.get(kind.name)
-        if from_head or cursor is None or now - cursor.full_at >= self.settings.claim_rescan_s:
-            return ClaimStatement(self.claim_sql(kind), args, full_at=now)
-        return ClaimStatement(self.claim_sql(kind, after=True), {**args, "after": cursor.after}, after=True)
-
-    @property
-    def _claim_cursors(self) -> dict[str, ClaimCursor]:
-        """This queue object's claim cursor per kind name (its process's, as a worker holds one queue object)."""
-        return self.__dict__.setdefault("_claim_cursor_of_kind", {})
-
-    def _claimed(self, kind: TaskKind, statement: ClaimStatement, rows: list[dict]) -> list[dict]:
-        """The rows a claim returned, without their claim keys; the cursor moves to the last of them in the claim's
-        order (the second lap's last, when it went round). A claim from the head that found nothing drops it."""
-        keys = [row.pop("claim_key") for row in rows if "claim_key" in row]
-        if statement.full_at is None and not statement.after:
-            return rows
-        full_at = statement.full_at
-        cursors = self._claim_cursors
-        if not keys:
-            if full_at is not None:
-                cursors.pop(kind.name, None)
-            return rows
-        last = _last_claimed(kind, keys)
-        cursor = cursors.get(kind.name)
-        if full_at is not None or cursor is None:
-            cursors[kind.name] = ClaimCursor(last[1:], full_at if full_at is not None else time.monotonic())
-        else:
-            cursor.after = last[1:]
-        return rows
+    @cached_property
+    def _claim_cursors(self) -> ClaimCursors:
+        """This queue object's claim cursors (its process's, as a worker holds one queue object)."""
+        return ClaimCursors()
 
     def heartbeat(self, kind: TaskKind, worker_id: str, ids: Iterable[str]) -> set[str]:
         """Refresh the heartbeat of tasks still owned by `worker_id`; returns the ids still owned."""
@@ -354,9 +245,10 @@ class Transitions(Registration):
         fail = self._fail_statement(kind, worker_id, failed)
         # a task failed here may be claimable at once (no back-off): it sorts first, so the next claim starts at the
         # head, this settle's or a later one
-        next_claim = self._claim_statement(kind, worker_id, claim, only_ids, override_retry_limit, bool(fail))
+        cursors, rescan_s = self._claim_cursors, self.settings.claim_rescan_s
+        next_claim = cursors.statement(kind, worker_id, claim, only_ids, override_retry_limit, rescan_s, bool(fail))
         if fail and next_claim is None:
-            self._claim_cursors.pop(kind.name, None)
+            cursors.drop(kind)
         statements = [(s[0], s[1], False) for s in (complete, fail) if s is not None]
         if next_claim is not None:
             statements.append((next_claim.sql, next_claim.args, next_claim.after))
@@ -367,7 +259,7 @@ class Transitions(Registration):
         return Settlement(
             _outcome(complete[2], next(results)) if complete else Transition([], []),
             _outcome(fail[2], next(results)) if fail else Transition([], []),
-            self._claimed(kind, next_claim, next(results)) if next_claim else [],
+            cursors.claimed(kind, next_claim, next(results)) if next_claim else [],
         )
 
     def _complete_statement(
@@ -588,22 +480,6 @@ def fence_sql(kind: TaskKind, alias: str) -> str:
 def parent_columns(kind: TaskKind) -> str:
     cols = {Level.DOCUMENT: "", Level.PAGE: ", t.document_id", Level.CHUNK: ", t.page_id, t.document_id"}
     return cols[kind.level]
-
-
-def _last_claimed(kind: TaskKind, keys: list[list]) -> list:
-    """The claim key (lap, then TaskKind.claim_key's values, as JSON) that comes last in the claim's order, ordered
-    as the claim index orders them: NULLs last, times by value, ids as their text (lowercase hex, in byte order)."""
-    times = [i + 1 for i, sql_type in enumerate(kind.claim_key_types()) if sql_type == "timestamptz"]
-    nulls = any(None in key for key in keys)
-
-    def order(key: list) -> tuple:
-        values = list(key)
-        for i in times:
-            if values[i] is not None:
-                values[i] = datetime.datetime.fromisoformat(values[i])
-        return (values[0], *((value is None, value) for value in values[1:])) if nulls else tuple(values)
-
-    return max(keys, key=order)
 
 
 def _restored(pg: psycopg.Connection, autocommit: bool) -> bool:

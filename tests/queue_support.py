@@ -1,9 +1,14 @@
-"""Helpers that drive the queue through its public API to build realistic states quickly."""
+"""Helpers that drive the queue through its public API to build realistic states quickly, and that show the plans of
+the statements it sends."""
 
 from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import Callable
+
+import psycopg
+import pytest
 
 from queue_db.phases import OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE
 from queue_db.queue import TaskQueue, make_worker_id
@@ -118,3 +123,19 @@ def bulk_seed(
         )
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
+
+
+def load_auto_explain(pg: psycopg.Connection, *settings: str, on_skip: Callable[[], object] | None = None) -> None:
+    """auto_explain on `pg`'s session with `settings` (each `auto_explain.<setting>`), its plans sent to the client
+    as notices. Skips the test on a server without the module, or a role that may not load it: `pg` rolled back,
+    then `on_skip` called."""
+    try:
+        pg.execute("LOAD 'auto_explain'")
+    except psycopg.Error as exc:
+        pg.rollback()
+        if on_skip is not None:
+            on_skip()
+        pytest.skip(f"auto_explain is not available on this server: {exc.__class__.__name__}")
+    for setting in settings:
+        pg.execute(f"SET auto_explain.{setting}")
+    pg.execute("SET client_min_messages = log")

@@ -1,4 +1,4 @@
-"""The claim cursor (queue_db.transitions): a queue object's claims start after the last task it claimed, go round
+"""The claim cursor (queue_db.claim_cursor): a queue object's claims start after the last task it claimed, go round
 from the head when the rows after it run short, and start at the head again at most claim_rescan_s apart."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.rollup_sql import after_transition
-from tests.queue_support import bulk_seed
+from tests.queue_support import bulk_seed, load_auto_explain
 
 EXPECTED_INDEX = {
     OCR_DOCUMENT: "idx_documents_expand_claim",
@@ -23,6 +23,17 @@ EXPECTED_INDEX = {
 def _literal(args: dict) -> str:
     """EXECUTE in EXPLAIN takes no bind parameters: a quoted jsonb literal instead."""
     return "'" + json.dumps(args).replace("'", "''") + "'::jsonb"
+
+
+def _explained(conn, statement: str, args: dict, plan_mode: str) -> list:
+    """The JSON plan of `statement` ($1: `args`), prepared (as the hot path's statements are) and explained under
+    plan_cache_mode `plan_mode`; the connection's transaction is rolled back after it."""
+    conn.exec_driver_sql(f"SET plan_cache_mode = {plan_mode}")
+    conn.exec_driver_sql(f"PREPARE claim_stmt(jsonb) AS {statement}")
+    plan = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE claim_stmt({_literal(args)})").scalar()
+    conn.exec_driver_sql("DEALLOCATE ALL")
+    conn.rollback()
+    return plan
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +64,8 @@ def big_queue(create_database, migrated_template):
 def test_claim_reads_its_partial_index_in_order(big_queue, kind):
     statement = TaskQueue(big_queue).claim_sql(kind)
     with big_queue.connect() as conn:
-        conn.exec_driver_sql("SET plan_cache_mode = force_custom_plan")  # as PL/pgSQL EXECUTE plans it
-        conn.exec_driver_sql(f"PREPARE claim_stmt(jsonb) AS {statement}")
-        plan = conn.exec_driver_sql(
-            f"EXPLAIN (FORMAT JSON) EXECUTE claim_stmt({_literal({'worker': 'w', 'limit': 50})})"
-        ).scalar()
-        conn.exec_driver_sql("DEALLOCATE ALL")
-        conn.rollback()
+        # a custom plan, as PL/pgSQL EXECUTE plans it
+        plan = _explained(conn, statement, {"worker": "w", "limit": 50}, "force_custom_plan")
     nodes = list(_nodes(plan[0]["Plan"]))
     shown = "\n".join(f"{n.get('Node Type')} {n.get('Relation Name', '')} {n.get('Index Name', '')}" for n in nodes)
     assert any(n.get("Index Name") == EXPECTED_INDEX[kind] for n in nodes), (
@@ -81,13 +87,7 @@ def test_claim_after_the_cursor_seeks_its_index(big_queue, kind, plan_mode):
             f"WHERE {kind.claimable_sql('t')} ORDER BY {kind.claim_order_sql('t')} OFFSET 100 LIMIT 1"
         ).scalar()
         assert after, f"nothing to claim for {kind.name}"
-        conn.exec_driver_sql(f"SET plan_cache_mode = {plan_mode}")  # the hot path's statements are prepared
-        conn.exec_driver_sql(f"PREPARE claim_after(jsonb) AS {statement}")
-        plan = conn.exec_driver_sql(
-            f"EXPLAIN (FORMAT JSON) EXECUTE claim_after({_literal({'worker': 'w', 'limit': 50, 'after': after})})"
-        ).scalar()
-        conn.exec_driver_sql("DEALLOCATE ALL")
-        conn.rollback()
+        plan = _explained(conn, statement, {"worker": "w", "limit": 50, "after": after}, plan_mode)
     nodes = list(_nodes(plan[0]["Plan"]))
     shown = "\n".join(
         f"{n.get('Node Type')} {n.get('Relation Name', '')} {n.get('Index Name', '')} {n.get('Index Cond', '')}"
@@ -112,15 +112,7 @@ def test_claim_by_partition_ids_uses_the_primary_key(big_queue):
     statement = TaskQueue(big_queue).claim_sql(VECTOR_CHUNK, only_ids=True, override_retry_limit=True)
     with big_queue.connect() as conn:
         ids = [str(r[0]) for r in conn.exec_driver_sql("SELECT id FROM task_queue_chunk LIMIT 20")]
-        conn.exec_driver_sql("SET plan_cache_mode = force_custom_plan")
-        conn.exec_driver_sql(f"PREPARE claim_ids(jsonb) AS {statement}")
-        plan = json.dumps(
-            conn.exec_driver_sql(
-                f"EXPLAIN (FORMAT JSON) EXECUTE claim_ids({_literal({'worker': 'w', 'limit': 50, 'only': ids})})"
-            ).scalar()
-        )
-        conn.exec_driver_sql("DEALLOCATE ALL")
-        conn.rollback()
+        plan = json.dumps(_explained(conn, statement, {"worker": "w", "limit": 50, "only": ids}, "force_custom_plan"))
     assert "task_queue_chunk_pkey" in plan and '"Node Type": "Seq Scan"' not in plan
 
 
@@ -137,14 +129,7 @@ def test_bubble_up_after_claim_and_complete_reads_parents_by_index(big_queue, ki
     notices: list[str] = []
     pg.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
     try:
-        try:
-            pg.execute("LOAD 'auto_explain'")
-        except Exception as exc:  # a server without the module, or a role that may not load it
-            pg.rollback()
-            pytest.skip(f"auto_explain is not available on this server: {exc.__class__.__name__}")
-        for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_format = text"):
-            pg.execute(f"SET auto_explain.{setting}")
-        pg.execute("SET client_min_messages = log")
+        load_auto_explain(pg, "log_min_duration = 0", "log_nested_statements = on", "log_format = text")
         # The test's own statements carry SETUP so that only the bubble-up functions' plans are judged: the
         # simulated completion may well seq-scan the 1,200-row page table, and the claim has its own test above.
         claim = queue.claim_sql(kind).replace("%", "%%").replace("$1", "%(args)s::jsonb") + SETUP

@@ -13,7 +13,7 @@ import pytest
 
 from queue_db.phases import VECTOR_CHUNK
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
-from tests.queue_support import bulk_seed
+from tests.queue_support import bulk_seed, load_auto_explain
 
 BATCH = 50
 EARLY, LATE = 1_000, 12_000  # tasks settled under the snapshot when each sample is taken
@@ -34,16 +34,15 @@ def traced_queue(database_url, settings):
     raw = engine.raw_connection()
     pg = raw.driver_connection
     plans: list[dict] = []
-    try:
-        pg.execute("LOAD 'auto_explain'")
-    except psycopg.Error as exc:  # a server without the module, or a role that may not load it
-        raw.close()
-        engine.dispose()
-        pytest.skip(f"auto_explain is not available on this server: {exc.__class__.__name__}")
-    for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on", "log_timing = off"):
-        pg.execute(f"SET auto_explain.{setting}")
-    pg.execute("SET auto_explain.log_format = json")
-    pg.execute("SET client_min_messages = log")
+    load_auto_explain(
+        pg,
+        "log_min_duration = 0",
+        "log_analyze = on",
+        "log_buffers = on",
+        "log_timing = off",
+        "log_format = json",
+        on_skip=lambda: (raw.close(), engine.dispose()),
+    )
     pg.commit()
 
     def keep(diagnostic) -> None:

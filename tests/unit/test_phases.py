@@ -15,10 +15,10 @@ from queue_db.phases import (
     Phase,
     PhaseRegistry,
     PhaseSpec,
-    RetryPolicy,
     kinds_of_phase,
     leaf_kind,
 )
+from queue_db.retry_policy import RetryPolicy
 from queue_db.rollup_sql import after_transition, bubble_function, bubble_statements
 
 
