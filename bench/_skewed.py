@@ -2,11 +2,11 @@
 "-600", FAKETIME_DONT_FAKE_MONOTONIC=1), as a process of its own, since a preloaded library takes effect only when a
 program starts, never in a forked child.
 
-  python bench/_skewed.py '{"mode": "worker" | "recover" | "backoff", "url": ..., "settings": {...}, ...}'
+  python bench/_skewed.py '{"mode": "worker" | "recover" | "backoff" | "sensors", "url": ..., "settings": {...}, ...}'
 
 It prints one JSON line as soon as it is ready (its wall clock against the database's, its monotonic clock), waits
 for a line on standard input to begin, works until the line "stop" (or the end of its input) comes ("recover",
-"worker") or once ("backoff"), and ends with one JSON line {"report": ...}.
+"worker") or once ("backoff"; "sensors": bench/_skewed_sensors.py), and ends with one JSON line {"report": ...}.
 """
 
 from __future__ import annotations
@@ -115,6 +115,10 @@ def main(spec: dict) -> dict:
         result = recover_loop(url, settings, stop, spec["interval_s"])
     elif mode == "backoff":
         result = backoff(url, settings, spec["ids"])
+    elif mode == "sensors":
+        from bench._skewed_sensors import evaluate  # Dagster loads only in this mode
+
+        result = evaluate(spec)
     else:
         raise ValueError(f"unknown mode {mode!r}")
     # the clock once more at the end: the skew held for the whole run
