@@ -71,7 +71,7 @@ def _write(server: BoltServer, first: int, count: int) -> None:
         graph.write_chunks(chunks)
 
 
-def _kill(server: BoltServer) -> None:
+def kill_server(server: BoltServer) -> None:
     """SIGKILL the server, as a killed test process or machine leaves it: no statistics.json, its log kept."""
     pid = server._our_pid()
     assert pid is not None
@@ -103,10 +103,10 @@ def killed(tmp_path_factory) -> tuple[Path, Path]:
     server = BoltServer(twice, port=free_port())
     try:
         _write(server, 0, 12)
-        _kill(server)
+        kill_server(server)
         shutil.copytree(twice, once, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".lock", "server.json"))
         _write(server, 12, 12)
-        _kill(server)
+        kill_server(server)
     finally:
         server.stop()
     for home in (once, twice):
