@@ -210,7 +210,7 @@ def _pages_in_log(folder: Path) -> dict[int, dict[int, int]]:
                     position = _read_transaction(stream, position, size, held)
                     if position < 0:
                         break
-        except OSError:
+        except (OSError, struct.error):  # unreadable, or shortened while read: what was read so far counts
             continue
     return held
 
