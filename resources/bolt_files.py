@@ -24,9 +24,10 @@ holds no page while one of its edge lists does (an edge list holds only the edge
 
 The cost is a stat per file (a fixed set, whatever the corpus), reading the two JSON files and, after a kill, the
 log's record headers (24 bytes per transaction and per page written, the page bytes skipped; ArcadeDB rotates a log
-file at 64 MB and deletes the rotated one once its pages are on disk). Not found: a bucket cut whose pages are all
-on disk and out of the log (none written since the last clean close or replay), when no statistics.json says how
-many it had and no edge list shows its vertices.
+file at 64 MB and deletes the rotated one once its pages are on disk). Not found: a bucket cut (to a page boundary)
+whose lost pages are all out of the log (none written since the last clean close or replay), when no
+statistics.json says how many it had and it is not a vertex bucket cut to nothing while its edge lists hold pages:
+an edge bucket or edge list cut so, or a vertex bucket cut to fewer pages but not to none.
 """
 
 from __future__ import annotations
