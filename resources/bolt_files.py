@@ -85,6 +85,10 @@ def folder_damage(folder: Path) -> str | None:
         return f"its {SCHEMA} is missing or unreadable: {type(exc).__name__}"
     if not any(folder.glob("dictionary.*.dict")):
         return "its dictionary file is missing"
+    # the log before the files' sizes: a page reaches the disk before its log file is deleted, so a server that
+    # flushes meanwhile cannot make a page look lost (the check is for a folder nothing writes to: the start runs it
+    # with no server up, repair with no run going on)
+    in_log = _pages_in_log(folder)
     files: dict[str, DataFile] = {}
     for path in folder.iterdir():
         found = _data_file(path)
@@ -98,7 +102,7 @@ def folder_damage(folder: Path) -> str | None:
             return damage
         if spec.get("type") == "v":
             vertex_buckets += spec["buckets"]
-    pages = _Pages(files, _pages_on_close(folder), _pages_in_log(folder))
+    pages = _Pages(files, _pages_on_close(folder), in_log)
     return _files_damage(files, named, pages) or _edge_list_damage(vertex_buckets, files, pages)
 
 
