@@ -2,13 +2,18 @@
 person would, on the embedded Bolt server (DOCQUEUE_NEO4J_URI unset) of a home of its own.
 
 A generated corpus is ingested and `docqueue run --until-idle` takes it through every phase (the clean run, whose
-chunk completions per second are the reference). Twice, with the server stopped: the Chunk bucket file of the
-graph's database folder is deleted, then (after the first rebuild) schema.json is cut to nothing. Each time
-`docqueue verify` must name the folder in one sentence with exit code 3 (time to detect), `docqueue repair --graph`
-sets the folder aside and re-queues the GraphRAG step of the completed chunks (time to repair; a second repair must
-change nothing) and `docqueue run --until-idle` rewrites them (time to rebuild). Then the counts: tasks lost (not
-completed), the graph's node and edge counts against those before the damage, duplicate nodes and edges, the vector
-points (the same chunk ids, untouched), and `docqueue verify` clean.
+chunk completions per second are the reference). Four times a file of the graph's database folder is damaged while
+the server is down: twice with the server stopped (closed cleanly: statistics.json written, the write-ahead log
+deleted), the Chunk bucket file deleted, then (after the first rebuild) schema.json cut to nothing; twice with the
+server SIGKILLed (no statistics.json, its log kept), an edge-list file deleted right after the kill, then the Chunk
+bucket file cut to nothing after a kill, a start that replayed the log, a run that wrote the GraphRAG step of half
+the chunks again, and a second kill (so the bucket's first pages are on disk and in no log). After each kill, before
+the damage, the folder must read as whole. Each time `docqueue verify` must name the folder in one sentence with
+exit code 3 (time to detect), `docqueue repair --graph` sets the folder aside and re-queues the GraphRAG step of the
+completed chunks (time to repair; a second repair must change nothing) and `docqueue run --until-idle` rewrites
+them (time to rebuild). Then the counts: tasks lost (not completed), the graph's node and edge counts against those
+before the damage, duplicate nodes and edges, the vector points (the same chunk ids, untouched), and `docqueue
+verify` clean.
 
 Not a bench of its own (its name starts with an underscore): `faults.py --rows 7` runs it.
 """
@@ -31,9 +36,15 @@ from bench._pipeline_env import (
 )
 from bench._pipeline_env import docqueue as _docqueue
 
-# (name, the file of the database folder, what is done to it): ArcadeDB reads the first as a graph without chunks
-# and loads the previous schema (without the types made since) for the second
-DAMAGES = (("deleted-bucket", "Chunk_0.*.bucket", "delete"), ("cut-schema", "schema.json", "truncate"))
+# (name, how the server goes down, the file of the database folder, what is done to it): ArcadeDB reads the first
+# as a graph without chunks, loads the previous schema (without the types made since) for the second, skips the
+# edges of the third's vertices, and stops its log's replay at the fourth's version gap
+DAMAGES = (
+    ("deleted-bucket", "stop", "Chunk_0.*.bucket", "delete"),
+    ("cut-schema", "stop", "schema.json", "truncate"),
+    ("killed-deleted-edge-list", "kill", "Entity_0_out_edges.*", "delete"),
+    ("killed-cut-bucket", "kill-after-rewrite", "Chunk_0.*.bucket", "truncate"),
+)
 GRAPHRAG_DONE_SQL = "SELECT count(*) FROM task_queue_chunk WHERE graphrag_status = 'completed'"
 
 
@@ -64,7 +75,9 @@ def row(args, databases, root: Path) -> dict:
             clean_s = time.monotonic() - started
             clean_done = conn.execute(GRAPHRAG_DONE_SQL).fetchone()[0]
             before = _child(env, "count")
-            faults = {name: _damage_and_rebuild(env, conn, before, name, file, how) for name, file, how in DAMAGES}
+            faults = {
+                name: _damage_and_rebuild(env, conn, before, name, down, file, how) for name, down, file, how in DAMAGES
+            }
             after = _child(env, "count")
             lost, chunks = unfinished_and_chunks(conn)
         consistent = verified_clean(env)
@@ -85,14 +98,31 @@ def row(args, databases, root: Path) -> dict:
     )
 
 
-def _damage_and_rebuild(env: dict, conn, before: dict, name: str, file: str, how: str) -> dict:
-    folder = Path(_child(env, "stop")["folder"])
+def _take_down(env: dict, down: str) -> tuple[Path, list[str], dict]:
+    """Stop or SIGKILL the server (after a kill, a replay of its log and a rewrite of half the chunks' graph, for
+    `kill-after-rewrite`); returns its folder, problems, and what was seen of the killed folder before the damage."""
+    if down == "stop":
+        return Path(_child(env, "stop")["folder"]), [], {}
+    problems: list[str] = []
+    if down == "kill-after-rewrite":
+        _child(env, "kill")
+        _child(env, "rewrite")
+        _docqueue(env, "run", "--until-idle")  # starts the server: the log is replayed, then half the chunks rewritten
+    killed = _child(env, "kill")
+    if killed["damage"] is not None:
+        problems.append(f"the killed server's folder read as damaged before the damage: {killed['damage']}")
+    seen = {"logs_bytes": killed["logs_bytes"], "check_ms": killed["check_ms"], "whole_after_kill": not problems}
+    return Path(killed["folder"]), problems, seen
+
+
+def _damage_and_rebuild(env: dict, conn, before: dict, name: str, down: str, file: str, how: str) -> dict:
+    folder, problems, seen = _take_down(env, down)
     target = sorted(folder.glob(file))[0]
+    damaged_file = f"{target.name} ({target.stat().st_size} bytes)"
     if how == "truncate":
         os.truncate(target, 0)
     else:
         target.unlink()
-    problems = []
     started = time.monotonic()
     verify = _docqueue(env, "verify", "--json", check=False)
     detect_s = time.monotonic() - started
@@ -118,8 +148,10 @@ def _damage_and_rebuild(env: dict, conn, before: dict, name: str, file: str, how
     run_s = time.monotonic() - started
     rebuilt = conn.execute(GRAPHRAG_DONE_SQL).fetchone()[0] - done_before
     return {
-        "file": file,
+        "down": down,
+        "file": damaged_file,
         "how": how,
+        **seen,
         "said": said.removeprefix("docqueue: ")[:300],
         "rebuilt_chunks": repaired["requeued_graph_chunks"],
         "kept_as": Path(kept["kept_as"]).name if kept else None,
@@ -134,7 +166,8 @@ def _damage_and_rebuild(env: dict, conn, before: dict, name: str, file: str, how
 
 def _child(env: dict, what: str) -> dict:
     """One store operation in a process of its own: `stop` stops the embedded Bolt server (and names its database
-    folder), `count` counts the graph, its duplicates and the vector points."""
+    folder), `kill` SIGKILLs it (and checks its folder as files), `rewrite` re-queues the GraphRAG step of half the
+    completed chunks, `count` counts the graph, its duplicates and the vector points."""
     return child_figures(env, "bench._damaged_graph", "row 7", what)
 
 
@@ -147,6 +180,12 @@ def in_child(what: str) -> None:
     if what == "stop":
         server.stop()
         print(json.dumps({"folder": str(server.database_folder)}))
+        return
+    if what == "kill":
+        print(json.dumps(_kill(server)))
+        return
+    if what == "rewrite":
+        print(json.dumps({"requeued": _requeue_half(settings)}))
         return
     from resources.embeddings import DEFAULT_MODEL, MODELS
     from resources.graph_stores import Neo4jResource
@@ -169,3 +208,45 @@ def in_child(what: str) -> None:
         graph.close()
         vector.close()
     print(json.dumps(figures))
+
+
+def _kill(server) -> dict:
+    """SIGKILL the running server, as a killed machine or test process leaves it; then the file check's verdict on
+    its folder, how long the check took and how large its write-ahead log is."""
+    import signal
+
+    from resources.bolt_files import folder_damage
+
+    pid = server._our_pid()
+    if pid is None:
+        raise SystemExit("row 7: no running Bolt server to kill")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while server._our_pid() is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    server.stop()  # forgets the dead server's state file
+    folder = server.database_folder
+    started = time.perf_counter()
+    damage = folder_damage(folder)
+    check_ms = round((time.perf_counter() - started) * 1000, 1)
+    logs = sum(log.stat().st_size for log in folder.glob("txlog_*.wal"))
+    return {"folder": str(folder), "damage": damage, "check_ms": check_ms, "logs_bytes": logs}
+
+
+def _requeue_half(settings) -> int:
+    """Put the GraphRAG step of every other completed chunk back to pending (the next run writes it again)."""
+    from orchestration.cli.context import open_queue
+    from queue_db.phases import GRAPHRAG_CHUNK
+
+    queue = open_queue(settings)
+    try:
+        with queue.engine.connect() as conn:
+            ids = [
+                row[0]
+                for row in conn.exec_driver_sql(
+                    "SELECT id FROM task_queue_chunk WHERE graphrag_status = 'completed' ORDER BY id"
+                )
+            ]
+        return queue.requeue(GRAPHRAG_CHUNK, ids[::2], "bench: row 7 writes half the chunks' graph again")
+    finally:
+        queue.engine.dispose()

@@ -24,9 +24,11 @@ and the throughput during and after the fault against a clean run of the same fl
                     name the shard (exit 3), `repair --vectors` sets it aside and re-queues its chunks (a second
                     repair changes nothing) and `run --until-idle` rebuilds them (see bench/_damaged_stores.py)
   7 damaged-graph   the same on the embedded Bolt server's database folder (--damaged-documents x --damaged-pages):
-                    with the server stopped, the Chunk bucket file deleted, then schema.json cut; each time `verify`
-                    must name the folder (exit 3), `repair --graph` sets it aside and re-queues the GraphRAG step of
-                    the completed chunks, `run --until-idle` rewrites them (see bench/_damaged_graph.py)
+                    with the server stopped, the Chunk bucket file deleted, then schema.json cut; with the server
+                    SIGKILLed, an edge-list file deleted, then (after a replay of its log and more writes) the Chunk
+                    bucket cut; each time `verify` must name the folder (exit 3), `repair --graph` sets it aside and
+                    re-queues the GraphRAG step of the completed chunks, `run --until-idle` rewrites them (see
+                    bench/_damaged_graph.py)
   8 clock-skew      one worker's wall clock --skew-s seconds (600) ahead and one's as far behind, beside normal
                     workers, with stale recovery run from a process ahead as well as from a normal one, for
                     --skew-window-s (30); each batch's work (--skew-work-s, 4) outlasts the stale timeout (3 s), so
@@ -47,7 +49,7 @@ Runs on an embedded PostgreSQL of its own (its own max_connections), never on a 
   .venv/bin/python bench/faults.py --rows 4               # row 4 (~12 min, ~2 without --document-kills)
   .venv/bin/python bench/faults.py --rows 5               # row 5, as root (~3 min)
   .venv/bin/python bench/faults.py --rows 6               # row 6 (~3 min)
-  .venv/bin/python bench/faults.py --rows 7               # row 7 (~4 min)
+  .venv/bin/python bench/faults.py --rows 7               # row 7 (~8 min)
   .venv/bin/python bench/faults.py --rows 8               # row 8 (~2 min)
   .venv/bin/python bench/faults.py --rows 3 --untuned     # row 3 with the tables' storage settings reset
   .venv/bin/python bench/faults.py --quick                # a smoke run
@@ -785,7 +787,8 @@ def damaged_store(bench: Bench) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- row 7
 def damaged_graph(bench: Bench) -> dict:
-    """The embedded graph's database folder damaged twice, detected, set aside and rebuilt (bench/_damaged_graph.py)."""
+    """The embedded graph's database folder damaged four times (twice after a clean stop, twice after a SIGKILL),
+    detected, set aside and rebuilt (bench/_damaged_graph.py)."""
     from bench import _damaged_graph as damaged
 
     return damaged.row(bench.args, _Databases(bench), bench.home)

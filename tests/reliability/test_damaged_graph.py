@@ -2,9 +2,10 @@
 database folder is deleted. `docqueue verify` names the folder in one sentence and exits 3; `docqueue repair --graph`
 keeps the folder renamed, lets the server make a fresh one and re-queues the GraphRAG step of every completed chunk;
 `docqueue run --until-idle` rewrites them. The graph's node and edge counts are those before the damage, nothing is
-duplicated, the vector points are the same ones, and verify is clean again. Then schema.json is cut to nothing, and
-verify names the folder again (the other damages, as files, are tests/integration/test_bolt_files.py's; bench/faults.py
-row 7 measures the rebuild).
+duplicated, the vector points are the same ones, and verify is clean again. Then the server is SIGKILLed (no
+statistics.json, its write-ahead log kept) and an edge-list file deleted: verify names the folder, repair sets it aside,
+the run rewrites the graph as it was. Last, schema.json is cut to nothing, and verify names the folder again (the other
+damages, as files, are tests/integration/test_bolt_files.py's; bench/faults.py row 7 measures the rebuild).
 
 The embedded server here is the test's own (DOCQUEUE_NEO4J_URI unset, its home under the test's DOCQUEUE_HOME), not
 the session's shared one: it is stopped, damaged and restarted."""
@@ -21,6 +22,7 @@ import pytest
 from tests import pdf_factory as pf
 from tests.cli_runner import docqueue
 from tests.integration.bolt_fixture import free_port
+from tests.integration.test_bolt_files import kill_server
 from tests.reliability.conftest import Pipeline
 from tests.reliability.support import Stores, document_statuses, figures_line, store_figures
 from tests.reliability.test_damaged_stores import ALL_COMPLETED, close_everything
@@ -123,6 +125,26 @@ def test_a_damaged_graph_database_is_named_set_aside_and_rebuilt_from_the_queue(
         assert after["verify"]["consistent"], after["verify"]
         final = docqueue("verify", "--json")
         assert final.returncode == 0 and json.loads(final.stdout)["consistent"], (final.stdout, final.stderr)
+
+        # a SIGKILLed server: no statistics.json; ArcadeDB would skip the edges of the vertices whose list is gone
+        kill_server(own_bolt)
+        damage(folder, "Entity_0_out_edges.*", "delete")
+        _verify_names(folder)
+        killed = docqueue("repair", "--graph", "--json")
+        assert killed.returncode == 0, (killed.stdout[-2000:], killed.stderr[-2000:])
+        killed_result = json.loads(killed.stdout)
+        assert killed_result["damaged_folder"] is not None, killed_result
+        assert killed_result["requeued_graph_chunks"] == before["chunks"], killed_result
+        run = docqueue("run", "--until-idle", "--max-seconds", "150", timeout=240)
+        assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+        stores = Stores.open()
+        try:
+            after_kill = store_figures(pipeline.queue, stores)
+        finally:
+            close_everything(stores)
+        assert after_kill["graph"] == before["graph"], (before["graph"], after_kill["graph"])
+        assert set(after_kill["duplicates"].values()) == {0}, after_kill["duplicates"]
+        assert after_kill["verify"]["consistent"], after_kill["verify"]
 
         # a cut schema.json: ArcadeDB would load the previous schema, without the types made since, and read on
         own_bolt.stop()
