@@ -10,6 +10,7 @@ coreutils' `timeout`, so even a worker killed mid-page leaves no Tesseract runni
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -75,12 +76,12 @@ class TesseractEngine:
             command = [self.timeout, "-s", "KILL", f"{budget:.1f}", *command]
         subject = f"page {page.number + 1}"
         begun = time.monotonic()
-        try:
-            done = subprocess.run(command, input=png, capture_output=True, timeout=budget + 2, check=False)
-        except subprocess.TimeoutExpired:
-            raise _timeout(subject, budget) from None
+        # `timeout` ends it at `budget`; the limit here is for a `timeout` that does not
+        done = _run(command, png, budget + 2)
+        if done is None:
+            raise _timeout(subject, self.page_timeout_s)
         if done.returncode != 0:
-            raise _failure(done, subject, budget, time.monotonic() - begun, self.memory_mb)
+            raise _failure(done, subject, (budget, self.page_timeout_s), time.monotonic() - begun, self.memory_mb)
         return tesseract_markdown(done.stdout.decode("utf-8", errors="replace"))
 
     def _render(self, page: pymupdf.Page) -> bytes:
@@ -106,17 +107,42 @@ def _packages(languages: str) -> str:
     return " ".join(f"tesseract-ocr-{name.lower().replace('_', '-')}" for name in languages.split("+"))
 
 
-def _timeout(subject: str, budget: float) -> PageConversionError:
-    return PageConversionError("timeout", f"timeout: Tesseract took more than {budget:.0f} s on {subject}")
+def _run(command: list[str], data: bytes, limit: float) -> subprocess.CompletedProcess | None:
+    """`command` fed `data`, in a process group of its own; None, with the whole group killed, past `limit`."""
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        out, err = process.communicate(data, timeout=limit)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        return None
+    except BaseException:
+        _kill_group(process)
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # `timeout` and the tesseract under it
+    except ProcessLookupError:
+        pass
+    process.communicate()
+
+
+def _timeout(subject: str, page_timeout_s: float) -> PageConversionError:
+    return PageConversionError("timeout", f"timeout: {subject} took more than {page_timeout_s:g} s (Tesseract stopped)")
 
 
 def _failure(
-    done: subprocess.CompletedProcess, subject: str, budget: float, took: float, memory_mb: int
+    done: subprocess.CompletedProcess, subject: str, times: tuple[float, float], took: float, memory_mb: int
 ) -> PageConversionError:
+    """`times`: Tesseract's budget and the page's time limit."""
     said = done.stderr.decode("utf-8", errors="replace")
     killed = done.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
-    if killed and took >= budget - 0.5:
-        return _timeout(subject, budget)
+    if killed and took >= times[0] - 0.5:
+        return _timeout(subject, times[1])
     if killed or any(word in said.lower() for word in _MEMORY_WORDS):
         return PageConversionError(
             "resource_limit", f"resource limit: Tesseract exceeded the {memory_mb} MB memory cap on {subject}"

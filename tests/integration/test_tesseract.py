@@ -94,13 +94,15 @@ def test_a_language_without_data_is_one_sentence(cyrillic_scan):
 
 @needs_tesseract
 def test_a_slow_page_ends_as_a_timeout_and_leaves_no_tesseract_behind(tmp_path: Path):
-    path = factory.huge_image_pdf(tmp_path)  # rendered at the full pixel bound: many seconds of Tesseract
-    with PdfProcessor(PdfLimits(ocr_languages="eng+rus", page_timeout_s=3)) as processor:
+    # a page full of words rendered at 600 dpi: about 10 s of Tesseract on a quiet machine, against 3 s allowed
+    path, _ = factory.scanned_pdf(tmp_path, "dense.pdf", " ".join([factory.SCANNED_TEXT] * 6))
+    with PdfProcessor(PdfLimits(ocr_languages="eng+rus", ocr_dpi=600, page_timeout_s=3)) as processor:
         with pytest.raises(DocumentError) as caught:
             processor.convert_page(path, 1)
         worker = processor.worker_pid
     assert caught.value.error_class == "timeout", caught.value
     if worker is not None:  # the worker answered the timeout itself: its Tesseract is gone with the answer
+        assert str(caught.value) == "timeout: page 1 took more than 3 s (Tesseract stopped)"
         assert not _children(worker)
 
 
