@@ -4,11 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh test
-# Debian packages two tests drive: Chromium for the browser tests, libfaketime for the clock-skew test; without
-# one, its tests skip and say so
+# Debian packages tests drive: Chromium for the browser tests, libfaketime for the clock-skew test, Tesseract with
+# its Russian data for the DOCQUEUE_OCR_LANGUAGES tests (a Cyrillic scan); without one, its tests skip and say so
 wanted=()
 command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || wanted+=(libfaketime)
+command -v tesseract >/dev/null 2>&1 || wanted+=(tesseract-ocr)
+compgen -G "/usr/share/tesseract-ocr/*/tessdata/rus.traineddata" >/dev/null || wanted+=(tesseract-ocr-rus)
 if [ "${#wanted[@]}" -gt 0 ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${wanted[@]}" >/dev/null) \
     || echo "test.sh: could not install ${wanted[*]}; the tests that drive them will be skipped" >&2

@@ -270,3 +270,28 @@ def render_zoom(width_pt: float, height_pt: float, dpi: int, max_pixels: int) ->
     if pixels > max_pixels > 0:
         zoom *= math.sqrt(max_pixels / pixels)
     return zoom
+
+
+# -- Tesseract --------------------------------------------------------------
+def tesseract_markdown(tsv: str) -> str:
+    """Markdown paragraphs of Tesseract's TSV output (`tesseract … tsv`): its own paragraphs in its own reading
+    order (its layout analysis finds columns and blocks itself), each paragraph's lines joined as `_render` joins
+    RapidOCR's (a hyphen at a line's end is kept, never guessed away)."""
+    paragraphs: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+    for row in tsv.splitlines()[1:]:
+        fields = row.split("\t")
+        if len(fields) < 12 or fields[0] != "5":  # level 5: a word; columns page, block, paragraph, line, ...
+            continue
+        word = fields[11].strip()
+        if word:
+            paragraphs.setdefault((fields[1], fields[2], fields[3]), {}).setdefault(fields[4], []).append(word)
+    texts = []
+    for lines in paragraphs.values():
+        text = ""
+        for piece in (" ".join(words) for words in lines.values()):
+            if text.endswith("-") and len(text) > 1 and text[-2].isalpha():
+                text += piece
+            else:
+                text = f"{text} {piece}" if text else piece
+        texts.append(text)
+    return "\n\n".join(texts) + "\n" if texts else ""

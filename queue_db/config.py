@@ -14,6 +14,7 @@ Queue defaults follow the seed's Configuration block (hierarchical-task-queue-v2
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +136,8 @@ def resolve_home(home: str) -> Path:
 
 
 PDF_FALLBACKS = ("pdfium", "off")
+# Tesseract's language names (eng, rus, chi_sim, ...) joined by `+`, the form its `-l` option takes
+OCR_LANGUAGES_RULE = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\+[A-Za-z][A-Za-z0-9_]*)*")
 
 
 class StorageConfig(SettingsGroup):
@@ -177,6 +180,14 @@ class StorageConfig(SettingsGroup):
         shown="2 (1 on one core)",
         gt=0,
     )
+    ocr_languages: str = _var(
+        "",
+        "DOCQUEUE_OCR_LANGUAGES",
+        "Tesseract's languages for pages read by OCR, joined by `+` (`eng+rus`; each needs its Debian package "
+        "`tesseract-ocr-<language>`): set, Tesseract reads those pages instead of RapidOCR, whose bundled model "
+        "reads Latin script only",
+        shown="unset: RapidOCR",
+    )
     worker_start_timeout_s: float = _var(
         60.0, "DOCQUEUE_WORKER_START_TIMEOUT", "seconds the conversion process may take to start", gt=0
     )
@@ -213,6 +224,13 @@ class StorageConfig(SettingsGroup):
         value = value.lower()
         if value not in PDF_FALLBACKS:
             raise ValueError(f"names an unknown PDF engine {value!r} (use {' or '.join(PDF_FALLBACKS)})")
+        return value
+
+    @field_validator("ocr_languages")
+    @classmethod
+    def _language_names(cls, value: str) -> str:
+        if value and not OCR_LANGUAGES_RULE.fullmatch(value):
+            raise ValueError(f"must be Tesseract language names joined by + (such as eng+rus), got {value!r}")
         return value
 
 

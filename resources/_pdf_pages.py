@@ -4,7 +4,7 @@ Text layer -> markdown through pymupdf4llm's classic ("rag") engine on a one-pag
 of the page (that engine scans the whole document for annotations and the outline on
 every call, which would make a 2000-page document quadratic); a small converter of our
 own takes over when pymupdf4llm raises. Pages without a usable text layer are rendered
-and read by RapidOCR with the models that ship inside its wheel.
+and read by RapidOCR with the models that ship inside its wheel (or by Tesseract: resources/_tesseract.py).
 """
 
 from __future__ import annotations
@@ -55,10 +55,15 @@ def render_for_ocr(page: pymupdf.Page, dpi: int, max_pixels: int) -> np.ndarray:
 
 # -- OCR ------------------------------------------------------------------
 class OcrEngine:
-    """RapidOCR with the wheel's bundled detector and recogniser; never downloads."""
+    """RapidOCR with the wheel's bundled detector and recogniser; never downloads. `settings` are the worker's."""
 
-    def __init__(self, threads: int):
+    method = "ocr:rapidocr"
+
+    def __init__(self, settings: dict):
         import rapidocr
+
+        threads = int(settings["threads"])
+        self.dpi, self.max_pixels = int(settings["ocr_dpi"]), int(settings["max_render_pixels"])
 
         _forbid_model_downloads()
         models = Path(rapidocr.__file__).resolve().parent / "models"
@@ -80,6 +85,11 @@ class OcrEngine:
                 "EngineConfig.onnxruntime.inter_op_num_threads": 1,
             }
         )
+
+    def read_page(self, page: pymupdf.Page, started: float) -> str:
+        """The page's markdown (`started` is for engines that bound their own time; the worker's parent bounds
+        this one's)."""
+        return self.read(render_for_ocr(page, self.dpi, self.max_pixels))
 
     def read(self, image: np.ndarray) -> str:
         result = self._engine(image)

@@ -191,7 +191,7 @@ class _Worker:
 
     def convert(self, path: str, password: str | None, page_number: int, boilerplate, filetype: str = "pdf") -> dict:
         from processing.page_cleanup import meaningful_chars, strip_page_furniture, unmapped_share
-        from resources._pdf_pages import page_is_blank, render_for_ocr
+        from resources._pdf_pages import page_is_blank
 
         started = time.monotonic()
         state = self._document(path, password, filetype)
@@ -210,9 +210,8 @@ class _Worker:
         elif page_is_blank(page):
             method, markdown = "text-layer", ""
         else:
-            image = render_for_ocr(page, self.settings["ocr_dpi"], self.settings["max_render_pixels"])
-            markdown, method = self._ocr_engine().read(image), "ocr:rapidocr"
-            del image
+            engine = self._ocr_engine()
+            markdown, method = engine.read_page(page, started), engine.method
             if layer_chars and not unreadable and meaningful_chars(markdown) < layer_chars:
                 # a short real text layer beats an OCR pass that found even less
                 method, markdown = "text-layer", self._text_markdown(state, index)
@@ -230,9 +229,9 @@ class _Worker:
 
     def _ocr_engine(self):
         if self._ocr is None:
-            from resources._pdf_pages import OcrEngine
+            from resources._tesseract import ocr_engine
 
-            self._ocr = OcrEngine(int(self.settings["threads"]))
+            self._ocr = ocr_engine(self.settings)
         return self._ocr
 
     # -- documents ------------------------------------------------------

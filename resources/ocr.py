@@ -50,7 +50,7 @@ class DocumentInfo:
 class PageResult:
     page_number: int
     markdown: str
-    method: str  # "text-layer" or "ocr:rapidocr"
+    method: str  # "text-layer", "ocr:rapidocr", or "ocr:tesseract" (DOCQUEUE_OCR_LANGUAGES set)
     chars: int
     seconds: float
 

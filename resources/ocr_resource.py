@@ -62,6 +62,7 @@ class OcrResource(dg.ConfigurableResource):
     ocr_threads: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_THREADS (2)")
     worker_start_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_WORKER_START_TIMEOUT (60)")
     pdf_fallback: Optional[str] = Field(default=None, description="DOCQUEUE_PDF_FALLBACK (pdfium)")
+    ocr_languages: Optional[str] = Field(default=None, description="DOCQUEUE_OCR_LANGUAGES (unset: RapidOCR)")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "OcrResource":
@@ -78,6 +79,7 @@ class OcrResource(dg.ConfigurableResource):
             ocr_threads=storage.ocr_threads,
             worker_start_timeout_s=storage.worker_start_timeout_s,
             pdf_fallback=storage.pdf_fallback,
+            ocr_languages=storage.ocr_languages,
         )
 
     _processor: Optional[PdfProcessor] = PrivateAttr(default=None)
@@ -96,6 +98,7 @@ class OcrResource(dg.ConfigurableResource):
                 "ocr_threads",
                 "worker_start_timeout_s",
                 "pdf_fallback",
+                "ocr_languages",
             )
             if getattr(self, name) is not None
         }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from queue_db.config import PDF_FALLBACKS, StorageConfig, default
+from queue_db.config import OCR_LANGUAGES_RULE, PDF_FALLBACKS, StorageConfig, default
 
 MB = 1024 * 1024
 
@@ -25,12 +25,15 @@ class PdfLimits:
     ocr_threads: int = default(StorageConfig, "ocr_threads")
     worker_start_timeout_s: float = default(StorageConfig, "worker_start_timeout_s")
     pdf_fallback: str = default(StorageConfig, "pdf_fallback")
+    ocr_languages: str = default(StorageConfig, "ocr_languages")  # empty: RapidOCR; else Tesseract's `-l`
 
     def __post_init__(self):
         if self.pdf_fallback not in PDF_FALLBACKS:
             raise ValueError(f"PdfLimits.pdf_fallback must be one of {PDF_FALLBACKS}, got {self.pdf_fallback!r}")
+        if self.ocr_languages and not OCR_LANGUAGES_RULE.fullmatch(self.ocr_languages):
+            raise ValueError(f"PdfLimits.ocr_languages must be names joined by +, got {self.ocr_languages!r}")
         for item in dataclasses.fields(self):
-            if item.name == "pdf_fallback":
+            if item.name in ("pdf_fallback", "ocr_languages"):
                 continue
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -51,6 +54,7 @@ class PdfLimits:
             ocr_threads=env.ocr_threads,
             worker_start_timeout_s=env.worker_start_timeout_s,
             pdf_fallback=env.pdf_fallback,
+            ocr_languages=env.ocr_languages,
         )
 
     def worker_settings(self) -> dict:
@@ -63,4 +67,6 @@ class PdfLimits:
             "min_text_chars": self.min_text_chars,
             "max_unmapped_share": self.max_unmapped_share,
             "pdf_fallback": self.pdf_fallback,
+            "ocr_languages": self.ocr_languages,
+            "page_timeout_s": self.page_timeout_s,
         }

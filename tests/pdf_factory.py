@@ -45,6 +45,15 @@ SCANNED_TEXT = (
     "dried fish and lamp oil in the cellar below the kitchen."
 )
 
+# Russian prose: RapidOCR's bundled model reads no Cyrillic, Tesseract with `rus` does
+CYRILLIC_TEXT = (
+    "Смотритель маяка каждый вечер поднимался по винтовой лестнице. "
+    "Он протирал большую линзу, подрезал фитиль и записывал погоду в кожаный журнал. "
+    "Корабли, проходившие мимо северного рифа, полагались на его ровный свет в туман и шторм. "
+    "Зимой остров был отрезан от берега на несколько недель, поэтому в погребе под кухней "
+    "он держал мешки муки, сушёную рыбу и масло для лампы."
+)
+
 TWO_TOPICS = {
     "beekeeping": [
         "# Keeping Honey Bees",
@@ -174,14 +183,19 @@ def _wrapped(text: str, width: float, fontsize: float) -> list[str]:
 
 
 def scanned_pdf(directory: Path, name: str, text: str = SCANNED_TEXT, dpi: int = 200) -> tuple[Path, str]:
-    """A page holding only a picture of `text` (no text layer); returns (path, text)."""
+    """A page holding only a picture of `text` (no text layer); returns (path, text). Text beyond Latin-1 (such as
+    CYRILLIC_TEXT) is set in MuPDF's own Times embedded as a Unicode font, which holds Cyrillic and Greek."""
     source = pymupdf.open()
     page = source.new_page(width=LETTER[0], height=LETTER[1])
+    fontname = "tiro"
+    if any(ord(char) > 0xFF for char in text):
+        fontname = "tiro-unicode"
+        page.insert_font(fontname=fontname, fontbuffer=pymupdf.Font("tiro").buffer)
     spare = page.insert_textbox(
         pymupdf.Rect(MARGIN, MARGIN, LETTER[0] - MARGIN, LETTER[1] - MARGIN),
         text,
         fontsize=12,
-        fontname="tiro",
+        fontname=fontname,
         lineheight=1.4,
     )
     if spare < 0:

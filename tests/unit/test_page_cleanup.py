@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from processing.ocr_layout import OcrBox, boxes_to_markdown, render_zoom
+from processing.ocr_layout import OcrBox, boxes_to_markdown, render_zoom, tesseract_markdown
 from processing.page_cleanup import (
     comparable_words,
     edge_lines,
@@ -199,3 +199,25 @@ def test_a_layer_its_fonts_could_not_map_is_measured_unmapped():
     assert unmapped_share(junk) > 0.5
     assert unmapped_share("A page of prose with one \ufffd ligature lost.") < 0.05
     assert unmapped_share("   \n") == 0.0
+
+
+def test_tesseract_tsv_becomes_its_paragraphs_in_its_order():
+    header = "level\tpage_num\tblock_num\tpar_num\tline_num\tword_num\tleft\ttop\twidth\theight\tconf\ttext"
+
+    def word(block: int, par: int, line: int, number: int, text: str) -> str:
+        return f"5\t1\t{block}\t{par}\t{line}\t{number}\t0\t0\t10\t10\t95.0\t{text}"
+
+    rows = [
+        header,
+        "1\t1\t0\t0\t0\t0\t0\t0\t1700\t2200\t-1\t",
+        word(1, 1, 1, 1, "Налоговая"),
+        word(1, 1, 1, 2, "декла-"),
+        word(1, 1, 2, 1, "рация"),
+        word(1, 1, 2, 2, "по"),
+        word(1, 1, 3, 1, "налогу"),
+        word(1, 1, 3, 2, " "),  # an empty word Tesseract reports for a blank box
+        word(2, 1, 1, 1, "Second"),
+        word(2, 1, 1, 2, "column"),
+    ]
+    assert tesseract_markdown("\n".join(rows)) == "Налоговая декла-рация по налогу\n\nSecond column\n"
+    assert tesseract_markdown(header) == ""
