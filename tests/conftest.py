@@ -20,7 +20,7 @@ from queue_db.queue import TaskQueue, create_queue_engine
 from tests.figures import FILE_KEY as FIGURES_KEY
 from tests.figures import collected
 
-pytest_plugins = ["tests.integration.bolt_fixture"]
+pytest_plugins = ["tests.integration.bolt_fixture", "tests.s3_fixture"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS_DIR = Path(os.environ.get("DOCQUEUE_CORPUS", REPO_ROOT.parent / "shared" / "corpus"))

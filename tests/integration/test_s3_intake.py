@@ -5,7 +5,6 @@ the same document, unsupported objects are rejected with their reason, and ticks
 from __future__ import annotations
 
 import re
-import socket
 import uuid
 
 import dagster as dg
@@ -14,19 +13,6 @@ import pytest
 from tests import pdf_factory as pf
 
 SECRET = "s3cr3t-never-shown-9f2c"
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ import pytest
 from orchestration.jobs import job_name
 from queue_db.keys import chunk_partition_key
 from queue_db.phases import VECTOR_CHUNK
-from tests.integration.test_s3_intake import s3_endpoint  # noqa: F401 - a fixture
 from tests.queue_support import build_document
 from tests.reliability.support import figures_line
 
@@ -44,7 +43,7 @@ def libfaketime():
 
 
 @pytest.fixture
-def skew_env(rel_env, monkeypatch, tmp_path, s3_endpoint):  # noqa: F811
+def skew_env(rel_env, monkeypatch, tmp_path, s3_endpoint):
     import boto3
 
     bucket = f"docqueue-{uuid.uuid4().hex[:12]}"
