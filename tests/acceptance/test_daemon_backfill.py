@@ -195,6 +195,23 @@ def wait_for(predicate, timeout_s: float, what: str, ui: Ui | None = None, poll_
     )
 
 
+# the daemon's pass over the queued runs, in seconds: dagster.yaml's 5 s suits runs of minutes, but each of a test's
+# runs of seconds would wait 2.5 s for it on average (4-16 s on a loaded machine, a pass being slower there)
+TEST_DEQUEUE_INTERVAL_S = 1
+
+
+def quick_dequeue_instance(folder: Path) -> Path:
+    """dagster.yaml with the daemon dequeuing every TEST_DEQUEUE_INTERVAL_S, for DOCQUEUE_DAGSTER_YAML: set in the
+    test process too, so that every process that writes the instance config into DAGSTER_HOME writes this one."""
+    import yaml
+
+    config = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())
+    config["run_coordinator"]["config"]["dequeue_interval_seconds"] = TEST_DEQUEUE_INTERVAL_S
+    path = folder / "dagster-test.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 # ------------------------------------------------------------------------------------------------ queue views
 def _rows(queue, sql: str) -> list[tuple]:
     with queue.engine.connect() as conn:
@@ -232,11 +249,12 @@ def graphrag_runs_in_flight(instance) -> int:
 
 # ------------------------------------------------------------------------------------------------ the test
 @pytest.fixture
-def deployment(docqueue_env, tmp_path):
+def deployment(docqueue_env, tmp_path, monkeypatch):
     from orchestration.environment import dagster_instance
     from queue_db.config import Settings
     from resources.database import open_queue
 
+    monkeypatch.setenv("DOCQUEUE_DAGSTER_YAML", str(quick_dequeue_instance(tmp_path)))
     upstream = docqueue_env.bolt.uri.rsplit("//", 1)[1].rsplit(":", 1)
     gate = BoltGate((upstream[0], int(upstream[1])))
     gate.open()
