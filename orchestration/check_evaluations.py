@@ -100,6 +100,7 @@ def _graph_agrees(resources, documents, page_size) -> Evaluation:
         "completed_chunks": report.completed_graph_chunks,
         "chunks_with_writes": report.completed_graph_chunks - missing,
         "missing": missing,
+        "short_of_mentions": len(report.chunks_short_of_mentions),
         "duplicate_entities": len(report.duplicate_entities),
     }
 

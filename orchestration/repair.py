@@ -73,14 +73,15 @@ def graph_damage(completed: int, without_node: int) -> str | None:
 def repair_graph(queue: TaskQueue, server: BoltServer, open_graph: Callable[[], GraphStore], page_size: int) -> dict:
     """Set aside the embedded server's database folder if it is damaged (its files, or none of the written chunks
     in it), let the server make a fresh one, then re-queue the GraphRAG step of the completed chunks without a Chunk
-    node. Only that step: OCR, chunks and vector points stay as they are."""
+    node or short of their mentions (graph_against_queue). Only that step: OCR, chunks and vector points stay as
+    they are."""
     started = time.monotonic()
     folder = server.database_folder
     reason = folder_damage(folder)
     if reason is None:
         graph = open_graph()
         try:
-            completed, missing = graph_against_queue(queue, graph.chunk_id_pages(page_size))
+            completed, missing, _ = graph_against_queue(queue, graph.chunk_mention_pages(page_size))
             reason = graph_damage(completed, len(missing))
         except (ClientError, DatabaseError) as exc:
             if isinstance(exc, AuthError):  # the credentials', not the folder's
@@ -94,9 +95,10 @@ def repair_graph(queue: TaskQueue, server: BoltServer, open_graph: Callable[[], 
     graph = open_graph()
     try:
         graph.ensure_schema()
-        checked, missing = graph_against_queue(queue, graph.chunk_id_pages(page_size))
+        checked, without_node, short = graph_against_queue(queue, graph.chunk_mention_pages(page_size))
     finally:
         graph.close()
+    missing = sorted(without_node + short)
     requeued = 0
     for start in range(0, len(missing), page_size):
         requeued += queue.requeue(GRAPHRAG_CHUNK, missing[start : start + page_size], GRAPH_REQUEUE_REASON)
