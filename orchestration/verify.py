@@ -7,8 +7,9 @@ Both sides are streamed, DOCQUEUE_VERIFY_PAGE chunk ids at a time, so memory sta
 - store -> queue: the store's chunk ids are read a page at a time (`chunk_id_pages`) into a temporary table,
   then matched against the queue in one hash join whose result is read through a server-side cursor (the chunk
   table has no index on chunk_id, so a lookup per page would scan it once per page).
-- the graph is read the second way only: its Chunk ids, a page at a time in id order, into a temporary table,
-  then one anti-join finds the completed chunks without a node. A lookup by id costs the embedded Bolt server about
+- the graph is read the second way only: its Chunk ids, each with the weight of its MENTIONS edges, a page at a
+  time in id order, into a temporary table, then one join finds the completed chunks without a node or with fewer
+  mentions than their extraction gave (graph_against_queue). A lookup by id costs the embedded Bolt server about
   0.8 ms, which at a million chunks would be 13 minutes a night; reading it in order costs a fifth of that.
 """
 
