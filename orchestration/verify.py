@@ -36,8 +36,11 @@ class VerifyReport:
     # work is under way, so not an inconsistency; the asset check shows it
     points_of_unfinished_chunks: int = 0
     completed_graph_chunks: int = 0
-    chunks_without_graph: list[str] = field(default_factory=list)  # queue row ids, those below included
-    # queue row ids of chunks whose node has fewer MENTIONS edges than their extraction gave (graph_against_queue)
+    chunks_without_graph: list[str] = field(default_factory=list)  # queue row ids
+    # queue row ids of chunks whose node has fewer MENTIONS edges than their extraction gave (graph_against_queue).
+    # Not re-queued with those above: on the embedded server such edges are lost from a cut edge bucket whose edge
+    # lists still name them, and a rewrite there doubles the edges (bench/faults.py row 7); `repair --graph` sets
+    # that folder aside instead
     chunks_short_of_mentions: list[str] = field(default_factory=list)
     duplicate_entities: list[str] = field(default_factory=list)
 
@@ -47,6 +50,7 @@ class VerifyReport:
             self.chunks_without_point
             or self.points_without_chunk
             or self.chunks_without_graph
+            or self.chunks_short_of_mentions
             or self.duplicate_entities
         )
 
@@ -108,10 +112,9 @@ def verify_stores(
         report.points_without_chunk, report.points_of_unfinished_chunks = sorted(unknown), unfinished
         report.chunks_without_point.sort()
     if graph_store is not None:
-        completed, missing, short = graph_against_queue(queue, graph_store.chunk_mention_pages(page_size))
-        report.completed_graph_chunks, report.chunks_short_of_mentions = completed, short
-        # re-queued alike: a rewrite of the chunk restores its node and every edge
-        report.chunks_without_graph = sorted(missing + short)
+        report.completed_graph_chunks, report.chunks_without_graph, report.chunks_short_of_mentions = (
+            graph_against_queue(queue, graph_store.chunk_mention_pages(page_size))
+        )
         report.duplicate_entities = list(graph_store.duplicate_entities())
     return report
 

@@ -222,8 +222,9 @@ def verify(settings: Settings, as_json: bool) -> None:
                     if folder is None or isinstance(exc, neo4j.exceptions.AuthError):
                         raise
                     raise GraphStoreDamaged(folder, f"a read failed: {first_line(exc)}") from None
-            without_node = len(report.chunks_without_graph) - len(report.chunks_short_of_mentions)
-            lost = graph_damage(report.completed_graph_chunks, without_node)
+            lost = graph_damage(
+                report.completed_graph_chunks, len(report.chunks_without_graph), len(report.chunks_short_of_mentions)
+            )
             if folder is not None and lost is not None:
                 raise GraphStoreDamaged(folder, lost)
         except (VectorStoreDamaged, GraphStoreDamaged) as exc:
@@ -242,10 +243,10 @@ def verify(settings: Settings, as_json: bool) -> None:
     )
     if not report.consistent:
         short = len(report.chunks_short_of_mentions)
-        # edges lost without their chunk node are a damaged graph the counts alone do not explain: named here
+        # on a Bolt server at a URI (the embedded one's folder is named above): edges lost there are that server's
         named = f"{short} completed chunk(s) lack entity mentions in the graph; " if short else ""
         raise CliError(
-            f"inconsistent: {named}see the counts above; `docqueue recover`, `docqueue repair --graph` and the "
-            "nightly reconciliation re-queue missing vectors and graph writes",
+            f"inconsistent: {named}see the counts above; `docqueue recover` and the nightly reconciliation "
+            "re-queue missing vectors and graph writes",
             EXIT_INCONSISTENT,
         )
