@@ -243,8 +243,13 @@ def verify(settings: Settings, as_json: bool) -> None:
     )
     if not report.consistent:
         short = len(report.chunks_short_of_mentions)
-        # on a Bolt server at a URI (the embedded one's folder is named above): edges lost there are that server's
-        named = f"{short} completed chunk(s) lack entity mentions in the graph; " if short else ""
+        # on a Bolt server at a URI (the embedded one's folder is named above): rewriting the chunks is left to
+        # whoever keeps that server, since into a folder whose edge lists still name the lost edges it doubles them
+        named = (
+            f"{short} completed chunk(s) lack entity mentions in the graph, which nothing here re-queues; "
+            if short
+            else ""
+        )
         raise CliError(
             f"inconsistent: {named}see the counts above; `docqueue recover` and the nightly reconciliation "
             "re-queue missing vectors and graph writes",
