@@ -2,14 +2,16 @@
 person would, on the embedded Bolt server (DOCQUEUE_NEO4J_URI unset) of a home of its own.
 
 A generated corpus is ingested and `docqueue run --until-idle` takes it through every phase (the clean run, whose
-chunk completions per second are the reference). Four times a file of the graph's database folder is damaged while
+chunk completions per second are the reference). Five times a file of the graph's database folder is damaged while
 the server is down: twice with the server stopped (closed cleanly: statistics.json written, the write-ahead log
 deleted), the Chunk bucket file deleted, then (after the first rebuild) schema.json cut to nothing; twice with the
 server SIGKILLed (no statistics.json, its log kept), an edge-list file deleted right after the kill, then the Chunk
 bucket file cut to nothing after a kill, a start that replayed the log, a run that wrote the GraphRAG step of half
-the chunks again, and a second kill (so the bucket's first pages are on disk and in no log). After each kill, before
-the damage, the folder must read as whole. Each time `docqueue verify` must name the folder in one sentence with
-exit code 3 (time to detect), `docqueue repair --graph` sets the folder aside and re-queues the GraphRAG step of the
+the chunks again, and a second kill (so the bucket's first pages are on disk and in no log); last, the MENTIONS edge
+bucket's last page cut after a kill, a start that replayed the log and wrote nothing, and a second kill (the file
+check passes that folder: verify finds the chunks short of their MENTIONS edges). After each kill, before the
+damage, the folder must read as whole. Each time `docqueue verify` must name the folder in one sentence with exit
+code 3 (time to detect), `docqueue repair --graph` sets the folder aside and re-queues the GraphRAG step of the
 completed chunks (time to repair; a second repair must change nothing) and `docqueue run --until-idle` rewrites
 them (time to rebuild). Then the counts: tasks lost (not completed), the graph's node and edge counts against those
 before the damage, duplicate nodes and edges, the vector points (the same chunk ids, untouched), and `docqueue
@@ -38,12 +40,15 @@ from bench._pipeline_env import docqueue as _docqueue
 
 # (name, how the server goes down, the file of the database folder, what is done to it): ArcadeDB reads the first
 # as a graph without chunks, loads the previous schema (without the types made since) for the second, skips the
-# edges of the third's vertices, and stops its log's replay at the fourth's version gap
+# edges of the third's vertices, stops its log's replay at the fourth's version gap, and opens the fifth (its last
+# page cut, none of its pages in the log: the file check passes it) without those MENTIONS edges, which verify
+# finds by the chunks' counts of them
 DAMAGES = (
     ("deleted-bucket", "stop", "Chunk_0.*.bucket", "delete"),
     ("cut-schema", "stop", "schema.json", "truncate"),
     ("killed-deleted-edge-list", "kill", "Entity_0_out_edges.*", "delete"),
     ("killed-cut-bucket", "kill-after-rewrite", "Chunk_0.*.bucket", "truncate"),
+    ("killed-cut-edge-bucket", "kill-after-replay", "MENTIONS_0.*.bucket", "cut-page"),
 )
 GRAPHRAG_DONE_SQL = "SELECT count(*) FROM task_queue_chunk WHERE graphrag_status = 'completed'"
 
@@ -104,6 +109,9 @@ def _take_down(env: dict, down: str) -> tuple[Path, list[str], dict]:
     if down == "stop":
         return Path(_child(env, "stop")["folder"]), [], {}
     problems: list[str] = []
+    if down == "kill-after-replay":  # a start replays the log and writes nothing: the next kill's log is empty
+        _child(env, "kill")
+        _docqueue(env, "verify", "--json", check=False)
     if down == "kill-after-rewrite":
         _child(env, "kill")
         _child(env, "rewrite")
@@ -121,6 +129,9 @@ def _damage_and_rebuild(env: dict, conn, before: dict, name: str, down: str, fil
     damaged_file = f"{target.name} ({target.stat().st_size} bytes)"
     if how == "truncate":
         os.truncate(target, 0)
+    elif how == "cut-page":  # its last page gone, the file ending on a page boundary
+        page_size = int(target.name.split(".")[2])
+        os.truncate(target, max(0, target.stat().st_size // page_size - 1) * page_size)
     else:
         target.unlink()
     started = time.monotonic()

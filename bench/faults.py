@@ -26,7 +26,9 @@ and the throughput during and after the fault against a clean run of the same fl
   7 damaged-graph   the same on the embedded Bolt server's database folder (--damaged-documents x --damaged-pages):
                     with the server stopped, the Chunk bucket file deleted, then schema.json cut; with the server
                     SIGKILLed, an edge-list file deleted, then (after a replay of its log and more writes) the Chunk
-                    bucket cut; each time `verify` must name the folder (exit 3), `repair --graph` sets it aside and
+                    bucket cut, then (after a replay and no writes) the MENTIONS edge bucket's last page cut, which
+                    only verify's count of each chunk's mentions sees; each time `verify` must name the folder
+                    (exit 3), `repair --graph` sets it aside and
                     re-queues the GraphRAG step of the completed chunks, `run --until-idle` rewrites them (see
                     bench/_damaged_graph.py)
   8 clock-skew      one worker's wall clock --skew-s seconds (600) ahead and one's as far behind, beside normal
@@ -787,7 +789,7 @@ def damaged_store(bench: Bench) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- row 7
 def damaged_graph(bench: Bench) -> dict:
-    """The embedded graph's database folder damaged four times (twice after a clean stop, twice after a SIGKILL),
+    """The embedded graph's database folder damaged five times (twice after a clean stop, three times after a SIGKILL),
     detected, set aside and rebuilt (bench/_damaged_graph.py)."""
     from bench import _damaged_graph as damaged
 

@@ -96,10 +96,11 @@ def _graph_agrees(resources, documents, page_size) -> Evaluation:
     finally:
         graph.close()
     missing = len(report.chunks_without_graph)
-    return missing == 0 and not report.duplicate_entities, {
+    return missing == 0 and not report.chunks_short_of_mentions and not report.duplicate_entities, {
         "completed_chunks": report.completed_graph_chunks,
         "chunks_with_writes": report.completed_graph_chunks - missing,
         "missing": missing,
+        "short_of_mentions": len(report.chunks_short_of_mentions),
         "duplicate_entities": len(report.duplicate_entities),
     }
 

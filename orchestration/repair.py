@@ -61,27 +61,32 @@ def repair_vectors(queue: TaskQueue, store: EdgeVectorStore, page_size: int) -> 
     }
 
 
-def graph_damage(completed: int, without_node: int) -> str | None:
+def graph_damage(completed: int, without_node: int, short_of_mentions: int = 0) -> str | None:
     """Damage a whole-looking folder still shows: the graph holds none of the chunks the queue says were written
-    (its database folder gone, the server made a fresh one). A part missing is work lost in a run, which the
-    nightly reconciliation re-queues; all of it missing is the folder's."""
+    (its database folder gone, the server made a fresh one), or chunks lack MENTIONS edges (an edge bucket cut
+    short after a kill, which the file check cannot see: the vertices' edge lists still name the lost edges, so
+    the folder is rebuilt whole rather than the chunks rewritten into it). A part of the chunks missing is work lost
+    in a run, which the nightly reconciliation re-queues; all of it missing is the folder's."""
     if completed and without_node == completed:
         return f"it holds none of the {completed} chunk(s) the queue says were written"
+    if short_of_mentions:
+        return f"{short_of_mentions} completed chunk(s) lack entity mentions in it"
     return None
 
 
 def repair_graph(queue: TaskQueue, server: BoltServer, open_graph: Callable[[], GraphStore], page_size: int) -> dict:
     """Set aside the embedded server's database folder if it is damaged (its files, or none of the written chunks
-    in it), let the server make a fresh one, then re-queue the GraphRAG step of the completed chunks without a Chunk
-    node. Only that step: OCR, chunks and vector points stay as they are."""
+    in it, or chunks short of their mentions: graph_damage), let the server make a fresh one, then re-queue the
+    GraphRAG step of the completed chunks without a Chunk node. Only that step: OCR, chunks and vector points stay
+    as they are."""
     started = time.monotonic()
     folder = server.database_folder
     reason = folder_damage(folder)
     if reason is None:
         graph = open_graph()
         try:
-            completed, missing = graph_against_queue(queue, graph.chunk_id_pages(page_size))
-            reason = graph_damage(completed, len(missing))
+            completed, missing, short = graph_against_queue(queue, graph.chunk_mention_pages(page_size))
+            reason = graph_damage(completed, len(missing), len(short))
         except (ClientError, DatabaseError) as exc:
             if isinstance(exc, AuthError):  # the credentials', not the folder's
                 raise
@@ -94,7 +99,7 @@ def repair_graph(queue: TaskQueue, server: BoltServer, open_graph: Callable[[], 
     graph = open_graph()
     try:
         graph.ensure_schema()
-        checked, missing = graph_against_queue(queue, graph.chunk_id_pages(page_size))
+        checked, missing, _ = graph_against_queue(queue, graph.chunk_mention_pages(page_size))
     finally:
         graph.close()
     requeued = 0

@@ -348,33 +348,41 @@ class GraphStore:
         return {row["id"] for row in rows}
 
     def chunk_id_pages(self, page_size: int) -> Iterator[list[str]]:
-        """Every Chunk node's id in id order, in pages of at most `page_size`, one bounded range of ids a query:
-        verification reads the graph once, in bounded memory, instead of looking each queue row up (0.8 ms a lookup
-        on the embedded Bolt server at a million nodes).
+        """Every Chunk node's id in id order, in pages of at most `page_size` (`_chunk_pages`)."""
+        for page in self._chunk_pages(page_size, ""):
+            yield [chunk_id for chunk_id, _ in page]
+
+    def chunk_mention_pages(self, page_size: int) -> Iterator[list[tuple[str, int]]]:
+        """(id, mention weight) of every Chunk node in id order: `chunk_id_pages`'s walk counting MENTIONS edges, each
+        as its target plus its `aliases` (orchestration/verify.py says why it is at least `entities_extracted`)."""
+        weight = "count(m) + sum(size(coalesce(m.aliases, [])))"
+        yield from self._chunk_pages(
+            page_size, f" OPTIONAL MATCH (c)-[m:MENTIONS]->() RETURN c.id AS id, {weight} AS n"
+        )
+
+    def _chunk_pages(self, page_size: int, returning: str) -> Iterator[list[tuple[str, int]]]:
+        """(id, what `returning` reads or 0) of every Chunk node in id order, one bounded range of ids a query:
+        verification reads the graph once, in bounded memory, not a lookup per queue row (0.8 ms each at a million).
 
         Not `id > $after ORDER BY id LIMIT n`: the embedded server answers that by reading every id above $after,
         3.5 s a page at the start of a million ids (quadratic over the walk), while a range between two bounds is
         read from the chunk_id constraint's index (2-20 ms for a few hundred ids). The bounds cut the space of the
         ids' 32 hex digits (queue_db.keys.chunk_id) and each range's width follows the last one's count; together
         they cover every string, so an id of any other form still falls into exactly one range."""
-        position, width, lower = 0, _ID_SPACE // 1024, ""
+        tail, position, width, lower = returning or " RETURN c.id AS id", 0, _ID_SPACE // 1024, ""
         while True:
             position += width
             upper = f"{position:032x}" if position < _ID_SPACE else None
-            if upper is None:
-                rows = self._read("MATCH (c:Chunk) WHERE c.id >= $lower RETURN c.id AS id", lower=lower)
-            else:
-                rows = self._read(
-                    "MATCH (c:Chunk) WHERE c.id >= $lower AND c.id < $upper RETURN c.id AS id", lower=lower, upper=upper
-                )
-            ids = sorted(row["id"] for row in rows)
-            for start in range(0, len(ids), page_size):
-                yield ids[start : start + page_size]
+            bounded = "" if upper is None else " AND c.id < $upper"
+            rows = self._read(f"MATCH (c:Chunk) WHERE c.id >= $lower{bounded}{tail}", lower=lower, upper=upper)
+            found = sorted((row["id"], int(row.get("n") or 0)) for row in rows)
+            for start in range(0, len(found), page_size):
+                yield found[start : start + page_size]
             if upper is None:
                 return
             lower = upper
             # about page_size ids a range: grow fast through a sparse graph, shrink after a crowded range
-            width = max(1, int(width * min(16.0, max(0.25, page_size / max(len(ids), 1)))))
+            width = max(1, int(width * min(16.0, max(0.25, page_size / max(len(found), 1)))))
 
     def duplicate_entities(self) -> list[str]:
         rows = self._read(

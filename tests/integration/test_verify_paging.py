@@ -107,15 +107,16 @@ def test_verify_reads_the_graph_once_a_page_at_a_time(queue, graph_store):
     queue.complete(GRAPHRAG_CHUNK, "verify-test", [{"id": t["id"]} for t in tasks])
     graph_store.write_chunks([ChunkGraph(str(document["id"]), "report.pdf", 1, "orphan-chunk", 9, Extraction())])
     read: list[int] = []
-    pages = graph_store.chunk_id_pages
-    graph_store.chunk_id_pages = lambda size: (read.append(len(page)) or page for page in pages(size))
+    pages = graph_store.chunk_mention_pages
+    graph_store.chunk_mention_pages = lambda size: (read.append(len(page)) or page for page in pages(size))
 
     report = verify_stores(queue, graph_store=graph_store, page_size=PAGE)
 
     assert report.chunks_without_graph == sorted(str(tasks[i]["id"]) for i in (1, 4))
     assert report.completed_graph_chunks == 5 and report.duplicate_entities == []
     assert sum(read) == 4 and all(0 < n <= PAGE for n in read), "the graph is read once, a page at a time"
-    in_order = [c for page in pages(PAGE) for c in page]
+    in_order = [c for page in graph_store.chunk_id_pages(PAGE) for c in page]
+    assert [c for page in pages(PAGE) for c, _ in page] == in_order
     # hex ids and one of another form ("orphan-chunk"), each exactly once, in id order
     assert in_order == sorted([*(t["chunk_id"] for t in written), "orphan-chunk"])
     assert verify_stores(queue, graph_store=graph_store, page_size=1000).as_dict() == report.as_dict()

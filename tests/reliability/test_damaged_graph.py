@@ -168,3 +168,92 @@ def test_a_damaged_graph_database_is_named_set_aside_and_rebuilt_from_the_queue(
         )
     finally:
         pipeline.instance.dispose()
+
+
+def _mention_figures(queue, graph) -> dict[str, tuple[str, int, int, int]]:
+    """chunk id -> (queue row id, entities_extracted, MENTIONS edges, their weight) of every completed chunk."""
+    weights = {c: n for page in graph.chunk_mention_pages(500) for c, n in page}
+    edges = {
+        row["id"]: row["n"]
+        for row in graph._read("MATCH (c:Chunk) OPTIONAL MATCH (c)-[m:MENTIONS]->() RETURN c.id AS id, count(m) AS n")
+    }
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT chunk_id, id::text, entities_extracted FROM task_queue_chunk WHERE graphrag_status = 'completed'"
+        ).all()
+    return {c: (row_id, extracted, edges[c], weights[c]) for c, row_id, extracted in rows}
+
+
+def test_chunks_that_lost_mentions_are_named_requeued_and_rewritten(own_bolt, tmp_path, say):
+    """Row 7's edge damage, done through the driver: the MENTIONS edges of two chunks (all of one's, one of the
+    other's) are deleted. On the clean graph first, every completed chunk's mention weight is at least the entities
+    its extraction gave (the relation verify relies on). `docqueue verify` names the folder and how many chunks lack
+    mentions, exit 3; `docqueue repair --graph` sets the folder aside and re-queues every completed chunk, the run
+    rewrites them, and the graph is as before, nothing doubled."""
+    pipeline = Pipeline(tmp_path)
+    try:
+        topics = list(pf.TWO_TOPICS.values())
+        docs = [pf.text_pdf(tmp_path, f"doc-{i}.pdf", [topics[i % 2], pf.DEMO_PAGE]) for i in (0, 1)]
+        pipeline.ingest(docs)
+        pipeline.run_until_idle(max_seconds=120)
+        assert set(document_statuses(pipeline.queue).values()) == {ALL_COMPLETED}, document_statuses(pipeline.queue)
+        stores = Stores.open()
+        try:
+            before = store_figures(pipeline.queue, stores)
+            clean = _mention_figures(pipeline.queue, stores.graph)
+            assert clean and all(weight >= extracted for _, extracted, _, weight in clean.values()), clean
+            exact = [c for c, (_, extracted, edges, weight) in clean.items() if edges == extracted == weight > 0]
+            assert len(exact) >= 2, clean
+            all_of, one_of = exact[0], exact[1]
+            stores.graph._write(
+                lambda tx: tx.run("MATCH (:Chunk {id: $id})-[m:MENTIONS]->() DELETE m", id=all_of).consume()
+            )
+            stores.graph._write(
+                lambda tx: tx.run(
+                    "MATCH (:Chunk {id: $id})-[m:MENTIONS]->() WITH m LIMIT 1 DELETE m", id=one_of
+                ).consume()
+            )
+        finally:
+            close_everything(stores)
+        folder = own_bolt.database_folder
+        verify = docqueue("verify", "--json")
+        assert verify.returncode == 3, (verify.returncode, verify.stdout[-2000:], verify.stderr[-2000:])
+        sentence = verify.stderr.strip()
+        assert sentence.startswith(
+            f"docqueue: the graph database folder {folder} is damaged (2 completed chunk(s) lack entity mentions in it)"
+        ), sentence
+        assert "\n" not in sentence and "Traceback" not in sentence, sentence
+        assert json.loads(verify.stdout)["folder"] == str(folder), verify.stdout
+        repaired = docqueue("repair", "--graph", "--json")
+        assert repaired.returncode == 0, (repaired.stdout[-2000:], repaired.stderr[-2000:])
+        result = json.loads(repaired.stdout)
+        # set aside whole, as the other damages: the edges a cut bucket lost are still named by their edge lists
+        assert result["damaged_folder"] is not None and result["requeued_graph_chunks"] == len(clean), result
+        started = time.monotonic()
+        run = docqueue("run", "--until-idle", "--max-seconds", "150", timeout=240)
+        rebuild_s = time.monotonic() - started
+        assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+        stores = Stores.open()
+        try:
+            after = store_figures(pipeline.queue, stores)
+            assert _mention_figures(pipeline.queue, stores.graph) == clean
+        finally:
+            close_everything(stores)
+        assert after["graph"] == before["graph"], (before["graph"], after["graph"])
+        assert set(after["duplicates"].values()) == {0}, after["duplicates"]
+        assert after["verify"]["consistent"], after["verify"]
+        aliased = sum(edges < extracted for _, extracted, edges, _ in clean.values())
+        say(
+            figures_line(
+                "damaged graph database: MENTIONS edges of two chunks deleted",
+                {
+                    "completed_chunks": len(clean),
+                    "chunks_fewer_edges_than_entities": aliased,
+                    "found": 2,
+                    "rebuilt_chunks": result["requeued_graph_chunks"],
+                    "rebuild_s": round(rebuild_s, 1),
+                },
+            )
+        )
+    finally:
+        pipeline.instance.dispose()
