@@ -259,12 +259,14 @@ def make_recovery_work(queue, stale: int, documents: int) -> None:
             )
 
 
-def measure_recovery_job(queue, instance, qdrant, model: str, tail: int) -> tuple:
+def measure_recovery_job(queue, instance, qdrant, model: str, tail: int, timeout_s: float) -> tuple:
     """The recovery job's three ops in their order, each calling what its op calls with the settings it reads:
     release stale tasks (recover), retire completed partitions (one batch), build the vector tail's index once
-    `tail` points wait. Returns (the three seconds, what each did: tasks released, partitions retired, tail points
-    merged into the main shard and indexed)."""
-    from orchestration.maintenance import index_vector_tail, recover, vector_tail_waiting
+    `tail` points wait (in a process of its own, sampled for memory: bench/_scale_search.measure_index_build).
+    Returns (the three seconds, what each did: tasks released, partitions retired, tail points merged into the
+    main shard and indexed; the build's process: RSS before it, peak RSS and peak anonymous memory, MB)."""
+    from bench._scale_search import measure_index_build
+    from orchestration.maintenance import recover, vector_tail_waiting
     from orchestration.partitions import retire_partitions_as_configured
     from queue_db.config import Settings
 
@@ -275,14 +277,15 @@ def measure_recovery_job(queue, instance, qdrant, model: str, tail: int) -> tupl
     started = time.perf_counter()
     retired = sum(retire_partitions_as_configured(instance, queue.engine, dagster).values())
     retire_s = time.perf_counter() - started
-    started = time.perf_counter()
-    indexed = index_vector_tail(qdrant, model, tail)
-    index_s = time.perf_counter() - started
+    indexed = measure_index_build(model, tail, timeout_s)
+    index_s = indexed["s"]
     # the merge into the main shard is the step's work; Qdrant builds HNSW only for segments big enough to need it
     merged = indexed["waiting"] - vector_tail_waiting(qdrant, model)
     print(
         f"    recovery job: {released} released in {recover_s:.3f} s, {retired} retired in {retire_s:.3f} s, "
-        f"{merged} of {indexed['waiting']} tail points merged in {index_s:.3f} s (HNSW built: {indexed['built']})",
+        f"{merged} of {indexed['waiting']} tail points merged in {index_s:.3f} s (HNSW built: {indexed['built']}; "
+        f"RSS {indexed['rss_before_mb']:.0f} MB before, peak {indexed['peak_rss_mb']:.0f} MB, anonymous "
+        f"{indexed['peak_anon_mb']:.0f} MB)",
         file=sys.stderr,
         flush=True,
     )
@@ -290,4 +293,14 @@ def measure_recovery_job(queue, instance, qdrant, model: str, tail: int) -> tupl
         raise RuntimeError(
             f"a recovery step had nothing to do: {released} released, {retired} retired, {merged} merged"
         )
-    return recover_s, retire_s, index_s, released, retired, merged
+    return (
+        recover_s,
+        retire_s,
+        index_s,
+        released,
+        retired,
+        merged,
+        indexed["rss_before_mb"],
+        indexed["peak_rss_mb"],
+        indexed["peak_anon_mb"],
+    )

@@ -18,6 +18,14 @@ Then, each in the seeded home:
   vector_write64_s           one 64-point write with its own open and close of the shard (median of 3): the worst case
   search_p50_ms/_p95_ms      --searches dense queries near the seeded topics, in one open session
   search_recall_at_5         20 of them against exact search
+  search_session_*           the warm search session (resources/search_session.SearchSession) as an application
+                             keeps it: --searches hybrid searches of made-up-word queries (the real model's query
+                             embedding, both rankings, fusion, copies collapsed, entities from the graph), p50 / p95
+                             in ms, then as many filtered to the tenant holding a tenth of the documents (_tenant_)
+  search_cli_s               `docqueue search QUERY --json` in a new process: the median of 5, start-up included;
+                             search_cli_tenant_s one more with --tenant
+  search_full_tail_*         the warm session's p50 / p95 while a full tail (DOCQUEUE_QDRANT_INDEX_TAIL points,
+                             search_full_tail_waiting) waits for the index build the recovery job then makes
   ranged_run_fixed_s         the Dagster side of a ranged 1,000-chunk run: resolving its keys and creating the run
                              record with its range tags (no launch, no model work; median of 3)
   sensor_tick_s              one vector_chunk_sensor tick as the daemon evaluates it (median of 7, after a first)
@@ -27,7 +35,8 @@ Then, each in the seeded home:
                              heartbeat, the partitions of 25 seeded documents completed 8 days ago, a tail of
                              --tail points): recovery_release_s / _retire_s / _index_tail_s, what each did
                              (recovery_released / _retired / _indexed) and its cost per item (…_per_task_ms,
-                             …_per_partition_ms, …_per_point_ms)
+                             …_per_partition_ms, …_per_point_ms); the index build runs in a process of its own:
+                             recovery_index_rss_before_mb (its imports), _peak_rss_mb and _peak_anon_mb
   checks_s                   the four asset checks, evaluated as functions
   partitions_page_s          the vector_chunk asset's partitions page in headless Chromium (dagster-webserver),
                              median of 3 loads
@@ -77,7 +86,9 @@ if str(REPO) not in sys.path:
 BIN = Path(sys.executable).parent
 
 from bench._result import print_result  # noqa: E402
+from bench._scale_search import TENANT, TENANT_EVERY, chunk_texts, measure_cli, measure_session  # noqa: E402
 from bench._scale_work import _sampled, fill_tail, make_recovery_work, measure_real_run, measure_recovery_job  # noqa: E402
+from queue_db.tenants import BASE_TENANT  # noqa: E402
 
 PAGES, CHUNKS = 40, 5  # a document of 40 pages, 5 chunks a page: 200 chunks
 PENDING = 100_000
@@ -87,6 +98,9 @@ MEASURES = (
     "claim_settle",
     "vector_write",
     "search",
+    "search_session",
+    "search_cli",
+    "search_full_tail",
     "ranged_run",
     "sensor_tick",
     "status",
@@ -103,6 +117,11 @@ PER_UNIT = {
     "vector_write64_in_run_s": False,
     "search_p50_ms": False,
     "search_p95_ms": False,
+    "search_session_p50_ms": False,
+    "search_session_p95_ms": False,
+    "search_session_tenant_p95_ms": False,
+    "search_cli_s": False,
+    "search_full_tail_p95_ms": False,
     "ranged_run_fixed_s": False,
     "sensor_tick_s": False,
     "recovery_release_per_task_ms": False,
@@ -130,7 +149,19 @@ RECOVERY = (
     "recovery_released",
     "recovery_retired",
     "recovery_indexed",
+    "recovery_index_rss_before_mb",
+    "recovery_index_peak_rss_mb",
+    "recovery_index_peak_anon_mb",
 )
+SEARCH_PATHS = (
+    "search_session_p50_ms",
+    "search_session_p95_ms",
+    "search_session_tenant_p50_ms",
+    "search_session_tenant_p95_ms",
+    "search_session_hits",
+)
+FULL_TAIL = ("search_full_tail_p50_ms", "search_full_tail_p95_ms", "search_full_tail_waiting")
+SEARCH_CLI = ("search_cli_s", "search_cli_tenant_s")
 STALE_TASKS, RETIRED_DOCUMENTS = 500, 25
 FIGURES = (
     "seed_s",
@@ -142,6 +173,9 @@ FIGURES = (
     "search_p50_ms",
     "search_p95_ms",
     "search_recall_at_5",
+    *SEARCH_PATHS,
+    *SEARCH_CLI,
+    *FULL_TAIL,
     "ranged_run_fixed_s",
     "sensor_tick_s",
     "status_s",
@@ -191,7 +225,8 @@ def seed_queue(engine, documents: int, pending_documents: int) -> None:
         conn.exec_driver_sql(
             """INSERT INTO documents (filename, document_key, content_hash, size_bytes, page_count, pages_created_at,
                                       ocr_status, ocr_started_at, ocr_completed_at, vector_index_status,
-                                      graphrag_index_status, created_at, partition_block, partition_pos)
+                                      graphrag_index_status, created_at, partition_block, partition_pos,
+                                      tenant_id)
                SELECT 'scale-' || n || '.pdf', 'scale-' || lpad(n::text, 6, '0'),
                       encode(sha256(convert_to('scale' || n, 'UTF8')), 'hex'), 100000, %(pages)s,
                       now() - make_interval(secs => %(total)s - n + 1), 'completed',
@@ -200,9 +235,10 @@ def seed_queue(engine, documents: int, pending_documents: int) -> None:
                       CASE WHEN n <= %(docs)s THEN 'completed' ELSE 'pending' END::task_status,
                       CASE WHEN n <= %(docs)s THEN 'completed' ELSE 'pending' END::task_status,
                       now() - make_interval(secs => %(total)s - n + 3), %(doc_first)s + (n - 1) / %(block)s,
-                      (n - 1) %% %(block)s
+                      (n - 1) %% %(block)s,
+                      CASE WHEN n %% %(tenant_every)s = 0 THEN %(tenant)s ELSE %(base)s END
                FROM generate_series(1, %(total)s) n""",
-            args,
+            {**args, "tenant_every": TENANT_EVERY, "tenant": TENANT, "base": BASE_TENANT},
         )
         conn.exec_driver_sql(
             """INSERT INTO task_queue_page (document_id, page_number, page_file_path, ocr_status, ocr_started_at,
@@ -307,8 +343,14 @@ def clustered(rng, dim: int, n: int):
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
+def seed_tenant(doc: int) -> str:
+    """Every TENANT_EVERY-th document is TENANT's, the others the base tenant's, as the writer tags them."""
+    return TENANT if doc % TENANT_EVERY == 0 else BASE_TENANT
+
+
 def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> None:
-    """Clustered unit vectors for every completed chunk, through the store's own batched write."""
+    """Clustered unit vectors for every completed chunk, with a text of CHUNK_WORDS words (its sparse vector) and
+    its tenant, through the store's own batched write."""
     from resources.qdrant_base import PreparedPoint
     from resources.vector_payload import point_id
 
@@ -317,8 +359,9 @@ def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> No
 
     def flush() -> None:
         vectors = clustered(rng, dim, len(batch))
+        texts = chunk_texts(rng, len(batch))
         points = []
-        for (doc, page, c), vector in zip(batch, vectors):
+        for (doc, page, c), vector, text in zip(batch, vectors, texts):
             cid = chunk_id(doc, page, c)
             points.append(
                 PreparedPoint(
@@ -330,8 +373,9 @@ def seed_vectors(store, documents: int, document_ids: dict[int, str], rng) -> No
                         "filename": f"scale-{doc}.pdf",
                         "page_number": page,
                         "chunk_index": c,
-                        "text": f"chunk {c} of page {page}",
+                        "text": text,
                         "chunk_id": cid,
+                        "tenant_id": seed_tenant(doc),
                     },
                 )
             )
@@ -908,6 +952,8 @@ def child(n: int, home: Path, args) -> dict:
     )
     attempt("vector_write", lambda _l: measure_vector_write(make_store, rng, rounds), ("vector_write64_s",))
     attempt("search", search, ("search_p50_ms", "search_p95_ms", "search_recall_at_5"))
+    attempt("search_session", lambda _l: measure_session(Settings.from_env(), rng, args.searches), SEARCH_PATHS)
+    attempt("search_cli", lambda _l: measure_cli(rng, expect_hits=n > 0), SEARCH_CLI)
     attempt("sensor_tick", lambda _l: measure_sensor_tick(instance, defs, 1 if args.quick else 7), ("sensor_tick_s",))
     attempt("ranged_run", lambda _l: measure_ranged_run(instance, defs, documents), ("ranged_run_fixed_s",))
     attempt("checks", checks, ("checks_s",))
@@ -933,7 +979,15 @@ def child(n: int, home: Path, args) -> dict:
         REAL_RUN,
     )
 
-    def recovery(_left):
+    def full_tail_search(_left):
+        fill_tail(make_store, rng, max(tail - _unindexed(make_store), 0), clustered, "bench-tail2")
+        p50, p95, *_ = measure_session(Settings.from_env(), rng, args.searches, tenant=False)
+        return p50, p95, _unindexed(make_store)
+
+    # the searches while DOCQUEUE_QDRANT_INDEX_TAIL points wait for the build the recovery job then makes
+    attempt("search_full_tail", full_tail_search, FULL_TAIL)
+
+    def recovery(left):
         fill_tail(make_store, rng, max(tail - _unindexed(make_store), 0), clustered, "bench-tail2")
         make_recovery_work(queue, STALE_TASKS, RETIRED_DOCUMENTS)
         return measure_recovery_job(
@@ -942,6 +996,7 @@ def child(n: int, home: Path, args) -> dict:
             QdrantResource.from_settings(Settings.from_env()),
             Settings.from_env().embedding.model,
             tail,
+            left,
         )
 
     attempt("recovery", recovery, RECOVERY)
@@ -1077,7 +1132,7 @@ def parent(args) -> int:
             name: [ratio(v, figures[name][args.sizes.index(100_000)], False) for v in figures[name]]
             if 100_000 in args.sizes
             else None
-            for name in ("search_p50_ms", "search_p95_ms")
+            for name in ("search_p50_ms", "search_p95_ms", "search_session_p95_ms", "search_cli_s")
         },
         "homes": [r.get("home") for r in results],
         "load_per_n": [[r.get("load_before"), r.get("load_after")] for r in results],
@@ -1092,6 +1147,11 @@ def parent(args) -> int:
         "nightly_peak_anon_mb_at_max": at_max["nightly_peak_anon_mb"],
         "nightly_capped_at_max": at_max["nightly_capped"],
         "search_recall_at_5_at_max": at_max["search_recall_at_5"],
+        "search_session_p95_ms_at_max": at_max["search_session_p95_ms"],
+        "search_session_tenant_p95_ms_at_max": at_max["search_session_tenant_p95_ms"],
+        "search_cli_s_at_max": at_max["search_cli_s"],
+        "search_full_tail_p95_ms_at_max": at_max["search_full_tail_p95_ms"],
+        "recovery_index_peak_rss_mb_at_max": at_max["recovery_index_peak_rss_mb"],
         "missing": missing,
         "quick": args.quick,
         "load_before": [round(x, 1) for x in load_before],

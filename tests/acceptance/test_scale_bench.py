@@ -27,12 +27,21 @@ AT_MAX = (
     "status_s_at_max",
     "stats_s_at_max",
     "real_run_peak_rss_mb_at_max",
+    "search_session_p95_ms_at_max",
+    "search_cli_s_at_max",
+    "search_full_tail_p95_ms_at_max",
+    "recovery_index_peak_rss_mb_at_max",
 )
 PER_UNIT = {
     "claim_settle_tasks_per_s",
     "vector_write64_in_run_s",
     "search_p50_ms",
     "search_p95_ms",
+    "search_session_p50_ms",
+    "search_session_p95_ms",
+    "search_session_tenant_p95_ms",
+    "search_cli_s",
+    "search_full_tail_p95_ms",
     "ranged_run_fixed_s",
     "sensor_tick_s",
     "recovery_release_per_task_ms",
@@ -47,6 +56,8 @@ PER_UNIT = {
 DIFFERENCE = "real_run_per_chunk_s"
 # an empty store has nothing to recall: the one figure reported as null, with its reason, at N = 0
 NOT_MEASURED = {("search_recall_at_5", 0)}
+# nor anything to find: the warm session's hits at N = 0
+NOTHING_FOUND = {("search_session_hits", 0)}
 
 
 def _bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -91,6 +102,8 @@ def test_the_scale_bench_reports_each_figure_at_each_size(tmp_path):
                 assert value is None and missing[f"{name}@{n}"] == "skipped (--skip)"
             elif (name, n) in NOT_MEASURED:
                 assert value is None and missing[f"{name}@{n}"].startswith("not measured")
+            elif (name, n) in NOTHING_FOUND:
+                assert value == 0, (name, n, value)
             elif name == DIFFERENCE:
                 assert isinstance(value, (int, float)), (name, n, value, missing.get(f"{name}@{n}"))
             else:
@@ -116,7 +129,16 @@ def test_the_scale_bench_reports_each_figure_at_each_size(tmp_path):
         assert ratios[-1] == result["ratios_at_max"][name]
         if name != DIFFERENCE:
             assert all(isinstance(r, float) and r > 0 for r in ratios), (name, ratios)
-    assert result["search_ratios_vs_100000"] == {"search_p50_ms": None, "search_p95_ms": None}  # 100,000 not run
+    # 100,000 not run
+    assert result["search_ratios_vs_100000"] == dict.fromkeys(
+        ("search_p50_ms", "search_p95_ms", "search_session_p95_ms", "search_cli_s")
+    )
+    # the warm session found hits in the seeded home, and the index build was sampled
+    assert figures["search_session_hits"][-1] > 0
+    assert all(
+        peak >= before > 0
+        for before, peak in zip(figures["recovery_index_rss_before_mb"], figures["recovery_index_peak_rss_mb"])
+    ), figures
     assert set(AT_MAX) <= set(result)
     assert result["status_s_at_max"] == figures["status_s"][-1] and result["stats_s_at_max"] == figures["stats_s"][-1]
     assert result["nightly_s_at_max"] is None  # skipped, not invented
