@@ -196,20 +196,31 @@ def measure_real_run(timeout_s: float, open_stores, pages: int, seed: int) -> tu
 
 # ------------------------------------------------------------------------------------------------ recovery
 def fill_tail(make_store, rng, points: int, clustered, label: str) -> None:
-    """`points` points written to the tail as runs write them (64 at a time, one opening shared)."""
+    """`points` points written to the tail as runs write them (64 at a time, one opening shared), with texts like
+    the seeded chunks' and a document id of the writer's form (a uuid) under the base tenant."""
+    import uuid
+
     import numpy as np
 
+    from bench._scale_search import chunk_texts
+    from queue_db.tenants import BASE_TENANT
     from resources.ports import ChunkPoint
 
+    document = str(uuid.uuid5(uuid.NAMESPACE_URL, f"docqueue-scale/{label}"))
     store = make_store()
     try:
         with store.session():
             for first in range(0, points, 64):
                 vectors = clustered(rng, store.dim, min(64, points - first))
+                texts = chunk_texts(rng, len(vectors))
                 store.upsert(
                     [
-                        ChunkPoint(f"{label}-{first + i}", np.asarray(v), {"document_id": label, "text": "x"})
-                        for i, v in enumerate(vectors)
+                        ChunkPoint(
+                            f"{label}-{first + i}",
+                            np.asarray(v),
+                            {"document_id": document, "text": text, "tenant_id": BASE_TENANT},
+                        )
+                        for i, (v, text) in enumerate(zip(vectors, texts))
                     ]
                 )
     finally:

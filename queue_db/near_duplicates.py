@@ -13,6 +13,7 @@ so two copies finishing at the same moment still find each other.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -209,6 +210,9 @@ def copies_of(
     (versions search hides). One statement: the given documents' memberships by primary key, then once per group
     its members through the group index, which lists the first few in joining order without reading a large
     group's rows (its count is an index-only count)."""
+    # a point whose payload names no queue document (written by another program into a shared collection) is in
+    # no group; its id must not reach the uuid cast
+    document_ids = [d for d in dict.fromkeys(document_ids) if _is_uuid(d)]
     if not document_ids:
         return {}
     with engine.connect() as conn:
@@ -233,10 +237,18 @@ def copies_of(
                SELECT hit.document_id::text AS id, hit.group_id::text AS group_id, hit.similarity,
                       grp.representative, grp.count, grp.ids, grp.keys
                FROM hit JOIN grp ON grp.gid = hit.group_id""",
-            {"ids": list(dict.fromkeys(document_ids)), "hidden": list(exclude_document_ids), "listed": LISTED_COPIES},
+            {"ids": document_ids, "hidden": list(exclude_document_ids), "listed": LISTED_COPIES},
         ).mappings()
         hidden = {str(d) for d in exclude_document_ids}
         return {r["id"]: _copies(r, r["id"] in hidden) for r in rows}
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
 
 
 def _copies(row, hidden: bool) -> dict:

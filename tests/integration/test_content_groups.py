@@ -82,6 +82,9 @@ def test_near_duplicates_form_a_group_once_and_others_stay_alone(queue, storage)
 
     found = copies_of(queue.engine, [first["id"], other["id"]])
     assert list(found) == [first["id"]] and found[first["id"]]["keys"] == [copy["document_key"]]
+    # a hit whose payload names no queue document (another program's point in a shared collection) is in no group
+    assert copies_of(queue.engine, ["not-a-document", first["id"], "None"]) == found
+    assert copies_of(queue.engine, ["not-a-document"]) == {}
     assert group_counts(queue.engine) == {"groups": 1, "grouped_documents": 2, "copies": 1}
     assert group_counts(queue.engine, tenant="someone-else")["groups"] == 0
 
