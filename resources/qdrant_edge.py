@@ -50,11 +50,10 @@ from resources.qdrant_base import (
     PreparedPoint,
     QdrantStore,
     dense_of,
-    hits_from,
 )
+from resources.qdrant_edge_search import search_shards
 from resources.qdrant_edge_shard import (
     copy_with_both_vectors,
-    dense_search_params,
     edge_config,
     edge_filter,
     engine_detail,
@@ -401,51 +400,14 @@ class EdgeVectorStore(QdrantStore):
             return found
 
     def _search(self, request, keep) -> SearchHits:
-        condition = edge_filter(keep)
-        notice = None
         with self._both() as (tail, main):
             if tail is None and main is None:
                 return SearchHits(mode=request.mode)
+            notice = None
             if not self._sparse:
                 request, notice = self._dense_only(request)
-            sparse = (
-                qe.Query.Nearest(qe.SparseVector(*request.sparse), using=SPARSE_VECTOR)
-                if request.sparse is not None
-                else None
-            )
-
-            dense_params = dense_search_params(self.hnsw_ef)
-
-            def nearest(query, limit):
-                params = None if query is sparse else dense_params
-                found = {}
-                # the tail first: a point in both shards is the tail's (the newer write)
-                for shard in (tail, main):
-                    if shard is None:
-                        continue
-                    for hit in hits_from(
-                        shard.query(
-                            qe.QueryRequest(
-                                limit=limit,
-                                query=query,
-                                filter=condition,
-                                with_payload=True,
-                                with_vector=False,
-                                params=params,
-                            )
-                        )
-                    ):
-                        found.setdefault(hit.chunk_id, hit)
-                return sorted(found.values(), key=lambda hit: -hit.score)[:limit]
-
-            if request.mode == "hybrid":
-                hits = self._fuse(
-                    nearest(sparse, request.candidates),
-                    nearest(qe.Query.Nearest(request.dense), request.candidates),
-                    request.limit,
-                )
-            else:
-                hits = nearest(sparse if request.mode == "sparse" else qe.Query.Nearest(request.dense), request.limit)
+            shards = [(shard, folder) for shard, folder in ((tail, self.tail_folder), (main, self.folder)) if shard]
+            hits = search_shards(shards, request, edge_filter(keep), self.hnsw_ef, self._reading)
         return SearchHits(hits, mode=request.mode, notice=notice)
 
     def merge_tail(self) -> int:
