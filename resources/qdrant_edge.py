@@ -61,6 +61,7 @@ from resources.qdrant_edge_shard import (
     local_mode_files,
     open_shard,
     pages,
+    payload_indexes,
     persisted_config,
     retire_folder,
     shard_exists,
@@ -446,7 +447,8 @@ class EdgeVectorStore(QdrantStore):
         with self._existing() as shard:
             if shard is None:
                 return False
-            return bool(shard.optimize())
+            rebuilt = payload_indexes(shard, rebuild_in_memory=True)
+            return bool(shard.optimize()) or rebuilt > 0
 
     def info(self) -> dict:
         with self._both() as (tail, main):

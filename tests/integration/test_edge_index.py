@@ -214,3 +214,34 @@ def test_a_session_writes_on_after_its_tail_was_merged(tmp_path):
         assert store.tail_folder.exists() and store.count() == 51
     assert store.count("late") == 1
     store.close()
+
+
+def payload_index_on_disk(store: EdgeVectorStore) -> dict[str, bool | None]:
+    shard = qe.EdgeShard.load(str(store.folder))
+    try:
+        return {name: info.params and info.params.on_disk for name, info in shard.info().payload_schema.items()}
+    finally:
+        shard.close()
+
+
+def test_payload_indexes_are_mapped_from_disk_and_older_ones_are_rebuilt_by_optimize(tmp_path):
+    rng = np.random.default_rng(5)
+    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
+    fill(store, clustered(rng, 200))
+    store.merge_tail()
+    store.close()
+    assert payload_index_on_disk(store) == {"document_id": True, "tenant_id": True}
+
+    # the indexes as docqueue built them before: held in memory, read whole at every opening
+    shard = qe.EdgeShard.load(str(store.folder))
+    for name in ("document_id", "tenant_id"):
+        shard.update(qe.UpdateOperation.delete_field_index(name))
+        shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+    shard.close()
+    assert payload_index_on_disk(store) == {"document_id": None, "tenant_id": None}
+    assert store.count() == 200 and payload_index_on_disk(store)["document_id"] is None  # an opening keeps them
+    assert store.optimize() is True
+    assert payload_index_on_disk(store) == {"document_id": True, "tenant_id": True}
+    store.delete_document("doc-1")  # the rebuilt index serves the filter
+    assert store.count() == 100 and store.count("doc-0") == 100
+    store.close()
