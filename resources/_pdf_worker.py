@@ -190,7 +190,8 @@ class _Worker:
         }
 
     def convert(self, path: str, password: str | None, page_number: int, boilerplate, filetype: str = "pdf") -> dict:
-        from processing.page_cleanup import meaningful_chars, strip_page_furniture, unmapped_share
+        from processing.layer_trust import distrust_reason
+        from processing.page_cleanup import meaningful_chars, strip_page_furniture
         from resources._pdf_pages import page_is_blank
 
         started = time.monotonic()
@@ -203,16 +204,25 @@ class _Worker:
         page = self._load_page(state, index)
         layer = self._page_text(state, index, sort=False, strict=True) or ""
         layer_chars = meaningful_chars(layer)
-        # a layer its fonts could not map is scattered letters among codes: OCR reads the page instead
-        unreadable = unmapped_share(layer) > self.settings["max_unmapped_share"]
-        if layer_chars >= self.settings["min_text_chars"] and not unreadable:
+        # a layer its fonts could not map, or an earlier OCR's misreading of the script the operator named, is
+        # read by OCR instead; the page's method names why, beside the engine
+        distrusted = distrust_reason(
+            layer,
+            page.get_bboxlog,
+            max_unmapped_share=self.settings["max_unmapped_share"],
+            max_lookalike_share=self.settings["max_lookalike_share"],
+            ocr_languages=self.settings["ocr_languages"],
+        )
+        if layer_chars >= self.settings["min_text_chars"] and not distrusted:
             method, markdown = "text-layer", self._text_markdown(state, index)
         elif page_is_blank(page):
             method, markdown = "text-layer", ""
         else:
             engine = self._ocr_engine()
             markdown, method = engine.read_page(page, started), engine.method
-            if layer_chars and not unreadable and meaningful_chars(markdown) < layer_chars:
+            if distrusted:
+                method = f"{method}:{distrusted}"
+            elif layer_chars and meaningful_chars(markdown) < layer_chars:
                 # a short real text layer beats an OCR pass that found even less
                 method, markdown = "text-layer", self._text_markdown(state, index)
         markdown = strip_page_furniture(markdown, boilerplate)
