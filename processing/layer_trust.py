@@ -53,6 +53,8 @@ LOOKALIKE_SCRIPT_LANGUAGES = frozenset(
         "grc",
     }
 )
+# the PDF worker's settings `distrust_reason` takes, by the same names
+TRUST_SETTINGS = ("max_unmapped_share", "max_lookalike_share", "ocr_languages")
 MIN_WORDS = 20  # fewer cased words than this (a label, a stamp) are too few to judge a layer by
 HIDDEN_TEXT_SHARE = 0.5  # most of a page's text drawn hidden: the layer is an earlier OCR's
 _COVER_TOLERANCE = 1.0  # points a text box may stick out of the picture it is painted under

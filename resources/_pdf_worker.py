@@ -190,7 +190,7 @@ class _Worker:
         }
 
     def convert(self, path: str, password: str | None, page_number: int, boilerplate, filetype: str = "pdf") -> dict:
-        from processing.layer_trust import distrust_reason
+        from processing.layer_trust import TRUST_SETTINGS, distrust_reason
         from processing.page_cleanup import meaningful_chars, strip_page_furniture
         from resources._pdf_pages import page_is_blank
 
@@ -204,25 +204,17 @@ class _Worker:
         page = self._load_page(state, index)
         layer = self._page_text(state, index, sort=False, strict=True) or ""
         layer_chars = meaningful_chars(layer)
-        # a layer its fonts could not map, or an earlier OCR's misreading of the script the operator named, is
-        # read by OCR instead; the page's method names why, beside the engine
-        distrusted = distrust_reason(
-            layer,
-            page.get_bboxlog,
-            max_unmapped_share=self.settings["max_unmapped_share"],
-            max_lookalike_share=self.settings["max_lookalike_share"],
-            ocr_languages=self.settings["ocr_languages"],
-        )
+        # a layer docqueue does not trust is read by OCR instead; the page's method names why, beside the engine
+        distrusted = distrust_reason(layer, page.get_bboxlog, **{key: self.settings[key] for key in TRUST_SETTINGS})
         if layer_chars >= self.settings["min_text_chars"] and not distrusted:
             method, markdown = "text-layer", self._text_markdown(state, index)
         elif page_is_blank(page):
             method, markdown = "text-layer", ""
         else:
             engine = self._ocr_engine()
-            markdown, method = engine.read_page(page, started), engine.method
-            if distrusted:
-                method = f"{method}:{distrusted}"
-            elif layer_chars and meaningful_chars(markdown) < layer_chars:
+            markdown = engine.read_page(page, started)
+            method = f"{engine.method}:{distrusted}" if distrusted else engine.method
+            if not distrusted and layer_chars and meaningful_chars(markdown) < layer_chars:
                 # a short real text layer beats an OCR pass that found even less
                 method, markdown = "text-layer", self._text_markdown(state, index)
         markdown = strip_page_furniture(markdown, boilerplate)
