@@ -4,7 +4,11 @@ each document belongs to, and how well the pipeline's content groups match those
 Not a bench of its own (tests/acceptance/test_bench_smoke.py leaves out the modules whose names start with an
 underscore). Per chosen PDF with a text layer, two copies:
 
-  version  each page's text extracted with PyMuPDF, one word of it changed, written as a new text-layer PDF
+  version  each page's text extracted with PyMuPDF, one word of it changed, written as a new text-layer PDF; a
+           page whose layer docqueue does not trust (processing/layer_trust.py, the PDF worker's own rule: a layer
+           its fonts could not map, an earlier OCR's Latin look-alikes of a Cyrillic print) is written from what
+           docqueue reads there instead (the PDF worker, with this process's OCR settings), so the version is a
+           version of the document's content, not of a layer docqueue replaces
   rescan   each page rendered at another DPI, turned by a small angle, saved as an image-only PDF (read by OCR)
 
 Beside them, with --plant-boilerplate N, N documents that are no copies of anything: each holds the same notice
@@ -26,14 +30,18 @@ import html
 import itertools
 import random
 import re
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pymupdf
 from PIL import Image
 
+from processing.layer_trust import distrust_reason
 from processing.page_cleanup import meaningful_chars, unmapped_share
 from queue_db.config import StorageConfig, default
+from resources.ocr import PdfProcessor
+from resources.pdf_limits import PdfLimits
 
 PREFIXES = ("planted-version__", "planted-rescan__")
 NOTICE_PREFIX = "planted-notice__"
@@ -89,12 +97,46 @@ def _write_text(page: pymupdf.Page, text: str) -> None:
     page.insert_htmlbox(page.rect + (36, 36, -36, -36), f"<p style='font-size:10pt'>{body}</p>", scale_low=0)
 
 
-def write_version(source: Path, folder: Path, rng: random.Random) -> Path:
+class DocqueueReading:
+    """A page's text as docqueue reads it: its text layer, or, where docqueue does not trust the layer
+    (`distrust_reason`, with `limits`' thresholds and OCR languages), the PDF worker's reading of the page. The
+    worker starts at the first such page; `distrusted_pages` counts them."""
+
+    def __init__(self, limits: PdfLimits):
+        self.limits = limits
+        self.distrusted_pages = 0
+        self._processor: PdfProcessor | None = None
+
+    def text(self, source: Path, page: pymupdf.Page) -> str:
+        layer = page.get_text()
+        reason = distrust_reason(
+            layer,
+            page.get_bboxlog,
+            max_unmapped_share=self.limits.max_unmapped_share,
+            max_lookalike_share=self.limits.max_lookalike_share,
+            ocr_languages=self.limits.ocr_languages,
+        )
+        if reason is None:
+            return layer
+        if self._processor is None:
+            self._processor = PdfProcessor(self.limits)
+        self.distrusted_pages += 1
+        return self._processor.convert_page(source, page.number + 1).markdown
+
+    def close(self) -> None:
+        if self._processor is not None:
+            self._processor.close()
+            self._processor = None
+
+
+def write_version(source: Path, folder: Path, rng: random.Random, reading: DocqueueReading | None = None) -> Path:
+    """Each page's text (`reading`'s, else its text layer) with one word changed, as a new text-layer PDF."""
     target = folder / f"{PREFIXES[0]}{source.name}"
     with pymupdf.open(source) as original, pymupdf.open() as copy:
         for page in original:
             new = copy.new_page(width=page.rect.width, height=page.rect.height)
-            _write_text(new, _one_word_changed(page.get_text(), rng))
+            text = reading.text(source, page) if reading is not None else page.get_text()
+            _write_text(new, _one_word_changed(text, rng))
         copy.save(target, garbage=1)
     return target
 
@@ -155,14 +197,25 @@ def write_notices(files: list[Path], count: int, folder: Path, rng: random.Rando
     return written
 
 
-def plant(files: list[Path], count: int, folder: Path, seed: int, notices: int = 0) -> list[Path]:
+def plant(
+    files: list[Path], count: int, folder: Path, seed: int, notices: int = 0, limits: PdfLimits | None = None
+) -> list[Path]:
     """A version and a re-scan of each of the first `count` files with a text layer, and `notices` notice
-    documents (`write_notices`), written into `folder`."""
+    documents (`write_notices`), written into `folder`. `limits` (default PdfLimits()) are the reading settings of
+    the pipeline the copies are for: the versions are written from what it reads (`DocqueueReading`)."""
     rng = random.Random(seed)
     originals = [path for path in files if has_text_layer(path)][:count]
-    copies = [
-        copy for source in originals for copy in (write_version(source, folder, rng), write_rescan(source, folder))
-    ]
+    reading = DocqueueReading(limits or PdfLimits())
+    try:
+        copies = [
+            copy
+            for source in originals
+            for copy in (write_version(source, folder, rng, reading), write_rescan(source, folder))
+        ]
+    finally:
+        reading.close()
+    if reading.distrusted_pages:
+        print(f"planted versions: {reading.distrusted_pages} page(s) written from docqueue's reading", file=sys.stderr)
     return copies + write_notices(files, notices, folder, rng)
 
 

@@ -142,6 +142,14 @@ def select_inputs(
     return files[:max_documents] if max_documents else files
 
 
+def _read_limits():
+    """The PDF reading settings (OCR languages, thresholds) of the pipeline this environment runs."""
+    from queue_db.config import Settings
+    from resources.pdf_limits import PdfLimits
+
+    return PdfLimits.from_config(Settings.from_env().storage)
+
+
 def process(files: list[Path], workers: int, timeout: float) -> float:
     """`docqueue db upgrade`, `ingest FILES`, `run --until-idle`; returns the seconds they took."""
     started = time.perf_counter()
@@ -416,7 +424,7 @@ def run(
             chosen = select_inputs(folders, max_documents, suffixes, text_layer_only)
             if not chosen:
                 raise SystemExit(f"no documents in {', '.join(map(str, folders))}")
-            planted = _planted.plant(chosen, plant_copies, Path(scratch), seed, plant_boilerplate)
+            planted = _planted.plant(chosen, plant_copies, Path(scratch), seed, plant_boilerplate, _read_limits())
             seconds = process([*chosen, *planted], workers, timeout)
     pages, corpus = indexed_pages()
     inputs = _planted.input_families(select_inputs(folders, max_documents, suffixes, text_layer_only))

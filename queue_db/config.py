@@ -173,6 +173,15 @@ class StorageConfig(SettingsGroup):
         gt=0,
         le=1,
     )
+    max_lookalike_share: float = _var(
+        0.2,
+        "DOCQUEUE_MAX_LOOKALIKE_SHARE",
+        "with DOCQUEUE_OCR_LANGUAGES naming a Cyrillic or Greek language: a page whose text layer is an earlier OCR's "
+        "(hidden text over the page's picture) and has a larger share of Latin words with capitals inside them "
+        "(`AeKnapai`: Cyrillic read as Latin look-alikes) is OCR'd again",
+        gt=0,
+        le=1,
+    )
     ocr_threads: int = _var(
         min(2, os.cpu_count() or 1),
         "DOCQUEUE_OCR_THREADS",

@@ -190,7 +190,8 @@ class _Worker:
         }
 
     def convert(self, path: str, password: str | None, page_number: int, boilerplate, filetype: str = "pdf") -> dict:
-        from processing.page_cleanup import meaningful_chars, strip_page_furniture, unmapped_share
+        from processing.layer_trust import TRUST_SETTINGS, distrust_reason
+        from processing.page_cleanup import meaningful_chars, strip_page_furniture
         from resources._pdf_pages import page_is_blank
 
         started = time.monotonic()
@@ -203,16 +204,17 @@ class _Worker:
         page = self._load_page(state, index)
         layer = self._page_text(state, index, sort=False, strict=True) or ""
         layer_chars = meaningful_chars(layer)
-        # a layer its fonts could not map is scattered letters among codes: OCR reads the page instead
-        unreadable = unmapped_share(layer) > self.settings["max_unmapped_share"]
-        if layer_chars >= self.settings["min_text_chars"] and not unreadable:
+        # a layer docqueue does not trust is read by OCR instead; the page's method names why, beside the engine
+        distrusted = distrust_reason(layer, page.get_bboxlog, **{key: self.settings[key] for key in TRUST_SETTINGS})
+        if layer_chars >= self.settings["min_text_chars"] and not distrusted:
             method, markdown = "text-layer", self._text_markdown(state, index)
         elif page_is_blank(page):
             method, markdown = "text-layer", ""
         else:
             engine = self._ocr_engine()
-            markdown, method = engine.read_page(page, started), engine.method
-            if layer_chars and not unreadable and meaningful_chars(markdown) < layer_chars:
+            markdown = engine.read_page(page, started)
+            method = f"{engine.method}:{distrusted}" if distrusted else engine.method
+            if not distrusted and layer_chars and meaningful_chars(markdown) < layer_chars:
                 # a short real text layer beats an OCR pass that found even less
                 method, markdown = "text-layer", self._text_markdown(state, index)
         markdown = strip_page_furniture(markdown, boilerplate)

@@ -59,6 +59,7 @@ class OcrResource(dg.ConfigurableResource):
     ocr_dpi: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_DPI (200)")
     min_text_chars: Optional[int] = Field(default=None, description="DOCQUEUE_MIN_TEXT_CHARS (20)")
     max_unmapped_share: Optional[float] = Field(default=None, description="DOCQUEUE_MAX_UNMAPPED_SHARE (0.3)")
+    max_lookalike_share: Optional[float] = Field(default=None, description="DOCQUEUE_MAX_LOOKALIKE_SHARE (0.2)")
     ocr_threads: Optional[int] = Field(default=None, description="DOCQUEUE_OCR_THREADS (2)")
     worker_start_timeout_s: Optional[float] = Field(default=None, description="DOCQUEUE_WORKER_START_TIMEOUT (60)")
     pdf_fallback: Optional[str] = Field(default=None, description="DOCQUEUE_PDF_FALLBACK (pdfium)")
@@ -76,6 +77,7 @@ class OcrResource(dg.ConfigurableResource):
             ocr_dpi=storage.ocr_dpi,
             min_text_chars=storage.min_text_chars,
             max_unmapped_share=storage.max_unmapped_share,
+            max_lookalike_share=storage.max_lookalike_share,
             ocr_threads=storage.ocr_threads,
             worker_start_timeout_s=storage.worker_start_timeout_s,
             pdf_fallback=storage.pdf_fallback,
@@ -95,6 +97,7 @@ class OcrResource(dg.ConfigurableResource):
                 "ocr_dpi",
                 "min_text_chars",
                 "max_unmapped_share",
+                "max_lookalike_share",
                 "ocr_threads",
                 "worker_start_timeout_s",
                 "pdf_fallback",

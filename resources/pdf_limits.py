@@ -22,6 +22,7 @@ class PdfLimits:
     ocr_dpi: int = default(StorageConfig, "ocr_dpi")
     min_text_chars: int = default(StorageConfig, "min_text_chars")
     max_unmapped_share: float = default(StorageConfig, "max_unmapped_share")
+    max_lookalike_share: float = default(StorageConfig, "max_lookalike_share")
     ocr_threads: int = default(StorageConfig, "ocr_threads")
     worker_start_timeout_s: float = default(StorageConfig, "worker_start_timeout_s")
     pdf_fallback: str = default(StorageConfig, "pdf_fallback")
@@ -51,6 +52,7 @@ class PdfLimits:
             ocr_dpi=env.ocr_dpi,
             min_text_chars=env.min_text_chars,
             max_unmapped_share=env.max_unmapped_share,
+            max_lookalike_share=env.max_lookalike_share,
             ocr_threads=env.ocr_threads,
             worker_start_timeout_s=env.worker_start_timeout_s,
             pdf_fallback=env.pdf_fallback,
@@ -66,6 +68,7 @@ class PdfLimits:
             "max_render_pixels": self.max_render_pixels,
             "min_text_chars": self.min_text_chars,
             "max_unmapped_share": self.max_unmapped_share,
+            "max_lookalike_share": self.max_lookalike_share,
             "pdf_fallback": self.pdf_fallback,
             "ocr_languages": self.ocr_languages,
             "page_timeout_s": self.page_timeout_s,

@@ -220,6 +220,40 @@ def unmapped_layer_pdf(directory: Path, name: str, text: str = SCANNED_TEXT) -> 
     return path, truth
 
 
+# how an OCR that reads Latin only takes Cyrillic letters: the look-alike each one prints as (a capital where the
+# lower-case Cyrillic glyph is a small capital: в к м н т), as issue12963.pdf's earlier OCR reads its Russian form
+_LOOKALIKES = {
+    **dict(zip("абвгдеёзийклмнопрстуххъь", "a6BrAee3uHKnMHonpcTyxxbb", strict=True)),
+    **{"ж": ">K", "ф": "<|>", "ц": "u", "ч": "4", "ш": "w", "щ": "w", "ы": "bl", "э": "3", "ю": "10", "я": "R"},
+}
+
+
+def lookalike_reading(text: str) -> str:
+    """`text` (Russian) as a Latin-only OCR reads it: each Cyrillic letter as its Latin look-alike, capitals as
+    capitals (`Налоговая декларация` -> `HanoroBaR AeKnapauuR`)."""
+
+    def latin(ch: str) -> str:
+        if ch.lower() not in _LOOKALIKES:
+            return ch
+        reading = _LOOKALIKES[ch.lower()]
+        return reading.upper() if ch.isupper() else reading
+
+    return "".join(latin(ch) for ch in text)
+
+
+def lookalike_layer_pdf(directory: Path, name: str, text: str = CYRILLIC_TEXT) -> tuple[Path, str]:
+    """A scanned page of `text` under an invisible text layer of its Latin look-alike reading (`lookalike_reading`),
+    an earlier OCR's layer as issue12963.pdf holds it; returns (path, text)."""
+    path, truth = scanned_pdf(directory, name, text)
+    reading = lookalike_reading(text).split()
+    lines = "\n".join(" ".join(reading[i : i + 8]) for i in range(0, len(reading), 8))
+    doc = pymupdf.open(path)
+    doc[0].insert_text((MARGIN, MARGIN), lines, fontname="helv", fontsize=11, render_mode=3)
+    doc.saveIncr()
+    doc.close()
+    return path, truth
+
+
 def encrypted_pdf(directory: Path, name: str, password: str) -> Path:
     doc = pymupdf.open()
     page = doc.new_page(width=LETTER[0], height=LETTER[1])

@@ -130,7 +130,9 @@ def test_text_files_yield_their_real_words(processor, meter, outcomes, entry):
         if _unmapped_layer(path, number):
             # a layer of glyph ids its fonts cannot map (TAMReview's): OCR reads the page, and the layer is no
             # truth to measure it against
-            assert page.method == "ocr:rapidocr" and len(factory.words(page.markdown)) >= 50, page.markdown[:200]
+            assert page.method == "ocr:rapidocr:unmapped-layer" and len(factory.words(page.markdown)) >= 50, (
+                page.markdown[:200]
+            )
             ocred += 1
             continue
         assert page.method == "text-layer"

@@ -146,7 +146,7 @@ def test_scanned_page_is_ocred_while_the_caller_stays_responsive(processor, scan
 def test_a_text_layer_its_fonts_could_not_map_is_read_by_ocr(processor, pdf_dir: Path):
     path, truth = factory.unmapped_layer_pdf(pdf_dir, "unmapped.pdf")
     page = processor.convert_page(path, 1)
-    assert page.method == "ocr:rapidocr", page.markdown[:200]
+    assert page.method == "ocr:rapidocr:unmapped-layer", page.markdown[:200]
     assert factory.word_recall(truth, page.markdown) >= 0.95, page.markdown
     assert "\x04" not in page.markdown
     # with the rule relaxed to accept any layer, the same page keeps its junk: the test can tell
@@ -159,7 +159,7 @@ def test_pdfjs_tamreview_pages_are_read_by_ocr(processor):
     from tests.conftest import CORPUS_DIR
 
     page = processor.convert_page(CORPUS_DIR / "pdfjs__TAMReview.pdf", 2)
-    assert page.method == "ocr:rapidocr"
+    assert page.method == "ocr:rapidocr:unmapped-layer"
     assert {"technology", "acceptance", "model", "abstract"} <= set(factory.words(page.markdown)), page.markdown[:300]
 
 

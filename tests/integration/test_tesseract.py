@@ -7,10 +7,12 @@ is asked for but missing is tested everywhere.
 
 from __future__ import annotations
 
+import random
 import shutil
 import subprocess
 from pathlib import Path
 
+import pymupdf
 import pytest
 
 from queue_db.config import Settings
@@ -67,6 +69,43 @@ def test_a_text_layer_is_still_read_as_text(tmp_path: Path):
     path = factory.text_pdf(tmp_path, "text.pdf", [factory.DEMO_PAGE])
     with PdfProcessor(PdfLimits(ocr_languages="eng+rus")) as processor:
         assert processor.convert_page(path, 1).method == "text-layer"
+
+
+@pytest.fixture(scope="module")
+def lookalike_scan(tmp_path_factory) -> tuple[Path, str]:
+    return factory.lookalike_layer_pdf(tmp_path_factory.mktemp("lookalike"), "lookalike.pdf")
+
+
+@needs_tesseract
+def test_an_earlier_ocr_layer_of_latin_lookalikes_is_read_again_and_says_why(request, lookalike_scan):
+    path, truth = lookalike_scan
+    with PdfProcessor(PdfLimits(ocr_languages="eng+rus")) as tesseract:
+        read = tesseract.convert_page(path, 1)
+    recall = factory.word_recall(truth, read.markdown)
+    announce(request, f"[ocr] look-alike layer over a Cyrillic scan, eng+rus Tesseract word recall {recall:.3f}")
+    assert read.method == "ocr:tesseract:lookalike-layer", read.markdown[:200]
+    assert recall >= 0.9, read.markdown
+    # the rule relaxed, or no Cyrillic-script language to read the print with: the layer stays, the test can tell
+    with PdfProcessor(PdfLimits(ocr_languages="eng+rus", max_lookalike_share=1.0)) as relaxed:
+        kept = relaxed.convert_page(path, 1)
+    assert kept.method == "text-layer" and "CMoTpuTenb" in kept.markdown, kept.markdown[:200]
+    with PdfProcessor(PdfLimits(ocr_languages="eng")) as english:
+        assert english.convert_page(path, 1).method == "text-layer"
+
+
+@needs_tesseract
+def test_a_planted_version_copies_what_docqueue_reads(tmp_path: Path, lookalike_scan):
+    from bench import _planted
+
+    reading = _planted.DocqueueReading(PdfLimits(ocr_languages="eng+rus"))
+    try:
+        version = _planted.write_version(lookalike_scan[0], tmp_path, random.Random(7), reading)
+    finally:
+        reading.close()
+    with pymupdf.open(version) as doc:
+        text = doc[0].get_text()
+    assert reading.distrusted_pages == 1
+    assert "маяка" in text and "CMoTpuTenb" not in text, text[:200]
 
 
 def test_tesseract_asked_for_but_missing_is_one_sentence(monkeypatch, tmp_path: Path, cyrillic_scan):
