@@ -50,7 +50,9 @@ class DocumentInfo:
 class PageResult:
     page_number: int
     markdown: str
-    method: str  # "text-layer", "ocr:rapidocr", or "ocr:tesseract" (DOCQUEUE_OCR_LANGUAGES set)
+    # "text-layer", or "ocr:rapidocr" / "ocr:tesseract" (DOCQUEUE_OCR_LANGUAGES set), with ":<reason>" when a text
+    # layer was not trusted (processing/layer_trust.py: "unmapped-layer", "lookalike-layer")
+    method: str
     chars: int
     seconds: float
 
