@@ -96,3 +96,20 @@ def test_best_copy_reads_words_past_the_markup_of_a_text_layer_page():
     query = "TraceMonkey focuses on loop traces , that grow O ( n k ) in size."
     # the re-scan ranked first; only the original holds every word pair of the query once markup is left out
     assert best_copy(query, [rescan, version, original], lambda t: t) == original
+
+
+def test_a_copy_competes_with_its_best_few_hits_only(groups):
+    query = "shut down in April"
+    plain = "The reactor report, page two."
+    ranked = [
+        SearchHit(0.99, "a1-0", {"document_id": "a1", "text": "The reactor was shut down in March."}),
+        *(SearchHit(0.98 - i / 100, f"a2-{i}", {"document_id": "a2", "text": plain}) for i in range(5)),
+        SearchHit(0.90, "a2-5", {"document_id": "a2", "text": "The reactor was shut down in April."}),
+        SearchHit(0.89, "b1-0", {"document_id": "b1", "text": "Unrelated text about pumps."}),
+    ]
+    _, kept, _ = search_copies.collapsed_search(lambda n: ranked[:n], None, 2, all_copies=False, query=query)
+    # a2's sixth hit holds the words, but past its first COMPARED_PER_DOCUMENT: a1 and a2's best three tie
+    assert [h.chunk_id for h in kept] == ["a1-0", "b1-0"]
+    ranked.insert(3, ranked.pop(6))  # the same hit among a2's best three is compared, and chosen
+    _, kept, _ = search_copies.collapsed_search(lambda n: ranked[:n], None, 2, all_copies=False, query=query)
+    assert [h.chunk_id for h in kept] == ["a2-5", "b1-0"]
