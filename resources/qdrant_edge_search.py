@@ -27,7 +27,7 @@ from resources.qdrant_edge_shard import dense_search_params
 
 Reading = Callable[[Path], AbstractContextManager]
 
-# the points whose documents a store keeps in memory, the least recently read forgotten first: some 200 bytes each
+# the points whose documents a store keeps in memory, the first recorded forgotten first: some 200 bytes each
 OWNERS_KEPT = 20_000
 
 
@@ -44,16 +44,12 @@ class Owners:
         return len(self._owners)
 
     def get(self, point) -> dict | None:
-        owner = self._owners.pop(point, None)
-        if owner is None:
-            return None
-        self._owners[point] = owner  # read again: the most recent
-        return {"chunk_id": owner[0], "document_id": owner[1]}
+        owner = self._owners.get(point)
+        return None if owner is None else {"chunk_id": owner[0], "document_id": owner[1]}
 
     def add(self, point, payload: dict) -> None:
         if "chunk_id" not in payload or "document_id" not in payload:
             return
-        self._owners.pop(point, None)
         self._owners[point] = (str(payload["chunk_id"]), str(payload["document_id"]))
         while len(self._owners) > self.kept:
             del self._owners[next(iter(self._owners))]
