@@ -6,9 +6,9 @@ What a session holds, and for how long:
 
 - the embedding model (the process-wide one of resources/embeddings.get_embedder: loaded once, kept after
   `close()` for the next session of this process);
-- a connection pool to the queue's database (two short reads per search: the document versions search must not
-  show, queue_db.lifecycle.hidden_from_search, and the content groups of the hits' documents,
-  resources/search_copies.py), closed by `close()` unless the caller handed in its engine;
+- a connection pool to the queue's database (two short reads per search, three when a search looks deeper: the
+  document versions search must not show, queue_db.lifecycle.hidden_from_search, and the content groups of the
+  hits' documents, resources/search_copies.py), closed by `close()` unless the caller handed in its engine;
 - the graph's driver (resources/hit_entities.py), for the entities beside each hit: opened on the first search
   that reads the graph, closed by `close()`; a graph that does not answer leaves the hits without entities;
 - the vector store. A Qdrant server's client stays connected until `close()`. The embedded store (Qdrant Edge) is
