@@ -32,8 +32,14 @@ def fuse_rrf(
     first_seen: dict[K, tuple[float, int, int]] = {}
     for r, (ranking, weight) in enumerate(zip(rankings, weights)):
         for rank, key in enumerate(ranking, start=1):
-            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
-            first_seen[key] = min(first_seen.get(key, (0.0, len(rankings), rank)), (-weight, r, rank))
+            # a deep hybrid search fuses two rankings of a thousand: one lookup a key, one tuple
+            seen, before = (-weight, r, rank), first_seen.get(key)
+            if before is None:
+                scores[key], first_seen[key] = weight / (k + rank), min(seen, (0.0, len(rankings), rank))
+            else:
+                scores[key] += weight / (k + rank)
+                if seen < before:
+                    first_seen[key] = seen
     return sorted(scores.items(), key=lambda item: (-item[1], first_seen[item[0]]))
 
 

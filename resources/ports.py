@@ -157,6 +157,9 @@ class VectorStore(Protocol):
     def vectors(self, chunk_ids: Sequence[str]) -> dict[str, StoredVector]:
         """The stored vectors and payloads of these chunks; a chunk without a point is absent."""
 
+    def payloads(self, chunk_ids: Sequence[str]) -> dict[str, dict]:
+        """The payloads of these chunks, by chunk id; a chunk without a point is absent."""
+
     def search(
         self,
         vector=None,
@@ -167,9 +170,11 @@ class VectorStore(Protocol):
         document_id: str | None = None,
         exclude_document_ids: Sequence[str] = (),
         tenant: str | None = None,
+        payload_keys: Sequence[str] | None = None,
     ) -> SearchHits:
         """Hits for the dense `vector` and/or the `text`, mode one of SEARCH_MODES (hybrid when not given), within
-        resources/vector_payload.search_filter(document_id, exclude_document_ids, tenant)."""
+        resources/vector_payload.search_filter(document_id, exclude_document_ids, tenant); each hit's payload
+        holds only `payload_keys` (and `chunk_id`) when they are given."""
 
     def optimize(self) -> bool:
         """Build pending indexes now; True when something was built."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Self
 
 import numpy as np
@@ -63,6 +63,12 @@ class SearchQuery:
     sparse: tuple[list[int], list[float]] | None
     limit: int
     candidates: int
+    # the payload keys each hit carries (None: the whole payload); `chunk_id` is always among them
+    payload_keys: list[str] | None = None
+
+    @property
+    def with_payload(self) -> bool | list[str]:
+        return True if self.payload_keys is None else sorted({*self.payload_keys, "chunk_id"})
 
 
 @dataclass
@@ -194,6 +200,13 @@ class QdrantStore(abc.ABC):
             return {}
         return stored_vectors(self._retrieve(ids, True, True))
 
+    def payloads(self, chunk_ids: Sequence[str]) -> dict[str, dict]:
+        """The payloads of these chunks, in one call; a chunk without a point is absent."""
+        ids = [point_id(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        if not ids:
+            return {}
+        return {r.payload["chunk_id"]: dict(r.payload) for r in self._retrieve(ids, True, False) if r.payload}
+
     @abc.abstractmethod
     def _scroll_chunk_ids(self, offset, limit: int) -> tuple[list, object]:
         """One page of points with their chunk_id payload, and the offset of the next (None after the last, or
@@ -213,9 +226,11 @@ class QdrantStore(abc.ABC):
         document_id: str | None = None,
         exclude_document_ids: Sequence[str] = (),
         tenant: str | None = None,
+        payload_keys: Sequence[str] | None = None,
     ) -> SearchHits:
         """Hits for the dense `vector` and/or the `text`: mode hybrid (default; dense alone when no text is given),
-        dense or sparse; `tenant` keeps only that tenant's (points written before tenants count as `default`'s)."""
+        dense or sparse; `tenant` keeps only that tenant's (points written before tenants count as `default`'s).
+        `payload_keys`: the payload keys the hits carry (and `chunk_id`), for a deep look that needs no text."""
         if not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
         mode = mode or "hybrid"
@@ -240,7 +255,8 @@ class QdrantStore(abc.ABC):
                 if mode == "sparse":
                     return SearchHits(mode=mode)
                 mode, sparse = "dense", None
-        request = SearchQuery(mode, dense, sparse, limit, max(limit, self.hybrid_candidates))
+        keys = None if payload_keys is None else list(payload_keys)
+        request = SearchQuery(mode, dense, sparse, limit, max(limit, self.hybrid_candidates), keys)
         return self._search(request, search_filter(document_id, exclude_document_ids, tenant))
 
     @abc.abstractmethod
@@ -275,7 +291,7 @@ class QdrantStore(abc.ABC):
                 )
             )
         notice = OLD_SHAPE_NOTICE.format(collection=self.collection)
-        return SearchQuery("dense", request.dense, None, request.limit, request.candidates), notice
+        return replace(request, mode="dense", sparse=None), notice
 
     def optimize(self) -> bool:
         """Build pending indexes now; True when something was built. Servers index in the background."""

@@ -51,7 +51,7 @@ from resources.qdrant_base import (
     QdrantStore,
     dense_of,
 )
-from resources.qdrant_edge_search import search_shards
+from resources.qdrant_edge_search import Owners, search_shards
 from resources.qdrant_edge_shard import (
     copy_with_both_vectors,
     edge_config,
@@ -110,6 +110,7 @@ class EdgeVectorStore(QdrantStore):
         self._sparse = True
         self.segment_points = segment_points
         self.hnsw_ef = hnsw_ef
+        self._owners = Owners()  # the documents of points read by deep looks (resources/qdrant_edge_search.py)
         config = edge_config(dim, segment_points)
         self._gate = local_folder(
             self.folder,
@@ -408,7 +409,7 @@ class EdgeVectorStore(QdrantStore):
             if not self._sparse:
                 request, notice = self._dense_only(request)
             shards = [(shard, folder) for shard, folder in ((tail, self.tail_folder), (main, self.folder)) if shard]
-            hits = search_shards(shards, request, edge_filter(keep), self.hnsw_ef, self._reading)
+            hits = search_shards(shards, request, edge_filter(keep), self.hnsw_ef, self._reading, self._owners)
         return SearchHits(hits, mode=request.mode, notice=notice)
 
     def merge_tail(self) -> int:

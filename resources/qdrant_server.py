@@ -325,7 +325,7 @@ class ClientVectorStore(QdrantStore):
                         using=using,
                         limit=limit,
                         query_filter=condition,
-                        with_payload=True,
+                        with_payload=request.with_payload,
                         with_vectors=False,
                     ).points
                 )

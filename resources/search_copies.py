@@ -1,9 +1,14 @@
 """Copies in search results: a content group of near-duplicate documents (queue_db/near_duplicates.py) shows as one
 hit, its best, saying in how many other documents of the group the text also is and their keys; `all_copies` keeps
-every hit and still says so. The group look-up is one query per search, by the hits' document ids.
+every hit and still says so.
 
-Collapsing drops hits, so the store is asked for `OVERFETCH` times the hits wanted, and once more for a deeper list
-when the copies still left too few."""
+Collapsing drops hits, so the store is asked for `OVERFETCH` times the hits wanted, and once more, DEEP_LOOK deep,
+when the copies still leave too few (the best hits of a query near a large family are all its copies). The looks
+are light: the hits carry their `document_id` alone, which is all grouping needs (reading the whole payloads of
+hundreds of candidates cost most of a search, 8 ms a look on the planted-copies home of bench/retrieval.py), and
+the whole payloads are read afterwards in one call, for the hits compared and kept: at most COMPARED_PER_GROUP a
+group. A first look holding fewer documents than places wanted goes deeper without asking for their groups, and
+the group look-up after a deeper look asks only for the documents the first did not."""
 
 from __future__ import annotations
 
@@ -17,39 +22,79 @@ from resources.ports import MAX_SEARCH_LIMIT, SearchHit
 
 # how many candidates a collapsing search asks the store for, per hit wanted
 OVERFETCH = 4
+# how deep the look after the first goes: at once as deep as a search may. A light look costs a few microseconds a
+# candidate, a look's fixed part (the store's lock, the rankings, a group look-up) more than the depth: on the
+# planted-copies home, 20 -> 1000 took 30 ms a search (p50) where 20 -> 80 -> 320 -> 1000 took 35-41 ms
+DEEP_LOOK = MAX_SEARCH_LIMIT
 # a copy's hits whose words are compared with the query's, best first: the passage the query names ranks near the
 # top of the copy that holds it
 COMPARED_PER_DOCUMENT = 3
+# the hits of one group whose words are compared, best first: the payloads read for a group stay bounded however
+# many copies it has
+COMPARED_PER_GROUP = 30
+# the payload keys a deeper look reads
+LIGHT_KEYS = ("document_id",)
+
+Search = Callable[[int], Sequence[SearchHit]]
 
 
 def collapsed_search(
-    search: Callable[[int], Sequence[SearchHit]],
+    search: Search,
     engine: sa.Engine,
     limit: int,
     *,
     all_copies: bool,
     hidden: Sequence[str] = (),
     query: str | None = None,
+    light: Search | None = None,
+    payloads: Callable[[list[str]], dict[str, dict]] | None = None,
 ) -> tuple[Sequence[SearchHit], list[SearchHit], dict[str, dict]]:
     """Run `search(n)` (the store's best n hits) and keep `limit` of them, one per content group unless
-    `all_copies` (the copy shown for a group: the one sharing the most of `query`'s words). Returns what the store
-    found, the hits kept, and the group of each kept hit's document."""
-    fetch = limit if all_copies else min(limit * OVERFETCH, MAX_SEARCH_LIMIT)
+    `all_copies` (the copy shown for a group: the one sharing the most of `query`'s words). Given `light(n)` (the
+    same ranking, its hits carrying `document_id` only) and `payloads(chunk_ids)`, the looks are light and the
+    whole payloads are read once, for the hits compared and kept. Returns what the store found, the hits kept
+    (whole payloads), and the group of each kept hit's document."""
+    if all_copies:
+        found = search(limit)
+        return found, list(found[:limit]), copies_of(engine, [_document_of(h) for h in found], hidden)
+    look = light if light is not None and payloads is not None else search
+    fetch = min(limit * OVERFETCH, MAX_SEARCH_LIMIT)
+    groups: dict[str, dict] = {}
+    asked: set[str] = set()
     while True:
-        found = search(fetch)
-        groups = copies_of(engine, [_document_of(h) for h in found], hidden)
-        kept = found[:limit] if all_copies else one_per_group(found, groups, limit, query)
-        if all_copies or len(kept) >= limit or len(found) < fetch or fetch >= MAX_SEARCH_LIMIT:
-            return found, list(kept), groups
-        fetch = min(fetch * OVERFETCH, MAX_SEARCH_LIMIT)
+        found = look(fetch)
+        documents = list(dict.fromkeys(map(_document_of, found)))
+        deeper = len(found) >= fetch and fetch < MAX_SEARCH_LIMIT
+        # groups only join documents: fewer documents than places wanted need a deeper look whatever their groups
+        if deeper and len(documents) < limit:
+            fetch = DEEP_LOOK
+            continue
+        new = [d for d in documents if d not in asked]
+        if new:
+            groups.update(copies_of(engine, new, hidden))
+            asked.update(new)
+        places = one_per_group(found, groups, limit, query is not None)
+        if len(places) >= limit or not deeper:
+            break
+        fetch = DEEP_LOOK
+    if look is light and payloads is not None:
+        read = payloads(list(dict.fromkeys(h.chunk_id for copies in places for h in copies)))
+        # a point deleted since the look is left out
+        places = [
+            copies
+            for copies in ([_whole(h, read) for h in copies if h.chunk_id in read] for copies in places)
+            if copies
+        ]
+    kept = [copies[0] if query is None else best_copy(query, copies, _text_of) for copies in places]
+    return found, kept, groups
 
 
 def one_per_group(
-    hits: Sequence[SearchHit], groups: dict[str, dict], limit: int, query: str | None = None
-) -> list[SearchHit]:
-    """The first `limit` hits, best first, one per content group: the group's place is its best hit's, and the hit
-    shown for it is the copy whose text shares the most of `query`'s words (processing/copy_choice.py; without a
-    query, the best hit)."""
+    hits: Sequence[SearchHit], groups: dict[str, dict], limit: int, compared: bool
+) -> list[list[SearchHit]]:
+    """The first `limit` places, best first, one per content group: a group's place is its best hit's, and holds
+    (with `compared`) the hits whose words decide which copy shows (processing/copy_choice.py): each copy's best
+    COMPARED_PER_DOCUMENT, at most COMPARED_PER_GROUP, best first; without, the best hit alone."""
     places: list[list[SearchHit]] = []
     members: dict[str, list[SearchHit]] = {}
     for hit in hits:
@@ -60,7 +105,13 @@ def one_per_group(
             places.append([hit])
             if group is not None:
                 members[group] = places[-1]
-    return [copies[0] if query is None else best_copy(query, _best_per_document(copies), _text_of) for copies in places]
+    if not compared:
+        return [copies[:1] for copies in places]
+    return [_best_per_document(copies)[:COMPARED_PER_GROUP] for copies in places]
+
+
+def _whole(hit: SearchHit, payloads: dict[str, dict]) -> SearchHit:
+    return SearchHit(score=hit.score, chunk_id=hit.chunk_id, payload=payloads[hit.chunk_id])
 
 
 def _best_per_document(hits: list[SearchHit]) -> list[SearchHit]:

@@ -6,9 +6,9 @@ What a session holds, and for how long:
 
 - the embedding model (the process-wide one of resources/embeddings.get_embedder: loaded once, kept after
   `close()` for the next session of this process);
-- a connection pool to the queue's database (two short reads per search: the document versions search must not
-  show, queue_db.lifecycle.hidden_from_search, and the content groups of the hits' documents,
-  resources/search_copies.py), closed by `close()` unless the caller handed in its engine;
+- a connection pool to the queue's database (two short reads per search, three when a search looks deeper: the
+  document versions search must not show, queue_db.lifecycle.hidden_from_search, and the content groups of the
+  hits' documents, resources/search_copies.py), closed by `close()` unless the caller handed in its engine;
 - the graph's driver (resources/hit_entities.py), for the entities beside each hit: opened on the first search
   that reads the graph, closed by `close()`; a graph that does not answer leaves the hits without entities;
 - the vector store. A Qdrant server's client stays connected until `close()`. The embedded store (Qdrant Edge) is
@@ -25,7 +25,7 @@ A session is safe to share between threads (the embedder is, and the store seria
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 import sqlalchemy as sa
 
@@ -36,8 +36,8 @@ from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
 from resources.embeddings import get_embedder
 from resources.hit_entities import HitGraph
-from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, VectorStore
-from resources.search_copies import also_in, collapsed_search
+from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, SearchHits, VectorStore
+from resources.search_copies import LIGHT_KEYS, also_in, collapsed_search
 from resources.vector_stores import open_vector_store, vector_store_settings
 
 # how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
@@ -148,15 +148,21 @@ class SearchSession:
         tenant = checked_tenant(tenant, self.default_tenant)
         vector = self.embedder.embed_one(query)
         hidden = hidden_from_search(self._queue)
+
+        def ranked(n: int, keys: Sequence[str] | None = None) -> SearchHits:
+            return self.store.search(
+                vector, limit=n, text=query, mode=mode, exclude_document_ids=hidden, tenant=tenant, payload_keys=keys
+            )
+
         found, kept, groups = collapsed_search(
-            lambda n: self.store.search(
-                vector, limit=n, text=query, mode=mode, exclude_document_ids=hidden, tenant=tenant
-            ),
+            ranked,
             self._queue.engine,
             limit,
             all_copies=all_copies,
             hidden=hidden,
             query=query,
+            light=lambda n: ranked(n, LIGHT_KEYS),
+            payloads=self.store.payloads,
         )
         hits = [
             Hit(

@@ -418,3 +418,20 @@ def test_vectors_reads_points_back_in_one_call_and_leaves_out_missing_ones(store
         assert np.allclose(vector / np.linalg.norm(vector), point.vector / np.linalg.norm(point.vector), atol=1e-6)
         assert read[point.chunk_id].payload == {**point.payload, "chunk_id": point.chunk_id}
     assert store.vectors([]) == {}
+
+
+def test_a_search_for_some_payload_keys_ranks_alike_and_payloads_reads_the_rest(store_at, tmp_path):
+    store = store_at(tmp_path / "q")
+    points = random_points("doc-a", 6) + random_points("doc-b", 6, seed=1)
+    store.upsert(points)
+    query = points[3].vector
+    whole = store.search(query, limit=8, text="text 3")
+    light = store.search(query, limit=8, text="text 3", payload_keys=["document_id"])
+    assert [(h.chunk_id, h.score) for h in light] == [(h.chunk_id, h.score) for h in whole]
+    assert all(set(h.payload) == {"chunk_id", "document_id"} for h in light)
+    # a second light search reads the documents the first read (the embedded store keeps them) alike
+    again = store.search(query, limit=8, text="text 3", payload_keys=["document_id"])
+    assert [(h.chunk_id, h.payload) for h in again] == [(h.chunk_id, h.payload) for h in light]
+    read = store.payloads([light[0].chunk_id, "doc-missing", light[1].chunk_id])
+    assert read == {h.chunk_id: h.payload for h in whole[:2]}
+    assert store.payloads([]) == {}

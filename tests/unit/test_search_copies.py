@@ -45,7 +45,7 @@ def test_one_hit_per_group_best_first_and_a_deeper_look_when_copies_leave_too_fe
     monkeypatch.setattr(search_copies, "OVERFETCH", 2)  # a shallow first look: six candidates hold two groups
     _, kept, found = search_copies.collapsed_search(search, None, 3, all_copies=False)
     assert [h.payload["document_id"] for h in kept] == ["a1", "b1", "c"]
-    assert asked == [6, 12]
+    assert asked == [6, search_copies.DEEP_LOOK]  # the deeper look goes as deep as a search may, at once
     assert search_copies.also_in(kept[0], found) == {"also_in": 2, "also_in_keys": ["a2", "a3"]}
     assert search_copies.also_in(kept[2], found) == {}
 
@@ -113,3 +113,51 @@ def test_a_copy_competes_with_its_best_few_hits_only(groups):
     ranked.insert(3, ranked.pop(6))  # the same hit among a2's best three is compared, and chosen
     _, kept, _ = search_copies.collapsed_search(lambda n: ranked[:n], None, 2, all_copies=False, query=query)
     assert [h.chunk_id for h in kept] == ["a2-5", "b1-0"]
+
+
+def test_light_looks_read_whole_payloads_only_for_the_hits_compared_and_kept(groups, monkeypatch):
+    """The looks carry each hit's document alone; the texts compared and the payloads shown are read once, for
+    each placed group's best few hits; a look holding fewer documents than places wanted needs no group look-up."""
+    texts = {"a1": "shut down in March", "a2": "shut down in April", "a3": "shut clown in April", "b1": "pumps"}
+    ranking = ["a1", "a2", "a1", "a2", "a1", "a1", "a3", "a1", "b1", "c"]
+    whole = {f"chunk{i}": {"document_id": d, "text": texts.get(d, d)} for i, d in enumerate(ranking)}
+    looks, read, looked_up = [], [], []
+
+    def light(n):
+        looks.append(n)
+        return [SearchHit(1.0 - i / 100, f"chunk{i}", {"document_id": d}) for i, d in enumerate(ranking[:n])]
+
+    def payloads(chunk_ids):
+        read.append(list(chunk_ids))
+        return {c: whole[c] for c in chunk_ids if c != "chunk9"}  # chunk9 deleted since the look
+
+    copies_of = search_copies.copies_of
+
+    def counted(engine, document_ids, hidden=()):
+        looked_up.append(list(document_ids))
+        return copies_of(engine, document_ids, hidden)
+
+    monkeypatch.setattr(search_copies, "copies_of", counted)
+    monkeypatch.setattr(search_copies, "OVERFETCH", 2)  # the first look: six hits of two documents
+    monkeypatch.setattr(search_copies, "COMPARED_PER_DOCUMENT", 1)
+
+    def never(n):
+        raise AssertionError("a light collapse runs the light look")
+
+    _, kept, found = search_copies.collapsed_search(
+        never, None, 3, all_copies=False, query="down in April", light=light, payloads=payloads
+    )
+    # group A is shown by a2 (the query's words), b1 next; c's hit went away with its point
+    assert [(h.chunk_id, h.payload) for h in kept] == [("chunk1", whole["chunk1"]), ("chunk8", whole["chunk8"])]
+    assert looks == [6, search_copies.DEEP_LOOK]
+    assert looked_up == [["a1", "a2", "a3", "b1", "c"]]  # once, after the deeper look
+    # each copy's best hit (COMPARED_PER_DOCUMENT) of group A, then b1 and c: not the other a1 hits
+    assert read == [["chunk0", "chunk1", "chunk6", "chunk8", "chunk9"]]
+    assert search_copies.also_in(kept[0], found) == {"also_in": 2, "also_in_keys": ["a1", "a3"]}
+
+
+def test_a_group_compares_a_bounded_number_of_hits(groups, monkeypatch):
+    monkeypatch.setattr(search_copies, "COMPARED_PER_GROUP", 2)
+    ranked = [SearchHit(1.0 - i / 100, f"chunk{i}", {"document_id": d}) for i, d in enumerate(["a1", "a2", "a3"])]
+    assert search_copies.one_per_group(ranked, {d: {"group_id": "A"} for d in GROUPS}, 1, True) == [ranked[:2]]
+    assert search_copies.one_per_group(ranked, {d: {"group_id": "A"} for d in GROUPS}, 1, False) == [ranked[:1]]
