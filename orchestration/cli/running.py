@@ -140,8 +140,13 @@ def run(
     )
     if not outcomes.clean:
         raise CliError(
-            f"{outcomes.failed_total} task(s) failed and {outcomes.blocked} wait behind failed ones: "
-            "`docqueue status` shows them, `docqueue retry` re-queues them",
+            f"{outcomes.failed_total} task(s) failed and {outcomes.blocked} wait behind failed ones"
+            + (
+                f" ({outcomes.blocked_documents} document(s) have a phase with no work left that is not complete)"
+                if outcomes.blocked_documents
+                else ""
+            )
+            + ": `docqueue status` shows them, `docqueue retry` re-queues them",
             EXIT_TASKS_FAILED,
         )
 
