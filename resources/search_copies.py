@@ -2,8 +2,8 @@
 hit, its best, saying in how many other documents of the group the text also is and their keys; `all_copies` keeps
 every hit and still says so.
 
-Collapsing drops hits, so the store is asked for `OVERFETCH` times the hits wanted, and once more, DEEP_LOOK deep,
-when the copies still leave too few (the best hits of a query near a large family are all its copies). The looks
+Collapsing drops hits, so the store is asked for `OVERFETCH` times the hits wanted, and again, DEEPER times deeper,
+while the copies still leave too few (the best hits of a query near a large family are all its copies). The looks
 are light: the hits carry their `document_id` alone, which is all grouping needs (reading the whole payloads of
 hundreds of candidates cost most of a search, 8 ms a look on the planted-copies home of bench/retrieval.py), and
 the whole payloads are read afterwards in one call, for the hits compared and kept: at most COMPARED_PER_GROUP a
@@ -22,10 +22,11 @@ from resources.ports import MAX_SEARCH_LIMIT, SearchHit
 
 # how many candidates a collapsing search asks the store for, per hit wanted
 OVERFETCH = 4
-# how deep the look after the first goes: at once as deep as a search may. A light look costs a few microseconds a
-# candidate, a look's fixed part (the store's lock, the rankings, a group look-up) more than the depth: on the
-# planted-copies home, 20 -> 1000 took 30 ms a search (p50) where 20 -> 80 -> 320 -> 1000 took 35-41 ms
-DEEP_LOOK = MAX_SEARCH_LIMIT
+# how much deeper each look after the first goes, up to MAX_SEARCH_LIMIT: 20 -> 200 -> 1000 for 5 hits. A light
+# look's fixed part (the store's lock, the rankings, a group look-up) costs more than its depth, so few looks
+# (20 -> 80 -> 320 -> 1000 took 35-41 ms a search on the planted-copies home), but the rankings and their fusion
+# are Python over every candidate, so not straight to the deepest when a shallower look would do
+DEEPER = 10
 # a copy's hits whose words are compared with the query's, best first: the passage the query names ranks near the
 # top of the copy that holds it
 COMPARED_PER_DOCUMENT = 3
@@ -67,7 +68,7 @@ def collapsed_search(
         deeper = len(found) >= fetch and fetch < MAX_SEARCH_LIMIT
         # groups only join documents: fewer documents than places wanted need a deeper look whatever their groups
         if deeper and len(documents) < limit:
-            fetch = DEEP_LOOK
+            fetch = _deeper(fetch)
             continue
         new = [d for d in documents if d not in asked]
         if new:
@@ -76,7 +77,7 @@ def collapsed_search(
         places = one_per_group(found, groups, limit, query is not None)
         if len(places) >= limit or not deeper:
             break
-        fetch = DEEP_LOOK
+        fetch = _deeper(fetch)
     if look is light and payloads is not None:
         read = payloads(list(dict.fromkeys(h.chunk_id for copies in places for h in copies)))
         # a point deleted since the look is left out
@@ -87,6 +88,11 @@ def collapsed_search(
         ]
     kept = [copies[0] if query is None else best_copy(query, copies, _text_of) for copies in places]
     return found, kept, groups
+
+
+def _deeper(fetch: int) -> int:
+    """The next look's depth: DEEPER times this one's, at most MAX_SEARCH_LIMIT (so the looks end)."""
+    return min(fetch * DEEPER, MAX_SEARCH_LIMIT)
 
 
 def one_per_group(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from resources import search_copies
-from resources.ports import SearchHit
+from resources.ports import MAX_SEARCH_LIMIT, SearchHit
 
 # documents a1..a3 are one content group, b1 and b2 another; c and d stand alone
 GROUPS = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "b2": "B"}
@@ -45,7 +45,7 @@ def test_one_hit_per_group_best_first_and_a_deeper_look_when_copies_leave_too_fe
     monkeypatch.setattr(search_copies, "OVERFETCH", 2)  # a shallow first look: six candidates hold two groups
     _, kept, found = search_copies.collapsed_search(search, None, 3, all_copies=False)
     assert [h.payload["document_id"] for h in kept] == ["a1", "b1", "c"]
-    assert asked == [6, search_copies.DEEP_LOOK]  # the deeper look goes as deep as a search may, at once
+    assert asked == [6, 6 * search_copies.DEEPER]  # the deeper look goes DEEPER times as deep
     assert search_copies.also_in(kept[0], found) == {"also_in": 2, "also_in_keys": ["a2", "a3"]}
     assert search_copies.also_in(kept[2], found) == {}
 
@@ -149,7 +149,7 @@ def test_light_looks_read_whole_payloads_only_for_the_hits_compared_and_kept(gro
     )
     # group A is shown by a2 (the query's words), b1 next; c's hit went away with its point
     assert [(h.chunk_id, h.payload) for h in kept] == [("chunk1", whole["chunk1"]), ("chunk8", whole["chunk8"])]
-    assert looks == [6, search_copies.DEEP_LOOK]
+    assert looks == [6, 6 * search_copies.DEEPER]
     assert looked_up == [["a1", "a2", "a3", "b1", "c"]]  # once, after the deeper look
     # each copy's best hit (COMPARED_PER_DOCUMENT) of group A, then b1 and c: not the other a1 hits
     assert read == [["chunk0", "chunk1", "chunk6", "chunk8", "chunk9"]]
@@ -161,3 +161,15 @@ def test_a_group_compares_a_bounded_number_of_hits(groups, monkeypatch):
     ranked = [SearchHit(1.0 - i / 100, f"chunk{i}", {"document_id": d}) for i, d in enumerate(["a1", "a2", "a3"])]
     assert search_copies.one_per_group(ranked, {d: {"group_id": "A"} for d in GROUPS}, 1, True) == [ranked[:2]]
     assert search_copies.one_per_group(ranked, {d: {"group_id": "A"} for d in GROUPS}, 1, False) == [ranked[:1]]
+
+
+def test_the_looks_deepen_until_the_deepest_a_search_may_make_and_stop(groups):
+    asked = []
+
+    def one_group(n):  # every hit a copy of group A: no depth finds a second group
+        asked.append(n)
+        return [SearchHit(1.0 - i / 10_000, f"chunk{i}", {"document_id": f"a{1 + i % 3}"}) for i in range(n)]
+
+    _, kept, _ = search_copies.collapsed_search(one_group, None, 5, all_copies=False)
+    assert [h.payload["document_id"] for h in kept] == ["a1"]
+    assert asked == [20, 200, MAX_SEARCH_LIMIT]
