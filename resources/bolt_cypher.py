@@ -133,20 +133,25 @@ WHERE NOT EXISTS { (e)<-[:MENTIONS]-(:Chunk) }
 DETACH DELETE e
 """
 
+# A chunk's page and a page's document are read with pattern comprehensions, not OPTIONAL MATCH: the embedded
+# server answers OPTIONAL MATCH (p:Page)-[:HAS_CHUNK]->(c) by walking HAS_CHUNK edges beyond the chunks asked for
+# (1.1-2.1 s for 8 chunks at a million, 0.02-0.05 s this way)
 DELETE_CHUNKS = """
 MATCH (c:Chunk) WHERE c.id IN $ids
-OPTIONAL MATCH (p:Page)-[:HAS_CHUNK]->(c)
+WITH c, [(p:Page)-[:HAS_CHUNK]->(c) | p.id] AS pages
 DETACH DELETE c
-RETURN DISTINCT p.id AS page_id
+WITH pages UNWIND pages AS page_id
+RETURN DISTINCT page_id
 """
 
 DELETE_EMPTY_PAGES = """
 UNWIND $ids AS pid
 MATCH (p:Page {id: pid})
 WHERE NOT EXISTS { (p)-[:HAS_CHUNK]->(:Chunk) }
-OPTIONAL MATCH (d:Document)-[:HAS_PAGE]->(p)
+WITH p, [(d:Document)-[:HAS_PAGE]->(p) | d.id] AS documents
 DETACH DELETE p
-RETURN DISTINCT d.id AS document_id
+WITH documents UNWIND documents AS document_id
+RETURN DISTINCT document_id
 """
 
 DELETE_EMPTY_DOCUMENTS = """
