@@ -8,15 +8,17 @@ work still to come). A document's phase is blocked the same way. The rules are t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import sqlalchemy as sa
 
 from .phases import PHASES, PhaseRegistry
 
 
-def _tasks_sql(phases: PhaseRegistry = PHASES) -> str:
+def _tasks_sql(phases: PhaseRegistry = PHASES, scoped: bool = False) -> str:
     """kind, outcome, error class, tasks: one group per outcome of each kind, from the kinds' own predicates. A
-    document's expansion and a page's chunking are completed once their status is their children's roll-up."""
+    document's expansion and a page's chunking are completed once their status is their children's roll-up.
+    `scoped`: only the documents of the `documents` parameter, read through each table's document index."""
     parts = []
     for k in phases.kinds:
         outcome = (
@@ -30,14 +32,21 @@ def _tasks_sql(phases: PhaseRegistry = PHASES) -> str:
         )
         parts.append(
             f"SELECT '{k.name}' AS kind, {outcome} AS outcome, {error_class} AS error_class, count(*) AS n "
-            f"FROM {k.table} t GROUP BY 2, 3"
+            f"FROM {k.table} t{_scope(k.document_column, scoped)} GROUP BY 2, 3"
         )
     return "\nUNION ALL ".join(parts)
 
 
-def _blocked_documents_sql(phases: PhaseRegistry = PHASES) -> str:
-    return "SELECT count(*) FROM documents d WHERE " + " OR ".join(
-        phases.blocked_phase_sql(phase, "d") for phase in phases
+def _scope(document_column: str, scoped: bool, alias: str = "t", joined: str = "WHERE") -> str:
+    return f" {joined} {alias}.{document_column} = ANY(%(documents)s::uuid[])" if scoped else ""
+
+
+def _blocked_documents_sql(phases: PhaseRegistry = PHASES, scoped: bool = False) -> str:
+    return (
+        "SELECT count(*) FROM documents d WHERE ("
+        + " OR ".join(phases.blocked_phase_sql(phase, "d") for phase in phases)
+        + ")"
+        + _scope("id", scoped, "d", "AND")
     )
 
 
@@ -80,11 +89,19 @@ class Outcomes:
         )
 
 
-def task_outcomes(engine: sa.Engine, phases: PhaseRegistry = PHASES) -> Outcomes:
+def task_outcomes(
+    engine: sa.Engine, phases: PhaseRegistry = PHASES, documents: Sequence[str] | None = None
+) -> Outcomes:
+    """Every task's outcome, or only those of `documents` (ids): a count of the whole queue reads every row,
+    0.7-0.8 s at a million chunks, while a run over a few documents reads only theirs."""
     outcomes = Outcomes()
+    scoped = documents is not None
+    params = [{"documents": list(documents)}] if scoped else []
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql(_tasks_sql(phases)).all()
-        outcomes.blocked_documents = int(conn.exec_driver_sql(_blocked_documents_sql(phases)).scalar_one())
+        rows = conn.exec_driver_sql(_tasks_sql(phases, scoped), *params).all()
+        outcomes.blocked_documents = int(
+            conn.exec_driver_sql(_blocked_documents_sql(phases, scoped), *params).scalar_one()
+        )
     for kind, outcome, error_class, n in rows:
         n = int(n)
         per_kind = outcomes.by_kind.setdefault(kind, {})

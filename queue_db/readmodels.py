@@ -8,7 +8,7 @@ DOCQUEUE_STATS_WINDOW completed tasks per type."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import sqlalchemy as sa
 
@@ -166,18 +166,24 @@ def _error_classes_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES
     )
 
 
-def phase_progress(engine: sa.Engine, phases: PhaseRegistry = PHASES) -> dict[str, dict[str, int]]:
-    """Per phase, its units of work (the phase's deepest kind): total, completed, failed."""
+def phase_progress(
+    engine: sa.Engine, phases: PhaseRegistry = PHASES, documents: Sequence[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """Per phase, its units of work (the phase's deepest kind): total, completed, failed; of every document, or
+    only of `documents` (ids), read through each table's document index."""
+    scope = (
+        lambda k: f" WHERE t.{k.document_column} = ANY(%(documents)s::uuid[])" if documents is not None else ""
+    )
     sql = "\nUNION ALL ".join(
         f"SELECT '{phase.value}', count(*), count(*) FILTER (WHERE t.{k.status} = 'completed'), "
-        f"count(*) FILTER (WHERE t.{k.status} = 'failed') FROM {k.table} t"
+        f"count(*) FILTER (WHERE t.{k.status} = 'failed') FROM {k.table} t{scope(k)}"
         for phase in phases
         for k in (phase.leaf,)
     )
     with engine.connect() as conn:
         return {
             r[0]: {"total": int(r[1]), "completed": int(r[2]), "failed": int(r[3])}
-            for r in conn.exec_driver_sql(sql).all()
+            for r in conn.exec_driver_sql(sql, *([{"documents": list(documents)}] if documents is not None else [])).all()
         }
 
 

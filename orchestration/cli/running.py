@@ -52,7 +52,7 @@ RUN_EXIT_CODES = (
     type=click.IntRange(1, 1000),
     default=None,
     help="work only on the N most urgent unfinished documents (priority, then oldest), through every "
-    "phase, then exit; one worker",
+    "phase, then exit; one worker; the summary and the exit code cover those documents only",
 )
 @click.option(
     "--log-level",
@@ -113,17 +113,19 @@ def run(
     reports, errors = collect_workers(children)
     if errors:
         raise CliError(f"a worker failed: {errors[0]}")
-    outcomes = task_outcomes(queue.engine)
+    # --max-docs: the summary and the exit code are those documents', as its help says
+    documents = None if max_docs is None else [d for r in reports for d in r.get("documents", [])]
+    outcomes = task_outcomes(queue.engine, documents=documents)
     payload = {
         "runs": sum(r["runs"] for r in reports),
         "failed_runs": sum(r["failed_runs"] for r in reports),
         "seconds": round(time.monotonic() - started, 1),
-        "progress": phase_progress(queue.engine),
+        "progress": phase_progress(queue.engine, documents=documents),
         "vectors_reused": vectors_reused_since(queue.engine, started_at),
         "summary": outcomes.as_dict(),
     }
-    if max_docs is not None:
-        payload["documents"] = [d for r in reports for d in r.get("documents", [])]
+    if documents is not None:
+        payload["documents"] = documents
     emit(
         as_json,
         payload,
