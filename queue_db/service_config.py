@@ -214,6 +214,13 @@ class DagsterConfig(SettingsGroup):
     partition_retire_batch: int = _var(
         5000, "DOCQUEUE_PARTITION_RETIRE_BATCH", "partitions retired per definition per recovery run", ge=1
     )
+    partition_key_cache_max: int = _var(
+        500_000,
+        "DOCQUEUE_PARTITION_KEY_CACHE_MAX",
+        "live partition keys per definition a process keeps between Dagster's reads of them, reused while "
+        "unchanged (about 100 bytes a key); a larger set is read whole every time; 0 keeps none",
+        ge=0,
+    )
     verify_page: int = _var(
         1000,
         "DOCQUEUE_VERIFY_PAGE",

@@ -489,3 +489,64 @@ def test_dynamic_partition_keys_read_as_the_parent_reads_them(instance):
     assert storage.get_dynamic_partitions(name) == expected
     assert PostgresEventLogStorage.get_dynamic_partitions(storage, name) == expected
     assert instance.get_dynamic_partitions(other) == ["z"]
+
+
+def test_a_process_reuses_partition_keys_until_any_writer_changes_them(instance, dagster_pg_url):
+    """The keys read once are reused while the definition is unchanged; a change by anyone (this storage, plain
+    SQL as another program would write, a delete, a truncate) is seen at the next read, by every process.
+    Keys written with the triggers disabled show that the second read really is the process's copy."""
+    from orchestration.partition_key_cache import PartitionKeyCache
+
+    storage = instance.event_log_storage
+    name, other = f"cached-{uuid.uuid4().hex[:8]}", f"cached-other-{uuid.uuid4().hex[:8]}"
+    sql = _admin_engine(dagster_pg_url)
+
+    def write(statement: str, *, silently: bool = False) -> None:
+        with sql.connect() as conn:
+            if silently:
+                conn.execute(sa.text("ALTER TABLE dynamic_partitions DISABLE TRIGGER USER"))
+            try:
+                conn.execute(sa.text(statement))
+            finally:
+                conn.execute(sa.text("ALTER TABLE dynamic_partitions ENABLE TRIGGER USER"))
+
+    def insert(key: str, of: str = name) -> str:
+        return (
+            "INSERT INTO dynamic_partitions (partitions_def_name, partition, create_timestamp) "
+            f"VALUES ('{of}', '{key}', now())"
+        )
+
+    instance.add_dynamic_partitions(name, ["a", "b"])
+    assert storage.get_dynamic_partitions(name) == ["a", "b"]
+    write(insert("unseen"), silently=True)
+    first = storage.get_dynamic_partitions(name)
+    assert first == ["a", "b"]  # the copy: the silent write went past the version count
+    first.append("changed by a caller")
+    assert storage.get_dynamic_partitions(name) == ["a", "b"]  # callers get copies
+    instance.add_dynamic_partitions(other, ["z"])  # another definition's change leaves this copy valid
+    assert storage.get_dynamic_partitions(name) == ["a", "b"]
+    write(insert("c"))  # another program's plain INSERT
+    assert storage.get_dynamic_partitions(name) == ["a", "b", "unseen", "c"]
+    write(f"DELETE FROM dynamic_partitions WHERE partitions_def_name = '{name}' AND partition = 'unseen'")
+    assert storage.get_dynamic_partitions(name) == ["a", "b", "c"]
+    storage.delete_dynamic_partitions(name, ["a"])
+    instance.add_dynamic_partitions(name, ["d"])
+    assert storage.get_dynamic_partitions(name) == ["b", "c", "d"]
+    with DagsterInstance.get() as second:  # another process's storage sees the same versions
+        assert second.event_log_storage.get_dynamic_partitions(name) == ["b", "c", "d"]
+        write(insert("e"))
+        assert second.event_log_storage.get_dynamic_partitions(name) == ["b", "c", "d", "e"]
+    assert storage.get_dynamic_partitions(name) == ["b", "c", "d", "e"]
+    write("TRUNCATE dynamic_partitions")
+    assert storage.get_dynamic_partitions(name) == [] and storage.get_dynamic_partitions(other) == []
+
+    # a set larger than the bound is read whole every time
+    bounded = PartitionKeyCache(max_keys=2)
+    storage._partition_keys, kept = bounded, storage._partition_keys
+    try:
+        instance.add_dynamic_partitions(name, ["x", "y", "w"])
+        assert storage.get_dynamic_partitions(name) == ["x", "y", "w"]
+        write(insert("v"), silently=True)
+        assert storage.get_dynamic_partitions(name) == ["x", "y", "w", "v"]
+    finally:
+        storage._partition_keys = kept
