@@ -37,10 +37,14 @@ BEGIN
     SELECT DISTINCT partitions_def_name, 1 FROM changed
     ON CONFLICT (partitions_def_name) DO UPDATE SET version = v.version + 1;
     RETURN NULL;
+EXCEPTION WHEN undefined_table THEN
+    RETURN NULL;  -- never fail Dagster's write: a reader finds the table missing and reinstalls it
 END $$;
 CREATE OR REPLACE FUNCTION docqueue_count_partition_key_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE {VERSIONS_TABLE} SET version = version + 1;
+    RETURN NULL;
+EXCEPTION WHEN undefined_table THEN
     RETURN NULL;
 END $$;
 DROP TRIGGER IF EXISTS {_TRIGGERS[0]} ON dynamic_partitions;
@@ -55,13 +59,17 @@ CREATE TRIGGER {_TRIGGERS[2]} AFTER DELETE ON dynamic_partitions REFERENCING OLD
 DROP TRIGGER IF EXISTS docqueue_partition_keys_truncated ON dynamic_partitions;
 CREATE TRIGGER docqueue_partition_keys_truncated AFTER TRUNCATE ON dynamic_partitions
     FOR EACH STATEMENT EXECUTE FUNCTION docqueue_count_partition_key_truncate();
+UPDATE {VERSIONS_TABLE} SET version = version + 1;
 """
 
 _INSTALLED_SQL = (
     "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'dynamic_partitions'::regclass AND tgname IN "
     f"('{_TRIGGERS[0]}', '{_TRIGGERS[1]}', '{_TRIGGERS[2]}', 'docqueue_partition_keys_truncated')"
 )
-_VERSION_SQL = f"SELECT version FROM {VERSIONS_TABLE} WHERE partitions_def_name = %s"
+# the version, and whether the triggers are all there: a table Dagster re-creates (a wiped instance) has none
+_VERSION_SQL = (
+    f"SELECT (SELECT version FROM {VERSIONS_TABLE} WHERE partitions_def_name = %s), ({_INSTALLED_SQL})"
+)
 
 
 class PartitionKeyCache:
@@ -72,16 +80,16 @@ class PartitionKeyCache:
     def __init__(self, max_keys: int):
         self.max_keys = max_keys
         self._keys: dict[str, tuple[int, list[str]]] = {}
-        self._usable: bool | None = None  # None: not yet checked; False: triggers could not be installed
+        self._refused = False  # the triggers could not be installed: every read is whole
         self._lock = threading.Lock()
 
     def keys(self, connect: Callable[[], object], name: str, read: Callable[[object], list[str]]) -> list[str]:
         """The keys of definition `name`: `read(conn)` reads them all; `connect()` gives an autocommit
         SQLAlchemy connection context on the Dagster database."""
         with connect() as conn:
-            if self.max_keys <= 0 or not self._ensure_triggers(conn):
+            version = self._version(conn, name) if self.max_keys > 0 else None
+            if version is None:
                 return read(conn)
-            version = self._version(conn, name)
             cached = self._keys.get(name)
             if cached is not None and cached[0] == version:
                 return list(cached[1])  # a copy: callers may change their list
@@ -92,31 +100,37 @@ class PartitionKeyCache:
         self._keys.pop(name, None)
         return keys
 
-    @staticmethod
-    def _version(conn, name: str) -> int:
-        row = conn.exec_driver_sql(_VERSION_SQL, (name,)).first()
-        return 0 if row is None else int(row[0])  # no row: unchanged since the triggers were installed
-
-    def _ensure_triggers(self, conn) -> bool:
-        if self._usable is not None:
-            return self._usable
-        with self._lock:
-            if self._usable is None:
-                self._usable = _install(conn)
-        return self._usable
+    def _version(self, conn, name: str) -> int | None:
+        """The definition's change count (0: none since the triggers were installed), or None when it cannot be
+        trusted: the triggers are missing and this role may not install them."""
+        for attempt in range(2):
+            if self._refused:
+                return None
+            try:
+                version, triggers = conn.exec_driver_sql(_VERSION_SQL, (name,)).one()
+            except db.exc.ProgrammingError:  # the version table is missing
+                conn.rollback()
+                version, triggers = None, 0
+            if triggers == len(_TRIGGERS) + 1:
+                return 0 if version is None else int(version)
+            if attempt == 0:
+                with self._lock:
+                    # changes made while the triggers were missing went uncounted: nothing read before is kept,
+                    # and the installation counts a change of every definition, for the other processes' copies
+                    self._keys.clear()
+                    self._refused = not _install(conn)
+        return None
 
 
 def _install(conn) -> bool:
-    """Install the version table and triggers unless present; False (and one warning) if this role may not."""
+    """(Re)install the version table and triggers, which is idempotent; False (and one warning) if this role may
+    not."""
     try:
-        if conn.exec_driver_sql(_INSTALLED_SQL).scalar_one() == len(_TRIGGERS) + 1:
-            return True
         # the storages' connections autocommit: a session lock, and the script as one statement string, which
         # PostgreSQL runs as one transaction
         conn.exec_driver_sql("SELECT pg_advisory_lock(%s)", (_INSTALL_LOCK,))
         try:
-            if conn.exec_driver_sql(_INSTALLED_SQL).scalar_one() != len(_TRIGGERS) + 1:
-                conn.exec_driver_sql(INSTALL_SQL)
+            conn.exec_driver_sql(INSTALL_SQL)
         finally:
             conn.exec_driver_sql("SELECT pg_advisory_unlock(%s)", (_INSTALL_LOCK,))
         return True

@@ -550,3 +550,29 @@ def test_a_process_reuses_partition_keys_until_any_writer_changes_them(instance,
         assert storage.get_dynamic_partitions(name) == ["x", "y", "w", "v"]
     finally:
         storage._partition_keys = kept
+
+
+def test_keys_are_read_whole_again_once_the_version_triggers_went_missing(instance, dagster_pg_url):
+    """A Dagster database whose dynamic_partitions table lost the triggers (re-created by a wipe), or whose version
+    table was dropped, is not trusted: the next read reinstalls them and reads the keys whole."""
+    storage = instance.event_log_storage
+    name = f"rebuilt-{uuid.uuid4().hex[:8]}"
+    sql = _admin_engine(dagster_pg_url)
+    instance.add_dynamic_partitions(name, ["a"])
+    assert storage.get_dynamic_partitions(name) == ["a"]
+    for damage in (
+        "DROP TRIGGER docqueue_partition_keys_added ON dynamic_partitions",
+        "DROP TABLE docqueue_partition_key_versions",
+    ):
+        with sql.connect() as conn:
+            conn.execute(sa.text(damage))
+            key = f"k{uuid.uuid4().hex[:6]}"
+            conn.execute(
+                sa.text(
+                    "INSERT INTO dynamic_partitions (partitions_def_name, partition, create_timestamp) "
+                    f"VALUES ('{name}', '{key}', now())"
+                )
+            )
+        assert storage.get_dynamic_partitions(name)[-1] == key, damage
+        instance.add_dynamic_partitions(name, [key + "x"])  # counted again
+        assert storage.get_dynamic_partitions(name)[-1] == key + "x"
