@@ -67,9 +67,7 @@ _INSTALLED_SQL = (
     f"('{_TRIGGERS[0]}', '{_TRIGGERS[1]}', '{_TRIGGERS[2]}', 'docqueue_partition_keys_truncated')"
 )
 # the version, and whether the triggers are all there: a table Dagster re-creates (a wiped instance) has none
-_VERSION_SQL = (
-    f"SELECT (SELECT version FROM {VERSIONS_TABLE} WHERE partitions_def_name = %s), ({_INSTALLED_SQL})"
-)
+_VERSION_SQL = f"SELECT (SELECT version FROM {VERSIONS_TABLE} WHERE partitions_def_name = %s), ({_INSTALLED_SQL})"
 
 
 class PartitionKeyCache:
