@@ -107,8 +107,7 @@ class Embedder:
         max_windows: int = DEFAULT_MAX_WINDOWS,
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
     ):
-        if model_id not in MODELS:
-            raise EmbeddingError(f"unknown embedding model {model_id!r}; known: {sorted(MODELS)}")
+        spec = model_spec(model_id)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if threads < 0:
@@ -117,7 +116,6 @@ class Embedder:
             raise ValueError(f"max_windows must be at least 1, got {max_windows}")
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
-        spec = MODELS[model_id]
         self.model_id = spec.model_id
         self.dim = spec.dim
         self.max_sequence_tokens = spec.max_sequence_tokens
@@ -243,6 +241,13 @@ def _normalised(vectors: np.ndarray) -> np.ndarray:
 
 _EMBEDDERS: dict[tuple[str, int, int, int, int], Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
+
+
+def model_spec(model_id: str) -> ModelSpec:
+    """The model's name, vector size and files, without loading it; an unknown model is one sentence."""
+    if model_id not in MODELS:
+        raise EmbeddingError(f"unknown embedding model {model_id!r}; known: {sorted(MODELS)}")
+    return MODELS[model_id]
 
 
 def get_embedder(

@@ -176,6 +176,10 @@ class VectorStore(Protocol):
         resources/vector_payload.search_filter(document_id, exclude_document_ids, tenant); each hit's payload
         holds only `payload_keys` (and `chunk_id`) when they are given."""
 
+    def prepare_reads(self) -> None:
+        """Open now what searches read, so that the first search does not pay for it (a search session does this
+        while its model loads)."""
+
     def optimize(self) -> bool:
         """Build pending indexes now; True when something was built."""
 

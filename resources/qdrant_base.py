@@ -293,6 +293,9 @@ class QdrantStore(abc.ABC):
         notice = OLD_SHAPE_NOTICE.format(collection=self.collection)
         return replace(request, mode="dense", sparse=None), notice
 
+    def prepare_reads(self) -> None:
+        """Nothing to open ahead: a server's client connects on its first request."""
+
     def optimize(self) -> bool:
         """Build pending indexes now; True when something was built. Servers index in the background."""
         return False

@@ -440,6 +440,11 @@ class EdgeVectorStore(QdrantStore):
             self._set_unindexed(0)
             return copied
 
+    def prepare_reads(self) -> None:
+        """Open both shards as a search would; they stay open for the store's linger."""
+        with self._both():
+            pass
+
     def optimize(self) -> bool:
         """Merge the tail into the main shard, then its segments and build their HNSW indexes, holding the main
         shard until done but the tail only for the copy (the nightly job, and a recovery run once

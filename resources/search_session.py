@@ -24,6 +24,7 @@ A session is safe to share between threads (the embedder is, and the store seria
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
@@ -34,11 +35,34 @@ from queue_db.database_urls import database_url
 from queue_db.lifecycle import hidden_from_search
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
-from resources.embeddings import get_embedder
+from resources.embeddings import get_embedder, model_spec
 from resources.hit_entities import HitGraph
 from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, SearchHits, VectorStore
 from resources.search_copies import LIGHT_KEYS, also_in, collapsed_search
 from resources.vector_stores import open_vector_store, vector_store_settings
+
+
+class _Loading:
+    """`load()` run in a thread of its own; `result()` waits for it and raises what it raised."""
+
+    def __init__(self, load):
+        self._value, self._error = None, None
+
+        def run():
+            try:
+                self._value = load()
+            except BaseException as exc:  # noqa: BLE001  (handed to the caller of result())
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="search-model", daemon=True)
+        self._thread.start()
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
 
 # how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
 # application's next query, short enough to let go of the memory of an idle one
@@ -104,13 +128,18 @@ class SearchSession:
         self.graph = HitGraph(settings)
         self.graph.prepare()  # the Bolt driver loads while the model does
         embedding = settings.embedding
-        # the model first: it is the slow part, and an unknown model is said before anything is opened
-        self.embedder = get_embedder(
-            embedding.model,
-            batch_size=embedding.batch_size,
-            threads=embedding.threads,
-            max_windows=embedding.max_windows,
-            max_batch_tokens=embedding.batch_tokens,
+        spec = model_spec(embedding.model)  # an unknown model is said before anything is opened
+        # the model loads in a thread while this one opens the database and the store: most of the model's loading
+        # is ONNX's, outside the GIL, and most of an opening is the engine's or file reads (at a million points
+        # the main shard's opening is the larger of the two)
+        model = _Loading(
+            lambda: get_embedder(
+                embedding.model,
+                batch_size=embedding.batch_size,
+                threads=embedding.threads,
+                max_windows=embedding.max_windows,
+                max_batch_tokens=embedding.batch_tokens,
+            )
         )
         self._own_engine = engine is None
         engine = (
@@ -121,10 +150,12 @@ class SearchSession:
         self._queue = TaskQueue(engine, QueueSettings.from_config(settings.queue))
         store_settings = vector_store_settings(settings)
         self.store: VectorStore = open_vector_store(
-            replace(store_settings, linger_s=max(store_settings.linger_s, keep_open_s)),
-            self.embedder.model_id,
-            self.embedder.dim,
+            replace(store_settings, linger_s=max(store_settings.linger_s, keep_open_s)), spec.model_id, spec.dim
         )
+        try:
+            self.store.prepare_reads()
+        finally:
+            self.embedder = model.result()
 
     def search(
         self,
