@@ -125,6 +125,10 @@ def bulk_seed(
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
 
 
+# every executed statement's plan with its buffers, as JSON: what the buffer-counting tests read
+BUFFER_PLANS = ("log_min_duration = 0", "log_analyze = on", "log_buffers = on", "log_timing = off", "log_format = json")
+
+
 def load_auto_explain(pg: psycopg.Connection, *settings: str, on_skip: Callable[[], object] | None = None) -> None:
     """auto_explain on `pg`'s session with `settings` (each `auto_explain.<setting>`), its plans sent to the client
     as notices. Skips the test on a server without the module, or a role that may not load it: `pg` rolled back,

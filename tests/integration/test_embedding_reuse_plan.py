@@ -10,7 +10,7 @@ import json
 
 from queue_db.embedding_reuse import embedded_chunks_by_hash
 from queue_db.queue import create_queue_engine
-from tests.queue_support import bulk_seed, load_auto_explain
+from tests.queue_support import BUFFER_PLANS, bulk_seed, load_auto_explain
 
 DISTINCT_TEXTS = 5  # every completed chunk holds one of five texts: the statistics the planner is misled by
 
@@ -43,16 +43,7 @@ def test_the_reuse_probe_reads_its_index_where_few_texts_repeat_over_many_chunks
             conn.exec_driver_sql("ANALYZE task_queue_chunk")
         raw = engine.raw_connection()
         pg = raw.driver_connection
-        load_auto_explain(
-            pg,
-            "log_min_duration = 0",
-            "log_analyze = on",
-            "log_buffers = on",
-            "log_timing = off",
-            "log_format = json",
-            "log_nested_statements = on",
-            on_skip=lambda: raw.close(),
-        )
+        load_auto_explain(pg, *BUFFER_PLANS, "log_nested_statements = on", on_skip=lambda: raw.close())
         pg.commit()
         plans: list[dict] = []
         pg.add_notice_handler(

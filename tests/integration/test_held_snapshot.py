@@ -13,7 +13,7 @@ import pytest
 
 from queue_db.phases import VECTOR_CHUNK
 from queue_db.queue import TaskQueue, create_queue_engine, make_worker_id
-from tests.queue_support import bulk_seed, load_auto_explain
+from tests.queue_support import BUFFER_PLANS, bulk_seed, load_auto_explain
 
 BATCH = 50
 EARLY, LATE = 1_000, 12_000  # tasks settled under the snapshot when each sample is taken
@@ -34,15 +34,7 @@ def traced_queue(database_url, settings):
     raw = engine.raw_connection()
     pg = raw.driver_connection
     plans: list[dict] = []
-    load_auto_explain(
-        pg,
-        "log_min_duration = 0",
-        "log_analyze = on",
-        "log_buffers = on",
-        "log_timing = off",
-        "log_format = json",
-        on_skip=lambda: (raw.close(), engine.dispose()),
-    )
+    load_auto_explain(pg, *BUFFER_PLANS, on_skip=lambda: (raw.close(), engine.dispose()))
     pg.commit()
 
     def keep(diagnostic) -> None:
