@@ -23,7 +23,8 @@ def celery_app(cluster: ClusterConfig, broker: str):
     """The Celery app of a worker: dagster-celery's, with the same settings the executor sends with."""
     from dagster_celery.config import DEFAULT_CONFIG
     from dagster_celery.make_app import make_app
-    from dagster_celery.tasks import create_task
+
+    from orchestration.celery_steps import create_step_task
 
     app = make_app(
         {
@@ -35,5 +36,5 @@ def celery_app(cluster: ClusterConfig, broker: str):
     )
     # dagster-celery declares only its own queue; the phase queues are made on first use
     app.conf.task_create_missing_queues = True
-    create_task(app)
+    create_step_task(app)  # dagster-celery's step task, keeping the instance and the job between steps
     return app
