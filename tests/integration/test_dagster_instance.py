@@ -576,3 +576,21 @@ def test_keys_are_read_whole_again_once_the_version_triggers_went_missing(instan
         assert storage.get_dynamic_partitions(name)[-1] == key, damage
         instance.add_dynamic_partitions(name, [key + "x"])  # counted again
         assert storage.get_dynamic_partitions(name)[-1] == key + "x"
+
+
+def test_a_cluster_worker_keeps_one_instance_per_reference_between_steps(instance):
+    """dagster-celery built (and leaked) a Dagster instance for every step; a worker process now keeps one per
+    instance reference, answering as the original does, and closes it at exit."""
+    from orchestration import celery_steps
+
+    ref = instance.get_ref()
+    first = celery_steps.step_instance(ref)
+    try:
+        assert first is not instance
+        assert celery_steps.step_instance(instance.get_ref()) is first
+        assert isinstance(first.event_log_storage, PooledPostgresEventLogStorage)
+        assert first.get_run_by_id("00000000-0000-0000-0000-000000000000") is None
+    finally:
+        celery_steps._close_instances()
+    assert celery_steps.step_instance(ref) is not first
+    celery_steps._close_instances()
