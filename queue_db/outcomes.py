@@ -96,7 +96,7 @@ def task_outcomes(
     0.7-0.8 s at a million chunks, while a run over a few documents reads only theirs."""
     outcomes = Outcomes()
     scoped = documents is not None
-    params = [{"documents": list(documents)}] if scoped else []
+    params = [{"documents": list(documents)}] if documents is not None else []
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(_tasks_sql(phases, scoped), *params).all()
         outcomes.blocked_documents = int(

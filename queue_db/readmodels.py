@@ -171,19 +171,21 @@ def phase_progress(
 ) -> dict[str, dict[str, int]]:
     """Per phase, its units of work (the phase's deepest kind): total, completed, failed; of every document, or
     only of `documents` (ids), read through each table's document index."""
-    scope = (
-        lambda k: f" WHERE t.{k.document_column} = ANY(%(documents)s::uuid[])" if documents is not None else ""
-    )
+
+    def scope(k) -> str:
+        return f" WHERE t.{k.document_column} = ANY(%(documents)s::uuid[])" if documents is not None else ""
+
     sql = "\nUNION ALL ".join(
         f"SELECT '{phase.value}', count(*), count(*) FILTER (WHERE t.{k.status} = 'completed'), "
         f"count(*) FILTER (WHERE t.{k.status} = 'failed') FROM {k.table} t{scope(k)}"
         for phase in phases
         for k in (phase.leaf,)
     )
+    params = [{"documents": list(documents)}] if documents is not None else []
     with engine.connect() as conn:
         return {
             r[0]: {"total": int(r[1]), "completed": int(r[2]), "failed": int(r[3])}
-            for r in conn.exec_driver_sql(sql, *([{"documents": list(documents)}] if documents is not None else [])).all()
+            for r in conn.exec_driver_sql(sql, *params).all()
         }
 
 
