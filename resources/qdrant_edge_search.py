@@ -89,10 +89,12 @@ def search_shards(
                     )
                 )
             for point in points:
-                key = _key(point.id)
+                # each read of `id` builds the point's uuid object anew: read once
+                point_id = point.id
+                key = _key(point_id)
                 if key not in found:
                     found[key] = point.score
-                    ids.setdefault(key, point.id)
+                    ids.setdefault(key, point_id)
         return sorted(found.items(), key=lambda item: -item[1])[:limit]
 
     if request.mode == "hybrid":
