@@ -180,9 +180,15 @@ class SearchSession:
         vector = self.embedder.embed_one(query)
         hidden = hidden_from_search(self._queue)
 
-        def ranked(n: int, keys: Sequence[str] | None = None) -> SearchHits:
+        def ranked(n: int, keys: Sequence[str] | None = None, seen: Sequence[str] = ()) -> SearchHits:
             return self.store.search(
-                vector, limit=n, text=query, mode=mode, exclude_document_ids=hidden, tenant=tenant, payload_keys=keys
+                vector,
+                limit=n,
+                text=query,
+                mode=mode,
+                exclude_document_ids=[*hidden, *seen],
+                tenant=tenant,
+                payload_keys=keys,
             )
 
         found, kept, groups = collapsed_search(
@@ -194,6 +200,7 @@ class SearchSession:
             query=query,
             light=lambda n: ranked(n, LIGHT_KEYS),
             payloads=self.store.payloads,
+            without=lambda n, seen: ranked(n, LIGHT_KEYS, seen),
         )
         hits = [
             Hit(

@@ -173,3 +173,90 @@ def test_the_looks_deepen_until_the_deepest_a_search_may_make_and_stop(groups):
     _, kept, _ = search_copies.collapsed_search(one_group, None, 5, all_copies=False)
     assert [h.payload["document_id"] for h in kept] == ["a1"]
     assert asked == [20, 200, MAX_SEARCH_LIMIT]
+
+
+def ranked_store(ranking: list[str]):
+    """A light look over `ranking` (one hit a document id, best first) and the same look leaving documents out,
+    with each look recorded: a store whose scores do not depend on what else is ranked (dense or sparse)."""
+    ranked = [SearchHit(1.0 - i / 1000, f"chunk{i}", {"document_id": d}) for i, d in enumerate(ranking)]
+    looks: list[tuple] = []
+
+    def light(n):
+        looks.append((n,))
+        return ranked[:n]
+
+    def without(n, documents):
+        looks.append((n, sorted(documents)))
+        return [h for h in ranked if h.payload["document_id"] not in documents][:n]
+
+    return light, without, looks
+
+
+def collapsed(light, without, limit):
+    def payloads(chunk_ids):
+        return {c: {"document_id": "?"} for c in chunk_ids}
+
+    _, kept, _ = search_copies.collapsed_search(
+        None, None, limit, all_copies=False, light=light, payloads=payloads, without=without
+    )
+    return [h.chunk_id for h in kept]
+
+
+def test_a_look_after_the_first_leaves_out_the_documents_seen_and_stays_shallow(groups, monkeypatch):
+    looked_up = []
+    copies_of = search_copies.copies_of
+
+    def counted(engine, document_ids, hidden=()):
+        looked_up.append(sorted(document_ids))
+        return copies_of(engine, document_ids, hidden)
+
+    monkeypatch.setattr(search_copies, "copies_of", counted)
+    monkeypatch.setattr(search_copies, "OVERFETCH", 2)
+    # a family's copies hold the first 30 places: the next groups are far down a ranking taken whole
+    ranking = ["a1", "a2", "a3"] * 10 + ["b1", "c", "a1", "b2", "d", "e"] + ["f"] * 100
+    light, without, looks = ranked_store(ranking)
+    kept = collapsed(light, without, 4)
+    # the second look leaves out the family's documents, as shallow as the first; one group look-up for both
+    assert looks == [(8,), (8, ["a1", "a2", "a3"])]
+    assert looked_up == [["a1", "a2", "a3", "b1", "b2", "c", "d", "e", "f"]]
+    # the same hits as the deeper looks of the whole ranking give
+    light, _, deep_looks = ranked_store(ranking)
+    assert kept == collapsed(light, None, 4) == ["chunk0", "chunk30", "chunk31", "chunk34"]
+    assert deep_looks == [(8,), (80,)]
+
+
+def test_a_document_left_out_that_stands_alone_is_looked_at_again(groups, monkeypatch):
+    monkeypatch.setattr(search_copies, "OVERFETCH", 2)
+    # c is in no group: each of its hits is a place of its own, which leaving it out would lose
+    ranking = ["c", "a1", "c", "a2"] * 3 + ["b1", "c", "d", "e"] * 3
+    light, without, looks = ranked_store(ranking)
+    kept = collapsed(light, without, 5)
+    assert looks == [(10,), (10, ["a1", "a2", "c"]), (10, ["a1", "a2"])]
+    light, _, _ = ranked_store(ranking)
+    assert kept == collapsed(light, None, 5) == ["chunk0", "chunk1", "chunk2", "chunk4", "chunk6"]
+
+
+def test_looks_leaving_documents_out_are_bounded_then_go_deeper(groups, monkeypatch):
+    monkeypatch.setattr(search_copies, "OVERFETCH", 1)
+    # one group of many documents, each with many hits: every look brings new copies, never a second group
+    many = {f"a{i}": "A" for i in range(4, 204)}
+    monkeypatch.setattr(
+        search_copies,
+        "copies_of",
+        lambda engine, ids, hidden=(): {d: {"group_id": "A", "count": 1, "keys": []} for d in ids if d in many},
+    )
+    ranking = [f"a{4 + i // 3}" for i in range(600)] + ["c"]
+    light, without, looks = ranked_store(ranking)
+    kept = collapsed(light, without, 2)
+    narrowed = looks[1 : 1 + search_copies.NARROW_LOOKS]
+    assert looks[0] == (2,) and all(len(look) == 2 and look[0] == 2 for look in narrowed)
+    assert looks[1 + search_copies.NARROW_LOOKS :] == [(20,), (200,), (MAX_SEARCH_LIMIT,)]
+    assert kept == ["chunk0", "chunk600"]
+
+
+def test_a_narrowed_looks_hits_follow_without_repeats_and_never_outscore_those_before():
+    before = [SearchHit(0.03, "chunk0", {"document_id": "a1"}), SearchHit(0.02, "chunk1", {"document_id": "c"})]
+    # fused ranks among fewer candidates score higher than the hits before them
+    more = [SearchHit(0.033, "chunk1", {"document_id": "c"}), SearchHit(0.032, "chunk7", {"document_id": "d"})]
+    followed = search_copies._followed(before, more)
+    assert [(h.chunk_id, h.score) for h in followed] == [("chunk0", 0.03), ("chunk1", 0.02), ("chunk7", 0.02)]
