@@ -147,7 +147,13 @@ class SearchSession:
             if engine is not None
             else create_queue_engine(database_url(settings.database), pool_size=1, max_overflow=4)
         )
-        self._queue = TaskQueue(engine, QueueSettings.from_config(settings.queue))
+        self._engine = engine
+        # a search's reads are one statement each, so they run outside a transaction: there psycopg keeps its
+        # statements prepared from one search to the next (the group look-up is planned anew in a transaction,
+        # which the pool rolls back at every return)
+        self._queue = TaskQueue(
+            engine.execution_options(isolation_level="AUTOCOMMIT"), QueueSettings.from_config(settings.queue)
+        )
         store_settings = vector_store_settings(settings)
         self.store: VectorStore = open_vector_store(
             replace(store_settings, linger_s=max(store_settings.linger_s, keep_open_s)), spec.model_id, spec.dim
@@ -226,7 +232,7 @@ class SearchSession:
         finally:
             self.graph.close()
             if self._own_engine:
-                self._queue.engine.dispose()
+                self._engine.dispose()
 
     def __enter__(self) -> SearchSession:
         return self
