@@ -51,7 +51,7 @@ from resources.qdrant_base import (
     QdrantStore,
     dense_of,
 )
-from resources.qdrant_edge_search import Owners, search_shards
+from resources.qdrant_edge_search import Owners, retrieve_first, search_shards
 from resources.qdrant_edge_shard import (
     copy_with_both_vectors,
     edge_config,
@@ -390,16 +390,16 @@ class EdgeVectorStore(QdrantStore):
                 records = [r for r in records if str(r.id) not in merged]
             return records, ("tail", position) if position is not None else None
 
+    def _listed(self, tail, main) -> list[tuple]:
+        """The open shards with their folders, the tail first (the newer copy of a point wins)."""
+        return [
+            (shard, folder) for shard, folder in ((tail, self.tail_folder), (main, self.folder)) if shard is not None
+        ]
+
     def _retrieve(self, ids: list[str], with_payload, with_vectors: bool) -> list:
         with self._both() as (tail, main):
-            with self._reading(self.tail_folder):
-                found = tail.retrieve(ids, with_payload, with_vectors) if tail is not None else []
-            if main is not None:
-                fresh = {str(record.id) for record in found}
-                rest = [i for i in ids if str(i) not in fresh]
-                with self._reading(self.folder):
-                    found = found + (main.retrieve(rest, with_payload, with_vectors) if rest else [])
-            return found
+            shards = self._listed(tail, main)
+            return retrieve_first(shards, ids, self._reading, with_payload, with_vectors)
 
     def _search(self, request, keep) -> SearchHits:
         with self._both() as (tail, main):
@@ -408,7 +408,7 @@ class EdgeVectorStore(QdrantStore):
             notice = None
             if not self._sparse:
                 request, notice = self._dense_only(request)
-            shards = [(shard, folder) for shard, folder in ((tail, self.tail_folder), (main, self.folder)) if shard]
+            shards = self._listed(tail, main)
             hits = search_shards(shards, request, edge_filter(keep), self.hnsw_ef, self._reading, self._owners)
         return SearchHits(hits, mode=request.mode, notice=notice)
 

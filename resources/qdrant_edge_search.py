@@ -14,6 +14,7 @@ never changes (its id derives from its chunk id, which derives from its document
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -121,20 +122,43 @@ def search_shards(
     ]
 
 
-def _payloads(
-    shards: Sequence[tuple[qe.EdgeShard, Path]], ids: list, reading: Reading, with_payload: bool | list[str] = True
-) -> dict[int, dict]:
-    """The payloads of these point ids (or of their keys `with_payload` lists), by key, each from the first shard
-    holding it (the tail's copy is the newer)."""
-    found: dict[int, dict] = {}
+def retrieve_first(
+    shards: Sequence[tuple[qe.EdgeShard, Path]],
+    ids: Sequence,
+    reading: Reading,
+    with_payload: bool | list[str] = True,
+    with_vectors: bool = False,
+) -> list:
+    """The records of these point ids (uuid objects, their text, or numbers), each from the first of `shards`
+    holding it: given the tail first, its copy, the newer write, wins. In the shards' order."""
+    found: dict[int, object] = {}
     for shard, folder in shards:
-        rest = [i for i in ids if _key(i) not in found]
+        rest = [i for i in ids if _given_key(i) not in found]
         if not rest:
             break
         with reading(folder):
-            for record in shard.retrieve(rest, with_payload, False):
-                found[_key(record.id)] = dict(record.payload or {})
-    return found
+            for record in shard.retrieve(rest, with_payload, with_vectors):
+                found.setdefault(_key(record.id), record)
+    return list(found.values())
+
+
+def _payloads(
+    shards: Sequence[tuple[qe.EdgeShard, Path]], ids: list, reading: Reading, with_payload: bool | list[str] = True
+) -> dict[int, dict]:
+    """The payloads of these point ids (or of their keys `with_payload` lists), by key."""
+    return {
+        _key(record.id): dict(record.payload or {}) for record in retrieve_first(shards, ids, reading, with_payload)
+    }
+
+
+def _given_key(point_id) -> int:
+    """`_key` of an id as a caller gives it: a uuid's text is read as the uuid the engine returns."""
+    if isinstance(point_id, str):
+        try:
+            return uuid.UUID(point_id).int
+        except ValueError:
+            return int(point_id) if point_id.isdigit() else hash(point_id)
+    return _key(point_id)
 
 
 def _key(point_id) -> int:
