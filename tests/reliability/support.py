@@ -289,10 +289,14 @@ class ForkedWorker:
                 pass
         self.zygote._wait(lambda: self.pid in self.zygote.exited, 30, f"worker {self.name} to be reaped")
 
-    def finish(self, timeout_s: float = 240.0) -> dict:
+    def finish(self, timeout_s: float = 240.0, killed_ok: bool = False) -> dict:
+        """Wait for the worker to end; it must end cleanly, or (`killed_ok`) by SIGKILL, as a worker that met a
+        poison task does."""
         self.zygote._wait(lambda: self.pid in self.zygote.exited, timeout_s, f"worker {self.name} to go idle")
         code = self.zygote.exited[self.pid]
-        assert code == 0, f"worker {self.name} exited {code}:\n{self.stderr_tail()}"
+        assert code == 0 or (killed_ok and code == -signal.SIGKILL), (
+            f"worker {self.name} exited {code}:\n{self.stderr_tail()}"
+        )
         return self.zygote.reports.get(self.pid, {})
 
     def stderr_tail(self, chars: int = 3000) -> str:

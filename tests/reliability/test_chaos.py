@@ -162,7 +162,9 @@ def test_chaos_random_kills_and_a_poison_document(pipeline, zygote, tmp_path, mo
         time.sleep(0.3)
         assert time.monotonic() < deadline + 180, document_statuses(queue)
     for worker in workers:
-        worker.finish(120)
+        # a worker can meet the poison after the loop's last look at it and before the queue settles (its task is
+        # then released as a killed worker's and fails for good): its -9 is one of the self-kills counted below
+        worker.finish(120, killed_ok=True)
     self_kills = sum(1 for w in spawned if zygote.exited.get(w.pid) == -9) - len(kills)
 
     statuses = document_statuses(queue)
