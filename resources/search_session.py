@@ -24,7 +24,7 @@ A session is safe to share between threads (the embedder is, and the store seria
 
 from __future__ import annotations
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
@@ -40,29 +40,6 @@ from resources.hit_entities import HitGraph
 from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, SearchHits, VectorStore
 from resources.search_copies import LIGHT_KEYS, also_in, collapsed_search
 from resources.vector_stores import open_vector_store, vector_store_settings
-
-
-class _Loading:
-    """`load()` run in a thread of its own; `result()` waits for it and raises what it raised."""
-
-    def __init__(self, load):
-        self._value, self._error = None, None
-
-        def run():
-            try:
-                self._value = load()
-            except BaseException as exc:  # noqa: BLE001  (handed to the caller of result())
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="search-model", daemon=True)
-        self._thread.start()
-
-    def result(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
 
 # how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
 # application's next query, short enough to let go of the memory of an idle one
@@ -132,15 +109,16 @@ class SearchSession:
         # the model loads in a thread while this one opens the database and the store: most of the model's loading
         # is ONNX's, outside the GIL, and most of an opening is the engine's or file reads (at a million points
         # the main shard's opening is the larger of the two)
-        model = _Loading(
-            lambda: get_embedder(
-                embedding.model,
-                batch_size=embedding.batch_size,
-                threads=embedding.threads,
-                max_windows=embedding.max_windows,
-                max_batch_tokens=embedding.batch_tokens,
-            )
+        loading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search-model")
+        model = loading.submit(
+            get_embedder,
+            embedding.model,
+            batch_size=embedding.batch_size,
+            threads=embedding.threads,
+            max_windows=embedding.max_windows,
+            max_batch_tokens=embedding.batch_tokens,
         )
+        loading.shutdown(wait=False)  # the one task runs on; its thread ends with it
         self._own_engine = engine is None
         engine = (
             engine
