@@ -13,6 +13,7 @@ from typing import Sequence
 import sqlalchemy as sa
 
 from .phases import PHASES, PhaseRegistry
+from .run_scope import among_documents, document_parameters
 
 
 def _tasks_sql(phases: PhaseRegistry = PHASES, scoped: bool = False) -> str:
@@ -32,13 +33,9 @@ def _tasks_sql(phases: PhaseRegistry = PHASES, scoped: bool = False) -> str:
         )
         parts.append(
             f"SELECT '{k.name}' AS kind, {outcome} AS outcome, {error_class} AS error_class, count(*) AS n "
-            f"FROM {k.table} t{_scope(k.document_column, scoped)} GROUP BY 2, 3"
+            f"FROM {k.table} t{among_documents(k.document_column, scoped)} GROUP BY 2, 3"
         )
     return "\nUNION ALL ".join(parts)
-
-
-def _scope(document_column: str, scoped: bool, alias: str = "t", joined: str = "WHERE") -> str:
-    return f" {joined} {alias}.{document_column} = ANY(%(documents)s::uuid[])" if scoped else ""
 
 
 def _blocked_documents_sql(phases: PhaseRegistry = PHASES, scoped: bool = False) -> str:
@@ -46,7 +43,7 @@ def _blocked_documents_sql(phases: PhaseRegistry = PHASES, scoped: bool = False)
         "SELECT count(*) FROM documents d WHERE ("
         + " OR ".join(phases.blocked_phase_sql(phase, "d") for phase in phases)
         + ")"
-        + _scope("id", scoped, "d", "AND")
+        + among_documents("id", scoped, "d", "AND")
     )
 
 
@@ -96,7 +93,7 @@ def task_outcomes(
     0.7-0.8 s at a million chunks, while a run over a few documents reads only theirs."""
     outcomes = Outcomes()
     scoped = documents is not None
-    params = [{"documents": list(documents)}] if documents is not None else []
+    params = document_parameters(documents)
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(_tasks_sql(phases, scoped), *params).all()
         outcomes.blocked_documents = int(

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from .config import QueueConfig, default
 from .near_duplicates import copies_of
 from .phases import PHASES, Level, PhaseRegistry, PhaseSpec, TaskKind
+from .run_scope import among_documents, document_parameters
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -171,17 +172,14 @@ def phase_progress(
 ) -> dict[str, dict[str, int]]:
     """Per phase, its units of work (the phase's deepest kind): total, completed, failed; of every document, or
     only of `documents` (ids), read through each table's document index."""
-
-    def scope(k) -> str:
-        return f" WHERE t.{k.document_column} = ANY(%(documents)s::uuid[])" if documents is not None else ""
-
     sql = "\nUNION ALL ".join(
         f"SELECT '{phase.value}', count(*), count(*) FILTER (WHERE t.{k.status} = 'completed'), "
-        f"count(*) FILTER (WHERE t.{k.status} = 'failed') FROM {k.table} t{scope(k)}"
+        f"count(*) FILTER (WHERE t.{k.status} = 'failed') "
+        f"FROM {k.table} t{among_documents(k.document_column, documents is not None)}"
         for phase in phases
         for k in (phase.leaf,)
     )
-    params = [{"documents": list(documents)}] if documents is not None else []
+    params = document_parameters(documents)
     with engine.connect() as conn:
         return {
             r[0]: {"total": int(r[1]), "completed": int(r[2]), "failed": int(r[3])}

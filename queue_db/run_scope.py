@@ -12,6 +12,18 @@ from .phases import PHASES, PhaseRegistry
 MAX_DOCS = 1000
 
 
+def among_documents(column: str, scoped: bool, alias: str = "t", joined: str = "WHERE") -> str:
+    """` WHERE t.<column> = ANY(...)` (or `joined` another way): the rows of the run's documents, bound as
+    `%(documents)s` (document_parameters), read through the table's document index; nothing when not `scoped`."""
+    return f" {joined} {alias}.{column} = ANY(%(documents)s::uuid[])" if scoped else ""
+
+
+def document_parameters(documents: Sequence[str] | None) -> list[dict]:
+    """exec_driver_sql's optional parameters for a statement scoped by `among_documents`: none unscoped, so a
+    statement of the whole queue is sent as it is."""
+    return [{"documents": list(documents)}] if documents is not None else []
+
+
 def unfinished_sql(phases: PhaseRegistry = PHASES) -> str:
     """Over documents d: not finished, its last phase can still run (a document waiting only on a task failed for
     good is not). For the default phases this is idx_documents_unfinished's predicate."""
