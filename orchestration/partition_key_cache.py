@@ -24,7 +24,12 @@ log = logging.getLogger(__name__)
 
 VERSIONS_TABLE = "docqueue_partition_key_versions"
 _INSTALL_LOCK = 0x646F6371  # advisory lock key: processes that start together install the triggers once
-_TRIGGERS = ("docqueue_partition_keys_added", "docqueue_partition_keys_changed", "docqueue_partition_keys_deleted")
+_TRIGGERS = (
+    "docqueue_partition_keys_added",
+    "docqueue_partition_keys_changed",
+    "docqueue_partition_keys_deleted",
+    "docqueue_partition_keys_truncated",
+)
 
 INSTALL_SQL = f"""
 CREATE TABLE IF NOT EXISTS {VERSIONS_TABLE} (
@@ -56,15 +61,15 @@ CREATE TRIGGER {_TRIGGERS[1]} AFTER UPDATE ON dynamic_partitions REFERENCING NEW
 DROP TRIGGER IF EXISTS {_TRIGGERS[2]} ON dynamic_partitions;
 CREATE TRIGGER {_TRIGGERS[2]} AFTER DELETE ON dynamic_partitions REFERENCING OLD TABLE AS changed
     FOR EACH STATEMENT EXECUTE FUNCTION docqueue_count_partition_key_changes();
-DROP TRIGGER IF EXISTS docqueue_partition_keys_truncated ON dynamic_partitions;
-CREATE TRIGGER docqueue_partition_keys_truncated AFTER TRUNCATE ON dynamic_partitions
+DROP TRIGGER IF EXISTS {_TRIGGERS[3]} ON dynamic_partitions;
+CREATE TRIGGER {_TRIGGERS[3]} AFTER TRUNCATE ON dynamic_partitions
     FOR EACH STATEMENT EXECUTE FUNCTION docqueue_count_partition_key_truncate();
 UPDATE {VERSIONS_TABLE} SET version = version + 1;
 """
 
 _INSTALLED_SQL = (
     "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'dynamic_partitions'::regclass AND tgname IN "
-    f"('{_TRIGGERS[0]}', '{_TRIGGERS[1]}', '{_TRIGGERS[2]}', 'docqueue_partition_keys_truncated')"
+    f"({', '.join(repr(name) for name in _TRIGGERS)})"
 )
 # the version, and whether the triggers are all there: a table Dagster re-creates (a wiped instance) has none
 _VERSION_SQL = f"SELECT (SELECT version FROM {VERSIONS_TABLE} WHERE partitions_def_name = %s), ({_INSTALLED_SQL})"
@@ -109,7 +114,7 @@ class PartitionKeyCache:
             except db.exc.ProgrammingError:  # the version table is missing
                 conn.rollback()
                 version, triggers = None, 0
-            if triggers == len(_TRIGGERS) + 1:
+            if triggers == len(_TRIGGERS):
                 return 0 if version is None else int(version)
             if attempt == 0:
                 with self._lock:
