@@ -11,7 +11,14 @@ from dataclasses import dataclass
 import dagster as dg
 import sqlalchemy as sa
 
-from queue_db.partition_keys import BlockShare, Candidate, ready_candidates, rollup_candidates
+from queue_db.partition_keys import (
+    BlockShare,
+    Candidate,
+    RollupBacklog,
+    ready_candidates,
+    rollup_backlog,
+    rollup_candidates,
+)
 from queue_db.phases import PHASES, PhaseRegistry, PhaseSpec, TaskKind
 from queue_db.service_config import DagsterConfig
 
@@ -144,15 +151,30 @@ def plan_rollup_runs(
     max_runs: int = 10,
     share: BlockShare | None = None,
     documents=None,
+    phase_busy: bool = False,
+    hold_s: float = 0.0,
 ) -> list[PlannedRun]:
-    """Group the documents whose `phase` (of `phases`) reached a final status into roll-up runs."""
+    """Group the documents whose `phase` (of `phases`) reached a final status into roll-up runs. `phase_busy`: runs
+    of the phase's own kinds are in flight or planned beside these, so the roll-ups may wait `hold_s` (rollups_wait)."""
     share = share.for_runs_of(max_keys) if share else None
+    if phase_busy and hold_s > 0:
+        backlog = rollup_backlog(engine, phase, max_keys, documents, share, phases=phases)
+        if rollups_wait(backlog, hold_s=hold_s, max_keys=max_keys):
+            return []
     candidates = rollup_candidates(
         engine, phase, candidate_limit(max_runs, max_keys, in_flight), documents, share, phases=phases
     )
     return group_into_runs(
         candidates, f"rollup_{phase.name}", phase.name, max_keys=max_keys, in_flight=in_flight, max_runs=max_runs
     )
+
+
+def rollups_wait(backlog: RollupBacklog, *, hold_s: float, max_keys: int) -> bool:
+    """Whether a busy phase's roll-ups wait for more documents. A roll-up run costs what any run costs and does
+    almost no work, and while the phase's own runs go on its documents finish one run at a time: written at once,
+    each would be a run of its own. They wait until a full run's worth is due or the longest-waiting document has
+    waited `hold_s` (DOCQUEUE_ROLLUP_HOLD_S), which bounds how late a partition shows its phase's outcome."""
+    return 0 < backlog.documents < max_keys and backlog.oldest_wait_s < hold_s
 
 
 def group_into_runs(

@@ -187,6 +187,10 @@ def plan_next(
     for spec in phases:
         # a failure the roll-up already shows needs no roll-up run (the sensors do the same)
         settle_known_failures(queue.engine, spec, SETTLE_LIMIT, phases=phases)
+        kinds = {kind.name for kind in spec.kinds}
+        busy = dagster.rollup_hold_s > 0 and (
+            any(run.name in kinds for run in planned) or any(in_flight_positions(instance, name) for name in kinds)
+        )
         planned += plan_rollup_runs(
             queue.engine,
             spec,
@@ -195,6 +199,8 @@ def plan_next(
             max_runs=4,
             share=share,
             documents=documents,
+            phase_busy=busy,
+            hold_s=dagster.rollup_hold_s,
         )
     return planned
 

@@ -22,7 +22,7 @@ from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
 from orchestration.sensor_ticks import surviving_database
 from queue_db.config import QueueConfig, Settings
 from queue_db.inbox import remember, unchanged
-from queue_db.partition_keys import settle_known_failures
+from queue_db.partition_keys import rollup_backlog, settle_known_failures
 from queue_db.phases import Level, PhaseRegistry, PhaseSpec, TaskKind
 from queue_db.queue import source_path_text
 from resources.database import DatabaseResource
@@ -76,6 +76,7 @@ def _plan_kind(
 
 def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -> dg.SensorDefinition:
     enabled, phase, run_name = settings.queue.enabled, spec.name, rollup_run_name(spec)
+    hold_s = settings.dagster.rollup_hold_s
 
     @dg.sensor(
         name=f"{run_name}_sensor",
@@ -88,16 +89,23 @@ def _rollup_sensor(settings: Settings, phases: PhaseRegistry, spec: PhaseSpec) -
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        return surviving_database(context, lambda: _plan_rollups(context, database, phases, spec))
+        return surviving_database(context, lambda: _plan_rollups(context, database, phases, spec, hold_s))
 
     return sensor
 
 
-def _plan_rollups(context: SensorEvaluationContext, database: DatabaseResource, phases: PhaseRegistry, spec: PhaseSpec):
+def _plan_rollups(
+    context: SensorEvaluationContext, database: DatabaseResource, phases: PhaseRegistry, spec: PhaseSpec, hold_s: float
+):
     queue = database.get_queue()
     settled = settle_known_failures(queue.engine, spec, SETTLE_LIMIT, phases=phases)
     planned = plan_rollup_runs(
-        queue.engine, spec, phases=phases, in_flight=in_flight_positions(context.instance, rollup_run_name(spec))
+        queue.engine,
+        spec,
+        phases=phases,
+        in_flight=in_flight_positions(context.instance, rollup_run_name(spec)),
+        phase_busy=(busy := hold_s > 0 and any(in_flight_positions(context.instance, k.name) for k in spec.kinds)),
+        hold_s=hold_s,
     )
     again = (
         f"; {len(settled)} document(s) failed the {spec.name} phase again with the reason their roll-up already "
@@ -106,6 +114,12 @@ def _plan_rollups(context: SensorEvaluationContext, database: DatabaseResource, 
         else ""
     )
     if not planned:
+        waiting = rollup_backlog(queue.engine, spec, 1, phases=phases).documents if busy else 0
+        if waiting:
+            return dg.SkipReason(
+                f"documents finished their {spec.name} phase: their roll-up waits up to {hold_s:g} s for more "
+                f"while {spec.name} runs go on (DOCQUEUE_ROLLUP_HOLD_S){again}"
+            )
         return dg.SkipReason(f"no document finished its {spec.name} phase{again}")
     if settled:
         context.log.info(again[2:])

@@ -260,6 +260,37 @@ def rollup_candidates(
     ]
 
 
+class RollupBacklog(NamedTuple):
+    """Documents due a phase's roll-up (counted up to the limit asked) and how long the longest-waiting of them has
+    waited since its phase reached its final status."""
+
+    documents: int
+    oldest_wait_s: float
+
+
+def rollup_backlog(
+    engine: sa.Engine,
+    phase: str | PhaseSpec,
+    limit: int,
+    documents: Sequence[str] | None = None,
+    share: BlockShare | None = None,
+    phases: PhaseRegistry = PHASES,
+) -> RollupBacklog:
+    """The backlog `rollup_candidates` would plan from, read through the same partial index and bounded by `limit`."""
+    _, completed_at, _ = rollup_columns(phase, phases)
+    only = ("" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])") + (share.sql("t") if share else "")
+    with engine.connect() as conn:
+        count, waited = conn.exec_driver_sql(
+            f"""SELECT count(*), COALESCE(extract(epoch FROM now() - min(w.since)), 0)::float
+                FROM (SELECT COALESCE(t.{completed_at}, t.updated_at) AS since FROM documents t
+                      WHERE {_waiting_for_rollup(phase, phases)} AND NOT {_known_failure(phase, phases)} {only}
+                      ORDER BY t.priority DESC, t.updated_at
+                      LIMIT %(n)s) w""",
+            {"n": limit, "documents": list(documents or ())},
+        ).one()
+    return RollupBacklog(int(count), max(0.0, float(waited)))
+
+
 def _waiting_for_rollup(phase: str | PhaseSpec, phases: PhaseRegistry) -> str:
     """The predicate of the phase's partial roll-up index (idx_documents_<phase>_rollup), on alias `t`: a final
     status reached since the roll-up was last written."""

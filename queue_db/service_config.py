@@ -197,6 +197,14 @@ class DagsterConfig(SettingsGroup):
     max_keys_graphrag_chunk: int = _var(
         1000, "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK", "partitions per GRAPHRAG_CHUNK run", ge=1
     )
+    rollup_hold_s: float = _var(
+        15.0,
+        "DOCQUEUE_ROLLUP_HOLD_S",
+        "seconds a document's roll-up may wait while its phase still has runs going, so that one roll-up run "
+        "writes many documents; 0 writes each as soon as it is due",
+        ge=0,
+        le=3600,
+    )
     # Dagster loads every key of a partitions definition to resolve a ranged run: the live set is kept bounded
     partition_retention_s: float = _var(
         7 * 86400.0,

@@ -501,3 +501,35 @@ def _keys_at(queue, request: dg.RunRequest) -> list[str]:
         "c.partition_block = %(b)s AND c.partition_pos BETWEEN %(s)s AND %(e)s",
         {"b": block(request), "s": start, "e": end},
     )
+
+
+def test_a_busy_phases_rollups_wait_for_more_documents_up_to_the_hold(env, monkeypatch):
+    """While runs of a phase's own kinds are in flight, its roll-ups wait (DOCQUEUE_ROLLUP_HOLD_S), so that one
+    roll-up run writes many documents; a quiet phase, a hold of 0 or a document that waited the hold out
+    releases them, and the skipped tick says why nothing was requested."""
+    from orchestration.partitions import register_partitions
+    from queue_db.partition_keys import rollup_columns
+
+    _, instance, queue = env
+    monkeypatch.setenv("DOCQUEUE_ROLLUP_HOLD_S", "600")
+    defs = loaded()
+    build_document(queue, pages=2, name="finished.pdf")  # its OCR phase completed: due an OCR roll-up
+    register_partitions(instance, queue.engine, Level.DOCUMENT)
+    assert len(tick(defs, instance, "rollup_ocr_sensor").run_requests) == 1  # nothing else of the phase runs
+
+    register(queue, "arriving.pdf")
+    [split] = tick(defs, instance, "ocr_document_sensor").run_requests
+    queue_run(defs, instance, split, "ocr_document_job")  # an OCR run in flight: the phase is busy
+    held = tick(defs, instance, "rollup_ocr_sensor")
+    assert not held.run_requests
+    assert "roll-up waits up to 600 s" in held.skip_message and "DOCQUEUE_ROLLUP_HOLD_S" in held.skip_message
+    assert not tick(defs, instance, "rollup_vector_sensor").run_requests  # no vector phase finished: nothing due
+
+    monkeypatch.setenv("DOCQUEUE_ROLLUP_HOLD_S", "0")
+    assert len(tick(loaded(), instance, "rollup_ocr_sensor").run_requests) == 1
+
+    _, completed_at, _ = rollup_columns("ocr")
+    with queue.engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE documents SET {completed_at} = now() - interval '601 seconds'")
+    [released] = tick(defs, instance, "rollup_ocr_sensor").run_requests  # waited the hold out, phase still busy
+    assert released.tags[KIND_TAG] == "rollup_ocr"

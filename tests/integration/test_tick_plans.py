@@ -10,7 +10,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from queue_db.partition_keys import document_rollup, mark_rolled_up
+from queue_db.partition_keys import document_rollup, mark_rolled_up, rollup_backlog
 from tests.integration.test_sensors import tick
 from tests.queue_support import bulk_seed
 
@@ -128,6 +128,7 @@ def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
         recover(queue)
         retire_partitions(instance, queue.engine, retention_s=7 * 86400, max_completed=10_000, batch=500)
         for phase in ("ocr", "vector", "graphrag"):
+            rollup_backlog(queue.engine, phase, 200)  # what a busy phase's roll-up sensor reads to hold or go
             document_rollup(queue.engine, phase, [key for key, _ in documents])
             mark_rolled_up(queue.engine, phase, [id_ for _, id_ in documents])
         # the checks a roll-up evaluates for its documents
