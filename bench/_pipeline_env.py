@@ -19,11 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
-def own_bolt_server(home: Path, port: int):
-    """An embedded Bolt server in `home`, as the endpoint dict the children's environment takes; stopped after."""
+def own_bolt_server(home: Path, port: int, host: str = "127.0.0.1"):
+    """An embedded Bolt server in `home` listening on `host`, as the endpoint dict the children's environment takes;
+    stopped after."""
     from resources.bolt_server import BoltServer
 
-    server = BoltServer(home=home, port=port)
+    server = BoltServer(home=home, port=port, host=host)
     try:
         yield {
             "uri": server.ensure_running(timeout_s=180),

@@ -3,7 +3,10 @@
   inproc-1   the Dagster path in one process (`docqueue run` semantics: ranged runs executed in-process), that
              process pinned to one core;
   celery-1   the cluster path: ranged runs through Dagster's Celery executor (DOCQUEUE_EXECUTOR=celery) on a
-             private Redis broker, one `docqueue worker --concurrency 1` pinned to one core;
+             private Redis broker, one `docqueue worker --concurrency 1` pinned to one core, in a network namespace
+             of its own that reaches the broker, PostgreSQL and the Bolt server over a veth pair, as a worker
+             machine does (tests/network_hosts.py; `--hosts loopback`, or a host that cannot make namespaces,
+             keeps them on loopback);
   celery-2   the same with two workers, each pinned to a core of its own.
 
 The Celery variants keep --runs-per-worker runs in flight per worker (2): while a worker runs one step, the next
@@ -22,10 +25,10 @@ comes from its log. From celery-1's figures, two workers on two cores can be at 
 (W the worker's CPU, C the coordinators'): that bound is in the RESULT as `cpu_bound_1w`.
 
   speedup_2_vs_1      celery-1 time / celery-2 time (target >= 1.6)
-  celery_overhead_1w  celery-1 time / inproc-1 time (target <= 1.25)
+  celery_overhead_1w  celery-1 time / inproc-1 time (target <= 1.15)
 
   .venv/bin/python bench/scale_out.py [--documents 20] [--pages 10] [--page-keys 10] [--chunk-keys 40]
-        [--scanned] [--runs-per-worker 2] [--admin-url URL]
+        [--scanned] [--runs-per-worker 2] [--hosts namespaces|loopback] [--admin-url URL]
 
 Needs the cluster extra (`pip install -e .[cluster]`) and redis-server. Ends with one line `RESULT {json}`.
 """
@@ -42,13 +45,14 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, wait
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench._pipeline_env import pipeline_env  # noqa: E402
+from bench._pipeline_env import own_bolt_server, pipeline_env  # noqa: E402
 from bench._result import print_result  # noqa: E402
 from bench.orchestration_overhead import Databases, _ingest, clean_graph, free_port, make_corpus, outcome, services  # noqa: E402
 
@@ -330,20 +334,21 @@ def service_roots(root: Path, redis_pid: int) -> dict[int, str]:
 
 # ------------------------------------------------------------------------------------------------ the parent
 class Redis:
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1"):
         self.port = free_port()
         self.process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"],
+            ["redis-server", "--bind", host, "--port", str(self.port), "--save", "", "--appendonly", "no"]
+            + ["--protected-mode", "no"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.url = f"redis://{host}:{self.port}/0"
         deadline = time.monotonic() + 20
         import socket
 
         while time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                socket.create_connection((host, self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.2)
@@ -354,16 +359,85 @@ class Redis:
         self.process.wait(timeout=10)
 
 
+class Hosts:
+    """Where the workers run. With network namespaces (the default, as tests/acceptance/test_cluster.py does), each
+    worker is a "machine" of its own that reaches the broker, PostgreSQL and the Bolt server over a veth pair on a
+    private bridge, and those listen on the bridge's address; on loopback (`--hosts loopback`, or where namespaces
+    cannot be made) everything shares 127.0.0.1. The driver, the services and the in-process arm stay on the host."""
+
+    def __init__(self, wanted: str, workers: int):
+        from tests.network_hosts import Machines, namespaces_unusable
+
+        self.machines = None
+        self.why_loopback = "asked for, or --admin-url given" if wanted == "loopback" else namespaces_unusable()
+        if self.why_loopback is None:
+            self.machines = Machines(workers)
+            self.machines.create()
+        self.address = self.machines.host_ip if self.machines else "127.0.0.1"
+
+    @property
+    def name(self) -> str:
+        return "network namespaces" if self.machines else "loopback"
+
+    def prefix(self, index: int) -> list[str]:
+        """The command prefix that runs worker `index` on its machine."""
+        return ["ip", "netns", "exec", self.machines.namespaces[index]] if self.machines else []
+
+    def seen_from_workers(self, url: str) -> str:
+        """A service URL of the host as a worker reaches it (the services listen on the bridge's address too)."""
+        return url.replace("127.0.0.1", self.address)
+
+    def remove(self) -> None:
+        if self.machines:
+            self.machines.remove()
+
+
+@contextmanager
+def cluster_services(root: Path, admin_url: str | None, hosts: Hosts):
+    """The services of bench/orchestration_overhead.services, listening where the workers reach them: the Bolt
+    server on the bridge's address, the embedded PostgreSQL on loopback and that address, trusting the bridge's
+    network. A server given by --admin-url is used as it listens (on loopback, the workers cannot reach it from a
+    namespace: use --hosts loopback with it)."""
+    if hosts.machines is None or admin_url:
+        with services(root, admin_url) as found:
+            yield found
+        return
+    from queue_db.embedded_postgres import EmbeddedPostgres
+
+    try:
+        with own_bolt_server(root / "bolt", free_port(), host=hosts.address) as bolt:
+            server = EmbeddedPostgres(
+                root / "pg", port=free_port(), extra_settings={"listen_addresses": f"'127.0.0.1,{hosts.address}'"}
+            )
+            server.ensure_running()
+            with open(server.pgdata / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {hosts.machines.network} trust\n")
+            admin = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
+            import psycopg
+
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute("SELECT pg_reload_conf()")
+            databases = Databases(admin)
+            try:
+                yield bolt, databases
+            finally:
+                databases.drop_all()
+                server.stop(mode="immediate")
+    finally:
+        shutil.rmtree(root / "bolt", ignore_errors=True)
+
+
 WORKER_READY_TIMEOUT_S = 300
 
 
-def start_worker(index: int, env: dict, home: Path, broker: str) -> tuple[subprocess.Popen, object, Path]:
-    """One `docqueue worker --concurrency 1` pinned to core `index`, in a session of its own so that stopping it
-    stops its prefork children too."""
+def start_worker(index: int, env: dict, home: Path, broker: str, hosts: Hosts) -> tuple[subprocess.Popen, object, Path]:
+    """One `docqueue worker --concurrency 1` pinned to core `index`, on its machine, in a session of its own so that
+    stopping it stops its prefork children too."""
     log_path = home / f"worker-{index}.log"
     log = open(log_path, "wb")
     process = subprocess.Popen(
         [
+            *hosts.prefix(index),
             "taskset",
             "-c",
             str(index % (os.cpu_count() or 1)),
@@ -430,6 +504,7 @@ def run_variant(
     redis: "Redis",
     keys: dict[str, str],
     runs_per_worker: int,
+    hosts: Hosts,
 ) -> dict:
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
@@ -458,8 +533,15 @@ def run_variant(
     if variant.startswith("celery"):
         env.update({"DOCQUEUE_EXECUTOR": "celery", "DOCQUEUE_BROKER_URL": redis.url})
     try:
+        worker_env = {
+            **env,
+            **{
+                name: hosts.seen_from_workers(env[name])
+                for name in ("DOCQUEUE_DATABASE_URL", "DOCQUEUE_DAGSTER_PG_URL")
+            },
+        }
         for index in range(int(variant.split("-")[1]) if variant.startswith("celery") else 0):
-            workers.append(start_worker(index, env, home, redis.url))
+            workers.append(start_worker(index, worker_env, home, redis.url, hosts))
             roots[workers[-1][0].pid] = f"worker {index}"
         wait_ready(workers)
         sampler = CpuSampler(roots, home / "clock-started")
@@ -528,39 +610,48 @@ def cpu_bound(cpu_s: dict) -> dict:
 
 def parent_main(args) -> None:
     root = Path(tempfile.mkdtemp(prefix="docqueue-bench-scale-"))
-    redis, results, load_before = Redis(), {}, os.getloadavg()
-    corpus = root / "corpus"
-    make_corpus(corpus, args.documents, args.pages)
-    if args.scanned:
-        scanned_copies(corpus)
+    # a server given by --admin-url listens where it was set up, which a namespace may not reach
+    hosts = Hosts("loopback" if args.admin_url else args.hosts, 2)
+    print(f"workers on {hosts.name}" + (f" ({hosts.why_loopback})" if hosts.why_loopback else ""), flush=True)
+    results, load_before = {}, os.getloadavg()
     try:
-        with services(root, args.admin_url) as (bolt, databases):
-            for variant in ("celery-1", "inproc", "celery-2"):
-                results[variant] = r = run_variant(
-                    variant,
-                    corpus,
-                    databases,
-                    bolt,
-                    root,
-                    redis,
-                    run_keys(args.page_keys, args.chunk_keys),
-                    args.runs_per_worker,
-                )
-                print(
-                    f"{variant:9s}: {r['seconds']:7.1f} s, {r['runs']} runs ({r['failed_runs']} failed), "
-                    f"{r['outcome']}",
-                    flush=True,
-                )
-                print_cpu(variant, r)
+        redis = Redis(hosts.address)
+        try:
+            corpus = root / "corpus"
+            make_corpus(corpus, args.documents, args.pages)
+            if args.scanned:
+                scanned_copies(corpus)
+            with cluster_services(root, args.admin_url, hosts) as (bolt, databases):
+                for variant in ("celery-1", "inproc", "celery-2"):
+                    results[variant] = r = run_variant(
+                        variant,
+                        corpus,
+                        databases,
+                        bolt,
+                        root,
+                        redis,
+                        run_keys(args.page_keys, args.chunk_keys),
+                        args.runs_per_worker,
+                        hosts,
+                    )
+                    print(
+                        f"{variant:9s}: {r['seconds']:7.1f} s, {r['runs']} runs ({r['failed_runs']} failed), "
+                        f"{r['outcome']}",
+                        flush=True,
+                    )
+                    print_cpu(variant, r)
+        finally:
+            redis.stop()
     finally:
-        redis.stop()
+        hosts.remove()
+        shutil.rmtree(root, ignore_errors=True)
     one, two, inproc = (results[v]["seconds"] for v in ("celery-1", "celery-2", "inproc"))
     chunks = results["celery-1"]["outcome"]["vectors"]
     same = len({json.dumps(r["outcome"], sort_keys=True) for r in results.values()}) == 1
     print(f"\ncorpus: {args.documents} documents x {args.pages} pages, {chunks} chunks; same outcome every way: {same}")
     print(f"celery, 1 worker : {one:7.1f} s ({chunks / one:.2f} chunks/s)")
     print(f"celery, 2 workers: {two:7.1f} s ({chunks / two:.2f} chunks/s)  speedup {one / two:.2f} (target >= 1.6)")
-    print(f"in-process, 1    : {inproc:7.1f} s  celery overhead {one / inproc:.2f} (target <= 1.25)")
+    print(f"in-process, 1    : {inproc:7.1f} s  celery overhead {one / inproc:.2f} (target <= 1.15)")
     bound = cpu_bound(results["celery-1"]["cpu"]["cpu_s"])
     print(
         f"CPU of celery-1: workers {bound['worker_cpu_s']} s, coordinators (driver, PostgreSQL, Bolt, Redis) "
@@ -568,6 +659,11 @@ def parent_main(args) -> None:
         f"{bound['speedup_bound_if_cpu_bound']:.2f}x faster; the rest of the machine took "
         f"{bound['rest_of_machine_share']:.0%} of its CPU"
     )
+    per_run = {
+        v: sum(r["cpu"]["cpu_s"].get(role, 0.0) for role in COORDINATORS) / max(1, r["runs"])
+        for v, r in results.items()
+    }
+    print("coordinators' CPU s a run: " + ", ".join(f"{v} {seconds:.3f}" for v, seconds in per_run.items()))
     print(f"machine load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     print_result(
         {
@@ -589,6 +685,9 @@ def parent_main(args) -> None:
             "cpu": {v: r["cpu"] for v, r in results.items()},
             "worker_steps": {v: r["steps"] for v, r in results.items() if r["steps"]},
             "cpu_bound_1w": bound,
+            # what the driver, PostgreSQL, the Bolt server and the broker spend a run, in each variant
+            "coordinator_cpu_s_per_run": {v: round(seconds, 3) for v, seconds in per_run.items()},
+            "workers_on": hosts.name,
             "load_before": round(load_before[0], 2),
             "load_after": round(os.getloadavg()[0], 2),
         }
@@ -610,6 +709,13 @@ def main() -> None:
         default=2,
         help="runs in flight per worker: above 1, a worker's next step waits on the broker while "
         "the run it just finished is recorded",
+    )
+    parser.add_argument(
+        "--hosts",
+        choices=("namespaces", "loopback"),
+        default="namespaces",
+        help="where the workers run: each in a network namespace of its own (the default; loopback where "
+        "namespaces cannot be made), or on the host's loopback",
     )
     parser.add_argument("--admin-url", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)

@@ -16,16 +16,11 @@ cluster once the graph is back."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
-import uuid
 from pathlib import Path
 
 import psutil
@@ -46,6 +41,7 @@ from tests.acceptance.test_daemon_backfill import (
 )
 from tests.conftest import CORPUS_DIR
 from tests.integration.bolt_fixture import free_port
+from tests.network_hosts import Machines, namespaces_unusable, wait_port
 from tests.reliability.support import Stores, graph_duplicates
 
 pytestmark = pytest.mark.slow
@@ -62,86 +58,6 @@ TIMING = {
     "DOCQUEUE_CELERY_VISIBILITY_TIMEOUT": "20",
     "DOCQUEUE_GRAPH_TX_TIMEOUT_S": "5",
 }
-
-
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
-
-
-class Machines:
-    """`count` network namespaces on a private bridge: the bridge holds the host's address, each namespace one
-    veth end with its own address. Names carry a random suffix; `remove()` deletes exactly what was made."""
-
-    def __init__(self, count: int):
-        suffix = uuid.uuid4().hex[:6]
-        self.bridge = f"dqb{suffix}"
-        self.namespaces = [f"dqc-{suffix}-{i}" for i in range(count)]
-        self.veths = [f"dqv{suffix}{i}" for i in range(count)]
-        self.network = self._unused_network()
-        hosts = list(self.network.hosts())
-        self.host_ip, self.addresses = str(hosts[0]), [str(hosts[10 + i]) for i in range(count)]
-
-    @staticmethod
-    def _unused_network() -> ipaddress.IPv4Network:
-        in_use = _ip("-4", "-o", "addr").stdout + _ip("-4", "route").stdout
-        for _ in range(50):
-            network = ipaddress.ip_network(f"10.{random.randint(200, 254)}.{random.randint(0, 255)}.0/24")
-            if f"{str(network.network_address).rsplit('.', 1)[0]}." not in in_use:
-                return network
-        raise RuntimeError("no free private /24 for the test bridge")
-
-    def create(self) -> None:
-        _ip("link", "add", "name", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.host_ip}/24", "dev", self.bridge)
-        _ip("link", "set", self.bridge, "up")
-        for namespace, veth, address in zip(self.namespaces, self.veths, self.addresses):
-            _ip("netns", "add", namespace)
-            _ip("link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
-            _ip("link", "set", f"{veth}p", "netns", namespace)
-            _ip("link", "set", veth, "master", self.bridge, "up")
-            _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", f"{veth}p")
-            _ip("-n", namespace, "link", "set", f"{veth}p", "up")
-            _ip("-n", namespace, "link", "set", "lo", "up")
-
-    def remove(self) -> None:
-        for namespace, veth in zip(self.namespaces, self.veths):
-            _ip("netns", "del", namespace, check=False)  # takes its veth end, and so the pair, with it
-            _ip("link", "del", veth, check=False)
-        _ip("link", "del", self.bridge, check=False)
-
-    def reaches(self, namespace: str, port: int) -> bool:
-        probe = f"import socket; socket.create_connection(({self.host_ip!r}, {port}), timeout=3).close()"
-        return (
-            subprocess.run(
-                ["ip", "netns", "exec", namespace, sys.executable, "-c", probe], capture_output=True, timeout=30
-            ).returncode
-            == 0
-        )
-
-
-def _namespaces_usable() -> str | None:
-    """Why this host cannot make network namespaces, or None."""
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    if shutil.which("ip") is None or shutil.which("redis-server") is None:
-        return "needs iproute2 (`ip`) and redis-server"
-    probe = f"dqprobe{uuid.uuid4().hex[:6]}"
-    made = _ip("netns", "add", probe, check=False)
-    if made.returncode != 0:
-        return f"`ip netns add` failed here: {made.stderr.strip()}"
-    _ip("netns", "del", probe, check=False)
-    return None
-
-
-def _wait_port(host: str, port: int, timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"nothing listens on {host}:{port}")
 
 
 class Worker:
@@ -242,7 +158,7 @@ def _finishers(queue) -> set[int]:
 
 @pytest.fixture
 def cluster(docqueue_env, tmp_path, monkeypatch):
-    reason = _namespaces_usable()
+    reason = namespaces_unusable()
     if reason:
         pytest.skip(f"cluster test skipped: {reason}")
     from orchestration.environment import dagster_instance
@@ -278,7 +194,7 @@ def cluster(docqueue_env, tmp_path, monkeypatch):
             start_new_session=True,
         )
         started.append(lambda: (redis.terminate(), redis.wait(timeout=10)))
-        _wait_port(machines.host_ip, redis_port)
+        wait_port(machines.host_ip, redis_port)
         broker = f"redis://{machines.host_ip}:{redis_port}/0"
         pg_port = int(docqueue_env.queue_url.rsplit(":", 1)[1].split("/", 1)[0])
         postgres_relay = BoltGate(("127.0.0.1", pg_port), host=machines.host_ip)
