@@ -101,9 +101,13 @@ def celery_settings(cluster: ClusterConfig) -> dict:
 
 
 def executor_for(cluster: ClusterConfig):
-    """The executor every job of the code location uses: Dagster's default (in-process) unless cluster mode is on."""
+    """The executor every job of the code location uses: the run's own process unless cluster mode is on. Dagster's
+    default would start a new interpreter for each step of a launched run, which imports the code location and
+    loads the models again, for steps that carry a fraction of a second of work on text pages."""
     if executor_name(cluster) != "celery":
-        return None
+        import dagster as dg
+
+        return dg.in_process_executor
     try:
         from dagster_celery import celery_executor
     except ImportError:

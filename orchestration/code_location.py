@@ -60,6 +60,6 @@ def build_definitions(
         schedules=maintenance_schedules(settings, maintenance, checks),
         resources=build_resources(settings),
         # DOCQUEUE_EXECUTOR=celery: every job's steps (the sensors' ranged runs, UI backfills of the implicit asset
-        # job, maintenance) run on Celery workers; unset, Dagster's default executor runs them in the run's process
+        # job, maintenance) run on Celery workers; unset, in the run's own process
         executor=executor_for(settings.cluster),
     )
