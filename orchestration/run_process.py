@@ -1,0 +1,48 @@
+"""What a run's process runs, when orchestration.run_launcher starts it forked from a process that has the code
+location loaded.
+
+Importing this module loads the code location (orchestration.definitions) and builds its repository, once, in the
+launcher's template process; every run forked from it starts with both in memory instead of a new interpreter that
+imports them again. The models are not loaded here: their runtimes start thread pools, which do not survive a fork.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+from dagster._core.events import EngineEventData
+from dagster._grpc.impl import core_execute_run
+from dagster._utils.hosted_user_process import recon_job_from_origin
+from dagster._utils.interrupts import capture_interrupts
+
+from orchestration.definitions import defs
+
+# the repository is built once, before any fork, so that no run builds it again
+defs.get_repository_def()
+
+
+def execute_run(instance_ref, run_id: str) -> None:
+    """Execute run `run_id` in this process, as Dagster's code server does in the process it starts for a run: the
+    job is loaded from the run's own code origin, every outcome (a failure to load included) is written to the run
+    storage, and an interrupt (SIGINT, the launcher's `terminate`) ends the run as canceled. The exit event gives the
+    CPU seconds the process used (since the fork, or since the interpreter started when runs are spawned)."""
+    with capture_interrupts(), dg.DagsterInstance.from_ref(instance_ref) as instance:
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.job_code_origin is None:
+            return  # deleted before it started, or launched without a code origin: nothing this process can run
+        instance.report_engine_event(
+            f"Started process for run (pid: {os.getpid()}), forked with the code location loaded.",
+            run,
+            EngineEventData.in_process(os.getpid()),
+        )
+        try:
+            for _ in core_execute_run(recon_job_from_origin(run.job_code_origin), run, instance, inject_env_vars=False):
+                pass
+        except BaseException:  # noqa: BLE001 - core_execute_run has written the failure to the run's events
+            pass
+        finally:
+            used = os.times()
+            instance.report_engine_event(
+                f"Process for run exited (pid: {os.getpid()}, {used.user + used.system:.2f} CPU s).", run
+            )

@@ -1,0 +1,105 @@
+"""The instance's run launcher (orchestration/run_launcher.py) against a real Dagster instance and queue: a launched
+run executes in a process forked from one that has the code location loaded and ends with its outcome in the run
+storage, and `terminate` interrupts only a run's own process on this host."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import pytest
+
+from orchestration.run_launcher import HOST_TAG, PID_TAG, ForkedRunLauncher
+
+REPO = __file__.rsplit("/tests/", 1)[0]
+
+
+@pytest.fixture
+def instance(docqueue_env):
+    from orchestration.environment import dagster_instance
+    from queue_db.config import Settings
+
+    instance = dagster_instance(Settings.from_env())
+    yield instance
+    instance.dispose()
+
+
+def _created(instance, job_name: str, status=dg.DagsterRunStatus.NOT_STARTED, tags=None) -> dg.DagsterRun:
+    from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+
+    job = ReconstructableJob(
+        ReconstructableRepository.for_module("orchestration.definitions", "defs", working_directory=REPO), job_name
+    )
+    return instance.create_run_for_job(
+        job_def=job.get_definition(), job_code_origin=job.get_python_origin(), status=status, tags=tags or {}
+    )
+
+
+def _finished(instance, run_id: str, timeout_s: float = 180) -> dg.DagsterRun:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = instance.get_run_by_id(run_id)
+        if run.is_finished:
+            return run
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} still {instance.get_run_by_id(run_id).status} after {timeout_s} s")
+
+
+def test_a_launched_run_executes_forked_from_the_loaded_code_location(instance):
+    assert isinstance(instance.run_launcher, ForkedRunLauncher)  # what dagster.yaml configures
+    run = _created(instance, "recovery_job")
+
+    instance.launch_run(run.run_id, workspace=None)
+
+    done = _finished(instance, run.run_id)
+    assert done.status == dg.DagsterRunStatus.SUCCESS
+    assert done.tags[PID_TAG].isdigit() and done.tags[HOST_TAG]
+    started = [
+        e.message for e in instance.all_logs(run.run_id) if e.message and e.message.startswith("Started process")
+    ]
+    assert started == [f"Started process for run (pid: {done.tags[PID_TAG]}), forked with the code location loaded."]
+
+
+def _sleeper(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_terminate_interrupts_a_runs_own_process_and_nothing_else(instance):
+    import socket
+
+    # a process multiprocessing started, as a run's is, and a program that only has a pid a run once had
+    context = multiprocessing.get_context("spawn")
+    run_process = context.Process(target=_sleeper, args=(120,))
+    run_process.start()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        host = socket.gethostname()
+        mine = _created(
+            instance, "recovery_job", dg.DagsterRunStatus.STARTED, {PID_TAG: str(run_process.pid), HOST_TAG: host}
+        )
+        reused = _created(
+            instance, "recovery_job", dg.DagsterRunStatus.STARTED, {PID_TAG: str(other.pid), HOST_TAG: host}
+        )
+        elsewhere = _created(
+            instance,
+            "recovery_job",
+            dg.DagsterRunStatus.STARTED,
+            {PID_TAG: str(run_process.pid), HOST_TAG: "other-host"},
+        )
+
+        assert not instance.run_launcher.terminate(reused.run_id)
+        assert not instance.run_launcher.terminate(elsewhere.run_id)
+        assert other.poll() is None  # the program was left alone
+        assert instance.run_launcher.terminate(mine.run_id)
+
+        run_process.join(timeout=30)
+        assert run_process.exitcode not in (None, 0)  # interrupted (KeyboardInterrupt)
+        assert instance.get_run_by_id(mine.run_id).status == dg.DagsterRunStatus.CANCELING
+        assert instance.get_run_by_id(reused.run_id).status == dg.DagsterRunStatus.STARTED
+    finally:
+        run_process.kill()
+        other.kill()
+        other.wait(timeout=10)
