@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ import numpy as np
 from processing.tokenizer import load_tokenizer, sha256_file
 from queue_db.config import default
 from queue_db.service_config import EmbeddingConfig
+from resources.verified_files import verified_sha256
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +87,14 @@ class EmbeddingError(RuntimeError):
     """The embedding model cannot be loaded or run."""
 
 
-def _verified_model_file(spec: ModelSpec) -> str:
+def _verified_model_file(spec: ModelSpec, record: Path | None = None) -> str:
+    """The model's file once its sha256 is the pinned one; `record`: where the files hashed before are noted
+    (resources/verified_files.py), so an unchanged file is not read whole again."""
     path = spec.onnx_path()
     if not os.path.isfile(path):
         raise EmbeddingError(f"model file for {spec.model_id} is missing: {path}")
-    actual, expected = sha256_file(path), spec.onnx_sha256()
+    expected = spec.onnx_sha256()
+    actual = verified_sha256(Path(path), expected, record, sha256_file)
     if actual != expected:
         raise EmbeddingError(f"model file {path} has sha256 {actual}, expected {expected}")
     return str(path)
@@ -106,6 +111,7 @@ class Embedder:
         threads: int = 0,
         max_windows: int = DEFAULT_MAX_WINDOWS,
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        verified_record: Path | None = None,
     ):
         spec = model_spec(model_id)
         if batch_size < 1:
@@ -125,7 +131,7 @@ class Embedder:
         self._tokenizer = load_tokenizer()
         self._cls = self._tokenizer.token_to_id("[CLS]")
         self._sep = self._tokenizer.token_to_id("[SEP]")
-        self._session = self._open_session(_verified_model_file(spec), threads)
+        self._session = self._open_session(_verified_model_file(spec, verified_record), threads)
         self._input_names = {item.name for item in self._session.get_inputs()}
 
     @staticmethod
@@ -257,15 +263,23 @@ def get_embedder(
     threads: int = default(EmbeddingConfig, "threads"),
     max_windows: int = DEFAULT_MAX_WINDOWS,
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    verified_record: Path | None = None,
 ) -> Embedder:
     """The process-wide Embedder for these settings (the model is loaded once per process): DOCQUEUE_EMBEDDING_MODEL,
     DOCQUEUE_EMBED_BATCH, DOCQUEUE_EMBED_THREADS, DOCQUEUE_EMBED_MAX_WINDOWS and DOCQUEUE_EMBED_BATCH_TOKENS as the
-    caller's settings give them (`EmbeddingResource.from_settings` in resources/embedding_resource.py)."""
+    caller's settings give them (`EmbeddingResource.from_settings` in resources/embedding_resource.py).
+    `verified_record`: the file noting the model files hashed before (resources/verified_files.py), for a process
+    whose start-up a person waits on; without it the model file is hashed whole at its loading."""
     key = (model_id, batch_size, threads, max_windows, max_batch_tokens)
     with _EMBEDDERS_LOCK:
         if key not in _EMBEDDERS:
             model, batch, thread_count, window_count, batch_tokens = key
             _EMBEDDERS[key] = Embedder(
-                model, batch_size=batch, threads=thread_count, max_windows=window_count, max_batch_tokens=batch_tokens
+                model,
+                batch_size=batch,
+                threads=thread_count,
+                max_windows=window_count,
+                max_batch_tokens=batch_tokens,
+                verified_record=verified_record,
             )
         return _EMBEDDERS[key]

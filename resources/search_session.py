@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, Sequence
 
 import sqlalchemy as sa
@@ -44,6 +45,9 @@ from resources.vector_stores import open_vector_store, vector_store_settings
 # how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
 # application's next query, short enough to let go of the memory of an idle one
 KEEP_OPEN_S = 60.0
+# in the home: the model files hashed before (resources/verified_files.py), so a search's start-up reads the 23 MB
+# model file once, as the model loads, instead of a second time to hash it
+VERIFIED_RECORD = "verified_files.json"
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ class SearchSession:
             threads=embedding.threads,
             max_windows=embedding.max_windows,
             max_batch_tokens=embedding.batch_tokens,
+            verified_record=_verified_record(settings),
         )
         loading.shutdown(wait=False)  # the one task runs on; its thread ends with it
         self._own_engine = engine is None
@@ -217,3 +222,10 @@ class SearchSession:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _verified_record(settings: Settings) -> Path | None:
+    """Where the home notes the model files hashed before; None when there is no home (a session on servers of
+    its own, whose search should not make one)."""
+    home = Path(settings.database.home).expanduser()
+    return home / VERIFIED_RECORD if home.is_dir() else None
