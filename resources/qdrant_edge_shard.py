@@ -11,6 +11,7 @@ from pathlib import Path
 import qdrant_edge as qe
 
 from resources.folder_lock import QdrantStorageBusy, open_waiting_for_outsiders
+from resources.page_cache import reading
 from resources.ports import VectorStoreDamaged, VectorStoreError
 from resources.qdrant_base import SPARSE_VECTOR, PreparedPoint, dense_of, sparse_of
 from resources.vector_payload import INDEXED_PAYLOAD, PointFilter
@@ -69,21 +70,12 @@ def _current_config(folder: Path, config: qe.EdgeConfig, dim: int, segment_point
     return config
 
 
-def _read_through(folder: Path) -> None:
-    """Read the segments' quantized vectors once, 4 MB at a time: a shard opened with them on disk otherwise reads
-    them piecemeal in its first searches (1.2 s for the first ten at a million points, p95 60-90 ms over 200; read
-    through first, 0.2-0.35 s and then p95 1.7-1.9 ms; a kernel read-ahead hint, POSIX_FADV_WILLNEED, did not
-    help). 384 bytes a point, never held by this process."""
-    for data in folder.glob("segments/*/vector_storage/quantized.data"):
-        try:
-            with open(data, "rb", buffering=0) as handle:
-                while handle.read(_READ_THROUGH_BYTES):
-                    pass
-        except OSError:  # a segment replaced meanwhile: searches read it as they go
-            continue
-
-
-_READ_THROUGH_BYTES = 4 << 20
+def _read_through(folder: Path):
+    """Start reading the segments' quantized vectors into the page cache (resources/page_cache.py): a shard opened
+    with them on disk otherwise reads them piecemeal in its first searches, which made those searches the slowest by
+    far at a million points. 384 bytes a point, never held by this process; read beside the shard's loading, which
+    the caller joins the reading after."""
+    return reading(folder.glob("segments/*/vector_storage/quantized.data"))
 
 
 def open_shard(config: qe.EdgeConfig, dim: int, segment_points: int, read_through: bool = False):
@@ -91,6 +83,7 @@ def open_shard(config: qe.EdgeConfig, dim: int, segment_points: int, read_throug
         def open_once():
             if shard_exists(folder):
                 current = _current_config(folder, config, dim, segment_points)
+                read = _read_through(folder) if read_through else None
                 try:
                     shard = qe.EdgeShard.load(str(folder), current)
                 except Exception as exc:
@@ -98,10 +91,11 @@ def open_shard(config: qe.EdgeConfig, dim: int, segment_points: int, read_throug
                     if not engine_failure(exc) or _WAL_BUSY in str(exc):
                         raise
                     raise VectorStoreDamaged(folder, engine_detail(exc)) from None
+                finally:
+                    if read is not None:
+                        read.join()
             else:
                 shard = qe.EdgeShard.create(str(folder), config)
-            if read_through:
-                _read_through(folder)
             # a shard created before tenants lacks the tenant_id index: it is built once, on the first opening
             payload_indexes(shard, rebuild_in_memory=False)
             return shard
