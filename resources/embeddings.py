@@ -136,7 +136,7 @@ class Embedder:
 
     @staticmethod
     def _open_session(model_file: str, threads: int):
-        import onnxruntime as ort
+        ort = load_runtime()
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -236,6 +236,14 @@ class Embedder:
         hidden = self._session.run(None, feeds)[0]
         mask = attention[:, :, None].astype(np.float32)
         return (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
+
+
+def load_runtime():
+    """onnxruntime, imported on first use: the modules that only name the model (the Dagster definitions, a
+    collection's dimension) do not pay for its import."""
+    import onnxruntime
+
+    return onnxruntime
 
 
 def _normalised(vectors: np.ndarray) -> np.ndarray:

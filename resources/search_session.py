@@ -36,7 +36,7 @@ from queue_db.database_urls import database_url
 from queue_db.lifecycle import hidden_from_search
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
-from resources.embeddings import get_embedder, model_spec
+from resources.embeddings import get_embedder, load_runtime, model_spec
 from resources.hit_entities import HitGraph
 from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, SearchHits, VectorStore
 from resources.search_copies import LIGHT_KEYS, also_in, collapsed_search
@@ -107,12 +107,13 @@ class SearchSession:
     def __init__(self, settings: Settings, *, engine: sa.Engine | None = None, keep_open_s: float = KEEP_OPEN_S):
         self.default_tenant = settings.tenant.default_tenant
         self.graph = HitGraph(settings)
-        self.graph.prepare()  # the Bolt driver loads while the model does
         embedding = settings.embedding
         spec = model_spec(embedding.model)  # an unknown model is said before anything is opened
-        # the model loads in a thread while this one opens the database and the store: most of the model's loading
-        # is ONNX's, outside the GIL, and most of an opening is the engine's or file reads (at a million points
-        # the main shard's opening is the larger of the two)
+        # the model loads in a thread while this one opens the database and the store. Only the building of its
+        # session runs outside the GIL, so the runtime is imported here first: an import in the thread would take
+        # turns on the GIL with the openings (and wait out the main shard's loading, which holds it), and only
+        # then start the building that runs beside them
+        load_runtime()
         loading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search-model")
         model = loading.submit(
             get_embedder,
@@ -124,6 +125,7 @@ class SearchSession:
             verified_record=_verified_record(settings),
         )
         loading.shutdown(wait=False)  # the one task runs on; its thread ends with it
+        self.graph.prepare()  # the Bolt driver loads while the model does
         self._own_engine = engine is None
         engine = (
             engine
