@@ -16,7 +16,10 @@ next one is created (set the pools' limits the same way in a deployment: README,
 
 Every worker runs its models with one thread (OMP_NUM_THREADS=1 and friends), so a worker is one core's worth of
 work. The driver that plans and launches the runs (what the daemon does in a deployment) is not pinned: in the
-Celery variants it plans, records the runs' events and waits for results. Times are from "files registered" to
+Celery variants it plans as the sensors do and launches each run through the instance's run launcher, as the daemon
+does (orchestration/run_launcher.py: a process forked per run from a template started before the clock), and each
+run's process records its events and waits for its step's result. The daemon's own loops (sensor ticks, dequeuing
+runs) are not part of it. Times are from "files registered" to
 "idle", once every worker is ready.
 
 Where the time goes: a psutil sampler charges every process's CPU seconds to a worker, the driver, PostgreSQL,
@@ -44,7 +47,6 @@ import sys
 import tempfile
 import time
 import uuid
-from concurrent.futures import FIRST_COMPLETED, wait
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -97,41 +99,56 @@ def run_keys(page_keys: int, chunk_keys: int) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------------ the children
-def _warm_run_process() -> None:
-    """Load the code location in a run process before the clock starts (a daemon's run worker has it loaded too)."""
-    import orchestration.definitions  # noqa: F401
+class Launches:
+    """Runs launched as the daemon launches them: created in the run storage with their job's code origin and the
+    planned range's tags, then started by the instance's run launcher (orchestration/run_launcher.py: each run in a
+    process forked from a template that loaded the code location, started before the clock as a daemon's is)."""
 
-    time.sleep(2)  # keeps this process busy so that the next warm-up goes to the other one
+    def __init__(self, instance):
+        from dagster._core.definitions.reconstruct import ReconstructableRepository
 
+        from orchestration.run_launcher import ForkedRunLauncher
+        from orchestration.runner import QUIET_CONSOLE
 
-def _execute_run(job: str, tags: dict) -> bool:
-    """One ranged run through the job's own executor (Celery), in one of the driver's run processes, never beside
-    another run in one process (the daemon starts a process per run; these are reused and warmed before the
-    clock starts, so a run's process start-up is left out). Two runs in threads of one process hung (seen once in
-    five minutes: one run's last event PIPELINE_SUCCESS with its status never updated, the other created and never
-    started, both workers idle)."""
-    import dagster as dg
-    from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+        self.instance, self.run_config = instance, QUIET_CONSOLE
+        self.repository = ReconstructableRepository.for_module(
+            "orchestration.definitions", "defs", working_directory=str(REPO)
+        )
+        self.launcher = ForkedRunLauncher()
+        self.launcher.register_instance(instance)
+        self.launcher.warm()
+        self.jobs: dict = {}
 
-    from orchestration.runner import QUIET_CONSOLE
+    def launch(self, job_name: str, tags: dict) -> str:
+        import dagster as dg
+        from dagster._core.definitions.reconstruct import ReconstructableJob
+        from dagster._core.launcher.base import LaunchRunContext
 
-    repository = ReconstructableRepository.for_module("orchestration.definitions", "defs", working_directory=str(REPO))
-    with dg.DagsterInstance.get() as instance:
-        return dg.execute_job(
-            ReconstructableJob(repository, job),
-            instance=instance,
+        if job_name not in self.jobs:
+            job = ReconstructableJob(self.repository, job_name)
+            self.jobs[job_name] = (job, job.get_definition())
+        job, definition = self.jobs[job_name]
+        run = self.instance.create_run_for_job(
+            job_def=definition,
+            job_code_origin=job.get_python_origin(),
             tags=tags,
-            run_config=QUIET_CONSOLE,
-            raise_on_error=False,
-        ).success
+            run_config=self.run_config,
+            status=dg.DagsterRunStatus.NOT_STARTED,
+        )
+        self.launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
+        return run.run_id
+
+    def finished(self, run_ids) -> dict[str, bool]:
+        """Of `run_ids`, those that ended, and whether each succeeded."""
+        import dagster as dg
+
+        runs = self.instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids)))
+        return {run.run_id: run.status == dg.DagsterRunStatus.SUCCESS for run in runs if run.is_finished}
 
 
 def drive_celery(in_flight: int) -> dict:
-    """Plan ranged runs as the sensors do and execute each through the job's own executor (Celery), keeping
-    `in_flight` runs going at once, each in one of `in_flight` run processes, until nothing is left."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
+    """Plan ranged runs as the sensors do and launch each as the daemon does (Launches), keeping `in_flight` runs
+    going at once, until nothing is left; each run's step goes through the job's own executor (Celery)."""
     from orchestration.environment import dagster_instance
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
@@ -143,42 +160,38 @@ def drive_celery(in_flight: int) -> dict:
     instance = dagster_instance(Settings.from_env())
     queue = open_queue(Settings.from_env())
     documents = _ingest(queue, Path(os.environ["BENCH_CORPUS"]))
+    launches = Launches(instance)
     runs = failed = 0
-    running: dict = {}
-    with ProcessPoolExecutor(in_flight, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for warm in [pool.submit(_warm_run_process) for _ in range(in_flight)]:
-            warm.result()
-        started = time.perf_counter()
-        Path(os.environ["BENCH_CLOCK"]).touch()
-        register_partitions(instance, queue.engine, Level.DOCUMENT)
-        while True:
-            if len(running) < in_flight:
-                busy = set(running.values())
-                for run in plan_next(queue, instance, dagster=Settings.from_env().dagster):
-                    ident = (run.name, run.block, run.start_pos, run.end_pos)
-                    if len(running) >= in_flight:
-                        break
-                    if ident not in busy:
-                        running[pool.submit(_execute_run, job_name(run.name), dict(run.tags))] = ident
-                        busy.add(ident)
-            if running:
-                done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
-                for future in done:
-                    running.pop(future)
-                    runs += 1
-                    failed += 0 if future.result() else 1
-                continue
-            waiting = waiting_work(queue.engine)
-            if waiting["processing"] and sum(queue.recover_stale().values()):
-                continue
-            if (
-                not waiting["processing"]
-                and waiting["next_retry_in_s"] is None
-                and not any(queue.ready_counts().values())
-            ):
-                break
-            time.sleep(0.5)
-        seconds = time.perf_counter() - started
+    running: dict[str, tuple] = {}
+    started = time.perf_counter()
+    Path(os.environ["BENCH_CLOCK"]).touch()
+    register_partitions(instance, queue.engine, Level.DOCUMENT)
+    while True:
+        if len(running) < in_flight:
+            busy = set(running.values())
+            for run in plan_next(queue, instance, dagster=Settings.from_env().dagster):
+                ident = (run.name, run.block, run.start_pos, run.end_pos)
+                if len(running) >= in_flight:
+                    break
+                if ident not in busy:
+                    running[launches.launch(job_name(run.name), dict(run.tags))] = ident
+                    busy.add(ident)
+        if running:
+            ended = launches.finished(running)
+            for run_id, succeeded in ended.items():
+                running.pop(run_id)
+                runs += 1
+                failed += 0 if succeeded else 1
+            if not ended:
+                time.sleep(0.05)
+            continue
+        waiting = waiting_work(queue.engine)
+        if waiting["processing"] and sum(queue.recover_stale().values()):
+            continue
+        if not waiting["processing"] and waiting["next_retry_in_s"] is None and not any(queue.ready_counts().values()):
+            break
+        time.sleep(0.5)
+    seconds = time.perf_counter() - started
     instance.dispose()
     return {"documents": documents, "seconds": seconds, "runs": runs, "failed_runs": failed}
 

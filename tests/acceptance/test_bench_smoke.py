@@ -66,6 +66,7 @@ SMOKE_ARGS: dict[str, list[str]] = {
     # its own Redis (redis-server, as the cluster test starts it), PostgreSQL and Celery workers, three variants;
     # the workers in network namespaces where this host can make them
     "scale_out": ["--documents", "1", "--pages", "1", "--runs-per-worker", "1"],
+    "run_launch": ["--runs", "1", "--rounds", "1", "--admin-url", "{admin_url}"],
     "stages": ["--text-pages", "1", "--scanned-pages", "1"],
     "tenant_search": ["--points", "200", "--searches", "3"],
     "vector_store": ["--sizes", "0,200", "--writes", "1", "--searches", "3"],
