@@ -54,7 +54,14 @@ def launch_one(instance, launcher, job) -> dict:
     status = instance.get_run_by_id(run.run_id).status
     if status != dg.DagsterRunStatus.SUCCESS:
         raise SystemExit(f"run {run.run_id} ended {status.value}")
-    cpu = [float(m.group(1)) for e in instance.all_logs(run.run_id) if (m := EXIT_EVENT.search(e.message or ""))]
+    deadline = time.monotonic() + 60
+    while True:  # the process writes its exit event after the run's end
+        cpu = [float(m.group(1)) for e in instance.all_logs(run.run_id) if (m := EXIT_EVENT.search(e.message or ""))]
+        if cpu or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if not cpu:
+        raise SystemExit(f"run {run.run_id}'s process wrote no exit event")
     return {"wall_s": wall, "cpu_s": cpu[0]}
 
 
