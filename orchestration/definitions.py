@@ -8,9 +8,10 @@ from orchestration.code_location import build_definitions, build_resources
 from orchestration.environment import enable_event_batches
 from queue_db.config import Settings
 
-__all__ = ["build_resources", "defs"]
+__all__ = ["build_resources", "defs", "settings"]
 
 # run workers launched by a daemon the docqueue CLI did not start still store event batches in one INSERT
 enable_event_batches()
 
-defs = build_definitions(Settings.from_env())
+settings = Settings.from_env()
+defs = build_definitions(settings)

@@ -18,12 +18,11 @@ from dagster._utils.interrupts import capture_interrupts
 
 import orchestration.dagster_pooled_storage  # noqa: F401 - the storages every run's instance opens
 from orchestration.cluster import load_executor_code
-from orchestration.definitions import defs
-from queue_db.config import Settings
+from orchestration.definitions import defs, settings
 
 # the repository is built once, before any fork, so that no run builds it again
 defs.get_repository_def()
-load_executor_code(Settings.from_env().cluster)
+load_executor_code(settings.cluster)
 
 
 def execute_run(instance_ref, run_id: str) -> None:
