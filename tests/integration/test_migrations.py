@@ -158,12 +158,13 @@ def test_seed_schema_is_present_verbatim(fresh):
         "idx_tqp_graphrag_heartbeat",
         "idx_tqc_vector_status",
         "idx_tqc_graphrag_status",
-        "idx_tqc_page",
         "idx_tqc_document",
         "idx_tqc_vector_heartbeat",
         "idx_tqc_graphrag_heartbeat",
     ):
         assert name in index_names
+    # migration 0031: a chunk's page is looked up through the unique key (page_id, chunk_index) alone
+    assert "idx_tqc_page" not in index_names and "task_queue_chunk_page_id_chunk_index_key" in index_names
     cols = {(c[0], c[1]) for c in schema["columns"]}
     for table, col in [
         ("documents", "ocr_status"),
