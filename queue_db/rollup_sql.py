@@ -269,10 +269,7 @@ def phase_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str]]:
                     f"idx_{short}_{kind.prefix}_heartbeat",
                     f"{kind.table} ({kind.col('last_heartbeat')}) WHERE {status} = 'processing'",
                 )
-                index(
-                    f"idx_{short}_{kind.prefix}_status",
-                    f"{kind.table} ({status}) WHERE {status} IN ('pending', 'failed')",
-                )
+                index(f"idx_{short}_{kind.prefix}_status", f"{kind.table} ({status}) WHERE {status} = 'failed'")
         status, completed, rollup_at = (
             phase.rollup_column(Level.DOCUMENT, w) for w in ("status", "completed_at", "rollup_at")
         )
