@@ -31,7 +31,8 @@ comes from its log. From celery-1's figures, two workers on two cores can be at 
   celery_overhead_1w  celery-1 time / inproc-1 time (target <= 1.15)
 
   .venv/bin/python bench/scale_out.py [--documents 20] [--pages 10] [--page-keys 10] [--chunk-keys 40]
-        [--scanned] [--runs-per-worker 2] [--hosts namespaces|loopback] [--admin-url URL]
+        [--scanned] [--runs-per-worker 2] [--hosts namespaces|loopback] [--run-start forkserver|spawn]
+        [--admin-url URL]
 
 Needs the cluster extra (`pip install -e .[cluster]`) and redis-server. Ends with one line `RESULT {json}`.
 """
@@ -104,7 +105,7 @@ class Launches:
     planned range's tags, then started by the instance's run launcher (orchestration/run_launcher.py: each run in a
     process forked from a template that loaded the code location, started before the clock as a daemon's is)."""
 
-    def __init__(self, instance):
+    def __init__(self, instance, start_method: str):
         from dagster._core.definitions.reconstruct import ReconstructableRepository
 
         from orchestration.run_launcher import ForkedRunLauncher
@@ -114,7 +115,7 @@ class Launches:
         self.repository = ReconstructableRepository.for_module(
             "orchestration.definitions", "defs", working_directory=str(REPO)
         )
-        self.launcher = ForkedRunLauncher()
+        self.launcher = ForkedRunLauncher(start_method=start_method)
         self.launcher.register_instance(instance)
         self.launcher.warm()
         self.jobs: dict = {}
@@ -160,7 +161,7 @@ def drive_celery(in_flight: int) -> dict:
     instance = dagster_instance(Settings.from_env())
     queue = open_queue(Settings.from_env())
     documents = _ingest(queue, Path(os.environ["BENCH_CORPUS"]))
-    launches = Launches(instance)
+    launches = Launches(instance, os.environ["BENCH_RUN_START"])
     runs = failed = 0
     running: dict[str, tuple] = {}
     started = time.perf_counter()
@@ -518,6 +519,7 @@ def run_variant(
     keys: dict[str, str],
     runs_per_worker: int,
     hosts: Hosts,
+    run_start: str,
 ) -> dict:
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
@@ -540,6 +542,7 @@ def run_variant(
         "BENCH_RESULT": str(home / "result.json"),
         "BENCH_CLOCK": str(home / "clock-started"),
         "BENCH_RUNS_PER_WORKER": str(runs_per_worker),
+        "BENCH_RUN_START": run_start,
     }
     workers = []
     roots = service_roots(root, redis.process.pid)
@@ -646,6 +649,7 @@ def parent_main(args) -> None:
                         run_keys(args.page_keys, args.chunk_keys),
                         args.runs_per_worker,
                         hosts,
+                        args.run_start,
                     )
                     print(
                         f"{variant:9s}: {r['seconds']:7.1f} s, {r['runs']} runs ({r['failed_runs']} failed), "
@@ -701,6 +705,7 @@ def parent_main(args) -> None:
             # what the driver, PostgreSQL, the Bolt server and the broker spend a run, in each variant
             "coordinator_cpu_s_per_run": {v: round(seconds, 3) for v, seconds in per_run.items()},
             "workers_on": hosts.name,
+            "run_start": args.run_start,
             "load_before": round(load_before[0], 2),
             "load_after": round(os.getloadavg()[0], 2),
         }
@@ -729,6 +734,13 @@ def main() -> None:
         default="namespaces",
         help="where the workers run: each in a network namespace of its own (the default; loopback where "
         "namespaces cannot be made), or on the host's loopback",
+    )
+    parser.add_argument(
+        "--run-start",
+        choices=("forkserver", "spawn"),
+        default="forkserver",
+        help="how the Celery variants' runs start: forked from the launcher's template (docqueue's launcher, the "
+        "default), or each in a new interpreter, as Dagster's code server starts them",
     )
     parser.add_argument("--admin-url", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
