@@ -240,16 +240,11 @@ def rollup_candidates(
 ) -> list[Candidate]:
     """Documents whose phase reached a final status (completed/failed) since their roll-up was last written;
     `documents`: among these only; `share`: in these registration blocks only."""
-    only = ("" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])") + (share.sql("t") if share else "")
+    columns = "t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos, t.document_key"
     with engine.connect() as conn:
         rows = (
             conn.exec_driver_sql(
-                f"""SELECT t.id::text AS id, t.partition_block AS block, t.partition_pos AS pos, t.document_key
-                FROM documents t
-                WHERE {_waiting_for_rollup(phase, phases)} AND NOT {_known_failure(phase, phases)} {only}
-                ORDER BY t.priority DESC, t.updated_at
-                LIMIT %(n)s""",
-                {"n": limit, "documents": list(documents or ())},
+                _due_rollups(columns, phase, phases, documents, share), {"n": limit, "documents": list(documents or ())}
             )
             .mappings()
             .all()
@@ -278,17 +273,29 @@ def rollup_backlog(
 ) -> RollupBacklog:
     """The backlog `rollup_candidates` would plan from, read through the same partial index and bounded by `limit`."""
     _, completed_at, _ = rollup_columns(phase, phases)
-    only = ("" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])") + (share.sql("t") if share else "")
+    due = _due_rollups(f"COALESCE(t.{completed_at}, t.updated_at) AS since", phase, phases, documents, share)
     with engine.connect() as conn:
         count, waited = conn.exec_driver_sql(
-            f"""SELECT count(*), COALESCE(extract(epoch FROM now() - min(w.since)), 0)::float
-                FROM (SELECT COALESCE(t.{completed_at}, t.updated_at) AS since FROM documents t
-                      WHERE {_waiting_for_rollup(phase, phases)} AND NOT {_known_failure(phase, phases)} {only}
-                      ORDER BY t.priority DESC, t.updated_at
-                      LIMIT %(n)s) w""",
+            f"SELECT count(*), COALESCE(extract(epoch FROM now() - min(w.since)), 0)::float FROM ({due}) w",
             {"n": limit, "documents": list(documents or ())},
         ).one()
     return RollupBacklog(int(count), max(0.0, float(waited)))
+
+
+def _due_rollups(
+    columns: str,
+    phase: str | PhaseSpec,
+    phases: PhaseRegistry,
+    documents: Sequence[str] | None,
+    share: BlockShare | None,
+) -> str:
+    """`columns` of the documents due the phase's roll-up, most urgent first, at most %(n)s of them (among
+    %(documents)s when given, in the share's blocks when given): one read of the phase's partial roll-up index."""
+    only = ("" if documents is None else "AND t.id = ANY(%(documents)s::uuid[])") + (share.sql("t") if share else "")
+    return f"""SELECT {columns} FROM documents t
+               WHERE {_waiting_for_rollup(phase, phases)} AND NOT {_known_failure(phase, phases)} {only}
+               ORDER BY t.priority DESC, t.updated_at
+               LIMIT %(n)s"""
 
 
 def _waiting_for_rollup(phase: str | PhaseSpec, phases: PhaseRegistry) -> str:
