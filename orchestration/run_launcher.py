@@ -15,7 +15,8 @@ restarts (`docqueue ui` restarts it with the webserver). `start_method: spawn` i
 from a new interpreter instead, as the code server does.
 
 A run's process records its pid and host in the run's tags, so that whichever process is asked to terminate the
-run (the webserver, for the UI's Terminate button) can interrupt it on the same host: the run ends as canceled.
+run (the webserver, for the UI's Terminate button) can interrupt it on the same host: the run ends as canceled; and
+the daemon's run monitoring fails a run whose process is gone.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import socket
 from typing import Any, Mapping
 
 import dagster as dg
-from dagster._core.launcher.base import LaunchRunContext, RunLauncher
+from dagster._core.launcher.base import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 
@@ -89,6 +90,20 @@ class ForkedRunLauncher(RunLauncher, ConfigurableClass):
         # the run's process outlives this one: the launcher's exit neither waits for it nor ends it
         multiprocessing.process._children.discard(process)  # type: ignore[attr-defined]
         self._instance.add_run_tags(run.run_id, {PID_TAG: str(process.pid), HOST_TAG: socket.gethostname()})
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        """Whether a started run's process still runs, for the daemon's run monitoring (dagster.yaml): a run whose
+        process died (killed, out of memory) is failed within `poll_interval_seconds` instead of staying STARTED,
+        its range counted as in flight, until `max_runtime_seconds`. Only a process known to be gone is reported
+        as failed; a run whose process this host cannot see counts as running, as without a check."""
+        pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
+        if not pid or not pid.isdigit() or host != socket.gethostname() or _is_run_process(int(pid)):
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
+        return CheckRunHealthResult(WorkerStatus.FAILED, f"the run's process (pid {pid}) on {host} is gone")
 
     def terminate(self, run_id: str) -> bool:
         run = self._instance.get_run_by_id(run_id)

@@ -9,6 +9,7 @@ imports them again. The models are not loaded here: their runtimes start thread 
 from __future__ import annotations
 
 import os
+import socket
 
 import dagster as dg
 from dagster._core.events import EngineEventData
@@ -19,6 +20,7 @@ from dagster._utils.interrupts import capture_interrupts
 import orchestration.dagster_pooled_storage  # noqa: F401 - the storages every run's instance opens
 from orchestration.cluster import load_executor_code
 from orchestration.definitions import defs, settings
+from orchestration.run_launcher import HOST_TAG, PID_TAG
 
 # the repository is built once, before any fork, so that no run builds it again
 defs.get_repository_def()
@@ -34,6 +36,9 @@ def execute_run(instance_ref, run_id: str) -> None:
         run = instance.get_run_by_id(run_id)
         if run is None or run.job_code_origin is None:
             return  # deleted before it started, or launched without a code origin: nothing this process can run
+        # before the run is marked started: a re-execution inherits its parent's tags, this pid among them, and the
+        # run monitoring reads a started run's pid to tell whether its process still runs
+        instance.add_run_tags(run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
         instance.report_engine_event(
             f"Started process for run (pid: {os.getpid()}), forked with the code location loaded.",
             run,

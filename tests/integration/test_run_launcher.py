@@ -103,3 +103,33 @@ def test_terminate_interrupts_a_runs_own_process_and_nothing_else(instance):
         run_process.kill()
         other.kill()
         other.wait(timeout=10)
+
+
+def test_run_monitoring_fails_a_run_whose_process_is_gone(instance):
+    """The daemon's run monitoring asks the launcher about each started run: a run whose process died is reported
+    failed; one whose process runs, or that this host cannot see, counts as running."""
+    import socket
+
+    from dagster._core.launcher.base import WorkerStatus
+
+    context = multiprocessing.get_context("spawn")
+    alive, gone = context.Process(target=_sleeper, args=(120,)), context.Process(target=_sleeper, args=(0,))
+    alive.start()
+    gone.start()
+    gone.join(timeout=60)
+    try:
+        host = socket.gethostname()
+        launcher = instance.run_launcher
+        assert launcher.supports_check_run_worker_health
+
+        def health(pid: int, on: str) -> WorkerStatus:
+            run = _created(instance, "recovery_job", dg.DagsterRunStatus.STARTED, {PID_TAG: str(pid), HOST_TAG: on})
+            return launcher.check_run_worker_health(run).status
+
+        assert health(alive.pid, host) == WorkerStatus.RUNNING
+        assert health(gone.pid, host) == WorkerStatus.FAILED
+        assert health(gone.pid, "other-host") == WorkerStatus.RUNNING  # not this host's to judge
+        unrecorded = _created(instance, "recovery_job", dg.DagsterRunStatus.STARTED)
+        assert launcher.check_run_worker_health(unrecorded).status == WorkerStatus.RUNNING
+    finally:
+        alive.kill()
