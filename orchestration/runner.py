@@ -173,12 +173,14 @@ def plan_next(
     planned: list[PlannedRun] = []
     for level in Level:
         register_partitions(instance, queue.engine, level)
+    # each kind's runs in flight, read once: its own planning skips their ranges, its phase's roll-ups wait on them
+    in_flight = {kind.name: in_flight_positions(instance, kind.name) for spec in phases for kind in spec.kinds}
     for spec in phases:
         for kind in spec.kinds:
             planned += plan_runs(
                 queue.engine,
                 kind,
-                in_flight=in_flight_positions(instance, kind.name),
+                in_flight=in_flight[kind.name],
                 max_keys=max_keys_per_run(dagster, kind),
                 max_runs=4,
                 share=share,
@@ -189,7 +191,7 @@ def plan_next(
         settle_known_failures(queue.engine, spec, SETTLE_LIMIT, phases=phases)
         kinds = {kind.name for kind in spec.kinds}
         busy = dagster.rollup_hold_s > 0 and (
-            any(run.name in kinds for run in planned) or any(in_flight_positions(instance, name) for name in kinds)
+            any(run.name in kinds for run in planned) or any(in_flight[name] for name in kinds)
         )
         planned += plan_rollup_runs(
             queue.engine,
