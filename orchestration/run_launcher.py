@@ -100,24 +100,30 @@ class ForkedRunLauncher(RunLauncher, ConfigurableClass):
         process died (killed, out of memory) is failed within `poll_interval_seconds` instead of staying STARTED,
         its range counted as in flight, until `max_runtime_seconds`. Only a process known to be gone is reported
         as failed; a run whose process this host cannot see counts as running, as without a check."""
-        pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
-        if not pid or not pid.isdigit() or host != socket.gethostname() or _is_run_process(int(pid)):
+        pid = _local_pid(run)
+        if pid is None or _is_run_process(pid):
             return CheckRunHealthResult(WorkerStatus.RUNNING)
-        return CheckRunHealthResult(WorkerStatus.FAILED, f"the run's process (pid {pid}) on {host} is gone")
+        return CheckRunHealthResult(WorkerStatus.FAILED, f"the run's process (pid {pid}) on this host is gone")
 
     def terminate(self, run_id: str) -> bool:
         run = self._instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             return False
-        pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
-        if not pid or not pid.isdigit() or host != socket.gethostname() or not _is_run_process(int(pid)):
+        pid = _local_pid(run)
+        if pid is None or not _is_run_process(pid):
             return False
         self._instance.report_run_canceling(run)
         try:
-            os.kill(int(pid), signal.SIGINT)
+            os.kill(pid, signal.SIGINT)
         except (ProcessLookupError, PermissionError):
             return False
         return True
+
+
+def _local_pid(run: dg.DagsterRun) -> int | None:
+    """The pid of the run's process, as its tags record it, when that process ran on this host."""
+    pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
+    return int(pid) if pid and pid.isdigit() and host == socket.gethostname() else None
 
 
 def _is_run_process(pid: int) -> bool:
