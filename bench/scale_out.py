@@ -357,16 +357,12 @@ class Redis:
             stderr=subprocess.DEVNULL,
         )
         self.url = f"redis://{host}:{self.port}/0"
-        deadline = time.monotonic() + 20
-        import socket
+        from tests.network_hosts import wait_port
 
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection((host, self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.2)
-        raise SystemExit("redis-server did not start")
+        try:
+            wait_port(host, self.port, timeout_s=20)
+        except AssertionError:
+            raise SystemExit("redis-server did not start") from None
 
     def stop(self) -> None:
         self.process.terminate()
