@@ -189,14 +189,19 @@ def rows_for_keys(engine: sa.Engine, kind: TaskKind, keys: Sequence[str]) -> dic
     if not keys:
         return {}
     parsed = [parse_partition_key(k) for k in keys]
+    # each level finds its parent's id first, by the parent's unique key, and then itself by its own unique key
+    # (document_id, page_number) or (page_id, chunk_index): an index probe per key whatever the tables' statistics.
+    # A run meets its rows right after they are written, before any ANALYZE; joined as tables instead, the planner
+    # may then match a page on its number alone and filter a product of all pages with that number.
     level = kind.level
+    document_id = "(SELECT d.id FROM documents d WHERE d.document_key = v.doc)"
+    page_id = f"(SELECT p.id FROM task_queue_page p WHERE p.document_id = {document_id} AND p.page_number = v.page)"
     if level is Level.DOCUMENT:
-        match, joins = "t.document_key = v.doc", ""
+        joins = f"JOIN {kind.table} t ON t.document_key = v.doc"
     elif level is Level.PAGE:
-        match, joins = "d.document_key = v.doc AND t.page_number = v.page", "JOIN documents d ON d.id = t.document_id"
+        joins = f"JOIN {kind.table} t ON t.document_id = {document_id} AND t.page_number = v.page"
     else:
-        match = "d.document_key = v.doc AND p.page_number = v.page AND t.chunk_index = v.chunk"
-        joins = "JOIN documents d ON d.id = t.document_id JOIN task_queue_page p ON p.id = t.page_id"
+        joins = f"JOIN {kind.table} t ON t.page_id = {page_id} AND t.chunk_index = v.chunk"
     with engine.connect() as conn:
         rows = (
             conn.exec_driver_sql(
@@ -205,8 +210,7 @@ def rows_for_keys(engine: sa.Engine, kind: TaskKind, keys: Sequence[str]) -> dic
                        t.max_retries, t.{kind.col("error")} AS error, t.{kind.col("error_class")} AS error_class
                 FROM unnest(%(keys)s::text[], %(docs)s::text[], %(pages)s::int[], %(chunks)s::int[])
                      AS v(key, doc, page, chunk)
-                JOIN {kind.table} t ON TRUE {joins}
-                WHERE {match}""",
+                {joins}""",
                 {
                     "keys": list(keys),
                     "docs": [p.document_key for p in parsed],
