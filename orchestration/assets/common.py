@@ -30,6 +30,9 @@ from queue_db.queue import TaskQueue, make_worker_id
 CLAIM_BATCH = {"ocr_document": 4, "ocr_page": 4, "vector_page": 25, "vector_chunk": 64, "graphrag_chunk": 64}
 # tasks per claim of a kind the table above does not name (a phase added by its spec and handler alone)
 DEFAULT_CLAIM_BATCH = 64
+# a long run tells its progress in the run's log at most this often (its summary ends it); every message is a
+# write to Dagster's event log, one per claimed batch of four OCR pages would be a write per 0.1 s of text pages
+PROGRESS_EVERY_S = 5.0
 AUTOMATED_RUN_TAGS = ("dagster/sensor_name", "docqueue/runner", "dagster/schedule_name")
 
 
@@ -134,6 +137,7 @@ def process_keys(
         row["id"] for row in rows.values() if row["status"] != "completed" and row.get("error_class") == "worker_lost"
     ]
     isolated = set(suspects)
+    logged = started
     with Heartbeat(queue, kind, worker_id) as heartbeat:
         while remaining:
             if suspects:
@@ -151,7 +155,8 @@ def process_keys(
                     break
             claimed = _process_claimed(pipeline, kind, worker_id, tasks, heartbeat, key_of_id, report)
             remaining = [i for i in remaining if i not in claimed]
-            if log:
+            if log and remaining and time.perf_counter() - logged >= PROGRESS_EVERY_S:
+                logged = time.perf_counter()
                 log.info(
                     f"{kind.name}: {len(report.completed)} completed, {len(report.failed)} failed, "
                     f"{len(remaining)} left of {len(keys)}"
