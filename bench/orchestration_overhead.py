@@ -14,11 +14,12 @@ every Dagster event written (count and time per type), which splits (a)'s extra 
 per-key events.
 
   .venv/bin/python bench/orchestration_overhead.py [--documents 20] [--pages 10] [--repeats 1]
-        [--admin-url URL] [--event-batch-size N] [--max-keys KIND=N ...] [--dagster-async-commit]
+        [--admin-url URL] [--event-batch-size N] [--max-keys KIND=N ...] [--dagster-async-commit] [--profile DIR]
 
 Experiments on (a): --event-batch-size sets DAGSTER_EVENT_BATCH_SIZE, --max-keys the keys per run of a kind,
 --dagster-async-commit gives (a)'s Dagster connections synchronous_commit=off (the queue stays synchronous).
-With --repeats N the variants alternate order each round and the medians are compared. The admin URL (default
+With --repeats N the variants alternate order each round and the medians are compared; --profile DIR runs each
+child under cProfile and writes its statistics there. The admin URL (default
 DOCQUEUE_TEST_PG_ADMIN_URL, else an embedded PostgreSQL started for the run) must be allowed to CREATE/DROP
 DATABASE. Prints both times and the ratio (a)/(b) and ends with exactly one line `RESULT {json}`.
 """
@@ -353,6 +354,7 @@ def run_variant(
     root: Path,
     extra_env: dict,
     async_commit: bool = False,
+    profile: Path | None = None,
 ) -> dict:
     from queue_db.migrate import upgrade
     from queue_db.queue import create_queue_engine
@@ -368,8 +370,10 @@ def run_variant(
         dagster_url += "?options=-c%20synchronous_commit%3Doff"
     env = {**os.environ, **pipeline_env(home, queue_url, dagster_url, bolt), **extra_env}
     started = time.perf_counter()
+    # with --profile the child runs under cProfile: one statistics file per child
+    profiler = ["-m", "cProfile", "-o", str(profile / f"{variant}-{uuid.uuid4().hex[:6]}.prof")] if profile else []
     done = subprocess.run(
-        [sys.executable, __file__, "--child", variant, "--corpus", str(corpus)],
+        [sys.executable, *profiler, __file__, "--child", variant, "--corpus", str(corpus)],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -392,6 +396,8 @@ def parent_main(args) -> None:
     for item in args.max_keys:
         kind, _, value = item.partition("=")
         extra_env[f"DOCQUEUE_RUN_MAX_KEYS_{kind.upper()}"] = value
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     corpus = root / "corpus"
     make_corpus(corpus, args.documents, args.pages)
     load_before = os.getloadavg()
@@ -403,7 +409,14 @@ def parent_main(args) -> None:
             rounds.append(
                 {
                     v: run_variant(
-                        v, corpus, databases, bolt, root, extra_env, args.dagster_async_commit and v == "dagster"
+                        v,
+                        corpus,
+                        databases,
+                        bolt,
+                        root,
+                        extra_env,
+                        args.dagster_async_commit and v == "dagster",
+                        args.profile,
                     )
                     for v in order
                 }
@@ -524,6 +537,9 @@ def main() -> None:
         default=[],
         metavar="KIND=N",
         help="keys per run of a task kind for (a), e.g. vector_chunk=2000",
+    )
+    parser.add_argument(
+        "--profile", type=Path, default=None, metavar="DIR", help="run each child under cProfile, stats into DIR"
     )
     parser.add_argument("--child", choices=("plain", "dagster"), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
