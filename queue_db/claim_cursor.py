@@ -6,6 +6,7 @@ rows back here, where the cursor moves."""
 from __future__ import annotations
 
 import datetime
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
@@ -33,6 +34,9 @@ class ClaimCursor:
     full_at: float
 
 
+# a claim's text depends on its kind and flags only, and a worker sends one per batch: built once (kinds are
+# singletons, so the cache holds a handful of statements per phase)
+@functools.lru_cache(maxsize=256)
 def claim_sql(
     kind: TaskKind, *, only_ids: bool = False, override_retry_limit: bool = False, after: bool = False
 ) -> str:
