@@ -4,7 +4,8 @@
                executing ranged runs in-process against a real instance (the repo's dagster.yaml: PostgreSQL,
                pooled storages), every page and chunk a partition materialized one by one, roll-ups included;
   (b) plain    the same orchestration.pipeline.Pipeline functions in a loop: claim -> process -> complete, per kind in
-               phase order, with the same heartbeats and batch sizes, no Dagster.
+               phase order, with the same heartbeats and batch sizes, no Dagster; then each document placed in its
+               content group of near duplicates, the product work (a)'s OCR roll-up does beside its events.
 
 Each variant runs in its own child process (so neither inherits the other's loaded models) against its own queue
 database, Dagster database, Qdrant folder and an emptied graph on one Bolt server. The time measured is from
@@ -107,10 +108,11 @@ def child_plain(corpus: Path) -> dict:
     from queue_db.queue import make_worker_id
     from resources.database import open_queue
 
-    queue = open_queue(Settings.from_env())
+    settings = Settings.from_env()
+    queue = open_queue(settings)
     documents = _ingest(queue, corpus)
     started = time.perf_counter()
-    pipeline = Pipeline.from_settings(queue, Settings.from_env())
+    pipeline = Pipeline.from_settings(queue, settings)
     worker = make_worker_id("bench-plain")
     batches, by_kind = 0, defaultdict(float)
     try:
@@ -128,6 +130,9 @@ def child_plain(corpus: Path) -> dict:
                         batches += 1
                         progress = True
                 by_kind[kind.name] += time.perf_counter() - kind_started
+        grouping_started = time.perf_counter()
+        place_in_content_groups(queue, settings)
+        by_kind["content_groups"] = time.perf_counter() - grouping_started
     finally:
         pipeline.close()
     return {
@@ -136,6 +141,22 @@ def child_plain(corpus: Path) -> dict:
         "batches": batches,
         "seconds_by_kind": {k: round(v, 2) for k, v in by_kind.items()},
     }
+
+
+def place_in_content_groups(queue, settings) -> None:
+    """What the OCR roll-up does beside its materializations, and a product without Dagster would do too: sign each
+    document whose OCR completed and place it in its content group of near duplicates (orchestration.content_groups),
+    from the same figures the roll-up reads."""
+    from orchestration.content_groups import place_documents
+    from queue_db.partition_keys import document_rollup
+    from resources.storage_resource import StorageResource
+
+    with queue.engine.connect() as conn:
+        keys = [row[0] for row in conn.exec_driver_sql("SELECT document_key FROM documents ORDER BY document_key")]
+    figures = document_rollup(queue.engine, "ocr", keys)
+    completed = [f for f in figures.values() if f["status"] == "completed"]
+    storage = StorageResource.from_settings(settings).get_storage()
+    place_documents(queue, storage, completed, settings.near_duplicates)
 
 
 class DagsterProbe:
@@ -333,7 +354,8 @@ def outcome(queue_url: str) -> dict:
                       (SELECT count(*) FROM task_queue_chunk WHERE graphrag_status = 'completed'),
                       (SELECT count(*) FROM task_queue_chunk WHERE vector_status <> 'completed'
                                                              OR graphrag_status <> 'completed'),
-                      (SELECT count(*) FROM documents WHERE graphrag_index_status = 'completed')"""
+                      (SELECT count(*) FROM documents WHERE graphrag_index_status = 'completed'),
+                      (SELECT count(*) FROM document_signatures)"""
         ).one()
     engine.dispose()
     return {
@@ -343,6 +365,7 @@ def outcome(queue_url: str) -> dict:
         "graph_chunks": row[3],
         "chunks_not_completed": row[4],
         "documents_completed": row[5],
+        "documents_signed": row[6],
     }
 
 
@@ -490,7 +513,8 @@ def report(args, rounds: list[dict], load_before, load_after, extra_env: dict) -
     )
     plain_by_kind = rounds[-1]["plain"]["seconds_by_kind"]
     for name, figures in last["runs_by_name"].items():
-        same = f"   plain loop {plain_by_kind[name]:6.1f} s" if name in plain_by_kind else ""
+        counterpart = "content_groups" if name == "rollup_ocr" else name  # (b)'s share of the OCR roll-up's work
+        same = f"   plain loop {plain_by_kind[counterpart]:6.1f} s" if counterpart in plain_by_kind else ""
         print(
             f"    {name:16s} runs {figures['runs']:3d} keys {figures['keys']:5d} wall {figures['wall_s']:7.1f} s "
             f"work {figures['work_s']:7.1f} s{same}"
