@@ -5,11 +5,14 @@ Each test module run gets a throwaway database (created here, dropped at the end
 connection counts asserted below would be in the thousands without orchestration.dagster_pooled_storage.
 """
 
+import json
 import logging
 import multiprocessing
 import os
 import select
 import shutil
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -594,3 +597,52 @@ def test_a_cluster_worker_keeps_one_instance_per_reference_between_steps(instanc
         celery_steps._close_instances()
     assert celery_steps.step_instance(ref) is not first
     celery_steps._close_instances()
+
+
+TALKATIVE_RUN = textwrap.dedent(
+    """
+    import json, subprocess, sys
+
+    started = []
+    popen_init = subprocess.Popen.__init__
+
+    def recording_init(self, args, *more, **kwargs):
+        started.append(list(args))
+        popen_init(self, args, *more, **kwargs)
+
+    subprocess.Popen.__init__ = recording_init
+    from dagster import DagsterInstance, asset, materialize
+
+    @asset
+    def talkative() -> None:
+        print("to stdout from the step", flush=True)
+        print("to stderr from the step", file=sys.stderr, flush=True)
+        subprocess.run(["sh", "-c", "echo from a child of the step"], check=True)
+
+    with DagsterInstance.get() as instance:
+        result = materialize([talkative], instance=instance)
+    print("RESULT " + json.dumps({"run_id": result.run_id, "success": result.success, "started": started}))
+    """
+)
+
+
+def test_a_steps_output_is_kept_and_mirrored_without_starting_processes(instance, dagster_home):
+    """dagster.yaml's compute log manager keeps a step's stdout and stderr (its children's too) in the instance's
+    files and mirrors them on to the process's own streams by a thread: no `tail` and no watcher interpreter a
+    run. The step runs in a process of its own, whose streams are its descriptors 1 and 2 as in any docqueue
+    process (a test's captured streams are not)."""
+    done = subprocess.run([sys.executable, "-c", TALKATIVE_RUN], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1].removeprefix("RESULT "))
+    assert result["success"]
+    assert ["sh", "-c", "echo from a child of the step"] in result["started"]
+    # Dagster's default starts `tail -F` and a watcher interpreter (watch_orphans.py) for each stream
+    assert not [args for args in result["started"] if args[0] == "tail" or "watch_orphans" in " ".join(args)]
+    assert "to stdout from the step\nfrom a child of the step\n" in done.stdout
+    assert "to stderr from the step\n" in done.stderr
+    logs = Path(dagster_home, "storage", result["run_id"])
+    (out,) = logs.rglob("*.out")
+    (err,) = logs.rglob("*.err")
+    assert out.read_text() == "to stdout from the step\nfrom a child of the step\n"
+    assert "to stderr from the step\n" in err.read_text()  # beside Dagster's own log lines of the step
+    assert list(logs.rglob("*.complete"))
