@@ -27,6 +27,7 @@ So every URL given to these storages is pinned to ``postgresql+psycopg2``.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -160,11 +161,41 @@ def create_pooled_engine(
         max_overflow=pool.max_overflow,
         pool_recycle=pool.recycle_s,
         pool_timeout=pool.timeout_s,
-        # a pooled connection may have been cut by a server restart; check before handing it out
-        pool_pre_ping=True,
     )
     _discard_connections_inherited_across_fork(engine)
+    _ping_connections_idle_for(engine, PING_AFTER_IDLE_S)
     return engine
+
+
+# A pooled connection may have been cut by a server restart while it sat in the pool, so one idle longer than this
+# is pinged before it is handed out. One back sooner is not: a run's storage calls follow each other by
+# milliseconds, and a ping before each was a round trip each (pool_pre_ping: 0.17 s of a 16 s, nine-run
+# `docqueue run` in bench/orchestration_overhead.py). A restart inside that second fails the call it meets, as any
+# outage mid-call does.
+PING_AFTER_IDLE_S = 1.0
+
+
+def _ping_connections_idle_for(engine: db.engine.Engine, idle_s: float) -> None:
+    @db.event.listens_for(engine, "connect")
+    def _new(dbapi_connection, connection_record) -> None:
+        connection_record.info["returned_at"] = time.monotonic()
+
+    @db.event.listens_for(engine, "checkin")
+    def _returned(dbapi_connection, connection_record) -> None:
+        connection_record.info["returned_at"] = time.monotonic()
+
+    @db.event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection, connection_record, connection_proxy) -> None:
+        if time.monotonic() - connection_record.info.get("returned_at", 0.0) < idle_s:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            alive = not engine.dialect.is_disconnect(exc, dbapi_connection, None)
+            if alive:
+                raise
+        if not alive:
+            raise sqlalchemy.exc.DisconnectionError("pooled connection was closed by the server; reconnecting")
 
 
 class _PooledEngineMixin:

@@ -39,6 +39,7 @@ from dagster._serdes import serialize_value
 
 from orchestration.dagster_pooled_storage import (
     MAX_OVERFLOW_ENV,
+    PING_AFTER_IDLE_S,
     POOL_SIZE_ENV,
     PooledPostgresEventLogStorage,
     PooledPostgresRunStorage,
@@ -349,6 +350,28 @@ def test_pooled_connection_returns_to_autocommit_after_a_transaction(dagster_pg_
         with storage.index_connection() as conn:
             assert conn.connection.dbapi_connection is in_transaction  # the same pooled connection
             assert conn.connection.dbapi_connection.autocommit is True
+    finally:
+        storage.dispose()
+
+
+def test_an_idle_pooled_connection_cut_by_the_server_is_replaced_and_a_busy_one_is_not_pinged(
+    dagster_pg_url, pg_admin_url, monkeypatch
+):
+    storage = PooledPostgresEventLogStorage(dagster_pg_url, pool=PoolSettings(pool_size=1, max_overflow=0))
+    pings = []
+    do_ping = storage.engine.dialect.do_ping
+    monkeypatch.setattr(storage.engine.dialect, "do_ping", lambda connection: pings.append(1) or do_ping(connection))
+    try:
+        first = _backend_pid(storage)
+        for _ in range(5):  # back in the pool a moment ago: handed out as it is
+            assert _backend_pid(storage) == first
+        assert pings == []
+        with _admin_engine(pg_admin_url).connect() as admin:
+            admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
+        time.sleep(PING_AFTER_IDLE_S + 0.2)
+        # idle for longer: pinged, found cut, replaced before the call uses it
+        assert _backend_pid(storage) != first
+        assert pings
     finally:
         storage.dispose()
 
