@@ -254,6 +254,7 @@ class DagsterProbe:
 def child_dagster(corpus: Path) -> dict:
     from orchestration.definitions import defs
     from orchestration.environment import dagster_instance
+    from orchestration.loaded_heap import freeze_loaded
     from orchestration.partitions import register_partitions
     from orchestration.runner import run_until_idle
     from queue_db.config import Settings
@@ -262,6 +263,7 @@ def child_dagster(corpus: Path) -> dict:
 
     instance = dagster_instance(Settings.from_env())
     queue = open_queue(Settings.from_env())
+    freeze_loaded()  # as a `docqueue run` worker does once its definitions and instance are loaded
     documents = _ingest(queue, corpus)
     probe = DagsterProbe()
     probe.install(instance)

@@ -20,11 +20,13 @@ from dagster._utils.interrupts import capture_interrupts
 import orchestration.dagster_pooled_storage  # noqa: F401 - the storages every run's instance opens
 from orchestration.cluster import load_executor_code
 from orchestration.definitions import defs, settings
+from orchestration.loaded_heap import freeze_loaded
 from orchestration.run_launcher import HOST_TAG, PID_TAG
 
 # the repository is built once, before any fork, so that no run builds it again
 defs.get_repository_def()
 load_executor_code(settings.cluster)
+freeze_loaded()
 
 
 def execute_run(instance_ref, run_id: str) -> None:

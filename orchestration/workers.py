@@ -13,6 +13,7 @@ from typing import Sequence
 
 from orchestration.code_location import build_definitions
 from orchestration.environment import dagster_instance
+from orchestration.loaded_heap import freeze_loaded
 from orchestration.runner import run_until_idle
 from queue_db.config import Settings
 from queue_db.inspection import waiting_work
@@ -93,6 +94,7 @@ def run_worker(
     The runs execute the definitions built from `settings` and `phases`."""
     defs = build_definitions(settings, phases)
     instance = dagster_instance(settings)
+    freeze_loaded()
     started = time.monotonic()
     totals = {"runs": 0, "failed_runs": 0}
     # --max-docs runs in one worker, which chooses the documents as it starts
