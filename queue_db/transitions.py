@@ -8,7 +8,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Iterable, Sequence
 
 import psycopg
@@ -23,7 +23,7 @@ from .phases import NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, PhaseSpec, TaskKind
 from .registration import Registration
 from .rollup_sql import GENERIC_PLANS, after_transition, lock_sql, recount_sql
 from .text import clean_text
-from .transactions import with_retries
+from .transactions import with_named_argument, with_retries
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class Transitions(Registration):
 
         A statement marked generic runs on its generic plan (planned once per connection): the claim after the
         cursor, whose two laps took longer to plan, each time, than to run."""
-        prepared = [(_with_named_argument(sql), *rest) for sql, *rest in statements]
+        prepared = [(with_named_argument(sql), *rest) for sql, *rest in statements]
         bubble_args = {"worker": worker_id, "ids": list(settled) if settled else None}
         bubble = [(sql, bubble_args if "%(" in sql else None) for sql in after_transition(kind)]
 
@@ -465,13 +465,6 @@ def _derived_chunk_ids(document_key: str, page_number: int, chunks: Sequence[dic
                 "(queue_db.keys.chunk_id: document key, page number, chunk index, content hash)"
             )
     return ids
-
-
-@lru_cache(maxsize=512)
-def _with_named_argument(sql: str) -> str:
-    """A statement written with $1 (its jsonb argument) as psycopg sends it: %(args)s, other percent signs escaped.
-    The hot path's statements are a handful of texts, rewritten once each."""
-    return sql.replace("%", "%%").replace("$1", "%(args)s::jsonb")
 
 
 def fence_sql(kind: TaskKind, alias: str) -> str:
