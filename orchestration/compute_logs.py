@@ -33,17 +33,29 @@ FINISH_TIMEOUT_S = 5.0
 
 
 class ThreadMirroredComputeLogManager(LocalComputeLogManager):
-    """LocalComputeLogManager under `<instance_dir>/storage` (where Dagster keeps compute logs by default), mirroring
-    captured output with a thread instead of tail processes."""
+    """LocalComputeLogManager mirroring captured output with a thread instead of tail processes. Its files are under
+    `<instance folder>/storage`, where Dagster keeps compute logs by default: the folder the instance that registers
+    it stores its local artifacts in (DAGSTER_HOME for `DagsterInstance.get()`), or `instance_dir` when given."""
 
     def __init__(
-        self, instance_dir: str, polling_timeout: float | None = None, inst_data: ConfigurableClassData | None = None
+        self,
+        instance_dir: str | None = None,
+        polling_timeout: float | None = None,
+        inst_data: ConfigurableClassData | None = None,
     ):
-        super().__init__(os.path.join(instance_dir, "storage"), polling_timeout, inst_data)
+        super().__init__(_storage(instance_dir) if instance_dir else "", polling_timeout, inst_data)
+
+    def register_instance(self, instance) -> None:
+        super().register_instance(instance)
+        if not self._base_dir:
+            self._base_dir = _storage(instance.root_directory)
 
     @classmethod
     def config_type(cls) -> dict[str, Any]:
-        return {"instance_dir": StringSource, "polling_timeout": Field(Float, is_required=False)}
+        return {
+            "instance_dir": Field(StringSource, is_required=False),
+            "polling_timeout": Field(Float, is_required=False),
+        }
 
     @classmethod
     def from_config_value(
@@ -59,6 +71,10 @@ class ThreadMirroredComputeLogManager(LocalComputeLogManager):
             yield CapturedLogContext(log_key)
         # the artifact that tells readers the capture is complete, as LocalComputeLogManager leaves it
         touch_file(self.complete_artifact_path(log_key))
+
+
+def _storage(instance_dir: str) -> str:
+    return os.path.join(instance_dir, "storage")
 
 
 @contextmanager
