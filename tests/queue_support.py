@@ -13,6 +13,8 @@ import pytest
 from queue_db.phases import OCR_DOCUMENT, OCR_PAGE, VECTOR_PAGE
 from queue_db.queue import TaskQueue, make_worker_id
 
+EXPLAINABLE = ("select", "with", "update", "insert", "delete")
+
 
 def new_hash(seed: str | None = None) -> str:
     return hashlib.sha256((seed or uuid.uuid4().hex).encode()).hexdigest()
@@ -143,3 +145,15 @@ def load_auto_explain(pg: psycopg.Connection, *settings: str, on_skip: Callable[
     for setting in settings:
         pg.execute(f"SET auto_explain.{setting}")
     pg.execute("SET client_min_messages = log")
+
+
+class Captured:
+    """Statements sent to the queue database `database` (not Dagster's), with their parameters: listen with it on
+    "before_cursor_execute", then EXPLAIN what it caught."""
+
+    def __init__(self, database: str):
+        self.database, self.statements = database, []
+
+    def __call__(self, conn, cursor, statement, parameters, context, executemany):
+        if conn.engine.url.database == self.database and statement.lstrip().lower().startswith(EXPLAINABLE):
+            self.statements.append((statement, parameters))

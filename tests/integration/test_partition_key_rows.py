@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from queue_db.partition_keys import rows_for_keys
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, VECTOR_CHUNK, VECTOR_PAGE
-from tests.queue_support import bulk_seed
+from tests.queue_support import Captured, bulk_seed
 
 QUEUE_TABLES = ("documents", "task_queue_page", "task_queue_chunk")
 
@@ -43,31 +43,17 @@ def _keys(engine, level: str, limit: int) -> list[str]:
         return [chunk_partition_key(d, p, c) for d, p, c in rows]
 
 
-class _Buffers:
-    """The shared buffers each statement sent to the queue database touches, EXPLAIN (ANALYZE, BUFFERS) of it
-    with its own parameters, run after the call on the same tables."""
-
-    def __init__(self):
-        self.statements = []
-
-    def __call__(self, conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().lower().startswith("select"):
-            self.statements.append((statement, parameters))
-
-    def measured(self, engine) -> list[tuple[int, str]]:
-        """Per statement: the buffers it touched and its readable plan (for a failure's message)."""
-        touched = []
-        with engine.connect() as conn:
-            raw = conn.connection.driver_connection
-            for statement, parameters in self.statements:
-                with raw.cursor() as cursor:
-                    cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, parameters)
-                    plan = cursor.fetchone()[0][0]["Plan"]
-                    cursor.execute("EXPLAIN " + statement, parameters)
-                    readable = "\n".join(row[0] for row in cursor.fetchall())
-                touched.append((plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0), readable))
-            conn.rollback()
-        return touched
+def _buffers(engine, statement: str, parameters) -> tuple[int, str]:
+    """The shared buffers `statement` touches with its own parameters (EXPLAIN (ANALYZE, BUFFERS), run after the call
+    on the same tables) and its readable plan, for a failure's message."""
+    with engine.connect() as conn:
+        with conn.connection.driver_connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, parameters)
+            plan = cursor.fetchone()[0][0]["Plan"]
+            cursor.execute("EXPLAIN " + statement, parameters)
+            readable = "\n".join(row[0] for row in cursor.fetchall())
+        conn.rollback()
+    return plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0), readable
 
 
 def _analyze(engine) -> None:
@@ -83,15 +69,15 @@ def test_rows_for_keys_probes_indexes_with_or_without_statistics(engine, kind, s
     bulk_seed(engine, 40, 10, 5)
     statistics(engine)
     keys = _keys(engine, kind.level.value, 400)
-    buffers = _Buffers()
-    sa.event.listen(engine, "before_cursor_execute", buffers)
+    captured = Captured(engine.url.database)
+    sa.event.listen(engine, "before_cursor_execute", captured)
     try:
         rows = rows_for_keys(engine, kind, keys)
     finally:
-        sa.event.remove(engine, "before_cursor_execute", buffers)
+        sa.event.remove(engine, "before_cursor_execute", captured)
     assert sorted(rows) == sorted(keys)
-    assert len(buffers.statements) == 1
-    ((touched, plan),) = buffers.measured(engine)
+    assert len(captured.statements) == 1
+    touched, plan = _buffers(engine, *captured.statements[0])
     # an index probe per level and key: about ten buffers a chunk key (a page matched on its number alone reads
     # 16,000 a key here)
     assert touched <= 16 * len(keys) + 50, f"{touched} buffers for {len(keys)} keys:\n{plan}"

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from queue_db.partition_keys import document_rollup, mark_rolled_up, rollup_backlog
 from tests.integration.test_sensors import tick
-from tests.queue_support import bulk_seed
+from tests.queue_support import Captured, bulk_seed
 
 QUEUE_TABLES = {
     "documents",
@@ -23,7 +23,6 @@ QUEUE_TABLES = {
     "inbox_files",
     "idempotency_keys",
 }
-EXPLAINABLE = ("select", "with", "update", "insert", "delete")
 
 
 @pytest.fixture
@@ -64,17 +63,6 @@ def _seed(engine) -> None:
         conn.exec_driver_sql("UPDATE documents SET vector_completed_at = now() WHERE vector_index_status = 'completed'")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE")
-
-
-class Captured:
-    """Statements sent to the queue database (not Dagster's), with their parameters."""
-
-    def __init__(self, database: str):
-        self.database, self.statements = database, []
-
-    def __call__(self, conn, cursor, statement, parameters, context, executemany):
-        if conn.engine.url.database == self.database and statement.lstrip().lower().startswith(EXPLAINABLE):
-            self.statements.append((statement, parameters))
 
 
 def _seq_scans(engine, statement, parameters) -> list[str]:
