@@ -163,6 +163,8 @@ def create_pooled_engine(
         pool_timeout=pool.timeout_s,
     )
     _discard_connections_inherited_across_fork(engine)
+    # after the fork guard: checkout listeners run in the order they were added, so a parent's connection is refused
+    # before any ping could talk over its socket
     _ping_connections_idle_for(engine, PING_AFTER_IDLE_S)
     return engine
 
