@@ -214,17 +214,24 @@ def name_processes(
                 sampler.add_root(pid, role)
                 bolt = True
         try:
-            children = psutil.Process(child.pid).children()
+            parent = psutil.Process(child.pid)
+            parent_argv, children = parent.cmdline(), parent.children()
         except psutil.Error:
             return named
-        for process in children:
+        for process in sorted(children, key=lambda p: p.pid):
             try:
                 argv = process.cmdline()
             except psutil.Error:
                 continue
-            if process.pid not in named and "--worker-index" in argv:
+            if process.pid in named:
+                continue
+            if "--worker-index" in argv:  # spawned: its command line names it
                 named[process.pid] = f"worker {argv[argv.index('--worker-index') + 1]}"
-                sampler.add_root(process.pid, named[process.pid])
+            elif argv == parent_argv:  # forked (orchestration.workers.ForkedWorker): in the order they started
+                named[process.pid] = f"worker {len(named)}"
+            else:
+                continue
+            sampler.add_root(process.pid, named[process.pid])
         time.sleep(0.05)
     return named
 

@@ -36,6 +36,7 @@ from queue_db.config import QueueConfig, Settings
 from queue_db.inspection import waiting_work
 from queue_db.partition_keys import BlockShare, settle_known_failures
 from queue_db.phases import PHASES, Level, PhaseRegistry
+from queue_db.progress_signal import ProgressListener, announce
 from queue_db.queue import TaskQueue
 from queue_db.run_scope import still_unfinished
 from queue_db.service_config import DagsterConfig
@@ -269,11 +270,14 @@ def run_until_idle(
     on_run: Callable[[PlannedRun, bool], None] | None = None,
     documents: Sequence[str] | None = None,
     log_level: str | None = None,
+    listener: ProgressListener | None = None,
 ) -> RunnerReport:
     """Plan and execute runs until idle (or forever); `poll_s` (default WORKER_POLL_INTERVAL) is the wait when
     nothing is ready and no retry is due. With TASK_QUEUE_ENABLED=false it returns at once, touching nothing.
     `documents`: work on these documents only, and return once none of them can make progress. `defs` are the
-    definitions built from `settings` and `phases` (code_location.build_definitions)."""
+    definitions built from `settings` and `phases` (code_location.build_definitions). Each run's end is announced
+    (queue_db.progress_signal), and a wait ends early at another runner's announcement; `listener` is the caller's
+    when it waits between calls too (one connection for both), else the call opens its own."""
     report = RunnerReport()
     if not settings.queue.enabled:
         log.warning(QueueConfig.disabled_reason)
@@ -283,49 +287,56 @@ def run_until_idle(
     share = BlockShare(workers, worker_index) if workers > 1 else None
     outage = _Outage(settings.queue.db_outage_max_s)
     vector_kinds = {spec.leaf.name for spec in phases if spec.handler == VECTOR_HANDLER}
-    while True:
-        if max_seconds is not None and time.monotonic() - started > max_seconds:
-            break
-        try:
-            planned = plan_next(queue, instance, share, documents, dagster=settings.dagster, phases=phases)
-            for run in planned:
-                ok = execute(defs, instance, run, log_level)
-                report.runs += 1
-                report.failed_runs += 0 if ok else 1
-                report.runs_by_name[run.name] = report.runs_by_name.get(run.name, 0) + 1
-                if on_run:
-                    on_run(run, ok)
-                if run.name in vector_kinds:
-                    index_vector_tail(settings)
-            if planned:
+    own_listener = listener is None
+    listener = listener or ProgressListener(queue.engine)
+    try:
+        while True:
+            if max_seconds is not None and time.monotonic() - started > max_seconds:
+                break
+            try:
+                planned = plan_next(queue, instance, share, documents, dagster=settings.dagster, phases=phases)
+                for run in planned:
+                    ok = execute(defs, instance, run, log_level)
+                    report.runs += 1
+                    report.failed_runs += 0 if ok else 1
+                    report.runs_by_name[run.name] = report.runs_by_name.get(run.name, 0) + 1
+                    if on_run:
+                        on_run(run, ok)
+                    if run.name in vector_kinds:
+                        index_vector_tail(settings)
+                    announce(queue.engine)
+                if planned:
+                    continue
+                waiting = waiting_work(queue.engine)
+                # tasks of a worker that died are released here too: without a daemon nobody else would
+                if waiting["processing"] and sum(queue.recover_stale().values()):
+                    continue
+                # the chosen documents end the run once none can progress, whatever other documents are doing
+                unfinished = None if documents is None else still_unfinished(queue.engine, documents)
+                # a back-off that ran out after this round's planning is neither planned nor waited for: plan again
+                ready_now = (
+                    not waiting["processing"]
+                    and waiting["next_retry_in_s"] is None
+                    and unfinished is None
+                    and any(queue.ready_counts().values())
+                )
+            except sa.exc.DBAPIError as exc:
+                outage.wait_or_raise(exc)
                 continue
-            waiting = waiting_work(queue.engine)
-            # tasks of a worker that died are released here too: without a daemon nobody else would
-            if waiting["processing"] and sum(queue.recover_stale().values()):
-                continue
-            # the chosen documents end the run once none can progress, whatever other documents are doing
-            unfinished = None if documents is None else still_unfinished(queue.engine, documents)
-            # a back-off that ran out after this round's planning is neither planned nor waited for: plan again
-            ready_now = (
-                not waiting["processing"]
+            outage.over()
+            if unfinished == 0 or (
+                unfinished is None
+                and until_idle
+                and not ready_now
+                and waiting["processing"] == 0
                 and waiting["next_retry_in_s"] is None
-                and unfinished is None
-                and any(queue.ready_counts().values())
-            )
-        except sa.exc.DBAPIError as exc:
-            outage.wait_or_raise(exc)
-            continue
-        outage.over()
-        if unfinished == 0 or (
-            unfinished is None
-            and until_idle
-            and not ready_now
-            and waiting["processing"] == 0
-            and waiting["next_retry_in_s"] is None
-        ):
-            break
-        delay = poll_s if waiting["next_retry_in_s"] is None else min(max(waiting["next_retry_in_s"], 0.2), 30.0)
-        delay = 0.2 if ready_now else delay
-        time.sleep(delay)
+            ):
+                break
+            delay = poll_s if waiting["next_retry_in_s"] is None else min(max(waiting["next_retry_in_s"], 0.2), 30.0)
+            delay = 0.2 if ready_now else delay
+            listener.wait(delay)
+    finally:
+        if own_listener:
+            listener.close()
     report.seconds = time.monotonic() - started
     return report

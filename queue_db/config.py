@@ -52,7 +52,8 @@ class QueueConfig(SettingsGroup):
     poll_interval_s: float = _var(
         5.0,
         "WORKER_POLL_INTERVAL",
-        "seconds `docqueue run` waits before looking for work again when none is ready",
+        "seconds `docqueue run` waits, at most, before looking for work again when none is ready (another runner's "
+        "news of a run's end ends the wait sooner)",
         gt=0,
     )
     heartbeat_interval_s: float = _var(30.0, "HEARTBEAT_INTERVAL", "seconds between a worker's heartbeats", gt=0)

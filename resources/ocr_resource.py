@@ -47,6 +47,17 @@ def shared_processor(limits: PdfLimits) -> PdfProcessor:
         return processor
 
 
+def close_shared_processors() -> None:
+    """Stop this process's PDF workers now, each waited for: a process that leaves through os._exit (a forked
+    `docqueue run` worker) runs no finalizer, and a worker left to notice its parent's end on its own is nobody's
+    child to wait for."""
+    with _shared_lock:
+        processors = list(_shared.values())
+        _shared.clear()
+    for processor in processors:
+        processor.close()
+
+
 class OcrResource(dg.ConfigurableResource):
     """Builds the PdfProcessor; the entry point fills the fields (`OcrResource.from_settings`), unset ones keep
     PdfLimits' defaults."""

@@ -29,6 +29,7 @@ from queue_db.embedding_reuse import vectors_reused_since
 from queue_db.outcomes import task_outcomes
 from queue_db.phases import PHASES
 from queue_db.readmodels import phase_progress
+from resources.folder_lock import release_lingering
 
 RUN_EXIT_CODES = (
     f"Exit codes: 0 every task completed (or is still open); {EXIT_TASKS_FAILED} tasks ended failed or "
@@ -95,9 +96,13 @@ def run(
         )
         click.echo(json.dumps(report))
         return
-    dagster_instance(settings)
+    dagster_instance(settings).dispose()
     check_stores(settings)
     started, started_at = time.monotonic(), _database_now(queue)
+    # the workers may be forks of this process: none may inherit a connection of its pool or the embedded vector
+    # folder check_stores opened (released now rather than at the end of its linger, which a worker would wait out)
+    queue.engine.dispose()
+    release_lingering()
     children = start_workers(
         workers,
         until_idle=until_idle,
@@ -120,6 +125,8 @@ def run(
         "runs": sum(r["runs"] for r in reports),
         "failed_runs": sum(r["failed_runs"] for r in reports),
         "seconds": round(time.monotonic() - started, 1),
+        # how the workers started: forked from this process (it has imported what they run) or spawned
+        "workers": {"count": len(reports), "forked": all(r.get("forked", False) for r in reports)},
         "progress": phase_progress(queue.engine, documents=documents),
         "vectors_reused": vectors_reused_since(queue.engine, started_at),
         "summary": outcomes.as_dict(),

@@ -437,6 +437,8 @@ def test_recover_releases_only_the_stale_task(story):
 
 def test_run_until_idle_with_two_workers_completes_the_good_files(story):
     assert story.run["runs"] >= 5 and story.run["failed_runs"] >= 1
+    # forked from the run's process, which has imported what they run (orchestration.workers.ForkedWorker)
+    assert story.run["workers"] == {"count": 2, "forked": True}
     for name in GOOD:
         assert all_phases(document(story.engine, name)) == COMPLETED, name
     progress = story.run["progress"]
