@@ -255,8 +255,12 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------------ phase 2: vectors
     def chunk_pages(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
-        """Vector at page level: the page's markdown -> deterministic chunks -> chunk tasks."""
-        outcomes, documents = [], {}
+        """Vector at page level: the page's markdown -> deterministic chunks -> chunk tasks, the batch's pages
+        written in one transaction (a page's own transaction cost more than its chunking). Should that transaction
+        fail for a reason that may lie in one page, each page is written alone, so that page fails by itself."""
+        outcomes: dict[str, Outcome] = {}
+        chunked: dict[str, list[dict]] = {}
+        documents: dict[str, dict] = {}
         for task in tasks:
             started = time.perf_counter()
             try:
@@ -268,36 +272,50 @@ class Pipeline:
                     page_key=page_partition_key(document["document_key"], task["page_number"]),
                     max_chunks=self.limits.max_chunks_per_page,
                 )
-                accepted = self.queue.complete_chunking(
-                    worker_id,
-                    task["id"],
-                    [
-                        {
-                            "chunk_id": c.chunk_id,
-                            "chunk_index": c.index,
-                            "content_hash": c.content_hash,
-                            "content": c.text,
-                            "token_count": c.token_count,
-                        }
-                        for c in chunks
-                    ],
-                )
-                outcomes.append(
-                    Outcome(
-                        task["id"],
-                        True,
-                        rejected=not accepted,
-                        metadata={
-                            "chunks": len(chunks),
-                            "tokens": sum(c.token_count for c in chunks),
-                            "seconds": round(time.perf_counter() - started, 3),
-                        },
-                    )
-                )
+                chunked[str(task["id"])] = [
+                    {
+                        "chunk_id": c.chunk_id,
+                        "chunk_index": c.index,
+                        "content_hash": c.content_hash,
+                        "content": c.text,
+                        "token_count": c.token_count,
+                    }
+                    for c in chunks
+                ]
+                metadata = {
+                    "chunks": len(chunks),
+                    "tokens": sum(c.token_count for c in chunks),
+                    "seconds": round(time.perf_counter() - started, 3),
+                }
+                outcomes[str(task["id"])] = Outcome(task["id"], True, metadata=metadata)
             except Exception as exc:  # noqa: BLE001
                 reason, error_class, retryable = classify(exc)
-                outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
-        return self._finish(VECTOR_PAGE, worker_id, outcomes, {})
+                outcomes[str(task["id"])] = Outcome(task["id"], False, reason, error_class, retryable)
+        for page, accepted in self._write_chunks(worker_id, chunked).items():
+            if isinstance(accepted, Outcome):  # the page's own write failed
+                outcomes[page] = accepted
+            else:
+                outcomes[page].rejected = not accepted
+        return self._finish(VECTOR_PAGE, worker_id, [outcomes[str(t["id"])] for t in tasks], {})
+
+    def _write_chunks(self, worker_id: str, chunked: dict[str, list[dict]]) -> dict[str, bool | Outcome]:
+        """Each page's chunk tasks written: page -> accepted (its claim still held), or the failure of its write."""
+        if not chunked:
+            return {}
+        try:
+            accepted = self.queue.complete_chunkings(worker_id, chunked)
+            return {page: page in accepted for page in chunked}
+        except Exception as exc:  # noqa: BLE001
+            reason, error_class, retryable = classify(exc)
+            if len(chunked) == 1 or error_class in SERVICE_ERROR_CLASSES:
+                return {page: Outcome(page, False, reason, error_class, retryable) for page in chunked}
+        written: dict[str, bool | Outcome] = {}
+        for page, chunks in chunked.items():
+            try:
+                written[page] = self.queue.complete_chunking(worker_id, page, chunks)
+            except Exception as exc:  # noqa: BLE001
+                written[page] = Outcome(page, False, *classify(exc))
+        return written
 
     def embed_chunks(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
         """Vector at chunk level: embed a batch and upsert it into Qdrant (point id = uuid5(chunk_id))."""

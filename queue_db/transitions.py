@@ -9,7 +9,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import psycopg
 import psycopg.rows
@@ -17,8 +17,8 @@ import psycopg.types.json
 import psycopg.types.string
 import sqlalchemy as sa
 
+from .chunk_rows import insert_chunk_rows
 from .claim_cursor import ClaimCursors, claim_sql
-from .keys import chunk_id
 from .phases import NEVER, OCR_DOCUMENT, VECTOR_PAGE, Level, PhaseSpec, TaskKind
 from .registration import Registration
 from .rollup_sql import GENERIC_PLANS, after_transition, lock_sql, recount_sql
@@ -341,61 +341,33 @@ class Transitions(Registration):
         return self._transaction(work)
 
     def complete_chunking(self, worker_id: str, page_id: str, chunks: Sequence[dict]) -> bool:
-        """Create the chunk tasks of a page (fenced on the page's vector claim). Chunk dicts carry chunk_index,
-        content_hash, content, token_count. A page with no chunks is complete in both later phases.
+        """Create the chunk tasks of one page (complete_chunkings)."""
+        return str(page_id) in self.complete_chunkings(worker_id, {str(page_id): chunks})
+
+    def complete_chunkings(self, worker_id: str, pages: Mapping[str, Sequence[dict]]) -> set[str]:
+        """Create the chunk tasks of pages (page id -> chunk dicts: chunk_index, content_hash, content, token_count),
+        each page fenced on its vector claim, in one transaction with one bubble-up; returns the pages accepted. A
+        page with no chunks is complete in both later phases.
 
         The queue derives each chunk_id (keys.chunk_id: document key, page number, chunk index, content hash), which
         makes ids unique by construction; a chunk dict may carry its chunk_id, and one that differs is refused
-        (ValueError) rather than stored under an id another row could also have."""
+        (ValueError, nothing written) rather than stored under an id another row could also have."""
         sql = self._fenced_sql(
             VECTOR_PAGE,
-            "chunked_at = now(), chunk_count = ($1->>'n')::int, embedding_skipped = (($1->>'n')::int = 0), "
+            "chunked_at = now(), chunk_count = v.n, embedding_skipped = (v.n = 0), "
             "vector_error = NULL, vector_error_class = NULL, vector_next_attempt_at = NULL",
-            {},
+            {"n": "integer"},
         )
-        args = {"worker": worker_id, "values": [{"id": str(page_id)}], "n": len(chunks)}
+        args = {"worker": worker_id, "values": [{"id": str(p), "n": len(chunks)} for p, chunks in pages.items()]}
 
-        def work(conn: sa.Connection) -> bool:
-            rows = self._run(VECTOR_PAGE, sql, args, bubble=False, conn=conn)
-            if not rows:
-                return False
-            if chunks:
-                page = conn.exec_driver_sql(
-                    """SELECT d.document_key, p.page_number FROM task_queue_page p
-                       JOIN documents d ON d.id = p.document_id WHERE p.id = %(page)s""",
-                    {"page": str(page_id)},
-                ).one()
-                ids = _derived_chunk_ids(page.document_key, page.page_number, chunks)
-                conn.exec_driver_sql(
-                    """WITH c AS (
-                           SELECT * FROM unnest(%(ids)s::text[], %(idx)s::int[], %(hashes)s::text[], %(texts)s::text[],
-                                                %(tokens)s::int[]) AS c(chunk_id, chunk_index, content_hash, content,
-                                                                        token_count)),
-                       created AS (
-                           INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index,
-                                                         chunk_content_hash, token_count, priority, max_retries)
-                           SELECT p.id, p.document_id, c.chunk_id, c.chunk_index, c.content_hash, c.token_count,
-                                  p.priority, p.max_retries
-                           FROM task_queue_page p, c
-                           WHERE p.id = %(page)s
-                           ON CONFLICT DO NOTHING
-                           RETURNING id, chunk_index)
-                       -- the text goes to its own table, written once (migration 0012)
-                       INSERT INTO task_queue_chunk_text (chunk_task_id, content)
-                       SELECT created.id, c.content FROM created JOIN c USING (chunk_index)
-                       WHERE c.content IS NOT NULL""",
-                    {
-                        "page": str(page_id),
-                        "ids": ids,
-                        "idx": [c["chunk_index"] for c in chunks],
-                        "hashes": [c.get("content_hash") for c in chunks],
-                        "texts": [clean_text(c.get("content"), 10**7) for c in chunks],
-                        "tokens": [c.get("token_count") for c in chunks],
-                    },
-                )
-            document_ids = [str(rows[0]["document_id"])]
-            self._bubble(conn, self.phases.phases, [str(page_id)], document_ids)
-            return True
+        def work(conn: sa.Connection) -> set[str]:
+            rows = self._run(VECTOR_PAGE, sql, args, bubble=False, conn=conn) if pages else []
+            accepted = {str(r["id"]) for r in rows}
+            insert_chunk_rows(conn, {str(p): chunks for p, chunks in pages.items() if str(p) in accepted})
+            if rows:
+                documents = sorted({str(r["document_id"]) for r in rows})
+                self._bubble(conn, self.phases.phases, sorted(accepted), documents)
+            return accepted
 
         return self._transaction(work)
 
@@ -454,17 +426,6 @@ class Transitions(Registration):
                 rows = conn.exec_driver_sql(recount_sql(phase, level, "%(ids)s::uuid[]"), params).all()
                 corrections += [Correction(r[0], str(r[1]), phase.value, r[2], r[3]) for r in rows]
         return corrections
-
-
-def _derived_chunk_ids(document_key: str, page_number: int, chunks: Sequence[dict]) -> list[str]:
-    ids = [chunk_id(document_key, page_number, c["chunk_index"], c.get("content_hash")) for c in chunks]
-    for given, derived in zip((c.get("chunk_id") for c in chunks), ids):
-        if given is not None and given != derived:
-            raise ValueError(
-                f"chunk_id {given!r} is not this chunk's derived id {derived!r} "
-                "(queue_db.keys.chunk_id: document key, page number, chunk index, content hash)"
-            )
-    return ids
 
 
 def fence_sql(kind: TaskKind, alias: str) -> str:

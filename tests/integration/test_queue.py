@@ -414,3 +414,37 @@ def test_document_progress_pages_through_documents_in_registration_order(queue, 
             conn.exec_driver_sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_documents_listing'").scalar()
             == 1
         )
+
+
+def test_pages_chunked_together_are_fenced_each_and_written_in_one_transaction(queue):
+    """complete_chunkings: the pages still held by the worker get their chunks and bubble up; a page another worker
+    took over is refused alone; a refused chunk id (ValueError) writes nothing of the whole batch."""
+    doc = register(queue)
+    expand(queue, doc, 3)
+    ocr_all(queue, doc)
+    worker, other = make_worker_id(), make_worker_id()
+    first, second, third = [
+        {**p, "id": str(p["id"])} for p in sorted(queue.pages(doc["id"]), key=lambda p: p["page_number"])
+    ]
+    assert len(queue.claim(VECTOR_PAGE, worker, 2, only_ids=[first["id"], second["id"]])) == 2
+    assert len(queue.claim(VECTOR_PAGE, other, 1, only_ids=[third["id"]])) == 1  # not the worker's
+
+    def chunks(n: int, tag: str) -> list[dict]:
+        return [
+            {"chunk_index": i, "content_hash": new_hash(), "content": f"{tag} {i}", "token_count": 2} for i in range(n)
+        ]
+
+    bad = [{**chunks(1, "bad")[0], "chunk_id": "not-the-derived-id"}]
+    with pytest.raises(ValueError, match="derived id"):
+        queue.complete_chunkings(worker, {first["id"]: chunks(2, "a"), second["id"]: bad})
+    assert queue.chunks(document_id=doc["id"]) == []
+
+    written = {first["id"]: chunks(2, "a"), second["id"]: [], third["id"]: chunks(3, "c")}
+    assert queue.complete_chunkings(worker, written) == {first["id"], second["id"]}
+    by_page = {p: sorted(c["chunk_index"] for c in queue.chunks(page_id=p)) for p in written}
+    assert by_page == {first["id"]: [0, 1], second["id"]: [], third["id"]: []}
+    pages = {str(p["id"]): p for p in queue.pages(doc["id"])}
+    assert pages[second["id"]]["vector_status"] == "completed"  # no chunks: complete at once, bubbled
+    assert pages[first["id"]]["chunk_count"] == 2 and pages[third["id"]]["vector_status"] == "processing"
+    assert queue.complete_chunking(other, third["id"], chunks(3, "c"))
+    assert len(queue.chunks(page_id=third["id"])) == 3
