@@ -117,9 +117,16 @@ class _OpenDocument:
 
 class _Worker:
     def __init__(self, settings: dict):
+        import sys
+
+        # PyMuPDF imports its layout package whenever it is installed (pymupdf 2 requires it), and that import loads
+        # an ONNX layout model and its runtime that docqueue never uses (use_layout(False) below): 0.3 s of every
+        # worker's start. Blocked, the import fails as for a missing package, which pymupdf and pymupdf4llm handle.
+        sys.modules.setdefault("pymupdf.layout", None)  # type: ignore[arg-type]
         import pymupdf
         import pymupdf4llm
 
+        pymupdf.no_recommend_layout()  # no "consider the layout package" on the worker's stdout
         pymupdf.TOOLS.mupdf_display_errors(False)
         pymupdf.TOOLS.mupdf_display_warnings(False)
         pymupdf4llm.use_layout(False)  # the GNN layout engine is slower and trips over broken forms
