@@ -85,7 +85,9 @@ class ForkedWorker:
     (`run --worker-index I ...`, through the CLI's own error handling) and answers as a subprocess.Popen does:
     poll, wait, communicate and returncode, its stdout and stderr kept in unnamed files so that neither can fill a
     pipe while the parent waits. Nothing of the parent's is used by the child: the parent holds no connection
-    and no thread when it forks (cli.running closes them first), and the child opens its own."""
+    and no Python thread when it forks (cli.running closes them first), and the child opens its own. Native pools
+    that exist by then (numpy's OpenBLAS threads) restart themselves in a child through their own fork handlers;
+    the models, whose runtimes' pools do not, load in each child after the fork."""
 
     def __init__(self, argv: list[str], show_logs: bool):
         self.args = argv
