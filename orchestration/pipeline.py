@@ -16,7 +16,15 @@ from typing import Sequence
 
 from orchestration.failures import SERVICE_ERROR_CLASSES, classify, within
 from orchestration.page_reading import PageReader
-from orchestration.task_outcomes import Outcome, PageLimits, VectorCopy, json_safe, one_by_one, textless_outcome
+from orchestration.task_outcomes import (
+    Outcome,
+    PageLimits,
+    VectorCopy,
+    json_safe,
+    one_by_one,
+    textless_outcome,
+    write_chunked_pages,
+)
 from processing.chunking import chunk_markdown
 from processing.entities import ChunkGraph
 from queue_db.config import Settings, default
@@ -256,8 +264,7 @@ class Pipeline:
     # ------------------------------------------------------------------------------------------ phase 2: vectors
     def chunk_pages(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
         """Vector at page level: the page's markdown -> deterministic chunks -> chunk tasks, the batch's pages
-        written in one transaction (a page's own transaction cost more than its chunking). Should that transaction
-        fail for a reason that may lie in one page, each page is written alone, so that page fails by itself."""
+        written in one transaction (a page's own transaction cost more than its chunking; write_chunked_pages)."""
         outcomes: dict[str, Outcome] = {}
         chunked: dict[str, list[dict]] = {}
         documents: dict[str, dict] = {}
@@ -291,31 +298,12 @@ class Pipeline:
             except Exception as exc:  # noqa: BLE001
                 reason, error_class, retryable = classify(exc)
                 outcomes[str(task["id"])] = Outcome(task["id"], False, reason, error_class, retryable)
-        for page, accepted in self._write_chunks(worker_id, chunked).items():
+        for page, accepted in write_chunked_pages(self.queue, worker_id, chunked).items():
             if isinstance(accepted, Outcome):  # the page's own write failed
                 outcomes[page] = accepted
             else:
                 outcomes[page].rejected = not accepted
         return self._finish(VECTOR_PAGE, worker_id, [outcomes[str(t["id"])] for t in tasks], {})
-
-    def _write_chunks(self, worker_id: str, chunked: dict[str, list[dict]]) -> dict[str, bool | Outcome]:
-        """Each page's chunk tasks written: page -> accepted (its claim still held), or the failure of its write."""
-        if not chunked:
-            return {}
-        try:
-            accepted = self.queue.complete_chunkings(worker_id, chunked)
-            return {page: page in accepted for page in chunked}
-        except Exception as exc:  # noqa: BLE001
-            reason, error_class, retryable = classify(exc)
-            if len(chunked) == 1 or error_class in SERVICE_ERROR_CLASSES:
-                return {page: Outcome(page, False, reason, error_class, retryable) for page in chunked}
-        written: dict[str, bool | Outcome] = {}
-        for page, chunks in chunked.items():
-            try:
-                written[page] = self.queue.complete_chunking(worker_id, page, chunks)
-            except Exception as exc:  # noqa: BLE001
-                written[page] = Outcome(page, False, *classify(exc))
-        return written
 
     def embed_chunks(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
         """Vector at chunk level: embed a batch and upsert it into Qdrant (point id = uuid5(chunk_id))."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pymupdf
+from resources.pymupdf_loader import pymupdf
 
 TEXT_DOCUMENTS = {
     "harbour-report.pdf": [

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from orchestration.failures import classify
+from orchestration.failures import SERVICE_ERROR_CLASSES, classify
 from processing.chunking import MAX_CHUNKS_PER_PAGE
 from processing.office_pages import OfficeLimits
 from processing.text_pages import TextLimits
@@ -97,3 +97,25 @@ def one_by_one(worker_id: str, tasks: Sequence[dict], work) -> tuple[list[Outcom
             reason, error_class, retryable = classify(exc)
             outcomes.append(Outcome(task["id"], False, reason, error_class, retryable))
     return outcomes, results
+
+
+def write_chunked_pages(queue, worker_id: str, chunked: dict[str, list[dict]]) -> dict[str, bool | Outcome]:
+    """Each page's chunk tasks written (TaskQueue.complete_chunkings, one transaction): page -> accepted (its claim
+    still held), or the failure of its write. A batch failing for a reason that may lie in one page (not an
+    unreachable service) is written again page by page, so that page fails alone."""
+    if not chunked:
+        return {}
+    try:
+        accepted = queue.complete_chunkings(worker_id, chunked)
+        return {page: page in accepted for page in chunked}
+    except Exception as exc:  # noqa: BLE001
+        reason, error_class, retryable = classify(exc)
+        if len(chunked) == 1 or error_class in SERVICE_ERROR_CLASSES:
+            return {page: Outcome(page, False, reason, error_class, retryable) for page in chunked}
+    written: dict[str, bool | Outcome] = {}
+    for page, chunks in chunked.items():
+        try:
+            written[page] = queue.complete_chunking(worker_id, page, chunks)
+        except Exception as exc:  # noqa: BLE001
+            written[page] = Outcome(page, False, *classify(exc))
+    return written

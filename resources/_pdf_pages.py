@@ -14,10 +14,10 @@ from pathlib import Path
 from statistics import median
 
 import numpy as np
-import pymupdf
 
 from processing.ocr_layout import OcrBox, boxes_to_markdown, render_zoom
 from processing.page_cleanup import recover_missing_blocks
+from resources.pymupdf_loader import pymupdf
 
 GRAPHICS_LIMIT = 5000  # vector paths on a page beyond which pymupdf4llm ignores drawings (table search)
 OCR_MAX_SIDE = 2400  # px; RapidOCR shrinks bigger images, which also bounds detector memory

@@ -15,6 +15,7 @@ happen in `serve`, after the memory cap and thread counts are in place.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -117,25 +118,18 @@ class _OpenDocument:
 
 class _Worker:
     def __init__(self, settings: dict):
-        import sys
-
-        # PyMuPDF imports its layout package whenever it is installed (pymupdf 2 requires it), and that import loads
-        # an ONNX layout model and its runtime that docqueue never uses (use_layout(False) below): 0.3 s of every
-        # worker's start. Blocked, the import fails as for a missing package, which pymupdf and pymupdf4llm handle.
-        sys.modules.setdefault("pymupdf.layout", None)  # type: ignore[arg-type]
-        import pymupdf
+        # isort: off
+        from resources.pymupdf_loader import pymupdf  # first: pymupdf4llm imports pymupdf too
         import pymupdf4llm
 
-        pymupdf.no_recommend_layout()  # no "consider the layout package" on the worker's stdout
+        # isort: on
         pymupdf.TOOLS.mupdf_display_errors(False)
         pymupdf.TOOLS.mupdf_display_warnings(False)
         pymupdf4llm.use_layout(False)  # the GNN layout engine is slower and trips over broken forms
-        try:
+        with contextlib.suppress(ImportError):
             import cv2
 
             cv2.setNumThreads(int(settings["threads"]))
-        except ImportError:
-            pass
         self.pymupdf = pymupdf
         self.settings = settings
         self._ocr = None

@@ -16,10 +16,9 @@ import signal
 import subprocess
 import time
 
-import pymupdf
-
 from processing.ocr_layout import render_zoom, tesseract_markdown
 from resources._pdf_pages import OcrEngine, PageConversionError
+from resources.pymupdf_loader import pymupdf
 
 METHOD = "ocr:tesseract"
 LIST_TIMEOUT_S = 30.0

@@ -1,11 +1,10 @@
-"""How a batch of chunked pages is written (orchestration.pipeline.Pipeline._write_chunks), with the queue replaced
+"""How a batch of chunked pages is written (orchestration.task_outcomes.write_chunked_pages), with the queue replaced
 by a scripted one: one transaction for the batch; when it fails for a reason that may lie in one page, each page
 alone, so that page fails by itself; when a service is down, every page fails at once without a page-by-page retry."""
 
 from __future__ import annotations
 
-from orchestration.pipeline import Pipeline
-from orchestration.task_outcomes import Outcome
+from orchestration.task_outcomes import Outcome, write_chunked_pages
 
 
 class Queue:
@@ -31,13 +30,13 @@ PAGES = {"p1": [{"chunk_index": 0}], "p2": [{"chunk_index": 0}], "p3": []}
 
 def test_a_batch_is_one_write_and_a_page_taken_over_is_refused_alone():
     queue = Queue(lost={"p2"})
-    assert Pipeline(queue)._write_chunks("w", PAGES) == {"p1": True, "p2": False, "p3": True}
+    assert write_chunked_pages(queue, "w", PAGES) == {"p1": True, "p2": False, "p3": True}
     assert queue.calls == [("batch", ["p1", "p2", "p3"])]
 
 
 def test_a_failing_batch_is_written_page_by_page_and_only_the_bad_page_fails():
     queue = Queue(batch_error=ValueError("one page's rows are refused"), bad_page="p2")
-    written = Pipeline(queue)._write_chunks("w", PAGES)
+    written = write_chunked_pages(queue, "w", PAGES)
     assert written["p1"] is True and written["p3"] is True
     assert isinstance(written["p2"], Outcome) and not written["p2"].ok and "refused" in written["p2"].error
     assert [kind for kind, _ in queue.calls] == ["batch", "page", "page", "page"]
@@ -45,6 +44,6 @@ def test_a_failing_batch_is_written_page_by_page_and_only_the_bad_page_fails():
 
 def test_a_service_down_fails_every_page_without_a_page_by_page_retry():
     queue = Queue(batch_error=ConnectionRefusedError("the queue database is down"))
-    written = Pipeline(queue)._write_chunks("w", PAGES)
+    written = write_chunked_pages(queue, "w", PAGES)
     assert all(isinstance(o, Outcome) and o.error_class == "connection" and o.retryable for o in written.values())
     assert queue.calls == [("batch", ["p1", "p2", "p3"])]
