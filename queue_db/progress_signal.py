@@ -14,6 +14,7 @@ per task.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from enum import Enum
@@ -53,6 +54,7 @@ class ProgressListener:
 
     def _listening(self) -> psycopg.Connection | None:
         if self._pg is None:
+            raw = None
             try:
                 raw = self._engine.raw_connection()
                 pg = raw.driver_connection
@@ -63,6 +65,9 @@ class ProgressListener:
                     pg.autocommit = True
                 pg.execute(f"LISTEN {CHANNEL}")
             except (sa.exc.DBAPIError, psycopg.Error):
+                if raw is not None:  # a connection that could not listen is not kept open
+                    with contextlib.suppress(psycopg.Error):
+                        raw.close()
                 return None
             self._raw, self._pg = raw, pg
         return self._pg
@@ -99,10 +104,8 @@ class ProgressListener:
     def close(self) -> None:
         raw, self._raw, self._pg = self._raw, None, None
         if raw is not None:
-            try:
+            with contextlib.suppress(psycopg.Error):
                 raw.close()
-            except psycopg.Error:
-                pass
 
     def __enter__(self) -> "ProgressListener":
         return self
