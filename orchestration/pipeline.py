@@ -14,14 +14,14 @@ import time
 from functools import cached_property
 from typing import Sequence
 
-from orchestration.failures import SERVICE_ERROR_CLASSES, classify, within
+from orchestration.failures import classify, within
 from orchestration.page_reading import PageReader
 from orchestration.task_outcomes import (
     Outcome,
     PageLimits,
     VectorCopy,
+    batch_then_one_by_one,
     json_safe,
-    one_by_one,
     textless_outcome,
     write_chunked_pages,
 )
@@ -298,11 +298,11 @@ class Pipeline:
             except Exception as exc:  # noqa: BLE001
                 reason, error_class, retryable = classify(exc)
                 outcomes[str(task["id"])] = Outcome(task["id"], False, reason, error_class, retryable)
-        for page, accepted in write_chunked_pages(self.queue, worker_id, chunked).items():
-            if isinstance(accepted, Outcome):  # the page's own write failed
-                outcomes[page] = accepted
-            else:
-                outcomes[page].rejected = not accepted
+        for page, written in write_chunked_pages(self.queue, worker_id, chunked).items():
+            if written.ok:
+                outcomes[page].rejected = written.rejected
+            else:  # the page's own write failed
+                outcomes[page] = written
         return self._finish(VECTOR_PAGE, worker_id, [outcomes[str(t["id"])] for t in tasks], {})
 
     def embed_chunks(self, worker_id: str, tasks: Sequence[dict]) -> list[Outcome]:
@@ -456,9 +456,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------------ batches
     def _settle_batch(self, kind: TaskKind, worker_id: str, tasks: Sequence[dict], work) -> list[Outcome]:
-        """Run `work` over a batch of chunk tasks and settle them. A batch failing for a reason that may lie in one
-        chunk (not an unreachable service, not a time limit) is redone one task at a time, so one bad chunk fails
-        alone instead of failing, and spending a retry of, every other chunk of its batch."""
+        """Run `work` over a batch of chunk tasks (batch_then_one_by_one: one bad chunk fails alone) and settle them."""
         if not tasks:
             return []
         textless = [t for t in tasks if not (t.get("content") or "").strip()]
@@ -468,15 +466,7 @@ class Pipeline:
                 *self._finish(kind, worker_id, [textless_outcome(t) for t in textless], {}),
                 *self._settle_batch(kind, worker_id, [t for t in tasks if str(t["id"]) not in skipped], work),
             ]
-        try:
-            outcomes, results = work(worker_id, tasks)
-        except Exception as exc:  # noqa: BLE001 - the store or model failing fails the batch, retryably
-            reason, error_class, retryable = classify(exc)
-            if len(tasks) == 1 or error_class in SERVICE_ERROR_CLASSES:
-                return self._finish(
-                    kind, worker_id, [Outcome(t["id"], False, reason, error_class, retryable) for t in tasks], {}
-                )
-            outcomes, results = one_by_one(worker_id, tasks, work)
+        outcomes, results = batch_then_one_by_one(worker_id, tasks, work)
         return self._finish(kind, worker_id, outcomes, results)
 
 

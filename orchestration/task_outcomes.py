@@ -99,23 +99,28 @@ def one_by_one(worker_id: str, tasks: Sequence[dict], work) -> tuple[list[Outcom
     return outcomes, results
 
 
-def write_chunked_pages(queue, worker_id: str, chunked: dict[str, list[dict]]) -> dict[str, bool | Outcome]:
-    """Each page's chunk tasks written (TaskQueue.complete_chunkings, one transaction): page -> accepted (its claim
-    still held), or the failure of its write. A batch failing for a reason that may lie in one page (not an
-    unreachable service) is written again page by page, so that page fails alone."""
-    if not chunked:
-        return {}
+def batch_then_one_by_one(worker_id: str, tasks: Sequence[dict], work) -> tuple[list[Outcome], dict[str, dict]]:
+    """`work` over the whole batch. A batch failing for a reason that may lie in one task (not an unreachable
+    service, not a time limit) is redone one task at a time (one_by_one), so one bad task fails alone instead of
+    failing, and spending a retry of, every other task of its batch."""
     try:
-        accepted = queue.complete_chunkings(worker_id, chunked)
-        return {page: page in accepted for page in chunked}
-    except Exception as exc:  # noqa: BLE001
+        return work(worker_id, tasks)
+    except Exception as exc:  # noqa: BLE001 - the store or model failing fails the batch, retryably
         reason, error_class, retryable = classify(exc)
-        if len(chunked) == 1 or error_class in SERVICE_ERROR_CLASSES:
-            return {page: Outcome(page, False, reason, error_class, retryable) for page in chunked}
-    written: dict[str, bool | Outcome] = {}
-    for page, chunks in chunked.items():
-        try:
-            written[page] = queue.complete_chunking(worker_id, page, chunks)
-        except Exception as exc:  # noqa: BLE001
-            written[page] = Outcome(page, False, *classify(exc))
-    return written
+        if len(tasks) == 1 or error_class in SERVICE_ERROR_CLASSES:
+            return [Outcome(t["id"], False, reason, error_class, retryable) for t in tasks], {}
+        return one_by_one(worker_id, tasks, work)
+
+
+def write_chunked_pages(queue, worker_id: str, chunked: dict[str, list[dict]]) -> dict[str, Outcome]:
+    """Each page's chunk tasks written (TaskQueue.complete_chunkings, the batch in one transaction, page by page
+    when it fails: batch_then_one_by_one): page -> its write's outcome, `rejected` when its claim was no longer
+    held."""
+
+    def write(worker_id: str, pages: Sequence[dict]) -> tuple[list[Outcome], dict[str, dict]]:
+        accepted = queue.complete_chunkings(worker_id, {p["id"]: p["chunks"] for p in pages})
+        return [Outcome(p["id"], True, rejected=p["id"] not in accepted) for p in pages], {}
+
+    pages = [{"id": page, "chunks": chunks} for page, chunks in chunked.items()]
+    outcomes, _ = batch_then_one_by_one(worker_id, pages, write) if pages else ([], {})
+    return {o.id: o for o in outcomes}

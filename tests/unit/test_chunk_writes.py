@@ -8,21 +8,20 @@ from orchestration.task_outcomes import Outcome, write_chunked_pages
 
 
 class Queue:
+    """complete_chunkings as the queue has it; a write of one page is the page-by-page retry."""
+
     def __init__(self, batch_error: Exception | None = None, bad_page: str | None = None, lost: set[str] = frozenset()):
         self.batch_error, self.bad_page, self.lost = batch_error, bad_page, set(lost)
         self.calls: list[tuple[str, list[str]]] = []
 
     def complete_chunkings(self, worker_id, pages):
-        self.calls.append(("batch", sorted(pages)))
-        if self.batch_error is not None:
+        alone = len(pages) == 1
+        self.calls.append(("page" if alone else "batch", sorted(pages)))
+        if not alone and self.batch_error is not None:
             raise self.batch_error
-        return {page for page in pages if page not in self.lost}
-
-    def complete_chunking(self, worker_id, page, chunks):
-        self.calls.append(("page", [page]))
-        if page == self.bad_page:
+        if alone and self.bad_page in pages:
             raise ValueError("this page's rows are refused")
-        return page not in self.lost
+        return {page for page in pages if page not in self.lost}
 
 
 PAGES = {"p1": [{"chunk_index": 0}], "p2": [{"chunk_index": 0}], "p3": []}
@@ -30,14 +29,20 @@ PAGES = {"p1": [{"chunk_index": 0}], "p2": [{"chunk_index": 0}], "p3": []}
 
 def test_a_batch_is_one_write_and_a_page_taken_over_is_refused_alone():
     queue = Queue(lost={"p2"})
-    assert write_chunked_pages(queue, "w", PAGES) == {"p1": True, "p2": False, "p3": True}
+    written = write_chunked_pages(queue, "w", PAGES)
+    assert {page: (o.ok, o.rejected) for page, o in written.items()} == {
+        "p1": (True, False),
+        "p2": (True, True),
+        "p3": (True, False),
+    }
     assert queue.calls == [("batch", ["p1", "p2", "p3"])]
 
 
 def test_a_failing_batch_is_written_page_by_page_and_only_the_bad_page_fails():
     queue = Queue(batch_error=ValueError("one page's rows are refused"), bad_page="p2")
     written = write_chunked_pages(queue, "w", PAGES)
-    assert written["p1"] is True and written["p3"] is True
+    assert (written["p1"].ok, written["p1"].rejected) == (True, False)
+    assert (written["p3"].ok, written["p3"].rejected) == (True, False)
     assert isinstance(written["p2"], Outcome) and not written["p2"].ok and "refused" in written["p2"].error
     assert [kind for kind, _ in queue.calls] == ["batch", "page", "page", "page"]
 
