@@ -20,6 +20,7 @@ from queue_db.partition_keys import (
     rollup_candidates,
 )
 from queue_db.phases import PHASES, PhaseRegistry, PhaseSpec, TaskKind
+from queue_db.run_costs import RunCost, sized_keys
 from queue_db.service_config import DagsterConfig
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -122,6 +123,41 @@ def candidate_limit(max_runs: int, max_keys: int, in_flight: dict[int, list[tupl
     return max_runs * max_keys + covered
 
 
+@dataclass(frozen=True)
+class RunSizing:
+    """How the runs of a kind are sized: its measured cost (queue_db.run_costs; None before its first run), the
+    share of a run's work its fixed cost may be (DOCQUEUE_RUN_OVERHEAD_SHARE) and the runs of the kind that may go
+    at once (`slots`: its pool's limit under the daemon, 1 for a `docqueue run` runner, which runs one at a time)."""
+
+    cost: RunCost | None = None
+    overhead_share: float = 0.0
+    slots: int = 1
+
+    def keys(self, max_keys: int, ready: int | None = None, slots: int | None = None) -> int:
+        return sized_keys(
+            self.cost,
+            max_keys=max_keys,
+            overhead_share=self.overhead_share,
+            ready=ready,
+            slots=self.slots if slots is None else slots,
+        )
+
+
+def pool_slots(instance: dg.DagsterInstance, pool: str | None) -> int:
+    """Runs of a pool that may go at once: the pool's limit (its own, or the instance's default for pools), and at
+    most the run queue's `max_concurrent_runs`. 1 when the instance cannot tell."""
+    try:
+        runs = instance.get_concurrency_config().run_queue_config
+        limit = runs.max_concurrent_runs if runs and runs.max_concurrent_runs > 0 else None
+        if pool:
+            info = instance.event_log_storage.get_concurrency_info(pool)
+            pool_limit = info.limit if info.limit is not None else info.slot_count
+            limit = pool_limit if limit is None else min(limit, pool_limit)
+        return max(1, int(limit or 1))
+    except Exception:  # noqa: BLE001  (an instance without concurrency support plans as if one run went at once)
+        return 1
+
+
 def plan_runs(
     engine: sa.Engine,
     kind: TaskKind,
@@ -131,13 +167,21 @@ def plan_runs(
     max_runs: int = 25,
     share: BlockShare | None = None,
     documents=None,
+    sizing: RunSizing | None = None,
 ) -> list[PlannedRun]:
     """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first; `max_keys` is
-    `max_keys_per_run` of the settings."""
-    share = share.for_runs_of(max_keys) if share else None
-    candidates = ready_candidates(engine, kind, candidate_limit(max_runs, max_keys, in_flight), documents, share)
+    `max_keys_per_run` of the settings, and `sizing` (its measured cost) may make runs smaller (queue_db.run_costs).
+    When what is ready would fill fewer runs than the free slots, it is spread over them."""
+    sizing = sizing or RunSizing()
+    keys = sizing.keys(max_keys)
+    share = share.for_runs_of(keys) if share else None
+    candidates = ready_candidates(engine, kind, candidate_limit(max_runs, keys, in_flight), documents, share)
+    if sizing.slots > 1:
+        busy = sum(len(ranges) for ranges in (in_flight or {}).values())
+        ready = sum(1 for c in candidates if not _covered(c, in_flight or {}))
+        keys = sizing.keys(max_keys, ready=ready, slots=max(1, sizing.slots - busy))
     return group_into_runs(
-        candidates, kind.name, kind.phase.name, max_keys=max_keys, in_flight=in_flight, max_runs=max_runs
+        candidates, kind.name, kind.phase.name, max_keys=keys, in_flight=in_flight, max_runs=max_runs
     )
 
 

@@ -27,6 +27,7 @@ from orchestration.planning import (
     IN_FLIGHT_STATUSES,
     SETTLE_LIMIT,
     PlannedRun,
+    RunSizing,
     in_flight_positions,
     max_keys_per_run,
     plan_rollup_runs,
@@ -38,6 +39,7 @@ from queue_db.partition_keys import BlockShare, settle_known_failures
 from queue_db.phases import PHASES, Level, PhaseRegistry
 from queue_db.progress_signal import ProgressListener, announce
 from queue_db.queue import TaskQueue
+from queue_db.run_costs import run_costs
 from queue_db.run_scope import still_unfinished
 from queue_db.service_config import DagsterConfig
 from resources.folder_lock import QdrantStorageBusy
@@ -166,16 +168,19 @@ def plan_next(
     *,
     dagster: DagsterConfig,
     phases: PhaseRegistry = PHASES,
+    slots: int = 1,
 ) -> list[PlannedRun]:
     """One planning round over every kind in phase order, then the roll-ups. Called between runs only.
     `documents`: only these documents' tasks and roll-ups are planned (`docqueue run --max-docs`); `dagster`: the
-    settings of the runs' sizes (DOCQUEUE_RUN_MAX_KEYS_<KIND>)."""
+    settings of the runs' sizes (DOCQUEUE_RUN_MAX_KEYS_<KIND>, DOCQUEUE_RUN_OVERHEAD_SHARE); `slots`: runs of a kind
+    the caller keeps going at once (a runner runs one at a time; its siblings plan their own shares)."""
     fail_abandoned_runs(instance, between_runs=True)
     planned: list[PlannedRun] = []
     for level in Level:
         register_partitions(instance, queue.engine, level)
     # each kind's runs in flight, read once: its own planning skips their ranges, its phase's roll-ups wait on them
     in_flight = {kind.name: in_flight_positions(instance, kind.name) for spec in phases for kind in spec.kinds}
+    costs = run_costs(queue.engine)
     for spec in phases:
         for kind in spec.kinds:
             planned += plan_runs(
@@ -186,6 +191,7 @@ def plan_next(
                 max_runs=4,
                 share=share,
                 documents=documents,
+                sizing=RunSizing(costs.get(kind.name), dagster.run_overhead_share, slots),
             )
     for spec in phases:
         # a failure the roll-up already shows needs no roll-up run (the sensors do the same)

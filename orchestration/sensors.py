@@ -17,7 +17,15 @@ from orchestration.assets.rollups import rollup_asset_name, rollup_run_name
 from orchestration.intake import IntakeRules, ingest_file, iter_files
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
-from orchestration.planning import SETTLE_LIMIT, in_flight_positions, max_keys_per_run, plan_rollup_runs, plan_runs
+from orchestration.planning import (
+    SETTLE_LIMIT,
+    RunSizing,
+    in_flight_positions,
+    max_keys_per_run,
+    plan_rollup_runs,
+    plan_runs,
+    pool_slots,
+)
 from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
 from orchestration.sensor_ticks import surviving_database
 from queue_db.config import QueueConfig, Settings
@@ -25,6 +33,7 @@ from queue_db.inbox import remember, unchanged
 from queue_db.partition_keys import rollup_backlog, settle_known_failures
 from queue_db.phases import Level, PhaseRegistry, PhaseSpec, TaskKind
 from queue_db.queue import source_path_text
+from queue_db.run_costs import run_costs
 from resources.database import DatabaseResource
 from resources.storage_resource import StorageResource
 
@@ -38,7 +47,7 @@ def _requests(planned) -> list[dg.RunRequest]:
 
 def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
     enabled, max_runs = settings.queue.enabled, settings.dagster.sensor_max_runs
-    max_keys = max_keys_per_run(settings.dagster, kind)
+    max_keys, overhead_share = max_keys_per_run(settings.dagster, kind), settings.dagster.run_overhead_share
 
     @dg.sensor(
         name=f"{kind.name}_sensor",
@@ -51,22 +60,33 @@ def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
     def sensor(context: SensorEvaluationContext, database: DatabaseResource):
         if not enabled:
             return dg.SkipReason(QueueConfig.disabled_reason)
-        return surviving_database(context, lambda: _plan_kind(context, database, kind, max_keys, max_runs))
+        return surviving_database(
+            context, lambda: _plan_kind(context, database, kind, max_keys, max_runs, overhead_share)
+        )
 
     return sensor
 
 
 def _plan_kind(
-    context: SensorEvaluationContext, database: DatabaseResource, kind: TaskKind, max_keys: int, max_runs: int
+    context: SensorEvaluationContext,
+    database: DatabaseResource,
+    kind: TaskKind,
+    max_keys: int,
+    max_runs: int,
+    overhead_share: float,
 ):
     queue = database.get_queue()
     registered = register_partitions(context.instance, queue.engine, kind.level)
+    sizing = RunSizing(
+        run_costs(queue.engine).get(kind.name), overhead_share, pool_slots(context.instance, kind.phase.pool)
+    )
     planned = plan_runs(
         queue.engine,
         kind,
         in_flight=in_flight_positions(context.instance, kind.name),
         max_keys=max_keys,
         max_runs=max_runs,
+        sizing=sizing,
     )
     if not planned:
         known = f" ({registered} partitions registered)" if registered else ""

@@ -197,6 +197,15 @@ class DagsterConfig(SettingsGroup):
     max_keys_graphrag_chunk: int = _var(
         1000, "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK", "partitions per GRAPHRAG_CHUNK run", ge=1
     )
+    run_overhead_share: float = _var(
+        0.05,
+        "DOCQUEUE_RUN_OVERHEAD_SHARE",
+        "the share of a run's work its fixed cost may be: runs are sized from what each kind's runs measure "
+        "(seconds a key, seconds before the work), up to DOCQUEUE_RUN_MAX_KEYS_<KIND>, and spread over the runs "
+        "that may go at once when little is ready; 0 sizes every run at its maximum",
+        ge=0,
+        le=1,
+    )
     rollup_hold_s: float = _var(
         15.0,
         "DOCQUEUE_ROLLUP_HOLD_S",

@@ -26,6 +26,7 @@ from queue_db.heartbeat import Heartbeat
 from queue_db.partition_keys import rows_for_keys
 from queue_db.phases import PHASES, PhaseRegistry, TaskKind
 from queue_db.queue import TaskQueue, make_worker_id
+from queue_db.run_costs import record_run_cost
 
 CLAIM_BATCH = {"ocr_document": 4, "ocr_page": 4, "vector_page": 25, "vector_chunk": 64, "graphrag_chunk": 64}
 # tasks per claim of a kind the table above does not name (a phase added by its spec and handler alone)
@@ -315,10 +316,26 @@ def _fail_range(
     )
 
 
+def measure_run_cost(context: dg.AssetExecutionContext, queue: TaskQueue, kind: TaskKind, keys: int, began: float):
+    """Record what this run cost (queue_db.run_costs): the seconds from the run's start to `began`, when its work
+    began, and the seconds of work since, over its `keys` keys. The run's start is when its process started it (the
+    run record's start time), so the launch before it, and the run's end after its step, are not counted."""
+    try:
+        record = context.instance.get_run_record_by_id(context.run_id)
+        started = record.start_time if record is not None else None
+        if started is None:
+            return
+        overhead_s = max(0.0, began - started)
+        record_run_cost(queue.engine, kind.name, keys=keys, work_s=time.time() - began, overhead_s=overhead_s)
+    except Exception as exc:  # noqa: BLE001  (a figure not recorded costs the next runs their size, not this run)
+        context.log.warning(f"run cost of {kind.name} not recorded: {type(exc).__name__}: {exc}")
+
+
 def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: TaskQueue, pipeline, after=None):
     """The body every task asset shares. `pipeline` processes claimed tasks (`process(kind, worker_id, tasks)`:
     a Pipeline, or assets.handlers.HandledTasks); `after(report)` runs once the tasks are settled (register
     children)."""
+    began = time.time()
     keys = list(context.partition_keys)
     manual = is_manual_run(dict(context.run.tags))
     tag_launched_run(context, kind.name, kind.phase.name, kind.level.value)
@@ -354,6 +371,7 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
         "error_classes": dict(Counter(o.error_class for o in report.failed.values())),
     }
     context.log.info(f"{kind.name} range {keys[0]} .. {keys[-1]}: {summary}")
+    measure_run_cost(context, queue, kind, len(keys), began)
     if failing:
         # a failed batch's summary goes with its failure (the step's failure event carries it), not as an
         # observation the UI would show like any other

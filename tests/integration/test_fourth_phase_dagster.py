@@ -22,6 +22,7 @@ from queue_db.keys import chunk_partition_key
 from queue_db.migrate import upgrade
 from queue_db.phases import GRAPHRAG_CHUNK, Level
 from queue_db.queue import TaskQueue, make_worker_id
+from queue_db.run_costs import run_costs
 from tests.integration.test_fourth_phase import REGISTRY, SUMMARY, SUMMARY_CHUNK, _graph_indexed, summarize
 from tests.integration.test_sensors import tick
 
@@ -130,6 +131,9 @@ def test_the_sensor_requests_ranged_runs_that_materialize_the_ready_summaries(su
             "SELECT count(*) FROM task_queue_chunk WHERE summary_status = 'completed' AND summary_text IS NOT NULL"
         ).scalar()
     assert summarized == 3
+    # every run measured its cost for the planners: a row for the new kind, as for any other
+    cost = run_costs(queue.engine)["summary_chunk"]
+    assert cost.runs == len(requests) and cost.key_seconds > 0 and cost.overhead_seconds >= 0
     assert not tick(defs, instance, "summary_chunk_sensor").run_requests  # nothing ready is left
     assert not tick(defs, instance, "rollup_summary_sensor").run_requests  # the document's phase is open
 

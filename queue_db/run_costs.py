@@ -1,0 +1,75 @@
+"""What a run of each task kind costs, and the run size that keeps its fixed part a small share of it.
+
+Every run of a task kind measures two things (orchestration.assets.common.materialize_range): the seconds from the
+run's start to its work's start (launch, plan, resources, the executor's hand-over: the part every run pays
+whatever it holds) and the seconds of work per partition key (claims, the work, settling, the per-key events).
+`record_run_cost` folds them into the kind's one row of `run_costs` as a moving average, so the figures follow the
+machine and the corpus without growing with either. The planners read the row (`run_costs`) and size the next runs
+with `sized_keys`: OCR of scans, seconds a page, gets runs of a few pages that spread over every worker; text pages
+and chunks, milliseconds a key, get runs large enough that their fixed cost is a small share.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+# weight of the newest run in the moving average: the figures follow a change of corpus within a few runs, and one
+# run slowed by a neighbour moves them by a quarter of its difference
+NEWEST_WEIGHT = 0.25
+
+_RECORD_SQL = """
+    INSERT INTO run_costs AS r (kind, key_seconds, overhead_seconds, runs, updated_at)
+    VALUES (%(kind)s, %(key_s)s, %(overhead_s)s, 1, now())
+    ON CONFLICT (kind) DO UPDATE SET
+        key_seconds = r.key_seconds * (1 - %(w)s) + EXCLUDED.key_seconds * %(w)s,
+        overhead_seconds = r.overhead_seconds * (1 - %(w)s) + EXCLUDED.overhead_seconds * %(w)s,
+        runs = r.runs + 1,
+        updated_at = now()"""
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """A kind's measured run: seconds of work per partition key and seconds a run spends before its work."""
+
+    key_seconds: float
+    overhead_seconds: float
+    runs: int = 1
+
+
+def record_run_cost(engine: sa.Engine, kind: str, *, keys: int, work_s: float, overhead_s: float) -> None:
+    """Fold one run of `kind` (its `keys` partition keys took `work_s` seconds of work, after `overhead_s` seconds
+    of the run before it) into the kind's figures. A run with no keys measures nothing and is not recorded."""
+    if keys <= 0:
+        return
+    params = {"kind": kind, "key_s": max(0.0, work_s) / keys, "overhead_s": max(0.0, overhead_s), "w": NEWEST_WEIGHT}
+    with engine.begin() as conn:
+        conn.exec_driver_sql(_RECORD_SQL, params)
+
+
+def run_costs(engine: sa.Engine) -> dict[str, RunCost]:
+    """Every kind's measured run (one row a kind)."""
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT kind, key_seconds, overhead_seconds, runs FROM run_costs").all()
+    return {kind: RunCost(float(key_s), float(overhead_s), int(runs)) for kind, key_s, overhead_s, runs in rows}
+
+
+def sized_keys(
+    cost: RunCost | None, *, max_keys: int, overhead_share: float, ready: int | None = None, slots: int = 1
+) -> int:
+    """Partition keys for the next runs of a kind that costs `cost`.
+
+    A run holds enough keys that its fixed cost is at most `overhead_share` of its work, and at most `max_keys`
+    (DOCQUEUE_RUN_MAX_KEYS_<KIND>, which bounds what one failed run retries). Without a measured run, or with
+    sizing off (`overhead_share` 0), runs hold `max_keys`. When `ready` keys would fill fewer than `slots` such
+    runs (the runs of the kind that may go at once), they are spread over the slots instead, as long as each run
+    still does at least as much work as its fixed cost: idle slots would cost more than a larger share."""
+    if cost is None or overhead_share <= 0 or cost.key_seconds <= 0:
+        return max_keys
+    keys = min(max_keys, max(1, math.ceil(cost.overhead_seconds / (overhead_share * cost.key_seconds))))
+    if ready is not None and slots > 1 and ready < slots * keys:
+        least = min(keys, max(1, math.ceil(cost.overhead_seconds / cost.key_seconds)))
+        keys = max(least, math.ceil(ready / slots))
+    return keys
