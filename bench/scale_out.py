@@ -30,7 +30,7 @@ comes from its log. From celery-1's figures, two workers on two cores can be at 
   speedup_2_vs_1      celery-1 time / celery-2 time (target >= 1.6)
   celery_overhead_1w  celery-1 time / inproc-1 time (target <= 1.15)
 
-  .venv/bin/python bench/scale_out.py [--documents 20] [--pages 10] [--page-keys 10] [--chunk-keys 40]
+  .venv/bin/python bench/scale_out.py [--documents 20] [--pages 10] [--page-keys 0] [--chunk-keys 0]
         [--scanned] [--runs-per-worker 2] [--hosts namespaces|loopback] [--run-start forkserver|spawn]
         [--admin-url URL]
 
@@ -73,7 +73,6 @@ ONE_THREAD = {
 ONE_THREAD.update({"TOKENIZERS_PARALLELISM": "false", "DOCQUEUE_EMBED_THREADS": "1"})
 
 
-# ranges small enough that two workers always have a run each; the same for every variant (--page-keys, --chunk-keys)
 def scanned_copies(folder: Path, dpi: int = 150) -> None:
     """Replace every PDF in `folder` by a scan of itself: each page a grey picture at `dpi`, no text layer, so that
     every page goes through OCR (the phase that outgrows a machine first)."""
@@ -91,12 +90,14 @@ def scanned_copies(folder: Path, dpi: int = 150) -> None:
 
 
 def run_keys(page_keys: int, chunk_keys: int) -> dict[str, str]:
-    return {
-        "DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": str(page_keys),
-        "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": str(page_keys),
-        "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": str(chunk_keys),
-        "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": str(chunk_keys),
+    """The maxima of keys per run the bench sets; 0 leaves a kind's to the product's setting."""
+    keys = {
+        "DOCQUEUE_RUN_MAX_KEYS_OCR_PAGE": page_keys,
+        "DOCQUEUE_RUN_MAX_KEYS_VECTOR_PAGE": page_keys,
+        "DOCQUEUE_RUN_MAX_KEYS_VECTOR_CHUNK": chunk_keys,
+        "DOCQUEUE_RUN_MAX_KEYS_GRAPHRAG_CHUNK": chunk_keys,
     }
+    return {name: str(value) for name, value in keys.items() if value > 0}
 
 
 # ------------------------------------------------------------------------------------------------ the children
@@ -170,7 +171,8 @@ def drive_celery(in_flight: int) -> dict:
     while True:
         if len(running) < in_flight:
             busy = set(running.values())
-            for run in plan_next(queue, instance, dagster=Settings.from_env().dagster):
+            # the driver keeps `in_flight` runs going, as the pools' limits let the daemon: the runs are sized for it
+            for run in plan_next(queue, instance, dagster=Settings.from_env().dagster, slots=in_flight):
                 ident = (run.name, run.block, run.start_pos, run.end_pos)
                 if len(running) >= in_flight:
                     break
@@ -194,7 +196,7 @@ def drive_celery(in_flight: int) -> dict:
         time.sleep(0.5)
     seconds = time.perf_counter() - started
     instance.dispose()
-    return {"documents": documents, "seconds": seconds, "runs": runs, "failed_runs": failed}
+    return {"documents": documents, "seconds": seconds, "runs": runs, "failed_runs": failed, **_sizes(queue)}
 
 
 def drive_in_process() -> dict:
@@ -216,7 +218,25 @@ def drive_in_process() -> dict:
     report = run_until_idle(defs, instance, queue, settings=Settings.from_env(), until_idle=True, poll_s=0.5)
     seconds = time.perf_counter() - started
     instance.dispose()
-    return {"documents": documents, "seconds": seconds, "runs": report.runs, "failed_runs": report.failed_runs}
+    return {
+        "documents": documents,
+        "seconds": seconds,
+        "runs": report.runs,
+        "failed_runs": report.failed_runs,
+        **_sizes(queue),
+    }
+
+
+def _sizes(queue) -> dict:
+    """What the planners sized the runs by at the end (queue_db.run_costs): per kind, ms a key and s before the work."""
+    from queue_db.run_costs import run_costs
+
+    return {
+        "run_costs": {
+            kind: {"key_ms": round(c.key_seconds * 1000, 2), "overhead_s": round(c.overhead_seconds, 3), "runs": c.runs}
+            for kind, c in run_costs(queue.engine).items()
+        }
+    }
 
 
 def child_main(variant: str) -> None:
@@ -694,6 +714,7 @@ def parent_main(args) -> None:
             "speedup_2_vs_1": round(one / two, 3),
             "celery_overhead_1w": round(one / inproc, 3),
             "runs": {v: r["runs"] for v, r in results.items()},
+            "run_costs": {v: r.get("run_costs", {}) for v, r in results.items()},
             "cores": os.cpu_count(),
             "cpu": {v: r["cpu"] for v, r in results.items()},
             "worker_steps": {v: r["steps"] for v, r in results.items() if r["steps"]},
@@ -712,8 +733,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--documents", type=int, default=20)
     parser.add_argument("--pages", type=int, default=10)
-    parser.add_argument("--page-keys", type=int, default=10, help="pages per OCR and chunking run")
-    parser.add_argument("--chunk-keys", type=int, default=40, help="chunks per embedding and extraction run")
+    parser.add_argument(
+        "--page-keys",
+        type=int,
+        default=0,
+        help="at most this many pages per OCR and chunking run (0: the product's DOCQUEUE_RUN_MAX_KEYS_*); below it "
+        "runs are sized from what they measure (DOCQUEUE_RUN_OVERHEAD_SHARE, 0 turns that off)",
+    )
+    parser.add_argument(
+        "--chunk-keys", type=int, default=0, help="at most this many chunks per embedding and extraction run (0: same)"
+    )
     parser.add_argument(
         "--scanned", action="store_true", help="every page a scan without a text layer, so that every page is OCRed"
     )

@@ -92,6 +92,9 @@ def test_qdrant_and_bolt_outages_are_retried_until_the_services_are_back(pipelin
         "MAX_TASK_RETRIES": "6",
         "DOCQUEUE_RETRY_BACKOFF_BASE": "0.2",
         "DOCQUEUE_RETRY_BACKOFF_MAX": "1",
+        # runs of the maximum size: one run a phase meets every chunk during each outage, as the scenario counts
+        # (sized runs would leave some chunks to runs after the service is back)
+        "DOCQUEUE_RUN_OVERHEAD_SHARE": "0",
     }.items():
         monkeypatch.setenv(name, value)
     # the settings above: the queue's retries and back-off, the graph's address, the store's lock timeout

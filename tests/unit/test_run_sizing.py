@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from queue_db.run_costs import RunCost, sized_keys
+from queue_db.run_costs import FIRST_RUNS_FRACTION, RunCost, sized_keys
 
 
-def test_without_a_measured_run_or_with_sizing_off_runs_hold_their_maximum():
-    assert sized_keys(None, max_keys=100, overhead_share=0.05) == 100
+def test_with_sizing_off_runs_hold_their_maximum_and_before_a_measured_run_a_small_part_of_it():
     assert sized_keys(RunCost(0.01, 0.5), max_keys=100, overhead_share=0.0) == 100
-    assert sized_keys(RunCost(0.0, 0.5), max_keys=100, overhead_share=0.05) == 100
+    assert sized_keys(None, max_keys=100, overhead_share=0.0) == 100
+    assert sized_keys(None, max_keys=100, overhead_share=0.05) == 100 // FIRST_RUNS_FRACTION
+    assert sized_keys(RunCost(0.0, 0.5), max_keys=100, overhead_share=0.05) == 100 // FIRST_RUNS_FRACTION
+    assert sized_keys(None, max_keys=10, overhead_share=0.05) == 1
 
 
 def test_a_run_holds_enough_keys_that_its_fixed_cost_is_the_share_of_its_work():
