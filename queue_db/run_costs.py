@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-# a kind's runs before its first measured one hold this fraction of its maximum: they measure it at the cost of a
-# few runs' fixed part, where a first run of the maximum could be one worker's share of everything there is (24
-# scanned pages are a 100-page run's quarter, and a single run)
-FIRST_RUNS_FRACTION = 25
+# the least fixed cost a run is sized for: what a run measures (its start to its work's start) leaves out its creation,
+# its launch and its end events, which an empty run forked from the launcher's template spends in 0.34 s from
+# launch to end (bench/run_launch.py); the measure alone would size `docqueue run`'s runs for 0.04 s
+LEAST_OVERHEAD_S = 0.3
 # weight of the newest run in the moving average: the figures follow a change of corpus within a few runs, and one
 # run slowed by a neighbour moves them by a quarter of its difference
 NEWEST_WEIGHT = 0.25
@@ -66,17 +66,16 @@ def sized_keys(
     """Partition keys for the next runs of a kind that costs `cost`.
 
     A run holds enough keys that its fixed cost is at most `overhead_share` of its work, and at most `max_keys`
-    (DOCQUEUE_RUN_MAX_KEYS_<KIND>, which bounds what one failed run retries). Before a measured run they hold a
-    `FIRST_RUNS_FRACTION`th of `max_keys`; with sizing off (`overhead_share` 0), `max_keys`. When `ready` keys would
-    fill fewer than `slots` such
+    (DOCQUEUE_RUN_MAX_KEYS_<KIND>, which bounds what one failed run retries); the fixed cost is the measured one, and
+    at least `LEAST_OVERHEAD_S`. Without a measured run, or with sizing off (`overhead_share` 0), runs hold
+    `max_keys`: a first run measures the kind as it is. When `ready` keys would fill fewer than `slots` such
     runs (the runs of the kind that may go at once), they are spread over the slots instead, as long as each run
     still does at least as much work as its fixed cost: idle slots would cost more than a larger share."""
-    if overhead_share <= 0:
+    if cost is None or overhead_share <= 0 or cost.key_seconds <= 0:
         return max_keys
-    if cost is None or cost.key_seconds <= 0:
-        return max(1, max_keys // FIRST_RUNS_FRACTION)
-    keys = min(max_keys, max(1, math.ceil(cost.overhead_seconds / (overhead_share * cost.key_seconds))))
+    overhead_s = max(LEAST_OVERHEAD_S, cost.overhead_seconds)
+    keys = min(max_keys, max(1, math.ceil(overhead_s / (overhead_share * cost.key_seconds))))
     if ready is not None and slots > 1 and ready < slots * keys:
-        least = min(keys, max(1, math.ceil(cost.overhead_seconds / cost.key_seconds)))
+        least = min(keys, max(1, math.ceil(overhead_s / cost.key_seconds)))
         keys = max(least, math.ceil(ready / slots))
     return keys

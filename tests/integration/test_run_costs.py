@@ -40,8 +40,9 @@ def test_planned_runs_take_the_size_the_measured_cost_asks_for(engine):
     record_run_cost(engine, VECTOR_CHUNK.name, keys=10, work_s=10.0, overhead_s=0.5)  # 1 s a key
     sizing = RunSizing(run_costs(engine)[VECTOR_CHUNK.name], overhead_share=0.05)
     assert [r.size for r in plan_runs(engine, VECTOR_CHUNK, max_keys=1000, max_runs=3, sizing=sizing)] == [10] * 3
-    # four slots and 400 keys ready: four runs of 100 rather than one of 400 (sized at 1,000 for 1 ms a key)
-    record_run_cost(engine, "graphrag_chunk", keys=1000, work_s=1.0, overhead_s=0.05)
+    # four slots and 400 keys ready: four runs of 100 rather than one of 400 (sized at 600 for 10 ms a key and the
+    # least fixed cost, 0.3 s)
+    record_run_cost(engine, "graphrag_chunk", keys=100, work_s=1.0, overhead_s=0.05)
     cheap = RunSizing(run_costs(engine)["graphrag_chunk"], overhead_share=0.05, slots=4)
     runs = plan_runs(engine, VECTOR_CHUNK, max_keys=1000, max_runs=10, sizing=cheap)
     assert [(r.start_pos, r.end_pos) for r in runs] == [(0, 99), (100, 199), (200, 299), (300, 399)]

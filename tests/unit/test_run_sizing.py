@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from queue_db.run_costs import FIRST_RUNS_FRACTION, RunCost, sized_keys
+from queue_db.run_costs import LEAST_OVERHEAD_S, RunCost, sized_keys
 
 
-def test_with_sizing_off_runs_hold_their_maximum_and_before_a_measured_run_a_small_part_of_it():
+def test_without_a_measured_run_or_with_sizing_off_runs_hold_their_maximum():
+    assert sized_keys(None, max_keys=100, overhead_share=0.05) == 100
     assert sized_keys(RunCost(0.01, 0.5), max_keys=100, overhead_share=0.0) == 100
-    assert sized_keys(None, max_keys=100, overhead_share=0.0) == 100
-    assert sized_keys(None, max_keys=100, overhead_share=0.05) == 100 // FIRST_RUNS_FRACTION
-    assert sized_keys(RunCost(0.0, 0.5), max_keys=100, overhead_share=0.05) == 100 // FIRST_RUNS_FRACTION
-    assert sized_keys(None, max_keys=10, overhead_share=0.05) == 1
+    assert sized_keys(RunCost(0.0, 0.5), max_keys=100, overhead_share=0.05) == 100
 
 
 def test_a_run_holds_enough_keys_that_its_fixed_cost_is_the_share_of_its_work():
@@ -21,8 +19,9 @@ def test_a_run_holds_enough_keys_that_its_fixed_cost_is_the_share_of_its_work():
     # 20 ms a key: 500 keys wanted, the setting's maximum bounds what one failed run retries
     assert sized_keys(RunCost(0.02, 0.5), max_keys=200, overhead_share=0.05) == 200
     assert sized_keys(RunCost(0.02, 0.5), max_keys=1000, overhead_share=0.05) == 500
-    # a run that costs nothing before its work still holds one key
-    assert sized_keys(RunCost(1.0, 0.0), max_keys=100, overhead_share=0.05) == 1
+    # a run measured at less than the least fixed cost is sized for the least (what the measure leaves out)
+    assert sized_keys(RunCost(1.0, 0.0), max_keys=100, overhead_share=0.05) == round(LEAST_OVERHEAD_S / 0.05)
+    assert sized_keys(RunCost(100.0, 0.0), max_keys=100, overhead_share=0.05) == 1
 
 
 @pytest.mark.parametrize(
