@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import json
 import threading
+import time
 
 from dagster import DagsterInstance
 from dagster import _check as check
@@ -25,6 +26,8 @@ from dagster._serdes import serialize_value, unpack_value
 from dagster_celery.config import TASK_EXECUTE_PLAN_NAME
 from dagster_celery.core_execution_loop import DELEGATE_MARKER
 from dagster_celery.executor import CeleryExecutor
+
+from orchestration.assets.common import mark_step_handed
 
 _instances: dict[str, DagsterInstance] = {}
 _jobs: dict[str, ReconstructableJob] = {}
@@ -71,6 +74,13 @@ def create_step_task(celery_app, **task_kwargs):
 
     @celery_app.task(bind=True, name=TASK_EXECUTE_PLAN_NAME, **task_kwargs)
     def _execute_plan(self, execute_step_args_packed, executable_dict):
+        mark_step_handed(time.time())
+        try:
+            return _execute(self, execute_step_args_packed, executable_dict)
+        finally:
+            mark_step_handed(None)
+
+    def _execute(self, execute_step_args_packed, executable_dict):
         execute_step_args = unpack_value(
             check.dict_param(execute_step_args_packed, "execute_step_args_packed"), as_type=ExecuteStepArgs
         )

@@ -62,14 +62,9 @@ IN_FLIGHT_STATUSES = [
 # (queue_db.partition_keys.settle_known_failures, read through the roll-up index)
 SETTLE_LIMIT = 1000
 
-# keys per run of a kind without its own DOCQUEUE_RUN_MAX_KEYS_<KIND> setting (a phase added by its spec alone)
-DEFAULT_MAX_KEYS = 200
-
 
 def max_keys_per_run(dagster: DagsterConfig, kind: TaskKind) -> int:
     """DOCQUEUE_RUN_MAX_KEYS_<KIND>: partitions per ranged run of `kind`."""
-    if f"max_keys_{kind.name.lower()}" not in DagsterConfig.model_fields:
-        return DEFAULT_MAX_KEYS
     return dagster.max_keys_per_run(kind.name)
 
 
@@ -176,7 +171,7 @@ def plan_runs(
     keys = sizing.keys(max_keys)
     share = share.for_runs_of(keys) if share else None
     candidates = ready_candidates(engine, kind, candidate_limit(max_runs, keys, in_flight), documents, share)
-    if sizing.slots > 1:
+    if sizing.slots > 1 and sizing.overhead_share > 0:
         busy = sum(len(ranges) for ranges in (in_flight or {}).values())
         ready = sum(1 for c in candidates if not _covered(c, in_flight or {}))
         keys = sizing.keys(max_keys, ready=ready, slots=max(1, sizing.slots - busy))

@@ -43,6 +43,13 @@ class RunCost:
     runs: int = 1
 
 
+def seconds_before_work(began: float, run_started: float, handed: float | None = None) -> float:
+    """A run's fixed part as it measures it: from its start (`run_started`, epoch seconds), or from when its step
+    was handed to a worker of its own (`handed`: a Celery worker takes it from the broker, where it may have waited
+    behind other runs' steps, which is the cluster's queue, not this run's cost), to `began`, when its work began."""
+    return max(0.0, began - max(run_started, handed if handed is not None else run_started))
+
+
 def record_run_cost(engine: sa.Engine, kind: str, *, keys: int, work_s: float, overhead_s: float) -> None:
     """Fold one run of `kind` (its `keys` partition keys took `work_s` seconds of work, after `overhead_s` seconds
     of the run before it) into the kind's figures. A run with no keys measures nothing and is not recorded."""
@@ -68,14 +75,40 @@ def sized_keys(
     A run holds enough keys that its fixed cost is at most `overhead_share` of its work, and at most `max_keys`
     (DOCQUEUE_RUN_MAX_KEYS_<KIND>, which bounds what one failed run retries); the fixed cost is the measured one, and
     at least `LEAST_OVERHEAD_S`. Without a measured run, or with sizing off (`overhead_share` 0), runs hold
-    `max_keys`: a first run measures the kind as it is. When `ready` keys would fill fewer than `slots` such
+    `max_keys` (spread over the `slots` when fewer are `ready`): a first run measures the kind as it is. When
+    `ready` keys would fill fewer than `slots` such
     runs (the runs of the kind that may go at once), they are spread over the slots instead, as long as each run
     still does at least as much work as its fixed cost: idle slots would cost more than a larger share."""
-    if cost is None or overhead_share <= 0 or cost.key_seconds <= 0:
+    if overhead_share <= 0:
         return max_keys
+    if cost is None or cost.key_seconds <= 0:
+        # nothing measured yet: a run of the maximum, unless what is ready fills fewer runs than the slots
+        spread = math.ceil(ready / slots) if ready is not None and slots > 1 else max_keys
+        return max(1, min(max_keys, spread))
     overhead_s = max(LEAST_OVERHEAD_S, cost.overhead_seconds)
     keys = min(max_keys, max(1, math.ceil(overhead_s / (overhead_share * cost.key_seconds))))
     if ready is not None and slots > 1 and ready < slots * keys:
         least = min(keys, max(1, math.ceil(overhead_s / cost.key_seconds)))
         keys = max(least, math.ceil(ready / slots))
     return keys
+
+
+def run_size_rows(engine: sa.Engine, kinds: list[str], max_keys, overhead_share: float) -> list[dict]:
+    """What the planners go by, per kind in pipeline order (`docqueue stats`): the runs measured, seconds of work a
+    key, seconds before a run's work, and the keys a run of one slot is given (`max_keys(kind)`: the setting's
+    maximum)."""
+    costs = run_costs(engine)
+    rows = []
+    for kind in kinds:
+        cost, most = costs.get(kind), max_keys(kind)
+        rows.append(
+            {
+                "task_type": kind,
+                "runs": cost.runs if cost else 0,
+                "key_s": round(cost.key_seconds, 4) if cost else None,
+                "overhead_s": round(cost.overhead_seconds, 3) if cost else None,
+                "keys_per_run": sized_keys(cost, max_keys=most, overhead_share=overhead_share),
+                "max_keys": most,
+            }
+        )
+    return rows

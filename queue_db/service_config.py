@@ -178,6 +178,10 @@ class ExtractionConfig(SettingsGroup):
         return value
 
 
+# keys per run of a kind without its own DOCQUEUE_RUN_MAX_KEYS_<KIND> setting (a phase added by its spec alone)
+DEFAULT_MAX_KEYS = 200
+
+
 class DagsterConfig(SettingsGroup):
     title: ClassVar[str] = "Dagster sensors, schedules and runs"
 
@@ -258,7 +262,9 @@ class DagsterConfig(SettingsGroup):
         return value
 
     def max_keys_per_run(self, kind_name: str) -> int:
-        return getattr(self, f"max_keys_{kind_name.lower()}")
+        """DOCQUEUE_RUN_MAX_KEYS_<KIND>: partitions per ranged run of the kind; a kind without its own setting (a
+        phase added by its spec alone) takes DEFAULT_MAX_KEYS."""
+        return getattr(self, f"max_keys_{kind_name.lower()}", DEFAULT_MAX_KEYS)
 
 
 class IntakeConfig(SettingsGroup):

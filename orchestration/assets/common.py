@@ -13,6 +13,7 @@ a docqueue sensor or `docqueue run` respects them.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from queue_db.heartbeat import Heartbeat
 from queue_db.partition_keys import rows_for_keys
 from queue_db.phases import PHASES, PhaseRegistry, TaskKind
 from queue_db.queue import TaskQueue, make_worker_id
-from queue_db.run_costs import record_run_cost
+from queue_db.run_costs import record_run_cost, seconds_before_work
 
 CLAIM_BATCH = {"ocr_document": 4, "ocr_page": 4, "vector_page": 25, "vector_chunk": 64, "graphrag_chunk": 64}
 # tasks per claim of a kind the table above does not name (a phase added by its spec and handler alone)
@@ -316,16 +317,28 @@ def _fail_range(
     )
 
 
+# when this thread's current step was handed to it, where the step runs apart from its run (a Celery worker: set by
+# orchestration.celery_steps); None where the step runs in its run's process
+_step_handed = threading.local()
+
+
+def mark_step_handed(at: float | None) -> None:
+    """Record that this thread was handed a step at `at` (time.time()); None clears it."""
+    _step_handed.at = at
+
+
 def measure_run_cost(context: dg.AssetExecutionContext, queue: TaskQueue, kind: TaskKind, keys: int, began: float):
     """Record what this run cost (queue_db.run_costs): the seconds from the run's start to `began`, when its work
     began, and the seconds of work since, over its `keys` keys. The run's start is when its process started it (the
-    run record's start time), so the launch before it, and the run's end after its step, are not counted."""
+    run record's start time), so the launch before it, and the run's end after its step, are not counted. A step
+    handed to a Celery worker counts from its hand-over instead: the time it waited on the broker behind other
+    runs' steps is the cluster's queue, not this run's fixed cost."""
     try:
         record = context.instance.get_run_record_by_id(context.run_id)
         started = record.start_time if record is not None else None
         if started is None:
             return
-        overhead_s = max(0.0, began - started)
+        overhead_s = seconds_before_work(began, started, getattr(_step_handed, "at", None))
         record_run_cost(queue.engine, kind.name, keys=keys, work_s=time.time() - began, overhead_s=overhead_s)
     except Exception as exc:  # noqa: BLE001  (a figure not recorded costs the next runs their size, not this run)
         context.log.warning(f"run cost of {kind.name} not recorded: {type(exc).__name__}: {exc}")

@@ -13,6 +13,7 @@ from queue_db.config import Settings
 from queue_db.near_duplicates import group_counts
 from queue_db.phases import PHASES, Level, PhaseRegistry, PhaseSpec
 from queue_db.readmodels import document_progress_rows, error_classes_rows, phase_timings_rows, queue_statistics_rows
+from queue_db.run_costs import run_size_rows
 
 
 @click.command()
@@ -137,6 +138,12 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
         error_classes_rows(queue.engine, tenant),
     )
     groups = group_counts(queue.engine, tenant)
+    sizes = run_size_rows(
+        queue.engine,
+        [kind.name for spec in queue.phases for kind in spec.kinds],
+        settings.dagster.max_keys_per_run,
+        settings.dagster.run_overhead_share,
+    )
 
     def human() -> None:
         shown = console()
@@ -168,6 +175,23 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
                 "table's blocks (DOCQUEUE_STATS_WINDOW)"
             )
         shown.print(
+            table(
+                "run sizes (what the planners go by: DOCQUEUE_RUN_OVERHEAD_SHARE, DOCQUEUE_RUN_MAX_KEYS_<KIND>)",
+                ["task type", "runs measured", "work a key (s)", "before the work (s)", "keys a run", "maximum"],
+                [
+                    [
+                        r["task_type"],
+                        r["runs"],
+                        "" if r["key_s"] is None else f"{r['key_s']:.4f}",
+                        "" if r["overhead_s"] is None else f"{r['overhead_s']:.3f}",
+                        r["keys_per_run"],
+                        r["max_keys"],
+                    ]
+                    for r in sizes
+                ],
+            )
+        )
+        shown.print(
             f"content groups: {groups['groups']:,}, holding {groups['copies']:,} near-duplicate cop"
             f"{'y' if groups['copies'] == 1 else 'ies'} beside their representatives"
         )
@@ -188,6 +212,7 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
             "timings_window": window,
             "error_classes": errors,
             "content_groups": groups,
+            "run_sizes": sizes,
         },
         human,
     )

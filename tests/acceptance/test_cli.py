@@ -547,6 +547,13 @@ def test_stats_counts_tasks_by_type_and_status(story):
     assert any(r["error_class"] == "corrupt" for r in stats["error_classes"]), stats["error_classes"]
 
     assert "vector_chunks" in as_table.out and "wait median" in as_table.out
+    # the story's runs measured every kind; what the planners size the next runs by is shown
+    sizes = {r["task_type"]: r for r in stats["run_sizes"]}
+    assert list(sizes) == ["ocr_document", "ocr_page", "vector_page", "vector_chunk", "graphrag_chunk"]
+    for size in sizes.values():
+        assert size["runs"] >= 1 and size["key_s"] > 0 and size["overhead_s"] >= 0, size
+        assert 1 <= size["keys_per_run"] <= size["max_keys"], size
+    assert "run sizes" in as_table.out and "keys a run" in as_table.out
 
 
 def test_verify_passes_on_a_consistent_environment(story):

@@ -51,3 +51,19 @@ def test_planned_runs_take_the_size_the_measured_cost_asks_for(engine):
         engine, VECTOR_CHUNK, max_keys=1000, max_runs=10, sizing=cheap, in_flight={1: [(0, 99), (100, 199)]}
     )
     assert [(r.start_pos, r.end_pos) for r in runs] == [(200, 299), (300, 399)]
+
+
+def test_a_pools_slots_are_its_limit_within_the_run_queues():
+    from dagster._core.test_utils import instance_for_test
+
+    from orchestration.planning import pool_slots
+
+    overrides = {
+        "concurrency": {"pools": {"granularity": "run", "default_limit": 1}, "runs": {"max_concurrent_runs": 3}}
+    }
+    with instance_for_test(overrides=overrides) as instance:
+        assert pool_slots(instance, "vector") == 1  # the instance's default for pools
+        instance.event_log_storage.set_concurrency_slots("vector", 4)
+        assert pool_slots(instance, "vector") == 3  # no more than the run queue lets go at once
+        instance.event_log_storage.set_concurrency_slots("vector", 2)
+        assert pool_slots(instance, "vector") == 2

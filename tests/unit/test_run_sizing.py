@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from queue_db.run_costs import LEAST_OVERHEAD_S, RunCost, sized_keys
+from queue_db.run_costs import LEAST_OVERHEAD_S, RunCost, seconds_before_work, sized_keys
 
 
 def test_without_a_measured_run_or_with_sizing_off_runs_hold_their_maximum():
@@ -35,3 +35,19 @@ def test_a_run_holds_enough_keys_that_its_fixed_cost_is_the_share_of_its_work():
 )
 def test_little_ready_work_is_spread_over_the_slots_while_each_run_outweighs_its_fixed_cost(ready, slots, expected):
     assert sized_keys(RunCost(0.02, 0.5), max_keys=1000, overhead_share=0.05, ready=ready, slots=slots) == expected
+
+
+def test_before_a_measured_run_little_ready_work_is_still_spread_over_the_slots():
+    # 48 scanned pages ready, four runs may go at once: four runs of 12, not one run of 48 on one worker
+    assert sized_keys(None, max_keys=100, overhead_share=0.05, ready=48, slots=4) == 12
+    assert sized_keys(None, max_keys=100, overhead_share=0.05, ready=1000, slots=4) == 100
+    assert sized_keys(None, max_keys=100, overhead_share=0.0, ready=48, slots=4) == 100  # sizing off
+
+
+def test_a_steps_wait_on_the_broker_is_not_its_runs_fixed_cost():
+    assert seconds_before_work(began=110.0, run_started=100.0) == 10.0
+    # handed to a Celery worker at 109.5, after 9.5 s behind other runs' steps: 0.5 s of fixed cost
+    assert seconds_before_work(began=110.0, run_started=100.0, handed=109.5) == 0.5
+    # a worker's clock behind the run's: never before the run's start, never negative
+    assert seconds_before_work(began=110.0, run_started=100.0, handed=99.0) == 10.0
+    assert seconds_before_work(began=99.0, run_started=100.0) == 0.0
