@@ -148,9 +148,11 @@ class Launches:
         return {run.run_id: run.status == dg.DagsterRunStatus.SUCCESS for run in runs if run.is_finished}
 
 
-def drive_celery(in_flight: int) -> dict:
-    """Plan ranged runs as the sensors do and launch each as the daemon does (Launches), keeping `in_flight` runs
-    going at once, until nothing is left; each run's step goes through the job's own executor (Celery)."""
+def drive_celery(workers: int, runs_per_worker: int) -> dict:
+    """Plan ranged runs as the sensors do and launch each as the daemon does (Launches), keeping `runs_per_worker`
+    runs going at once per worker, until nothing is left; each run's step goes through the job's own executor
+    (Celery). Runs are sized to spread over the workers: the runs in flight beyond them only wait for one."""
+    in_flight = workers * runs_per_worker
     from orchestration.environment import dagster_instance
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
@@ -171,8 +173,7 @@ def drive_celery(in_flight: int) -> dict:
     while True:
         if len(running) < in_flight:
             busy = set(running.values())
-            # the driver keeps `in_flight` runs going, as the pools' limits let the daemon: the runs are sized for it
-            for run in plan_next(queue, instance, dagster=Settings.from_env().dagster, slots=in_flight):
+            for run in plan_next(queue, instance, dagster=Settings.from_env().dagster, slots=workers):
                 ident = (run.name, run.block, run.start_pos, run.end_pos)
                 if len(running) >= in_flight:
                     break
@@ -248,7 +249,7 @@ def child_main(variant: str) -> None:
     result = (
         drive_in_process()
         if variant == "inproc"
-        else drive_celery(int(variant.split("-")[1]) * int(os.environ["BENCH_RUNS_PER_WORKER"]))
+        else drive_celery(int(variant.split("-")[1]), int(os.environ["BENCH_RUNS_PER_WORKER"]))
     )
     Path(os.environ["BENCH_RESULT"]).write_text(json.dumps(result))
 
