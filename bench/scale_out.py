@@ -31,7 +31,8 @@ comes from its log. From celery-1's figures, two workers on two cores can be at 
   celery_overhead_1w  celery-1 time / inproc-1 time (target <= 1.15)
 
   .venv/bin/python bench/scale_out.py [--documents 20] [--pages 10] [--page-keys 0] [--chunk-keys 0]
-        [--scanned] [--runs-per-worker 2] [--hosts namespaces|loopback] [--run-start forkserver|spawn]
+        [--scanned] [--runs-per-worker 2] [--spread in-flight|workers] [--hosts namespaces|loopback]
+        [--run-start forkserver|spawn]
         [--admin-url URL]
 
 Needs the cluster extra (`pip install -e .[cluster]`) and redis-server. Ends with one line `RESULT {json}`.
@@ -151,8 +152,10 @@ class Launches:
 def drive_celery(workers: int, runs_per_worker: int) -> dict:
     """Plan ranged runs as the sensors do and launch each as the daemon does (Launches), keeping `runs_per_worker`
     runs going at once per worker, until nothing is left; each run's step goes through the job's own executor
-    (Celery). Runs are sized to spread over the workers: the runs in flight beyond them only wait for one."""
+    (Celery). The runs in flight are what the pools' limits are to the daemon, so the runs are sized for them as the
+    sensors size them for a pool's limit (BENCH_SPREAD=workers sizes them for the workers instead)."""
     in_flight = workers * runs_per_worker
+    slots = workers if os.environ.get("BENCH_SPREAD") == "workers" else in_flight
     from orchestration.environment import dagster_instance
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
@@ -173,7 +176,7 @@ def drive_celery(workers: int, runs_per_worker: int) -> dict:
     while True:
         if len(running) < in_flight:
             busy = set(running.values())
-            for run in plan_next(queue, instance, dagster=Settings.from_env().dagster, slots=workers):
+            for run in plan_next(queue, instance, dagster=Settings.from_env().dagster, slots=slots):
                 ident = (run.name, run.block, run.start_pos, run.end_pos)
                 if len(running) >= in_flight:
                     break
@@ -663,7 +666,7 @@ def parent_main(args) -> None:
                         bolt,
                         root,
                         redis,
-                        run_keys(args.page_keys, args.chunk_keys),
+                        {**run_keys(args.page_keys, args.chunk_keys), "BENCH_SPREAD": args.spread},
                         args.runs_per_worker,
                         hosts,
                         args.run_start,
@@ -724,6 +727,7 @@ def parent_main(args) -> None:
             "coordinator_cpu_s_per_run": {v: round(seconds, 3) for v, seconds in per_run.items()},
             "workers_on": hosts.name,
             "run_start": args.run_start,
+            "spread": args.spread,
             "load_before": round(load_before[0], 2),
             "load_after": round(os.getloadavg()[0], 2),
         }
@@ -760,6 +764,13 @@ def main() -> None:
         default="namespaces",
         help="where the workers run: each in a network namespace of its own (the default; loopback where "
         "namespaces cannot be made), or on the host's loopback",
+    )
+    parser.add_argument(
+        "--spread",
+        choices=("in-flight", "workers"),
+        default="in-flight",
+        help="what the driver sizes runs to spread over when little is ready: the runs it keeps in flight, as the "
+        "sensors do with a pool's limit (default), or the workers",
     )
     parser.add_argument(
         "--run-start",
