@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import sqlalchemy as sa
 
@@ -74,26 +75,26 @@ def sized_keys(
 
     A run holds enough keys that its fixed cost is at most `overhead_share` of its work, and at most `max_keys`
     (DOCQUEUE_RUN_MAX_KEYS_<KIND>, which bounds what one failed run retries); the fixed cost is the measured one, and
-    at least `LEAST_OVERHEAD_S`. Without a measured run, or with sizing off (`overhead_share` 0), runs hold
-    `max_keys` (spread over the `slots` when fewer are `ready`): a first run measures the kind as it is. When
-    `ready` keys would fill fewer than `slots` such
-    runs (the runs of the kind that may go at once), they are spread over the slots instead, as long as each run
-    still does at least as much work as its fixed cost: idle slots would cost more than a larger share."""
+    at least `LEAST_OVERHEAD_S`. Without a measured run a run holds `max_keys` (a first run measures the kind as it
+    is); with sizing off (`overhead_share` 0), always. When `ready` keys would fill fewer than `slots` such runs (the
+    runs of the kind that may go at once), they are spread over the slots instead, as long as each run still does at
+    least as much work as its fixed cost: idle slots would cost more than a larger share."""
     if overhead_share <= 0:
         return max_keys
     if cost is None or cost.key_seconds <= 0:
-        # nothing measured yet: a run of the maximum, unless what is ready fills fewer runs than the slots
-        spread = math.ceil(ready / slots) if ready is not None and slots > 1 else max_keys
-        return max(1, min(max_keys, spread))
-    overhead_s = max(LEAST_OVERHEAD_S, cost.overhead_seconds)
-    keys = min(max_keys, max(1, math.ceil(overhead_s / (overhead_share * cost.key_seconds))))
-    if ready is not None and slots > 1 and ready < slots * keys:
+        keys, least = max_keys, 1
+    else:
+        overhead_s = max(LEAST_OVERHEAD_S, cost.overhead_seconds)
+        keys = min(max_keys, max(1, math.ceil(overhead_s / (overhead_share * cost.key_seconds))))
         least = min(keys, max(1, math.ceil(overhead_s / cost.key_seconds)))
+    if ready is not None and slots > 1 and ready < slots * keys:
         keys = max(least, math.ceil(ready / slots))
     return keys
 
 
-def run_size_rows(engine: sa.Engine, kinds: list[str], max_keys, overhead_share: float) -> list[dict]:
+def run_size_rows(
+    engine: sa.Engine, kinds: list[str], max_keys: Callable[[str], int], overhead_share: float
+) -> list[dict]:
     """What the planners go by, per kind in pipeline order (`docqueue stats`): the runs measured, seconds of work a
     key, seconds before a run's work, and the keys a run of one slot is given (`max_keys(kind)`: the setting's
     maximum)."""
