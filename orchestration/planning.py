@@ -21,7 +21,6 @@ from queue_db.partition_keys import (
 )
 from queue_db.phases import PHASES, PhaseRegistry, PhaseSpec, TaskKind
 from queue_db.run_costs import RunCost, sized_keys
-from queue_db.service_config import DagsterConfig
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -61,11 +60,6 @@ IN_FLIGHT_STATUSES = [
 # documents whose repeated, already recorded failure one planning round marks rolled up without a run
 # (queue_db.partition_keys.settle_known_failures, read through the roll-up index)
 SETTLE_LIMIT = 1000
-
-
-def max_keys_per_run(dagster: DagsterConfig, kind: TaskKind) -> int:
-    """DOCQUEUE_RUN_MAX_KEYS_<KIND>: partitions per ranged run of `kind`."""
-    return dagster.max_keys_per_run(kind.name)
 
 
 @dataclass(frozen=True)
@@ -165,8 +159,8 @@ def plan_runs(
     sizing: RunSizing | None = None,
 ) -> list[PlannedRun]:
     """Group the ready tasks of `kind` into runs over consecutive positions, most urgent first; `max_keys` is
-    `max_keys_per_run` of the settings, and `sizing` (its measured cost) may make runs smaller (queue_db.run_costs).
-    When what is ready would fill fewer runs than the free slots, it is spread over them."""
+    `DagsterConfig.max_keys_per_run` of the settings, and `sizing` (its measured cost) may make runs smaller
+    (queue_db.run_costs). When what is ready would fill fewer runs than the free slots, it is spread over them."""
     sizing = sizing or RunSizing()
     keys = sizing.keys(max_keys)
     share = share.for_runs_of(keys) if share else None

@@ -29,7 +29,6 @@ from orchestration.planning import (
     PlannedRun,
     RunSizing,
     in_flight_positions,
-    max_keys_per_run,
     plan_rollup_runs,
     plan_runs,
 )
@@ -187,7 +186,7 @@ def plan_next(
                 queue.engine,
                 kind,
                 in_flight=in_flight[kind.name],
-                max_keys=max_keys_per_run(dagster, kind),
+                max_keys=dagster.max_keys_per_run(kind.name),
                 max_runs=4,
                 share=share,
                 documents=documents,

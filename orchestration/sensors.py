@@ -17,15 +17,7 @@ from orchestration.assets.rollups import rollup_asset_name, rollup_run_name
 from orchestration.intake import IntakeRules, ingest_file, iter_files
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
-from orchestration.planning import (
-    SETTLE_LIMIT,
-    RunSizing,
-    in_flight_positions,
-    max_keys_per_run,
-    plan_rollup_runs,
-    plan_runs,
-    pool_slots,
-)
+from orchestration.planning import SETTLE_LIMIT, RunSizing, in_flight_positions, plan_rollup_runs, plan_runs, pool_slots
 from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
 from orchestration.sensor_ticks import surviving_database
 from queue_db.config import QueueConfig, Settings
@@ -47,7 +39,7 @@ def _requests(planned) -> list[dg.RunRequest]:
 
 def _task_sensor(settings: Settings, kind: TaskKind) -> dg.SensorDefinition:
     enabled, max_runs = settings.queue.enabled, settings.dagster.sensor_max_runs
-    max_keys, overhead_share = max_keys_per_run(settings.dagster, kind), settings.dagster.run_overhead_share
+    max_keys, overhead_share = settings.dagster.max_keys_per_run(kind.name), settings.dagster.run_overhead_share
 
     @dg.sensor(
         name=f"{kind.name}_sensor",
