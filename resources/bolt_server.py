@@ -134,10 +134,17 @@ class BoltServer:
         except (OSError, ValueError):
             return None
 
-    def _write_state(self, pid: int, port: int) -> None:
+    def _write_state(self, pid: int, port: int, ready: bool) -> None:
+        """`ready`: the server answered a query on its database (its port opens before that database exists); a
+        state without the flag, written by an older docqueue that recorded only ready servers, counts as ready."""
         tmp = self._state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": pid, "port": port, "host": self.host, "home": str(self.home)}))
+        state = {"pid": pid, "port": port, "host": self.host, "home": str(self.home), "ready": ready}
+        tmp.write_text(json.dumps(state))
         tmp.replace(self._state_file)
+
+    def _recorded_ready(self) -> bool:
+        state = self._read_state()
+        return bool(state and state.get("ready", True))
 
     @property
     def _port_file(self) -> Path:
@@ -217,18 +224,41 @@ class BoltServer:
         with self._lock(timeout_s):
             pid = self._our_pid()
             if pid is not None:
-                if not accepts_connections(self.host, self.port):
-                    # alive but not listening: a start whose starter died before the server was ready
+                if not (self._recorded_ready() and accepts_connections(self.host, self.port)):
+                    # a start still under way: launched without waiting, or its starter died before it was ready
                     self._wait_until_ready(pid, time.monotonic() + timeout_s)
+                    self._write_state(pid, self.port, ready=True)
                 return self.uri
             self._start(timeout_s)
             return self.uri
+
+    def launch(self, timeout_s: float = 60) -> None:
+        """Start the server unless this home's server is up or starting, without waiting until it is ready: a
+        caller with start-up of its own (a run loading its code) lets the server's start overlap it, and its
+        ensure_running afterwards waits for whatever of the start is left. A folder the server must not open, or no
+        free port, fails here as in ensure_running; a server that dies while starting fails that later call."""
+        with self._lock(timeout_s):
+            if self._our_pid() is None:
+                self._spawn()
 
     @property
     def database_folder(self) -> Path:
         return database_folder(self.home, self.database)
 
     def _start(self, timeout_s: float) -> None:
+        started = time.monotonic()
+        proc = self._spawn()
+        try:
+            self._wait_until_ready(proc.pid, started + timeout_s, proc)
+        except BaseException:
+            self._terminate(proc.pid, grace_s=5)
+            self._state_file.unlink(missing_ok=True)
+            raise
+        self._write_state(proc.pid, self.port, ready=True)
+        self.last_start_seconds = time.monotonic() - started
+
+    def _spawn(self) -> subprocess.Popen:
+        """The server's process, started and recorded in server.json (not yet ready)."""
         # ArcadeDB opens a damaged folder without a word and rewrites its schema without what it lost: refused here,
         # before that start, so the damage stays visible and nothing is written into it
         damage = folder_damage(self.database_folder)
@@ -236,7 +266,6 @@ class BoltServer:
             raise GraphStoreDamaged(self.database_folder, damage)
         port = port_for_start(self._port_file, self.explicit_port, self.host, "Bolt server", "DOCQUEUE_BOLT_PORT")
         self._ensure_password()
-        started = time.monotonic()
         with open(self.log_file, "wb") as log:
             proc = subprocess.Popen(
                 self._command(port),
@@ -248,14 +277,8 @@ class BoltServer:
                 close_fds=True,
             )
         _STARTED.append(proc)
-        self._write_state(proc.pid, port)
-        try:
-            self._wait_until_ready(proc.pid, started + timeout_s, proc)
-        except BaseException:
-            self._terminate(proc.pid, grace_s=5)
-            self._state_file.unlink(missing_ok=True)
-            raise
-        self.last_start_seconds = time.monotonic() - started
+        self._write_state(proc.pid, port, ready=False)
+        return proc
 
     def _command(self, port: int) -> list[str]:
         package = _arcadedb_package_dir()

@@ -84,7 +84,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "retry": ("administration", "Put failed tasks back to pending with their retries reset."),
     "run": (
-        "running",
+        "run_command",
         (
             "Process ready work through the Dagster definitions (recorded in the Dagster instance), then "
             "summarise every task: completed, failed by error class, blocked behind a failed earlier "

@@ -1,4 +1,5 @@
-"""`docqueue run` (its worker processes and progress bars) and `docqueue worker` (a cluster's Celery worker)."""
+"""`docqueue run`'s work (its worker processes and progress bars; its options are orchestration.cli.run_command's)
+and `docqueue worker` (a cluster's Celery worker)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import click
 
 from orchestration.celery_worker import celery_app, preload_definitions
 from orchestration.cli.context import open_queue, phase_names
-from orchestration.cli.errors import EXIT_FAILURE, EXIT_TASKS_FAILED, EXIT_USAGE, CliError, service_errors
+from orchestration.cli.errors import EXIT_TASKS_FAILED, EXIT_USAGE, CliError, service_errors
 from orchestration.cli.output import emit
 from orchestration.cluster import (
     ClusterConfigError,
@@ -24,48 +25,15 @@ from orchestration.cluster import (
 from orchestration.environment import dagster_instance, enable_event_batches
 from orchestration.stores import opened_stores
 from orchestration.workers import collect_workers, run_worker, start_workers
-from queue_db.config import QueueConfig, Settings
+from queue_db.config import Settings
 from queue_db.embedding_reuse import vectors_reused_since
 from queue_db.outcomes import task_outcomes
 from queue_db.phases import PHASES
 from queue_db.readmodels import phase_progress
 from resources.folder_lock import release_lingering
 
-RUN_EXIT_CODES = (
-    f"Exit codes: 0 every task completed (or is still open); {EXIT_TASKS_FAILED} tasks ended failed or "
-    f"wait behind failed ones (`docqueue status` shows them, `docqueue retry` re-queues them); "
-    f"{EXIT_FAILURE} a service is unreachable or a worker failed; {EXIT_USAGE} bad arguments."
-)
 
-
-@click.command(epilog=RUN_EXIT_CODES)
-@click.option("--until-idle", is_flag=True, help="exit once no ready work remains")
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 16),
-    default=1,
-    show_default=True,
-    help="worker processes, each taking its share of the ready work",
-)
-@click.option("--max-seconds", type=float, default=None, help="stop after this long even if work remains")
-@click.option(
-    "--max-docs",
-    type=click.IntRange(1, 1000),
-    default=None,
-    help="work only on the N most urgent unfinished documents (priority, then oldest), through every "
-    "phase, then exit; one worker; the summary and the exit code cover those documents only",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default=None,
-    help="log records of this level and above to stderr, the runs' Dagster logs included",
-)
-@click.option("--worker-index", type=int, default=None, hidden=True)
-@click.option("--worker-group", type=int, default=0, hidden=True)
-@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
-@click.pass_obj
-def run(
+def run_workers(
     settings: Settings,
     until_idle: bool,
     workers: int,
@@ -76,19 +44,15 @@ def run(
     worker_group: int,
     as_json: bool,
 ) -> None:
-    """Process ready work through the Dagster definitions (recorded in the Dagster instance), then summarise
-    every task: completed, failed by error class, blocked behind a failed earlier phase, open."""
-    if max_docs is not None and workers > 1:
-        raise CliError("--max-docs runs in one worker: drop --workers or --max-docs", EXIT_USAGE)
+    """`docqueue run` (orchestration.cli.run_command has its options) once its arguments are checked: as the
+    parent, the stores checked, the workers started and watched, every task summarised; as a worker
+    (`worker_index`), its share of the runs."""
     if log_level is not None:
         # imported here: orchestration.runner loads the definitions' assets (seconds of Dagster), which the
         # parent of the worker processes needs only for --log-level
         from orchestration.runner import apply_log_level
 
         apply_log_level(log_level)
-    if not settings.queue.enabled:
-        click.echo(f"docqueue: {QueueConfig.disabled_reason} (nothing was run)", err=True)
-        return
     queue = open_queue(settings)
     if worker_index is not None:  # a child of `run --workers N`
         report = run_worker(

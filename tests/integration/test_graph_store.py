@@ -379,6 +379,30 @@ def test_racing_starters_share_one_detached_server_that_keeps_data_across_restar
         server.stop()
 
 
+def test_a_launched_server_is_waited_for_by_the_next_user_and_never_started_twice(tmp_path):
+    """`docqueue run` launches the server before loading its code and waits for it afterwards: until the server has
+    answered a query it is recorded as starting, and whoever opens it next waits for that, not only for its port."""
+    home, port = tmp_path / "bolt", free_port()
+    server = BoltServer(home, port=port)
+    try:
+        server.launch(timeout_s=120)
+        state = json.loads((home / "server.json").read_text())
+        assert state["ready"] is False and _java_processes_for(home) == [state["pid"]]
+        server.launch(timeout_s=120)  # starting already: nothing more is started
+        assert _java_processes_for(home) == [state["pid"]]
+
+        other = BoltServer(home, port=port)  # another process's view of the same home
+        assert other.ensure_running(timeout_s=120) == f"bolt://127.0.0.1:{port}"
+        assert other.last_start_seconds is None  # it waited for the launched server, started none
+        assert json.loads((home / "server.json").read_text()) == {**state, "ready": True}
+        with GraphStore(other.uri, other.user, other.password, other.database) as store:
+            store.ensure_schema()  # ready means its database answers, not only its port
+        server.launch(timeout_s=120)
+        assert _java_processes_for(home) == [state["pid"]]
+    finally:
+        server.stop()
+
+
 def test_wrong_password_is_refused_without_echoing_it(bolt_server):
     import neo4j.exceptions
 
