@@ -4,7 +4,8 @@ Measures tasks claimed + completed per second for every (worker processes x batc
 
   ours      queue_db.TaskQueue.claim + .complete on VECTOR_CHUNK: fenced transitions WITH bubble-up of the
             vector status to pages and documents (a claim, then a completion: two transactions per batch, as
-            a Dagster run's process_keys does), sqlalchemy + psycopg 3.
+            a Dagster run's process_keys does), sqlalchemy + psycopg 3. Its chunks are seeded registered as
+            Dagster partitions (a block per document), the state a run claims from.
   ours_settle  the same queue through TaskQueue.settle: the worker loop that completes the batch in hand and
             claims the next one in one transaction (one commit and one bubble-up pass per batch), as PgQueuer's
             own loop batches its completions.
@@ -202,8 +203,9 @@ def sql_payload(n_sql: str) -> str:
 
 
 def seed_ours(url: str, layout: Layout, payload_bytes: int = 0) -> None:
-    """Migrated docqueue schema + expanded, OCR'd, chunked documents whose chunks wait for the vector phase
-    (the state the API produces; set-based, as in tests/queue_support.bulk_seed)."""
+    """Migrated docqueue schema + expanded, OCR'd, chunked documents whose chunks wait for the vector phase, each
+    document's chunks registered as one block of Dagster partitions (the state a run claims from: the planner
+    plans registered rows only; set-based, as in tests/queue_support.bulk_seed)."""
     engine = create_queue_engine(url, pool_size=1, max_overflow=0)
     try:
         upgrade(engine)
@@ -226,13 +228,22 @@ def seed_ours(url: str, layout: Layout, payload_bytes: int = 0) -> None:
                FROM documents d, generate_series(1, %(pages)s) n""",
             {"pages": layout.pages_per_document, "chunks": layout.chunks_per_page},
         )
+        # each document's chunks one block of registered partitions, as orchestration.partitions.register_partitions
+        # records them (queue_db.partition_keys.record_block)
         conn.execute(
-            """INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
-                                             vector_status)
-               SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), 'pending'
-               FROM task_queue_page p, generate_series(0, %(chunks)s - 1) n
+            """WITH blocks AS MATERIALIZED (
+                   SELECT id, nextval('docqueue_partition_block_seq') AS block FROM documents)
+               INSERT INTO task_queue_chunk (page_id, document_id, chunk_id, chunk_index, chunk_content_hash,
+                                             vector_status, partition_block, partition_pos)
+               SELECT p.id, p.document_id, md5(p.id::text || n), n, md5(n::text), 'pending',
+                      b.block, (p.page_number - 1) * %(chunks)s + n
+               FROM task_queue_page p JOIN blocks b ON b.id = p.document_id, generate_series(0, %(chunks)s - 1) n
                ORDER BY p.document_id, p.page_number, n""",
             {"chunks": layout.chunks_per_page},
+        )
+        conn.execute(
+            """INSERT INTO partition_blocks (block, size)
+               SELECT partition_block, count(*) FROM task_queue_chunk GROUP BY partition_block"""
         )
         conn.execute(
             f"""INSERT INTO task_queue_chunk_text (chunk_task_id, content)
