@@ -16,6 +16,7 @@ import traceback
 from contextlib import contextmanager
 from typing import Sequence, Union
 
+from orchestration.assets.handlers import HANDLERS, kind_work
 from orchestration.code_location import build_definitions
 from orchestration.environment import dagster_instance
 from orchestration.loaded_heap import freeze_loaded
@@ -27,7 +28,7 @@ from queue_db.phases import PHASES, PhaseRegistry
 from queue_db.progress_signal import News, ProgressListener, announce
 from queue_db.run_scope import most_urgent_unfinished
 from resources.folder_lock import release_lingering
-from resources.ocr_resource import close_shared_processors
+from resources.ocr_resource import OcrResource, close_shared_processors
 
 
 def start_workers(
@@ -200,6 +201,7 @@ def run_worker(
     The runs execute the definitions built from `settings` and `phases`."""
     defs = build_definitions(settings, phases)
     instance = dagster_instance(settings)
+    start_pdf_worker_for_ready_work(queue, settings, phases)
     freeze_loaded()
     started = time.monotonic()
     totals = {"runs": 0, "failed_runs": 0}
@@ -241,6 +243,17 @@ def run_worker(
                 if wait.until_work_may_be_here():
                     break
     return {**totals, "seconds": round(time.monotonic() - started, 1), "forked": FORKED}
+
+
+def start_pdf_worker_for_ready_work(queue, settings: Settings, phases: PhaseRegistry = PHASES) -> bool:
+    """Start this process's PDF worker, without waiting for it, when a task whose work opens it (the "ocr" resource)
+    is ready: its start (an interpreter and PyMuPDF, 0.2-0.3 s) then goes on beside the planning and launch of the
+    first run instead of after that run's first claim. True when one was started."""
+    kinds = [kind for spec in phases for kind in spec.kinds if "ocr" in kind_work(HANDLERS, spec, kind).resources]
+    if not queue.any_ready(kinds):
+        return False
+    OcrResource.from_settings(settings).get_processor().start()
+    return True
 
 
 class SiblingWait:

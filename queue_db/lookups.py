@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
+from .phases import TaskKind
 from .tenants import BASE_TENANT
 from .transactions import QueueConnection
 
@@ -93,3 +94,12 @@ class Lookups(QueueConnection):
                 )
                 for kind in self.phases.kinds
             }
+
+    def any_ready(self, kinds: Iterable[TaskKind]) -> bool:
+        """Whether a task of any of `kinds` could be claimed right now: the first row of each claim index's walk, not
+        a count."""
+        probes = [f"EXISTS (SELECT 1 FROM {kind.table} t WHERE {kind.claimable_sql('t')})" for kind in kinds]
+        if not probes:
+            return False
+        with self.engine.connect() as conn:
+            return bool(conn.exec_driver_sql(f"SELECT {' OR '.join(probes)}").scalar_one())

@@ -64,6 +64,9 @@ class _WorkerHandle:
         self.process: subprocess.Popen | None = None
         self.conn = None
         self.calls = 0
+        self.started = 0.0  # time.monotonic() at its start
+        self.ready = False  # its "ready" was read (a worker started by PdfProcessor.start has not said it yet)
+        self.ahead = False  # started by PdfProcessor.start, before any call needed it
 
     @property
     def alive(self) -> bool:
@@ -71,7 +74,7 @@ class _WorkerHandle:
 
     def kill(self) -> None:
         process, conn = self.process, self.conn
-        self.process, self.conn, self.calls = None, None, 0
+        self.process, self.conn, self.calls, self.ready, self.ahead = None, None, 0, False, False
         if process is not None:
             if process.poll() is None:
                 process.kill()
@@ -141,6 +144,18 @@ class PdfProcessor:
         process = self._worker.process
         return process.pid if self._worker.alive else None
 
+    def start(self) -> None:
+        """Start the worker process now, without waiting for it: its start-up (an interpreter and PyMuPDF's import)
+        then goes on beside the caller's own (a runner planning and launching its first run), and the first call
+        waits for whatever is left of it. A start that fails here is tried again, and reported, by that call."""
+        with self._lock:
+            if not self._worker.alive:
+                try:
+                    self._spawn_worker()
+                except DocumentError:
+                    return
+                self._worker.ahead = True
+
     def close(self) -> None:
         with self._lock:
             self._worker.stop()
@@ -151,6 +166,7 @@ class PdfProcessor:
         self._finalizer.detach()
         conn = self._worker.conn
         self._worker.process, self._worker.conn, self._worker.calls = None, None, 0
+        self._worker.ready = self._worker.ahead = False
         if conn is not None:
             conn.close()  # the child's copy of the descriptor only
 
@@ -204,7 +220,15 @@ class PdfProcessor:
     def _send(self, request: dict) -> None:
         for attempt in (1, 2):
             if not self._worker.alive:
-                self._start_worker()
+                self._spawn_worker()
+            if not self._worker.ready:
+                ahead = self._worker.ahead
+                try:
+                    self._await_ready()
+                except DocumentError:
+                    if not ahead:
+                        raise
+                    continue  # started ahead, it died before this call: one fresh start, as for one dead while idle
             try:
                 self._worker.conn.send(request)
                 return
@@ -243,7 +267,8 @@ class PdfProcessor:
             )
         return DocumentError(f"internal: PDF worker crashed ({_exit_description(code)}) during {subject}", "internal")
 
-    def _start_worker(self) -> None:
+    def _spawn_worker(self) -> None:
+        """A new worker process (any old one killed first); its "ready" is read by _await_ready."""
         self._worker.kill()
         parent_conn, child_conn = multiprocessing.Pipe(duplex=True)
         child_fd = child_conn.fileno()
@@ -268,7 +293,13 @@ class PdfProcessor:
         finally:
             child_conn.close()
         self._worker.process, self._worker.conn, self._worker.calls = process, parent_conn, 0
-        if not parent_conn.poll(self.limits.worker_start_timeout_s):
+        self._worker.started = time.monotonic()
+
+    def _await_ready(self) -> None:
+        """Read the worker's "ready", within DOCQUEUE_WORKER_START_TIMEOUT of its start."""
+        process, parent_conn = self._worker.process, self._worker.conn
+        left = self.limits.worker_start_timeout_s - (time.monotonic() - self._worker.started)
+        if not parent_conn.poll(max(left, 0.0)):
             self._worker.kill()
             raise DocumentError(
                 f"internal: PDF worker did not start within {_seconds(self.limits.worker_start_timeout_s)} s",
@@ -284,6 +315,7 @@ class PdfProcessor:
             raise DocumentError(
                 f"{error_class.replace('_', ' ')}: PDF worker failed to start ({message[1]})", error_class
             )
+        self._worker.ready = True
 
 
 # A fresh interpreter with the folder holding `resources` first on its path, whatever the caller's PYTHONPATH.

@@ -334,6 +334,34 @@ def test_memory_cap_gives_resource_limit_and_recovers(pdf_dir: Path, report_pdf:
         assert "Quarterly" in capped.convert_page(report_pdf, 1).markdown
 
 
+def test_a_worker_started_ahead_serves_the_first_call_and_a_dead_one_is_replaced(report_pdf: Path):
+    with PdfProcessor() as ahead:
+        ahead.start()  # returns at once: the worker is still importing PyMuPDF
+        pid = ahead.worker_pid
+        assert pid is not None and _pid_alive(pid)
+        ahead.start()  # one worker, however often it is asked
+        assert ahead.worker_pid == pid
+        assert "Quarterly" in ahead.convert_page(report_pdf, 1).markdown
+        assert ahead.worker_pid == pid  # the call used the worker started ahead
+
+    with PdfProcessor() as ahead:
+        ahead.start()
+        dead = ahead.worker_pid
+        os.kill(dead, signal.SIGKILL)  # dies before its "ready"
+        assert ahead.inspect(report_pdf).page_count == 4  # the call starts a fresh worker, without a word
+        assert ahead.worker_pid not in (None, dead) and not _pid_alive(dead)
+        last = ahead.worker_pid
+    assert not _pid_alive(last)
+
+
+def test_a_worker_started_ahead_and_never_used_is_stopped_with_its_processor():
+    ahead = PdfProcessor()
+    ahead.start()
+    pid = ahead.worker_pid
+    ahead.close()  # before its "ready" was read
+    assert not _pid_alive(pid)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
