@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import warnings
+from typing import NoReturn
 
 import click
 
@@ -22,7 +23,16 @@ from orchestration.cli.errors import (
     unexpected_failure,
 )
 
-__all__ = ["COMMANDS", "EXIT_FAILURE", "EXIT_INCONSISTENT", "EXIT_TASKS_FAILED", "EXIT_USAGE", "CliError", "main"]
+__all__ = [
+    "COMMANDS",
+    "command_line",
+    "EXIT_FAILURE",
+    "EXIT_INCONSISTENT",
+    "EXIT_TASKS_FAILED",
+    "EXIT_USAGE",
+    "CliError",
+    "main",
+]
 
 # \b keeps click from re-wrapping the table
 EXIT_CODES = f"""Exit codes:
@@ -184,3 +194,14 @@ def main(ctx: click.Context) -> None:
         raise CliError(str(exc), EXIT_USAGE) from None
     # the command's module is loaded (click resolves it before this callback) and the settings are built
     startup.started()
+
+
+def command_line() -> NoReturn:
+    """The `docqueue` executable's entry point, and `python -m orchestration.cli`'s: the command, then the process's
+    end without the interpreter's teardown (startup.exit_at_once); `main` itself returns to a caller that invokes
+    it in its own process."""
+    try:
+        main()
+    except SystemExit as exc:
+        startup.exit_at_once(exc.code)
+    startup.exit_at_once(0)

@@ -1,5 +1,5 @@
 """`python -m orchestration.cli`: the worker processes of `docqueue run --workers N` start so."""
 
-from orchestration.cli import main
+from orchestration.cli import command_line
 
-main()
+command_line()

@@ -1,4 +1,5 @@
-"""The cyclic garbage collector paused while a `docqueue` process starts.
+"""The cyclic garbage collector paused while a `docqueue` process starts, and the process ended without the
+interpreter's teardown.
 
 The start-up makes a few hundred thousand objects that live as long as the process: the modules, pydantic's
 validators, SQLAlchemy's tables and, for `search`, the model's and the Bolt driver's. The collector would walk them
@@ -14,10 +15,14 @@ begins, so the models its work builds (Dagster's), and the processes it starts, 
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 _command_line = False  # this process was started as `docqueue ...` (its entry point says so)
 _paused = False  # paused here, by this process's start-up (not by anyone else)
@@ -58,3 +63,29 @@ def started() -> None:
     gc.freeze()
     _paused = False
     gc.enable()
+
+
+def exit_at_once(code: object) -> NoReturn:
+    """End a process started as `docqueue ...` with `code` (SystemExit's: None, a number, or a message for stderr)
+    as the interpreter would, less its teardown: that frees every object of every module one by one (0.45 s after
+    `run`, whose parent imported Dagster and the stores' drivers), where the system frees the whole process at
+    once. What the interpreter does before its teardown is done here too: the threads that are not daemons are
+    waited for, the exit handlers run (weakref finalizers: PDF workers stopped; folder locks released; logging
+    flushed), and the standard streams are flushed."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(status & 0xFF)

@@ -111,6 +111,30 @@ def test_the_collector_pauses_for_a_command_lines_start_up_only():
     assert command_line[2] * 20 < given[2], done.stderr
 
 
+def test_a_command_line_ends_without_teardown_yet_as_the_interpreter_would():
+    # the executable's entry point ends the process with os._exit: its threads are still waited for, its exit
+    # handlers still run, its output is all there, and its exit code is the command's
+    probe = (
+        "import atexit, sys, threading, time\n"
+        "from orchestration.cli import command_line\n"
+        "atexit.register(lambda: print('exit handler ran', file=sys.stderr))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread ended', file=sys.stderr))).start()\n"
+        "sys.argv = ['docqueue'] + sys.argv[1:]\n"
+        "command_line()\n"
+        "print('never here', file=sys.stderr)\n"
+    )
+    for args, code in ((["--version"], 0), (["run", "--workers", "0"], 2)):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == code, done.stderr
+        assert "thread ended" in done.stderr and "exit handler ran" in done.stderr, done.stderr
+        assert "never here" not in done.stderr
+        assert done.stdout.startswith("docqueue ") == (code == 0)  # the version, flushed before the end
+    assert done.stderr.index("thread ended") < done.stderr.index("exit handler ran")
+    assert "Invalid value for '--workers'" in done.stderr
+
+
 def test_a_command_lines_start_up_looks_for_no_pydantic_plugins():
     # the settings' model classes are built while the process starts, without reading every installed
     # distribution's metadata for plugins; once the command begins, pydantic looks as usual, and a value the user
