@@ -47,28 +47,19 @@ RUN_EXIT_CODES = (
 @click.option("--worker-group", type=int, default=0, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON document on stdout")
 @click.pass_obj
-def run(
-    settings: Settings,
-    until_idle: bool,
-    workers: int,
-    max_seconds: float | None,
-    max_docs: int | None,
-    log_level: str | None,
-    worker_index: int | None,
-    worker_group: int,
-    as_json: bool,
-) -> None:
+def run(settings: Settings, **options) -> None:
     """Process ready work through the Dagster definitions (recorded in the Dagster instance), then summarise
     every task: completed, failed by error class, blocked behind a failed earlier phase, open."""
-    if max_docs is not None and workers > 1:
+    # the options go on as they came: their types are orchestration.cli.running.run_workers's parameters
+    if options["max_docs"] is not None and options["workers"] > 1:
         raise CliError("--max-docs runs in one worker: drop --workers or --max-docs", EXIT_USAGE)
     if not settings.queue.enabled:
         click.echo(f"docqueue: {QueueConfig.disabled_reason} (nothing was run)", err=True)
         return
-    if worker_index is None and not settings.graph.uri:
+    if options["worker_index"] is None and not settings.graph.uri:
         with service_errors():
             BoltServer.from_settings(settings).launch()
     # imported once the server is starting: the import is the start-up the server's start overlaps
     from orchestration.cli.running import run_workers
 
-    run_workers(settings, until_idle, workers, max_seconds, max_docs, log_level, worker_index, worker_group, as_json)
+    run_workers(settings, **options)

@@ -35,6 +35,7 @@ from resources.folder_lock import release_lingering
 
 def run_workers(
     settings: Settings,
+    *,
     until_idle: bool,
     workers: int,
     max_seconds: float | None,
