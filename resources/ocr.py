@@ -25,7 +25,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from processing.errors import DocumentError
 from resources import _pdf_worker
@@ -66,15 +66,19 @@ class _WorkerHandle:
         self.calls = 0
         self.started = 0.0  # time.monotonic() at its start
         self.ready = False  # its "ready" was read (a worker started by PdfProcessor.start has not said it yet)
-        self.ahead = False  # started by PdfProcessor.start, before any call needed it
 
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def kill(self) -> None:
+    def forget(self) -> tuple[subprocess.Popen | None, Any]:
+        """No worker held any more; returns the process and pipe it held, for the caller to end or let go."""
         process, conn = self.process, self.conn
-        self.process, self.conn, self.calls, self.ready, self.ahead = None, None, 0, False, False
+        self.process, self.conn, self.calls, self.ready = None, None, 0, False
+        return process, conn
+
+    def kill(self) -> None:
+        process, conn = self.forget()
         if process is not None:
             if process.poll() is None:
                 process.kill()
@@ -153,8 +157,7 @@ class PdfProcessor:
                 try:
                     self._spawn_worker()
                 except DocumentError:
-                    return
-                self._worker.ahead = True
+                    pass
 
     def close(self) -> None:
         with self._lock:
@@ -164,9 +167,7 @@ class PdfProcessor:
         """In a forked child: the worker and its pipe are the parent's. Drop this copy's hold on them without a word
         to the worker (a stop, or this object's finalizer at the child's exit, would end the parent's worker)."""
         self._finalizer.detach()
-        conn = self._worker.conn
-        self._worker.process, self._worker.conn, self._worker.calls = None, None, 0
-        self._worker.ready = self._worker.ahead = False
+        _, conn = self._worker.forget()
         if conn is not None:
             conn.close()  # the child's copy of the descriptor only
 
@@ -219,14 +220,14 @@ class PdfProcessor:
 
     def _send(self, request: dict) -> None:
         for attempt in (1, 2):
-            if not self._worker.alive:
+            spawned = not self._worker.alive
+            if spawned:
                 self._spawn_worker()
-            if not self._worker.ready:
-                ahead = self._worker.ahead
+            if not self._worker.ready:  # spawned here, or started ahead by start()
                 try:
                     self._await_ready()
                 except DocumentError:
-                    if not ahead:
+                    if spawned:
                         raise
                     continue  # started ahead, it died before this call: one fresh start, as for one dead while idle
             try:
