@@ -39,6 +39,7 @@ from resources.ports import GraphStoreDamaged
 DATABASE = "docqueue"
 USER = "root"
 _SERVER_CLASS = "com.arcadedb.server.ArcadeDBServer"
+_EXEC_WAIT_S = 10.0  # from Popen to the server's command line in /proc: milliseconds, seconds on a loaded machine
 _BOLT_PLUGIN = "Bolt:com.arcadedb.bolt.BoltProtocolPlugin"
 _LOG_TAIL_CHARS = 2000
 
@@ -278,7 +279,21 @@ class BoltServer:
             )
         _STARTED.append(proc)
         self._write_state(proc.pid, port, ready=False)
+        self._await_exec(proc)
         return proc
+
+    def _await_exec(self, proc: subprocess.Popen) -> None:
+        """Return once the new process shows the server's command line, or has exited (its starter's wait reports
+        that). For a few milliseconds after Popen returns, the java launcher's /proc/<pid>/cmdline can still be
+        empty; a starter that released the lock then would let the next one see no server of this home and start a
+        second on the same folder, and a stop would stop nothing."""
+        deadline = time.monotonic() + _EXEC_WAIT_S
+        while proc.poll() is None and _SERVER_CLASS not in _process_argv(proc.pid):
+            if time.monotonic() >= deadline:
+                self._terminate(proc.pid, grace_s=5)
+                self._state_file.unlink(missing_ok=True)
+                raise BoltServerError(f"the Bolt server's process did not start in {_EXEC_WAIT_S:g} s")
+            time.sleep(0.001)
 
     def _command(self, port: int) -> list[str]:
         package = _arcadedb_package_dir()
