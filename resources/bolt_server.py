@@ -252,8 +252,7 @@ class BoltServer:
         try:
             self._wait_until_ready(proc.pid, started + timeout_s, proc)
         except BaseException:
-            self._terminate(proc.pid, grace_s=5)
-            self._state_file.unlink(missing_ok=True)
+            self._abandon(proc)
             raise
         self._write_state(proc.pid, self.port, ready=True)
         self.last_start_seconds = time.monotonic() - started
@@ -290,10 +289,14 @@ class BoltServer:
         deadline = time.monotonic() + _EXEC_WAIT_S
         while proc.poll() is None and _SERVER_CLASS not in _process_argv(proc.pid):
             if time.monotonic() >= deadline:
-                self._terminate(proc.pid, grace_s=5)
-                self._state_file.unlink(missing_ok=True)
+                self._abandon(proc)
                 raise BoltServerError(f"the Bolt server's process did not start in {_EXEC_WAIT_S:g} s")
             time.sleep(0.001)
+
+    def _abandon(self, proc: subprocess.Popen) -> None:
+        """Stop a server whose start failed, and delete the server.json that names it."""
+        self._terminate(proc.pid, grace_s=5)
+        self._state_file.unlink(missing_ok=True)
 
     def _command(self, port: int) -> list[str]:
         package = _arcadedb_package_dir()
