@@ -23,11 +23,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from neo4j.exceptions import AuthError, ClientError, DatabaseError
-
 from orchestration.verify import completed_chunk_pages, graph_against_queue
 from queue_db.phases import GRAPHRAG_CHUNK, VECTOR_CHUNK
 from queue_db.queue import TaskQueue
+from resources.bolt_driver import neo4j
 from resources.bolt_files import folder_damage
 from resources.bolt_graph import GraphStore
 from resources.bolt_server import BoltServer
@@ -87,8 +86,8 @@ def repair_graph(queue: TaskQueue, server: BoltServer, open_graph: Callable[[], 
         try:
             completed, missing, short = graph_against_queue(queue, graph.chunk_mention_pages(page_size))
             reason = graph_damage(completed, len(missing), len(short))
-        except (ClientError, DatabaseError) as exc:
-            if isinstance(exc, AuthError):  # the credentials', not the folder's
+        except (neo4j.exceptions.ClientError, neo4j.exceptions.DatabaseError) as exc:
+            if isinstance(exc, neo4j.exceptions.AuthError):  # the credentials', not the folder's
                 raise
             reason = f"a read failed: {first_line(exc)}"
         finally:

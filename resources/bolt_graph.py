@@ -27,15 +27,13 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
-import neo4j
-from neo4j.exceptions import ConstraintError, DriverError, Neo4jError
-
 from processing.entities import ChunkGraph, Entity, normalize_entity_name, resolve_aliases
 from processing.graph_content import DocumentAliases, chunk_content, chunk_keys, last_write_wins
 from queue_db.config import default
 from queue_db.service_config import GraphConfig
 from queue_db.tenants import BASE_TENANT, bare_entity_key, tenant_entity_key
 from resources import bolt_cypher as cypher
+from resources.bolt_driver import neo4j
 from resources.ports import ChunkEntities, GraphStoreUnavailable, MentionedEntity, RelatedEntity
 
 BATCH_SIZE = default(GraphConfig, "batch_size")
@@ -295,7 +293,7 @@ class GraphStore:
             try:
                 with self._session() as session:
                     return session.execute_write(work, *args)
-            except ConstraintError:
+            except neo4j.exceptions.ConstraintError:
                 if attempt == self.conflict_retries:
                     raise
                 time.sleep(random.uniform(0.02, 0.1) * (attempt + 1))
@@ -470,7 +468,7 @@ class GraphStore:
         try:
             with self._session() as session:
                 return [rec.data() for rec in session.run(query, **params)]
-        except (DriverError, Neo4jError, OSError) as exc:
+        except (neo4j.exceptions.DriverError, neo4j.exceptions.Neo4jError, OSError) as exc:
             raise GraphStoreUnavailable(f"the graph server did not answer ({type(exc).__name__})") from exc
 
     def counts(self) -> dict:

@@ -337,7 +337,7 @@ class BoltServer:
 
     def _wait_until_ready(self, pid: int, deadline: float, proc: subprocess.Popen | None = None) -> None:
         """Ready = the Bolt port answers AND a query on our database succeeds (the port opens before the DB exists)."""
-        import neo4j  # the readiness probe is a real Bolt round trip
+        from resources.bolt_driver import neo4j  # the readiness probe is a real Bolt round trip
 
         last_error = "port not open"
         while time.monotonic() < deadline:

@@ -44,8 +44,8 @@ class HitGraph:
         self._lock = Lock()
 
     def prepare(self) -> None:
-        """Load the Bolt driver in the background when this session will read a graph: its import (about half a
-        second, pandas included) then overlaps the model's loading instead of following the first search."""
+        """Load the Bolt driver in the background when this session will read a graph: its import (about a third of a
+        second) then overlaps the model's loading instead of following the first search."""
         if self.per_hit <= 0:
             return
         if self._settings.graph.uri or BoltServer.from_settings(self._settings).ever_started:
@@ -119,7 +119,7 @@ class HitGraph:
 
 
 def _load_driver() -> type[GraphStore]:
-    # imported here: the Bolt driver (and the pandas it loads) is for the searches that read the graph only
+    # imported here: the Bolt driver is for the searches that read the graph only
     from resources.bolt_graph import GraphStore as BoltGraphStore
 
     return BoltGraphStore

@@ -226,10 +226,9 @@ def verify(settings: Settings, as_json: bool) -> None:
     # a damaged shard of the embedded store is one sentence naming it (exit 3 too): every stored point is read back
     # imported here: the stores bring Dagster, qdrant-client and the Bolt driver, seconds `status` and `stats`
     # (this module's other commands) do not need
-    import neo4j
-
     from orchestration.repair import graph_damage
     from orchestration.stores import opened_stores
+    from resources.bolt_driver import neo4j
     from resources.bolt_server import BoltServer
     from resources.ports import GraphStoreDamaged, VectorStoreDamaged
 

@@ -5,8 +5,6 @@ the graph."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from orchestration.cli import startup
@@ -16,14 +14,6 @@ from orchestration.cli.hit_graph import graph_columns
 from orchestration.cli.output import console, emit, table
 from queue_db.config import Settings
 from resources.search_session import Hit, SearchSession
-
-
-def without_data_frames() -> None:
-    """Mark pandas and pyarrow absent in this process. The Bolt driver imports them when they are installed, for
-    `Result.to_df()`, which search never calls: about 0.4 s of a search's start-up. A `docqueue search` process
-    builds no data frame, so the mark holds for the process's life."""
-    for name in ("pandas", "pyarrow"):
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 
 
 @click.command()
@@ -63,7 +53,6 @@ def search(
         raise CliError("--dense and --sparse exclude each other; give one, or neither for hybrid search", EXIT_USAGE)
     mode = "dense" if dense else "sparse" if sparse else "hybrid"
     queue = open_queue(settings)  # before the model loads: an unreachable database is said at once
-    without_data_frames()
     # one search is start-up to the end: the model, the store, the Bolt driver's tables, all made once and kept
     # (orchestration/cli/startup.py)
     with service_errors(), startup.collector_paused():
