@@ -263,34 +263,43 @@ class PooledPostgresEventLogStorage(_PooledEngineMixin, PostgresEventLogStorage)
         self._partition_keys = PartitionKeyCache(settings(DagsterConfig).partition_key_cache_max)
 
     def store_event_batch(self, events) -> None:
-        """A batch of planned-materialization events (one per partition key of a new run) in one INSERT.
+        """A batch of asset events in one INSERT whose statement is compiled once per process.
 
-        dagster-postgres batches materializations and observations this way but stores planned events one
-        by one (an INSERT, a NOTIFY and an asset-index update each: ~2 ms per key here). The batch path
-        below is the parent's materialization batch path applied to planned events: rows inserted at
-        once, their tags stored, and each asset's index row updated once, from its last event (the row
-        keeps the latest event, so the intermediate updates were overwritten anyway)."""
+        dagster-postgres stores planned events one by one (an INSERT, a NOTIFY and an asset-index update each), and
+        batches materializations and observations in an INSERT of one VALUES row per event, which SQLAlchemy
+        compiles anew for every batch: most of the batch's CPU. Here all three take one path: one statement
+        executed for the list of rows (the driver sends them in pages, in order, and returns their ids), the events'
+        tags stored, and each asset's index row updated once, from its last event (the row keeps the latest event,
+        so the intermediate updates were overwritten anyway). Anything else in a batch (a new run's planned asset
+        checks) keeps the parent's path."""
         from dagster._core.events import DagsterEventType
-        from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 
         planned = [
             e for e in events if e.get_dagster_event().event_type == DagsterEventType.ASSET_MATERIALIZATION_PLANNED
         ]
-        # a new run's batch also holds its planned asset checks: those keep the parent's path
         others = [
             e for e in events if e.get_dagster_event().event_type != DagsterEventType.ASSET_MATERIALIZATION_PLANNED
         ]
         if planned:
-            with self._connect() as conn:
-                result = conn.execute(self.prepare_insert_event_batch(planned).returning(SqlEventLogStorageTable.c.id))
-                event_ids = [int(row[0]) for row in result.fetchall()]
-            last_by_asset = {e.get_dagster_event().asset_key: (e, i) for e, i in zip(planned, event_ids)}
-            with self.index_transaction() as conn:
-                self._store_asset_event_tags(conn, planned, event_ids)
-                for event, event_id in last_by_asset.values():
-                    self._store_asset_event(conn, event, event_id)
-        if others:
+            self._store_asset_events(planned)
+        kinds = {e.get_dagster_event().event_type for e in others}
+        if kinds in ({DagsterEventType.ASSET_MATERIALIZATION}, {DagsterEventType.ASSET_OBSERVATION}):
+            self._store_asset_events(others)
+        elif others:
             super().store_event_batch(others)
+
+    def _store_asset_events(self, events) -> None:
+        from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+
+        insert = SqlEventLogStorageTable.insert().returning(SqlEventLogStorageTable.c.id, sort_by_parameter_order=True)
+        with self._connect() as conn:
+            result = conn.execute(insert, [self._event_to_row(event) for event in events])
+            event_ids = [int(row[0]) for row in result.fetchall()]
+        last_by_asset = {e.get_dagster_event().asset_key: (e, i) for e, i in zip(events, event_ids)}
+        with self.index_transaction() as conn:
+            self._store_asset_event_tags(conn, events, event_ids)
+            for event, event_id in last_by_asset.values():
+                self._store_asset_event(conn, event, event_id)
 
     def get_dynamic_partitions(self, partitions_def_name: str) -> Sequence[str]:
         """Every key of a dynamic partitions definition, in the order they were added, as the parent returns them:

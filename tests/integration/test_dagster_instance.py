@@ -31,6 +31,7 @@ from dagster import (
     materialize,
 )
 from dagster._core.definitions.run_request import InstigatorType
+from dagster._core.events import DagsterEventType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.run_coordinator import QueuedRunCoordinator
 from dagster._core.storage.partition_status_cache import AssetPartitionStatus
@@ -336,6 +337,41 @@ def test_ranged_run_materializes_every_key_over_few_connections(instance, pg_adm
     # NullPool storages open several connections per key (well over 1,000 for this run)
     assert connects.count <= MAX_CONNECTIONS_PER_PROCESS
     assert 0 < peak_backends <= MAX_CONNECTIONS_PER_PROCESS
+
+
+def _asset_event(run_id: str, event_type, name: str, partition: str) -> EventLogEntry:
+    from dagster import AssetMaterialization
+    from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent, StepMaterializationData
+
+    key = AssetKey(name)
+    data = (
+        StepMaterializationData(AssetMaterialization(asset_key=key, partition=partition))
+        if event_type is DagsterEventType.ASSET_MATERIALIZATION
+        else AssetMaterializationPlannedData(key, partition=partition)
+    )
+    event = DagsterEvent(event_type.value, "batch_job", step_key="batch_step", event_specific_data=data)
+    return EventLogEntry(
+        error_info=None, level=logging.DEBUG, user_message="", run_id=run_id, timestamp=time.time(), dagster_event=event
+    )
+
+
+def test_a_batch_of_asset_events_is_stored_in_its_order_and_indexes_each_assets_last(instance):
+    run_id, keys = str(uuid.uuid4()), [f"p-{n:03d}" for n in (7, 3, 11, 5, 2)]
+    storage = instance.event_log_storage
+    storage.store_event_batch(
+        [_asset_event(run_id, DagsterEventType.ASSET_MATERIALIZATION_PLANNED, n, k) for n in ("ea", "eb") for k in keys]
+    )
+    storage.store_event_batch([_asset_event(run_id, DagsterEventType.ASSET_MATERIALIZATION, "ea", k) for k in keys])
+
+    stored = instance.fetch_materializations(AssetKey("ea"), limit=100, ascending=True).records
+    assert [r.partition_key for r in stored] == keys  # the ids follow the batch's order
+    latest = instance.get_latest_materialization_event(AssetKey("ea"))
+    assert latest is not None and latest.dagster_event.partition == keys[-1]
+    assert instance.get_materialized_partitions(AssetKey("ea")) == set(keys)
+    for name in ("ea", "eb"):
+        planned = storage.get_latest_planned_materialization_info(AssetKey(name))
+        assert planned is not None and planned.run_id == run_id
+    assert instance.get_materialized_partitions(AssetKey("eb")) == set()
 
 
 # --- connections stay correct when reused --------------------------------------------------------
