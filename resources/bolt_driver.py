@@ -1,12 +1,12 @@
 """The Bolt driver (`neo4j`), loaded without the data-frame libraries it would load with it.
 
-When pandas or pyarrow is installed, `import neo4j` imports them too, for `Result.to_df()` and `to_eager_result`'s
-frames, which docqueue never builds from a query. pandas is installed (the read models' DataFrame forms, for
-notebooks), and loading it is 0.3-0.4 s of every process that talks to the graph: `docqueue run` before it forks its
-workers, a search that shows entities, the Dagster code location. Every module of the project takes the driver from
-here (an import-linter contract in pyproject.toml holds the rule); only the driver's own optional import of those
-libraries is refused, so pandas stays importable for everything else in the process, an application's own code
-included."""
+When pandas or pyarrow is installed, `import neo4j` imports them too, for its data-frame and Arrow conversions
+(`Result.to_df()` and the like), which docqueue never asks for. pandas is installed (the read models' DataFrame forms,
+for notebooks), and loading it is a noticeable part of the start-up of every process that talks to the graph: `docqueue
+run` before it forks its workers, a search that shows entities, the Dagster code location. Every module of the project
+takes the driver from here (an import-linter contract in pyproject.toml holds the rule); only the driver's own
+optional import of those libraries is refused, so pandas stays importable for everything else in the process, an
+application's own code included."""
 
 from __future__ import annotations
 
