@@ -19,6 +19,8 @@ from tests import pdf_factory as pf
 from tests.reliability.support import figures_line, status_of, wait_for
 
 STALE_S = 2.0  # rel_env's STALE_TASK_TIMEOUT
+# scanned pages OCRed in one claimed batch by the heartbeat test
+SLOW_BATCH = 16
 
 
 def _page_tasks(queue, pages: int) -> None:
@@ -121,13 +123,16 @@ def test_ocr_in_the_child_process_keeps_the_heartbeat_flowing(pipeline, tmp_path
     from queue_db.config import Settings
     from resources.ocr_resource import OcrResource
 
-    # one batch of twelve scanned pages (OCR model start-up included; claimed as one batch, not the usual four) must
+    # one batch of sixteen scanned pages (OCR model start-up included; claimed as one batch, not the usual four) must
     # outlast the stale timeout twice over even on a fast idle machine (0.4-1.2 s/page measured: one batch of four
-    # was once too short); the margin of beats per timeout (6) keeps a loaded machine from starving a beat past it
-    monkeypatch.setitem(common.CLAIM_BATCH, "ocr_page", 12)
-    settings = QueueSettings(heartbeat_interval_s=0.25, stale_timeout_s=1.5, max_retries=3)
+    # was once too short); the margin of beats per timeout (6) keeps a loaded machine from starving a beat past it,
+    # and the timeout itself (3 s) covers a stall of the heartbeat's write on a slow machine under the suite's load
+    monkeypatch.setitem(common.CLAIM_BATCH, "ocr_page", SLOW_BATCH)
+    settings = QueueSettings(heartbeat_interval_s=0.5, stale_timeout_s=3.0, max_retries=3)
     queue = TaskQueue(pipeline.queue.engine, settings)
-    scans = [pf.scanned_pdf(tmp_path, f"scan-{i}.pdf", pf.SCANNED_TEXT + f" Log entry {i}.")[0] for i in range(12)]
+    scans = [
+        pf.scanned_pdf(tmp_path, f"scan-{i}.pdf", pf.SCANNED_TEXT + f" Log entry {i}.")[0] for i in range(SLOW_BATCH)
+    ]
     ingested = pipeline.ingest(scans)
     work = Work(queue, storage=pipeline.storage, pdf=OcrResource.from_settings(Settings.from_env()).get_processor())
     stop = threading.Event()
