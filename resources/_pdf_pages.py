@@ -146,8 +146,17 @@ def text_layer_markdown(doc: pymupdf.Document, index: int, headers: HeaderSizes)
     single = pymupdf.open()
     try:
         single.insert_pdf(doc, from_page=index, to_page=index)
+        drawn = draws_paths(single[0])
         markdown = pymupdf4llm.to_markdown(
-            single, pages=[0], hdr_info=headers, ignore_images=True, graphics_limit=GRAPHICS_LIMIT, show_progress=False
+            single,
+            pages=[0],
+            hdr_info=headers,
+            ignore_images=True,
+            # a page without paths has no tables or graphics to find, nor fills to tell from its background
+            ignore_graphics=not drawn,
+            detect_bg_color=drawn,
+            graphics_limit=GRAPHICS_LIMIT,
+            show_progress=False,
         )
     except MemoryError:
         raise
@@ -159,6 +168,14 @@ def text_layer_markdown(doc: pymupdf.Document, index: int, headers: HeaderSizes)
         single.close()
     blocks = [block[4] for block in page.get_text("blocks", sort=True) if block[6] == 0]
     return recover_missing_blocks(markdown, blocks)
+
+
+def draws_paths(page: pymupdf.Page) -> bool:
+    """Whether the page draws any vector path. pymupdf4llm's table search finds tables by drawn lines alone
+    ("lines_strict"), so a page without paths holds none it could find, yet the search reads every character of
+    the page before it looks for lines, the largest part of converting a plain text page; and its background
+    colour, read from four small renderings, only tells filled paths from the page."""
+    return any("path" in kind for kind, _ in page.get_bboxlog())
 
 
 _BULLETS = ("•", "●", "▪", "◦", "‣", "⁃", "·", "-", "–", "*")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -79,6 +80,47 @@ def test_text_layer_keeps_headings_lists_and_tables(processor: PdfProcessor, rep
     assert "|Region|Shipments|Returns|" in page.markdown
     assert "|North|1200|31|" in page.markdown
     assert "office finished migrating" in page.markdown  # ligatures spelled out
+
+
+def test_tables_and_graphics_are_looked_for_only_on_pages_that_draw_paths(report_pdf: Path):
+    """The table search reads every character of a page before it looks for drawn lines, and the background
+    colour takes four renderings: a page without vector paths is converted without either, to the same markdown,
+    and a ruled table is still found."""
+    script = (
+        "import json, sys\n"
+        "from resources.pymupdf_loader import pymupdf\n"
+        "import pymupdf4llm\n"
+        "from resources import _pdf_pages as pages\n"
+        "pymupdf4llm.use_layout(False)\n"  # as the PDF worker converts
+        "searches = []\n"
+        "search = pymupdf.Page.find_tables\n"
+        "pymupdf.Page.find_tables = lambda page, *a, **k: searches.append(1) or search(page, *a, **k)\n"
+        "renders = []\n"
+        "render = pymupdf.Page.get_pixmap\n"
+        "pymupdf.Page.get_pixmap = lambda page, *a, **k: renders.append(1) or render(page, *a, **k)\n"
+        "doc = pymupdf.open(sys.argv[1])\n"
+        "headers = pages.HeaderSizes(doc, list(range(doc.page_count)))\n"
+        "out = {}\n"
+        "for index in (0, 1):\n"
+        "    before, rendered = len(searches), len(renders)\n"
+        "    out[index] = {'draws': pages.draws_paths(doc[index]),\n"
+        "                  'markdown': pages.text_layer_markdown(doc, index, headers)}\n"
+        "    out[index]['searched'] = len(searches) - before\n"
+        "    out[index]['rendered'] = len(renders) - rendered\n"
+        "pages.draws_paths = lambda page: True\n"  # the search forced on the plain page, as before
+        "out['forced'] = pages.text_layer_markdown(doc, 1, headers)\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(report_pdf)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    ruled, plain = out["0"], out["1"]
+    assert ruled["draws"] and ruled["searched"] == 1 and ruled["rendered"] > 0
+    assert "|North|1200|31|" in ruled["markdown"]
+    assert not plain["draws"] and plain["searched"] == 0 and plain["rendered"] == 0
+    assert "Shipping lanes" in plain["markdown"] and out["forced"] == plain["markdown"]
 
 
 def test_header_footer_and_page_numbers_are_removed(processor: PdfProcessor, report_pdf: Path):
