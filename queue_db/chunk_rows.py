@@ -3,12 +3,13 @@ the rows of many pages with their texts. Used by TaskQueue.complete_chunkings in
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .keys import chunk_id
 from .text import clean_text
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 _PAGES_SQL = """SELECT p.id::text AS id, d.document_key, p.page_number FROM task_queue_page p
                 JOIN documents d ON d.id = p.document_id WHERE p.id = ANY(%(pages)s::uuid[])"""

@@ -5,9 +5,10 @@ follows the batch (or the reused vectors), never the number of chunks."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import sqlalchemy as sa
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 def embedded_chunks_by_hash(engine: sa.Engine, content_hashes: Iterable[str]) -> dict[str, str]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-import sqlalchemy as sa
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 def unchanged(engine: sa.Engine, observed: Mapping[str, tuple[int, int]]) -> set[str]:

@@ -9,9 +9,12 @@ foreign-key index: the cost follows the work in flight, not the size of the corp
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from .phases import ALL_KINDS, TaskKind
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 def _union(parts: list[str]) -> str:

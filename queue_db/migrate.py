@@ -11,11 +11,13 @@ import hashlib
 import re
 from dataclasses import dataclass
 from importlib import resources as importlib_resources
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from .phases import PHASES, PhaseRegistry
 from .rollup_sql import missing_phase_ddl
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 VERSION_TABLE = "docqueue_schema_version"
 # arbitrary constant: identifies "docqueue schema upgrade" among advisory locks

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import sqlalchemy as sa
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
 
 # "also in N documents" lists the keys of at most this many other members per hit
 LISTED_COPIES = 20

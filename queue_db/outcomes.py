@@ -8,12 +8,13 @@ work still to come). A document's phase is blocked the same way. The rules are t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Sequence
 
 from .phases import PHASES, PhaseRegistry
 from .run_scope import among_documents, document_parameters
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 def _tasks_sql(phases: PhaseRegistry = PHASES, scoped: bool = False) -> str:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple, Sequence
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from .keys import chunk_partition_key, document_partition_key, page_partition_key, parse_partition_key
 from .phases import PHASES, TABLE_OF_LEVEL, Level, PhaseRegistry, PhaseSpec, TaskKind
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 TABLE = TABLE_OF_LEVEL
 

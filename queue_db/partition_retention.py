@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from .partition_keys import _KEY_SELECT, TABLE, key_of
 from .phases import PHASES, Level, PhaseRegistry
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 def done_at_sql(level: Level, phases: PhaseRegistry = PHASES) -> str:

@@ -18,10 +18,15 @@ import contextlib
 import os
 import time
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import psycopg
-import sqlalchemy as sa
-from sqlalchemy.pool import PoolProxiedConnection
+
+from .transactions import is_database_error
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.pool import PoolProxiedConnection
 
 CHANNEL = "docqueue_progress"
 
@@ -64,7 +69,9 @@ class ProgressListener:
                     pg.rollback()
                     pg.autocommit = True
                 pg.execute(f"LISTEN {CHANNEL}")
-            except (sa.exc.DBAPIError, psycopg.Error):
+            except Exception as exc:
+                if not is_database_error(exc):
+                    raise
                 if raw is not None:  # a connection that could not listen is not kept open
                     with contextlib.suppress(psycopg.Error):
                         raw.close()

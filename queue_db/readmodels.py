@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-import sqlalchemy as sa
-
 from .config import QueueConfig, default
 from .near_duplicates import copies_of
 from .phases import PHASES, Level, PhaseRegistry, PhaseSpec, TaskKind
@@ -19,6 +17,7 @@ from .run_scope import among_documents, document_parameters
 
 if TYPE_CHECKING:
     import pandas as pd
+    import sqlalchemy as sa
 
 
 def _progress_sql(phases: PhaseRegistry) -> str:

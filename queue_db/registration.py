@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Sequence
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Sequence
 
 from .idempotency import IdempotencyConflict, checked_key
 from .keys import document_key_for
 from .phases import PHASES, TaskKind
 from .tenants import checked_tenant, tenant_document_key
 from .text import clean_text, source_path_text
-from .transactions import QueueConnection
+from .transactions import QueueConnection, is_integrity_error
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 def check_priority(priority: int) -> None:
@@ -162,7 +163,9 @@ class Registration(QueueConnection):
                         .mappings()
                         .first()
                     )
-            except sa.exc.IntegrityError:
+            except Exception as exc:
+                if not is_integrity_error(exc):
+                    raise
                 # other bytes took the key since the INSERT above: the key is theirs
                 keyed = _document_under_key(conn, idempotency_key, tenant, existing["content_hash"])
                 return keyed or existing, False

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import sqlalchemy as sa
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
 
 # the least fixed cost a run is sized for: what a run measures (its start to its work's start) leaves out its creation,
 # its launch and its end events, which an empty run forked from the launcher's template spends in 0.34 s from

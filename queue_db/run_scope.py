@@ -3,11 +3,12 @@ idx_documents_unfinished (priority, then oldest), and whether any of them can st
 
 from __future__ import annotations
 
-from typing import Sequence
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Sequence
 
 from .phases import PHASES, PhaseRegistry
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 MAX_DOCS = 1000
 

@@ -4,19 +4,21 @@ failures and dropped connections are transient, everything else is the caller's 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 import psycopg
-import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .config import QueueSettings
 from .phases import PHASES, PhaseRegistry
 from .retry_policy import RetryPolicy
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
 # the server refuses a new connection while every slot is taken (max_connections): the refusal comes at connect
@@ -54,6 +56,10 @@ T = TypeVar("T")
 
 
 def create_queue_engine(url: str, pool_size: int = 5, max_overflow: int = 5) -> sa.Engine:
+    """A pooled SQLAlchemy engine: what every long-running process uses (queue_db.direct_engine serves the commands
+    that start, ask and end)."""
+    import sqlalchemy as sa
+
     from .database_urls import normalize_url
 
     # no pre-ping: it costs a round trip per checkout; a dead pooled connection raises on use instead, the
@@ -69,13 +75,32 @@ def create_queue_engine(url: str, pool_size: int = 5, max_overflow: int = 5) -> 
     )
 
 
+def sqlalchemy_error(name: str) -> tuple[type[BaseException], ...]:
+    """SQLAlchemy's exception class `name` (of sqlalchemy.exc) once SQLAlchemy is loaded, else none: a process that
+    never loads it (queue_db.direct_engine) cannot meet its exceptions, and need not import it to tell them apart."""
+    cls = getattr(sys.modules.get("sqlalchemy.exc"), name, None)
+    return (cls,) if cls is not None else ()
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """An error of the database or its driver, as psycopg raises it or SQLAlchemy wraps it."""
+    return isinstance(exc, (psycopg.Error, *sqlalchemy_error("DBAPIError")))
+
+
+def is_integrity_error(exc: BaseException) -> bool:
+    """A constraint refused the statement (a unique key taken, a foreign key gone)."""
+    return isinstance(exc, (psycopg.IntegrityError, *sqlalchemy_error("IntegrityError")))
+
+
 def is_transient(exc: BaseException) -> bool:
     """A failure that the same transaction, run again, can get past."""
-    if isinstance(exc, DBAPIError):
+    if isinstance(exc, sqlalchemy_error("DBAPIError")):
         if getattr(getattr(exc, "orig", None), "sqlstate", None) in _RETRYABLE_SQLSTATES:
             return True
         # a restarted server or a dropped connection: the pool discards the connection, a new one is tried
-        return isinstance(exc, OperationalError) or bool(getattr(exc, "connection_invalidated", False))
+        return isinstance(exc, sqlalchemy_error("OperationalError")) or bool(
+            getattr(exc, "connection_invalidated", False)
+        )
     if isinstance(exc, psycopg.Error):
         return getattr(exc, "sqlstate", None) in _RETRYABLE_SQLSTATES or isinstance(exc, psycopg.OperationalError)
     return False
@@ -84,7 +109,7 @@ def is_transient(exc: BaseException) -> bool:
 def is_connection_limit(exc: BaseException) -> bool:
     """The server refused a new connection because every slot is taken (max_connections reached)."""
     text = str(getattr(exc, "orig", None) or exc).lower()
-    return isinstance(exc, (OperationalError, psycopg.OperationalError)) and any(
+    return isinstance(exc, (psycopg.OperationalError, *sqlalchemy_error("OperationalError"))) and any(
         t in text for t in _CONNECTION_LIMIT_TEXTS
     )
 
@@ -98,7 +123,9 @@ def with_retries(attempt: Callable[[], T], attempts: int = ATTEMPTS, connection_
     while True:
         try:
             result = attempt()
-        except (DBAPIError, psycopg.Error) as exc:
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
             waiting_since = _wait_for_slot(exc, waiting_since, wait_s)
             number += waiting_since is None
             if (waiting_since is None and number >= attempts) or not is_transient(exc):

@@ -9,13 +9,12 @@ import socket
 import uuid
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import psycopg
 import psycopg.rows
 import psycopg.types.json
 import psycopg.types.string
-import sqlalchemy as sa
 
 from .chunk_rows import insert_chunk_rows
 from .claim_cursor import ClaimCursors, claim_sql
@@ -24,6 +23,9 @@ from .registration import Registration
 from .rollup_sql import GENERIC_PLANS, after_transition, lock_sql, recount_sql
 from .text import clean_text
 from .transactions import with_named_argument, with_retries
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,14 @@ asking for their groups, and a group look-up asks only for the documents the loo
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from processing.copy_choice import best_copy
 from queue_db.near_duplicates import copies_of
 from resources.ports import MAX_SEARCH_LIMIT, SearchHit, SearchHits
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 # how many candidates a collapsing search asks the store for, per hit wanted
 OVERFETCH = 4

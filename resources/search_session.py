@@ -27,9 +27,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any, Sequence
 
 from queue_db.config import QueueSettings, Settings
 from queue_db.database_urls import database_url
@@ -41,6 +39,9 @@ from resources.hit_entities import HitGraph
 from resources.ports import SEARCH_MODES, MentionedEntity, RelatedEntity, SearchHits, VectorStore
 from resources.search_copies import LIGHT_KEYS, also_in, collapsed_search
 from resources.vector_stores import open_vector_store, vector_store_settings
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 # how long the embedded store's shards stay open after a search when nobody else asks for them: long enough for an
 # application's next query, short enough to let go of the memory of an idle one

@@ -4,27 +4,38 @@ command shares. Dagster's storage and DAGSTER_HOME are prepared by the commands 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import click
 
 from orchestration.cli.errors import EXIT_USAGE, CliError, service_failures
 from queue_db.config import QueueSettings, Settings
 from queue_db.database_urls import database_url
+from queue_db.direct_engine import DirectEngine
 from queue_db.migrate import pending_migrations, upgrade
 from queue_db.phases import Phase
 from queue_db.queue import TaskQueue, create_queue_engine
 from queue_db.tenants import checked_tenant
 from queue_db.transactions import with_retries
 
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
-def open_queue(settings: Settings, queue_url: str | None = None) -> TaskQueue:
+
+def open_queue(settings: Settings, queue_url: str | None = None, *, direct: bool = False) -> TaskQueue:
     """The queue, with failures to reach the database turned into one actionable sentence; `queue_url`: where it is
     when the caller prepared the environment already, else DOCQUEUE_DATABASE_URL or the embedded server (started
     when needed). Built from queue_db alone: resources.database imports Dagster, a second of start-up that `status`
     and friends do not need. A server's database (DOCQUEUE_DATABASE_URL) is migrated by `docqueue db upgrade` only,
-    when its owner decides."""
+    when its owner decides.
+
+    `direct`: on psycopg alone (queue_db.direct_engine), for a command that asks and ends without handing the queue
+    to Dagster or the stores: SQLAlchemy's import is a third of such a command's start-up."""
     embedded = settings.database.database_url is None
     with service_failures():
-        engine = create_queue_engine(queue_url or database_url(settings.database))
+        url = queue_url or database_url(settings.database)
+        # the direct engine serves the part of SQLAlchemy's Engine the queue calls (queue_db.direct_engine)
+        engine = cast("sa.Engine", DirectEngine(url)) if direct else create_queue_engine(url)
         # a server with every connection slot taken is waited for (one log line); any other failure to connect
         # is reported at once
         missing = with_retries(lambda: pending_migrations(engine), attempts=1)

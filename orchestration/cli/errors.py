@@ -37,7 +37,7 @@ SERVICE_FAILURES = {
         ("resources.ports", "GraphStoreDamaged"),
     ),
     "postgres_start": (("queue_db.embedded_postgres", "EmbeddedPostgresError"),),
-    "postgres": (("sqlalchemy.exc", "OperationalError"),),
+    "postgres": (("sqlalchemy.exc", "OperationalError"), ("psycopg", "OperationalError")),
     "bolt_start": (("resources.bolt_server", "BoltServerError"),),
     "graph": (
         ("neo4j.exceptions", "ServiceUnavailable"),

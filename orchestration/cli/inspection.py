@@ -34,7 +34,7 @@ def status(
 ) -> None:
     """Per document: the three phase statuses, pages, chunks, progress and last errors, a page at a time."""
     tenant = tenant_filter(settings, tenant)
-    queue = open_queue(settings)
+    queue = open_queue(settings, direct=True)
     doc_id = str(document_or_fail(queue, document, tenant)["id"]) if document else None
     if after_key and queue.document(after_key) is None:
         raise CliError(f"no document with key {after_key!r} to continue after", EXIT_USAGE)
@@ -130,7 +130,7 @@ def stats(settings: Settings, tenant: str | None, as_json: bool) -> None:
     """Queue statistics (task type x status x count), queue wait and per-phase durations (over at most
     DOCQUEUE_STATS_WINDOW completed tasks per type: a sample once the history is longer)."""
     tenant = tenant_filter(settings, tenant)
-    queue = open_queue(settings)
+    queue = open_queue(settings, direct=True)
     window = settings.queue.stats_window
     counts, timings, errors = (
         queue_statistics_rows(queue.engine, tenant),

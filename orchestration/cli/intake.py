@@ -75,7 +75,7 @@ def ingest(
             f"--idempotency-key names one document, and the paths hold {len(files)} files; give one file or `-`",
             EXIT_USAGE,
         )
-    queue = open_queue(settings)
+    queue = open_queue(settings, direct=True)
     storage = LocalStorage(storage_root(settings))
     if stdin:
         results = [

@@ -52,7 +52,7 @@ def search(
     if dense and sparse:
         raise CliError("--dense and --sparse exclude each other; give one, or neither for hybrid search", EXIT_USAGE)
     mode = "dense" if dense else "sparse" if sparse else "hybrid"
-    queue = open_queue(settings)  # before the model loads: an unreachable database is said at once
+    queue = open_queue(settings, direct=True)  # before the model loads: an unreachable database is said at once
     # one search is start-up to the end: the model, the store, the Bolt driver's tables, all made once and kept
     # (orchestration/cli/startup.py)
     with service_errors(), startup.collector_paused():

@@ -151,7 +151,7 @@ def test_search_command_is_hybrid_by_default_with_dense_and_sparse_for_compariso
         def close(self):
             pass
 
-    monkeypatch.setattr(search, "open_queue", lambda settings: type("Queue", (), {"engine": None})())
+    monkeypatch.setattr(search, "open_queue", lambda settings, **options: type("Queue", (), {"engine": None})())
     monkeypatch.setattr(search, "SearchSession", Session)
     runner = CliRunner()
     for flags, mode in (([], "hybrid"), (["--dense"], "dense"), (["--sparse"], "sparse")):

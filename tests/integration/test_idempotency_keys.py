@@ -1,4 +1,5 @@
-"""Idempotency keys of document registration (migration 0013, TaskQueue.register_document) on real PostgreSQL."""
+"""Idempotency keys of document registration (migration 0013, TaskQueue.register_document) on real PostgreSQL,
+through SQLAlchemy's pooled engine and through queue_db.direct_engine (what `docqueue ingest` registers with)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from queue_db.direct_engine import DirectEngine
 from queue_db.idempotency import IdempotencyConflict
+from queue_db.queue import TaskQueue
 from tests.queue_support import new_hash
+
+
+@pytest.fixture(params=["pooled", "direct"])
+def queue(request, engine, database_url, settings):
+    if request.param == "pooled":
+        yield TaskQueue(engine, settings)
+        return
+    direct = DirectEngine(database_url)
+    yield TaskQueue(direct, settings)
+    direct.dispose()
 
 
 def register(queue, content: str, **kwargs):

@@ -1,8 +1,9 @@
 """The light commands load only what they need: `docqueue --help`, `status`, `stats`, `ingest` and `search` (on the
 embedded store) never import Dagster, the graph driver, qdrant-client, pandas or pdfium, which cost start-up time,
-nor pydantic-settings (the settings are plain pydantic models) or the preparation of Dagster's storage and home;
-`ingest` writes files without the stores' ports. Checked in a fresh interpreter, on the modules each command's code
-loads (its module, and its help resolved through the group, which builds the settings)."""
+nor SQLAlchemy (they reach the queue through queue_db.direct_engine), nor pydantic-settings (the settings are plain
+pydantic models) or the preparation of Dagster's storage and home; `ingest` writes files without the stores' ports.
+Checked in a fresh interpreter, on the modules each command's code loads (its module, and its help resolved through
+the group, which builds the settings); tests/integration/test_direct_engine.py runs the commands themselves."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("dagster", "neo4j", "qdrant_client", "pandas", "spacy", "fitz", "pypdfium2", "pydantic_settings")
+HEAVY = ("dagster", "neo4j", "qdrant_client", "pandas", "spacy", "fitz", "pypdfium2", "pydantic_settings", "sqlalchemy")
 # modules of the project a light command has no use for: Dagster's storage URL, DAGSTER_HOME and its dagster.yaml
 # (the commands that run Dagster prepare them), and for `ingest` the stores' ports
 NEEDLESS = {
