@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any, Iterator, Sequence
 
 import psycopg
@@ -193,11 +194,10 @@ class Connection:
             yield self
 
     @property
-    def connection(self) -> RawConnection:
-        """The checked-out connection, as SQLAlchemy's `Connection.connection` (`dbapi_connection`: psycopg's)."""
-        raw = RawConnection(self._engine, self.pg)
-        raw.detach()  # given back when this Connection closes, not through the view
-        return raw
+    def connection(self) -> SimpleNamespace:
+        """The psycopg connection as SQLAlchemy's `Connection.connection` shows it (`dbapi_connection`,
+        `driver_connection`); it stays this Connection's, given back when this one closes."""
+        return SimpleNamespace(dbapi_connection=self.pg, driver_connection=self.pg)
 
     def commit(self) -> None:
         self.pg.commit()
@@ -218,10 +218,6 @@ class RawConnection:
     def __init__(self, engine: "DirectEngine", pg: psycopg.Connection):
         self._engine: DirectEngine | None = engine
         self.driver_connection: psycopg.Connection | None = pg
-
-    @property
-    def dbapi_connection(self) -> psycopg.Connection | None:
-        return self.driver_connection
 
     def close(self) -> None:
         pg, self.driver_connection = self.driver_connection, None
