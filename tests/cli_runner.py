@@ -21,3 +21,16 @@ def docqueue(*args: str, timeout: float = 180, env: dict[str, str] | None = None
         text=True,
         timeout=timeout,
     )
+
+
+def probe(script: str, *args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -c SCRIPT ARGS` from the checkout in a fresh interpreter whose environment is `env` alone (plus the
+    checkout on PYTHONPATH and a plain PATH): what a command loads, undisturbed by the test's own imports."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=REPO_ROOT,
+        env={"PATH": "/usr/bin:/bin", **env, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

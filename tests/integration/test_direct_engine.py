@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -24,9 +21,8 @@ from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.readmodels import document_progress_rows, error_classes_rows, phase_timings_rows, queue_statistics_rows
 from queue_db.run_costs import run_size_rows
 from queue_db.transactions import is_integrity_error, is_transient, with_retries
+from tests.cli_runner import probe as python_probe
 from tests.queue_support import build_document, register
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -256,20 +252,8 @@ def test_the_light_commands_run_on_a_server_without_loading_sqlalchemy(database_
         ["stats", "--json"],
         ["search", "storm damage", "--json"],
     ]
-    env = {
-        "PYTHONPATH": str(REPO_ROOT),
-        "PATH": "/usr/bin:/bin",
-        "DOCQUEUE_HOME": str(tmp_path / "home"),
-        "DOCQUEUE_DATABASE_URL": database_url,
-    }
-    probe = subprocess.run(
-        [sys.executable, "-c", LIGHT_RUN, json.dumps(commands)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-        timeout=300,
-    )
+    env = {"DOCQUEUE_HOME": str(tmp_path / "home"), "DOCQUEUE_DATABASE_URL": database_url}
+    probe = python_probe(LIGHT_RUN, json.dumps(commands), env=env, timeout=300)
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert json.loads(probe.stdout.strip().splitlines()[-1]) == []
     with psycopg.connect(database_url.replace("+psycopg", "")) as conn:

@@ -8,13 +8,11 @@ the group, which builds the settings); tests/integration/test_direct_engine.py r
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.cli_runner import probe as python_probe
+
 HEAVY = ("dagster", "neo4j", "qdrant_client", "pandas", "spacy", "fitz", "pypdfium2", "pydantic_settings", "sqlalchemy")
 # modules of the project a light command has no use for: Dagster's storage URL, DAGSTER_HOME and its dagster.yaml
 # (the commands that run Dagster prepare them), and for `ingest` the stores' ports
@@ -41,15 +39,7 @@ print(json.dumps(sorted(sys.modules)))
     ids=lambda args: " ".join(args),
 )
 def test_a_light_command_imports_no_heavy_library(args, tmp_path):
-    env = {"PYTHONPATH": str(REPO_ROOT), "DOCQUEUE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    probe = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-        timeout=120,
-    )
+    probe = python_probe(PROBE, json.dumps(args), env={"DOCQUEUE_HOME": str(tmp_path)})
     assert probe.returncode == 0, probe.stderr
     modules = set(json.loads(probe.stdout.strip().splitlines()[-1]))
     loaded = {name.split(".")[0] for name in modules}
