@@ -63,9 +63,11 @@ def _current_config(folder: Path, config: qe.EdgeConfig, dim: int, segment_point
     ):
         return None
     current = {"hnsw_config": HNSW_CONFIG, "quantization_config": QUANTIZATION_CONFIG}
-    if all(persisted.get(key) == value for key, value in current.items()) and (persisted.get("optimizers") or {}).get(
-        "max_segment_size"
-    ) == max_segment_kb(dim, segment_points):
+    if (
+        all(persisted.get(key) == value for key, value in current.items())
+        and persisted["sparse_vectors"][SPARSE_VECTOR] == SPARSE_CONFIG
+        and (persisted.get("optimizers") or {}).get("max_segment_size") == max_segment_kb(dim, segment_points)
+    ):
         return None  # nothing to change: the config on disk is left as it is
     return config
 
@@ -166,14 +168,18 @@ def edge_filter(keep: PointFilter | None) -> qe.Filter | None:
 # cached (about 0.07 s a 100,000-point segment), the quantized copy and the original vectors stay on disk and are
 # read as searches touch them. A cached quantized copy costs 0.6 s a segment at every opening (2.4 s against 0.25 s
 # for 400,000 points on this machine) and saves a fresh opening's first few searches (p50 2.5 ms against 0.8 ms).
+# The keywords' inverted index (the sparse side of hybrid search) stays on disk too: held in memory, an opening reads
+# each segment's index whole (its size grows with the points), and a search reads only the posting lists of its
+# query's words.
 HNSW = {"m": 16, "ef_construct": 64, "full_scan_threshold": 10_000}
 QUANTILE = 0.99
 OVERSAMPLING = 2.0
-GRAPH_MEMORY, QUANTIZED_MEMORY, VECTOR_MEMORY = "cached", "cold", "cold"
+GRAPH_MEMORY, QUANTIZED_MEMORY, VECTOR_MEMORY, SPARSE_MEMORY = "cached", "cold", "cold", "cold"
 _MEMORY = {"cached": qe.Memory.Cached, "cold": qe.Memory.Cold}
 # the same settings as edge_config.json records them (what an opening compares to decide whether to re-index)
 HNSW_CONFIG = {**HNSW, "max_indexing_threads": 0, "memory": GRAPH_MEMORY}
 QUANTIZATION_CONFIG = {"scalar": {"type": "int8", "quantile": QUANTILE, "memory": QUANTIZED_MEMORY}}
+SPARSE_CONFIG = {"memory": SPARSE_MEMORY, "modifier": "idf"}
 
 
 def max_segment_kb(dim: int, segment_points: int) -> int:
@@ -185,7 +191,9 @@ def max_segment_kb(dim: int, segment_points: int) -> int:
 def edge_config(dim: int, segment_points: int) -> qe.EdgeConfig:
     return qe.EdgeConfig(
         vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=_MEMORY[VECTOR_MEMORY]),
-        sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        sparse_vectors={
+            SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=_MEMORY[SPARSE_MEMORY])
+        },
         hnsw_config=qe.HnswIndexConfig(**HNSW, memory=_MEMORY[GRAPH_MEMORY]),
         quantization_config=qe.ScalarQuantizationConfig(
             qe.ScalarType.Int8, quantile=QUANTILE, memory=_MEMORY[QUANTIZED_MEMORY]

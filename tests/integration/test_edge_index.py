@@ -8,9 +8,11 @@ import numpy as np
 import qdrant_edge as qe
 
 from orchestration.schedules import RECOVERY_DUE_TAG
+from processing.sparse import document_vector
 from resources.ports import ChunkPoint
 from resources.qdrant_edge import EdgeVectorStore
-from resources.qdrant_edge_shard import HNSW_CONFIG, QUANTIZATION_CONFIG
+from resources.qdrant_edge_shard import HNSW_CONFIG, QUANTIZATION_CONFIG, SPARSE_CONFIG
+from resources.vector_payload import point_id
 from tests.integration.test_sensors import output_metadata, tick
 
 MODEL, DIM = "index-test", 384
@@ -35,6 +37,14 @@ def fill(store: EdgeVectorStore, vectors: np.ndarray) -> list[str]:
     return ids
 
 
+def sparse_index_types(store: EdgeVectorStore) -> set[str]:
+    """How the segments of the store's main shard keep their keyword index (Mmap: read from disk as searched)."""
+    return {
+        json.loads(segment.read_text())["config"]["sparse_vector_data"]["text"]["index"]["index_type"]
+        for segment in store.folder.glob("segments/*/segment.json")
+    }
+
+
 def test_quantized_index_finds_what_exact_search_finds(tmp_path):
     rng = np.random.default_rng(3)
     vectors = clustered(rng, POINTS)
@@ -46,6 +56,8 @@ def test_quantized_index_finds_what_exact_search_finds(tmp_path):
 
     config = json.loads((store.folder / "edge_config.json").read_text())
     assert config["hnsw_config"] == HNSW_CONFIG and config["quantization_config"] == QUANTIZATION_CONFIG
+    assert config["sparse_vectors"]["text"] == SPARSE_CONFIG
+    assert "Mmap" in sparse_index_types(store)
 
     found = total = 0
     for row in rng.integers(0, POINTS, 30):
@@ -244,4 +256,42 @@ def test_payload_indexes_are_mapped_from_disk_and_older_ones_are_rebuilt_by_opti
     assert payload_index_on_disk(store) == {"document_id": True, "tenant_id": True}
     store.delete_document("doc-1")  # the rebuilt index serves the filter
     assert store.count() == 100 and store.count("doc-0") == 100
+    store.close()
+
+
+def test_a_keyword_index_held_in_memory_is_mapped_from_disk_after_the_next_optimize(tmp_path):
+    rng = np.random.default_rng(6)
+    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
+    fill(store, clustered(rng, 1))  # the main shard is made by the first merge of the tail
+    store.merge_tail()
+    store.delete_chunks(["chunk-0"])
+    store.close()
+    # the shard as docqueue made it before: its segments' keyword index read into memory at every opening
+    config_file = store.folder / "edge_config.json"
+    config = json.loads(config_file.read_text())
+    config["sparse_vectors"]["text"].pop("memory", None)
+    config_file.write_text(json.dumps(config))
+    shard = qe.EdgeShard.load(str(store.folder))
+    vectors = clustered(rng, POINTS)
+    points = []
+    for i, vector in enumerate(vectors):
+        text = f"harbour{i} crane{i % 7}"
+        indices, values = document_vector(text)
+        chunk = {"chunk_id": f"old-{i}", "document_id": f"doc-{i // 100}", "text": text}
+        points.append(
+            qe.Point(
+                point_id(chunk["chunk_id"]), {"": vector.tolist(), "text": qe.SparseVector(indices, values)}, chunk
+            )
+        )
+    shard.update(qe.UpdateOperation.upsert_points(points))
+    shard.optimize()
+    shard.close()
+    assert "Mmap" not in sparse_index_types(store)
+
+    assert store.count() == POINTS  # the first opening writes today's settings
+    assert json.loads(config_file.read_text())["sparse_vectors"]["text"] == SPARSE_CONFIG
+    assert store.optimize() is True  # the segments built with the index in memory are rebuilt
+    assert "Mmap" in sparse_index_types(store) and sparse_index_types(store) <= {"Mmap", "MutableRam"}
+    assert store.optimize() is False  # and stay built
+    assert [hit.chunk_id for hit in store.search(None, limit=1, text="harbour2", mode="sparse")] == ["old-2"]
     store.close()
