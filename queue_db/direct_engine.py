@@ -17,6 +17,7 @@ in use is never shared, so threads may use the engine side by side.
 
 from __future__ import annotations
 
+import copy
 import threading
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -239,17 +240,19 @@ class DirectEngine:
     """Connections to the queue's database at `url` (a SQLAlchemy-style or libpq URL), with one idle connection
     kept for the next checkout. `autocommit`: every statement its own transaction (`execution_options`)."""
 
-    def __init__(self, url: str, *, autocommit: bool = False, _shared: "_IdleSlot | None" = None):
+    def __init__(self, url: str, *, autocommit: bool = False):
         self._conninfo = conninfo(url)
         self.autocommit = autocommit
-        self._idle = _shared if _shared is not None else _IdleSlot()
+        self._idle = _IdleSlot()
 
     def execution_options(self, isolation_level: str | None = None) -> "DirectEngine":
+        """The same engine (its idle connection shared) whose connections run each statement as its own transaction
+        with `isolation_level="AUTOCOMMIT"`."""
         if isolation_level not in (None, "AUTOCOMMIT"):
             raise ValueError(f"isolation level {isolation_level!r} is not supported here")
-        engine = DirectEngine("", autocommit=isolation_level == "AUTOCOMMIT" or self.autocommit, _shared=self._idle)
-        engine._conninfo = self._conninfo
-        return engine
+        variant = copy.copy(self)
+        variant.autocommit = self.autocommit or isolation_level == "AUTOCOMMIT"
+        return variant
 
     def _checkout(self) -> psycopg.Connection:
         pg = self._idle.take()
