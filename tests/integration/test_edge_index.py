@@ -69,13 +69,20 @@ def test_quantized_index_finds_what_exact_search_finds(tmp_path):
     store.close()
 
 
-def test_a_shard_with_older_index_settings_gets_todays_and_is_rebuilt_by_optimize(tmp_path):
-    rng = np.random.default_rng(4)
+def emptied_main_shard(tmp_path, seed: int) -> tuple[EdgeVectorStore, np.random.Generator]:
+    """A closed store whose main shard exists and holds no point (the first merge of the tail makes it), and the
+    random generator that made its point."""
+    rng = np.random.default_rng(seed)
     store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
     fill(store, clustered(rng, 1))  # the main shard is made by the first merge of the tail
     store.merge_tail()
     store.delete_chunks(["chunk-0"])
     store.close()
+    return store, rng
+
+
+def test_a_shard_with_older_index_settings_gets_todays_and_is_rebuilt_by_optimize(tmp_path):
+    store, rng = emptied_main_shard(tmp_path, seed=4)
     # the shard as docqueue made it before: Qdrant's default index settings, nothing quantized
     config_file = store.folder / "edge_config.json"
     config = json.loads(config_file.read_text())
@@ -260,12 +267,7 @@ def test_payload_indexes_are_mapped_from_disk_and_older_ones_are_rebuilt_by_opti
 
 
 def test_a_keyword_index_held_in_memory_is_mapped_from_disk_after_the_next_optimize(tmp_path):
-    rng = np.random.default_rng(6)
-    store = EdgeVectorStore(path=str(tmp_path), model_id=MODEL, dim=DIM, linger_s=0)
-    fill(store, clustered(rng, 1))  # the main shard is made by the first merge of the tail
-    store.merge_tail()
-    store.delete_chunks(["chunk-0"])
-    store.close()
+    store, rng = emptied_main_shard(tmp_path, seed=6)
     # the shard as docqueue made it before: its segments' keyword index read into memory at every opening
     config_file = store.folder / "edge_config.json"
     config = json.loads(config_file.read_text())
