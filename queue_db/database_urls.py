@@ -14,6 +14,13 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def libpq_url(url: str) -> str:
+    """The same URL as libpq (psycopg, pg_dump) reads it: the driver part of a SQLAlchemy scheme (`+psycopg`)
+    dropped; the inverse of normalize_url."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme.split('+', 1)[0]}{sep}{rest}" if sep else url
+
+
 def embedded_postgres(database: DatabaseConfig) -> EmbeddedPostgres:
     """The embedded server of the home `database` names (DOCQUEUE_HOME, DOCQUEUE_PG_PORT)."""
     return embedded_server(database.home, database.pg_port)

@@ -1,6 +1,7 @@
 """The queue's database for a command that starts, asks and ends (`status`, `stats`, `ingest`, `search`): the part
-of SQLAlchemy's `Engine` the queue's code calls (connect, begin, exec_driver_sql and its results, savepoints,
-autocommit, raw connections), over psycopg alone.
+of SQLAlchemy's `Engine` those commands' queue calls use (connect, begin, exec_driver_sql and its results,
+savepoints, autocommit), over psycopg alone. Claims and heartbeats, which take a raw connection for their pipelined
+round trip, run in the long-running processes only.
 
 SQLAlchemy's import is about a third of such a command's start-up, and the queue uses it as a connection pool and
 a DBAPI wrapper only: every statement is the queue's own text, run by psycopg either way, and psycopg loads every
@@ -26,11 +27,7 @@ from typing import Any, Iterator, Sequence
 import psycopg
 from psycopg.pq import TransactionStatus
 
-
-def conninfo(url: str) -> str:
-    """libpq's form of a SQLAlchemy URL: the driver part of the scheme (`+psycopg`) dropped."""
-    scheme, sep, rest = url.partition("://")
-    return f"{scheme.split('+', 1)[0]}{sep}{rest}" if sep else url
+from .database_urls import libpq_url
 
 
 class Row(tuple):
@@ -63,12 +60,6 @@ class MappingResult:
 
     def first(self) -> dict[str, Any] | None:
         return self._rows[0] if self._rows else None
-
-    def one(self) -> dict[str, Any]:
-        return _one(self._rows)
-
-    def one_or_none(self) -> dict[str, Any] | None:
-        return _one_or_none(self._rows)
 
 
 class Result:
@@ -108,33 +99,17 @@ class Result:
     def one(self) -> Row:
         return _one(self._as_rows())
 
-    def one_or_none(self) -> Row | None:
-        return _one_or_none(self._as_rows())
-
     def scalar(self) -> Any:
         return self._rows[0][0] if self._rows else None
 
     def scalar_one(self) -> Any:
         return _one(self._rows)[0]
 
-    def scalar_one_or_none(self) -> Any:
-        row = _one_or_none(self._rows)
-        return None if row is None else row[0]
-
-    def scalars(self) -> list[Any]:
-        return [values[0] for values in self._rows]
-
 
 def _one(rows: list) -> Any:
     if len(rows) != 1:
         raise LookupError(f"expected one row, the statement returned {len(rows)}")
     return rows[0]
-
-
-def _one_or_none(rows: list) -> Any:
-    if len(rows) > 1:
-        raise LookupError(f"expected at most one row, the statement returned {len(rows)}")
-    return rows[0] if rows else None
 
 
 class Connection:
@@ -212,36 +187,12 @@ class Connection:
             self._engine._give_back(pg)
 
 
-class RawConnection:
-    """`Engine.raw_connection()`: the psycopg connection itself (`driver_connection`), given back by `close()`,
-    dropped by `invalidate()`, kept by the caller after `detach()`."""
-
-    def __init__(self, engine: "DirectEngine", pg: psycopg.Connection):
-        self._engine: DirectEngine | None = engine
-        self.driver_connection: psycopg.Connection | None = pg
-
-    def close(self) -> None:
-        pg, self.driver_connection = self.driver_connection, None
-        if pg is not None and self._engine is not None:
-            self._engine._give_back(pg)
-        elif pg is not None:
-            pg.close()
-
-    def invalidate(self) -> None:
-        pg, self.driver_connection = self.driver_connection, None
-        if pg is not None:
-            pg.close()
-
-    def detach(self) -> None:
-        self._engine = None
-
-
 class DirectEngine:
     """Connections to the queue's database at `url` (a SQLAlchemy-style or libpq URL), with one idle connection
     kept for the next checkout. `autocommit`: every statement its own transaction (`execution_options`)."""
 
     def __init__(self, url: str, *, autocommit: bool = False):
-        self._conninfo = conninfo(url)
+        self._conninfo = libpq_url(url)
         self.autocommit = autocommit
         self._idle = _IdleSlot()
 
@@ -280,9 +231,6 @@ class DirectEngine:
     def begin(self) -> Iterator[Connection]:
         with self.connect() as conn, conn.begin():
             yield conn
-
-    def raw_connection(self) -> RawConnection:
-        return RawConnection(self, self._checkout())
 
     def dispose(self) -> None:
         self._idle.close()

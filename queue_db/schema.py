@@ -28,6 +28,7 @@ from pathlib import Path
 import psycopg
 import sqlalchemy as sa
 
+from .database_urls import libpq_url
 from .migrate import available_migrations, upgrade
 
 SCHEMA_FILE = Path(__file__).with_name("schema.sql")
@@ -43,10 +44,6 @@ _NOISE = re.compile(
     r"^(SET |SELECT pg_catalog\.set_config\(|\\restrict |\\unrestrict |-- Dumped |"
     r"-- PostgreSQL database dump|ALTER TABLE ONLY \S+ ALTER COLUMN \S+ SET \(pg_attver=\d+\);$)"
 )
-
-
-def _libpq_url(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
 
 
 def _pg_dump_path() -> str:
@@ -65,7 +62,7 @@ def dump_schema(url: str) -> str:
             "--no-privileges",
             "--no-tablespaces",
             "--dbname",
-            _libpq_url(url),
+            libpq_url(url),
         ],
         capture_output=True,
         text=True,
@@ -119,24 +116,24 @@ def built_through(text: str) -> str | None:
 
 def load_schema_file(url: str, path: Path = SCHEMA_FILE) -> None:
     """Build the schema of schema.sql into the (empty) database at `url`."""
-    with psycopg.connect(_libpq_url(url)) as conn:
+    with psycopg.connect(libpq_url(url)) as conn:
         conn.execute(path.read_text(encoding="utf-8"))
 
 
 def _with_database(admin_url: str, name: str) -> str:
-    return _libpq_url(admin_url).rsplit("/", 1)[0] + f"/{name}"
+    return libpq_url(admin_url).rsplit("/", 1)[0] + f"/{name}"
 
 
 @contextmanager
 def scratch_database(admin_url: str) -> Iterator[str]:
     """A new, empty database on the server of `admin_url`, dropped on exit. Yields its URL."""
     name = f"schema_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_libpq_url(admin_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield _with_database(admin_url, name)
     finally:
-        with psycopg.connect(_libpq_url(admin_url), autocommit=True) as conn:
+        with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from queue_db.config import QueueSettings
+from queue_db.database_urls import libpq_url
 from queue_db.migrate import upgrade
 from queue_db.queue import TaskQueue, create_queue_engine
 from tests.figures import FILE_KEY as FIGURES_KEY
@@ -26,16 +27,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS_DIR = Path(os.environ.get("DOCQUEUE_CORPUS", REPO_ROOT.parent / "shared" / "corpus"))
 
 
-def _plain_url(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
-
-
 @pytest.fixture(scope="session")
 def pg_admin_url(tmp_path_factory) -> str:
     """Admin URL (database `postgres`) of a real server the tests may create databases on."""
     configured = os.environ.get("DOCQUEUE_TEST_PG_ADMIN_URL")
     if configured:
-        yield _plain_url(configured)
+        yield libpq_url(configured)
         return
     from queue_db.embedded_postgres import EmbeddedPostgres
 

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from queue_db import schema as schema_file
-from queue_db.direct_engine import DirectEngine, conninfo
+from queue_db.database_urls import libpq_url
+from queue_db.direct_engine import DirectEngine
 from queue_db.migrate import pending_migrations, upgrade
 from queue_db.near_duplicates import group_counts
 from queue_db.phases import VECTOR_CHUNK
@@ -44,10 +45,10 @@ def _notes(engine: DirectEngine) -> list[tuple]:
 
 def test_sqlalchemy_urls_become_libpq_ones():
     assert (
-        conninfo("postgresql+psycopg://u:p%40ss@h:5/db?sslmode=disable")
+        libpq_url("postgresql+psycopg://u:p%40ss@h:5/db?sslmode=disable")
         == "postgresql://u:p%40ss@h:5/db?sslmode=disable"
     )
-    assert conninfo("postgresql://h/db") == "postgresql://h/db"
+    assert libpq_url("postgresql://h/db") == "postgresql://h/db"
 
 
 def test_what_a_connection_does_not_commit_is_rolled_back_and_begin_commits(direct):
@@ -218,15 +219,10 @@ def test_announce_through_the_direct_engine_reaches_a_listener(direct, engine):
     listener = ProgressListener(engine)
     try:
         assert listener.wait(0.0) is None  # listening from now on
-        other = DirectEngine(direct._conninfo)
-        try:
-            # another process's news: this one ignores its own
-            other_news = "ran:somebody-else"
-            with other.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.exec_driver_sql("SELECT pg_notify('docqueue_progress', %(p)s)", {"p": other_news})
-            announce(other)  # the direct engine's own notify runs too (this process's, so not news)
-        finally:
-            other.dispose()
+        # another process's news: the listener ignores this one's own
+        with direct.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("SELECT pg_notify('docqueue_progress', %(p)s)", {"p": "ran:somebody-else"})
+        announce(direct)  # the direct engine's own notify runs too (this process's, so not news)
         assert listener.wait(5.0) is News.RAN
     finally:
         listener.close()
@@ -256,5 +252,5 @@ def test_the_light_commands_run_on_a_server_without_loading_sqlalchemy(database_
     probe = python_probe(LIGHT_RUN, json.dumps(commands), env=env, timeout=300)
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert json.loads(probe.stdout.strip().splitlines()[-1]) == []
-    with psycopg.connect(database_url.replace("+psycopg", "")) as conn:
+    with psycopg.connect(libpq_url(database_url)) as conn:
         assert conn.execute("SELECT filename FROM documents").fetchall() == [("note.md",)]
