@@ -220,6 +220,8 @@ class LocalFolder:
                 self._disconnect()
 
     def _disconnect(self) -> None:
+        if _kept_until_exit:
+            return  # the process ends next; its end lets go (keep_open_until_exit)
         if self._lock_handle is not None and _asked_since(self.lock_path, self._opened_ns):
             self._away_until = time.monotonic() + HANDOVER_S
         try:
@@ -234,6 +236,7 @@ class LocalFolder:
 
 _FOLDERS: dict[str, LocalFolder] = {}
 _FOLDERS_LOCK = threading.Lock()
+_kept_until_exit = False
 
 
 def local_folder(folder: Path, opener, lock_path: Path | None = None, linger_s: float = 0.0) -> LocalFolder:
@@ -257,11 +260,23 @@ def release_lingering() -> None:
 atexit.register(release_lingering)
 
 
+def keep_open_until_exit() -> None:
+    """This process ends next, without the interpreter's teardown (orchestration/cli/startup.exit_at_once), and
+    wrote nothing to its folders: what it holds open stays open until then, and the kernel lets go of the lock
+    files with the process. Qdrant Edge evicts a shard's files from the page cache as it closes the shard (a
+    segment dropped clears its cache), so a short process that closes its shards leaves the next one to read them
+    from disk again; one that ends with them open leaves what it read cached. A shard left open is not flushed:
+    whatever its opening wrote stays in its log, and the next opening replays it."""
+    global _kept_until_exit
+    _kept_until_exit = True
+
+
 def _forget_folders_after_fork() -> None:
-    # a forked child must not inherit a parent's half-held gate or open handle
-    global _FOLDERS_LOCK
+    # a forked child must not inherit a parent's half-held gate or open handle, nor its plan to end
+    global _FOLDERS_LOCK, _kept_until_exit
     _FOLDERS.clear()
     _FOLDERS_LOCK = threading.Lock()
+    _kept_until_exit = False
 
 
 os.register_at_fork(after_in_child=_forget_folders_after_fork)

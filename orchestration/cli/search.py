@@ -13,6 +13,7 @@ from orchestration.cli.errors import EXIT_USAGE, CliError, service_errors
 from orchestration.cli.hit_graph import graph_columns
 from orchestration.cli.output import console, emit, table
 from queue_db.config import Settings
+from resources.folder_lock import keep_open_until_exit
 from resources.search_session import Hit, SearchSession
 
 
@@ -60,6 +61,10 @@ def search(
         try:
             found = session.search(text, limit, tenant=tenant, mode=mode, graph=related, all_copies=all_copies)
         finally:
+            if startup.ends_with_command():
+                # the shards stay open to the process's end, which follows: closed, they would leave the page
+                # cache, and the next search would read them from disk again (resources/folder_lock.py)
+                keep_open_until_exit()
             session.close()
     if found.notice and not as_json:
         click.echo(found.notice, err=True)

@@ -65,6 +65,12 @@ def started() -> None:
     gc.enable()
 
 
+def ends_with_command() -> bool:
+    """Whether this process ends when its command returns (started as `docqueue ...`, ended by exit_at_once), not
+    a caller's that invokes the command and goes on (a test, an application)."""
+    return _command_line
+
+
 def exit_at_once(code: object) -> NoReturn:
     """End a process started as `docqueue ...` with `code` (SystemExit's: None, a number, or a message for stderr)
     as the interpreter would, less its teardown: that frees every object of every module one by one (0.45 s after

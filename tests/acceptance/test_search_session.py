@@ -1,10 +1,14 @@
 """The warm search session (resources/search_session.py) on real parts: the real model, the embedded vector store,
 a real queue. Its results are `docqueue search --json`'s, and it keeps answering while a run writes to the store it
-holds open, without keeping the run from finishing."""
+holds open, without keeping the run from finishing. `docqueue search` ends with the store open, so what it read stays
+in the page cache for the next search."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -97,3 +101,57 @@ def test_a_session_searches_while_a_run_writes_and_the_run_completes(processed, 
         assert summary["failed"] == 0 and summary["open"] == 0, summary
         # what the run wrote is found by the same session once the run let go of the store
         assert session.search("glacier meltwater flooded the valley", 1).hits[0].document == "glacier.md"
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_LIBC.mmap.restype = ctypes.c_void_p
+_LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+
+
+def cached_bytes(path: Path) -> int:
+    """How much of `path` the page cache holds (mincore(2) over a mapping of it, made and dropped here)."""
+    size = path.stat().st_size
+    if not size:
+        return 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            pages = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+            assert _LIBC.mincore(address, size, pages) == 0, os.strerror(ctypes.get_errno())
+            return sum(flag & 1 for flag in pages.raw) * mmap.PAGESIZE
+        finally:
+            _LIBC.munmap(address, size)
+    finally:
+        os.close(fd)
+
+
+def evicted(paths: list[Path]) -> None:
+    os.sync()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def test_docqueue_search_leaves_what_it_read_in_the_page_cache(processed):
+    """Qdrant Edge evicts a shard's files from the page cache as it closes the shard. `docqueue search` ends with its
+    shards open, so the stored vectors and payloads it read stay cached for the next search, and its end lets go of
+    the store for the next process."""
+    segments = [p for p in (Path(os.environ["DOCQUEUE_QDRANT_PATH"]) / "edge").rglob("segments/*/*/*") if p.is_file()]
+    stored = [p for p in segments if p.name.startswith(("chunk_", "page_"))]  # dense vectors, payloads
+    assert stored, sorted(str(p) for p in segments)
+    for query in ("bees pollinate clover", "lava and ash at night"):
+        evicted(stored)
+        assert sum(cached_bytes(p) for p in stored) == 0
+        printed = docqueue("search", query, "--limit", "1", "--json", timeout=120)
+        assert printed.returncode == 0, printed.stderr
+        assert json.loads(printed.stdout)["hits"], printed.stdout
+        assert sum(cached_bytes(p) for p in stored) > 0, "the search's end evicted what it read"
+    with SearchSession(Settings.from_env(), keep_open_s=0) as session:  # the store is free at once
+        assert session.search("lava and ash at night", 1).hits[0].document == "volcano.md"

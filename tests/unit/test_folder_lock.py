@@ -1,11 +1,15 @@
-"""The embedded folder's lock between processes: a waiter gets its turn from a holder that operates back to back."""
+"""The embedded folder's lock between processes: a waiter gets its turn from a holder that operates back to back, and
+a process that ends with its folder kept open lets go of the lock with its end, without closing the handle."""
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from resources.folder_lock import QdrantStorageBusy, local_folder
 
@@ -41,3 +45,40 @@ def test_a_waiter_gets_the_folder_from_a_holder_that_operates_back_to_back(tmp_p
     finally:
         busy.kill()
         busy.wait(10)
+
+
+# a process that opens the folder (its handle notes its own closing), lingers, and ends as `docqueue` does
+ENDING = """
+import os, sys
+from pathlib import Path
+from resources import folder_lock
+from orchestration.cli.startup import exit_at_once
+
+class Handle:
+    def close(self):
+        (Path(sys.argv[1]) / "closed").touch()
+
+gate = folder_lock.local_folder(sys.argv[1], lambda folder, deadline, timeout: Handle(), linger_s=60)
+with gate.open(10):
+    pass
+if sys.argv[2] == "keep":
+    folder_lock.keep_open_until_exit()
+gate.release()  # what a store's close() calls
+exit_at_once(0)
+"""
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "closed"])
+def test_a_folder_kept_until_exit_is_never_closed_and_its_lock_goes_with_the_process(tmp_path, keep):
+    ended = subprocess.run(
+        [sys.executable, "-c", ENDING, str(tmp_path), "keep" if keep else "close"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ended.returncode == 0, ended.stderr
+    # kept: neither the store's close() nor the exit handlers closed it; otherwise closed as before
+    assert (tmp_path / "closed").exists() is not keep
+    with open(tmp_path / ".docqueue.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the process's end let go of it
