@@ -22,8 +22,10 @@ Then, each in the seeded home:
                              keeps it: --searches hybrid searches of made-up-word queries (the real model's query
                              embedding, both rankings, fusion, copies collapsed, entities from the graph), p50 / p95
                              in ms, then as many filtered to the tenant holding a tenth of the documents (_tenant_)
-  search_cli_s               `docqueue search QUERY --json` in a new process: the median of 5, start-up included;
-                             search_cli_tenant_s one more with --tenant
+  search_cli_s               `docqueue search QUERY --json` in a new process: the median of 5 one after another,
+                             start-up included; search_cli_first_s the first of them alone, which follows the warm
+                             session's close and so reads the shard from disk (a closing evicts it from the page
+                             cache; a search's end leaves it there); search_cli_tenant_s one more with --tenant
   search_full_tail_*         the warm session's p50 / p95 while a full tail (DOCQUEUE_QDRANT_INDEX_TAIL points,
                              search_full_tail_waiting) waits for the index build the recovery job then makes
   ranged_run_fixed_s         the Dagster side of a ranged 1,000-chunk run: resolving its keys and creating the run
@@ -161,7 +163,7 @@ SEARCH_PATHS = (
     "search_session_hits",
 )
 FULL_TAIL = ("search_full_tail_p50_ms", "search_full_tail_p95_ms", "search_full_tail_waiting")
-SEARCH_CLI = ("search_cli_s", "search_cli_tenant_s")
+SEARCH_CLI = ("search_cli_s", "search_cli_tenant_s", "search_cli_first_s")
 STALE_TASKS, RETIRED_DOCUMENTS = 500, 25
 FIGURES = (
     "seed_s",
