@@ -16,8 +16,9 @@ What a session holds, and for how long:
   session keeps them open for up to `keep_open_s` seconds of idleness afterwards (the store's own linger,
   DOCQUEUE_QDRANT_LINGER, when the process opened that folder before the session). A worker that wants to write
   touches the lock's `.wait` file and the session lets go within 50 ms, or right after the search in progress; its
-  next search opens the shards again (tens of milliseconds). So a session never keeps a run from writing for
-  longer than one search, and sees every write that finished before its search took the lock.
+  next search opens the shards again (tens of milliseconds, plus reading back from disk what Qdrant Edge evicted
+  from the page cache as it closed them). So a session never keeps a run from writing for longer than one search,
+  and sees every write that finished before its search took the lock.
 
 A session is safe to share between threads (the embedder is, and the store serialises its operations).
 """
