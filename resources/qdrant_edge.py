@@ -63,6 +63,7 @@ from resources.qdrant_edge_shard import (
     pages,
     payload_indexes,
     persisted_config,
+    reading_quantized,
     retire_folder,
     shard_exists,
     write_points,
@@ -441,9 +442,16 @@ class EdgeVectorStore(QdrantStore):
             return copied
 
     def prepare_reads(self) -> None:
-        """Open both shards as a search would; they stay open for the store's linger."""
-        with self._both():
-            pass
+        """Open both shards as a search would; they stay open for the store's linger. The main shard's quantized
+        vectors, which its opening reads through, start reading before the tail opens, so that read from disk (after
+        a closing emptied the page cache of them) it runs beside both openings rather than the main shard's alone."""
+        reading = reading_quantized(self.folder) if shard_exists(self.folder) else None
+        try:
+            with self._both():
+                pass
+        finally:
+            if reading is not None:
+                reading.join()
 
     def optimize(self) -> bool:
         """Merge the tail into the main shard, then its segments and build their HNSW indexes, holding the main

@@ -72,7 +72,7 @@ def _current_config(folder: Path, config: qe.EdgeConfig, dim: int, segment_point
     return config
 
 
-def _read_through(folder: Path):
+def reading_quantized(folder: Path):
     """Start reading the segments' quantized vectors into the page cache (resources/page_cache.py): a shard opened
     with them on disk otherwise reads them piecemeal in its first searches, which made those searches the slowest by
     far at a million points. 384 bytes a point, never held by this process; read beside the shard's loading, which
@@ -85,7 +85,7 @@ def open_shard(config: qe.EdgeConfig, dim: int, segment_points: int, read_throug
         def open_once():
             if shard_exists(folder):
                 current = _current_config(folder, config, dim, segment_points)
-                read = _read_through(folder) if read_through else None
+                read = reading_quantized(folder) if read_through else None
                 try:
                     shard = qe.EdgeShard.load(str(folder), current)
                 except Exception as exc:
