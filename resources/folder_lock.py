@@ -152,14 +152,15 @@ class LocalFolder:
     def _idle(self) -> None:
         if self.linger_s <= 0 or self._handle is None or _asked_since(self.lock_path, self._opened_ns):
             self._disconnect()
-            return
+            if self._handle is None:
+                return
         self._idle_since = time.monotonic()
         if not self._ticking:
             self._ticking = True
             self._schedule()
 
     def _schedule(self) -> None:
-        timer = threading.Timer(min(LINGER_TICK_S, self.linger_s), self._tick)
+        timer = threading.Timer(min(LINGER_TICK_S, self.linger_s) or LINGER_TICK_S, self._tick)
         timer.daemon = True
         timer.start()
 
@@ -172,9 +173,10 @@ class LocalFolder:
                 time.monotonic() - self._idle_since >= self.linger_s or _asked_since(self.lock_path, self._opened_ns)
             ):
                 self._disconnect()
-                self._ticking = False
-                return
-            self._schedule()
+                if self._handle is None:
+                    self._ticking = False
+                    return
+            self._schedule()  # still open: in use, lingering, or kept until the exit and not asked for
 
     @contextmanager
     def held(self, timeout_s: float):
@@ -220,9 +222,10 @@ class LocalFolder:
                 self._disconnect()
 
     def _disconnect(self) -> None:
-        if _kept_until_exit:
-            return  # the process ends next; its end lets go (keep_open_until_exit)
-        if self._lock_handle is not None and _asked_since(self.lock_path, self._opened_ns):
+        asked = self._lock_handle is not None and _asked_since(self.lock_path, self._opened_ns)
+        if _kept_until_exit and not asked:
+            return  # the process ends next, and its end lets go (keep_open_until_exit)
+        if asked:
             self._away_until = time.monotonic() + HANDOVER_S
         try:
             if self._handle is not None:
@@ -265,8 +268,10 @@ def keep_open_until_exit() -> None:
     wrote nothing to its folders: what it holds open stays open until then, and the kernel lets go of the lock
     files with the process. Qdrant Edge evicts a shard's files from the page cache as it closes the shard (a
     segment dropped clears its cache), so a short process that closes its shards leaves the next one to read them
-    from disk again; one that ends with them open leaves what it read cached. A shard left open is not flushed:
-    whatever its opening wrote stays in its log, and the next opening replays it."""
+    from disk again; one that ends with them open leaves what it read cached. Another process that asks for a
+    folder meanwhile (its `.wait` file) still gets it within LINGER_TICK_S, closed as any holder closes it, so an
+    end held up (output into a full pipe) keeps no writer waiting. A shard left open is not flushed: whatever its
+    opening wrote stays in its log, and the next opening replays it."""
     global _kept_until_exit
     _kept_until_exit = True
 

@@ -61,9 +61,12 @@ class Handle:
 gate = folder_lock.local_folder(sys.argv[1], lambda folder, deadline, timeout: Handle(), linger_s=60)
 with gate.open(10):
     pass
-if sys.argv[2] == "keep":
+if sys.argv[2] != "close":
     folder_lock.keep_open_until_exit()
 gate.release()  # what a store's close() calls
+if sys.argv[2] == "slow":  # its end held up (output into a full pipe) while another process wants the folder
+    print("kept", flush=True)
+    sys.stdin.readline()
 exit_at_once(0)
 """
 
@@ -82,3 +85,25 @@ def test_a_folder_kept_until_exit_is_never_closed_and_its_lock_goes_with_the_pro
     assert (tmp_path / "closed").exists() is not keep
     with open(tmp_path / ".docqueue.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the process's end let go of it
+
+
+def test_a_folder_kept_until_exit_goes_to_a_process_that_asks_for_it(tmp_path):
+    ending = subprocess.Popen(
+        [sys.executable, "-c", ENDING, str(tmp_path), "slow"],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert ending.stdout.readline().strip() == "kept"
+        gate = local_folder(tmp_path, lambda folder, deadline, timeout: open(folder / "handle", "a"))
+        started = time.monotonic()
+        with gate.open(5):
+            waited = time.monotonic() - started
+            assert (tmp_path / "closed").exists()  # let go of as any holder does: closed, then the lock released
+        assert waited < 2, waited
+        assert ending.poll() is None, "the kept process ended before the waiter was done"
+    finally:
+        ending.communicate("\n", timeout=30)
+    assert ending.returncode == 0
