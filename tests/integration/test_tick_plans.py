@@ -203,3 +203,36 @@ def test_status_page_reads_each_documents_chunks_through_its_index(engine):
     by_document = [n for n in chunk_reads if "document_id" in (n.get("Index Cond") or n.get("Recheck Cond") or "")]
     filtered = [n for n in chunk_reads if "document_id" in (n.get("Filter") or "")]
     assert by_document and not filtered, plan
+
+
+def test_stats_reads_the_open_tasks_error_classes_through_their_indexes(engine):
+    """`docqueue stats` lists the error classes of the open tasks, a handful of rows: each kind's are read through
+    the index of the rows that carry one, not by scanning every task row of its table (0.43 s at a million
+    chunks)."""
+    from queue_db import readmodels
+
+    bulk_seed(engine, 20, 10, 50)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "UPDATE task_queue_chunk SET vector_status = 'failed', vector_error_class = 'timeout', "
+            "vector_retry_count = 3 WHERE chunk_index = 7 AND page_id IN (SELECT id FROM task_queue_page LIMIT 3)"
+        )
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("VACUUM ANALYZE")
+    assert {(r["task_type"], r["error_class"], r["count"]) for r in readmodels.error_classes_rows(engine)} == {
+        ("vector_chunks", "timeout", 3)
+    }
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # what the tables' size would choose
+        plan = conn.exec_driver_sql(
+            "EXPLAIN (FORMAT JSON) " + readmodels._error_classes_sql(), {"tenant": None}
+        ).scalar()
+        conn.rollback()
+    reads = [n for n in _nodes(plan[0]["Plan"]) if n.get("Relation Name") in QUEUE_TABLES]
+    # every read of a task table is bounded by an index of the rows with a class, or of processing rows
+    unbounded = [
+        (n["Relation Name"], n["Node Type"], n.get("Index Name"))
+        for n in reads
+        if not ("Index Name" in n and n["Index Name"].endswith(("_error_class", "_heartbeat")))
+    ]
+    assert reads and not unbounded, unbounded
