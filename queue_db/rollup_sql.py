@@ -263,14 +263,14 @@ def phase_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str]]:
             where = claimable if gate == "TRUE" else f"({_UNALIASED.sub('', gate)}) AND {claimable}"
             key = ", ".join(f"({c})" if c.startswith(("-", "CASE")) else c for c in kind.claim_key("t"))
             index(claim_index_name(kind), f"{kind.table} ({_UNALIASED.sub('', key)}) WHERE {where}")
+            short = short_table(kind.table)
             # the few open tasks that carry an error class (`docqueue stats`); a row without one has no entry
             error_class = kind.col("error_class")
             index(
-                f"idx_{short_table(kind.table)}_{kind.prefix}_error_class",
+                f"idx_{short}_{kind.prefix}_error_class",
                 f"{kind.table} ({error_class}) WHERE {error_class} IS NOT NULL",
             )
             if kind.level is not Level.DOCUMENT:  # a document's own task has idx_documents_heartbeat
-                short = short_table(kind.table)
                 index(
                     f"idx_{short}_{kind.prefix}_heartbeat",
                     f"{kind.table} ({kind.col('last_heartbeat')}) WHERE {status} = 'processing'",

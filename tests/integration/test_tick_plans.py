@@ -65,25 +65,30 @@ def _seed(engine) -> None:
         conn.exec_driver_sql("VACUUM ANALYZE")
 
 
-def _seq_scans(engine, statement, parameters) -> list[str]:
+def _plan_without_seqscan(engine, statement, parameters, explain: str = "FORMAT JSON"):
+    """`EXPLAIN (explain)` of `statement` with sequential scans off: a Seq Scan left in the plan then means no index
+    can serve the statement, whatever the table's size."""
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
         with raw.cursor() as cursor:
-            # a Seq Scan left in the plan then means no index can serve the statement, whatever the table's size
             cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute("EXPLAIN (FORMAT JSON) " + statement, parameters)
-            plan = cursor.fetchone()[0]
-            scans = sorted(
-                {
-                    n["Relation Name"]
-                    for n in _nodes(plan[0]["Plan"])
-                    if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in QUEUE_TABLES
-                }
-            )
-            if scans:  # the readable plan, for the failure message
-                cursor.execute("EXPLAIN " + statement, parameters)
-                scans.append("\n".join(row[0] for row in cursor.fetchall()))
+            cursor.execute(f"EXPLAIN ({explain}) " + statement, parameters)
+            plan = cursor.fetchall()
         conn.rollback()
+    return plan[0][0] if explain == "FORMAT JSON" else "\n".join(row[0] for row in plan)
+
+
+def _seq_scans(engine, statement, parameters) -> list[str]:
+    plan = _plan_without_seqscan(engine, statement, parameters)
+    scans = sorted(
+        {
+            n["Relation Name"]
+            for n in _nodes(plan[0]["Plan"])
+            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in QUEUE_TABLES
+        }
+    )
+    if scans:  # the readable plan, for the failure message
+        scans.append(_plan_without_seqscan(engine, statement, parameters, explain="COSTS ON"))
     return scans
 
 
@@ -222,12 +227,7 @@ def test_stats_reads_the_open_tasks_error_classes_through_their_indexes(engine):
     assert {(r["task_type"], r["error_class"], r["count"]) for r in readmodels.error_classes_rows(engine)} == {
         ("vector_chunks", "timeout", 3)
     }
-    with engine.connect() as conn:
-        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # what the tables' size would choose
-        plan = conn.exec_driver_sql(
-            "EXPLAIN (FORMAT JSON) " + readmodels._error_classes_sql(), {"tenant": None}
-        ).scalar()
-        conn.rollback()
+    plan = _plan_without_seqscan(engine, readmodels._error_classes_sql(), {"tenant": None})
     reads = [n for n in _nodes(plan[0]["Plan"]) if n.get("Relation Name") in QUEUE_TABLES]
     # every read of a task table is bounded by an index of the rows with a class, or of processing rows
     unbounded = [
