@@ -86,11 +86,20 @@ def _still_processing(queue, held: dict[str, set[str]]) -> bool:
 
 
 def _settled(queue) -> bool:
-    """Nothing processing, nothing claimable, nothing waiting for a retry: the work is over, one way or another."""
-    from queue_db.inspection import waiting_work
+    """Nothing processing, nothing claimable, nothing waiting for a retry: the work is over, one way or another.
+    One snapshot answers all three: read apart, a worker claiming a task between the reads hides it from both."""
+    from queue_db.inspection import held_sql, next_retry_sql
 
-    waiting = waiting_work(queue.engine)
-    return not (waiting["processing"] or waiting["next_retry_in_s"] is not None or any(queue.ready_counts().values()))
+    with queue.engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            held = sum(int(n) for _, n in conn.exec_driver_sql(held_sql()).all())
+            retry = conn.exec_driver_sql(f"SELECT min(at) FROM ({next_retry_sql()}) r").scalar()
+            ready = [
+                conn.exec_driver_sql(f"SELECT EXISTS (SELECT 1 FROM {k.table} t WHERE {k.claimable_sql('t')})").scalar()
+                for k in ALL_KINDS
+            ]
+    return not (held or retry is not None or any(ready))
 
 
 def _note_recoveries(queue, pending: list, recoveries: list) -> list:
