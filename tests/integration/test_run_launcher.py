@@ -63,7 +63,8 @@ def test_a_launched_run_executes_forked_from_the_loaded_code_location(instance):
     assert started == [f"Started process for run (pid: {done.tags[PID_TAG]}), forked with the code location loaded."]
 
 
-def _sleeper(seconds: float) -> None:
+def _sleeper(seconds: float, started) -> None:
+    started.set()
     time.sleep(seconds)
 
 
@@ -72,8 +73,12 @@ def test_terminate_interrupts_a_runs_own_process_and_nothing_else(instance):
 
     # a process multiprocessing started, as a run's is, and a program that only has a pid a run once had
     context = multiprocessing.get_context("spawn")
-    run_process = context.Process(target=_sleeper, args=(120,))
+    started = context.Event()
+    run_process = context.Process(target=_sleeper, args=(120, started))
     run_process.start()
+    # the launcher interrupts a run's process that runs its run; one signalled while still spawning (importing this
+    # module and Dagster, seconds under the suite's load) is not the launcher's case, and once failed to end in 30 s
+    assert started.wait(60)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         host = socket.gethostname()
@@ -113,7 +118,7 @@ def test_run_monitoring_fails_a_run_whose_process_is_gone(instance):
     from dagster._core.launcher.base import WorkerStatus
 
     context = multiprocessing.get_context("spawn")
-    alive, gone = context.Process(target=_sleeper, args=(120,)), context.Process(target=_sleeper, args=(0,))
+    alive, gone = (context.Process(target=_sleeper, args=(seconds, context.Event())) for seconds in (120, 0))
     alive.start()
     gone.start()
     gone.join(timeout=60)
