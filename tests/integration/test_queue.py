@@ -448,3 +448,25 @@ def test_pages_chunked_together_are_fenced_each_and_written_in_one_transaction(q
     assert pages[first["id"]]["chunk_count"] == 2 and pages[third["id"]]["vector_status"] == "processing"
     assert queue.complete_chunking(other, third["id"], chunks(3, "c"))
     assert len(queue.chunks(page_id=third["id"])) == 3
+
+
+def _row_pages(engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {
+            str(r[0]): int(r[1])
+            for r in conn.exec_driver_sql("SELECT id, (ctid::text::point)[0] FROM task_queue_chunk").all()
+        }
+
+
+def test_a_batch_claim_leaves_most_rows_on_their_page(engine, settings):
+    """A claim takes neighbouring rows, so its transaction needs room for new versions of most of a page's rows at
+    once; the free half of each page (migration 0035) holds them. A row moved to another page costs a logged row lock
+    and the whole new row in the WAL, where an update on its page logs only what changed."""
+    from tests.queue_support import bulk_seed
+
+    bulk_seed(engine, 1, 2, 50)
+    before = _row_pages(engine)
+    claimed = TaskQueue(engine, settings).claim(VECTOR_CHUNK, make_worker_id("pages"), 50)
+    after = _row_pages(engine)
+    moved = sum(before[row["id"]] != after[row["id"]] for row in claimed)
+    assert len(claimed) == 50 and moved <= 15, f"{moved} of 50 claimed rows moved to another page"
