@@ -118,6 +118,11 @@ class TaskKind:
         """Rows of this kind that still run without a person acting: ready now, held, or retried after back-off."""
         return f"(({self.claimable_sql(alias)}) OR ({self.held_sql(alias)}) OR ({self.backing_off_sql(alias)}))"
 
+    def claim_gate_sql(self, alias: str = "t") -> str:
+        """The gate the claim index's predicate holds: the ready rule where it fits an index ("TRUE" when it reads
+        another table)."""
+        return _aliased(self.index_gate_sql if self.index_gate_sql is not None else self.ready_sql, alias)
+
     def claimable_sql(self, alias: str = "t") -> str:
         """Rows this kind may claim now. Textually mirrors the partial claim index predicate."""
         status, retries = f"{alias}.{self.status}", f"{alias}.{self.col('retry_count')}"

@@ -107,23 +107,48 @@ def _open_tasks_sql(k: TaskKind, select: str, group: str = "", tenant: str | Non
     )
 
 
-def _statistics_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -> str:
-    """Per kind: the open tasks by status (blocked apart); per table and ownership rule, the total the completed
-    ones are derived from, counted once for the kinds sharing it (both chunk kinds own every chunk row). With a
-    tenant, the total is that tenant's rows (through the document id indexes): linear in the tenant's size."""
+def _open_task_conditions(k: TaskKind) -> list[str]:
+    """Conditions over alias t that together select the kind's open tasks (not completed), each once, each implying
+    the predicate of a partial index: processing (the heartbeat index), failed (the failed-rows index), pending
+    behind an open gate (the claim index), and pending behind a closed one, by the open status of the same-row task
+    the gate waits for (that task's own indexes). Read as `status IN ('pending', 'failed')`, no index covers the
+    pending rows, and every count scanned the whole table, however few tasks were open."""
+    own = f"({k.owns('t')})"
+    conditions = [f"t.{k.status} = 'processing' AND {own}", f"t.{k.status} = 'failed' AND {own}"]
+    pending, gate = f"t.{k.status} = 'pending' AND {own}", k.claim_gate_sql("t")
+    if gate == "TRUE" or k.depends_on is None:
+        return [*conditions, pending]
+    # the gate is the completion of the same row's task the kind depends on (TaskKind.depends_on): a pending task
+    # behind a closed gate waits on a task that is itself open
+    waiting = [f"{pending} AND NOT ({gate}) AND {c}" for c in _open_task_conditions(k.depends_on)]
+    return [*conditions, f"{pending} AND {gate}", *waiting]
+
+
+def _open_counts_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -> str:
+    """Per kind: the open tasks by status (blocked apart), a branch per partial index (_open_task_conditions)."""
     branches: list[str] = []
-    totals: dict[tuple[str, str], list[str]] = {}
     for k in phases.kinds:
         status = f"CASE WHEN {k.blocked_sql('t')} THEN 'blocked' ELSE t.{k.status}::text END"
-        branches.append(
-            _open_tasks_sql(
-                k, f"'{k.label}' AS task_type, {status} AS status, COUNT(*) AS count", " GROUP BY 2", tenant
-            )
-        )
-        totals.setdefault((k.table, f"({k.owns('t')}){_in_tenant(k, tenant)}"), []).append(k.label)
-    for (table, owns), labels in totals.items():
-        branches.append(f"SELECT '{','.join(labels)}', 'total', COUNT(*) FROM {table} t WHERE {owns}")
+        branches += [
+            f"SELECT '{k.label}' AS task_type, {status} AS status, COUNT(*) AS count FROM {k.table} t "
+            f"WHERE {condition}{_in_tenant(k, tenant)} GROUP BY 2"
+            for condition in _open_task_conditions(k)
+        ]
     return "\nUNION ALL ".join(branches)
+
+
+def _statistics_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -> str:
+    """The open tasks' counts (_open_counts_sql) and, per table and ownership rule, the total the completed ones
+    are derived from, counted once for the kinds sharing it (both chunk kinds own every chunk row). With a tenant,
+    the total is that tenant's rows (through the document id indexes): linear in the tenant's size."""
+    totals: dict[tuple[str, str], list[str]] = {}
+    for k in phases.kinds:
+        totals.setdefault((k.table, f"({k.owns('t')}){_in_tenant(k, tenant)}"), []).append(k.label)
+    counted = [
+        f"SELECT '{','.join(labels)}', 'total', COUNT(*) FROM {table} t WHERE {owns}"
+        for (table, owns), labels in totals.items()
+    ]
+    return "\nUNION ALL ".join([_open_counts_sql(tenant, phases), *counted])
 
 
 def _timings_sql(k: TaskKind, percent: float | None, window: int, tenant: str | None = None) -> str:
@@ -284,8 +309,9 @@ def queue_statistics_rows(engine: sa.Engine, tenant: str | None = None, phases: 
     for row in rows:
         if row["status"] == "total":
             totals.update((label, int(row["count"])) for label in row["task_type"].split(","))
-        else:
-            counts[(row["task_type"], row["status"])] = int(row["count"])
+        else:  # a status may come from several branches (_open_task_conditions)
+            key = (row["task_type"], row["status"])
+            counts[key] = counts.get(key, 0) + int(row["count"])
     for task_type, total in totals.items():
         completed = total - sum(n for (t, _), n in counts.items() if t == task_type)
         if completed > 0:

@@ -255,7 +255,7 @@ def phase_ddl(phases: PhaseRegistry) -> list[tuple[str, str, str]]:
         column("documents", phase.rollup_column(Level.DOCUMENT, "rollup_error"), "text")
         for kind in phase.kinds:
             status, retries = kind.status, kind.col("retry_count")
-            gate = kind.index_gate_sql if kind.index_gate_sql is not None else kind.ready_sql
+            gate = kind.claim_gate_sql()
             claimable = (
                 f"({status} = 'pending' OR ({status} = 'failed' AND {retries} < "
                 f"{_UNALIASED.sub('', kind.max_retries_sql('t'))}))"
