@@ -4,7 +4,8 @@
 -- index pages instead of one random page each: after a checkpoint fewer pages are written whole to the WAL
 -- (settle 4 x 1 on PostgreSQL 15: 731 -> 513 bytes of page images a task), and the index splits at its right end.
 -- PostgreSQL 18 has uuidv7(); this function gives the same layout on the older servers docqueue supports.
--- Existing rows keep their ids: ids are compared for equality and as the claim order's last tie-break only.
+-- Existing rows keep their ids: ids are compared for equality, and ordered only to take row locks in one order and
+-- as the claim order's last tie-break, which any layout serves.
 CREATE OR REPLACE FUNCTION docqueue_uuid_v7() RETURNS uuid
     LANGUAGE sql VOLATILE PARALLEL SAFE
     AS $$
