@@ -470,27 +470,3 @@ def test_a_batch_claim_leaves_most_rows_on_their_page(engine, settings):
     after = _row_pages(engine)
     moved = sum(before[row["id"]] != after[row["id"]] for row in claimed)
     assert len(claimed) == 50 and moved <= 15, f"{moved} of 50 claimed rows moved to another page"
-
-
-def test_page_and_chunk_ids_grow_with_their_creation_time(engine):
-    """Tasks written together sit together in the primary key (migration 0036): an id is UUID version 7, its first
-    48 bits the creation time in Unix milliseconds, so a batch claimed or completed together touches a few key pages."""
-    import uuid
-
-    from tests.queue_support import bulk_seed
-
-    bulk_seed(engine, 1, 2, 5)
-    time.sleep(0.01)
-    bulk_seed(engine, 1, 2, 5)
-    with engine.connect() as conn:
-        for table in ("task_queue_page", "task_queue_chunk"):
-            rows = conn.exec_driver_sql(
-                f"SELECT id, (extract(epoch FROM created_at) * 1000)::bigint FROM {table} ORDER BY created_at, id"
-            ).all()
-            ids = [uuid.UUID(str(r[0])) for r in rows]
-            assert all(i.version == 7 and i.variant == uuid.RFC_4122 for i in ids)
-            assert all(abs((i.int >> 80) - created_ms) <= 1000 for i, (_, created_ms) in zip(ids, rows))
-            first, second = ids[: len(ids) // 2], ids[len(ids) // 2 :]
-            assert max(first) < min(second), f"{table}: the later batch's ids sort after the earlier one's"
-        many = conn.exec_driver_sql("SELECT count(DISTINCT docqueue_uuid_v7()) FROM generate_series(1, 100000)")
-        assert many.scalar() == 100000
