@@ -118,7 +118,10 @@ def test_run_monitoring_fails_a_run_whose_process_is_gone(instance):
     from dagster._core.launcher.base import WorkerStatus
 
     context = multiprocessing.get_context("spawn")
-    alive, gone = (context.Process(target=_sleeper, args=(seconds, context.Event())) for seconds in (120, 0))
+    # each event is held here: a started Process drops its arguments, and a spawn child that finds its event's
+    # semaphore already unlinked (the parent's object collected) dies before it runs
+    events = [context.Event(), context.Event()]
+    alive, gone = (context.Process(target=_sleeper, args=(s, e)) for s, e in zip((120, 0), events))
     alive.start()
     gone.start()
     gone.join(timeout=60)
