@@ -83,7 +83,7 @@ def _drain_settling(url: str, batch: int, out) -> None:
     held: list[dict] = []
     empty_in_a_row = 0
     while empty_in_a_row < 3:
-        first_try_unlucky = [t for t in held if t["vector_retry_count"] == 0 and int(t["id"][:8], 16) % 7 == 0]
+        first_try_unlucky = [t for t in held if t["vector_retry_count"] == 0 and int(t["id"][-8:], 16) % 7 == 0]
         done = [t["id"] for t in held if t not in first_try_unlucky]
         result = queue.settle(
             VECTOR_CHUNK,
