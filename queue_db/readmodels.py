@@ -94,19 +94,6 @@ def _in_tenant(kind: TaskKind, tenant: str | None) -> str:
     return f" AND t.{kind.document_column} IN (SELECT id FROM documents WHERE tenant_id = %(tenant)s)"
 
 
-# statuses a partial index covers on every kind's table (idx_*_status, idx_*_heartbeat): the tasks not completed
-_OPEN_STATUSES = (("'pending', 'failed'",), ("'processing'",))
-
-
-def _open_tasks_sql(k: TaskKind, select: str, group: str = "", tenant: str | None = None) -> str:
-    """`select` over the kind's tasks that are not completed, one branch per partial index so each is used."""
-    return "\nUNION ALL ".join(
-        f"SELECT {select} FROM {k.table} t WHERE t.{k.status} IN ({statuses[0]}) AND ({k.owns('t')})"
-        f"{_in_tenant(k, tenant)}{group}"
-        for statuses in _OPEN_STATUSES
-    )
-
-
 def _open_task_conditions(k: TaskKind) -> list[str]:
     """Conditions over alias t that together select the kind's open tasks (not completed), each once, each implying
     the predicate of a partial index: processing (the heartbeat index), failed (the failed-rows index), pending
@@ -174,21 +161,17 @@ FROM samples HAVING COUNT(*) > 0
 
 
 def _error_classes_sql(tenant: str | None = None, phases: PhaseRegistry = PHASES) -> str:
-    """Completion clears a task's error class, so only open tasks carry one."""
-    return (
-        "\nUNION ALL ".join(
-            "SELECT task_type, error_class, SUM(count)::bigint AS count FROM ("
-            + _open_tasks_sql(
-                k,
-                f"'{k.label}' AS task_type, t.{k.col('error_class')} AS error_class, COUNT(*) AS count",
-                f" AND t.{k.col('error_class')} IS NOT NULL GROUP BY 2",
-                tenant,
-            )
-            + ") o GROUP BY 1, 2"
-            for k in phases.kinds
+    """Completion clears a task's error class, so only open tasks carry one; each kind's are read through its
+    index of the rows that carry one (migration 0034)."""
+    branches = []
+    for k in phases.kinds:
+        error_class = f"t.{k.col('error_class')}"
+        branches.append(
+            f"SELECT '{k.label}' AS task_type, {error_class} AS error_class, COUNT(*) AS count FROM {k.table} t "
+            f"WHERE t.{k.status} <> 'completed' AND ({k.owns('t')}) AND {error_class} IS NOT NULL"
+            f"{_in_tenant(k, tenant)} GROUP BY 2"
         )
-        + "\nORDER BY 1, 2"
-    )
+    return "\nUNION ALL ".join(branches) + "\nORDER BY 1, 2"
 
 
 def phase_progress(
