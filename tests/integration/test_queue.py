@@ -12,7 +12,7 @@ from queue_db.keys import page_partition_key
 from queue_db.phases import GRAPHRAG_CHUNK, OCR_DOCUMENT, OCR_PAGE, VECTOR_CHUNK, VECTOR_PAGE, Phase
 from queue_db.queue import TaskQueue, make_worker_id
 from queue_db.readmodels import document_progress, documents_ready, queue_statistics
-from tests.queue_support import build_document, chunk_all, expand, new_hash, ocr_all, register
+from tests.queue_support import build_document, bulk_seed, chunk_all, expand, new_hash, ocr_all, register
 
 
 def statuses(queue, doc_id):
@@ -462,8 +462,6 @@ def test_a_batch_claim_leaves_most_rows_on_their_page(engine, settings):
     """A claim takes neighbouring rows, so its transaction needs room for new versions of most of a page's rows at
     once; the free half of each page (migration 0035) holds them. A row moved to another page costs a logged row lock
     and the whole new row in the WAL, where an update on its page logs only what changed."""
-    from tests.queue_support import bulk_seed
-
     bulk_seed(engine, 1, 2, 50)
     before = _row_pages(engine)
     claimed = TaskQueue(engine, settings).claim(VECTOR_CHUNK, make_worker_id("pages"), 50)

@@ -88,12 +88,12 @@ def _still_processing(queue, held: dict[str, set[str]]) -> bool:
 def _settled(queue) -> bool:
     """Nothing processing, nothing claimable, nothing waiting for a retry: the work is over, one way or another.
     One snapshot answers all three: read apart, a worker claiming a task between the reads hides it from both."""
-    from queue_db.inspection import held_sql, next_retry_sql
+    from queue_db.inspection import held_counts, next_retry_sql
 
     with queue.engine.connect() as conn:
         conn = conn.execution_options(isolation_level="REPEATABLE READ")
         with conn.begin():
-            held = sum(int(n) for _, n in conn.exec_driver_sql(held_sql()).all())
+            held = sum(held_counts(conn).values())
             retry = conn.exec_driver_sql(f"SELECT min(at) FROM ({next_retry_sql()}) r").scalar()
             ready = [
                 conn.exec_driver_sql(f"SELECT EXISTS (SELECT 1 FROM {k.table} t WHERE {k.claimable_sql('t')})").scalar()
