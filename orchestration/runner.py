@@ -33,7 +33,7 @@ from orchestration.planning import (
     plan_runs,
 )
 from queue_db.config import QueueConfig, Settings
-from queue_db.inspection import waiting_work
+from queue_db.inspection import outlook
 from queue_db.partition_keys import BlockShare, settle_known_failures
 from queue_db.phases import PHASES, Level, PhaseRegistry
 from queue_db.progress_signal import ProgressListener, announce
@@ -312,32 +312,23 @@ def run_until_idle(
                     announce(queue.engine)
                 if planned:
                     continue
-                waiting = waiting_work(queue.engine)
+                now = outlook(queue.engine, phases.kinds)
                 # tasks of a worker that died are released here too: without a daemon nobody else would
-                if waiting["processing"] and sum(queue.recover_stale().values()):
+                if now.held and sum(queue.recover_stale().values()):
                     continue
                 # the chosen documents end the run once none can progress, whatever other documents are doing
                 unfinished = None if documents is None else still_unfinished(queue.engine, documents)
                 # a back-off that ran out after this round's planning is neither planned nor waited for: plan again
                 ready_now = (
-                    not waiting["processing"]
-                    and waiting["next_retry_in_s"] is None
-                    and unfinished is None
-                    and any(queue.ready_counts().values())
+                    unfinished is None and not now.held and now.next_retry_in_s is None and any(now.ready.values())
                 )
             except sa.exc.DBAPIError as exc:
                 outage.wait_or_raise(exc)
                 continue
             outage.over()
-            if unfinished == 0 or (
-                unfinished is None
-                and until_idle
-                and not ready_now
-                and waiting["processing"] == 0
-                and waiting["next_retry_in_s"] is None
-            ):
+            if unfinished == 0 or (unfinished is None and until_idle and now.settled):
                 break
-            delay = poll_s if waiting["next_retry_in_s"] is None else min(max(waiting["next_retry_in_s"], 0.2), 30.0)
+            delay = poll_s if now.next_retry_in_s is None else min(max(now.next_retry_in_s, 0.2), 30.0)
             delay = 0.2 if ready_now else delay
             listener.wait(delay)
     finally:

@@ -22,7 +22,7 @@ from orchestration.environment import dagster_instance
 from orchestration.loaded_heap import freeze_loaded
 from orchestration.runner import run_until_idle
 from queue_db.config import Settings
-from queue_db.inspection import waiting_work
+from queue_db.inspection import outlook
 from queue_db.partition_keys import rollup_candidates
 from queue_db.phases import PHASES, PhaseRegistry
 from queue_db.progress_signal import News, ProgressListener, announce
@@ -325,13 +325,13 @@ def work_left(queue, phases: PhaseRegistry = PHASES) -> dict:
     """What is still to do anywhere (not only in this worker's share); empty when the queue has settled.
     Ready rows are counted whether or not a run was already planned for them, so planned-but-unclaimed work
     is never mistaken for none."""
-    waiting = waiting_work(queue.engine)
-    left = {f"ready_{kind}": n for kind, n in queue.ready_counts().items() if n}
+    now = outlook(queue.engine, phases.kinds, count_ready=True)
+    left = {f"ready_{kind}": n for kind, n in now.ready.items() if n}
     left.update(
         {f"rollup_{spec.name}": 1 for spec in phases if rollup_candidates(queue.engine, spec, 1, phases=phases)}
     )
-    if waiting["processing"]:
-        left["processing"] = waiting["processing"]
-    if waiting["next_retry_in_s"] is not None:
+    if now.held:
+        left["processing"] = now.held
+    if now.next_retry_in_s is not None:
         left["retry_waiting"] = 1
     return left

@@ -9,6 +9,7 @@ foreign-key index: the cost follows the work in flight, not the size of the corp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .phases import ALL_KINDS, TaskKind
@@ -114,15 +115,49 @@ def stale_counts(
     return {r[0]: int(r[1]) for r in conn.exec_driver_sql(stale_sql(kinds), {"stale_s": stale_s, "limit": limit})}
 
 
-def waiting_work(engine: sa.Engine) -> dict[str, float | int | None]:
-    """Work that is not claimable now but will be: tasks held by workers, failed tasks backing off.
-    `next_retry_in_s` is the wait until the first back-off ends (None when nothing backs off)."""
+@dataclass(frozen=True)
+class Outlook:
+    """The queue at one instant: tasks held by workers, the wait until the first back-off ends (None when nothing
+    backs off) and, per kind, the tasks claimable now (a count, or 1/0 when only asked whether any)."""
+
+    held: int
+    next_retry_in_s: float | None
+    ready: dict[str, int]
+
+    @property
+    def settled(self) -> bool:
+        """Nothing held, nothing backing off, nothing claimable: no work will appear unless someone adds it."""
+        return not self.held and self.next_retry_in_s is None and not any(self.ready.values())
+
+
+def outlook_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS, *, count_ready: bool = False) -> str:
+    """One statement, so one snapshot: read apart, a task claimed between the reads of the held and the claimable
+    tasks is in neither, and a queue with work left looks settled."""
+    held = " + ".join(f"(SELECT count(*) FROM {k.table} t WHERE {k.held_sql('t')})" for k in kinds)
+    soonest = ", ".join(
+        f"(SELECT min(t.{k.col('next_attempt_at')}) FROM {k.table} t WHERE {k.backing_off_sql('t')})" for k in kinds
+    )
+    ready = [
+        f"(SELECT count(*) FROM {k.table} t WHERE {k.claimable_sql('t')})"
+        if count_ready
+        else f"(EXISTS (SELECT 1 FROM {k.table} t WHERE {k.claimable_sql('t')}))::int"
+        for k in kinds
+    ]
+    return (
+        f"SELECT {held} AS held, EXTRACT(EPOCH FROM least({soonest}) - now())::float8 AS next_retry_in_s, "
+        + ", ".join(f"{part} AS ready_{i}" for i, part in enumerate(ready))
+    )
+
+
+def outlook(engine: sa.Engine, kinds: tuple[TaskKind, ...] = ALL_KINDS, *, count_ready: bool = False) -> Outlook:
+    """What `run --until-idle` and a worker of `run --workers N` decide to leave on. Held and backing-off tasks are
+    read through the heartbeat and failed-rows indexes, the claimable ones through the claim indexes (the first
+    entry of each, unless `count_ready`)."""
     with engine.connect() as conn:
-        held = sum(held_counts(conn).values())
-        soonest = conn.exec_driver_sql(
-            f"SELECT EXTRACT(EPOCH FROM min(at) - now())::float8 FROM ({next_retry_sql()}) r"
-        ).scalar()
-    return {"processing": held, "next_retry_in_s": soonest}
+        row = conn.exec_driver_sql(outlook_sql(kinds, count_ready=count_ready)).one()
+    return Outlook(
+        held=int(row[0]), next_retry_in_s=row[1], ready={k.name: int(n) for k, n in zip(kinds, row[2:], strict=True)}
+    )
 
 
 def holding_workers(engine: sa.Engine) -> set[str]:

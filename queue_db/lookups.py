@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from .inspection import outlook
 from .phases import TaskKind
 from .tenants import BASE_TENANT
 from .transactions import QueueConnection
@@ -85,15 +86,7 @@ class Lookups(QueueConnection):
 
     def ready_counts(self) -> dict[str, int]:
         """How many tasks of each kind could be claimed right now (what sensors and --until-idle look at)."""
-        with self.engine.connect() as conn:
-            return {
-                kind.name: int(
-                    conn.exec_driver_sql(
-                        f"SELECT count(*) FROM {kind.table} t WHERE {kind.claimable_sql('t')}"
-                    ).scalar_one()
-                )
-                for kind in self.phases.kinds
-            }
+        return outlook(self.engine, self.phases.kinds, count_ready=True).ready
 
     def any_ready(self, kinds: Iterable[TaskKind]) -> bool:
         """Whether a task of any of `kinds` could be claimed right now: the first row of each claim index's walk, not

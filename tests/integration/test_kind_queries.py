@@ -8,6 +8,8 @@ worker and an old heartbeat. No query may take those roll-ups for tasks a worker
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from queue_db import inspection, lifecycle
@@ -128,9 +130,9 @@ def test_every_per_kind_query_sees_exactly_the_tasks_of_its_kind(kind, backing_o
     assert of_held_doc == {k.name: int(k is kind) for k in ALL_KINDS}
     assert of_background == background
 
-    waiting = inspection.waiting_work(queue.engine)
-    assert waiting["processing"] == 1 + len(rolled_up["chunks"])
-    assert waiting["next_retry_in_s"] is not None and 0 < waiting["next_retry_in_s"] <= BACKOFF_S
+    now = inspection.outlook(queue.engine)
+    assert now.held == 1 + sum(background.values())
+    assert now.next_retry_in_s is not None and 0 < now.next_retry_in_s <= BACKOFF_S
 
     assert inspection.holding_workers(queue.engine) == {worker, rolled_up["embedder"]}
 
@@ -164,7 +166,7 @@ def test_every_per_kind_query_sees_exactly_the_tasks_of_its_kind(kind, backing_o
     assert queue.requeue(kind, [held_id], "test") == 1
     assert queue.retry_failed(kind.phase, str(failed_doc["id"]))[kind.name] == 1
     assert _row(queue, kind, failed_id)[kind.status] == "pending"
-    assert inspection.waiting_work(queue.engine)["next_retry_in_s"] is None
+    assert inspection.outlook(queue.engine).next_retry_in_s is None
 
 
 def test_a_chunked_page_with_processing_chunks_is_not_released(backing_off_queue, rolled_up):
@@ -183,8 +185,46 @@ def test_a_chunking_retry_in_back_off_is_waiting_work(backing_off_queue):
     page = queue.claim(VECTOR_PAGE, worker, 1, only_ids=_ids_of(queue, VECTOR_PAGE, doc))[0]
     queue.fail(VECTOR_PAGE, worker, [{"id": page["id"], "error": "tokenizer crashed"}])
     assert queue.ready_counts()[VECTOR_PAGE.name] == 0
-    waiting = inspection.waiting_work(queue.engine)
-    assert waiting["next_retry_in_s"] is not None and waiting["next_retry_in_s"] > BACKOFF_S / 2
+    now = inspection.outlook(queue.engine)
+    assert now.next_retry_in_s is not None and now.next_retry_in_s > BACKOFF_S / 2
+
+
+def test_the_outlook_sees_a_task_that_is_claimed_and_released_over_and_over(queue):
+    """`run --until-idle` and a worker of `run --workers N` leave once the outlook is settled. A task a sibling
+    claims and releases again and again is, at every instant, held or claimable; read apart, a claim between the
+    read of the held tasks and that of the claimable ones hid it from both, and the queue looked settled."""
+    page_id = _ids_of(queue, OCR_PAGE, _ready_for(queue, OCR_PAGE, "flicker.pdf"))[0]
+    status, worker, heartbeat = OCR_PAGE.status, OCR_PAGE.col("worker_id"), OCR_PAGE.col("last_heartbeat")
+    stop = threading.Event()
+
+    def flicker() -> None:
+        with queue.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            while not stop.is_set():
+                for now, owner in (("processing", "w-flicker"), ("pending", None)):
+                    conn.exec_driver_sql(
+                        f"UPDATE {OCR_PAGE.table} SET {status} = %(s)s, {worker} = %(w)s, {heartbeat} = now() "
+                        "WHERE id = %(id)s",
+                        {"s": now, "w": owner, "id": page_id},
+                    )
+
+    thread = threading.Thread(target=flicker, daemon=True)
+    thread.start()
+    try:
+        looks = [inspection.outlook(queue.engine) for _ in range(400)]
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not [look for look in looks if look.settled]
+    assert any(look.held for look in looks) and any(look.ready[OCR_PAGE.name] for look in looks)
+
+
+def test_the_outlook_counts_or_probes_the_claimable_tasks(queue):
+    for name in ("one.pdf", "two.pdf"):
+        _ready_for(queue, OCR_PAGE, name)
+    assert inspection.outlook(queue.engine, count_ready=True).ready[OCR_PAGE.name] == 2
+    assert inspection.outlook(queue.engine).ready[OCR_PAGE.name] == 1
+    assert queue.ready_counts() == inspection.outlook(queue.engine, count_ready=True).ready
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import random
 import time
 from collections import Counter
 
+from queue_db.inspection import outlook
 from queue_db.phases import ALL_KINDS
 from tests import pdf_factory as pf
 from tests.reliability.support import Stores, document_statuses, figures_line, store_figures
@@ -88,18 +89,7 @@ def _still_processing(queue, held: dict[str, set[str]]) -> bool:
 def _settled(queue) -> bool:
     """Nothing processing, nothing claimable, nothing waiting for a retry: the work is over, one way or another.
     One snapshot answers all three: read apart, a worker claiming a task between the reads hides it from both."""
-    from queue_db.inspection import held_counts, next_retry_sql
-
-    with queue.engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin():
-            held = sum(held_counts(conn).values())
-            retry = conn.exec_driver_sql(f"SELECT min(at) FROM ({next_retry_sql()}) r").scalar()
-            ready = [
-                conn.exec_driver_sql(f"SELECT EXISTS (SELECT 1 FROM {k.table} t WHERE {k.claimable_sql('t')})").scalar()
-                for k in ALL_KINDS
-            ]
-    return not (held or retry is not None or any(ready))
+    return outlook(queue.engine).settled
 
 
 def _note_recoveries(queue, pending: list, recoveries: list) -> list:
