@@ -102,7 +102,7 @@ def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
     from orchestration.maintenance import recover, recovery_check
     from orchestration.partitions import retire_partitions
     from queue_db.config import DagsterConfig
-    from queue_db.inspection import expansions_without_outcome
+    from queue_db.inspection import expansions_without_outcome, outlook
 
     defs, instance, queue = env
     started = time.perf_counter()
@@ -128,9 +128,13 @@ def test_ticks_recovery_and_rollups_read_queue_tables_through_indexes(env):
         ids = [id_ for _, id_ in documents]
         queue.disagreeing_parents(ids, [queue.phases.phases[0]])
         expansions_without_outcome(queue.engine, queue.phases.phases[0].kinds[0], "task_queue_page", ids)
+        # what `run --until-idle` and a worker of `run --workers N` read to decide whether to leave
+        outlook(queue.engine, queue.phases.kinds)
+        outlook(queue.engine, queue.phases.kinds, count_ready=True)
     finally:
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", captured)
     assert len(captured.statements) > 20
+    assert sum("AS next_retry_in_s" in statement for statement, _ in captured.statements) == 2  # the outlooks
 
     offenders = {}
     for statement, parameters in captured.statements:
