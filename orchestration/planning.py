@@ -174,6 +174,54 @@ def plan_runs(
     )
 
 
+def plan_help_run(
+    engine: sa.Engine,
+    kind: TaskKind,
+    in_flight: dict[int, list[tuple[int, int]]],
+    *,
+    max_keys: int,
+    least: int,
+    documents=None,
+) -> PlannedRun | None:
+    """For a runner of `run --workers N` with nothing of its own to run: a run over the second half of the tasks
+    still unclaimed in the sibling's run of `kind` in flight (`in_flight`: the kind's ranges) that has the most of
+    them, so that the runners' work ends together instead of one runner idling while the other finishes a share
+    larger than its own. None when no such half holds `least` keys (the fewest worth a run: run_costs.least_keys).
+
+    The two runs claim the range's tasks a batch at a time, as the queue hands them out (FOR UPDATE SKIP LOCKED),
+    so no task runs twice; the sibling's run ends once none is left for it, and each key is materialized by the
+    run that processed it (the other reports it taken elsewhere)."""
+    if not in_flight:
+        return None
+    candidates = ready_candidates(engine, kind, candidate_limit(1, max_keys, in_flight), documents)
+    by_range: dict[tuple[int, int, int], list[Candidate]] = {}
+    for candidate in candidates:
+        for start, end in in_flight.get(candidate.block, ()):
+            if start <= candidate.pos <= end:
+                by_range.setdefault((candidate.block, start, end), []).append(candidate)
+                break
+    if not by_range:
+        return None
+    (block, _, _), members = max(by_range.items(), key=lambda item: len(item[1]))
+    members.sort(key=lambda c: c.pos)
+    half = members[len(members) // 2 :][-max_keys:]
+    if len(half) < max(1, least) or len(members) < 2:
+        return None
+    first, last = half[0], half[-1]
+    return PlannedRun(
+        kind.name,
+        kind.phase.name,
+        block,
+        first.pos,
+        last.pos,
+        first.key,
+        last.key,
+        last.pos - first.pos + 1,
+        sum(c.retries for c in half),
+        first.level.value,
+    )
+
+
 def plan_rollup_runs(
     engine: sa.Engine,
     phase: PhaseSpec,

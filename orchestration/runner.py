@@ -29,6 +29,7 @@ from orchestration.planning import (
     PlannedRun,
     RunSizing,
     in_flight_positions,
+    plan_help_run,
     plan_rollup_runs,
     plan_runs,
 )
@@ -38,7 +39,7 @@ from queue_db.partition_keys import BlockShare, settle_known_failures
 from queue_db.phases import PHASES, Level, PhaseRegistry
 from queue_db.progress_signal import ProgressListener, announce
 from queue_db.queue import TaskQueue
-from queue_db.run_costs import run_costs
+from queue_db.run_costs import least_keys, run_costs
 from queue_db.run_scope import still_unfinished
 from queue_db.service_config import DagsterConfig
 from resources.folder_lock import QdrantStorageBusy
@@ -172,7 +173,9 @@ def plan_next(
     """One planning round over every kind in phase order, then the roll-ups. Called between runs only.
     `documents`: only these documents' tasks and roll-ups are planned (`docqueue run --max-docs`); `dagster`: the
     settings of the runs' sizes (DOCQUEUE_RUN_MAX_KEYS_<KIND>, DOCQUEUE_RUN_OVERHEAD_SHARE); `slots`: runs of a kind
-    the caller keeps going at once (a runner runs one at a time; its siblings plan their own shares)."""
+    the caller keeps going at once (a runner runs one at a time; its siblings plan their own shares). `share`: this
+    runner's blocks under `run --workers N`; a runner with nothing of its own to run helps a sibling's run in flight
+    (plan_help_run)."""
     fail_abandoned_runs(instance, between_runs=True)
     planned: list[PlannedRun] = []
     for level in Level:
@@ -210,6 +213,20 @@ def plan_next(
             phase_busy=busy,
             hold_s=dagster.rollup_hold_s,
         )
+    if share is not None and not planned:
+        # nothing of its own: take half of what a sibling's run still has, the earliest phase's first
+        for spec in phases:
+            for kind in spec.kinds:
+                helping = plan_help_run(
+                    queue.engine,
+                    kind,
+                    in_flight[kind.name],
+                    max_keys=dagster.max_keys_per_run(kind.name),
+                    least=least_keys(costs.get(kind.name)),
+                    documents=documents,
+                )
+                if helping is not None:
+                    return [helping]
     return planned
 
 

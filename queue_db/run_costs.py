@@ -88,10 +88,18 @@ def sized_keys(
     else:
         overhead_s = max(LEAST_OVERHEAD_S, cost.overhead_seconds)
         keys = min(max_keys, max(1, math.ceil(overhead_s / (overhead_share * cost.key_seconds))))
-        least = min(keys, max(1, math.ceil(overhead_s / cost.key_seconds)))
+        least = min(keys, least_keys(cost))
     if ready is not None and slots > 1 and ready < slots * keys:
         keys = max(least, math.ceil(ready / slots))
     return keys
+
+
+def least_keys(cost: RunCost | None) -> int:
+    """The fewest keys whose work is worth a run of their own: as much work as the run's fixed cost (at least
+    LEAST_OVERHEAD_S). 1 before the kind has been measured."""
+    if cost is None or cost.key_seconds <= 0:
+        return 1
+    return max(1, math.ceil(max(LEAST_OVERHEAD_S, cost.overhead_seconds) / cost.key_seconds))
 
 
 def run_size_rows(

@@ -384,7 +384,8 @@ def materialize_range(context: dg.AssetExecutionContext, kind: TaskKind, queue: 
         "error_classes": dict(Counter(o.error_class for o in report.failed.values())),
     }
     context.log.info(f"{kind.name} range {keys[0]} .. {keys[-1]}: {summary}")
-    measure_run_cost(context, queue, kind, len(keys), began)
+    # the tasks this run settled: keys another run took, or found completed, cost it nothing
+    measure_run_cost(context, queue, kind, len(report.completed) + len(report.failed), began)
     if failing:
         # a failed batch's summary goes with its failure (the step's failure event carries it), not as an
         # observation the UI would show like any other

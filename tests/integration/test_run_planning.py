@@ -3,7 +3,7 @@ ranges already in flight and other runners' blocks never crowd out the runs it s
 
 from __future__ import annotations
 
-from orchestration.planning import candidate_limit, plan_runs
+from orchestration.planning import candidate_limit, plan_help_run, plan_runs
 from queue_db.keys import chunk_partition_key
 from queue_db.partition_keys import BlockShare
 from queue_db.phases import VECTOR_CHUNK
@@ -80,3 +80,20 @@ def test_ranges_in_flight_do_not_crowd_out_the_runs_a_tick_asks_for(engine):
         (_key(engine, 10, 150), _key(engine, 10, 199)),
         (_key(engine, 11, 0), _key(engine, 11, 49)),
     ]
+
+
+def test_help_takes_the_second_half_of_the_unclaimed_tasks_of_the_range_with_most(engine):
+    _seed(engine)
+    with engine.begin() as conn:  # the sibling's run over block 10's positions 0-149 has claimed 0-49
+        conn.exec_driver_sql(
+            "UPDATE task_queue_chunk SET vector_status = 'processing', vector_worker_id = 'run:sibling:w', "
+            "vector_last_heartbeat = now() WHERE partition_block = 10 AND partition_pos < 50"
+        )
+    in_flight = {10: [(0, 149)], 11: [(0, 19)]}
+    run = plan_help_run(engine, VECTOR_CHUNK, in_flight, max_keys=1000, least=10)
+    assert (run.block, run.start_pos, run.end_pos, run.size) == (10, 100, 149, 50)
+    assert (run.start_key, run.end_key) == (_key(engine, 10, 100), _key(engine, 10, 149))
+    # at most a run's keys; nothing worth a run; nothing in flight
+    assert (plan_help_run(engine, VECTOR_CHUNK, in_flight, max_keys=20, least=10).start_pos) == 130
+    assert plan_help_run(engine, VECTOR_CHUNK, in_flight, max_keys=1000, least=51) is None
+    assert plan_help_run(engine, VECTOR_CHUNK, {}, max_keys=1000, least=1) is None

@@ -234,6 +234,35 @@ def test_a_failed_attempt_is_requested_again_after_its_back_off(env):
     assert not tick(defs, instance, "vector_chunk_sensor").run_requests
 
 
+def test_a_runner_with_nothing_of_its_own_helps_a_siblings_run_in_flight(env):
+    """`run --workers 2`: the runner whose share holds nothing plans a run over the second half of the tasks a
+    sibling's run in flight has not claimed yet, unless that half is too small to be worth a run's fixed cost."""
+    from orchestration.runner import plan_next
+    from queue_db.config import DagsterConfig
+    from queue_db.partition_keys import BlockShare, mark_rolled_up
+    from queue_db.run_costs import record_run_cost
+
+    defs, instance, queue = env
+    doc = build_document(queue, pages=1, chunks_per_page=8)
+    mark_rolled_up(queue.engine, "ocr", [str(doc["id"])])  # the document's own roll-up is not the point here
+    request = tick(defs, instance, "vector_chunk_sensor").run_requests[0]
+    start, end = span(request)
+    assert end - start + 1 == 8  # one block, too small to split: it is one runner's share, whole
+    queue_run(defs, instance, request, "vector_chunk_job")  # that runner's run, in flight
+    helper = BlockShare(2, (block(request) + 1) % 2)
+    [helping] = plan_next(queue, instance, helper, dagster=DagsterConfig())
+    assert (helping.name, helping.block, helping.start_pos, helping.end_pos) == (
+        VECTOR_CHUNK.name,
+        block(request),
+        start + 4,
+        end,
+    )
+    assert helping.size == 4 and helping.tags[SPAN_TAG] == f"{block(request)}:{start + 4}-{end}"
+    # a measured kind whose four keys of work are less than a run's fixed cost is left to the sibling
+    record_run_cost(queue.engine, VECTOR_CHUNK.name, keys=100, work_s=1.0, overhead_s=0.3)
+    assert plan_next(queue, instance, helper, dagster=DagsterConfig()) == []
+
+
 # ------------------------------------------------------------------------------------------------ gating
 def _requested(defs, instance, sensor_name: str) -> int:
     return sum(span(r)[1] - span(r)[0] + 1 for r in tick(defs, instance, sensor_name).run_requests)
