@@ -159,8 +159,9 @@ def drive_celery(workers: int, runs_per_worker: int) -> dict:
     from orchestration.environment import dagster_instance
     from orchestration.jobs import job_name
     from orchestration.partitions import register_partitions
-    from orchestration.runner import plan_next, waiting_work
+    from orchestration.runner import plan_next
     from queue_db.config import Settings
+    from queue_db.inspection import outlook
     from queue_db.phases import Level
     from resources.database import open_queue
 
@@ -192,10 +193,10 @@ def drive_celery(workers: int, runs_per_worker: int) -> dict:
             if not ended:
                 time.sleep(0.05)
             continue
-        waiting = waiting_work(queue.engine)
-        if waiting["processing"] and sum(queue.recover_stale().values()):
+        now = outlook(queue.engine)
+        if now.held and sum(queue.recover_stale().values()):
             continue
-        if not waiting["processing"] and waiting["next_retry_in_s"] is None and not any(queue.ready_counts().values()):
+        if now.settled:
             break
         time.sleep(0.5)
     seconds = time.perf_counter() - started
