@@ -36,7 +36,7 @@ from bench._result import print_result  # noqa: E402
 from bench.orchestration_overhead import _median, services  # noqa: E402
 
 ARMS = ("spawn", "forkserver")
-EXIT_EVENT = re.compile(r"Process for run exited \(pid: \d+, ([0-9.]+) CPU s\)")
+EXIT_EVENT = re.compile(r"Process for run exited \(pid: \d+, ([0-9.]+) CPU s[,)]")
 
 
 def launch_one(instance, launcher, job) -> dict:
