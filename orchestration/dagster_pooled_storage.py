@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -233,11 +235,28 @@ class _PooledEngineMixin:
         self._engine.dispose()
 
 
+# set while an instance is built whose tables are known to exist (known_tables)
+_tables_known: ContextVar[bool] = ContextVar("docqueue_dagster_tables_known", default=False)
+
+
+@contextmanager
+def known_tables() -> Iterator[None]:
+    """Storages built inside do not look for their tables: each would otherwise open connections of its own and read
+    the catalog to decide whether to create them (an instance built and asked one query opens 7 connections, 1
+    without). For a process that executes a run its launcher created: the run was written to these tables, so they
+    exist."""
+    token = _tables_known.set(True)
+    try:
+        yield
+    finally:
+        _tables_known.reset(token)
+
+
 def _storage_kwargs(inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]) -> dict[str, Any]:
     return dict(
         inst_data=inst_data,
         postgres_url=pg_url_from_config(config_value),
-        should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+        should_autocreate_tables=config_value.get("should_autocreate_tables", True) and not _tables_known.get(),
         token_provider=get_token_provider_from_config(config_value),
         pool=PoolSettings.from_config(config_value),
     )

@@ -19,8 +19,8 @@ from dagster._grpc.impl import core_execute_run
 from dagster._utils.hosted_user_process import recon_job_from_origin
 from dagster._utils.interrupts import capture_interrupts
 
-import orchestration.dagster_pooled_storage  # noqa: F401 - the storages every run's instance opens
 from orchestration.cluster import load_executor_code
+from orchestration.dagster_pooled_storage import known_tables  # the storages every run's instance opens
 from orchestration.definitions import defs, settings
 from orchestration.loaded_heap import freeze_loaded
 from orchestration.run_launcher import HOST_TAG, PID_TAG
@@ -76,27 +76,32 @@ def execute_run(instance_ref, run_id: str) -> None:
     storage, and an interrupt (SIGINT, the launcher's `terminate`) ends the run as canceled. The exit event gives the
     CPU seconds the process used (since the fork, or since the interpreter started when runs are spawned)."""
     loaded = len(sys.modules)
-    with capture_interrupts(), dg.DagsterInstance.from_ref(instance_ref) as instance:
-        run = instance.get_run_by_id(run_id)
-        if run is None or run.job_code_origin is None:
-            return  # deleted before it started, or launched without a code origin: nothing this process can run
-        # before the run is marked started: a re-execution inherits its parent's tags, this pid among them, and the
-        # run monitoring reads a started run's pid to tell whether its process still runs
-        instance.add_run_tags(run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
-        instance.report_engine_event(
-            f"Started process for run (pid: {os.getpid()}), forked with the code location loaded.",
-            run,
-            EngineEventData.in_process(os.getpid()),
-        )
-        try:
-            for _ in core_execute_run(recon_job_from_origin(run.job_code_origin), run, instance, inject_env_vars=False):
-                pass
-        except BaseException:  # noqa: BLE001 - core_execute_run has written the failure to the run's events
-            pass
-        finally:
-            used = os.times()
+    with capture_interrupts():
+        with known_tables():  # the launcher's instance wrote this run to them
+            instance = dg.DagsterInstance.from_ref(instance_ref)
+        with instance:
+            run = instance.get_run_by_id(run_id)
+            if run is None or run.job_code_origin is None:
+                return  # deleted before it started, or launched without a code origin: nothing this process can run
+            # before the run is marked started: a re-execution inherits its parent's tags, this pid among them, and the
+            # run monitoring reads a started run's pid to tell whether its process still runs
+            instance.add_run_tags(run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
             instance.report_engine_event(
-                f"Process for run exited (pid: {os.getpid()}, {used.user + used.system:.2f} CPU s, "
-                f"{len(sys.modules) - loaded} modules loaded by the run).",
+                f"Started process for run (pid: {os.getpid()}), forked with the code location loaded.",
                 run,
+                EngineEventData.in_process(os.getpid()),
             )
+            try:
+                for _ in core_execute_run(
+                    recon_job_from_origin(run.job_code_origin), run, instance, inject_env_vars=False
+                ):
+                    pass
+            except BaseException:  # noqa: BLE001 - core_execute_run has written the failure to the run's events
+                pass
+            finally:
+                used = os.times()
+                instance.report_engine_event(
+                    f"Process for run exited (pid: {os.getpid()}, {used.user + used.system:.2f} CPU s, "
+                    f"{len(sys.modules) - loaded} modules loaded by the run).",
+                    run,
+                )

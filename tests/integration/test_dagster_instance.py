@@ -243,6 +243,39 @@ def test_instance_ref_rebuilds_pooled_storages_without_the_url(instance, dagster
         assert isinstance(rebuilt.run_storage, PooledPostgresRunStorage)
 
 
+def _connections_opened(build) -> int:
+    """New PostgreSQL connections while an instance is built by `build()` and answers a run query."""
+    opened = []
+
+    def count(*_args) -> None:
+        opened.append(1)
+
+    sa.event.listen(sa.pool.Pool, "connect", count)
+    try:
+        with build() as built:
+            built.get_runs(limit=1)
+    finally:
+        sa.event.remove(sa.pool.Pool, "connect", count)
+    return len(opened)
+
+
+def test_an_instance_whose_tables_are_known_does_not_look_for_them(instance):
+    """A run's process builds its instance inside known_tables (orchestration/run_process.py): none of the three
+    storages opens connections of its own to read the catalog, and the instance answers as any other."""
+    from orchestration.dagster_pooled_storage import known_tables
+
+    ref = instance.get_ref()
+
+    def known() -> DagsterInstance:
+        with known_tables():
+            return DagsterInstance.from_ref(ref)
+
+    looking = _connections_opened(lambda: DagsterInstance.from_ref(ref))
+    # one connection, the run storage's pooled one for the query, against 7 when every storage looks
+    assert _connections_opened(known) == 1 and looking >= 4
+    assert _connections_opened(lambda: DagsterInstance.from_ref(ref)) == looking  # only inside the block
+
+
 def test_pool_bounds_come_from_yaml_over_env(dagster_home, tmp_path, monkeypatch):
     yaml_text = (
         (dagster_home / "dagster.yaml")
