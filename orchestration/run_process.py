@@ -20,7 +20,7 @@ from dagster._utils.hosted_user_process import recon_job_from_origin
 from dagster._utils.interrupts import capture_interrupts
 
 from orchestration.cluster import load_executor_code
-from orchestration.dagster_pooled_storage import known_tables  # the storages every run's instance opens
+from orchestration.dagster_pooled_storage import known_tables  # also loads the storages every run builds
 from orchestration.definitions import defs, settings
 from orchestration.loaded_heap import freeze_loaded
 from orchestration.run_launcher import HOST_TAG, PID_TAG
