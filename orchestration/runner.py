@@ -20,6 +20,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from orchestration.assets.rollups import rollup_run_name
+from orchestration.idle_cores import has_an_idle_core
 from orchestration.jobs import job_name
 from orchestration.maintenance import index_vector_tail as build_vector_tail
 from orchestration.partitions import register_partitions
@@ -169,13 +170,14 @@ def plan_next(
     dagster: DagsterConfig,
     phases: PhaseRegistry = PHASES,
     slots: int = 1,
+    may_help: Callable[[], bool] = has_an_idle_core,
 ) -> list[PlannedRun]:
     """One planning round over every kind in phase order, then the roll-ups. Called between runs only.
     `documents`: only these documents' tasks and roll-ups are planned (`docqueue run --max-docs`); `dagster`: the
     settings of the runs' sizes (DOCQUEUE_RUN_MAX_KEYS_<KIND>, DOCQUEUE_RUN_OVERHEAD_SHARE); `slots`: runs of a kind
     the caller keeps going at once (a runner runs one at a time; its siblings plan their own shares). `share`: this
     runner's blocks under `run --workers N`; a runner with nothing of its own to run helps a sibling's run in flight
-    (plan_help_run)."""
+    (plan_help_run) when `may_help()` says a core is idle for it (orchestration.idle_cores)."""
     fail_abandoned_runs(instance, between_runs=True)
     planned: list[PlannedRun] = []
     for level in Level:
@@ -213,7 +215,7 @@ def plan_next(
             phase_busy=busy,
             hold_s=dagster.rollup_hold_s,
         )
-    if share is not None and not planned:
+    if share is not None and not planned and any(in_flight.values()) and may_help():
         # nothing of its own: take half of what a sibling's run still has, the earliest phase's first
         for spec in phases:
             for kind in spec.kinds:

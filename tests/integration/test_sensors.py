@@ -236,7 +236,8 @@ def test_a_failed_attempt_is_requested_again_after_its_back_off(env):
 
 def test_a_runner_with_nothing_of_its_own_helps_a_siblings_run_in_flight(env):
     """`run --workers 2`: the runner whose share holds nothing plans a run over the second half of the tasks a
-    sibling's run in flight has not claimed yet, unless that half is too small to be worth a run's fixed cost."""
+    sibling's run in flight has not claimed yet, when a core is idle for it and that half is worth a run's fixed
+    cost."""
     from orchestration.runner import plan_next
     from queue_db.config import DagsterConfig
     from queue_db.partition_keys import BlockShare, mark_rolled_up
@@ -250,7 +251,9 @@ def test_a_runner_with_nothing_of_its_own_helps_a_siblings_run_in_flight(env):
     assert end - start + 1 == 8  # one block, too small to split: it is one runner's share, whole
     queue_run(defs, instance, request, "vector_chunk_job")  # that runner's run, in flight
     helper = BlockShare(2, (block(request) + 1) % 2)
-    [helping] = plan_next(queue, instance, helper, dagster=DagsterConfig())
+    # no core idle for it (the sibling's work keeps them busy): it leaves the sibling alone
+    assert plan_next(queue, instance, helper, dagster=DagsterConfig(), may_help=lambda: False) == []
+    [helping] = plan_next(queue, instance, helper, dagster=DagsterConfig(), may_help=lambda: True)
     assert (helping.name, helping.block, helping.start_pos, helping.end_pos) == (
         VECTOR_CHUNK.name,
         block(request),
@@ -260,7 +263,7 @@ def test_a_runner_with_nothing_of_its_own_helps_a_siblings_run_in_flight(env):
     assert helping.size == 4 and helping.tags[SPAN_TAG] == f"{block(request)}:{start + 4}-{end}"
     # a measured kind whose four keys of work are less than a run's fixed cost is left to the sibling
     record_run_cost(queue.engine, VECTOR_CHUNK.name, keys=100, work_s=1.0, overhead_s=0.3)
-    assert plan_next(queue, instance, helper, dagster=DagsterConfig()) == []
+    assert plan_next(queue, instance, helper, dagster=DagsterConfig(), may_help=lambda: True) == []
 
 
 # ------------------------------------------------------------------------------------------------ gating
