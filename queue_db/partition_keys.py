@@ -94,10 +94,11 @@ class BlockShare:
         part = f"COALESCE(CASE WHEN {size} >= {least} THEN {alias}.partition_pos * {of} / {size} END, 0)"
         return f"AND ({alias}.partition_block + {part}) %% {of} = {int(self.index)}"
 
-    def for_runs_of(self, max_keys: int) -> "BlockShare":
-        """This share for runs of at most `max_keys` keys: a block is split only when each runner's share holds at
-        least a quarter of such a run, so a runner's run is not mostly its fixed cost."""
-        return dataclasses.replace(self, min_keys=max(1, max_keys // 4))
+    def for_runs_of(self, max_keys: int, least: int | None = None) -> "BlockShare":
+        """This share for runs of at most `max_keys` keys: a block is split only when each runner's share holds
+        enough work to pay for a run of its own, `least` keys once the kind's runs are measured
+        (run_costs.least_keys), else a quarter of such a run, so a runner's run is not mostly its fixed cost."""
+        return dataclasses.replace(self, min_keys=max(1, least if least is not None else max_keys // 4))
 
 
 def unregistered(engine: sa.Engine, level: Level, limit: int = 10_000) -> list[dict]:

@@ -3,10 +3,11 @@ ranges already in flight and other runners' blocks never crowd out the runs it s
 
 from __future__ import annotations
 
-from orchestration.planning import candidate_limit, plan_help_run, plan_runs
+from orchestration.planning import RunSizing, candidate_limit, plan_help_run, plan_runs
 from queue_db.keys import chunk_partition_key
 from queue_db.partition_keys import BlockShare
 from queue_db.phases import VECTOR_CHUNK
+from queue_db.run_costs import RunCost
 from tests.queue_support import bulk_seed
 
 
@@ -97,3 +98,23 @@ def test_help_takes_the_second_half_of_the_unclaimed_tasks_of_the_range_with_mos
     assert (plan_help_run(engine, VECTOR_CHUNK, in_flight, max_keys=20, least=10).start_pos) == 130
     assert plan_help_run(engine, VECTOR_CHUNK, in_flight, max_keys=1000, least=51) is None
     assert plan_help_run(engine, VECTOR_CHUNK, {}, max_keys=1000, least=1) is None
+
+
+def test_a_measured_kind_splits_a_block_whose_shares_each_pay_for_a_run(engine):
+    """Unmeasured, a block is split only when each share holds a quarter of a full run (1,000 chunk keys: 250);
+    measured, when each share's work pays a run's fixed cost (0.3 s at 10 ms a key: 30 keys)."""
+    _seed(engine)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO partition_blocks (block, size) VALUES (10, 200), (11, 200)")
+    shares = [BlockShare(2, 0), BlockShare(2, 1)]
+    unmeasured = [plan_runs(engine, VECTOR_CHUNK, max_keys=1000, max_runs=3, share=s) for s in shares]
+    assert [[(r.block, r.start_pos, r.end_pos) for r in runs] for runs in unmeasured] == [
+        [(10, 0, 199)],
+        [(11, 0, 199)],
+    ]
+    sizing = RunSizing(RunCost(key_seconds=0.01, overhead_seconds=0.3), overhead_share=0.05)
+    measured = [plan_runs(engine, VECTOR_CHUNK, max_keys=1000, max_runs=3, share=s, sizing=sizing) for s in shares]
+    assert [[(r.block, r.start_pos, r.end_pos) for r in runs] for runs in measured] == [
+        [(10, 0, 99), (11, 100, 199)],
+        [(10, 100, 199), (11, 0, 99)],
+    ]
