@@ -133,19 +133,16 @@ class Outlook:
 def outlook_sql(kinds: tuple[TaskKind, ...] = ALL_KINDS, *, count_ready: bool = False) -> str:
     """One statement, so one snapshot: read apart, a task claimed between the reads of the held and the claimable
     tasks is in neither, and a queue with work left looks settled."""
-    held = " + ".join(f"(SELECT count(*) FROM {k.table} t WHERE {k.held_sql('t')})" for k in kinds)
-    soonest = ", ".join(
-        f"(SELECT min(t.{k.col('next_attempt_at')}) FROM {k.table} t WHERE {k.backing_off_sql('t')})" for k in kinds
-    )
+    held = f"(SELECT COALESCE(sum(h.n), 0) FROM ({held_sql(kinds)}) h)"
+    soonest = f"(SELECT min(r.at) FROM ({next_retry_sql(kinds)}) r)"
     ready = [
         f"(SELECT count(*) FROM {k.table} t WHERE {k.claimable_sql('t')})"
         if count_ready
         else f"(EXISTS (SELECT 1 FROM {k.table} t WHERE {k.claimable_sql('t')}))::int"
         for k in kinds
     ]
-    return (
-        f"SELECT {held} AS held, EXTRACT(EPOCH FROM least({soonest}) - now())::float8 AS next_retry_in_s, "
-        + ", ".join(f"{part} AS ready_{i}" for i, part in enumerate(ready))
+    return f"SELECT {held} AS held, EXTRACT(EPOCH FROM {soonest} - now())::float8 AS next_retry_in_s, " + ", ".join(
+        f"{part} AS ready_{i}" for i, part in enumerate(ready)
     )
 
 
