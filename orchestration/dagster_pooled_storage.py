@@ -46,6 +46,7 @@ from dagster_postgres.run_storage import PostgresRunStorage
 from dagster_postgres.schedule_storage import PostgresScheduleStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 
+from orchestration.dagster_schema_shape import EventLogSchemaShape, RunSchemaShape
 from orchestration.partition_key_cache import PartitionKeyCache
 from queue_db.config import DagsterConfig, DatabaseConfig, default, settings
 
@@ -262,7 +263,7 @@ def _storage_kwargs(inst_data: ConfigurableClassData | None, config_value: Mappi
     )
 
 
-class PooledPostgresEventLogStorage(_PooledEngineMixin, PostgresEventLogStorage):
+class PooledPostgresEventLogStorage(_PooledEngineMixin, EventLogSchemaShape, PostgresEventLogStorage):
     """``PostgresEventLogStorage`` with a bounded connection pool instead of a connect per call.
 
     The event watcher the webserver uses (``watch``/``end_watch``, a polling thread per run) is the
@@ -368,7 +369,7 @@ class PooledPostgresEventLogStorage(_PooledEngineMixin, PostgresEventLogStorage)
         return cls(**_storage_kwargs(inst_data, config_value))
 
 
-class PooledPostgresRunStorage(_PooledEngineMixin, PostgresRunStorage):
+class PooledPostgresRunStorage(_PooledEngineMixin, RunSchemaShape, PostgresRunStorage):
     """``PostgresRunStorage`` with a bounded connection pool instead of a connect per call."""
 
     def __init__(

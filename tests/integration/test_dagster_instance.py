@@ -276,6 +276,41 @@ def test_an_instance_whose_tables_are_known_does_not_look_for_them(instance):
     assert _connections_opened(lambda: DagsterInstance.from_ref(ref)) == looking  # only inside the block
 
 
+def test_a_storage_asks_the_catalog_for_a_table_or_column_once(instance, monkeypatch):
+    """Dagster's storages ask whether a table or column of a later migration exists before many reads and writes
+    (orchestration/dagster_schema_shape.py): each question reaches the catalog once per storage, and the reads
+    answer as before."""
+    from sqlalchemy.dialects.postgresql.base import PGDialect
+    from sqlalchemy.engine.reflection import Inspector
+
+    asked: list[str] = []
+    get_columns, has_table = Inspector.get_columns, PGDialect.has_table
+
+    def columns(self, table_name, *args, **kwargs):
+        asked.append(f"columns of {table_name}")
+        return get_columns(self, table_name, *args, **kwargs)
+
+    def table(self, connection, table_name, *args, **kwargs):
+        asked.append(f"table {table_name}")
+        return has_table(self, connection, table_name, *args, **kwargs)
+
+    monkeypatch.setattr(Inspector, "get_columns", columns)
+    monkeypatch.setattr(PGDialect, "has_table", table)
+    rounds = []
+    with DagsterInstance.from_ref(instance.get_ref()) as fresh:
+        fresh.add_dynamic_partitions("shape_probe", ["a"])
+        for _ in range(3):
+            fresh.get_run_records(limit=1)
+            assert fresh.get_dynamic_partitions("shape_probe") == ["a"]
+            assert fresh.has_dynamic_partition("shape_probe", "a")
+            fresh.get_asset_records([AssetKey("shape_probe")])
+            rounds.append(list(asked))
+            asked.clear()
+        fresh.delete_dynamic_partition("shape_probe", "a")
+    assert {"columns of asset_keys", "columns of runs", "table dynamic_partitions"} <= set(rounds[0])
+    assert rounds[1:] == [[], []]
+
+
 def test_pool_bounds_come_from_yaml_over_env(dagster_home, tmp_path, monkeypatch):
     yaml_text = (
         (dagster_home / "dagster.yaml")
