@@ -135,11 +135,15 @@ def load_executor_code(cluster: ClusterConfig) -> None:
     if executor_name(cluster) != "celery":
         return
     import dagster_celery.tasks  # noqa: F401 - what the executor imports to submit a step (it loads dagster's CLI)
+    from celery.app.backends import by_url
     from dagster_celery.make_app import make_app
 
     broker = broker_url(cluster)
     app = make_app({"broker": broker, "backend": backend_url(cluster, broker), "include": []})
     app.connection_for_write().transport  # noqa: B018 - resolving the transport class imports its module
+    # finding the result backend's class scans every installed package's entry points; Celery keeps the answer
+    # for the process, so found here, every run forked from this process finds it at once
+    by_url(app.conf.result_backend, app.loader)
 
 
 def poll_results_every(seconds: float) -> None:

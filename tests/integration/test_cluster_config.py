@@ -102,6 +102,29 @@ def test_a_run_checks_its_steps_result_as_often_as_configured(monkeypatch):
         executor_from_env()
 
 
+def test_the_run_template_has_found_the_result_backend_before_any_run_is_forked():
+    """orchestration.cluster.load_executor_code, run in the process runs are forked from, leaves Celery's scan of the
+    installed packages' entry points done: a run's own app finds its result backend's class without scanning. In a
+    fresh interpreter, since Celery keeps the scan for its process."""
+    probe = """
+import os
+os.environ.update(DOCQUEUE_EXECUTOR="celery", DOCQUEUE_BROKER_URL="redis://broker.internal:6379/0")
+from celery.utils.imports import load_extension_class_names
+from dagster_celery.make_app import make_app
+from orchestration.cluster import load_executor_code
+from queue_db.config import Settings
+load_executor_code(Settings.from_env().cluster)
+scans = load_extension_class_names.cache_info().misses
+app = make_app({"broker": "redis://broker.internal:6379/0", "backend": "redis://broker.internal:6379/0"})
+assert type(app.backend).__name__ == "RedisBackend"
+print(scans, load_extension_class_names.cache_info().misses)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = done.stdout.split()
+    assert before == after == "1", done.stdout
+
+
 def test_a_worker_without_the_cluster_services_refuses_in_one_sentence(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DOCQUEUE_HOME": str(tmp_path / "home")}
     done = subprocess.run(
