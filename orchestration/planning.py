@@ -6,6 +6,7 @@ at most `max_keys` keys, and skips tasks already covered by a queued or running 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
@@ -92,17 +93,27 @@ class PlannedRun:
         return f"{self.name}:{self.block}:{self.start_pos}-{self.end_pos}:r{self.retries}"
 
 
-def in_flight_positions(instance: dg.DagsterInstance, name: str) -> dict[int, list[tuple[int, int]]]:
+# a kind's (or roll-up's) runs in flight: registration block -> the position ranges they cover
+Positions = dict[int, list[tuple[int, int]]]
+
+
+def in_flight_positions(instance: dg.DagsterInstance, name: str) -> Positions:
     """Blocks and position ranges of runs named `name` (a kind or a roll-up) that are queued or running."""
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT_STATUSES, tags={KIND_TAG: name}))
-    ranges: dict[int, list[tuple[int, int]]] = {}
+    return in_flight_by_name(instance, [name]).get(name, {})
+
+
+def in_flight_by_name(instance: dg.DagsterInstance, names: Sequence[str]) -> dict[str, Positions]:
+    """in_flight_positions of each of `names`, from one read of the run storage (a name without runs in flight is
+    absent)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT_STATUSES, tags={KIND_TAG: list(names)}))
+    by_name: dict[str, Positions] = {}
     for run in runs:
         span = parse_span(run.tags)
-        if span is None:
+        if span is None or run.tags.get(KIND_TAG) not in names:
             continue
         block, start, end = span
-        ranges.setdefault(block, []).append((start, end))
-    return ranges
+        by_name.setdefault(run.tags[KIND_TAG], {}).setdefault(block, []).append((start, end))
+    return by_name
 
 
 def candidate_limit(max_runs: int, max_keys: int, in_flight: dict[int, list[tuple[int, int]]] | None) -> int:

@@ -29,7 +29,7 @@ from orchestration.planning import (
     SETTLE_LIMIT,
     PlannedRun,
     RunSizing,
-    in_flight_positions,
+    in_flight_by_name,
     plan_help_run,
     plan_rollup_runs,
     plan_runs,
@@ -182,8 +182,11 @@ def plan_next(
     planned: list[PlannedRun] = []
     for level in Level:
         register_partitions(instance, queue.engine, level)
-    # each kind's runs in flight, read once: its own planning skips their ranges, its phase's roll-ups wait on them
-    in_flight = {kind.name: in_flight_positions(instance, kind.name) for spec in phases for kind in spec.kinds}
+    # every kind's and roll-up's runs in flight, in one read: a kind's planning skips their ranges, its phase's
+    # roll-ups wait on them
+    names = [kind.name for spec in phases for kind in spec.kinds] + [rollup_run_name(spec) for spec in phases]
+    found = in_flight_by_name(instance, names)
+    in_flight = {name: found.get(name, {}) for name in names}
     costs = run_costs(queue.engine)
     for spec in phases:
         for kind in spec.kinds:
@@ -208,7 +211,7 @@ def plan_next(
             queue.engine,
             spec,
             phases=phases,
-            in_flight=in_flight_positions(instance, rollup_run_name(spec)),
+            in_flight=in_flight[rollup_run_name(spec)],
             max_runs=4,
             share=share,
             documents=documents,

@@ -3,7 +3,18 @@ ranges already in flight and other runners' blocks never crowd out the runs it s
 
 from __future__ import annotations
 
-from orchestration.planning import RunSizing, candidate_limit, plan_help_run, plan_runs
+import dagster as dg
+
+from orchestration.planning import (
+    KIND_TAG,
+    SPAN_TAG,
+    RunSizing,
+    candidate_limit,
+    in_flight_by_name,
+    in_flight_positions,
+    plan_help_run,
+    plan_runs,
+)
 from queue_db.keys import chunk_partition_key
 from queue_db.partition_keys import BlockShare
 from queue_db.phases import VECTOR_CHUNK
@@ -118,3 +129,29 @@ def test_a_measured_kind_splits_a_block_whose_shares_each_pay_for_a_run(engine):
         [(10, 0, 99), (11, 100, 199)],
         [(10, 100, 199), (11, 0, 99)],
     ]
+
+
+def test_the_runs_in_flight_of_every_kind_are_read_at_once():
+    """plan_next reads every kind's and roll-up's runs in flight in one query of the run storage, grouped as each
+    kind's own read groups them; ended runs, runs of names not asked for, and runs without a span are left out."""
+    with dg.DagsterInstance.ephemeral() as instance:
+        runs = [
+            ("vector_chunk", "10:0-49", dg.DagsterRunStatus.STARTED),
+            ("vector_chunk", "10:50-99", dg.DagsterRunStatus.NOT_STARTED),
+            ("vector_chunk", "11:0-9", dg.DagsterRunStatus.SUCCESS),
+            ("rollup_vector", "3:0-19", dg.DagsterRunStatus.STARTING),
+            ("graphrag_chunk", "10:0-49", dg.DagsterRunStatus.STARTED),
+            ("ocr_page", None, dg.DagsterRunStatus.STARTED),
+        ]
+        for name, span, status in runs:
+            tags = {KIND_TAG: name, **({SPAN_TAG: span} if span else {})}
+            instance.add_run(dg.DagsterRun(job_name=f"{name}_job", status=status, tags=tags))
+        found = in_flight_by_name(instance, ["vector_chunk", "rollup_vector", "ocr_page", "vector_page"])
+        assert _sorted(found) == {"vector_chunk": {10: [(0, 49), (50, 99)]}, "rollup_vector": {3: [(0, 19)]}}
+        for name in ("vector_chunk", "rollup_vector", "ocr_page", "vector_page", "graphrag_chunk"):
+            by_itself = _sorted({name: in_flight_positions(instance, name)})[name]
+            assert by_itself == ({10: [(0, 49)]} if name == "graphrag_chunk" else _sorted(found).get(name, {}))
+
+
+def _sorted(by_name: dict) -> dict:
+    return {name: {block: sorted(ranges) for block, ranges in blocks.items()} for name, blocks in by_name.items()}
