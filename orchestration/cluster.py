@@ -10,6 +10,7 @@ PostgreSQL (queue and Dagster storage), the Bolt server, the vector store, the b
 
 from __future__ import annotations
 
+import importlib
 import socket
 from typing import Iterable
 
@@ -128,6 +129,16 @@ def executor_for(cluster: ClusterConfig):
     )
 
 
+# imported by Celery and kombu on a process's first send_task, so by every run's process but for this list
+SEND_MODULES = (
+    "celery.app.events",
+    "celery.events.dispatcher",
+    "celery.events.receiver",
+    "encodings.idna",
+    "kombu.mixins",
+)
+
+
 def load_executor_code(cluster: ClusterConfig) -> None:
     """Import what a run's process needs to send its step to the broker (Celery's app and worker modules, the
     broker's transport), in the template process runs are forked from (orchestration/run_process.py): imported in
@@ -144,6 +155,9 @@ def load_executor_code(cluster: ClusterConfig) -> None:
     # finding the result backend's class scans every installed package's entry points; Celery keeps the answer
     # for the process, so found here, every run forked from this process finds it at once
     by_url(app.conf.result_backend, app.loader)
+    # what sending a step imports on its first send (the task events' dispatcher, the host name's codec)
+    for module in SEND_MODULES:
+        importlib.import_module(module)
 
 
 def poll_results_every(seconds: float) -> None:
