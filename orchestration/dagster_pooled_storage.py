@@ -46,7 +46,7 @@ from dagster_postgres.run_storage import PostgresRunStorage
 from dagster_postgres.schedule_storage import PostgresScheduleStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 
-from orchestration.dagster_schema_shape import EventLogSchemaShape, RunSchemaShape
+from orchestration.dagster_schema_shape import EventLogSchemaShape, RunSchemaShape, seed
 from orchestration.partition_key_cache import PartitionKeyCache
 from queue_db.config import DagsterConfig, DatabaseConfig, default, settings
 
@@ -236,28 +236,39 @@ class _PooledEngineMixin:
         self._engine.dispose()
 
 
-# set while an instance is built whose tables are known to exist (known_tables)
-_tables_known: ContextVar[bool] = ContextVar("docqueue_dagster_tables_known", default=False)
+# set while an instance is built whose tables are known to exist (known_tables): what its launcher's storages had
+# learned of the schema, by role (dagster_schema_shape.learned_shape)
+_tables_known: ContextVar[Mapping[str, frozenset[tuple]] | None] = ContextVar(
+    "docqueue_dagster_tables_known", default=None
+)
 
 
 @contextmanager
-def known_tables() -> Iterator[None]:
+def known_tables(shape: Mapping[str, frozenset[tuple]] | None = None) -> Iterator[None]:
     """Storages built inside do not look for their tables: each would otherwise open connections of its own and read
     the catalog to decide whether to create them (an instance built and asked one query opens 7 connections, 1
     without). For a process that executes a run its launcher created: the run was written to these tables, so they
-    exist."""
-    token = _tables_known.set(True)
+    exist. `shape`: what the launcher's storages learned of the schema's later migrations, which the new storages
+    then need not ask the catalog (orchestration.dagster_schema_shape)."""
+    token = _tables_known.set(shape or {})
     try:
         yield
     finally:
         _tables_known.reset(token)
 
 
+def _seeded(storage: Any, role: str) -> Any:
+    shape = _tables_known.get()
+    if shape:
+        seed(storage, shape.get(role, frozenset()))
+    return storage
+
+
 def _storage_kwargs(inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]) -> dict[str, Any]:
     return dict(
         inst_data=inst_data,
         postgres_url=pg_url_from_config(config_value),
-        should_autocreate_tables=config_value.get("should_autocreate_tables", True) and not _tables_known.get(),
+        should_autocreate_tables=config_value.get("should_autocreate_tables", True) and _tables_known.get() is None,
         token_provider=get_token_provider_from_config(config_value),
         pool=PoolSettings.from_config(config_value),
     )
@@ -366,7 +377,7 @@ class PooledPostgresEventLogStorage(_PooledEngineMixin, EventLogSchemaShape, Pos
     def from_config_value(
         cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
     ) -> PooledPostgresEventLogStorage:
-        return cls(**_storage_kwargs(inst_data, config_value))
+        return _seeded(cls(**_storage_kwargs(inst_data, config_value)), "event_log")
 
 
 class PooledPostgresRunStorage(_PooledEngineMixin, RunSchemaShape, PostgresRunStorage):
@@ -391,7 +402,7 @@ class PooledPostgresRunStorage(_PooledEngineMixin, RunSchemaShape, PostgresRunSt
     def from_config_value(  # type: ignore[override]
         cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
     ) -> PooledPostgresRunStorage:
-        return cls(**_storage_kwargs(inst_data, config_value))
+        return _seeded(cls(**_storage_kwargs(inst_data, config_value)), "runs")
 
 
 class PooledPostgresScheduleStorage(_PooledEngineMixin, PostgresScheduleStorage):

@@ -20,9 +20,24 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+# where a storage keeps the questions answered yes
+KEPT = "_schema_shape_known"
+
+
+def learned_shape(instance: Any) -> dict[str, frozenset[tuple]]:
+    """What an instance's run and event log storages have learned of their schema, by role. A run's launcher hands it
+    to the run's process (orchestration/run_process.py), whose storages, on the same database, then need not ask."""
+    storages = {"runs": instance.run_storage, "event_log": instance.event_log_storage}
+    return {role: frozenset(getattr(storage, KEPT, ())) for role, storage in storages.items()}
+
+
+def seed(storage: Any, known: frozenset[tuple]) -> None:
+    """Give `storage` answers another storage of the same database learned (a yes stays true)."""
+    storage.__dict__.setdefault(KEPT, set()).update(known)
+
 
 def _kept_yes(storage: Any, question: tuple, ask: Callable[[], bool]) -> bool:
-    known: set[tuple] = storage.__dict__.setdefault("_schema_shape_known", set())
+    known: set[tuple] = storage.__dict__.setdefault(KEPT, set())
     if question in known:
         return True
     answer = bool(ask())

@@ -33,15 +33,17 @@ from dagster._core.launcher.base import CheckRunHealthResult, LaunchRunContext, 
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 
+from orchestration.dagster_schema_shape import learned_shape
+
 PID_TAG, HOST_TAG = "docqueue/run_pid", "docqueue/run_host"
 # the module a run's process imports before it is forked: the code location, its repository built
 TEMPLATE_MODULE = "orchestration.run_process"
 START_METHODS = ("forkserver", "spawn")
 
 
-def _execute(instance_ref, run_id: str) -> None:
+def _execute(instance_ref, run_id: str, shape: Mapping[str, frozenset] | None = None) -> None:
     """A run's process: its entry point, by name, so that the launcher itself never imports the code location."""
-    importlib.import_module(TEMPLATE_MODULE).execute_run(instance_ref, run_id)
+    importlib.import_module(TEMPLATE_MODULE).execute_run(instance_ref, run_id, shape)
 
 
 class ForkedRunLauncher(RunLauncher, ConfigurableClass):
@@ -83,8 +85,10 @@ class ForkedRunLauncher(RunLauncher, ConfigurableClass):
 
     def launch_run(self, context: LaunchRunContext) -> None:
         run = context.dagster_run
+        # what this instance's storages learned of the schema, so that the run's storages need not ask again
+        shape = learned_shape(self._instance)
         process = self._start_context().Process(
-            target=_execute, args=(self._instance.get_ref(), run.run_id), name=f"dagster-run-{run.run_id[:8]}"
+            target=_execute, args=(self._instance.get_ref(), run.run_id, shape), name=f"dagster-run-{run.run_id[:8]}"
         )
         process.start()
         # the run's process outlives this one: the launcher's exit neither waits for it nor ends it

@@ -12,6 +12,7 @@ import importlib
 import os
 import socket
 import sys
+from typing import Mapping
 
 import dagster as dg
 from dagster._core.events import EngineEventData
@@ -70,14 +71,14 @@ load_executor_code(settings.cluster)
 freeze_loaded()
 
 
-def execute_run(instance_ref, run_id: str) -> None:
+def execute_run(instance_ref, run_id: str, shape: Mapping[str, frozenset] | None = None) -> None:
     """Execute run `run_id` in this process, as Dagster's code server does in the process it starts for a run: the
     job is loaded from the run's own code origin, every outcome (a failure to load included) is written to the run
     storage, and an interrupt (SIGINT, the launcher's `terminate`) ends the run as canceled. The exit event gives the
     CPU seconds the process used (since the fork, or since the interpreter started when runs are spawned)."""
     loaded = len(sys.modules)
     with capture_interrupts():
-        with known_tables():  # the launcher's instance wrote this run to them
+        with known_tables(shape):  # the launcher's instance wrote this run to them, and learned `shape` of them
             instance = dg.DagsterInstance.from_ref(instance_ref)
         with instance:
             run = instance.get_run_by_id(run_id)

@@ -278,10 +278,13 @@ def test_an_instance_whose_tables_are_known_does_not_look_for_them(instance):
 
 def test_a_storage_asks_the_catalog_for_a_table_or_column_once(instance, monkeypatch):
     """Dagster's storages ask whether a table or column of a later migration exists before many reads and writes
-    (orchestration/dagster_schema_shape.py): each question reaches the catalog once per storage, and the reads
-    answer as before."""
+    (orchestration/dagster_schema_shape.py): each question reaches the catalog once per storage, the reads answer as
+    before, and a run's process handed what its launcher learned (known_tables) asks none."""
     from sqlalchemy.dialects.postgresql.base import PGDialect
     from sqlalchemy.engine.reflection import Inspector
+
+    from orchestration.dagster_pooled_storage import known_tables
+    from orchestration.dagster_schema_shape import learned_shape
 
     asked: list[str] = []
     get_columns, has_table = Inspector.get_columns, PGDialect.has_table
@@ -296,16 +299,29 @@ def test_a_storage_asks_the_catalog_for_a_table_or_column_once(instance, monkeyp
 
     monkeypatch.setattr(Inspector, "get_columns", columns)
     monkeypatch.setattr(PGDialect, "has_table", table)
-    rounds = []
-    with DagsterInstance.from_ref(instance.get_ref()) as fresh:
-        fresh.add_dynamic_partitions("shape_probe", ["a"])
-        for _ in range(3):
-            fresh.get_run_records(limit=1)
-            assert fresh.get_dynamic_partitions("shape_probe") == ["a"]
-            assert fresh.has_dynamic_partition("shape_probe", "a")
-            fresh.get_asset_records([AssetKey("shape_probe")])
-            rounds.append(list(asked))
+
+    def reads(built: DagsterInstance) -> list[str]:
+        built.get_run_records(limit=1)
+        assert built.get_dynamic_partitions("shape_probe") == ["a"]
+        assert built.has_dynamic_partition("shape_probe", "a")
+        built.get_asset_records([AssetKey("shape_probe")])
+        done = list(asked)
+        asked.clear()
+        return done
+
+    ref = instance.get_ref()
+    with DagsterInstance.from_ref(ref) as fresh:
+        fresh.add_dynamic_partitions("shape_probe", ["a"])  # its question is counted in the first round
+        rounds = [reads(fresh) for _ in range(3)]
+        shape = learned_shape(fresh)
+        # a run's process, handed what its launcher's instance learned, asks nothing; without it, it asks
+        with known_tables(shape):
+            handed = DagsterInstance.from_ref(ref)
+        with known_tables():
+            not_handed = DagsterInstance.from_ref(ref)
+        with handed, not_handed:
             asked.clear()
+            assert reads(handed) == [] and reads(not_handed) != []
         fresh.delete_dynamic_partition("shape_probe", "a")
     assert {"columns of asset_keys", "columns of runs", "table dynamic_partitions"} <= set(rounds[0])
     assert rounds[1:] == [[], []]
