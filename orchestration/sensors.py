@@ -17,7 +17,15 @@ from orchestration.assets.rollups import rollup_asset_name, rollup_run_name
 from orchestration.intake import IntakeRules, ingest_file, iter_files
 from orchestration.jobs import job_name
 from orchestration.partitions import register_partitions
-from orchestration.planning import SETTLE_LIMIT, RunSizing, in_flight_positions, plan_rollup_runs, plan_runs, pool_slots
+from orchestration.planning import (
+    SETTLE_LIMIT,
+    RunSizing,
+    in_flight_by_name,
+    in_flight_positions,
+    plan_rollup_runs,
+    plan_runs,
+    pool_slots,
+)
 from orchestration.s3_intake import IntakeCursor, S3Source, ingest_s3
 from orchestration.sensor_ticks import surviving_database
 from queue_db.config import QueueConfig, Settings
@@ -111,12 +119,14 @@ def _plan_rollups(
 ):
     queue = database.get_queue()
     settled = settle_known_failures(queue.engine, spec, SETTLE_LIMIT, phases=phases)
+    # the roll-up's runs in flight and its phase's kinds', in one read of the run storage
+    in_flight = in_flight_by_name(context.instance, [rollup_run_name(spec), *(k.name for k in spec.kinds)])
     planned = plan_rollup_runs(
         queue.engine,
         spec,
         phases=phases,
-        in_flight=in_flight_positions(context.instance, rollup_run_name(spec)),
-        phase_busy=(busy := hold_s > 0 and any(in_flight_positions(context.instance, k.name) for k in spec.kinds)),
+        in_flight=in_flight.get(rollup_run_name(spec), {}),
+        phase_busy=(busy := hold_s > 0 and any(k.name in in_flight for k in spec.kinds)),
         hold_s=hold_s,
     )
     again = (
