@@ -19,7 +19,10 @@ per-key events.
 
 Experiments on (a): --event-batch-size sets DAGSTER_EVENT_BATCH_SIZE, --max-keys the keys per run of a kind,
 --dagster-async-commit gives (a)'s Dagster connections synchronous_commit=off (the queue stays synchronous).
-With --repeats N the variants alternate order each round and the medians are compared; --profile DIR runs each
+With --repeats N the variants alternate order each round; `ratio` compares the medians of the two variants' times,
+`ratio_median_of_rounds` is the median of each round's own ratio (the pair ran back to back, so a load that drifts
+between rounds moves it least), and `ratio_within_a` is the last round's (a) over its own queue work
+(`ratio_within_a_median_of_rounds` over every round); --profile DIR runs each
 child under cProfile and writes its statistics there. The admin URL (default
 DOCQUEUE_TEST_PG_ADMIN_URL, else an embedded PostgreSQL started for the run) must be allowed to CREATE/DROP
 DATABASE. Prints both times and the ratio (a)/(b) and ends with exactly one line `RESULT {json}`.
@@ -489,8 +492,16 @@ def report(args, rounds: list[dict], load_before, load_after, extra_env: dict) -
         f"\ncorpus: {args.documents} documents x {args.pages} pages = {pages} pages, {chunks} chunks; "
         f"same outcome both ways: {same_work}"
     )
+    # each round's two variants ran back to back: their ratio is the figure a drifting load moves least
+    by_round = [r["dagster"]["seconds"] / r["plain"]["seconds"] for r in rounds]
+    within_a = [r["dagster"]["seconds"] / max(r["dagster"]["work_in_runs_s"], 1e-9) for r in rounds]
     print(f"(b) plain loop : {plain:7.1f} s")
     print(f"(a) dagster    : {dagster:7.1f} s   ratio (a)/(b) = {dagster / plain:.2f} (target <= 1.10)")
+    if len(rounds) > 1:
+        print(
+            f"    per round: {', '.join(f'{x:.3f}' for x in by_round)}; their median {_median(by_round):.3f}, "
+            f"(a) over its own queue work {_median(within_a):.3f}"
+        )
     events_s = last["per_key_event_s"] + last["other_event_s"]
     run_rest = last["run_wall_s"] - last["work_in_runs_s"] - events_s
     print(f"extra time of (a): {extra:.1f} s. Where (a) spends its time (last round, {last['seconds']:.1f} s):")
@@ -533,7 +544,10 @@ def report(args, rounds: list[dict], load_before, load_after, extra_env: dict) -
         "same_outcome": same_work,
         "env": extra_env,
         "dagster_async_commit": args.dagster_async_commit,
+        "ratio_by_round": [round(x, 3) for x in by_round],
+        "ratio_median_of_rounds": round(_median(by_round), 3),
         "ratio_within_a": round(last["seconds"] / max(last["work_in_runs_s"], 1e-9), 3),
+        "ratio_within_a_median_of_rounds": round(_median(within_a), 3),
         "dagster_breakdown": {k: v for k, v in last.items() if k not in ("outcome", "events", "runs_by_name")},
         "events": last["events"],
         "runs_by_name": last["runs_by_name"],
